@@ -1,0 +1,1 @@
+"""Wire formats of the OpenAI embeddings API: structs, input forms, vector encodings."""

@@ -1,0 +1,1 @@
+"""ROSE: the in-process embedding engine (tensors and token ids only, never HTTP)."""

@@ -1,0 +1,43 @@
+"""Packing: many token-id sequences -> one flat, padding-free stream."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class PackedBatch:
+    """One batch as the model sees it, on the host.
+
+    input_ids [T] and positions [T] are int32, cu_seqlens [B+1] int32 with
+    cu_seqlens[0] == 0 and cu_seqlens[-1] == T.
+    """
+
+    input_ids: np.ndarray
+    positions: np.ndarray
+    cu_seqlens: np.ndarray
+    max_seqlen: int
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.cu_seqlens) - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.cu_seqlens[-1])
+
+
+def pack(seqs: list[np.ndarray]) -> PackedBatch:
+    """Concatenate sequences; each must hold at least one token."""
+    lengths = np.fromiter((len(s) for s in seqs), dtype=np.int32, count=len(seqs))
+    if len(seqs) == 0 or lengths.min() < 1:
+        raise ValueError("a batch needs at least one sequence, each of at least one token")
+    cu_seqlens = np.zeros(len(seqs) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=cu_seqlens[1:])
+    input_ids = np.concatenate(seqs).astype(np.int32, copy=False)
+    # Position of each token inside its own sequence: global index minus its sequence start.
+    starts = np.repeat(cu_seqlens[:-1], lengths)
+    positions = np.arange(len(input_ids), dtype=np.int32) - starts
+    return PackedBatch(input_ids, positions, cu_seqlens, int(lengths.max()))

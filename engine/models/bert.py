@@ -1,0 +1,105 @@
+"""BERT family encoders (BERT, MiniLM, BGE, E5, GTE-classic, RoBERTa, XLM-R) on a packed stream."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.layers.attention import AttentionBackend, AttentionShape
+
+_ACTIVATIONS = {
+    "gelu": lambda x: F.gelu(x),
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+}
+_ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")
+
+
+class BertLayer(nn.Module):
+    def __init__(self, hidden: int, intermediate: int, num_heads: int, eps: float, act: str):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, hidden // num_heads
+        self.qkv_proj = nn.Linear(hidden, 3 * hidden)  # query, key, value fused
+        self.o_proj = nn.Linear(hidden, hidden)
+        self.attention_norm = nn.LayerNorm(hidden, eps=eps)
+        self.up_proj = nn.Linear(hidden, intermediate)
+        self.down_proj = nn.Linear(intermediate, hidden)
+        self.mlp_norm = nn.LayerNorm(hidden, eps=eps)
+        self.act = _ACTIVATIONS[act]
+
+    def forward(self, x: torch.Tensor, attention: AttentionBackend, meta: object) -> torch.Tensor:
+        num_tokens = x.shape[0]
+        q, k, v = self.qkv_proj(x).view(num_tokens, 3, self.num_heads, self.head_dim).unbind(1)
+        attn = attention.forward(q, k, v, meta).reshape(num_tokens, -1)
+        x = self.attention_norm(x + self.o_proj(attn))
+        return self.mlp_norm(x + self.down_proj(self.act(self.up_proj(x))))
+
+
+class BertModel(nn.Module):
+    """Encoder returning the last hidden state [T, hidden] of a packed batch."""
+
+    def __init__(self, config: dict):
+        super().__init__()
+        hidden = config["hidden_size"]
+        eps = config.get("layer_norm_eps", 1e-12)
+        self.num_heads = config["num_attention_heads"]
+        self.word_embeddings = nn.Embedding(config["vocab_size"], hidden)
+        self.position_embeddings = nn.Embedding(config["max_position_embeddings"], hidden)
+        self.token_type_embeddings = nn.Embedding(max(config.get("type_vocab_size", 1), 1), hidden)
+        self.embedding_norm = nn.LayerNorm(hidden, eps=eps)
+        # RoBERTa counts positions from padding_idx + 1.
+        is_roberta = config.get("model_type") in _ROBERTA_TYPES
+        self.position_offset = (config.get("pad_token_id", 1) + 1) if is_roberta else 0
+        self.layers = nn.ModuleList(
+            BertLayer(hidden, config["intermediate_size"], self.num_heads, eps, config.get("hidden_act", "gelu"))
+            for _ in range(config["num_hidden_layers"])
+        )
+
+    def attention_shape(self, is_causal: bool) -> AttentionShape:
+        head_dim = self.word_embeddings.embedding_dim // self.num_heads
+        return AttentionShape(self.num_heads, self.num_heads, head_dim, is_causal)
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend, meta: object
+    ) -> torch.Tensor:
+        x = (
+            self.word_embeddings(input_ids)
+            + self.position_embeddings(positions + self.position_offset)
+            + self.token_type_embeddings.weight[0]
+        )
+        x = self.embedding_norm(x)
+        for layer in self.layers:
+            x = layer(x, attention, meta)
+        return x
+
+    def load_hf_weights(self, state: dict[str, torch.Tensor]) -> None:
+        """Load a Hugging Face BertModel / RobertaModel state dict (fusing q, k, v)."""
+        ours = {}
+        for name, tensor in state.items():
+            for prefix in ("bert.", "roberta.", "model."):
+                if name.startswith(prefix):
+                    name = name[len(prefix) :]
+            ours[name] = tensor
+        renamed = {
+            "word_embeddings.weight": ours["embeddings.word_embeddings.weight"],
+            "position_embeddings.weight": ours["embeddings.position_embeddings.weight"],
+            "token_type_embeddings.weight": ours.get(
+                "embeddings.token_type_embeddings.weight", self.token_type_embeddings.weight.detach() * 0
+            ),
+            "embedding_norm.weight": ours["embeddings.LayerNorm.weight"],
+            "embedding_norm.bias": ours["embeddings.LayerNorm.bias"],
+        }
+        for i in range(len(self.layers)):
+            hf, mine = f"encoder.layer.{i}.", f"layers.{i}."
+            for kind in ("weight", "bias"):
+                renamed[mine + f"qkv_proj.{kind}"] = torch.cat(
+                    [ours[hf + f"attention.self.{n}.{kind}"] for n in ("query", "key", "value")]
+                )
+                renamed[mine + f"o_proj.{kind}"] = ours[hf + f"attention.output.dense.{kind}"]
+                renamed[mine + f"attention_norm.{kind}"] = ours[hf + f"attention.output.LayerNorm.{kind}"]
+                renamed[mine + f"up_proj.{kind}"] = ours[hf + f"intermediate.dense.{kind}"]
+                renamed[mine + f"down_proj.{kind}"] = ours[hf + f"output.dense.{kind}"]
+                renamed[mine + f"mlp_norm.{kind}"] = ours[hf + f"output.LayerNorm.{kind}"]
+        self.load_state_dict(renamed, strict=True)

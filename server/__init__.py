@@ -1,0 +1,1 @@
+"""The HTTP front end: Litestar + msgspec, OpenAI's routes, errors in OpenAI's envelope."""

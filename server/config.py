@@ -1,0 +1,19 @@
+"""Server configuration: frozen, built once by the CLI (or a test) and passed down."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.config import EngineConfig
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    served_model_name: str | None = None  # None: the model's own name
+    max_request_inputs: int = 2048
+    max_queued_tokens: int | None = None  # None: unbounded queue
+    tokenizer_workers: int = 2
+    log_level: str = "info"

@@ -1,0 +1,87 @@
+"""One table from failures to OpenAI's error envelope and an HTTP status."""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+from litestar import Request, Response
+from litestar.exceptions import HTTPException
+
+from compat.inputs import InvalidInputError
+from compat.openai import ErrorDetail, ErrorResponse
+from engine.batcher import BatchFailedError, QueueFullError
+
+logger = logging.getLogger("rose_embed.errors")
+
+
+class APIError(Exception):
+    """An error with everything OpenAI's envelope carries."""
+
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers or {}
+
+
+def invalid_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
+    return APIError(400, message, "invalid_request_error", param, code)
+
+
+def model_not_found(model: str) -> APIError:
+    return APIError(
+        404, f"The model '{model}' does not exist or you do not have access to it.",
+        "invalid_request_error", "model", "model_not_found",
+    )
+
+
+def not_ready() -> APIError:
+    return APIError(503, "The model is still loading; retry shortly.", "server_error", None, "model_not_ready",
+                    headers={"Retry-After": "1"})
+
+
+def from_decode_error(exc: msgspec.DecodeError) -> APIError:
+    """msgspec says e.g. "Expected `int | null`, got `str` - at `$.dimensions`"; name the field."""
+    text = str(exc)
+    if not isinstance(exc, msgspec.ValidationError):
+        return invalid_request(
+            f"We could not parse the JSON body of your request ({text}). The API expects a JSON object."
+        )
+    param = None
+    if " - at `$." in text:
+        path = text.rsplit(" - at `$.", 1)[1].rstrip("`")
+        param = path.split("[", 1)[0].split(".", 1)[0]
+    elif "missing required field `" in text:
+        param = text.split("missing required field `", 1)[1].rstrip("`")
+    return invalid_request(f"Invalid request body: {text}", param)
+
+
+def _to_api_error(exc: Exception) -> APIError:
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, InvalidInputError):
+        return invalid_request(str(exc), exc.param)
+    if isinstance(exc, msgspec.DecodeError):
+        return from_decode_error(exc)
+    if isinstance(exc, QueueFullError):
+        return APIError(429, str(exc), "rate_limit_error", None, "rate_limit_exceeded",
+                        headers={"Retry-After": str(exc.retry_after)})
+    if isinstance(exc, BatchFailedError):
+        logger.error("batch failed", exc_info=exc.__cause__ or exc)
+        return APIError(500, "The server failed to compute this batch; retry the request.", "server_error")
+    if isinstance(exc, HTTPException):
+        status = exc.status_code
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(status)
+        return APIError(status, str(exc.detail), kind, None, code, headers=dict(exc.headers or {}))
+    logger.exception("unhandled error", exc_info=exc)
+    return APIError(500, "The server had an error while processing your request.", "server_error")
+
+
+def error_response(request: Request, exc: Exception) -> Response:
+    """Litestar exception handler: every error leaves in OpenAI's envelope."""
+    err = _to_api_error(exc)
+    body = ErrorResponse(error=ErrorDetail(message=err.message, type=err.type, param=err.param, code=err.code))
+    return Response(content=msgspec.json.encode(body), status_code=err.status, headers=err.headers,
+                    media_type="application/json")

@@ -1,0 +1,73 @@
+"""The server's long-lived parts (engine, batcher, tokenizer workers) and their lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from engine.batcher import Batcher
+from engine.engine import Engine
+from server.config import ServerConfig
+
+logger = logging.getLogger("rose_embed.server")
+
+
+class Runtime:
+    """Created with the app; `start` (in the lifespan) loads, warms up and starts batching."""
+
+    def __init__(self, config: ServerConfig, engine: Engine | None = None):
+        self.config = config
+        self.engine = engine
+        self.batcher: Batcher | None = None
+        self.is_ready = False
+        self._load_task: asyncio.Task | None = None
+        self._tokenizer_pool = ThreadPoolExecutor(config.tokenizer_workers, thread_name_prefix="rose-tokenize")
+
+    @property
+    def served_model_name(self) -> str:
+        return self.config.served_model_name or self.engine.spec.name
+
+    def start(self) -> None:
+        """Load in the background so that the port opens at once and /health says 503 meanwhile."""
+        self._load_task = asyncio.get_running_loop().create_task(self._load())
+
+    async def _load(self) -> None:
+        try:
+            await self._load_and_warm_up()
+        except Exception:
+            logger.exception("the model failed to load; shutting down")
+            # A server that can never become ready must not linger as a healthy-looking process.
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    async def _load_and_warm_up(self) -> None:
+        if self.engine is None:
+            logger.info("loading model %s", self.config.engine.model or "(default)")
+            self.engine = await asyncio.to_thread(Engine, self.config.engine)
+        await asyncio.to_thread(self.engine.warm_up)
+        self.batcher = Batcher(
+            self.engine,
+            max_batch_tokens=self.config.engine.max_batch_tokens,
+            max_batch_seqs=self.config.engine.max_batch_seqs,
+            max_queued_tokens=self.config.max_queued_tokens,
+        )
+        self.batcher.start()
+        self.is_ready = True
+        logger.info("model %s ready on %s (%s)", self.served_model_name, self.engine.device, self.engine.dtype)
+
+    async def stop(self) -> None:
+        self.is_ready = False
+        if not self._load_task.done():
+            self._load_task.cancel()
+        if self.batcher is not None:
+            await self.batcher.stop()
+        self._tokenizer_pool.shutdown(wait=False, cancel_futures=True)
+
+    async def tokenize(self, texts: list[str]) -> list[np.ndarray]:
+        """Tokenize off the event loop (the Rust tokenizer releases the GIL)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._tokenizer_pool, self.engine.tokenize, texts)
