@@ -32,6 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="answer 429 when the queue holds more tokens than this (default: no limit)")
     serve.add_argument("--tokenizer-workers", type=int, default=2, help="threads that tokenize requests")
     serve.add_argument("--num-threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    serve.add_argument("--attention-backend", default="auto", choices=["auto", "varlen", "flashinfer", "sdpa"],
+                       help="ragged attention kernels on CUDA (auto: flashinfer where installed and the head_dim "
+                            "allows, else torch's varlen_attn); the CPU always uses sdpa")
+    serve.add_argument("--enforce-eager", action="store_true", help="CUDA: run every batch eagerly, no CUDA graphs")
+    serve.add_argument("--capture-at-start", action="store_true",
+                       help="CUDA: capture every bucket's graph before serving instead of on the second batch")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
 
@@ -40,6 +46,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     engine = EngineConfig(
         model=args.model, device=args.device, dtype=args.dtype, max_batch_tokens=args.max_batch_tokens,
         max_batch_seqs=args.max_batch_seqs, max_seq_len=args.max_seq_len, num_threads=args.num_threads,
+        attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
+        capture_at_start=args.capture_at_start,
     )
     return ServerConfig(
         engine=engine, host=args.host, port=args.port, served_model_name=args.served_model_name,
