@@ -17,7 +17,6 @@ from litestar.openapi.spec import (
     OpenAPIMediaType,
     OpenAPIType,
     Operation,
-    Reference,
     RequestBody,
     Schema,
     SecurityScheme,
@@ -56,13 +55,15 @@ EMBEDDING_REQUEST_SCHEMA = Schema(
 
 @dataclass
 class EmbeddingsOperation(Operation):
-    """Adds the hand-written request body to the embeddings operation."""
+    """Adds the hand-written request body to the embeddings operation.
+
+    The schema is inline: Litestar rebuilds `components.schemas` from its own registry, so a
+    component added through OpenAPIConfig would be dropped and a reference to it would dangle.
+    """
 
     def __post_init__(self) -> None:
         self.request_body = RequestBody(
-            required=True,
-            content={"application/json": OpenAPIMediaType(
-                schema=Reference(ref="#/components/schemas/EmbeddingRequest"))},
+            required=True, content={"application/json": OpenAPIMediaType(schema=EMBEDDING_REQUEST_SCHEMA)}
         )
 
 
@@ -82,7 +83,7 @@ EMBEDDINGS_ERROR_RESPONSES = {**ERROR_RESPONSES, 429: _error("The queue is full;
 
 def openapi_config(has_api_keys: bool) -> OpenAPIConfig:
     """Docs page at /docs, the document at /docs/openapi.json."""
-    components = Components(schemas={"EmbeddingRequest": EMBEDDING_REQUEST_SCHEMA})
+    components = Components()
     security = None
     if has_api_keys:
         components.security_schemes = {"BearerAuth": SecurityScheme(type="http", scheme="bearer")}

@@ -9,12 +9,11 @@ import httpx
 import numpy as np
 import openai
 import pytest
-from client_support import (  # noqa: F401 (fixtures)
+from client_support import (
     ALIAS,
     API_KEYS,
     MODEL,
     assert_same_vectors,
-    locked_server,
     reference_vectors,
 )
 from conftest import load_texts
