@@ -81,4 +81,4 @@ class TiktokenDecoder:
     def decode(self, token_ids: list[list[int]]) -> list[str]:
         # errors="replace": a chunk cut inside a multi-byte character (LangChain cuts long texts
         # every 8191 tokens) keeps the rest of its text instead of failing the request.
-        return self._encoding.decode_batch(token_ids, errors="replace")
+        return [self._encoding.decode(ids, errors="replace") for ids in token_ids]

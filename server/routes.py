@@ -78,7 +78,7 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
     data = msgspec.json.decode(await request.body(), type=EmbeddingRequest)
     _check_options(runtime, data)
     token_inputs: TokenInputs = state.token_inputs
-    inputs = token_inputs.decode_tiktoken(normalise_input(data.input, runtime.config.max_request_inputs))
+    inputs = await token_inputs.decode_tiktoken(normalise_input(data.input, runtime.config.max_request_inputs))
     if inputs.texts is not None:
         seqs = await runtime.tokenize(inputs.texts)
         await token_inputs.check_context_length(runtime.engine, inputs.texts, seqs)

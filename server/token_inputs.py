@@ -53,7 +53,7 @@ class TokenInputs:
         self._counter: Tokenizer | None = None
         self._counter_lock = threading.Lock()
 
-    def decode_tiktoken(self, inputs: NormalisedInput) -> NormalisedInput:
+    async def decode_tiktoken(self, inputs: NormalisedInput) -> NormalisedInput:
         """Token ids -> texts when --tiktoken-ids is on; anything else passes through."""
         if self.decoder is None or inputs.token_ids is None:
             return inputs
@@ -65,7 +65,8 @@ class TokenInputs:
                     f"[0, {self.decoder.vocab_size}) (this server reads token ids as cl100k_base ids: --tiktoken-ids)",
                     "input",
                 )
-        return NormalisedInput(texts=self.decoder.decode(inputs.token_ids))
+        # Off the event loop: up to 2048 inputs of thousands of ids each.
+        return NormalisedInput(texts=await asyncio.to_thread(self.decoder.decode, inputs.token_ids))
 
     def check_token_ids(self, token_ids: list[list[int]], vocab_size: int, max_seq_len: int) -> None:
         """Ids must index the model's vocabulary; say what to do when they look like tiktoken's."""

@@ -52,12 +52,20 @@ def assert_same_vectors(got, expected: np.ndarray) -> None:
     np.testing.assert_allclose(got, expected, atol=ATOL, rtol=0)
 
 
+def stop_and_check_no_server_error(proc: ServerProcess) -> None:
+    """No request of the suite may have hit a 5xx: server/errors.py logs each one it answers."""
+    proc.stop()
+    log = proc.log_path.read_text(errors="replace")
+    for marker in ("unhandled error", "batch failed"):
+        assert marker not in log, f"the server answered a 5xx:\n{log[-5000:]}"
+
+
 @pytest.fixture(scope="session")
 def docs_server() -> Iterator[ServerProcess]:
     """The server as docs/clients.md starts it: tiktoken ids read back, an OpenAI model alias."""
     proc = ServerProcess(*DOCS_SERVER_FLAGS, "--max-batch-tokens", "2048")
     yield proc
-    proc.stop()
+    stop_and_check_no_server_error(proc)
 
 
 @pytest.fixture(scope="session")
@@ -74,7 +82,7 @@ def locked_server() -> Iterator[ServerProcess]:
         else:
             os.environ["ROSE_EMBED_API_KEY"] = env_before
     yield proc
-    proc.stop()
+    stop_and_check_no_server_error(proc)
 
 
 @pytest.fixture(scope="session")
