@@ -80,3 +80,22 @@ def test_text_config(server, chunk_size):
     assert len(bodies) == -(-len(texts) // chunk_size)
     assert all(isinstance(t, str) for body in bodies for t in body["input"])
     assert_same_vectors(vectors, reference_vectors(server.url, texts))
+
+
+def test_default_config_long_text_is_chunked_and_averaged(docs_server, tiktoken_offline):
+    """Past 8191 ids LangChain sends chunks and averages their vectors, weighted by chunk length."""
+    import numpy as np
+    import tiktoken
+
+    encoding = tiktoken.get_encoding("cl100k_base")
+    text = " ".join(load_texts(400))
+    ids = encoding.encode_ordinary(text)[:10_000]
+    text = encoding.decode(ids)
+    ids = encoding.encode_ordinary(text)
+    chunks = [ids[:8191], ids[8191:]]
+    assert len(chunks[1]) > 0
+    embeddings = langchain_openai.OpenAIEmbeddings(model=MODEL, base_url=docs_server.url + "/v1", api_key="unused")
+    (vector,) = embeddings.embed_documents([text])
+    parts = reference_vectors(docs_server.url, [encoding.decode(c) for c in chunks])
+    average = np.average(parts, axis=0, weights=[len(c) for c in chunks])
+    assert_same_vectors([vector], (average / np.linalg.norm(average))[None, :])

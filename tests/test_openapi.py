@@ -73,3 +73,18 @@ def test_security_scheme_declared_with_keys(locked_server):
     schema = httpx.get(locked_server.url + "/docs/openapi.json", timeout=30).json()
     assert schema["components"]["securitySchemes"]["BearerAuth"] == {"type": "http", "scheme": "bearer"}
     assert schema["security"] == [{"BearerAuth": []}]
+
+
+def test_request_schema_follows_openais_contract(schema):
+    """The shared contract is OpenAI's own description; ours may relax `model`, not change fields."""
+    import yaml
+    from conftest import REPO
+
+    contract = yaml.safe_load((REPO.parent / "shared" / "contracts" / "openai-embeddings.openapi.yaml").read_text())
+    theirs = contract["components"]["schemas"]["CreateEmbeddingRequest"]
+    ours = _resolve(schema, schema["paths"]["/v1/embeddings"]["post"]["requestBody"]["content"]["application/json"]
+                    ["schema"])
+    assert list(ours["properties"]) == list(theirs["properties"])
+    assert ours["properties"]["encoding_format"]["enum"] == theirs["properties"]["encoding_format"]["enum"]
+    forms = [(f["type"], f.get("items", {}).get("type")) for f in theirs["properties"]["input"]["oneOf"]]
+    assert [(f["type"], f.get("items", {}).get("type")) for f in ours["properties"]["input"]["oneOf"]] == forms
