@@ -58,10 +58,11 @@ class TokenInputs:
         if self.decoder is None or inputs.token_ids is None:
             return inputs
         for i, ids in enumerate(inputs.token_ids):
-            bad = [t for t in ids if not 0 <= t < self.decoder.vocab_size]
-            if bad:
+            low, high = min(ids), max(ids)
+            if low < 0 or high >= self.decoder.vocab_size:
+                bad = low if low < 0 else high
                 raise invalid_request(
-                    f"'input[{i}]' holds token id {bad[0]}, outside tiktoken cl100k_base's vocabulary "
+                    f"'input[{i}]' holds token id {bad}, outside tiktoken cl100k_base's vocabulary "
                     f"[0, {self.decoder.vocab_size}) (this server reads token ids as cl100k_base ids: --tiktoken-ids)",
                     "input",
                 )
