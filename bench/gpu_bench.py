@@ -192,7 +192,7 @@ def bench_model(name: str, backends: list[str], loads: dict, args, rows: list[di
     torch.cuda.empty_cache()
 
     for backend in backends:
-        for enforce_eager in (False, True) if backend == backends[0] else (False,):
+        for enforce_eager in (False, True) if args.eager and backend == backends[0] else (False,):
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
@@ -306,6 +306,7 @@ def main() -> None:
     parser.add_argument("--max-batch-seqs", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--hf-repeats", type=int, default=1)
+    parser.add_argument("--eager", action="store_true", help="also time --enforce-eager (first backend)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     if args.tokenizer is None:

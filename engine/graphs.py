@@ -11,6 +11,8 @@ empty blocks for batches of short texts. Lazy
 capture: the first batch of a key runs eagerly on the padded shapes (warm-up: cuBLAS
 heuristics, lazy library init), the second is captured, later ones replay. All graphs
 share one memory pool: they never run at the same time, so their activations can overlap.
+Replays of a key are bit-for-bit those of its eager run except for mean pooling's atomic
+adds (~1e-7 relative, see layers/pooling.py).
 """
 
 from __future__ import annotations
@@ -198,9 +200,19 @@ class CUDAGraphRunner:
     def _capture(self, key: GraphKey, input_ids, positions, cu_seqlens, meta) -> _Captured:
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
+            self._capture_stream = torch.cuda.Stream()
+        # capture_begin/end rather than torch.cuda.graph(): that context manager empties the
+        # device and pinned-host caches before every capture, which makes capturing a few
+        # hundred keys (--capture-at-start) slow and frees the pinned readback buffers.
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            output = self.forward(input_ids, positions, cu_seqlens, meta)
+        torch.cuda.synchronize()
+        with torch.cuda.stream(self._capture_stream):
+            graph.capture_begin(pool=self.pool)
+            try:
+                output = self.forward(input_ids, positions, cu_seqlens, meta)
+            finally:
+                graph.capture_end()
+        torch.cuda.current_stream().wait_stream(self._capture_stream)
         done = torch.cuda.Event() if self.num_slots > 1 else None
         captured = self.graphs[key] = _Captured(graph, output, done)
         return captured

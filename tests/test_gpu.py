@@ -10,6 +10,7 @@ The padding helpers are pure numpy and are checked on CPU too.
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -222,17 +223,19 @@ def test_engine_uses_graphs_on_cuda_by_default(tmp_path, capture_at_start):
 
     hf_model = _hf_bert(_bert_config(384, 12))
     _write_model_dir(tmp_path, hf_model)
-    engine = Engine(EngineConfig(model=str(tmp_path), max_batch_tokens=4096, capture_at_start=capture_at_start))
+    engine = Engine(EngineConfig(model=str(tmp_path), max_batch_tokens=2048, capture_at_start=capture_at_start))
     assert engine.device.type == "cuda" and engine.dtype == torch.bfloat16
-    assert engine.runner.graphs is not None and engine.runner.attention.name in ("varlen", "flashinfer")
+    assert engine.runner.graphs is not None and engine.runner.attention.name == "varlen"
+    started = time.perf_counter()
     engine.warm_up()
     captured = len(engine.runner.graphs.graphs)
-    if capture_at_start:  # every reachable (bucket, segments, max_seqlen) key of 8 buckets
+    print(f"warm-up (capture_at_start={capture_at_start}): {captured} graphs in {time.perf_counter() - started:.1f} s")
+    if capture_at_start:  # every reachable (bucket, segments, max_seqlen) key of 6 buckets
         assert captured > len(engine.runner.graphs.buckets)
     else:  # warm-up ran its two batches twice: eager, then captured
         assert captured == 2 * engine.runner.graphs.num_slots
     rng = np.random.default_rng(3)
-    texts = [" ".join(f"w{i}" for i in rng.integers(0, 1000, n)) for n in rng.integers(1, 300, 64)]
+    texts = [" ".join(f"w{i}" for i in rng.integers(0, 1000, n)) for n in rng.integers(1, 300, 32)]
     vectors = engine.embed(texts)
     reference = _hf_reference(hf_model, engine.tokenize(texts), "mean")
     assert cosines(vectors, reference).min() >= 0.999

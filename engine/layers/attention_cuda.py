@@ -116,15 +116,13 @@ class FlashInferAttentionBackend:
 
 
 def make_cuda_attention_backend(name: str, shape: AttentionShape, device: torch.device, dtype: torch.dtype):
-    """"auto": FlashInfer where it is installed and supports the head_dim, else varlen_attn."""
-    if name == "varlen":
+    """"auto" is varlen_attn: on the H200 FlashInfer measured within a few percent of it on
+    whole models (bench/results/gpu.md), with higher single-query latency, twice the graphs
+    and minutes of JIT compilation at first start; `flashinfer` asks for it explicitly."""
+    if name in ("auto", "varlen"):
         return VarlenAttentionBackend(shape)
     if name == "flashinfer":
         if not flashinfer_available():
             raise ValueError("--attention-backend flashinfer: the flashinfer package is not installed (pip install 'rose-embed[gpu]')")
         return FlashInferAttentionBackend(shape, device, dtype)
-    if name == "auto":
-        if shape.head_dim in FLASHINFER_HEAD_DIMS and flashinfer_available():
-            return FlashInferAttentionBackend(shape, device, dtype)
-        return VarlenAttentionBackend(shape)
     raise ValueError(f"unknown attention backend {name!r}; choose auto, varlen, flashinfer (or sdpa on CPU)")

@@ -19,13 +19,17 @@ def pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, mode: str) -> torch.Ten
     if mode == "last":
         return hidden[(ends - 1).clamp(min=0)].float()
     if mode == "mean":
-        # Segment sums as differences of one running sum: no atomics, so the result is
-        # the same bit for bit on every run (graph replay == eager), and no host sync, so
-        # it can live inside a CUDA graph. float64 keeps the long running sum exact enough.
-        running = torch.zeros(hidden.shape[0] + 1, hidden.shape[1], dtype=torch.float64, device=hidden.device)
-        torch.cumsum(hidden, dim=0, dtype=torch.float64, out=running[1:])
-        sums = running[ends] - running[starts]
-        return (sums / (ends - starts).clamp(min=1).unsqueeze(1)).float()
+        # One pass of float32 atomic adds into [B, H]: fast at any T, and free of host syncs
+        # (output_size is given), so it can live inside a CUDA graph. The order of the adds
+        # varies from run to run, by ~1e-7 relative: far below bf16's resolution. (A running
+        # sum along T was exact but ran as one serial scan per column: ~8 ms at T=16384.)
+        lengths = ends - starts
+        seq_index = torch.repeat_interleave(
+            torch.arange(len(lengths), device=hidden.device), lengths, output_size=hidden.shape[0]
+        )
+        sums = torch.zeros(len(lengths), hidden.shape[1], dtype=torch.float32, device=hidden.device)
+        sums.index_add_(0, seq_index, hidden.float())
+        return sums / lengths.clamp(min=1).unsqueeze(1).float()
     raise ValueError(f"unknown pooling mode {mode!r}")
 
 
