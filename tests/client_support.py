@@ -15,7 +15,7 @@ from importlib import resources
 import httpx
 import numpy as np
 import pytest
-from conftest import ServerProcess
+from tests.conftest import ServerProcess
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 ALIAS = "text-embedding-3-small"

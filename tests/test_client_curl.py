@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 
-from client_support import API_KEYS, MODEL, assert_same_vectors, reference_vectors
-from conftest import load_texts
+from tests.client_support import API_KEYS, MODEL, assert_same_vectors, reference_vectors
+from tests.conftest import load_texts
 
 
 def curl(url: str, body: dict, *headers: str) -> tuple[int, dict]:

@@ -7,13 +7,13 @@ import asyncio
 import langchain_openai
 import openai
 import pytest
-from client_support import (
+from tests.client_support import (
     ALIAS,
     MODEL,
     assert_same_vectors,
     reference_vectors,
 )
-from conftest import load_texts
+from tests.conftest import load_texts
 
 
 def sent_bodies(embeddings) -> list[dict]:

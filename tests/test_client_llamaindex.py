@@ -9,13 +9,13 @@ import httpx
 import pytest
 from llama_index.embeddings import openai as openai_embedding
 from llama_index.embeddings import openai_like
-from client_support import (
+from tests.client_support import (
     ALIAS,
     MODEL,
     assert_same_vectors,
     reference_vectors,
 )
-from conftest import load_texts
+from tests.conftest import load_texts
 
 
 def counting_client() -> tuple[httpx.Client, list[int]]:

@@ -9,14 +9,14 @@ import httpx
 import numpy as np
 import openai
 import pytest
-from client_support import (
+from tests.client_support import (
     ALIAS,
     API_KEYS,
     MODEL,
     assert_same_vectors,
     reference_vectors,
 )
-from conftest import load_texts
+from tests.conftest import load_texts
 from tokenizers import Tokenizer
 
 

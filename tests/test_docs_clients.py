@@ -14,8 +14,8 @@ import subprocess
 
 import numpy as np
 import pytest
-from client_support import DOCS_SERVER_FLAGS, assert_same_vectors, reference_vectors
-from conftest import REPO
+from tests.client_support import DOCS_SERVER_FLAGS, assert_same_vectors, reference_vectors
+from tests.conftest import REPO
 
 DOC = REPO / "docs" / "clients.md"
 DOC_URL = "http://localhost:8000"

