@@ -165,14 +165,12 @@ class CUDAGraphRunner:
                 most = next_power_of_two(min(bucket, self.max_num_seqs + math.ceil(bucket / chunk)))
                 num_segments = fewest
                 while num_segments <= most:
-                    for _ in range(self.num_slots):
-                        while True:  # eager, then capture
-                            input_ids, positions, cu_seqlens = self.inputs.host_views(bucket, num_segments)
-                            _fill_dummy(bucket, num_segments, chunk, input_ids, positions, cu_seqlens)
-                            key_count = len(self.graphs)
-                            self._run(bucket, num_segments, chunk, cu_seqlens.tolist())
-                            if len(self.graphs) > key_count:
-                                break
+                    # Slots take turns, so 2 runs per slot make each run eagerly and then get
+                    # captured; a key captured before (by warm-up) just replays.
+                    for _ in range(2 * self.num_slots):
+                        input_ids, positions, cu_seqlens = self.inputs.host_views(bucket, num_segments)
+                        _fill_dummy(bucket, num_segments, chunk, input_ids, positions, cu_seqlens)
+                        self._run(bucket, num_segments, chunk, cu_seqlens.tolist())
                     num_segments *= 2
         torch.cuda.synchronize()
         return len(self.graphs) - before

@@ -79,6 +79,46 @@ def test_layout_pads_tokens_segments_and_seqlen_to_powers_of_two():
         assert graphs.layout(num_tokens, num_seqs, max_seqlen)[1] <= segments
 
 
+@pytest.mark.parametrize("num_slots", [1, 2])
+def test_capture_all_captures_every_slot_even_after_warm_up(monkeypatch, num_slots):
+    """capture_all once waited for a key's graph count to grow, forever when warm-up had
+    already captured that key. Here a fake `_run` keeps the eager/capture/replay state."""
+    from engine.graphs import GraphKey
+
+    class FakeInputs:
+        buffer = np.zeros(1 << 16, np.int32)
+
+        def host_views(self, num_tokens, num_segments):
+            b, t = self.buffer, num_tokens
+            return b[:t], b[t : 2 * t], b[2 * t : 2 * t + num_segments + 1]
+
+    attention = type("Attention", (), {"num_graph_slots": num_slots})()
+    graphs = CUDAGraphRunner(None, attention, FakeInputs(), max_num_tokens=2048, max_num_seqs=512, max_seqlen=512)
+    runs = []
+
+    def fake_run(bucket, num_segments, max_seqlen, cu_seqlens_host):
+        slot = graphs._next_slot.get((bucket, num_segments, max_seqlen), 0)
+        graphs._next_slot[(bucket, num_segments, max_seqlen)] = (slot + 1) % num_slots
+        key = GraphKey(bucket, num_segments, max_seqlen, slot)
+        runs.append(key)
+        assert cu_seqlens_host is None or (len(cu_seqlens_host) == num_segments + 1 and cu_seqlens_host[-1] == bucket)
+        if key not in graphs.graphs:
+            if graphs._num_eager.get(key, 0) == 0:
+                graphs._num_eager[key] = 1
+            else:
+                graphs.graphs[key] = "captured"
+
+    monkeypatch.setattr(graphs, "_run", fake_run)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    for _ in range(2 * num_slots):  # warm-up: this key is captured before capture_all
+        fake_run(64, 2, 64, None)
+    fake_run(2048, 512, 128, None)  # and this one half warmed
+    graphs.capture_all()
+    shapes = {(k.num_tokens, k.num_segments, k.max_seqlen) for k in runs}
+    assert (64, 2, 64) in shapes and (2048, 512, 128) in shapes and len(shapes) > 50
+    assert all(GraphKey(*shape, slot) in graphs.graphs for shape in shapes for slot in range(num_slots))
+
+
 # --- GPU ---------------------------------------------------------------------------------
 
 def _bert_config(hidden: int, heads: int, layers: int = 2):
