@@ -35,8 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--tokenizer-workers", type=int, default=2, help="threads that tokenize requests")
     serve.add_argument("--num-threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     serve.add_argument("--attention-backend", default="auto", choices=["auto", "varlen", "flashinfer", "sdpa"],
-                       help="ragged attention kernels on CUDA (auto: flashinfer where installed and the head_dim "
-                            "allows, else torch's varlen_attn); the CPU always uses sdpa")
+                       help="ragged attention kernels on CUDA (auto: torch's varlen_attn; flashinfer needs the gpu "
+                            "extra and head_dim 64/128/256); the CPU always uses sdpa")
     serve.add_argument("--enforce-eager", action="store_true", help="CUDA: run every batch eagerly, no CUDA graphs")
     serve.add_argument("--capture-at-start", action="store_true",
                        help="CUDA: capture every bucket's graph before serving instead of on the second batch")
