@@ -102,7 +102,6 @@ class GraphKey:
 class _Captured:
     graph: torch.cuda.CUDAGraph
     output: torch.Tensor  # [num_segments, dim] float32, rewritten by each replay
-    done: torch.cuda.Event | None  # end of the last replay (backends that re-plan on the host)
 
 
 # forward(input_ids, positions, cu_seqlens, attention_meta) -> pooled vectors [num_segments, dim]
@@ -122,6 +121,9 @@ class CUDAGraphRunner:
         self.graphs: dict[GraphKey, _Captured] = {}
         self._num_eager: dict[GraphKey, int] = {}
         self._next_slot: dict[tuple[int, int, int], int] = {}
+        # End of each key's last run, for backends that re-plan on the host (FlashInfer):
+        # a wrapper's plan buffers must not be rewritten while its last run may read them.
+        self._last_run: dict[GraphKey, torch.cuda.Event] = {}
 
     @staticmethod
     def max_num_segments(max_num_tokens: int, max_num_seqs: int) -> int:
@@ -180,28 +182,31 @@ class CUDAGraphRunner:
         slot = self._next_slot.get((bucket, num_segments, max_seqlen), 0)
         self._next_slot[(bucket, num_segments, max_seqlen)] = (slot + 1) % self.num_slots
         key = GraphKey(bucket, num_segments, max_seqlen, slot)
-        captured = self.graphs.get(key)
-        if captured is not None and captured.done is not None and not captured.done.query():
-            captured.done.synchronize()  # its wrapper is about to be re-planned
+        last_run = self._last_run.get(key)
+        if last_run is not None and not last_run.query():
+            last_run.synchronize()  # flow control: its wrapper is about to be re-planned
         input_ids, positions, cu_seqlens = self.inputs.upload(bucket, num_segments)
         meta = self.attention.prepare_graph(key, cu_seqlens, cu_seqlens_host, max_seqlen)
-        if captured is None:
-            if self._num_eager.get(key, 0) == 0:
-                self._num_eager[key] = 1
-                return self.forward(input_ids, positions, cu_seqlens, meta), num_segments
-            captured = self._capture(key, input_ids, positions, cu_seqlens, meta)
-        captured.graph.replay()
-        if captured.done is not None:
-            captured.done.record()
-        return captured.output, num_segments
+        captured = self.graphs.get(key)
+        if captured is None and self._num_eager.get(key, 0) == 0:
+            self._num_eager[key] = 1
+            output = self.forward(input_ids, positions, cu_seqlens, meta)
+        else:
+            if captured is None:
+                captured = self._capture(key, input_ids, positions, cu_seqlens, meta)
+            captured.graph.replay()
+            output = captured.output
+        if self.num_slots > 1:
+            self._last_run.setdefault(key, torch.cuda.Event()).record()
+        return output, num_segments
 
     def _capture(self, key: GraphKey, input_ids, positions, cu_seqlens, meta) -> _Captured:
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
             self._capture_stream = torch.cuda.Stream()
         # capture_begin/end rather than torch.cuda.graph(): that context manager empties the
-        # device and pinned-host caches before every capture, which makes capturing a few
-        # hundred keys (--capture-at-start) slow and frees the pinned readback buffers.
+        # device and pinned-host caches before every capture, a cost paid hundreds of times
+        # by --capture-at-start, and it would release cached pinned readback buffers.
         graph = torch.cuda.CUDAGraph()
         torch.cuda.synchronize()
         with torch.cuda.stream(self._capture_stream):
@@ -211,8 +216,7 @@ class CUDAGraphRunner:
             finally:
                 graph.capture_end()
         torch.cuda.current_stream().wait_stream(self._capture_stream)
-        done = torch.cuda.Event() if self.num_slots > 1 else None
-        captured = self.graphs[key] = _Captured(graph, output, done)
+        captured = self.graphs[key] = _Captured(graph, output)
         return captured
 
 

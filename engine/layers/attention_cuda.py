@@ -95,6 +95,12 @@ class FlashInferAttentionBackend:
         )
 
     def prepare(self, cu_seqlens: torch.Tensor, cu_seqlens_host: list[int], max_seqlen: int):
+        # The eager wrapper is re-planned for every batch: wait until the batches queued so
+        # far have run, so that its plan buffers are not rewritten under them. This gives up
+        # host/device overlap, which only --enforce-eager (a debugging mode) uses.
+        queued = torch.cuda.Event()
+        queued.record()
+        queued.synchronize()
         self._plan(self._eager, cu_seqlens_host)
         return self._eager
 
