@@ -11,10 +11,12 @@ import numpy as np
 from litestar import Request, get, post
 from litestar.datastructures import State
 
-from compat.encoding import ENCODING_FORMATS, encode_vector, truncate_dimensions
+from compat.encoding import encode_embeddings
 from compat.inputs import check_token_range, normalise_input
 from compat.openai import Embedding, EmbeddingRequest, EmbeddingResponse, Model, ModelList, Usage
-from server.errors import APIError, invalid_request, model_not_found, not_ready
+from server.errors import APIError, model_not_found, not_ready
+from server.options import check_dimensions, check_encoding_format
+from server.prompts import apply_prompt, resolve_prompt
 from server.runtime import Runtime
 
 _request_ids = itertools.count()
@@ -31,16 +33,8 @@ def _runtime(state: State) -> Runtime:
 def _check_options(runtime: Runtime, data: EmbeddingRequest) -> None:
     if data.model is not None and data.model != runtime.served_model_name:
         raise model_not_found(data.model)
-    if data.encoding_format not in ENCODING_FORMATS:
-        raise invalid_request(
-            f"'encoding_format' must be one of {', '.join(ENCODING_FORMATS)}; got {data.encoding_format!r}",
-            "encoding_format",
-        )
-    full = runtime.engine.dimensions
-    if data.dimensions is not None and not 1 <= data.dimensions <= full:
-        raise invalid_request(
-            f"'dimensions' must be between 1 and {full} for this model; got {data.dimensions}", "dimensions"
-        )
+    check_encoding_format(runtime.engine.spec, data.encoding_format)
+    check_dimensions(runtime.engine.spec, data.dimensions)
 
 
 async def _wait_for_disconnect(request: Request) -> None:
@@ -70,16 +64,19 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
     data = msgspec.json.decode(await request.body(), type=EmbeddingRequest)
     _check_options(runtime, data)
     inputs = normalise_input(data.input, runtime.config.max_request_inputs)
+    spec = runtime.engine.spec
+    prompt = resolve_prompt(spec.prompts, spec.default_prompt_name, data.prompt_name, data.input_type)
     if inputs.texts is not None:
-        seqs = await runtime.tokenize(inputs.texts)
+        seqs = await runtime.tokenize(apply_prompt(prompt, inputs.texts))
     else:
         check_token_range(inputs.token_ids, runtime.engine.vocab_size)
         seqs = [runtime.engine.tokenizer.truncate_ids(ids) for ids in inputs.token_ids]
     futures = runtime.batcher.submit(seqs, owner=next(_request_ids))
-    vectors = truncate_dimensions(np.stack(await _gather_unless_disconnected(request, futures)), data.dimensions)
+    vectors = np.stack(await _gather_unless_disconnected(request, futures))
+    embeddings = encode_embeddings(vectors, data.encoding_format, data.dimensions, spec.normalize)
     num_tokens = sum(len(s) for s in seqs)
     return EmbeddingResponse(
-        data=[Embedding(index=i, embedding=encode_vector(v, data.encoding_format)) for i, v in enumerate(vectors)],
+        data=[Embedding(index=i, embedding=e) for i, e in enumerate(embeddings)],
         model=runtime.served_model_name,
         usage=Usage(prompt_tokens=num_tokens, total_tokens=num_tokens),
     )
