@@ -23,9 +23,9 @@ ATOL = 1e-4
 
 
 def _models(**extra):
-    config = Qwen3Config(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
-                         rope_theta=1234.0, **extra)
+    shape = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, max_position_embeddings=128, rope_theta=1234.0)
+    config = Qwen3Config(**{**shape, **extra})
     hf = HFQwen3Model(config).eval()
     randomize(hf, seed=7)
     ours = Qwen3Model(config.to_dict())

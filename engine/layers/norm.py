@@ -1,8 +1,9 @@
-"""RMSNorm, computed in float32 whatever the weights' dtype (as Hugging Face's Qwen3RMSNorm does)."""
+"""RMSNorm over the last dimension, reduced in float32 whatever the activations' dtype."""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -10,9 +11,11 @@ class RMSNorm(nn.Module):
     """x / rms(x) * weight over the last dimension.
 
     Used on [T, hidden] and, for Qwen3's per-head q_norm / k_norm, on [T, heads, head_dim].
-    The reduction runs in float32 so that bf16 activations lose no precision in the mean
-    of squares; the result is cast back before the weight multiplies it, matching the
-    reference order of operations bit for bit in fp32 and closely in bf16.
+    torch's rms_norm is one fused kernel on CUDA (the hand-written chain of upcast, square,
+    mean, rsqrt, multiply, downcast and scale cost seven memory passes per norm, four norms
+    per layer) and accumulates in float32 for bf16 inputs. It rounds once at the end where
+    Hugging Face's Qwen3RMSNorm rounds before the weight multiply: equal in fp32, within
+    one bf16 ulp in bf16.
     """
 
     def __init__(self, hidden_size: int, eps: float = 1e-6):
@@ -21,7 +24,4 @@ class RMSNorm(nn.Module):
         self.variance_epsilon = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        input_dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
-        return self.weight * x.to(input_dtype)
+        return F.rms_norm(x, self.weight.shape, self.weight, self.variance_epsilon)
