@@ -1,4 +1,13 @@
-"""Rotary position embedding, NeoX style (halves rotated), indexed by packed positions."""
+"""Rotary position embedding (RoPE), indexed by the packed stream's positions.
+
+Hugging Face's Qwen3 rotates NeoX style: dimension i pairs with i + head_dim/2. Rotating
+those halves means strided reads that PyTorch's elementwise kernels cannot vectorise
+(seven of them per tensor per layer). Instead the loader reorders the rows of q_proj and
+k_proj (and the q_norm / k_norm weights) so that each pair sits side by side
+(`interleave_rotary_halves`); a pair is then one complex number and the rotation one
+complex multiply. Attention is unchanged, since q and k are permuted alike inside each
+head and q·k does not depend on the order of the head dimensions; v is not permuted.
+"""
 
 from __future__ import annotations
 
@@ -18,15 +27,17 @@ def rope_theta(config: dict) -> float:
     return float(config.get("rope_theta") or params.get("rope_theta") or 10000.0)
 
 
-class RotaryEmbedding(nn.Module):
-    """Applies RoPE to q [T, H, D] and k [T, Hkv, D] at `positions` [T].
+def interleave_rotary_halves(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """Reorder a per-head tensor ([num_heads * head_dim, ...] rows, or one head's
+    [head_dim] norm weight) from NeoX halves to adjacent pairs: new 2i <- i, 2i+1 <- i + head_dim/2."""
+    perm = torch.arange(head_dim).view(2, head_dim // 2).t().reshape(-1)
+    return weight.reshape(-1, head_dim, *weight.shape[1:])[:, perm].reshape(weight.shape)
 
-    cos / sin are tabulated once in float32 for every position up to
-    max_position_embeddings ([P, D/2] each, a non-persistent buffer so that `.to(dtype)`
-    casts them the way the reference casts its float32 cos / sin to the activation dtype).
-    Indexing the table by the packed stream's positions is what lets many sequences share
-    one flat batch: each token rotates by its position inside its own sequence.
-    """
+
+class RotaryEmbedding(nn.Module):
+    """cos / sin tabulated in float32 for every position up to max_position_embeddings
+    ([P, head_dim/2] each); non-persistent buffers, so `.to(dtype)` rounds them the way
+    the reference rounds its cos / sin to the activation dtype."""
 
     def __init__(self, head_dim: int, max_position_embeddings: int, base: float):
         super().__init__()
@@ -37,13 +48,15 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos_cached", freqs.cos(), persistent=False)
         self.register_buffer("sin_cached", freqs.sin(), persistent=False)
 
-    @staticmethod
-    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x1, x2 = x.chunk(2, dim=-1)
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        """positions [T] -> rotations [T, 1, head_dim/2] (complex64), once per batch for all layers."""
+        cos = self.cos_cached.index_select(0, positions).float()
+        sin = self.sin_cached.index_select(0, positions).float()
+        return torch.complex(cos, sin).unsqueeze(1)
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # [T, 1, D/2]: broadcast over heads.
-        cos = self.cos_cached.index_select(0, positions).unsqueeze(1).to(q.dtype)
-        sin = self.sin_cached.index_select(0, positions).unsqueeze(1).to(q.dtype)
-        return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+
+def apply_rotary(x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
+    """x [T, H, D] with interleaved pairs, rotations [T, 1, D/2] -> x rotated, in x's dtype.
+    The multiply runs in float32 (complex64) whatever x's dtype."""
+    pairs = torch.view_as_complex(x.float().unflatten(-1, (-1, 2)))
+    return torch.view_as_real(pairs * rotations).flatten(-2).to(x.dtype)

@@ -13,7 +13,7 @@ from torch import nn
 
 from engine.layers.attention import AttentionBackend, AttentionShape
 from engine.layers.norm import RMSNorm
-from engine.layers.rotary import RotaryEmbedding, rope_theta
+from engine.layers.rotary import RotaryEmbedding, apply_rotary, interleave_rotary_halves, rope_theta
 
 # Checkpoints name the backbone's tensors bare (saved from Qwen3Model, e.g. Qwen3-Embedding,
 # pplx-embed) or under `model.` (saved from Qwen3ForCausalLM).
@@ -34,17 +34,15 @@ class Qwen3Attention(nn.Module):
         self.q_norm = RMSNorm(head_dim, eps)
         self.k_norm = RMSNorm(head_dim, eps)
 
-    def forward(
-        self, x: torch.Tensor, positions: torch.Tensor, rotary: RotaryEmbedding,
-        attention: AttentionBackend, meta: object,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rotations: torch.Tensor, attention: AttentionBackend, meta: object) -> torch.Tensor:
         num_tokens = x.shape[0]
         q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = self.q_norm(q.view(num_tokens, self.num_heads, self.head_dim))
-        k = self.k_norm(k.view(num_tokens, self.num_kv_heads, self.head_dim))
-        q, k = rotary(positions, q, k)
-        v = v.reshape(num_tokens, self.num_kv_heads, self.head_dim)
-        out = attention.forward(q, k.contiguous(), v, meta)
+        # q and k rows come in rotary pairs (see engine/layers/rotary.py); the norms and
+        # the rotation write new contiguous tensors, v is copied out of the fused output.
+        q = apply_rotary(self.q_norm(q.view(num_tokens, self.num_heads, self.head_dim)), rotations)
+        k = apply_rotary(self.k_norm(k.view(num_tokens, self.num_kv_heads, self.head_dim)), rotations)
+        v = v.reshape(num_tokens, self.num_kv_heads, self.head_dim).contiguous()
+        out = attention.forward(q, k, v, meta)
         return self.o_proj(out.reshape(num_tokens, self.q_size))
 
 
@@ -73,8 +71,8 @@ class Qwen3DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(hidden, eps)
         self.mlp = Qwen3MLP(hidden, config["intermediate_size"])
 
-    def forward(self, x, positions, rotary, attention, meta):
-        x = x + self.self_attn(self.input_layernorm(x), positions, rotary, attention, meta)
+    def forward(self, x, rotations, attention, meta):
+        x = x + self.self_attn(self.input_layernorm(x), rotations, attention, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -102,13 +100,15 @@ class Qwen3Model(nn.Module):
         self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend, meta: object
     ) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
+        rotations = self.rotary_emb(positions)  # shared by all layers
         for layer in self.layers:
-            x = layer(x, positions, self.rotary_emb, attention, meta)
+            x = layer(x, rotations, attention, meta)
         return self.norm(x)
 
     def load_hf_weights(self, state: dict[str, torch.Tensor]) -> None:
         """Load a Hugging Face Qwen3 state dict (bare or `model.`-prefixed names, any float
-        dtype), fusing q/k/v and gate/up. An LM head, tied or not, is ignored."""
+        dtype), fusing q/k/v and gate/up and putting q/k rotary pairs side by side. An LM
+        head, tied or not, is ignored."""
         ours: dict[str, torch.Tensor] = {}
         for name, tensor in state.items():
             for prefix in _PREFIXES:
@@ -120,15 +120,20 @@ class Qwen3Model(nn.Module):
         for i in range(len(self.layers)):
             p = f"layers.{i}."
             attn, mlp = p + "self_attn.", p + "mlp."
-            renamed[attn + "qkv_proj.weight"] = torch.cat([ours.pop(attn + f"{n}_proj.weight") for n in "qkv"])
-            if attn + "q_proj.bias" in ours:
-                renamed[attn + "qkv_proj.bias"] = torch.cat([ours.pop(attn + f"{n}_proj.bias") for n in "qkv"])
+            for kind in ("weight", "bias"):
+                if attn + f"q_proj.{kind}" in ours:
+                    q, k, v = (ours.pop(attn + f"{n}_proj.{kind}") for n in "qkv")
+                    renamed[attn + f"qkv_proj.{kind}"] = torch.cat([self._pairs(q), self._pairs(k), v])
+            for n in ("q_norm", "k_norm"):
+                renamed[attn + f"{n}.weight"] = self._pairs(ours.pop(attn + f"{n}.weight"))
             renamed[mlp + "gate_up_proj.weight"] = torch.cat([ours.pop(mlp + "gate_proj.weight"), ours.pop(mlp + "up_proj.weight")])
-            for name in ("self_attn.o_proj.weight", "self_attn.o_proj.bias", "self_attn.q_norm.weight",
-                         "self_attn.k_norm.weight", "mlp.down_proj.weight", "input_layernorm.weight",
-                         "post_attention_layernorm.weight"):
+            for name in ("self_attn.o_proj.weight", "self_attn.o_proj.bias", "mlp.down_proj.weight",
+                         "input_layernorm.weight", "post_attention_layernorm.weight"):
                 if p + name in ours:
                     renamed[p + name] = ours.pop(p + name)
         if ours:  # a tensor we would silently drop means the checkpoint is not what we think
             raise ValueError(f"unexpected Qwen3 tensors: {sorted(ours)[:5]}")
         self.load_state_dict(renamed, strict=True)
+
+    def _pairs(self, tensor: torch.Tensor) -> torch.Tensor:
+        return interleave_rotary_halves(tensor, self.head_dim)
