@@ -44,7 +44,10 @@ class Engine:
         self.dtype = resolve_dtype(config.dtype, self.device)
         if self.device.type == "cpu" and config.num_threads:
             torch.set_num_threads(config.num_threads)
-        self.tokenizer = TextTokenizer(self.spec.path, self.spec.max_seq_len, self.spec.append_end_token)
+        self.tokenizer = TextTokenizer(
+            self.spec.path, self.spec.max_seq_len, self.spec.append_end_token,
+            strip_texts=self.spec.architecture == "bert",  # whitespace is content for byte-level BPE
+        )
 
         model = MODEL_CLASSES[self.spec.architecture](self.spec.hf_config)
         model.load_hf_weights(load_state_dict(self.spec.path))

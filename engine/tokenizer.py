@@ -53,8 +53,9 @@ class TextTokenizer:
     releases the GIL and spreads one batch over the machine's cores.
     """
 
-    def __init__(self, model_dir: Path, max_seq_len: int, append_end_token: bool = False):
+    def __init__(self, model_dir: Path, max_seq_len: int, append_end_token: bool = False, strip_texts: bool = True):
         self.max_seq_len = max_seq_len
+        self.strip_texts = strip_texts
         self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         if append_end_token:
             ensure_end_token(model_dir, self._tokenizer)
@@ -69,9 +70,14 @@ class TextTokenizer:
     def encode(self, texts: list[str]) -> list[np.ndarray]:
         """Token ids (int32) per text, special tokens added, truncated to max_seq_len.
 
-        Texts are stripped first, as sentence-transformers does before tokenizing.
+        Texts are stripped first, as sentence-transformers (before v5) does before tokenizing,
+        unless `strip_texts` is off: byte-level BPE tokenizers (Qwen) keep whitespace as
+        tokens, and today's references (sentence-transformers >= 5, Qwen's own code) feed
+        the text as it is.
         """
-        encodings = self._encode_batch([t.strip() for t in texts], add_special_tokens=True)
+        if self.strip_texts:
+            texts = [t.strip() for t in texts]
+        encodings = self._encode_batch(texts, add_special_tokens=True)
         return [np.asarray(e.ids, dtype=np.int32) for e in encodings]
 
     def truncate_ids(self, ids: list[int]) -> np.ndarray:

@@ -158,7 +158,7 @@ def reference_pooled(ckpt: Checkpoint, texts: list[str], prompt: str = "", is_ca
     tok.enable_truncation(MAX_SEQ_LEN)
     out, counts = [], []
     for text in texts:
-        ids = tok.encode((prompt + text).strip()).ids
+        ids = tok.encode(prompt + text).ids  # no strip: whitespace is content for byte-level BPE
         counts.append(len(ids))
         mask = None if is_causal else torch.zeros(1, 1, len(ids), len(ids))
         hidden = ckpt.reference(input_ids=torch.tensor([ids]), attention_mask=mask).last_hidden_state[0]

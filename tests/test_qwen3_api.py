@@ -34,8 +34,9 @@ def tok(corpus):
 
 @pytest.fixture(scope="module")
 def mixed_texts(corpus) -> list[str]:
-    """Different lengths in one request: a word, sentences, paragraphs, one past the 256-token limit."""
-    texts = ["x", "Return the sum.", *corpus[300:310]]
+    """Different lengths in one request: a word, sentences, paragraphs, one past the 256-token
+    limit, and whitespace around a text (byte-level BPE keeps it as tokens)."""
+    texts = ["x", "Return the sum.", "  Return the sum.\n", *corpus[300:309]]
     texts.append(max(corpus, key=len))
     return texts
 
@@ -142,6 +143,18 @@ def test_causal_rejects_what_it_cannot_do(causal, body, param):
         assert "float, base64" in error["message"] and "int8" not in error["message"].split(";")[0]
     if param == "dimensions":
         assert "16, 32, 64" in error["message"]
+
+
+def test_causal_matches_sentence_transformers(causal, mixed_texts):
+    """The model card's own usage: SentenceTransformer(path).encode(texts, prompt_name=...)."""
+    from sentence_transformers import SentenceTransformer
+
+    ckpt, server = causal
+    model = SentenceTransformer(str(ckpt.path), device="cpu")
+    for prompt_name in (None, "query"):
+        expected = model.encode(mixed_texts, prompt_name=prompt_name, convert_to_numpy=True).astype(np.float64)
+        ours, _ = _floats(server, mixed_texts, **({"prompt_name": prompt_name} if prompt_name else {}))
+        assert _cosines(ours, torch.from_numpy(expected)).min() >= COSINE
 
 
 def test_causal_matryoshka_declared_sizes(causal, mixed_texts):
@@ -265,7 +278,7 @@ def test_flags_override_the_checkpoint(bidirectional, mixed_texts):
         # pplx's tokenizer has no end token post-processor: the server adds <|endoftext|>.
         ids_ref = []
         for text in texts:
-            ids = ckpt.tokenizer.encode(text.strip()).ids + [ckpt.tokenizer.token_to_id("<|endoftext|>")]
+            ids = ckpt.tokenizer.encode(text).ids + [ckpt.tokenizer.token_to_id("<|endoftext|>")]
             ids_ref.append(ckpt.reference(input_ids=torch.tensor([ids])).last_hidden_state[0, -1])
         assert _cosines(ours, torch.stack(ids_ref)).min() >= COSINE
         assert _cosines(ours, ref).max() < 0.999
