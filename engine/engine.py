@@ -53,9 +53,13 @@ class Engine:
         model.load_hf_weights(load_state_dict(self.spec.path))
         model = model.to(device=self.device, dtype=self.dtype).eval()
         attention = make_attention_backend(
-            config.attention_backend, model.attention_shape(self.spec.is_causal), self.device
+            config.attention_backend, model.attention_shape(self.spec.is_causal), self.device, self.dtype
         )
-        self.runner = ModelRunner(model, self.spec, attention, self.device)
+        self.runner = ModelRunner(
+            model, attention, self.device, pooling=self.spec.pooling, normalize=self.spec.normalize,
+            max_num_tokens=config.max_batch_tokens, max_num_seqs=config.max_batch_seqs,
+            max_seqlen=self.spec.max_seq_len, enforce_eager=config.enforce_eager,
+        )
 
     @property
     def dimensions(self) -> int:
@@ -76,11 +80,21 @@ class Engine:
         return self.runner.execute(batch)
 
     def warm_up(self) -> None:
-        """Run a small and a full-budget batch so that first requests pay no setup cost."""
+        """Run a small and a full-budget batch so that first requests pay no setup cost.
+
+        On CUDA each runs twice: the first run of a graph bucket is eager (library set-up),
+        the second captures its graph. With --capture-at-start every bucket is captured now
+        (seconds), so no request ever waits for a capture.
+        """
         seq = np.full(min(self.spec.max_seq_len, 16), 100, dtype=np.int32)
-        self.execute([seq]).wait()
         num = max(1, min(self.config.max_batch_seqs, self.config.max_batch_tokens // len(seq)))
-        self.execute([seq] * num).wait()
+        graphs = self.runner.graphs
+        repeats = 2 * graphs.num_slots if graphs is not None else 1  # per slot: eager, then capture
+        for seqs in ([seq], [seq] * num):
+            for _ in range(repeats):
+                self.execute(seqs).wait()
+        if self.config.capture_at_start:
+            self.runner.capture_all()
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Synchronous convenience (benchmarks, corpus jobs): texts -> [N, dim] float32."""

@@ -1,30 +1,67 @@
-"""ModelRunner: a packed batch -> device -> model -> pooled (normalised) vectors."""
+"""ModelRunner: a packed batch -> device -> model -> pooled (normalised) vectors, eager or graph."""
 
 from __future__ import annotations
 
 import torch
 
 from engine.batch import PackedBatch
+from engine.graphs import CUDAGraphRunner, StaticInputs
 from engine.layers.attention import AttentionBackend
 from engine.layers.pooling import normalize, pool
 from engine.lazy import LazyResult
-from engine.loader import ModelSpec
 
 
 class ModelRunner:
-    """Runs one batch at a time; call it from one thread only (the engine thread)."""
+    """Runs one batch at a time; call it from one thread only (the engine thread).
 
-    def __init__(self, model: torch.nn.Module, spec: ModelSpec, attention: AttentionBackend, device: torch.device):
-        self.model, self.spec, self.attention, self.device = model, spec, attention, device
+    On CUDA, inputs go through one static device buffer (pinned staging, one async copy),
+    and batches run as whole-model CUDA graphs per token bucket unless `enforce_eager`;
+    the eager path is the one `if` below. Results come back as LazyResults, so launching a
+    batch never waits for the device.
+    """
+
+    def __init__(self, model: torch.nn.Module, attention: AttentionBackend, device: torch.device, *,
+                 pooling: str, normalize: bool, max_num_tokens: int, max_num_seqs: int, max_seqlen: int,
+                 enforce_eager: bool = False):
+        self.model, self.attention, self.device = model, attention, device
+        self.pooling, self.normalize = pooling, normalize
+        self.inputs: StaticInputs | None = None
+        self.graphs: CUDAGraphRunner | None = None
+        if device.type == "cuda":
+            max_num_segments = CUDAGraphRunner.max_num_segments(max_num_tokens, max_num_seqs)
+            self.inputs = StaticInputs(max_num_tokens, max_num_segments, device)
+            if not enforce_eager and hasattr(attention, "prepare_graph"):
+                self.graphs = CUDAGraphRunner(self._forward, attention, self.inputs, max_num_tokens=max_num_tokens,
+                                              max_num_seqs=max_num_seqs, max_seqlen=max_seqlen)
+
+    def _forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cu_seqlens: torch.Tensor,
+                 meta: object) -> torch.Tensor:
+        """Everything a graph holds: the model, pooling and normalisation -> [B, dim] float32."""
+        hidden = self.model(input_ids, positions, self.attention, meta)
+        vectors = pool(hidden, cu_seqlens, self.pooling)
+        return normalize(vectors) if self.normalize else vectors
 
     @torch.inference_mode()
     def execute(self, batch: PackedBatch) -> LazyResult:
-        input_ids = torch.from_numpy(batch.input_ids).to(self.device, non_blocking=True)
-        positions = torch.from_numpy(batch.positions).to(self.device, non_blocking=True)
-        cu_seqlens = torch.from_numpy(batch.cu_seqlens).to(self.device, non_blocking=True)
+        if self.graphs is not None:
+            ran = self.graphs.execute(batch)
+            if ran is not None:
+                vectors, _ = ran
+                return LazyResult(vectors[: batch.num_seqs], batch.num_seqs)
+        input_ids, positions, cu_seqlens = self._load(batch)
         meta = self.attention.prepare(cu_seqlens, batch.cu_seqlens.tolist(), batch.max_seqlen)
-        hidden = self.model(input_ids, positions, self.attention, meta)
-        vectors = pool(hidden, cu_seqlens, self.spec.pooling)
-        if self.spec.normalize:
-            vectors = normalize(vectors)
-        return LazyResult(vectors, batch.num_seqs)
+        return LazyResult(self._forward(input_ids, positions, cu_seqlens, meta), batch.num_seqs)
+
+    @torch.inference_mode()
+    def capture_all(self) -> int:
+        """Capture every graph ahead of traffic (--capture-at-start); return how many."""
+        return self.graphs.capture_all() if self.graphs is not None else 0
+
+    def _load(self, batch: PackedBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.inputs is None or 2 * batch.num_tokens + batch.num_seqs + 1 > self.inputs.capacity:
+            # CPU (the numpy arrays are the tensors), or a batch past the budget (never from the batcher).
+            return tuple(torch.from_numpy(a).to(self.device) for a in (batch.input_ids, batch.positions,
+                                                                       batch.cu_seqlens))
+        input_ids, positions, cu_seqlens = self.inputs.host_views(batch.num_tokens, batch.num_seqs)
+        input_ids[:], positions[:], cu_seqlens[:] = batch.input_ids, batch.positions, batch.cu_seqlens
+        return self.inputs.upload(batch.num_tokens, batch.num_seqs)

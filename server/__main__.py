@@ -8,6 +8,8 @@ import sys
 
 from engine.config import EngineConfig, ModelOverrides
 from engine.loader import ModelLoadError, load_spec
+from server.aliases import AliasError, resolve_aliases
+from server.auth import API_KEY_ENV, keys_from_env
 from server.config import ServerConfig
 
 
@@ -32,7 +34,25 @@ def build_parser() -> argparse.ArgumentParser:
                        help="answer 429 when the queue holds more tokens than this (default: no limit)")
     serve.add_argument("--tokenizer-workers", type=int, default=2, help="threads that tokenize requests")
     serve.add_argument("--num-threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    serve.add_argument("--attention-backend", default="auto", choices=["auto", "varlen", "flashinfer", "sdpa"],
+                       help="ragged attention kernels on CUDA (auto: flashinfer where installed and the head_dim "
+                            "allows, else torch's varlen_attn); the CPU always uses sdpa")
+    serve.add_argument("--enforce-eager", action="store_true", help="CUDA: run every batch eagerly, no CUDA graphs")
+    serve.add_argument("--capture-at-start", action="store_true",
+                       help="CUDA: capture every bucket's graph before serving instead of on the second batch")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    # OpenAI's wire contract (issue 5).
+    serve.add_argument("--max-request-tokens", type=int, default=300_000,
+                       help="most tokens one request may embed, summed over its inputs (400 above)")
+    serve.add_argument("--no-truncate", dest="truncate", action="store_false",
+                       help="reject inputs longer than the model's limit with OpenAI's 400 instead of truncating")
+    serve.add_argument("--model-alias", action="append", default=[], metavar="ALIAS[=MODEL]",
+                       help="another name clients may send as `model`, e.g. text-embedding-3-small (repeatable)")
+    serve.add_argument("--api-key", action="append", default=[], metavar="KEY",
+                       help=f"require `Authorization: Bearer KEY` (repeatable; also ${API_KEY_ENV}, comma-separated)")
+    serve.add_argument("--tiktoken-ids", action="store_true",
+                       help="read token-id input as tiktoken cl100k_base ids (LangChain's OpenAIEmbeddings default) "
+                            "and re-tokenize the decoded text with the model's tokenizer")
     _add_model_flags(serve)
     return parser
 
@@ -58,6 +78,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     engine = EngineConfig(
         model=args.model, device=args.device, dtype=args.dtype, max_batch_tokens=args.max_batch_tokens,
         max_batch_seqs=args.max_batch_seqs, max_seq_len=args.max_seq_len, num_threads=args.num_threads,
+        attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
+        capture_at_start=args.capture_at_start,
         model_overrides=ModelOverrides(
             attention=args.attention, pooling=args.pooling, quantization=args.embedding_quantization,
             default_prompt_name=args.default_prompt_name, matryoshka_dims=args.matryoshka_dims,
@@ -66,13 +88,16 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(
         engine=engine, host=args.host, port=args.port, served_model_name=args.served_model_name,
         max_queued_tokens=args.max_queued_tokens, tokenizer_workers=args.tokenizer_workers,
-        log_level=args.log_level,
+        log_level=args.log_level, max_request_tokens=args.max_request_tokens, truncate=args.truncate,
+        model_aliases=tuple(args.model_alias), api_keys=tuple(dict.fromkeys([*args.api_key, *keys_from_env()])),
+        tiktoken_ids=args.tiktoken_ids,
     )
 
 
 def serve(config: ServerConfig) -> None:
     import uvicorn
 
+    from compat.tiktoken_ids import TiktokenUnavailableError
     from server.app import create_app
 
     try:
@@ -81,12 +106,22 @@ def serve(config: ServerConfig) -> None:
         sys.exit(f"rose-embed: {exc}")
     if config.engine.max_batch_tokens < spec.max_seq_len:
         sys.exit(f"rose-embed: --max-batch-tokens must be at least the max sequence length ({spec.max_seq_len})")
-    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     name = config.served_model_name or spec.name
+    try:
+        resolve_aliases(config.model_aliases, name)
+    except AliasError as exc:
+        sys.exit(f"rose-embed: {exc}")
+    if config.max_request_tokens < 1:
+        sys.exit("rose-embed: --max-request-tokens must be at least 1")
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     print(f"rose-embed: serving {name} on http://{config.host}:{config.port}/v1 (GET /health turns 200 once ready)",
           flush=True)
+    try:
+        app = create_app(config)
+    except TiktokenUnavailableError as exc:
+        sys.exit(f"rose-embed: {exc}")
     uvicorn.run(
-        create_app(config), host=config.host, port=config.port, loop="uvloop", http="httptools",
+        app, host=config.host, port=config.port, loop="uvloop", http="httptools",
         log_level=config.log_level, access_log=False,
     )
 

@@ -7,13 +7,15 @@ from contextlib import asynccontextmanager
 
 from litestar import Litestar
 from litestar.datastructures import State
-from litestar.openapi import OpenAPIConfig
 
 from engine.engine import Engine
+from server.auth import api_key_guard
 from server.config import ServerConfig
 from server.errors import error_response
+from server.openapi import openapi_config
 from server.routes import ROUTES
 from server.runtime import Runtime
+from server.token_inputs import TokenInputs
 
 
 def create_app(config: ServerConfig, engine: Engine | None = None) -> Litestar:
@@ -31,7 +33,8 @@ def create_app(config: ServerConfig, engine: Engine | None = None) -> Litestar:
     return Litestar(
         route_handlers=ROUTES,
         lifespan=[lifespan],
-        state=State({"runtime": runtime}),
+        state=State({"runtime": runtime, "token_inputs": TokenInputs(config)}),
         exception_handlers={Exception: error_response},
-        openapi_config=OpenAPIConfig(title="rose-embed", version="0.1.0", path="/docs"),
+        guards=[api_key_guard(config.api_keys)] if config.api_keys else [],
+        openapi_config=openapi_config(has_api_keys=bool(config.api_keys)),
     )

@@ -17,3 +17,9 @@ class ServerConfig:
     max_queued_tokens: int | None = None  # None: unbounded queue
     tokenizer_workers: int = 2
     log_level: str = "info"
+    # Wire contract (issue 5): OpenAI's per-request token cap, truncation, aliases, keys.
+    max_request_tokens: int = 300_000
+    truncate: bool = True  # False: over-long inputs get OpenAI's context-length 400
+    model_aliases: tuple[str, ...] = ()  # `--model-alias` values, ALIAS or ALIAS=MODEL (server/aliases.py)
+    api_keys: tuple[str, ...] = ()  # empty: no authentication
+    tiktoken_ids: bool = False  # read token-id input as tiktoken cl100k_base ids

@@ -12,12 +12,15 @@ from litestar import Request, get, post
 from litestar.datastructures import State
 
 from compat.encoding import encode_embeddings
-from compat.inputs import check_token_range, normalise_input
+from compat.inputs import normalise_input
 from compat.openai import Embedding, EmbeddingRequest, EmbeddingResponse, Model, ModelList, Usage
+from server.aliases import model_names
 from server.errors import APIError, model_not_found, not_ready
+from server.openapi import EMBEDDINGS_ERROR_RESPONSES, ERROR_RESPONSES, EmbeddingsOperation
 from server.options import check_dimensions, check_encoding_format
 from server.prompts import apply_prompt, resolve_prompt
 from server.runtime import Runtime
+from server.token_inputs import TokenInputs
 
 _request_ids = itertools.count()
 _STARTED = int(time.time())
@@ -30,8 +33,12 @@ def _runtime(state: State) -> Runtime:
     return runtime
 
 
+def _model_names(runtime: Runtime) -> list[str]:
+    return model_names(runtime.served_model_name, runtime.config.model_aliases)
+
+
 def _check_options(runtime: Runtime, data: EmbeddingRequest) -> None:
-    if data.model is not None and data.model != runtime.served_model_name:
+    if data.model is not None and data.model not in _model_names(runtime):
         raise model_not_found(data.model)
     check_encoding_format(runtime.engine.spec, data.encoding_format)
     check_dimensions(runtime.engine.spec, data.dimensions)
@@ -57,47 +64,53 @@ async def _gather_unless_disconnected(request: Request, futures: list[asyncio.Fu
     return results.result()
 
 
-@post(["/v1/embeddings", "/embeddings"], status_code=200, summary="Create embeddings")
+@post(["/v1/embeddings", "/embeddings"], status_code=200, summary="Create embeddings",
+      operation_class=EmbeddingsOperation, responses=EMBEDDINGS_ERROR_RESPONSES)
 async def create_embeddings(request: Request, state: State) -> EmbeddingResponse:
     runtime = _runtime(state)
     # Decoded here, strictly: Litestar's own decoding would turn "8" into 8 for an int field.
     data = msgspec.json.decode(await request.body(), type=EmbeddingRequest)
     _check_options(runtime, data)
-    inputs = normalise_input(data.input, runtime.config.max_request_inputs)
+    token_inputs: TokenInputs = state.token_inputs
+    inputs = await token_inputs.decode_tiktoken(normalise_input(data.input, runtime.config.max_request_inputs))
     spec = runtime.engine.spec
     prompt = resolve_prompt(spec.prompts, spec.default_prompt_name, data.prompt_name, data.input_type)
     if inputs.texts is not None:
-        seqs = await runtime.tokenize(apply_prompt(prompt, inputs.texts))
+        texts = apply_prompt(prompt, inputs.texts)
+        seqs = await runtime.tokenize(texts)
+        await token_inputs.check_context_length(runtime.engine, texts, seqs)
     else:
-        check_token_range(inputs.token_ids, runtime.engine.vocab_size)
+        token_inputs.check_token_ids(inputs.token_ids, runtime.engine.vocab_size, runtime.engine.tokenizer.max_seq_len)
         seqs = [runtime.engine.tokenizer.truncate_ids(ids) for ids in inputs.token_ids]
+    num_tokens = token_inputs.check_request_tokens(seqs)
     futures = runtime.batcher.submit(seqs, owner=next(_request_ids))
     vectors = np.stack(await _gather_unless_disconnected(request, futures))
     embeddings = encode_embeddings(vectors, data.encoding_format, data.dimensions, spec.normalize)
-    num_tokens = sum(len(s) for s in seqs)
     return EmbeddingResponse(
         data=[Embedding(index=i, embedding=e) for i, e in enumerate(embeddings)],
-        model=runtime.served_model_name,
+        model=data.model or runtime.served_model_name,  # OpenAI echoes the name asked for (an alias too)
         usage=Usage(prompt_tokens=num_tokens, total_tokens=num_tokens),
     )
 
 
-@get(["/v1/models", "/models"], summary="List the served model")
+@get(["/v1/models", "/models"], summary="List the served model and its aliases", responses=ERROR_RESPONSES)
 async def list_models(state: State) -> ModelList:
     runtime = _runtime(state)
-    return ModelList(data=[Model(id=runtime.served_model_name, created=_STARTED)])
+    return ModelList(data=[Model(id=name, created=_STARTED) for name in _model_names(runtime)])
 
 
-@get(["/v1/models/{model_id:path}", "/models/{model_id:path}"], summary="Describe one model")
+@get(["/v1/models/{model_id:path}", "/models/{model_id:path}"], summary="Describe one model",
+     responses=ERROR_RESPONSES)
 async def get_model(model_id: str, state: State) -> Model:
     runtime = _runtime(state)
     model_id = model_id.lstrip("/")
-    if model_id != runtime.served_model_name:
+    if model_id not in _model_names(runtime):
         raise model_not_found(model_id)
-    return Model(id=runtime.served_model_name, created=_STARTED)
+    return Model(id=model_id, created=_STARTED)
 
 
-@get("/health", summary="Readiness: 200 once the model is loaded and warmed up")
+@get("/health", summary="Readiness: 200 once the model is loaded and warmed up",
+     responses={503: ERROR_RESPONSES[503]})
 async def health(state: State) -> dict:
     _runtime(state)
     return {"status": "ok"}

@@ -17,6 +17,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 
+# The client compatibility suite's fixtures, registered once so that session fixtures start once.
+pytest_plugins = ["client_support"]
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "stdlib_docstrings.jsonl"
 

@@ -14,10 +14,15 @@ def pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, mode: str) -> torch.Ten
     """
     starts, ends = cu_seqlens[:-1].long(), cu_seqlens[1:].long()
     if mode == "cls":
-        return hidden[starts].float()
+        # Zero-length padding segments start at T: clamp so that their (dropped) row is valid.
+        return hidden[starts.clamp(max=hidden.shape[0] - 1)].float()
     if mode == "last":
         return hidden[(ends - 1).clamp(min=0)].float()
     if mode == "mean":
+        # One pass of float32 atomic adds into [B, H]: fast at any T, and free of host syncs
+        # (output_size is given), so it can live inside a CUDA graph. The order of the adds
+        # varies from run to run, by ~1e-7 relative: far below bf16's resolution. (A running
+        # sum along T was exact but ran as one serial scan per column: ~8 ms at T=16384.)
         lengths = ends - starts
         seq_index = torch.repeat_interleave(
             torch.arange(len(lengths), device=hidden.device), lengths, output_size=hidden.shape[0]

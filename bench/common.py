@@ -1,0 +1,79 @@
+"""Helpers shared by the benchmarks: the workload, a server process, the machine's description."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "stdlib_docstrings.jsonl"
+
+
+def load_texts(n: int, path: Path = DEFAULT_DATA) -> list[str]:
+    texts = []
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            texts.append(json.loads(line)["text"])
+            if len(texts) == n:
+                break
+    return texts
+
+
+def machine_description() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import torch
+
+    return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, torch {torch.__version__}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """`python -m server serve` on loopback; `url` is ready once started."""
+
+    def __init__(self, *args: str, timeout: float = 300.0):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "server", "serve", "--port", str(self.port), "--log-level", "warning", *args],
+            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        self.stop()
+        raise RuntimeError("server did not become ready")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()

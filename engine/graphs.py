@@ -1,0 +1,244 @@
+"""Whole-model CUDA graphs per token bucket: bucket list, static buffers, pad, copy, replay, slice.
+
+A graph is keyed by its padded shape: (num_tokens, num_segments, max_seqlen[, slot]).
+Token counts are padded up to a bucket (64, 128, ... 1024, then steps of 1024) by
+trailing dummy segments of at most max_seqlen tokens each, the segment count up to a power
+of two by zero-length segments, and max_seqlen (baked into the attention launch) up to a
+power of two from 128, so that every batch of a key has the same shapes. max_seqlen is part
+of the key because FlashAttention's varlen grid is (max_seqlen / 128) x segments x heads:
+baking the model's limit (512, or 32768 for Qwen3) into every graph would launch mostly
+empty blocks for batches of short texts. Lazy
+capture: the first batch of a key runs eagerly on the padded shapes (warm-up: cuBLAS
+heuristics, lazy library init), the second is captured, later ones replay. All graphs
+share one memory pool: they never run at the same time, so their activations can overlap.
+Replays of a key are bit-for-bit those of its eager run except for mean pooling's atomic
+adds (~1e-7 relative, see layers/pooling.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from engine.batch import PackedBatch
+
+MIN_BUCKET = 64
+BUCKET_STEP = 1024
+MIN_SEQLEN_BUCKET = 128  # FlashAttention's query tile: shorter buckets would launch the same grid
+
+
+def token_buckets(max_num_tokens: int, min_bucket: int = MIN_BUCKET, step: int = BUCKET_STEP) -> list[int]:
+    """Powers of two from `min_bucket` up to `step`, then multiples of `step`, up to max_num_tokens.
+
+    Pure powers of two would pad a batch of 10k tokens (512 short queries) to 16k; steps of
+    1024 above 1024 keep the padding under 1024 tokens where batches are large.
+    """
+    buckets, size = [], min_bucket
+    while size < min(step, max_num_tokens):
+        buckets.append(size)
+        size *= 2
+    while size < max_num_tokens:
+        buckets.append(size)
+        size += step
+    buckets.append(max_num_tokens)
+    return buckets
+
+
+def next_power_of_two(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+class StaticInputs:
+    """One device int32 buffer that every batch's inputs are copied into.
+
+    A batch of layout (num_tokens T, num_segments S) occupies [ids: T | positions: T |
+    cu_seqlens: S+1] at the buffer's start, so a graph sees the same addresses on every
+    replay, and one asynchronous copy moves all three. The host side is a ring of pinned
+    staging buffers: a slot is refilled only once the copy out of it has run (an event),
+    which only waits when the host is a full ring of batches ahead of the device.
+    """
+
+    def __init__(self, max_num_tokens: int, max_num_segments: int, device: torch.device, num_slots: int = 3):
+        self.capacity = 2 * max_num_tokens + max_num_segments + 1
+        self.device_buffer = torch.zeros(self.capacity, dtype=torch.int32, device=device)
+        self._staging = [torch.zeros(self.capacity, dtype=torch.int32, pin_memory=True) for _ in range(num_slots)]
+        self._copied: list[torch.cuda.Event | None] = [None] * num_slots
+        self._turn = 0
+
+    def host_views(self, num_tokens: int, num_segments: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(input_ids [T], positions [T], cu_seqlens [S+1]) to fill, in the next staging slot."""
+        event = self._copied[self._turn]
+        if event is not None and not event.query():
+            event.synchronize()  # flow control only: the ring is full
+        host = self._staging[self._turn].numpy()
+        t = num_tokens
+        return host[:t], host[t : 2 * t], host[2 * t : 2 * t + num_segments + 1]
+
+    def upload(self, num_tokens: int, num_segments: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Copy the filled slot to the device (async) and return the device views."""
+        used = 2 * num_tokens + num_segments + 1
+        self.device_buffer[:used].copy_(self._staging[self._turn][:used], non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self._copied[self._turn] = event
+        self._turn = (self._turn + 1) % len(self._staging)
+        t, buf = num_tokens, self.device_buffer
+        return buf[:t], buf[t : 2 * t], buf[2 * t : 2 * t + num_segments + 1]
+
+
+@dataclass(frozen=True)
+class GraphKey:
+    num_tokens: int  # the token bucket
+    num_segments: int  # real + padding segments (cu_seqlens has one more entry)
+    max_seqlen: int  # longest segment allowed, padding included
+    slot: int  # which of the backend's graph slots (FlashInfer alternates two)
+
+
+@dataclass
+class _Captured:
+    graph: torch.cuda.CUDAGraph
+    output: torch.Tensor  # [num_segments, dim] float32, rewritten by each replay
+    done: torch.cuda.Event | None  # end of the last replay (backends that re-plan on the host)
+
+
+# forward(input_ids, positions, cu_seqlens, attention_meta) -> pooled vectors [num_segments, dim]
+ForwardFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, object], torch.Tensor]
+
+
+class CUDAGraphRunner:
+    """Pads a batch to its bucket, then runs it eagerly (first), captures (second) or replays."""
+
+    def __init__(self, forward: ForwardFn, attention, inputs: StaticInputs, *, max_num_tokens: int,
+                 max_num_seqs: int, max_seqlen: int):
+        self.forward, self.attention, self.inputs = forward, attention, inputs
+        self.buckets = token_buckets(max_num_tokens)
+        self.max_num_seqs, self.max_seqlen = max_num_seqs, max_seqlen
+        self.num_slots = getattr(attention, "num_graph_slots", 1)
+        self.pool = None  # one memory pool for every graph, made at the first capture
+        self.graphs: dict[GraphKey, _Captured] = {}
+        self._num_eager: dict[GraphKey, int] = {}
+        self._next_slot: dict[tuple[int, int, int], int] = {}
+
+    @staticmethod
+    def max_num_segments(max_num_tokens: int, max_num_seqs: int) -> int:
+        """The most segments any key can have (sizes the static buffer)."""
+        return next_power_of_two(max_num_seqs + math.ceil(max_num_tokens / MIN_SEQLEN_BUCKET))
+
+    def seqlen_buckets(self, bucket: int) -> list[int]:
+        """The max_seqlen values a token bucket can be keyed with (each also caps dummy segments)."""
+        values, size = [], MIN_SEQLEN_BUCKET
+        while size < self.max_seqlen:
+            values.append(min(size, bucket))
+            size *= 2
+        values.append(min(self.max_seqlen, bucket))
+        return sorted(set(values))
+
+    def layout(self, num_tokens: int, num_seqs: int, max_seqlen: int) -> tuple[int, int, int] | None:
+        """(token bucket, segment count, max_seqlen) of a batch, or None when it must run eagerly."""
+        if num_seqs > self.max_num_seqs or num_tokens > self.buckets[-1] or max_seqlen > self.max_seqlen:
+            return None
+        bucket = next(b for b in self.buckets if b >= num_tokens)
+        chunk = min(max(MIN_SEQLEN_BUCKET, next_power_of_two(max_seqlen)), self.max_seqlen, bucket)
+        num_pad_segments = math.ceil((bucket - num_tokens) / chunk)
+        return bucket, next_power_of_two(num_seqs + num_pad_segments), chunk
+
+    def execute(self, batch: PackedBatch) -> tuple[torch.Tensor, int] | None:
+        """Pooled vectors [>= num_seqs, dim] on the device, or None if the batch fits no bucket."""
+        shape = self.layout(batch.num_tokens, batch.num_seqs, batch.max_seqlen)
+        if shape is None:
+            return None
+        bucket, num_segments, chunk = shape
+        input_ids, positions, cu_seqlens = self.inputs.host_views(bucket, num_segments)
+        _fill_padded(batch, chunk, input_ids, positions, cu_seqlens)
+        return self._run(bucket, num_segments, chunk, cu_seqlens.tolist())
+
+    def capture_all(self) -> int:
+        """Capture every key a batch can reach (--capture-at-start); return how many."""
+        before = len(self.graphs)
+        for bucket in self.buckets:
+            for chunk in self.seqlen_buckets(bucket):
+                fewest = next_power_of_two(math.ceil(bucket / chunk))
+                most = next_power_of_two(min(bucket, self.max_num_seqs + math.ceil(bucket / chunk)))
+                num_segments = fewest
+                while num_segments <= most:
+                    for _ in range(self.num_slots):
+                        while True:  # eager, then capture
+                            input_ids, positions, cu_seqlens = self.inputs.host_views(bucket, num_segments)
+                            _fill_dummy(bucket, num_segments, chunk, input_ids, positions, cu_seqlens)
+                            key_count = len(self.graphs)
+                            self._run(bucket, num_segments, chunk, cu_seqlens.tolist())
+                            if len(self.graphs) > key_count:
+                                break
+                    num_segments *= 2
+        torch.cuda.synchronize()
+        return len(self.graphs) - before
+
+    def _run(self, bucket: int, num_segments: int, max_seqlen: int,
+             cu_seqlens_host: list[int]) -> tuple[torch.Tensor, int]:
+        slot = self._next_slot.get((bucket, num_segments, max_seqlen), 0)
+        self._next_slot[(bucket, num_segments, max_seqlen)] = (slot + 1) % self.num_slots
+        key = GraphKey(bucket, num_segments, max_seqlen, slot)
+        captured = self.graphs.get(key)
+        if captured is not None and captured.done is not None and not captured.done.query():
+            captured.done.synchronize()  # its wrapper is about to be re-planned
+        input_ids, positions, cu_seqlens = self.inputs.upload(bucket, num_segments)
+        meta = self.attention.prepare_graph(key, cu_seqlens, cu_seqlens_host, max_seqlen)
+        if captured is None:
+            if self._num_eager.get(key, 0) == 0:
+                self._num_eager[key] = 1
+                return self.forward(input_ids, positions, cu_seqlens, meta), num_segments
+            captured = self._capture(key, input_ids, positions, cu_seqlens, meta)
+        captured.graph.replay()
+        if captured.done is not None:
+            captured.done.record()
+        return captured.output, num_segments
+
+    def _capture(self, key: GraphKey, input_ids, positions, cu_seqlens, meta) -> _Captured:
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+            self._capture_stream = torch.cuda.Stream()
+        # capture_begin/end rather than torch.cuda.graph(): that context manager empties the
+        # device and pinned-host caches before every capture, which makes capturing a few
+        # hundred keys (--capture-at-start) slow and frees the pinned readback buffers.
+        graph = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize()
+        with torch.cuda.stream(self._capture_stream):
+            graph.capture_begin(pool=self.pool)
+            try:
+                output = self.forward(input_ids, positions, cu_seqlens, meta)
+            finally:
+                graph.capture_end()
+        torch.cuda.current_stream().wait_stream(self._capture_stream)
+        done = torch.cuda.Event() if self.num_slots > 1 else None
+        captured = self.graphs[key] = _Captured(graph, output, done)
+        return captured
+
+
+def _fill_padded(batch: PackedBatch, chunk: int, input_ids: np.ndarray, positions: np.ndarray,
+                 cu_seqlens: np.ndarray) -> None:
+    """Write a batch and its padding: dummy segments of <= chunk tokens, then empty ones."""
+    num_tokens, num_seqs, bucket = batch.num_tokens, batch.num_seqs, len(input_ids)
+    input_ids[:num_tokens] = batch.input_ids
+    positions[:num_tokens] = batch.positions
+    cu_seqlens[: num_seqs + 1] = batch.cu_seqlens
+    pad = bucket - num_tokens
+    input_ids[num_tokens:] = 0
+    positions[num_tokens:] = np.arange(pad, dtype=np.int32) % chunk
+    ends = np.arange(num_tokens + chunk, bucket + chunk, chunk, dtype=np.int32)[: math.ceil(pad / chunk)]
+    cu_seqlens[num_seqs + 1 : num_seqs + 1 + len(ends)] = np.minimum(ends, bucket)
+    cu_seqlens[num_seqs + 1 + len(ends) :] = bucket
+
+
+def _fill_dummy(bucket: int, num_segments: int, chunk: int, input_ids: np.ndarray, positions: np.ndarray,
+                cu_seqlens: np.ndarray) -> None:
+    """A batch made only of padding, for capturing ahead of traffic."""
+    input_ids[:] = 0
+    positions[:] = np.arange(bucket, dtype=np.int32) % chunk
+    ends = np.minimum(np.arange(chunk, bucket + chunk, chunk, dtype=np.int32), bucket)
+    cu_seqlens[0] = 0
+    cu_seqlens[1 : 1 + len(ends)] = ends
+    cu_seqlens[1 + len(ends) :] = bucket

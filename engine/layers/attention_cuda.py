@@ -1,0 +1,128 @@
+"""CUDA attention backends over a packed stream: torch's varlen_attn and FlashInfer's ragged prefill.
+
+Both take the interface of `engine.layers.attention`: `prepare` once per batch (outside any
+CUDA graph), `forward` once per layer (inside it). For graphs, `prepare_graph(key, ...)`
+returns metadata that stays valid across replays of the graph named `key`: tensors whose
+addresses never change, refilled before each replay.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+
+from engine.layers.attention import AttentionShape
+
+FLASHINFER_HEAD_DIMS = (64, 128, 256)
+
+
+@dataclass(frozen=True)
+class VarlenMeta:
+    cu_seqlens: torch.Tensor  # [B+1] int32 on the device
+    max_seqlen: int
+
+
+class VarlenAttentionBackend:
+    """`torch.nn.attention.varlen.varlen_attn` (FlashAttention-2 kernels): any head_dim.
+
+    Graph-safe as is: cu_seqlens is a static buffer and max_seqlen a Python int baked into
+    the graph, so the graph runner passes the longest sequence it allows, not the real one.
+    """
+
+    name = "varlen"
+    num_graph_slots = 1  # nothing is planned on the host, one graph per bucket is enough
+
+    def __init__(self, shape: AttentionShape):
+        from torch.nn.attention.varlen import varlen_attn
+
+        self.shape = shape
+        self._varlen_attn = varlen_attn
+        # (-1, 0) is causal, (-1, -1) full; GQA needs an explicit flag on newer torch.
+        self._kwargs: dict = {"scale": shape.scale, "window_size": (-1, 0) if shape.is_causal else (-1, -1)}
+        if shape.num_kv_heads != shape.num_heads and "enable_gqa" in inspect.signature(varlen_attn).parameters:
+            self._kwargs["enable_gqa"] = True
+
+    def prepare(self, cu_seqlens: torch.Tensor, cu_seqlens_host: list[int], max_seqlen: int) -> VarlenMeta:
+        return VarlenMeta(cu_seqlens, max_seqlen)
+
+    def prepare_graph(self, key: object, cu_seqlens: torch.Tensor, cu_seqlens_host: list[int], max_seqlen: int) -> VarlenMeta:
+        return VarlenMeta(cu_seqlens, max_seqlen)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: VarlenMeta) -> torch.Tensor:
+        cu = meta.cu_seqlens
+        return self._varlen_attn(q, k, v, cu, cu, meta.max_seqlen, meta.max_seqlen, **self._kwargs)
+
+
+def flashinfer_available() -> bool:
+    try:
+        import flashinfer  # noqa: F401
+    except Exception:  # ImportError, or a broken CUDA toolchain behind it
+        return False
+    return True
+
+
+class FlashInferAttentionBackend:
+    """FlashInfer's BatchPrefillWithRaggedKVCacheWrapper: head_dim 64, 128 or 256.
+
+    `plan()` costs host time (0.4-0.8 ms) and writes the wrapper's buffers, so it runs
+    outside the graph; `run()` is what a graph captures. A wrapper whose graph may still be
+    running must not be re-planned: graphs come in two slots per bucket, used in turn, and
+    the graph runner waits for a slot's previous replay before planning it again.
+    """
+
+    name = "flashinfer"
+    num_graph_slots = 2
+
+    def __init__(self, shape: AttentionShape, device: torch.device, dtype: torch.dtype, workspace_bytes: int = 128 << 20):
+        import flashinfer
+
+        if shape.head_dim not in FLASHINFER_HEAD_DIMS:
+            raise ValueError(f"flashinfer needs head_dim in {FLASHINFER_HEAD_DIMS}; this model has {shape.head_dim}")
+        self.shape, self.device, self.dtype = shape, device, dtype
+        self._flashinfer = flashinfer
+        # One float workspace for every wrapper: runs are serialised on one stream.
+        self._workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=device)
+        self._eager = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(self._workspace, "NHD")
+        self._graph_wrappers: dict[object, object] = {}
+
+    def _plan(self, wrapper, cu_seqlens_host: list[int]) -> None:
+        indptr = torch.tensor(cu_seqlens_host, dtype=torch.int32)
+        wrapper.plan(
+            indptr, indptr, self.shape.num_heads, self.shape.num_kv_heads, self.shape.head_dim,
+            causal=self.shape.is_causal, sm_scale=self.shape.scale, q_data_type=self.dtype, kv_data_type=self.dtype,
+        )
+
+    def prepare(self, cu_seqlens: torch.Tensor, cu_seqlens_host: list[int], max_seqlen: int):
+        self._plan(self._eager, cu_seqlens_host)
+        return self._eager
+
+    def prepare_graph(self, key: object, cu_seqlens: torch.Tensor, cu_seqlens_host: list[int], max_seqlen: int):
+        wrapper = self._graph_wrappers.get(key)
+        if wrapper is None:
+            num_segments = len(cu_seqlens_host)
+            wrapper = self._flashinfer.BatchPrefillWithRaggedKVCacheWrapper(
+                self._workspace, "NHD", use_cuda_graph=True,
+                qo_indptr_buf=torch.empty(num_segments, dtype=torch.int32, device=self.device),
+                kv_indptr_buf=torch.empty(num_segments, dtype=torch.int32, device=self.device),
+            )
+            self._graph_wrappers[key] = wrapper
+        self._plan(wrapper, cu_seqlens_host)
+        return wrapper
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta) -> torch.Tensor:
+        return meta.run(q, k, v)
+
+
+def make_cuda_attention_backend(name: str, shape: AttentionShape, device: torch.device, dtype: torch.dtype):
+    """"auto" is varlen_attn: on the H200 FlashInfer measured within a few percent of it on
+    whole models (bench/results/gpu.md), with higher single-query latency, twice the graphs
+    and minutes of JIT compilation at first start; `flashinfer` asks for it explicitly."""
+    if name in ("auto", "varlen"):
+        return VarlenAttentionBackend(shape)
+    if name == "flashinfer":
+        if not flashinfer_available():
+            raise ValueError("--attention-backend flashinfer: the flashinfer package is not installed (pip install 'rose-embed[gpu]')")
+        return FlashInferAttentionBackend(shape, device, dtype)
+    raise ValueError(f"unknown attention backend {name!r}; choose auto, varlen, flashinfer (or sdpa on CPU)")

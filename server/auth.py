@@ -1,0 +1,73 @@
+"""Optional API keys: `Authorization: Bearer <key>`, checked in constant time.
+
+The OpenAI SDK always sends a bearer token (a dummy when the user has none), so a server
+without keys ignores the header, and one with keys answers 401 in OpenAI's envelope.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+
+from litestar.connection import ASGIConnection
+from litestar.handlers.base import BaseRouteHandler
+
+from server.errors import APIError
+
+API_KEY_ENV = "ROSE_EMBED_API_KEY"
+
+# Readiness probes, the metrics scraper and the API docs stay reachable without a key.
+PUBLIC_PATHS = ("/health", "/metrics")
+PUBLIC_PREFIXES = ("/docs",)
+
+
+def keys_from_env(environ: dict[str, str] | None = None) -> list[str]:
+    """ROSE_EMBED_API_KEY may hold one key or several separated by commas."""
+    value = (environ if environ is not None else os.environ).get(API_KEY_ENV, "")
+    return [k.strip() for k in value.split(",") if k.strip()]
+
+
+def _bearer_token(header: str | None) -> str | None:
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def _mask(key: str) -> str:
+    # OpenAI echoes a masked key so that users can tell which one they sent.
+    return key[:4] + "*" * min(max(len(key) - 8, 0), 8) + key[-4:] if len(key) > 8 else "*" * len(key)
+
+
+def is_valid_key(token: str, keys: tuple[str, ...]) -> bool:
+    """Compare against every key, always all of them, each in constant time."""
+    given = token.encode()
+    matched = False
+    for key in keys:
+        matched |= hmac.compare_digest(given, key.encode())
+    return matched
+
+
+def api_key_guard(keys: tuple[str, ...]):
+    """A Litestar guard that admits requests whose bearer token is one of `keys`."""
+
+    def guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+        path = connection.scope["path"]
+        if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
+            return
+        token = _bearer_token(connection.headers.get("authorization"))
+        if token is None:
+            raise APIError(
+                401,
+                "You didn't provide an API key. You need to provide your API key in an Authorization "
+                "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+                "invalid_request_error", None, "invalid_api_key",
+            )
+        if not is_valid_key(token, keys):
+            raise APIError(
+                401, f"Incorrect API key provided: {_mask(token)}.", "invalid_request_error", None, "invalid_api_key"
+            )
+
+    return guard

@@ -1,0 +1,100 @@
+"""Fixtures and helpers of the client compatibility suite (imported by the test_client_* modules).
+
+Each client runs against a real server process on loopback; its vectors are compared with
+the ones the same server returns for the same texts through plain httpx.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+from collections.abc import Iterator
+from importlib import resources
+
+import httpx
+import numpy as np
+import pytest
+from conftest import ServerProcess
+
+MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+ALIAS = "text-embedding-3-small"
+API_KEYS = ("sk-rose-test-one", "sk-rose-test-two")
+
+# Vectors are unit length; batches of different composition may round differently on CPU
+# (other matmul shapes), so equality is checked to this absolute tolerance per component.
+ATOL = 1e-5
+
+# The URL tiktoken downloads cl100k_base from; tiktoken's cache file is named by its sha1.
+CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+
+# The flags docs/clients.md tells users to start the server with (test_docs_clients checks it).
+DOCS_SERVER_FLAGS = ("--tiktoken-ids", "--model-alias", ALIAS)
+
+
+def reference_vectors(url: str, texts: list[str], api_key: str | None = None, dimensions: int | None = None
+                      ) -> np.ndarray:
+    """The server's own answer for `texts`, through plain httpx and float JSON: [N, D]."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    body = {"model": MODEL, "input": texts, "encoding_format": "float"}
+    if dimensions is not None:
+        body["dimensions"] = dimensions
+    r = httpx.post(url + "/v1/embeddings", json=body, headers=headers, timeout=120)
+    assert r.status_code == 200, r.text
+    data = r.json()["data"]
+    assert [d["index"] for d in data] == list(range(len(texts)))
+    return np.asarray([d["embedding"] for d in data], dtype=np.float32)
+
+
+def assert_same_vectors(got, expected: np.ndarray) -> None:
+    got = np.asarray(got, dtype=np.float32)
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, atol=ATOL, rtol=0)
+
+
+def stop_and_check_no_server_error(proc: ServerProcess) -> None:
+    """No request of the suite may have hit a 5xx: server/errors.py logs each one it answers."""
+    proc.stop()
+    log = proc.log_path.read_text(errors="replace")
+    for marker in ("unhandled error", "batch failed"):
+        assert marker not in log, f"the server answered a 5xx:\n{log[-5000:]}"
+
+
+@pytest.fixture(scope="session")
+def docs_server() -> Iterator[ServerProcess]:
+    """The server as docs/clients.md starts it: tiktoken ids read back, an OpenAI model alias."""
+    proc = ServerProcess(*DOCS_SERVER_FLAGS, "--max-batch-tokens", "2048")
+    yield proc
+    stop_and_check_no_server_error(proc)
+
+
+@pytest.fixture(scope="session")
+def locked_server() -> Iterator[ServerProcess]:
+    """API keys (one by flag, one from the environment), no truncation, a small request cap."""
+    env_before = os.environ.get("ROSE_EMBED_API_KEY")
+    os.environ["ROSE_EMBED_API_KEY"] = API_KEYS[1]
+    try:
+        proc = ServerProcess("--api-key", API_KEYS[0], "--no-truncate", "--max-request-tokens", "2000",
+                             "--max-batch-tokens", "512")
+    finally:
+        if env_before is None:
+            del os.environ["ROSE_EMBED_API_KEY"]
+        else:
+            os.environ["ROSE_EMBED_API_KEY"] = env_before
+    yield proc
+    stop_and_check_no_server_error(proc)
+
+
+@pytest.fixture(scope="session")
+def tiktoken_offline(tmp_path_factory) -> Iterator[str]:
+    """Let tiktoken find cl100k_base without a network: bpe-openai's copy, under tiktoken's cache key."""
+    cache_dir = tmp_path_factory.mktemp("tiktoken-cache")
+    data = gzip.decompress(resources.files("bpe_openai.data").joinpath("cl100k_base.tiktoken.gz").read_bytes())
+    (cache_dir / hashlib.sha1(CL100K_URL.encode()).hexdigest()).write_bytes(data)
+    before = os.environ.get("TIKTOKEN_CACHE_DIR")
+    os.environ["TIKTOKEN_CACHE_DIR"] = str(cache_dir)
+    yield str(cache_dir)
+    if before is None:
+        os.environ.pop("TIKTOKEN_CACHE_DIR", None)
+    else:
+        os.environ["TIKTOKEN_CACHE_DIR"] = before

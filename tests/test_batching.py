@@ -1,0 +1,94 @@
+"""The batcher: shared batches across requests, no crossed results, token budget respected."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import httpx
+
+import numpy as np
+import pytest
+import uvicorn
+
+from engine.batcher import cut_batches
+from engine.config import EngineConfig
+from server.app import create_app
+from server.config import ServerConfig
+from tests.conftest import free_port
+
+BUDGET = 512
+
+
+def test_cut_batches_respects_both_caps():
+    lengths = [5, 100, 200, 300, 7, 7, 7, 7, 256]
+    ranges = cut_batches(lengths, max_tokens=310, max_seqs=3)
+    assert ranges[0][0] == 0 and ranges[-1][1] == len(lengths)
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))  # contiguous, in order
+    for lo, hi in ranges:
+        assert sum(lengths[lo:hi]) <= 310 and hi - lo <= 3
+
+
+def _run_concurrent(default_engine, requests: list[list[str]]):
+    """Serve the app with uvicorn in a thread (real HTTP, real concurrency) and read its batch log."""
+    app = create_app(ServerConfig(engine=EngineConfig(max_batch_tokens=BUDGET, max_batch_seqs=64)), default_engine)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.config.port}/v1/embeddings"
+
+    async def drive():
+        async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=256)) as client:
+            while (await client.get(url.replace("/v1/embeddings", "/health"))).status_code != 200:
+                await asyncio.sleep(0.05)
+            return await asyncio.gather(
+                *[client.post(url, json={"input": texts, "encoding_format": "float"}) for texts in requests]
+            )
+
+    try:
+        responses = asyncio.run(drive())
+    finally:
+        server.should_exit = True
+        thread.join(30)
+    return responses, list(app.state.runtime.batcher.batch_log)
+
+
+def test_concurrent_requests_share_batches_and_get_their_own_vectors(default_engine, texts):
+    # 200 requests of 1..6 texts each, all in flight at once.
+    rng = np.random.default_rng(0)
+    requests, cursor = [], 0
+    for _ in range(200):
+        n = int(rng.integers(1, 7))
+        requests.append(texts[cursor : cursor + n])
+        cursor += n
+    responses, batches = _run_concurrent(default_engine, requests)
+
+    reference = default_engine.embed([t for r in requests for t in r])
+    offset = 0
+    for request_texts, response in zip(requests, responses):
+        assert response.status_code == 200, response.text
+        data = response.json()["data"]
+        assert [d["index"] for d in data] == list(range(len(request_texts)))
+        got = np.array([d["embedding"] for d in data], dtype=np.float32)
+        expected = reference[offset : offset + len(request_texts)]
+        # Same texts, other batch neighbours: equal up to float summation order.
+        np.testing.assert_allclose(got, expected, atol=2e-5)
+        offset += len(request_texts)
+
+    assert sum(b.num_seqs for b in batches) >= offset  # every input was computed (warm-up excluded)
+    assert all(b.num_tokens <= BUDGET for b in batches)
+    shared = [b for b in batches if len(set(b.owners)) > 1]
+    assert shared, "no batch held inputs of more than one request"
+    assert max(len(set(b.owners)) for b in batches) >= 3
+
+
+@pytest.mark.parametrize("budget", [300, 1000])
+def test_engine_embed_matches_across_budgets(default_engine, texts, budget):
+    # The same text gives the same vector whatever batch it lands in.
+    from engine.engine import Engine
+
+    small = Engine(EngineConfig(max_batch_tokens=budget))
+    sample = texts[:64]
+    np.testing.assert_allclose(small.embed(sample), default_engine.embed(sample), atol=2e-5)
+    alone = np.stack([small.embed([t])[0] for t in sample[:8]])
+    np.testing.assert_allclose(alone, default_engine.embed(sample[:8]), atol=2e-5)

@@ -1,0 +1,101 @@
+"""LangChain's OpenAIEmbeddings (langchain-openai): tiktoken token ids by default, text on request."""
+
+from __future__ import annotations
+
+import asyncio
+
+import langchain_openai
+import openai
+import pytest
+from client_support import (
+    ALIAS,
+    MODEL,
+    assert_same_vectors,
+    reference_vectors,
+)
+from conftest import load_texts
+
+
+def sent_bodies(embeddings) -> list[dict]:
+    """Wrap the SDK client LangChain built, to see what it sends."""
+    bodies: list[dict] = []
+    create = embeddings.client.create
+
+    def recording_create(**kwargs):
+        bodies.append(kwargs)
+        return create(**kwargs)
+
+    embeddings.client.create = recording_create
+    return bodies
+
+
+def test_default_config_sends_tiktoken_ids(docs_server, tiktoken_offline):
+    """LangChain's default path: cl100k ids on the wire, read back by --tiktoken-ids."""
+    texts = load_texts(100)
+    embeddings = langchain_openai.OpenAIEmbeddings(model=ALIAS, base_url=docs_server.url + "/v1", api_key="unused")
+    bodies = sent_bodies(embeddings)
+    vectors = embeddings.embed_documents(texts)
+    assert len(bodies) == 1
+    assert all(isinstance(ids, list) and all(isinstance(t, int) for t in ids) for ids in bodies[0]["input"])
+    assert max(max(ids) for ids in bodies[0]["input"]) >= 30522  # cl100k ids, beyond MiniLM's vocabulary
+    assert_same_vectors(vectors, reference_vectors(docs_server.url, texts))
+
+
+def test_default_config_query_and_async(docs_server, tiktoken_offline):
+    embeddings = langchain_openai.OpenAIEmbeddings(model=MODEL, base_url=docs_server.url + "/v1", api_key="unused")
+    query = "How do I read a file line by line?"
+    assert_same_vectors([embeddings.embed_query(query)], reference_vectors(docs_server.url, [query]))
+    texts = load_texts(10)
+    assert_same_vectors(asyncio.run(embeddings.aembed_documents(texts)), reference_vectors(docs_server.url, texts))
+
+
+def test_default_config_embeds_empty_text(docs_server, tiktoken_offline):
+    """An empty document has no tokens; LangChain then sends "" as a string."""
+    embeddings = langchain_openai.OpenAIEmbeddings(model=MODEL, base_url=docs_server.url + "/v1", api_key="unused")
+    vectors = embeddings.embed_documents(["", "not empty"])
+    assert_same_vectors(vectors, reference_vectors(docs_server.url, ["", "not empty"]))
+
+
+def test_default_config_without_the_flag_says_what_to_do(server, tiktoken_offline):
+    embeddings = langchain_openai.OpenAIEmbeddings(model=MODEL, base_url=server.url + "/v1", api_key="unused",
+                                                   max_retries=0)
+    with pytest.raises(openai.BadRequestError) as info:
+        embeddings.embed_documents(load_texts(5))
+    assert info.value.status_code == 400
+    assert info.value.param == "input"
+    assert "--tiktoken-ids" in info.value.message
+    assert "check_embedding_ctx_length=False" in info.value.message
+
+
+@pytest.mark.parametrize("chunk_size", [1000, 16])
+def test_text_config(server, chunk_size):
+    """check_embedding_ctx_length=False: strings on the wire, `chunk_size` per request."""
+    texts = load_texts(100)
+    embeddings = langchain_openai.OpenAIEmbeddings(
+        model=MODEL, base_url=server.url + "/v1", api_key="unused", check_embedding_ctx_length=False,
+        chunk_size=chunk_size,
+    )
+    bodies = sent_bodies(embeddings)
+    vectors = embeddings.embed_documents(texts)
+    assert len(bodies) == -(-len(texts) // chunk_size)
+    assert all(isinstance(t, str) for body in bodies for t in body["input"])
+    assert_same_vectors(vectors, reference_vectors(server.url, texts))
+
+
+def test_default_config_long_text_is_chunked_and_averaged(docs_server, tiktoken_offline):
+    """Past 8191 ids LangChain sends chunks and averages their vectors, weighted by chunk length."""
+    import numpy as np
+    import tiktoken
+
+    encoding = tiktoken.get_encoding("cl100k_base")
+    text = " ".join(load_texts(400))
+    ids = encoding.encode_ordinary(text)[:10_000]
+    text = encoding.decode(ids)
+    ids = encoding.encode_ordinary(text)
+    chunks = [ids[:8191], ids[8191:]]
+    assert len(chunks[1]) > 0
+    embeddings = langchain_openai.OpenAIEmbeddings(model=MODEL, base_url=docs_server.url + "/v1", api_key="unused")
+    (vector,) = embeddings.embed_documents([text])
+    parts = reference_vectors(docs_server.url, [encoding.decode(c) for c in chunks])
+    average = np.average(parts, axis=0, weights=[len(c) for c in chunks])
+    assert_same_vectors([vector], (average / np.linalg.norm(average))[None, :])

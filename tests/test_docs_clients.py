@@ -1,0 +1,59 @@
+"""Run every snippet of docs/clients.md against a server started as the page says.
+
+The page is what users copy; running it here keeps it true. Each `python` block must leave
+`texts` and `vectors`; each `bash` block prints the server's JSON answer; the `sh` block is
+the server command, checked against the flags the `docs_server` fixture starts with.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+
+import numpy as np
+import pytest
+from client_support import DOCS_SERVER_FLAGS, assert_same_vectors, reference_vectors
+from conftest import REPO
+
+DOC = REPO / "docs" / "clients.md"
+DOC_URL = "http://localhost:8000"
+_BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
+
+
+def blocks(language: str) -> list[str]:
+    return [code for lang, code in _BLOCK.findall(DOC.read_text(encoding="utf-8")) if lang == language]
+
+
+def test_page_has_a_snippet_per_client():
+    code = "\n".join(blocks("python") + blocks("bash"))
+    for client in ["from openai import OpenAI", "AsyncOpenAI", "OpenAIEmbeddings", "check_embedding_ctx_length=False",
+                   "OpenAIEmbedding(", "OpenAILikeEmbedding(", "curl "]:
+        assert client in code, client
+
+
+def test_server_command_matches_the_fixture():
+    (command,) = blocks("sh")
+    assert shlex.split(command)[:2] == ["rose-embed", "serve"]
+    assert shlex.split(command)[2:] == list(DOCS_SERVER_FLAGS)
+
+
+@pytest.mark.parametrize("code", blocks("python"), ids=lambda c: c.splitlines()[0][:60])
+def test_python_snippet(docs_server, tiktoken_offline, code):
+    assert DOC_URL in code
+    namespace: dict = {}
+    exec(compile(code.replace(DOC_URL, docs_server.url), str(DOC), "exec"), namespace)
+    texts, vectors = namespace["texts"], np.asarray(namespace["vectors"])
+    dimensions = vectors.shape[1] if vectors.shape[1] != 384 else None
+    assert_same_vectors(vectors, reference_vectors(docs_server.url, texts, dimensions=dimensions))
+
+
+@pytest.mark.parametrize("code", blocks("bash"), ids=lambda c: c.splitlines()[0][:60])
+def test_bash_snippet(docs_server, code):
+    assert DOC_URL in code
+    out = subprocess.run(["bash", "-c", code.replace(DOC_URL, docs_server.url)], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    body = json.loads(shlex.split(code)[shlex.split(code).index("-d") + 1])
+    vectors = [d["embedding"] for d in json.loads(out)["data"]]
+    assert_same_vectors(vectors, reference_vectors(docs_server.url, body["input"]))

@@ -1,0 +1,90 @@
+"""The OpenAPI document Litestar serves describes every route as it really behaves."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+OPERATIONS = [
+    ("/v1/embeddings", "post"), ("/embeddings", "post"), ("/v1/models", "get"), ("/models", "get"),
+    ("/v1/models/{model_id}", "get"), ("/models/{model_id}", "get"), ("/health", "get"),
+]
+
+
+@pytest.fixture(scope="module")
+def schema(server) -> dict:
+    r = httpx.get(server.url + "/docs/openapi.json", timeout=30)
+    assert r.status_code == 200
+    return r.json()
+
+
+def _resolve(schema: dict, node: dict) -> dict:
+    while "$ref" in node:
+        node = schema["components"]["schemas"][node["$ref"].rsplit("/", 1)[1]]
+    return node
+
+
+@pytest.mark.parametrize("path", ["/v1/embeddings", "/embeddings"])
+def test_embeddings_request_and_response(schema, path):
+    operation = schema["paths"][path]["post"]
+    body = operation["requestBody"]
+    assert body["required"] is True
+    request = _resolve(schema, body["content"]["application/json"]["schema"])
+    assert set(request["properties"]) == {"input", "model", "encoding_format", "dimensions", "user"}
+    assert request["required"] == ["input"]
+    forms = request["properties"]["input"]["oneOf"]
+    assert [f["type"] for f in forms] == ["string", "array", "array", "array"]
+    assert request["properties"]["encoding_format"]["enum"] == ["float", "base64"]
+    response = _resolve(schema, operation["responses"]["200"]["content"]["application/json"]["schema"])
+    assert set(response["properties"]) == {"data", "model", "usage", "object"}
+
+
+@pytest.mark.parametrize("path,method", OPERATIONS)
+def test_errors_use_openai_envelope(schema, path, method):
+    responses = schema["paths"][path][method]["responses"]
+    assert "200" in responses
+    for status, response in responses.items():
+        if status.startswith(("4", "5")):
+            envelope = _resolve(schema, response["content"]["application/json"]["schema"])
+            assert set(envelope["properties"]) == {"error"}, (path, status)  # not Litestar's own 400 shape
+            detail = _resolve(schema, envelope["properties"]["error"])
+            assert set(detail["properties"]) == {"message", "type", "param", "code"}
+
+
+def test_schema_matches_live_responses(server, schema):
+    """Field names the document promises are the ones a real answer carries."""
+    answer = httpx.post(server.url + "/v1/embeddings", json={"input": "hi"}, timeout=30).json()
+    promised = _resolve(schema, schema["paths"]["/v1/embeddings"]["post"]["responses"]["200"]["content"]
+                        ["application/json"]["schema"])
+    assert set(answer) == set(promised["properties"])
+    models = httpx.get(server.url + "/v1/models", timeout=10).json()
+    promised = _resolve(schema, schema["paths"]["/v1/models"]["get"]["responses"]["200"]["content"]
+                        ["application/json"]["schema"])
+    assert set(models) == set(promised["properties"])
+
+
+def test_docs_page(server):
+    r = httpx.get(server.url + "/docs", timeout=30)
+    assert r.status_code == 200
+    assert "text/html" in r.headers["content-type"]
+
+
+def test_security_scheme_declared_with_keys(locked_server):
+    schema = httpx.get(locked_server.url + "/docs/openapi.json", timeout=30).json()
+    assert schema["components"]["securitySchemes"]["BearerAuth"] == {"type": "http", "scheme": "bearer"}
+    assert schema["security"] == [{"BearerAuth": []}]
+
+
+def test_request_schema_follows_openais_contract(schema):
+    """The shared contract is OpenAI's own description; ours may relax `model`, not change fields."""
+    import yaml
+    from conftest import REPO
+
+    contract = yaml.safe_load((REPO.parent / "shared" / "contracts" / "openai-embeddings.openapi.yaml").read_text())
+    theirs = contract["components"]["schemas"]["CreateEmbeddingRequest"]
+    ours = _resolve(schema, schema["paths"]["/v1/embeddings"]["post"]["requestBody"]["content"]["application/json"]
+                    ["schema"])
+    assert list(ours["properties"]) == list(theirs["properties"])
+    assert ours["properties"]["encoding_format"]["enum"] == theirs["properties"]["encoding_format"]["enum"]
+    forms = [(f["type"], f.get("items", {}).get("type")) for f in theirs["properties"]["input"]["oneOf"]]
+    assert [(f["type"], f.get("items", {}).get("type")) for f in ours["properties"]["input"]["oneOf"]] == forms

@@ -1,0 +1,74 @@
+"""App-level behaviour through Litestar's test client: naming, readiness, routes, status codes."""
+
+from __future__ import annotations
+
+import asyncio
+
+from litestar.testing import AsyncTestClient
+
+from engine.config import EngineConfig
+from server.app import create_app
+from server.config import ServerConfig
+from server.runtime import Runtime
+
+
+async def _ready(app) -> None:
+    while not app.state.runtime.is_ready:
+        await asyncio.sleep(0.02)
+
+
+def test_served_model_name(default_engine):
+    async def scenario():
+        app = create_app(ServerConfig(served_model_name="my-embedder", engine=EngineConfig(max_batch_tokens=4096)),
+                         default_engine)
+        async with AsyncTestClient(app) as client:
+            await _ready(app)
+            models = (await client.get("/models")).json()
+            ok = await client.post("/v1/embeddings", json={"model": "my-embedder", "input": "hi"})
+            other = await client.post("/v1/embeddings", json={"model": default_engine.spec.name, "input": "hi"})
+            one = await client.get("/v1/models/my-embedder")
+            return models, ok, other, one
+
+    models, ok, other, one = asyncio.run(scenario())
+    assert [m["id"] for m in models["data"]] == ["my-embedder"]
+    assert ok.status_code == 200 and ok.json()["model"] == "my-embedder"
+    assert other.status_code == 404 and other.json()["error"]["code"] == "model_not_found"
+    assert one.status_code == 200 and one.json()["id"] == "my-embedder"
+
+
+def test_health_is_503_until_the_model_is_ready(default_engine, monkeypatch):
+    release = asyncio.Event()
+    original = Runtime._load_and_warm_up
+
+    async def held_load(self):
+        await release.wait()
+        await original(self)
+
+    monkeypatch.setattr(Runtime, "_load_and_warm_up", held_load)
+
+    async def scenario():
+        app = create_app(ServerConfig(engine=EngineConfig(max_batch_tokens=4096)), default_engine)
+        async with AsyncTestClient(app) as client:
+            before = await client.get("/health")
+            early = await client.post("/v1/embeddings", json={"input": "too early"})
+            release.set()
+            await _ready(app)
+            after = await client.get("/health")
+            return before, early, after
+
+    before, early, after = asyncio.run(scenario())
+    assert before.status_code == 503 and before.json()["error"]["code"] == "model_not_ready"
+    assert early.status_code == 503 and early.headers["retry-after"] == "1"
+    assert after.status_code == 200 and after.json() == {"status": "ok"}
+
+
+def test_post_is_200_and_openapi_lists_routes(default_engine):
+    async def scenario():
+        app = create_app(ServerConfig(engine=EngineConfig(max_batch_tokens=4096)), default_engine)
+        async with AsyncTestClient(app) as client:
+            await _ready(app)
+            return await client.post("/embeddings", json={"input": ["a"]}), await client.get("/docs/openapi.json")
+
+    response, schema = asyncio.run(scenario())
+    assert response.status_code == 200  # OpenAI's status, not Litestar's 201 default for POST
+    assert {"/v1/embeddings", "/embeddings", "/v1/models", "/health"} <= set(schema.json()["paths"])
