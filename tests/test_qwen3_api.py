@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ServerProcess, load_texts
-from qwen3_checkpoints import QUERY_PROMPT, pplx_embed, qwen3_embedding, reference_pooled, train_tokenizer
+from tests.conftest import ServerProcess, load_texts
+from tests.qwen3_checkpoints import QUERY_PROMPT, pplx_embed, qwen3_embedding, reference_pooled, train_tokenizer
 
 COSINE = 0.9999
 BOUNDARY = 1e-3

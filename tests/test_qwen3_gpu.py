@@ -18,7 +18,7 @@ import torch
 from engine.batch import pack
 from engine.layers.attention import SDPAPerSequenceBackend
 from engine.layers.pooling import pool
-from test_qwen3_model import _models
+from tests.test_qwen3_model import _models
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 HEAD_DIM = 64  # FlashInfer's smallest

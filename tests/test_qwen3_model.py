@@ -17,7 +17,7 @@ from engine.batch import pack
 from engine.layers.attention import SDPAPerSequenceBackend
 from engine.layers.rotary import rope_theta
 from engine.models.qwen3 import Qwen3Model
-from qwen3_checkpoints import randomize
+from tests.qwen3_checkpoints import randomize
 
 ATOL = 1e-4
 
