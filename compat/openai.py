@@ -17,6 +17,10 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True):
     encoding_format: str = "float"
     dimensions: int | None = None
     user: str | None = None
+    # Prompts (server/prompts.py): a name from the model's config_sentence_transformers.json
+    # prompts; `input_type` is the same under the name Voyage / Cohere / NVIDIA clients send.
+    prompt_name: str | None = None
+    input_type: str | None = None
 
 
 class Embedding(msgspec.Struct, kw_only=True):

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ModelOverrides:
+    """Command-line corrections to what the loader reads from the checkpoint; None keeps
+    the checkpoint's own answer (see engine/loader.py for how each is read)."""
+
+    attention: str | None = None  # "causal" | "bidirectional"
+    pooling: str | None = None  # "cls" | "mean" | "last"
+    quantization: str | None = None  # "none" | "tanh" (int8 = round(127 * tanh(pooled)))
+    default_prompt_name: str | None = None  # "" switches the checkpoint's default prompt off
+    matryoshka_dims: str | None = None  # "any" | "none" | "64,128,256"
 
 
 @dataclass(frozen=True)
@@ -23,3 +35,4 @@ class EngineConfig:
     enforce_eager: bool = False
     capture_at_start: bool = False
     num_threads: int | None = None  # torch intra-op threads on CPU; None: torch's default
+    model_overrides: ModelOverrides = field(default_factory=ModelOverrides)

@@ -39,12 +39,15 @@ class Engine:
 
     def __init__(self, config: EngineConfig):
         self.config = config
-        self.spec: ModelSpec = load_spec(config.model, config.max_seq_len)
+        self.spec: ModelSpec = load_spec(config.model, config.max_seq_len, config.model_overrides)
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
         if self.device.type == "cpu" and config.num_threads:
             torch.set_num_threads(config.num_threads)
-        self.tokenizer = TextTokenizer(self.spec.path, self.spec.max_seq_len)
+        self.tokenizer = TextTokenizer(
+            self.spec.path, self.spec.max_seq_len, self.spec.append_end_token,
+            strip_texts=self.spec.architecture == "bert",  # whitespace is content for byte-level BPE
+        )
 
         model = MODEL_CLASSES[self.spec.architecture](self.spec.hf_config)
         model.load_hf_weights(load_state_dict(self.spec.path))

@@ -13,10 +13,13 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from engine.config import ModelOverrides
+from engine.flavour import PPLX_MODEL_TYPE, FlavourError, read_flavour
+
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
 _ENCODER_TYPES = {"bert", "roberta", "xlm-roberta", "camembert"}
-_DECODER_TYPES = {"qwen3"}
+_DECODER_TYPES = {"qwen3", PPLX_MODEL_TYPE}
 
 
 class ModelLoadError(RuntimeError):
@@ -38,6 +41,9 @@ class ModelSpec:
     is_causal: bool
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
+    quantization: str | None = None  # "tanh" where the model defines int8 / binary output
+    matryoshka_dims: tuple[int, ...] | None = None  # None: any size 1..hidden_size
+    append_end_token: bool = False  # the tokenizer must end each text with the end token
 
 
 def resolve_model_dir(model: str | None) -> tuple[Path, str]:
@@ -114,8 +120,8 @@ def _max_seq_len(model_dir: Path, hf_config: dict) -> int:
     return int(min(limits))
 
 
-def load_spec(model: str | None, max_seq_len: int | None = None) -> ModelSpec:
-    """Read a model's description (no weights)."""
+def load_spec(model: str | None, max_seq_len: int | None = None, overrides: ModelOverrides | None = None) -> ModelSpec:
+    """Read a model's description (no weights); engine/flavour.py says how each choice is made."""
     model_dir, name = resolve_model_dir(model)
     hf_config = _read_json(model_dir / "config.json")
     if not isinstance(hf_config, dict):
@@ -124,29 +130,41 @@ def load_spec(model: str | None, max_seq_len: int | None = None) -> ModelSpec:
         raise ModelLoadError(f"{model_dir} has no tokenizer.json (a fast tokenizer is required)")
     model_type = hf_config.get("model_type", "")
     if model_type in _ENCODER_TYPES:
-        architecture, is_causal, default_pooling = "bert", False, "mean"
+        architecture = "bert"
     elif model_type in _DECODER_TYPES:
-        architecture, is_causal, default_pooling = "qwen3", True, "last"
+        architecture = "qwen3"
     else:
         raise ModelLoadError(f"model_type {model_type!r} is not supported")
 
     modules = _sentence_transformers_modules(model_dir)
-    pooling = _pooling_from_st(model_dir, modules) or default_pooling
     st_cfg = _read_json(model_dir / "config_sentence_transformers.json") or {}
+    prompts = dict(st_cfg.get("prompts") or {})
+    try:
+        flavour = read_flavour(
+            hf_config, _pooling_from_st(model_dir, modules), modules, st_cfg, prompts,
+            int(hf_config["hidden_size"]), architecture == "qwen3", overrides or ModelOverrides(),
+        )
+    except FlavourError as exc:
+        raise ModelLoadError(str(exc)) from exc
     model_limit = _max_seq_len(model_dir, hf_config)
     return ModelSpec(
         path=model_dir,
         name=name,
         architecture=architecture,
         hf_config=hf_config,
-        pooling=pooling,
+        pooling=flavour.pooling,
         # OpenAI's vectors are unit length, and clients compute cosine as a dot product.
-        normalize=True,
+        # A quantising model hands out its raw pooled vector instead: int8 = round(127 *
+        # tanh(pooled)) depends on its scale; compat/encoding.py normalises float output.
+        normalize=flavour.quantization is None,
         max_seq_len=min(max_seq_len, model_limit) if max_seq_len else model_limit,
         hidden_size=int(hf_config["hidden_size"]),
-        is_causal=is_causal,
-        prompts=dict(st_cfg.get("prompts") or {}),
-        default_prompt_name=st_cfg.get("default_prompt_name"),
+        is_causal=flavour.is_causal,
+        prompts=prompts,
+        default_prompt_name=flavour.default_prompt_name,
+        quantization=flavour.quantization,
+        matryoshka_dims=flavour.matryoshka_dims,
+        append_end_token=flavour.append_end_token,
     )
 
 

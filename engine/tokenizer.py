@@ -4,8 +4,46 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import json
+
 import numpy as np
 from tokenizers import Tokenizer
+from tokenizers.processors import TemplateProcessing
+
+# The token Qwen3-Embedding's own tokenizer.json appends (its TemplateProcessing
+# post-processor: "$A <|endoftext|>"); note it is not the chat eos <|im_end|>.
+_QWEN_END_TOKEN = "<|endoftext|>"
+
+
+def _end_token(model_dir: Path, tokenizer: Tokenizer) -> str:
+    """<|endoftext|> where the vocabulary has it, else tokenizer_config.json's eos_token."""
+    if tokenizer.token_to_id(_QWEN_END_TOKEN) is not None:
+        return _QWEN_END_TOKEN
+    path = model_dir / "tokenizer_config.json"
+    eos = json.loads(path.read_text(encoding="utf-8")).get("eos_token") if path.is_file() else None
+    if isinstance(eos, dict):  # {"content": "</s>", ...} in older files
+        eos = eos.get("content")
+    if not eos or tokenizer.token_to_id(eos) is None:
+        raise ValueError("last-token pooling needs an end token, and the tokenizer defines none")
+    return eos
+
+
+def ensure_end_token(model_dir: Path, tokenizer: Tokenizer) -> None:
+    """Make the tokenizer end every text with the end token, the way Qwen3-Embedding's
+    tokenizer.json does, unless its post-processor already appends a special token.
+
+    Installing a post-processor (rather than appending ids afterwards) keeps truncation
+    right: the fast tokenizer reserves room for the added token when it truncates.
+    """
+    probe = "end token probe"
+    with_special = tokenizer.encode(probe, add_special_tokens=True)
+    if len(with_special.ids) > len(tokenizer.encode(probe, add_special_tokens=False).ids) and with_special.special_tokens_mask[-1]:
+        return
+    token = _end_token(model_dir, tokenizer)
+    tokenizer.post_processor = TemplateProcessing(
+        single=f"$A:0 {token}:0", pair=f"$A:0 {token}:0 $B:1 {token}:1",
+        special_tokens=[(token, tokenizer.token_to_id(token))],
+    )
 
 
 class TextTokenizer:
@@ -15,9 +53,12 @@ class TextTokenizer:
     releases the GIL and spreads one batch over the machine's cores.
     """
 
-    def __init__(self, model_dir: Path, max_seq_len: int):
+    def __init__(self, model_dir: Path, max_seq_len: int, append_end_token: bool = False, strip_texts: bool = True):
         self.max_seq_len = max_seq_len
+        self.strip_texts = strip_texts
         self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        if append_end_token:
+            ensure_end_token(model_dir, self._tokenizer)
         self._tokenizer.no_padding()
         self._tokenizer.enable_truncation(max_length=max_seq_len)
         self.vocab_size = self._tokenizer.get_vocab_size(with_added_tokens=True)
@@ -29,9 +70,14 @@ class TextTokenizer:
     def encode(self, texts: list[str]) -> list[np.ndarray]:
         """Token ids (int32) per text, special tokens added, truncated to max_seq_len.
 
-        Texts are stripped first, as sentence-transformers does before tokenizing.
+        Texts are stripped first, as sentence-transformers (before v5) does before tokenizing,
+        unless `strip_texts` is off: byte-level BPE tokenizers (Qwen) keep whitespace as
+        tokens, and today's references (sentence-transformers >= 5, Qwen's own code) feed
+        the text as it is.
         """
-        encodings = self._encode_batch([t.strip() for t in texts], add_special_tokens=True)
+        if self.strip_texts:
+            texts = [t.strip() for t in texts]
+        encodings = self._encode_batch(texts, add_special_tokens=True)
         return [np.asarray(e.ids, dtype=np.int32) for e in encodings]
 
     def truncate_ids(self, ids: list[int]) -> np.ndarray:

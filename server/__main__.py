@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from engine.config import EngineConfig
+from engine.config import EngineConfig, ModelOverrides
 from engine.loader import ModelLoadError, load_spec
 from server.aliases import AliasError, resolve_aliases
 from server.auth import API_KEY_ENV, keys_from_env
@@ -53,7 +53,25 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--tiktoken-ids", action="store_true",
                        help="read token-id input as tiktoken cl100k_base ids (LangChain's OpenAIEmbeddings default) "
                             "and re-tokenize the decoded text with the model's tokenizer")
+    _add_model_flags(serve)
     return parser
+
+
+def _add_model_flags(serve: argparse.ArgumentParser) -> None:
+    """Overrides of what the checkpoint says about itself (engine/flavour.py has the rules)."""
+    group = serve.add_argument_group("model flavour (default: read from the checkpoint)")
+    group.add_argument("--attention", choices=["causal", "bidirectional"], default=None,
+                       help="attention mask (default: bidirectional for pplx-embed / use_bidirectional_attention, "
+                            "causal for other decoders)")
+    group.add_argument("--pooling", choices=["cls", "mean", "last"], default=None,
+                       help="pooling (default: sentence-transformers 1_Pooling, else last for causal decoders, mean)")
+    group.add_argument("--embedding-quantization", choices=["none", "tanh"], default=None,
+                       help="tanh: offer int8 = round(127*tanh(x)) and sign-bit formats (default: on for pplx-embed)")
+    group.add_argument("--default-prompt-name", default=None,
+                       help="prompt applied when a request names none ('' for none; default: the model's)")
+    group.add_argument("--matryoshka-dims", default=None,
+                       help="sizes allowed as `dimensions`: 'any', 'none' or e.g. '128,256,512' "
+                            "(default: config.json matryoshka_dimensions, else any)")
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -62,6 +80,10 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_batch_seqs=args.max_batch_seqs, max_seq_len=args.max_seq_len, num_threads=args.num_threads,
         attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
         capture_at_start=args.capture_at_start,
+        model_overrides=ModelOverrides(
+            attention=args.attention, pooling=args.pooling, quantization=args.embedding_quantization,
+            default_prompt_name=args.default_prompt_name, matryoshka_dims=args.matryoshka_dims,
+        ),
     )
     return ServerConfig(
         engine=engine, host=args.host, port=args.port, served_model_name=args.served_model_name,
@@ -79,7 +101,7 @@ def serve(config: ServerConfig) -> None:
     from server.app import create_app
 
     try:
-        spec = load_spec(config.engine.model, config.engine.max_seq_len)  # fail fast on a bad --model
+        spec = load_spec(config.engine.model, config.engine.max_seq_len, config.engine.model_overrides)  # fail fast
     except ModelLoadError as exc:
         sys.exit(f"rose-embed: {exc}")
     if config.engine.max_batch_tokens < spec.max_seq_len:

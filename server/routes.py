@@ -11,12 +11,14 @@ import numpy as np
 from litestar import Request, get, post
 from litestar.datastructures import State
 
-from compat.encoding import ENCODING_FORMATS, encode_vector, truncate_dimensions
+from compat.encoding import encode_embeddings
 from compat.inputs import normalise_input
 from compat.openai import Embedding, EmbeddingRequest, EmbeddingResponse, Model, ModelList, Usage
 from server.aliases import model_names
-from server.errors import APIError, invalid_request, model_not_found, not_ready
+from server.errors import APIError, model_not_found, not_ready
 from server.openapi import EMBEDDINGS_ERROR_RESPONSES, ERROR_RESPONSES, EmbeddingsOperation
+from server.options import check_dimensions, check_encoding_format
+from server.prompts import apply_prompt, resolve_prompt
 from server.runtime import Runtime
 from server.token_inputs import TokenInputs
 
@@ -38,16 +40,8 @@ def _model_names(runtime: Runtime) -> list[str]:
 def _check_options(runtime: Runtime, data: EmbeddingRequest) -> None:
     if data.model is not None and data.model not in _model_names(runtime):
         raise model_not_found(data.model)
-    if data.encoding_format not in ENCODING_FORMATS:
-        raise invalid_request(
-            f"'encoding_format' must be one of {', '.join(ENCODING_FORMATS)}; got {data.encoding_format!r}",
-            "encoding_format",
-        )
-    full = runtime.engine.dimensions
-    if data.dimensions is not None and not 1 <= data.dimensions <= full:
-        raise invalid_request(
-            f"'dimensions' must be between 1 and {full} for this model; got {data.dimensions}", "dimensions"
-        )
+    check_encoding_format(runtime.engine.spec, data.encoding_format)
+    check_dimensions(runtime.engine.spec, data.dimensions)
 
 
 async def _wait_for_disconnect(request: Request) -> None:
@@ -79,17 +73,21 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
     _check_options(runtime, data)
     token_inputs: TokenInputs = state.token_inputs
     inputs = await token_inputs.decode_tiktoken(normalise_input(data.input, runtime.config.max_request_inputs))
+    spec = runtime.engine.spec
+    prompt = resolve_prompt(spec.prompts, spec.default_prompt_name, data.prompt_name, data.input_type)
     if inputs.texts is not None:
-        seqs = await runtime.tokenize(inputs.texts)
-        await token_inputs.check_context_length(runtime.engine, inputs.texts, seqs)
+        texts = apply_prompt(prompt, inputs.texts)
+        seqs = await runtime.tokenize(texts)
+        await token_inputs.check_context_length(runtime.engine, texts, seqs)
     else:
         token_inputs.check_token_ids(inputs.token_ids, runtime.engine.vocab_size, runtime.engine.tokenizer.max_seq_len)
         seqs = [runtime.engine.tokenizer.truncate_ids(ids) for ids in inputs.token_ids]
     num_tokens = token_inputs.check_request_tokens(seqs)
     futures = runtime.batcher.submit(seqs, owner=next(_request_ids))
-    vectors = truncate_dimensions(np.stack(await _gather_unless_disconnected(request, futures)), data.dimensions)
+    vectors = np.stack(await _gather_unless_disconnected(request, futures))
+    embeddings = encode_embeddings(vectors, data.encoding_format, data.dimensions, spec.normalize)
     return EmbeddingResponse(
-        data=[Embedding(index=i, embedding=encode_vector(v, data.encoding_format)) for i, v in enumerate(vectors)],
+        data=[Embedding(index=i, embedding=e) for i, e in enumerate(embeddings)],
         model=data.model or runtime.served_model_name,  # OpenAI echoes the name asked for (an alias too)
         usage=Usage(prompt_tokens=num_tokens, total_tokens=num_tokens),
     )

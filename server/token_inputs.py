@@ -17,6 +17,7 @@ from tokenizers import Tokenizer
 
 from compat.inputs import NormalisedInput, check_token_range
 from compat.tiktoken_ids import TiktokenDecoder
+from engine.tokenizer import ensure_end_token
 from server.config import ServerConfig
 from server.errors import APIError, invalid_request
 
@@ -102,9 +103,13 @@ class TokenInputs:
                 counter = Tokenizer.from_file(str(engine.spec.path / "tokenizer.json"))
                 counter.no_truncation()
                 counter.no_padding()
+                if engine.spec.append_end_token:  # the end token the engine's tokenizer appends
+                    ensure_end_token(engine.spec.path, counter)
                 self._counter = counter
-        # Stripped as the engine's tokenizer does, so that both count the same tokens.
-        return [len(e.ids) for e in self._counter.encode_batch([t.strip() for t in texts], add_special_tokens=True)]
+        # Stripped (or not) as the engine's tokenizer does, so that both count the same tokens.
+        if engine.tokenizer.strip_texts:
+            texts = [t.strip() for t in texts]
+        return [len(e.ids) for e in self._counter.encode_batch(texts, add_special_tokens=True)]
 
     def check_request_tokens(self, seqs: list[np.ndarray]) -> int:
         """The sum of tokens to embed must stay within --max-request-tokens; returns the sum."""

@@ -1,0 +1,125 @@
+"""How to run and present a checkpoint, read from its files, with command-line overrides.
+
+One place answers, for every model: causal or bidirectional attention, which pooling,
+whether the model defines quantised (int8 / binary) output, which Matryoshka sizes it
+allows, whether the tokenizer must end each text with the end token, and the default
+prompt. The rules, in order of precedence (first match wins):
+
+attention   --attention; config.json `use_bidirectional_attention: true` or
+            `is_causal: false`, or model_type `bidirectional_pplx_qwen3` (pplx-embed)
+            -> bidirectional; other decoders (model_type qwen3) -> causal; encoders ->
+            bidirectional.
+pooling     --pooling; sentence-transformers `1_Pooling/config.json`; else last token
+            for causal decoders (Qwen3-Embedding), mean otherwise (pplx-embed, BERT).
+quantization --embedding-quantization; a sentence-transformers module of type
+            `*.FlexibleQuantizer` (pplx-embed's st_quantize) or model_type
+            `bidirectional_pplx_qwen3` -> "tanh": int8 = round(127 * tanh(pooled)),
+            binary = sign bits. Otherwise none (float and base64 only).
+matryoshka  --matryoshka-dims ("any" | "none" | "64,128,256"); config.json
+            `matryoshka_dimensions`; else no declaration, which allows any size from 1
+            to the full size (truncate and re-normalise, as OpenAI's `dimensions` does).
+end token   causal last-token pooling reads the end token's hidden state, so a decoder
+            with last-token pooling gets the end token appended if its tokenizer does
+            not append one itself (Qwen3-Embedding's later tokenizer.json does, with a
+            TemplateProcessing post-processor; older snapshots do not).
+prompt      --default-prompt-name ("" for none); config_sentence_transformers.json
+            `default_prompt_name`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.config import ModelOverrides
+
+PPLX_MODEL_TYPE = "bidirectional_pplx_qwen3"
+ATTENTION_KINDS = ("causal", "bidirectional")
+POOLING_MODES = ("cls", "mean", "last")
+QUANTIZATIONS = ("none", "tanh")
+
+
+class FlavourError(ValueError):
+    """A checkpoint or an override asks for something this engine cannot do."""
+
+
+@dataclass(frozen=True)
+class Flavour:
+    is_causal: bool
+    pooling: str
+    quantization: str | None  # None | "tanh"
+    matryoshka_dims: tuple[int, ...] | None  # None: any size; () : only the full size
+    append_end_token: bool
+    default_prompt_name: str | None
+
+
+def _is_causal(hf_config: dict, is_decoder: bool, override: str | None) -> bool:
+    if override is not None:
+        if override not in ATTENTION_KINDS:
+            raise FlavourError(f"--attention must be one of {', '.join(ATTENTION_KINDS)}; got {override!r}")
+        return override == "causal"
+    if hf_config.get("use_bidirectional_attention") is True or hf_config.get("is_causal") is False:
+        return False
+    if hf_config.get("model_type") == PPLX_MODEL_TYPE:
+        return False
+    return is_decoder
+
+
+def _quantization(hf_config: dict, modules: list[dict], override: str | None) -> str | None:
+    if override is not None:
+        if override not in QUANTIZATIONS:
+            raise FlavourError(f"--embedding-quantization must be one of {', '.join(QUANTIZATIONS)}; got {override!r}")
+        return None if override == "none" else override
+    if any(m.get("type", "").endswith("FlexibleQuantizer") for m in modules):
+        return "tanh"
+    return "tanh" if hf_config.get("model_type") == PPLX_MODEL_TYPE else None
+
+
+def parse_matryoshka_dims(text: str, hidden_size: int) -> tuple[int, ...] | None:
+    """"any" -> None, "none" -> (), "64,128" -> (64, 128); sizes must lie in 1..hidden_size."""
+    text = text.strip().lower()
+    if text == "any":
+        return None
+    if text in ("none", ""):
+        return ()
+    try:
+        dims = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError as exc:
+        raise FlavourError(f"--matryoshka-dims must be 'any', 'none' or a comma list of sizes; got {text!r}") from exc
+    if not dims or dims[0] < 1 or dims[-1] > hidden_size:
+        raise FlavourError(f"Matryoshka sizes must lie between 1 and {hidden_size}; got {text!r}")
+    return dims
+
+
+def _matryoshka(hf_config: dict, hidden_size: int, override: str | None) -> tuple[int, ...] | None:
+    if override is not None:
+        return parse_matryoshka_dims(override, hidden_size)
+    declared = hf_config.get("matryoshka_dimensions")
+    if isinstance(declared, list) and declared:
+        return parse_matryoshka_dims(",".join(str(d) for d in declared), hidden_size)
+    return None
+
+
+def read_flavour(
+    hf_config: dict, st_pooling: str | None, modules: list[dict], st_cfg: dict, prompts: dict,
+    hidden_size: int, is_decoder: bool, overrides: ModelOverrides,
+) -> Flavour:
+    """Apply the rules of this module's docstring to one checkpoint's files."""
+    is_causal = _is_causal(hf_config, is_decoder, overrides.attention)
+    if overrides.pooling is not None and overrides.pooling not in POOLING_MODES:
+        raise FlavourError(f"--pooling must be one of {', '.join(POOLING_MODES)}; got {overrides.pooling!r}")
+    pooling = overrides.pooling or st_pooling or ("last" if is_decoder and is_causal else "mean")
+    default_prompt = st_cfg.get("default_prompt_name")
+    if overrides.default_prompt_name is not None:
+        default_prompt = overrides.default_prompt_name or None
+    if default_prompt is not None and default_prompt not in prompts:
+        raise FlavourError(
+            f"default prompt {default_prompt!r} is not among the model's prompts ({', '.join(prompts) or 'none'})"
+        )
+    return Flavour(
+        is_causal=is_causal,
+        pooling=pooling,
+        quantization=_quantization(hf_config, modules, overrides.quantization),
+        matryoshka_dims=_matryoshka(hf_config, hidden_size, overrides.matryoshka_dims),
+        append_end_token=is_decoder and pooling == "last",
+        default_prompt_name=default_prompt,
+    )

@@ -1,0 +1,139 @@
+"""Qwen3 decoder stack on a packed stream: Qwen3-Embedding (causal) and pplx-embed (bidirectional).
+
+The same layers serve both flavours; only the attention backend's `is_causal` differs,
+and that is chosen by the loader from the checkpoint (see engine/loader.py), not here.
+No KV cache, no LM head: the model returns the final-norm hidden state [T, hidden].
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.layers.attention import AttentionBackend, AttentionShape
+from engine.layers.norm import RMSNorm
+from engine.layers.rotary import RotaryEmbedding, apply_rotary, interleave_rotary_halves, rope_theta
+
+# Checkpoints name the backbone's tensors bare (saved from Qwen3Model, e.g. Qwen3-Embedding,
+# pplx-embed) or under `model.` (saved from Qwen3ForCausalLM).
+_PREFIXES = ("model.",)
+# Tensors that belong to heads this engine never runs.
+_IGNORED = ("lm_head.", "score.")
+
+
+class Qwen3Attention(nn.Module):
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int, bias: bool, eps: float):
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self.q_size, self.kv_size = num_heads * head_dim, num_kv_heads * head_dim
+        # q, k, v fused into one matmul: [hidden] -> [q_size + 2 * kv_size].
+        self.qkv_proj = nn.Linear(hidden_size, self.q_size + 2 * self.kv_size, bias=bias)
+        self.o_proj = nn.Linear(self.q_size, hidden_size, bias=bias)
+        # Qwen3 normalises each head's q and k (over head_dim) before rotary.
+        self.q_norm = RMSNorm(head_dim, eps)
+        self.k_norm = RMSNorm(head_dim, eps)
+
+    def forward(self, x: torch.Tensor, rotations: torch.Tensor, attention: AttentionBackend, meta: object) -> torch.Tensor:
+        num_tokens = x.shape[0]
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        # q and k rows come in rotary pairs (see engine/layers/rotary.py); the norms and
+        # the rotation write new contiguous tensors, v is copied out of the fused output.
+        q = apply_rotary(self.q_norm(q.view(num_tokens, self.num_heads, self.head_dim)), rotations)
+        k = apply_rotary(self.k_norm(k.view(num_tokens, self.num_kv_heads, self.head_dim)), rotations)
+        v = v.reshape(num_tokens, self.num_kv_heads, self.head_dim).contiguous()
+        out = attention.forward(q, k, v, meta)
+        return self.o_proj(out.reshape(num_tokens, self.q_size))
+
+
+class Qwen3MLP(nn.Module):
+    def __init__(self, hidden_size: int, intermediate_size: int):
+        super().__init__()
+        self.intermediate_size = intermediate_size
+        # gate and up fused into one matmul: [hidden] -> [2 * intermediate].
+        self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class Qwen3DecoderLayer(nn.Module):
+    def __init__(self, config: dict, head_dim: int):
+        super().__init__()
+        hidden, eps = config["hidden_size"], config.get("rms_norm_eps", 1e-6)
+        self.input_layernorm = RMSNorm(hidden, eps)
+        self.self_attn = Qwen3Attention(
+            hidden, config["num_attention_heads"], config.get("num_key_value_heads") or config["num_attention_heads"],
+            head_dim, bool(config.get("attention_bias", False)), eps,
+        )
+        self.post_attention_layernorm = RMSNorm(hidden, eps)
+        self.mlp = Qwen3MLP(hidden, config["intermediate_size"])
+
+    def forward(self, x, rotations, attention, meta):
+        x = x + self.self_attn(self.input_layernorm(x), rotations, attention, meta)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Qwen3Model(nn.Module):
+    """Qwen3 backbone returning the final-norm hidden state [T, hidden] of a packed batch."""
+
+    def __init__(self, config: dict):
+        super().__init__()
+        if config.get("hidden_act", "silu") != "silu":
+            raise ValueError(f"Qwen3 with hidden_act {config['hidden_act']!r} is not supported")
+        if config.get("use_sliding_window"):
+            raise ValueError("Qwen3 with sliding-window attention is not supported")
+        self.num_heads = config["num_attention_heads"]
+        self.num_kv_heads = config.get("num_key_value_heads") or self.num_heads
+        self.head_dim = config.get("head_dim") or config["hidden_size"] // self.num_heads
+        self.embed_tokens = nn.Embedding(config["vocab_size"], config["hidden_size"])
+        self.layers = nn.ModuleList(Qwen3DecoderLayer(config, self.head_dim) for _ in range(config["num_hidden_layers"]))
+        self.norm = RMSNorm(config["hidden_size"], config.get("rms_norm_eps", 1e-6))
+        self.rotary_emb = RotaryEmbedding(self.head_dim, config.get("max_position_embeddings", 32768), rope_theta(config))
+
+    def attention_shape(self, is_causal: bool) -> AttentionShape:
+        return AttentionShape(self.num_heads, self.num_kv_heads, self.head_dim, is_causal)
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend, meta: object
+    ) -> torch.Tensor:
+        x = self.embed_tokens(input_ids)
+        rotations = self.rotary_emb(positions)  # shared by all layers
+        for layer in self.layers:
+            x = layer(x, rotations, attention, meta)
+        return self.norm(x)
+
+    def load_hf_weights(self, state: dict[str, torch.Tensor]) -> None:
+        """Load a Hugging Face Qwen3 state dict (bare or `model.`-prefixed names, any float
+        dtype), fusing q/k/v and gate/up and putting q/k rotary pairs side by side. An LM
+        head, tied or not, is ignored."""
+        ours: dict[str, torch.Tensor] = {}
+        for name, tensor in state.items():
+            for prefix in _PREFIXES:
+                if name.startswith(prefix):
+                    name = name[len(prefix):]
+            if not name.startswith(_IGNORED):
+                ours[name] = tensor
+        renamed = {"embed_tokens.weight": ours.pop("embed_tokens.weight"), "norm.weight": ours.pop("norm.weight")}
+        for i in range(len(self.layers)):
+            p = f"layers.{i}."
+            attn, mlp = p + "self_attn.", p + "mlp."
+            for kind in ("weight", "bias"):
+                if attn + f"q_proj.{kind}" in ours:
+                    q, k, v = (ours.pop(attn + f"{n}_proj.{kind}") for n in "qkv")
+                    renamed[attn + f"qkv_proj.{kind}"] = torch.cat([self._pairs(q), self._pairs(k), v])
+            for n in ("q_norm", "k_norm"):
+                renamed[attn + f"{n}.weight"] = self._pairs(ours.pop(attn + f"{n}.weight"))
+            renamed[mlp + "gate_up_proj.weight"] = torch.cat([ours.pop(mlp + "gate_proj.weight"), ours.pop(mlp + "up_proj.weight")])
+            for name in ("self_attn.o_proj.weight", "self_attn.o_proj.bias", "mlp.down_proj.weight",
+                         "input_layernorm.weight", "post_attention_layernorm.weight"):
+                if p + name in ours:
+                    renamed[p + name] = ours.pop(p + name)
+        if ours:  # a tensor we would silently drop means the checkpoint is not what we think
+            raise ValueError(f"unexpected Qwen3 tensors: {sorted(ours)[:5]}")
+        self.load_state_dict(renamed, strict=True)
+
+    def _pairs(self, tensor: torch.Tensor) -> torch.Tensor:
+        return interleave_rotary_halves(tensor, self.head_dim)

@@ -1,0 +1,102 @@
+"""How a checkpoint's files (and the flags) decide attention, pooling, quantisation,
+Matryoshka sizes, the end token and the default prompt (engine/flavour.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.config import ModelOverrides
+from engine.loader import ModelLoadError, load_spec
+
+QWEN3 = {"model_type": "qwen3", "hidden_size": 64, "max_position_embeddings": 512, "vocab_size": 100}
+
+
+def _model(tmp_path: Path, config: dict, files: dict | None = None) -> str:
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "tokenizer.json").write_text("{}")  # load_spec only checks that it exists
+    for name, value in (files or {}).items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(json.dumps(value))
+    return str(tmp_path)
+
+
+def _st(pooling: str, quantizer: bool = False) -> dict:
+    modules = [{"type": "sentence_transformers.models.Transformer", "path": ""},
+               {"type": "sentence_transformers.models.Pooling", "path": "1_Pooling"}]
+    if quantizer:
+        modules.append({"type": "st_quantize.FlexibleQuantizer", "path": ""})
+    return {"modules.json": modules, "1_Pooling/config.json": {f"pooling_mode_{pooling}": True}}
+
+
+def test_qwen3_embedding_is_causal_last_token_float_only(tmp_path):
+    spec = load_spec(_model(tmp_path, QWEN3, {**_st("lasttoken"), "config_sentence_transformers.json": {
+        "prompts": {"query": "Instruct: x\nQuery:", "document": ""}, "default_prompt_name": None}}))
+    assert (spec.architecture, spec.is_causal, spec.pooling) == ("qwen3", True, "last")
+    assert spec.append_end_token and spec.normalize
+    assert spec.quantization is None and spec.matryoshka_dims is None
+    assert spec.prompts["query"] == "Instruct: x\nQuery:" and spec.default_prompt_name is None
+
+
+def test_qwen3_without_sentence_transformers_files_defaults_to_last_token(tmp_path):
+    spec = load_spec(_model(tmp_path, QWEN3))
+    assert (spec.is_causal, spec.pooling, spec.append_end_token) == (True, "last", True)
+
+
+def test_pplx_embed_is_bidirectional_mean_tanh_quantized(tmp_path):
+    config = {**QWEN3, "model_type": "bidirectional_pplx_qwen3", "use_bidirectional_attention": True}
+    spec = load_spec(_model(tmp_path, config, _st("mean_tokens", quantizer=True)))
+    assert (spec.architecture, spec.is_causal, spec.pooling) == ("qwen3", False, "mean")
+    assert spec.quantization == "tanh" and not spec.normalize and not spec.append_end_token
+
+
+@pytest.mark.parametrize("flag", [{"use_bidirectional_attention": True}, {"is_causal": False}])
+def test_bidirectional_config_flags_on_a_plain_qwen3(tmp_path, flag):
+    spec = load_spec(_model(tmp_path, {**QWEN3, **flag}))
+    assert (spec.is_causal, spec.pooling, spec.quantization) == (False, "mean", None)
+
+
+def test_quantizer_module_alone_turns_quantization_on(tmp_path):
+    spec = load_spec(_model(tmp_path, {**QWEN3, "is_causal": False}, _st("mean_tokens", quantizer=True)))
+    assert spec.quantization == "tanh"
+
+
+def test_overrides_win_over_the_checkpoint(tmp_path):
+    config = {**QWEN3, "model_type": "bidirectional_pplx_qwen3", "matryoshka_dimensions": [32, 16]}
+    path = _model(tmp_path, config, _st("mean_tokens", quantizer=True))
+    assert load_spec(path).matryoshka_dims == (16, 32)
+    spec = load_spec(path, overrides=ModelOverrides(attention="causal", pooling="last", quantization="none",
+                                                   matryoshka_dims="8,48"))
+    assert (spec.is_causal, spec.pooling, spec.quantization, spec.normalize) == (True, "last", None, True)
+    assert spec.matryoshka_dims == (8, 48) and spec.append_end_token
+    assert load_spec(path, overrides=ModelOverrides(matryoshka_dims="any")).matryoshka_dims is None
+    assert load_spec(path, overrides=ModelOverrides(matryoshka_dims="none")).matryoshka_dims == ()
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (ModelOverrides(matryoshka_dims="0,8"), "between 1 and 64"),
+    (ModelOverrides(matryoshka_dims="128"), "between 1 and 64"),
+    (ModelOverrides(matryoshka_dims="big"), "comma list"),
+    (ModelOverrides(pooling="max"), "--pooling"),
+    (ModelOverrides(default_prompt_name="query"), "not among the model's prompts"),
+])
+def test_bad_overrides_fail_at_load(tmp_path, overrides, message):
+    with pytest.raises(ModelLoadError, match=message):
+        load_spec(_model(tmp_path, QWEN3), overrides=overrides)
+
+
+def test_default_prompt_from_checkpoint_and_flag(tmp_path):
+    st = {"config_sentence_transformers.json": {"prompts": {"query": "q: ", "passage": "p: "},
+                                                "default_prompt_name": "passage"}}
+    path = _model(tmp_path, QWEN3, st)
+    assert load_spec(path).default_prompt_name == "passage"
+    assert load_spec(path, overrides=ModelOverrides(default_prompt_name="query")).default_prompt_name == "query"
+    assert load_spec(path, overrides=ModelOverrides(default_prompt_name="")).default_prompt_name is None
+
+
+def test_bert_stays_a_normalised_mean_pooled_encoder(tmp_path):
+    spec = load_spec(_model(tmp_path, {"model_type": "bert", "hidden_size": 32, "max_position_embeddings": 64}))
+    assert (spec.architecture, spec.is_causal, spec.pooling, spec.quantization) == ("bert", False, "mean", None)
+    assert spec.normalize and not spec.append_end_token and spec.matryoshka_dims is None

@@ -1,0 +1,67 @@
+"""Quantised output formats against a plain-Python restatement of pplx-embed's quantizer."""
+
+from __future__ import annotations
+
+import base64
+import math
+
+import numpy as np
+import pytest
+
+from compat.encoding import QUANTIZED_FORMATS, encode_embeddings, encoding_formats
+from compat.quantize import int8_tanh, packed_sign_bits
+
+
+def _int8(x: float) -> int:
+    v = 127 * math.tanh(x)
+    r = math.floor(v + 0.5)
+    if v + 0.5 == r and r % 2:  # numpy / torch round half to even
+        r -= 1
+    return max(-128, min(127, r))
+
+
+def _bytes_of_bits(row) -> list[int]:
+    bits = [1 if x >= 0 else 0 for x in row] + [0] * (-len(row) % 8)
+    return [sum(b << (7 - j) for j, b in enumerate(bits[i:i + 8])) for i in range(0, len(bits), 8)]
+
+
+@pytest.fixture
+def vectors() -> np.ndarray:
+    rng = np.random.default_rng(3)
+    v = rng.normal(0, 1.5, (5, 21)).astype(np.float32)
+    v[0, :4] = [0.0, -0.0, 40.0, -40.0]  # the sign of zero, saturation
+    return v
+
+
+def test_int8_and_bits_match_the_plain_definition(vectors):
+    assert int8_tanh(vectors).tolist() == [[_int8(float(x)) for x in row] for row in vectors]
+    assert packed_sign_bits(vectors).tolist() == [_bytes_of_bits(row) for row in vectors]
+    assert int8_tanh(vectors)[0, 2:4].tolist() == [127, -127]
+
+
+def test_wire_formats(vectors):
+    int8 = [[_int8(float(x)) for x in row] for row in vectors]
+    packed = [_bytes_of_bits(row) for row in vectors]
+    assert encode_embeddings(vectors, "int8", None, False) == int8
+    assert encode_embeddings(vectors, "uint8", None, False) == [[v + 128 for v in row] for row in int8]
+    assert encode_embeddings(vectors, "ubinary", None, False) == packed
+    assert encode_embeddings(vectors, "binary", None, False) == [[v - 128 for v in row] for row in packed]
+    assert [list(np.frombuffer(base64.b64decode(s), np.int8)) for s in
+            encode_embeddings(vectors, "base64_int8", None, False)] == int8
+    assert [list(base64.b64decode(s)) for s in encode_embeddings(vectors, "base64_binary", None, False)] == packed
+
+
+def test_matryoshka_cuts_before_quantising_and_renormalises_floats(vectors):
+    cut = encode_embeddings(vectors, "int8", 9, False)
+    assert cut == [[_int8(float(x)) for x in row[:9]] for row in vectors]
+    assert encode_embeddings(vectors, "ubinary", 9, False) == [_bytes_of_bits(row[:9]) for row in vectors]
+    floats = np.array(encode_embeddings(vectors, "float", 9, False))
+    np.testing.assert_allclose(floats, vectors[:, :9] / np.linalg.norm(vectors[:, :9], axis=1, keepdims=True),
+                               rtol=1e-6)
+    full = np.array(encode_embeddings(vectors, "float", None, False))
+    np.testing.assert_allclose(np.linalg.norm(full, axis=1), 1.0, rtol=1e-6)  # raw vectors leave unit length
+
+
+def test_formats_per_model():
+    assert encoding_formats(None) == ("float", "base64")
+    assert encoding_formats("tanh") == ("float", "base64", *QUANTIZED_FORMATS)
