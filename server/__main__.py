@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import replace
 
 from engine.config import EngineConfig, ModelOverrides
 from engine.loader import ModelLoadError, load_spec
 from server.aliases import AliasError, resolve_aliases
 from server.auth import API_KEY_ENV, keys_from_env
 from server.config import ServerConfig
+
+
+DEFAULT_MAX_BATCH_TOKENS = 16384
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,7 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the name clients send as `model` and /v1/models lists (default: the model's name)")
     serve.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     serve.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
-    serve.add_argument("--max-batch-tokens", type=int, default=16384, help="token budget of one batch")
+    serve.add_argument("--max-batch-tokens", type=int, default=None,
+                       help=f"token budget of one batch (default: {DEFAULT_MAX_BATCH_TOKENS}, "
+                            "or the model's max sequence length where that is longer)")
     serve.add_argument("--max-batch-seqs", type=int, default=512, help="most sequences in one batch")
     serve.add_argument("--max-seq-len", type=int, default=None,
                        help="truncate inputs to this many tokens (default: the model's limit)")
@@ -76,7 +82,8 @@ def _add_model_flags(serve: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     engine = EngineConfig(
-        model=args.model, device=args.device, dtype=args.dtype, max_batch_tokens=args.max_batch_tokens,
+        model=args.model, device=args.device, dtype=args.dtype,
+        max_batch_tokens=args.max_batch_tokens or DEFAULT_MAX_BATCH_TOKENS,
         max_batch_seqs=args.max_batch_seqs, max_seq_len=args.max_seq_len, num_threads=args.num_threads,
         attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
         capture_at_start=args.capture_at_start,
@@ -94,7 +101,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     )
 
 
-def serve(config: ServerConfig) -> None:
+def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
     import uvicorn
 
     from compat.tiktoken_ids import TiktokenUnavailableError
@@ -104,6 +111,9 @@ def serve(config: ServerConfig) -> None:
         spec = load_spec(config.engine.model, config.engine.max_seq_len, config.engine.model_overrides)  # fail fast
     except ModelLoadError as exc:
         sys.exit(f"rose-embed: {exc}")
+    if config.engine.max_batch_tokens < spec.max_seq_len and budget_is_default:
+        # A 32k-context model must still fit one whole sequence into a batch.
+        config = replace(config, engine=replace(config.engine, max_batch_tokens=spec.max_seq_len))
     if config.engine.max_batch_tokens < spec.max_seq_len:
         sys.exit(f"rose-embed: --max-batch-tokens must be at least the max sequence length ({spec.max_seq_len})")
     name = config.served_model_name or spec.name
@@ -129,7 +139,7 @@ def serve(config: ServerConfig) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
-        serve(config_from_args(args))
+        serve(config_from_args(args), budget_is_default=args.max_batch_tokens is None)
 
 
 if __name__ == "__main__":
