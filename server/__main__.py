@@ -17,11 +17,19 @@ from server.config import ServerConfig
 DEFAULT_MAX_BATCH_TOKENS = 16384
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Append "(default: ...)" only where the help text does not already say it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        return text if "default" in text else super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rose-embed", description="An OpenAI-compatible embeddings server.")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve /v1/embeddings over HTTP",
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=_HelpFormatter)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for all)")
     serve.add_argument("--port", type=int, default=8000, help="TCP port to listen on")
     serve.add_argument("--model", default=None,
@@ -51,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-request-tokens", type=int, default=300_000,
                        help="most tokens one request may embed, summed over its inputs (400 above)")
     serve.add_argument("--no-truncate", dest="truncate", action="store_false",
-                       help="reject inputs longer than the model's limit with OpenAI's 400 instead of truncating")
+                       help="reject inputs longer than the model's limit with OpenAI's 400 (default: truncate them)")
     serve.add_argument("--model-alias", action="append", default=[], metavar="ALIAS[=MODEL]",
                        help="another name clients may send as `model`, e.g. text-embedding-3-small (repeatable)")
     serve.add_argument("--api-key", action="append", default=[], metavar="KEY",
