@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from engine.config import EngineConfig
 from engine.loader import ModelLoadError, load_spec
+from server import hardening_cli
 from server.config import ServerConfig
 
 
@@ -33,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--tokenizer-workers", type=int, default=2, help="threads that tokenize requests")
     serve.add_argument("--num-threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    hardening_cli.add_arguments(serve)
     return parser
 
 
@@ -44,7 +47,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(
         engine=engine, host=args.host, port=args.port, served_model_name=args.served_model_name,
         max_queued_tokens=args.max_queued_tokens, tokenizer_workers=args.tokenizer_workers,
-        log_level=args.log_level,
+        log_level=args.log_level, **hardening_cli.config_kwargs(args),
     )
 
 
@@ -52,6 +55,8 @@ def serve(config: ServerConfig) -> None:
     import uvicorn
 
     from server.app import create_app
+    from server.logs import configure_logging
+    from server.middleware import ObservedApp
 
     try:
         spec = load_spec(config.engine.model, config.engine.max_seq_len)  # fail fast on a bad --model
@@ -59,14 +64,24 @@ def serve(config: ServerConfig) -> None:
         sys.exit(f"rose-embed: {exc}")
     if config.engine.max_batch_tokens < spec.max_seq_len:
         sys.exit(f"rose-embed: --max-batch-tokens must be at least the max sequence length ({spec.max_seq_len})")
-    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(config.log_level, config.log_format)
     name = config.served_model_name or spec.name
     print(f"rose-embed: serving {name} on http://{config.host}:{config.port}/v1 (GET /health turns 200 once ready)",
           flush=True)
-    uvicorn.run(
-        create_app(config), host=config.host, port=config.port, loop="uvloop", http="httptools",
-        log_level=config.log_level, access_log=False,
-    )
+    app = create_app(config)
+    try:
+        # After a graceful shutdown uvicorn re-raises SIGTERM, so the process ends with its status.
+        uvicorn.run(
+            ObservedApp(app, log_inputs=config.log_inputs), host=config.host, port=config.port, loop="uvloop",
+            http="httptools", log_level=config.log_level, access_log=False, log_config=None,
+            timeout_graceful_shutdown=config.shutdown_timeout,
+        )
+    finally:
+        if app.state.runtime.engine_thread_busy:
+            # Python joins worker threads at exit (Ctrl-C); a stuck engine thread would keep it alive.
+            logging.getLogger("rose_embed.server").error("the engine thread is stuck; exiting without it")
+            logging.shutdown()
+            os._exit(1)
 
 
 def main(argv: list[str] | None = None) -> None:

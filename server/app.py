@@ -6,12 +6,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from litestar import Litestar
+from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 from litestar.openapi import OpenAPIConfig
 
 from engine.engine import Engine
 from server.config import ServerConfig
 from server.errors import error_response
+from server.metrics import Metrics, metrics_endpoint
 from server.routes import ROUTES
 from server.runtime import Runtime
 
@@ -19,6 +21,8 @@ from server.runtime import Runtime
 def create_app(config: ServerConfig, engine: Engine | None = None) -> Litestar:
     """Build the app; the model loads in the lifespan unless an engine is passed in."""
     runtime = Runtime(config, engine)
+    metrics = Metrics(runtime)
+    runtime.batch_listeners.append(metrics.observe_batch)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -29,9 +33,12 @@ def create_app(config: ServerConfig, engine: Engine | None = None) -> Litestar:
             await runtime.stop()
 
     return Litestar(
-        route_handlers=ROUTES,
+        route_handlers=[*ROUTES, metrics_endpoint],
         lifespan=[lifespan],
-        state=State({"runtime": runtime}),
+        state=State({"runtime": runtime, "metrics": metrics}),
+        request_max_body_size=config.max_body_bytes,
+        cors_config=CORSConfig(allow_origins=list(config.cors_origins)) if config.cors_origins else None,
         exception_handlers={Exception: error_response},
+        logging_config=None,  # server/logs.py configures logging; Litestar's default would replace it
         openapi_config=OpenAPIConfig(title="rose-embed", version="0.1.0", path="/docs"),
     )
