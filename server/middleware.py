@@ -76,6 +76,7 @@ class ObservedApp:
             fields = {"request_id": trace.request_id, "method": scope["method"], "path": scope["path"],
                       "status": status, **sizes, "inputs": trace.num_inputs, "tokens": trace.num_tokens,
                       **{f"{k}_ms": round(v * 1000, 2) for k, v in phases.items()}}
+            fields = {k: v for k, v in fields.items() if v is not None}
             if self.log_inputs and trace.texts is not None:
                 fields["inputs_text"] = trace.texts
             access_log.info("%s %s %d", scope["method"], scope["path"], status, extra={"fields": fields})
