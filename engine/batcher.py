@@ -238,6 +238,7 @@ class Batcher:
             batch = pack([e.ids for e in entries])
             lazy = await loop.run_in_executor(self._engine_thread, self._execute, batch, running)
             if lazy is None:
+                self.num_cancelled_inputs += sum(e.future.cancelled() for e in entries)
                 return
             vectors = lazy.wait() if lazy.ready() else await loop.run_in_executor(self._readback_thread, lazy.wait)
             finished = time.perf_counter()

@@ -60,7 +60,7 @@ def test_request_timeout_gives_504_in_the_envelope_and_frees_the_queue(slow):
     elapsed = time.monotonic() - started
     error = assert_envelope(r, 504, "request_timeout")
     assert error["type"] == "server_error"
-    assert 3.0 <= elapsed < 4.5
+    assert 3.0 <= elapsed < 6.0
     _wait_idle(slow.url)
     assert metric(slow.url, "rose_queue_inputs") == 0
     assert embed(slow.url, {"input": "after", "model": MODEL}).status_code == 200
