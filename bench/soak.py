@@ -67,6 +67,7 @@ async def run(url: str, pid: int, args, words: list[str]) -> dict:
         "inputs_per_s": round(done["inputs"] / seconds, 1), "rss_after_warmup_mib": round(baseline / 2**20, 1),
         "rss_peak_mib": round(peak / 2**20, 1), "rss_final_mib": round(samples[-1][1] / 2**20, 1),
         "peak_over_baseline": round(peak / baseline - 1, 4), "samples": len(samples),
+        "rss_mib_by_inputs": [(n, round(rss / 2**20, 1)) for n, rss in samples[:: max(1, len(samples) // 12)]],
     }
 
 

@@ -110,7 +110,7 @@ class Batcher:
         self.fatal_error: str | None = None
         # Called on the event loop with each successful batch's record (metrics, request timing).
         self.listeners: list[Callable[[BatchRecord], None]] = []
-        self.num_cancelled_inputs = 0  # inputs dropped from the queue because their client left
+        self.num_cancelled_inputs = 0  # inputs dropped unrun: their request was cancelled (client gone, timeout)
         self.num_failed_batches = 0
 
     @property

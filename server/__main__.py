@@ -56,6 +56,7 @@ def serve(config: ServerConfig) -> None:
 
     from server.app import create_app
     from server.logs import configure_logging
+    from server.memory import pin_malloc_thresholds
     from server.middleware import ObservedApp
 
     try:
@@ -65,6 +66,7 @@ def serve(config: ServerConfig) -> None:
     if config.engine.max_batch_tokens < spec.max_seq_len:
         sys.exit(f"rose-embed: --max-batch-tokens must be at least the max sequence length ({spec.max_seq_len})")
     configure_logging(config.log_level, config.log_format)
+    pin_malloc_thresholds()  # before the model's tensors are allocated
     name = config.served_model_name or spec.name
     print(f"rose-embed: serving {name} on http://{config.host}:{config.port}/v1 (GET /health turns 200 once ready)",
           flush=True)
