@@ -19,6 +19,7 @@ access_log = logging.getLogger(ACCESS_LOGGER)
 
 # Routes by a fixed label, so that a client probing random paths cannot grow the metrics.
 _ROUTES = {"/v1/embeddings", "/embeddings", "/v1/models", "/models", "/health", "/metrics"}
+_PROBES = {"/health", "/metrics"}
 
 
 def route_label(path: str) -> str:
@@ -79,4 +80,7 @@ class ObservedApp:
             fields = {k: v for k, v in fields.items() if v is not None}
             if self.log_inputs and trace.texts is not None:
                 fields["inputs_text"] = trace.texts
-            access_log.info("%s %s %d", scope["method"], scope["path"], status, extra={"fields": fields})
+            # Probes and scrapes come every few seconds; their successes would drown the log.
+            quiet = status < 400 and scope["path"] in _PROBES
+            access_log.log(logging.DEBUG if quiet else logging.INFO, "%s %s %d", scope["method"], scope["path"], status,
+                           extra={"fields": fields})
