@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -30,6 +31,10 @@ class BatchFailedError(RuntimeError):
     """Computing the batch that held this input failed; other batches are unaffected."""
 
 
+class EngineUnavailableError(RuntimeError):
+    """The engine thread died or is stuck: nothing can be computed until it recovers or restarts."""
+
+
 @dataclass
 class _Entry:
     ids: np.ndarray
@@ -44,7 +49,17 @@ class BatchRecord:
     num_seqs: int
     num_tokens: int
     owners: tuple
-    compute_seconds: float
+    compute_seconds: float  # from the engine thread picking the batch up to its vectors on the host
+    started: float = 0.0  # time.perf_counter() when the engine thread picked it up
+    finished: float = 0.0
+
+
+@dataclass(eq=False)
+class _Running:
+    """A batch handed to the engine; `started` is set by the engine thread (None: still waiting)."""
+
+    entries: list[_Entry]
+    started: float | None = None
 
 
 def cut_batches(lengths: list[int], max_tokens: int, max_seqs: int) -> list[tuple[int, int]]:
@@ -90,33 +105,72 @@ class Batcher:
         self._readback_thread = ThreadPoolExecutor(1, thread_name_prefix="rose-readback")
         self._task: asyncio.Task | None = None
         self._in_flight: set[asyncio.Task] = set()
+        self._running: set[_Running] = set()
+        # Set once the engine can compute nothing more (its thread died, or the batcher task did).
+        self.fatal_error: str | None = None
+        # Called on the event loop with each successful batch's record (metrics, request timing).
+        self.listeners: list[Callable[[BatchRecord], None]] = []
+        self.num_cancelled_inputs = 0  # inputs dropped unrun: their request was cancelled (client gone, timeout)
+        self.num_failed_batches = 0
 
     @property
     def queued_tokens(self) -> int:
         return self._queued_tokens
 
+    @property
+    def queued_inputs(self) -> int:
+        return len(self._queue)
+
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="rose-batcher")
+        self._task.add_done_callback(self._on_task_done)
 
-    async def stop(self) -> None:
+    def _on_task_done(self, task: asyncio.Task) -> None:
+        # A batcher that died of a bug would leave every queued request waiting for ever.
+        if not task.cancelled() and task.exception() is not None:
+            self.fatal_error = f"the batcher stopped ({type(task.exception()).__name__})"
+            self.fail_pending(EngineUnavailableError(self.fatal_error))
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop batching; wait up to `timeout` s for batches in flight (a stuck engine is left behind)."""
         if self._task is not None:
             self._task.cancel()
             try:
                 await self._task
             except asyncio.CancelledError:
                 pass
+            except Exception:  # the batcher died earlier; _on_task_done recorded it
+                pass
         if self._in_flight:
-            await asyncio.gather(*self._in_flight, return_exceptions=True)
+            await asyncio.wait(set(self._in_flight), timeout=timeout)
         for entry in self._queue:
             if not entry.future.done():
                 entry.future.cancel()
         self._queue.clear()
-        self._engine_thread.shutdown(wait=True)
-        self._readback_thread.shutdown(wait=True)
+        # Joining a thread stuck in a kernel would hang the shutdown for ever.
+        self._engine_thread.shutdown(wait=not self._running)
+        self._readback_thread.shutdown(wait=not self._running)
+
+    def stalled_seconds(self) -> float:
+        """How long the oldest batch has been on the engine without its vectors coming back."""
+        now = time.perf_counter()
+        return max((now - r.started for r in list(self._running) if r.started is not None), default=0.0)
+
+    def fail_pending(self, error: BaseException) -> None:
+        """Fail every queued and computing input with `error` (the engine cannot serve them)."""
+        for entry in self._queue:
+            if not entry.future.done():
+                entry.future.set_exception(error)
+        self._queue.clear()
+        self._queued_tokens = 0
+        for running in list(self._running):
+            _fail(running.entries, error)
 
     def submit(self, seqs: list[np.ndarray], owner: object = None) -> list[asyncio.Future]:
         """Queue one request's inputs; each future resolves to that input's vector."""
         tokens = sum(len(s) for s in seqs)
+        if self.fatal_error is not None:
+            raise EngineUnavailableError(self.fatal_error)
         if self.max_queued_tokens is not None and self._queued_tokens + tokens > self.max_queued_tokens and self._queue:
             raise QueueFullError(retry_after=self._retry_after_estimate())
         loop = asyncio.get_running_loop()
@@ -143,6 +197,7 @@ class Batcher:
             if entry.future.done():  # the client went away (cancelled) before compute
                 self._queue.popleft()
                 self._queued_tokens -= len(entry.ids)
+                self.num_cancelled_inputs += 1
                 continue
             if entries and (tokens + len(entry.ids) > self.max_batch_tokens or len(entries) >= self.max_batch_seqs):
                 break
@@ -166,25 +221,57 @@ class Batcher:
             self._in_flight.add(task)
             task.add_done_callback(self._in_flight.discard)
 
+    def _execute(self, batch, running: _Running):
+        """On the engine thread: note when the batch really starts (the stall watchdog reads it)."""
+        if all(e.future.done() for e in running.entries):
+            return None  # every input was failed or cancelled while the batch waited for this thread
+        running.started = time.perf_counter()
+        return self.engine.execute_packed(batch)
+
     async def _process(self, entries: list[_Entry]) -> None:
         loop = asyncio.get_running_loop()
+        running = _Running(entries)
+        self._running.add(running)
         try:
+            if self.fatal_error is not None:
+                raise EngineUnavailableError(self.fatal_error)
             batch = pack([e.ids for e in entries])
-            started = time.perf_counter()
-            lazy = await loop.run_in_executor(self._engine_thread, self.engine.execute_packed, batch)
+            lazy = await loop.run_in_executor(self._engine_thread, self._execute, batch, running)
+            if lazy is None:
+                self.num_cancelled_inputs += sum(e.future.cancelled() for e in entries)
+                return
             vectors = lazy.wait() if lazy.ready() else await loop.run_in_executor(self._readback_thread, lazy.wait)
-            self.batch_log.append(
-                BatchRecord(batch.num_seqs, batch.num_tokens, tuple(e.owner for e in entries), time.perf_counter() - started)
-            )
+            finished = time.perf_counter()
+            record = BatchRecord(batch.num_seqs, batch.num_tokens, tuple(e.owner for e in entries),
+                                 finished - running.started, running.started, finished)
+            self.batch_log.append(record)
+        except asyncio.CancelledError:
+            raise
+        except EngineUnavailableError as exc:
+            _fail(entries, exc)
         except Exception as exc:
             error = BatchFailedError(f"computing the batch failed ({type(exc).__name__})")
             error.__cause__ = exc
-            for entry in entries:
-                if not entry.future.done():
-                    entry.future.set_exception(error)
+            self.num_failed_batches += 1
+            _fail(entries, error)
+        except BaseException as exc:
+            # SystemExit and the like end a plain thread: the engine is dead. Not re-raised, as a
+            # SystemExit leaving a task would stop the whole event loop with every request in it.
+            self.fatal_error = f"the engine thread died ({type(exc).__name__})"
+            self.fail_pending(EngineUnavailableError(self.fatal_error))
+            _fail(entries, EngineUnavailableError(self.fatal_error))
         else:
             for entry, vector in zip(entries, vectors):
                 if not entry.future.done():
                     entry.future.set_result(vector)
+            for listener in self.listeners:
+                listener(record)
         finally:
+            self._running.discard(running)
             self._slots.release()
+
+
+def _fail(entries: list[_Entry], error: BaseException) -> None:
+    for entry in entries:
+        if not entry.future.done():
+            entry.future.set_exception(error)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from dataclasses import replace
 
@@ -11,6 +12,7 @@ from engine.config import EngineConfig, ModelOverrides
 from engine.loader import ModelLoadError, load_spec
 from server.aliases import AliasError, resolve_aliases
 from server.auth import API_KEY_ENV, keys_from_env
+from server import hardening_cli
 from server.config import ServerConfig
 
 
@@ -68,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="read token-id input as tiktoken cl100k_base ids (LangChain's OpenAIEmbeddings default) "
                             "and re-tokenize the decoded text with the model's tokenizer")
     _add_model_flags(serve)
+    hardening_cli.add_arguments(serve)
     return parser
 
 
@@ -105,7 +108,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_queued_tokens=args.max_queued_tokens, tokenizer_workers=args.tokenizer_workers,
         log_level=args.log_level, max_request_tokens=args.max_request_tokens, truncate=args.truncate,
         model_aliases=tuple(args.model_alias), api_keys=tuple(dict.fromkeys([*args.api_key, *keys_from_env()])),
-        tiktoken_ids=args.tiktoken_ids,
+        tiktoken_ids=args.tiktoken_ids, **hardening_cli.config_kwargs(args),
     )
 
 
@@ -114,6 +117,9 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
 
     from compat.tiktoken_ids import TiktokenUnavailableError
     from server.app import create_app
+    from server.logs import configure_logging
+    from server.memory import pin_malloc_thresholds
+    from server.middleware import ObservedApp
 
     try:
         spec = load_spec(config.engine.model, config.engine.max_seq_len, config.engine.model_overrides)  # fail fast
@@ -124,6 +130,8 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
         config = replace(config, engine=replace(config.engine, max_batch_tokens=spec.max_seq_len))
     if config.engine.max_batch_tokens < spec.max_seq_len:
         sys.exit(f"rose-embed: --max-batch-tokens must be at least the max sequence length ({spec.max_seq_len})")
+    configure_logging(config.log_level, config.log_format)
+    pin_malloc_thresholds()  # before the model's tensors are allocated
     name = config.served_model_name or spec.name
     try:
         resolve_aliases(config.model_aliases, name)
@@ -131,17 +139,25 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
         sys.exit(f"rose-embed: {exc}")
     if config.max_request_tokens < 1:
         sys.exit("rose-embed: --max-request-tokens must be at least 1")
-    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     print(f"rose-embed: serving {name} on http://{config.host}:{config.port}/v1 (GET /health turns 200 once ready)",
           flush=True)
     try:
         app = create_app(config)
     except TiktokenUnavailableError as exc:
         sys.exit(f"rose-embed: {exc}")
-    uvicorn.run(
-        app, host=config.host, port=config.port, loop="uvloop", http="httptools",
-        log_level=config.log_level, access_log=False,
-    )
+    try:
+        # After a graceful shutdown uvicorn re-raises SIGTERM, so the process ends with its status.
+        uvicorn.run(
+            ObservedApp(app, log_inputs=config.log_inputs), host=config.host, port=config.port, loop="uvloop",
+            http="httptools", log_level=config.log_level, access_log=False, log_config=None,
+            timeout_graceful_shutdown=config.shutdown_timeout,
+        )
+    finally:
+        if app.state.runtime.engine_thread_busy:
+            # Python joins worker threads at exit (Ctrl-C); a stuck engine thread would keep it alive.
+            logging.getLogger("rose_embed.server").error("the engine thread is stuck; exiting without it")
+            logging.shutdown()
+            os._exit(1)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from litestar import Litestar
+from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 
 from engine.engine import Engine
@@ -13,6 +14,7 @@ from server.auth import api_key_guard
 from server.config import ServerConfig
 from server.errors import error_response
 from server.openapi import openapi_config
+from server.metrics import Metrics, metrics_endpoint
 from server.routes import ROUTES
 from server.runtime import Runtime
 from server.token_inputs import TokenInputs
@@ -21,6 +23,8 @@ from server.token_inputs import TokenInputs
 def create_app(config: ServerConfig, engine: Engine | None = None) -> Litestar:
     """Build the app; the model loads in the lifespan unless an engine is passed in."""
     runtime = Runtime(config, engine)
+    metrics = Metrics(runtime)
+    runtime.batch_listeners.append(metrics.observe_batch)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -31,10 +35,13 @@ def create_app(config: ServerConfig, engine: Engine | None = None) -> Litestar:
             await runtime.stop()
 
     return Litestar(
-        route_handlers=ROUTES,
+        route_handlers=[*ROUTES, metrics_endpoint],
         lifespan=[lifespan],
-        state=State({"runtime": runtime, "token_inputs": TokenInputs(config)}),
+        state=State({"runtime": runtime, "token_inputs": TokenInputs(config), "metrics": metrics}),
+        request_max_body_size=config.max_body_bytes,
+        cors_config=CORSConfig(allow_origins=list(config.cors_origins)) if config.cors_origins else None,
         exception_handlers={Exception: error_response},
         guards=[api_key_guard(config.api_keys)] if config.api_keys else [],
+        logging_config=None,  # server/logs.py configures logging; Litestar's default would replace it
         openapi_config=openapi_config(has_api_keys=bool(config.api_keys)),
     )

@@ -23,3 +23,13 @@ class ServerConfig:
     model_aliases: tuple[str, ...] = ()  # `--model-alias` values, ALIAS or ALIAS=MODEL (server/aliases.py)
     api_keys: tuple[str, ...] = ()  # empty: no authentication
     tiktoken_ids: bool = False  # read token-id input as tiktoken cl100k_base ids
+    # Hardening (server/hardening_cli.py documents each; docs/reliability.md says why).
+    max_body_bytes: int = 32 * 1024 * 1024
+    max_input_chars: int = 200_000  # checked before tokenizing: the tokenizer reads all of a string
+    request_timeout: float | None = 120.0  # seconds from the parsed body to the response; None: none
+    engine_stall_timeout: float = 120.0  # a batch running longer marks the engine stuck
+    shutdown_timeout: float = 30.0  # SIGTERM: seconds to finish in-flight requests
+    log_format: str = "text"  # "text" | "json"
+    log_inputs: bool = False  # put input texts in the request log (off: they may be private)
+    cors_origins: tuple[str, ...] = ()  # empty: no CORS headers at all
+    engine_plugin: str | None = None  # "module:function" wrapping the engine (fault injection in tests)

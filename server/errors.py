@@ -10,7 +10,7 @@ from litestar.exceptions import HTTPException
 
 from compat.inputs import InvalidInputError
 from compat.openai import ErrorDetail, ErrorResponse
-from engine.batcher import BatchFailedError, QueueFullError
+from engine.batcher import BatchFailedError, EngineUnavailableError, QueueFullError
 
 logger = logging.getLogger("rose_embed.errors")
 
@@ -39,6 +39,12 @@ def model_not_found(model: str) -> APIError:
 def not_ready() -> APIError:
     return APIError(503, "The model is still loading; retry shortly.", "server_error", None, "model_not_ready",
                     headers={"Retry-After": "1"})
+
+
+def engine_unavailable(reason: str) -> APIError:
+    # No Retry-After: a dead or stuck engine needs a restart; /health tells the orchestrator.
+    return APIError(503, f"The server cannot compute embeddings now: {reason}.", "server_error", None,
+                    "engine_unavailable")
 
 
 def from_decode_error(exc: msgspec.DecodeError) -> APIError:
@@ -70,6 +76,8 @@ def _to_api_error(exc: Exception) -> APIError:
     if isinstance(exc, BatchFailedError):
         logger.error("batch failed", exc_info=exc.__cause__ or exc)
         return APIError(500, "The server failed to compute this batch; retry the request.", "server_error")
+    if isinstance(exc, EngineUnavailableError):
+        return engine_unavailable(str(exc))
     if isinstance(exc, HTTPException):
         status = exc.status_code
         kind = "invalid_request_error" if status < 500 else "server_error"

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 
-import msgspec
 import numpy as np
 from litestar import Request, get, post
 from litestar.datastructures import State
@@ -15,14 +13,15 @@ from compat.encoding import encode_embeddings
 from compat.inputs import normalise_input
 from compat.openai import Embedding, EmbeddingRequest, EmbeddingResponse, Model, ModelList, Usage
 from server.aliases import model_names
-from server.errors import APIError, model_not_found, not_ready
+from server.errors import APIError, engine_unavailable, model_not_found, not_ready
+from server.guards import check_finite, check_input_chars, decode_request, request_timeout
 from server.openapi import EMBEDDINGS_ERROR_RESPONSES, ERROR_RESPONSES, EmbeddingsOperation
 from server.options import check_dimensions, check_encoding_format
 from server.prompts import apply_prompt, resolve_prompt
 from server.runtime import Runtime
 from server.token_inputs import TokenInputs
+from server.trace import SCOPE_KEY, RequestTrace
 
-_request_ids = itertools.count()
 _STARTED = int(time.time())
 
 
@@ -30,6 +29,9 @@ def _runtime(state: State) -> Runtime:
     runtime: Runtime = state.runtime
     if not runtime.is_ready:
         raise not_ready()
+    problem = runtime.engine_problem()
+    if problem is not None:  # fail fast: the engine is dead or stuck
+        raise engine_unavailable(problem)
     return runtime
 
 
@@ -50,18 +52,37 @@ async def _wait_for_disconnect(request: Request) -> None:
         pass
 
 
-async def _gather_unless_disconnected(request: Request, futures: list[asyncio.Future]) -> list[np.ndarray]:
+async def _gather_unless_disconnected(request: Request, futures: list[asyncio.Future],
+                                      timeout: float | None = None) -> list[np.ndarray]:
     results = asyncio.gather(*futures)
     watcher = asyncio.ensure_future(_wait_for_disconnect(request))
     try:
-        await asyncio.wait({results, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({results, watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     finally:
         watcher.cancel()
+        # Whatever ended the wait (a gone client, the timeout, one failed input), the request's
+        # other inputs are of no use now: cancelling frees them before they are computed.
+        if not results.done():
+            results.cancel()  # cancels the inputs too (and marks the gather's error as seen)
+        for future in futures:  # gather leaves the others running when one input failed
+            future.cancel()
     if not results.done():
-        # The client is gone: cancelling frees its queued inputs before they are computed.
-        results.cancel()
+        if not watcher.done():
+            raise request_timeout()
         raise APIError(499, "The client closed the request.", "invalid_request_error", None, "client_closed")
     return results.result()
+
+
+def _trace(request: Request) -> RequestTrace:
+    """The HTTP middleware's trace of this request (a fresh one where the app runs without it)."""
+    trace = request.scope.get(SCOPE_KEY)
+    return trace if trace is not None else RequestTrace("-")
+
+
+def _time_left(runtime: Runtime, trace: RequestTrace) -> float | None:
+    if runtime.config.request_timeout is None:
+        return None
+    return max(0.0, runtime.config.request_timeout - (time.perf_counter() - trace.started))
 
 
 @post(["/v1/embeddings", "/embeddings"], status_code=200, summary="Create embeddings",
@@ -69,22 +90,30 @@ async def _gather_unless_disconnected(request: Request, futures: list[asyncio.Fu
 async def create_embeddings(request: Request, state: State) -> EmbeddingResponse:
     runtime = _runtime(state)
     # Decoded here, strictly: Litestar's own decoding would turn "8" into 8 for an int field.
-    data = msgspec.json.decode(await request.body(), type=EmbeddingRequest)
+    data = decode_request(await request.body())
     _check_options(runtime, data)
     token_inputs: TokenInputs = state.token_inputs
     inputs = await token_inputs.decode_tiktoken(normalise_input(data.input, runtime.config.max_request_inputs))
     spec = runtime.engine.spec
     prompt = resolve_prompt(spec.prompts, spec.default_prompt_name, data.prompt_name, data.input_type)
+    trace = _trace(request)
     if inputs.texts is not None:
+        check_input_chars(inputs.texts, runtime.config.max_input_chars)
         texts = apply_prompt(prompt, inputs.texts)
+        trace.texts = inputs.texts if runtime.config.log_inputs else None
+        started = time.perf_counter()
         seqs = await runtime.tokenize(texts)
+        trace.tokenization_seconds = time.perf_counter() - started
         await token_inputs.check_context_length(runtime.engine, texts, seqs)
     else:
         token_inputs.check_token_ids(inputs.token_ids, runtime.engine.vocab_size, runtime.engine.tokenizer.max_seq_len)
         seqs = [runtime.engine.tokenizer.truncate_ids(ids) for ids in inputs.token_ids]
     num_tokens = token_inputs.check_request_tokens(seqs)
-    futures = runtime.batcher.submit(seqs, owner=next(_request_ids))
-    vectors = np.stack(await _gather_unless_disconnected(request, futures))
+    trace.num_inputs, trace.num_tokens = len(seqs), num_tokens
+    futures = runtime.batcher.submit(seqs, owner=trace)
+    trace.submitted = time.perf_counter()
+    vectors = np.stack(await _gather_unless_disconnected(request, futures, _time_left(runtime, trace)))
+    check_finite(vectors, trace.request_id)
     embeddings = encode_embeddings(vectors, data.encoding_format, data.dimensions, spec.normalize)
     return EmbeddingResponse(
         data=[Embedding(index=i, embedding=e) for i, e in enumerate(embeddings)],

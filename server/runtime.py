@@ -12,7 +12,10 @@ import numpy as np
 
 from engine.batcher import Batcher
 from engine.engine import Engine
+from engine.watchdog import Watchdog
 from server.config import ServerConfig
+from server.plugins import load_engine_plugin
+from server.trace import note_batch
 
 logger = logging.getLogger("rose_embed.server")
 
@@ -24,6 +27,8 @@ class Runtime:
         self.config = config
         self.engine = engine
         self.batcher: Batcher | None = None
+        self.watchdog: Watchdog | None = None
+        self.batch_listeners = [note_batch]  # called with each computed batch's record
         self.is_ready = False
         self._load_task: asyncio.Task | None = None
         self._tokenizer_pool = ThreadPoolExecutor(config.tokenizer_workers, thread_name_prefix="rose-tokenize")
@@ -49,13 +54,18 @@ class Runtime:
             logger.info("loading model %s", self.config.engine.model or "(default)")
             self.engine = await asyncio.to_thread(Engine, self.config.engine)
         await asyncio.to_thread(self.engine.warm_up)
+        if self.config.engine_plugin:  # after warm-up, so that injected faults hit requests only
+            load_engine_plugin(self.config.engine_plugin)(self.engine)
         self.batcher = Batcher(
             self.engine,
             max_batch_tokens=self.config.engine.max_batch_tokens,
             max_batch_seqs=self.config.engine.max_batch_seqs,
             max_queued_tokens=self.config.max_queued_tokens,
         )
+        self.batcher.listeners.extend(self.batch_listeners)
         self.batcher.start()
+        self.watchdog = Watchdog(self.batcher, self.config.engine_stall_timeout)
+        self.watchdog.start()
         self.is_ready = True
         logger.info("model %s ready on %s (%s)", self.served_model_name, self.engine.device, self.engine.dtype)
 
@@ -63,9 +73,21 @@ class Runtime:
         self.is_ready = False
         if not self._load_task.done():
             self._load_task.cancel()
+        if self.watchdog is not None:
+            self.watchdog.stop()
         if self.batcher is not None:
-            await self.batcher.stop()
+            # In-flight requests have finished (or been cut off) by now; a stuck batch is not waited for.
+            await self.batcher.stop(timeout=min(5.0, self.config.shutdown_timeout))
         self._tokenizer_pool.shutdown(wait=False, cancel_futures=True)
+
+    def engine_problem(self) -> str | None:
+        """Why the engine cannot serve (dead or stuck), or None."""
+        return self.watchdog.problem() if self.watchdog is not None else None
+
+    @property
+    def engine_thread_busy(self) -> bool:
+        """A batch is still on the engine thread (after `stop`: a stuck one), which exit would wait for."""
+        return self.batcher is not None and self.batcher.stalled_seconds() > 0
 
     async def tokenize(self, texts: list[str]) -> list[np.ndarray]:
         """Tokenize off the event loop (the Rust tokenizer releases the GIL)."""

@@ -57,10 +57,10 @@ def free_port() -> int:
 class ServerProcess:
     """`python -m server serve ...` on loopback, ready once /health says 200."""
 
-    def __init__(self, *args: str, ready_timeout: float = 120.0):
+    def __init__(self, *args: str, ready_timeout: float = 120.0, env: dict | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"rose-embed-test-{self.port}.log"
         self._log = self.log_path.open("wb")

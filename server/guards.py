@@ -1,0 +1,45 @@
+"""Checks around the model: input sizes before tokenizing, finite vectors before JSON."""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+import numpy as np
+
+from compat.openai import EmbeddingRequest
+from server.errors import APIError, invalid_request
+
+logger = logging.getLogger("rose_embed.guards")
+
+
+def decode_request(body: bytes) -> EmbeddingRequest:
+    """Strict msgspec decoding; a body nested thousands deep is the client's error, not ours."""
+    try:
+        return msgspec.json.decode(body, type=EmbeddingRequest)
+    except RecursionError:
+        raise invalid_request("The JSON body is nested too deeply to parse.") from None
+
+
+def check_input_chars(texts: list[str], max_chars: int) -> None:
+    """Reject an over-long text before the tokenizer reads all of it (it truncates only after)."""
+    for i, text in enumerate(texts):
+        if len(text) > max_chars:
+            raise invalid_request(
+                f"'input[{i}]' holds {len(text)} characters; at most {max_chars} are allowed per input "
+                "(the model reads only its first tokens anyway: send shorter texts)", "input", "input_too_long",
+            )
+
+
+def check_finite(vectors: np.ndarray, request_id: str) -> None:
+    """A NaN or infinity is no valid JSON number and no usable embedding: fail the request."""
+    if not np.isfinite(vectors).all():
+        bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1)).tolist()
+        logger.error("request %s: the model produced non-finite vectors for inputs %s", request_id, bad[:16])
+        raise APIError(500, "The model produced a non-finite embedding for this input; the request failed.",
+                       "server_error", None, "non_finite_embedding")
+
+
+def request_timeout() -> APIError:
+    return APIError(504, "The request did not finish within the server's --request-timeout; retry it, "
+                    "perhaps with fewer inputs.", "server_error", None, "request_timeout")

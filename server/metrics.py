@@ -1,0 +1,134 @@
+"""Prometheus metrics (prometheus-client), one registry per app, and the GET /metrics route.
+
+Counters and histograms are updated where things happen (the HTTP middleware, the
+batcher's listener); gauges that describe the present (queue depth, engine health, device
+memory, graph replays) are read from the runtime when /metrics is scraped.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+from litestar import Response, get
+from litestar.datastructures import State
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.process_collector import ProcessCollector
+
+from engine.batcher import BatchRecord
+
+if TYPE_CHECKING:
+    from server.runtime import Runtime
+
+_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+_TOKENS = tuple(2**i for i in range(4, 17))  # 16 .. 65536
+_SEQS = tuple(2**i for i in range(0, 12))  # 1 .. 2048
+_RATE_WINDOW_S = 10.0  # tokens/s is averaged over the batches that finished this recently
+
+
+class Metrics:
+    """Everything /metrics shows; `runtime` is read at scrape time."""
+
+    def __init__(self, runtime: Runtime):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("rose_requests", "HTTP requests by route and status", ["route", "status"], registry=r)
+        self.latency = Histogram("rose_request_phase_seconds",
+                                 "Time per request in each phase: queue, tokenization, inference, total",
+                                 ["phase"], buckets=_SECONDS, registry=r)
+        self.batch_tokens = Histogram("rose_batch_tokens", "Tokens per computed batch", buckets=_TOKENS, registry=r)
+        self.batch_seqs = Histogram("rose_batch_sequences", "Sequences per computed batch", buckets=_SEQS, registry=r)
+        self.tokens = Counter("rose_tokens", "Tokens computed (rate() of it is tokens/s)", registry=r)
+        self.sequences = Counter("rose_sequences", "Sequences (inputs) computed", registry=r)
+        ProcessCollector(registry=r)  # process_resident_memory_bytes and friends
+        r.register(_RuntimeCollector(runtime))
+
+    def observe_batch(self, record: BatchRecord) -> None:
+        """Batcher listener."""
+        self.batch_tokens.observe(record.num_tokens)
+        self.batch_seqs.observe(record.num_seqs)
+        self.tokens.inc(record.num_tokens)
+        self.sequences.inc(record.num_seqs)
+
+    def observe_request(self, route: str, status: int, phases: dict[str, float]) -> None:
+        self.requests.labels(route, str(status)).inc()
+        for phase, seconds in phases.items():
+            self.latency.labels(phase).observe(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _RuntimeCollector:
+    """Gauges and counters owned by other objects, read when scraped."""
+
+    def __init__(self, runtime: Runtime):
+        self.runtime = runtime
+
+    def collect(self):
+        runtime, batcher = self.runtime, self.runtime.batcher
+        yield _gauge("rose_ready", "1 once the model is loaded and warmed up", float(runtime.is_ready))
+        yield _gauge("rose_engine_up", "1 while the engine can compute (not dead, not stuck)",
+                     float(runtime.is_ready and runtime.engine_problem() is None))
+        if batcher is None:
+            return
+        yield _gauge("rose_queue_tokens", "Tokens waiting in the batcher's queue", batcher.queued_tokens)
+        yield _gauge("rose_queue_inputs", "Inputs waiting in the batcher's queue", batcher.queued_inputs)
+        yield _gauge("rose_tokens_per_second", f"Tokens computed per second over the last {_RATE_WINDOW_S:.0f} s",
+                     _recent_rate(list(batcher.batch_log)))
+        yield _counter("rose_inputs_cancelled", "Queued inputs dropped unrun because their client left",
+                       batcher.num_cancelled_inputs)
+        yield _counter("rose_batches_failed", "Batches whose computation raised", batcher.num_failed_batches)
+        # The GPU path's runner counts CUDA graph replays and eager runs; a runner without
+        # graphs (the CPU path) runs every batch eagerly and exposes neither, so 0 is exact there.
+        runner = getattr(runtime.engine, "runner", None)
+        yield _counter("rose_graph_replays", "Batches run by replaying a captured CUDA graph",
+                       getattr(runner, "num_graph_replays", 0))
+        yield _counter("rose_eager_runs", "Batches run eagerly (no CUDA graph)", getattr(runner, "num_eager_runs", 0))
+        yield _device_memory(runtime)
+
+    def describe(self):
+        return []  # collected at scrape time only (their presence depends on the runtime)
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+def _recent_rate(records: list[BatchRecord]) -> float:
+    now = time.perf_counter()
+    recent = [r for r in records if now - r.finished <= _RATE_WINDOW_S]
+    return sum(r.num_tokens for r in recent) / _RATE_WINDOW_S
+
+
+def _device_memory(runtime: Runtime) -> GaugeMetricFamily:
+    family = GaugeMetricFamily("rose_device_memory_bytes", "Memory held on the compute device",
+                               labels=["device", "kind"])
+    device = getattr(runtime.engine, "device", None)
+    if device is not None and device.type == "cuda":
+        import torch
+
+        family.add_metric([str(device), "allocated"], torch.cuda.memory_allocated(device))
+        family.add_metric([str(device), "reserved"], torch.cuda.memory_reserved(device))
+    else:  # on CPU the device memory is the process's own: see process_resident_memory_bytes
+        family.add_metric(["cpu", "resident"], _resident_bytes())
+    return family
+
+
+def _resident_bytes() -> float:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0.0
+
+
+@get("/metrics", summary="Prometheus metrics", include_in_schema=False)
+async def metrics_endpoint(state: State) -> Response:
+    return Response(content=state.metrics.render(), media_type=CONTENT_TYPE_LATEST)

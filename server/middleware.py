@@ -1,0 +1,86 @@
+"""ASGI wrapper around the whole app: request id, timing headers, metrics and one log line.
+
+It wraps the Litestar app from outside (not as Litestar middleware), so that it also sees
+the requests Litestar answers before any route runs: 404, 405, 413.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from litestar import Litestar
+
+from server.logs import ACCESS_LOGGER
+from server.metrics import Metrics
+from server.trace import SCOPE_KEY, RequestTrace, request_id_from
+
+access_log = logging.getLogger(ACCESS_LOGGER)
+
+# Routes by a fixed label, so that a client probing random paths cannot grow the metrics.
+_ROUTES = {"/v1/embeddings", "/embeddings", "/v1/models", "/models", "/health", "/metrics"}
+_PROBES = {"/health", "/metrics"}
+
+
+def route_label(path: str) -> str:
+    if path in _ROUTES:
+        return path
+    if path.startswith(("/v1/models/", "/models/")):
+        return path.split("/models/", 1)[0] + "/models/{model}"
+    return "other"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f}"
+
+
+class ObservedApp:
+    """Wraps an ASGI app; `app.state.metrics` receives the counts."""
+
+    def __init__(self, app: Litestar, log_inputs: bool = False):
+        self.app, self.metrics, self.log_inputs = app, app.state.metrics, log_inputs
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        trace = RequestTrace(request_id_from(scope.get("headers", [])))
+        scope[SCOPE_KEY] = trace
+        sizes = {"bytes_in": 0, "bytes_out": 0}
+        status = 500  # what the client sees if the app raises without answering
+
+        async def counted_receive():
+            message = await receive()
+            sizes["bytes_in"] += len(message.get("body", b""))
+            return message
+
+        async def observed_send(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((b"x-request-id", trace.request_id.encode()))
+                for phase, seconds in trace.phases().items():
+                    headers.append((f"x-{phase}-time-ms".encode(), _ms(seconds).encode()))
+                headers.append((b"x-total-time-ms", _ms(time.perf_counter() - trace.started).encode()))
+                message = {**message, "headers": headers}
+            elif message["type"] == "http.response.body":
+                sizes["bytes_out"] += len(message.get("body", b""))
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, observed_send)
+        finally:
+            total = time.perf_counter() - trace.started
+            phases = {**trace.phases(), "total": total}
+            self.metrics.observe_request(route_label(scope["path"]), status, phases)
+            fields = {"request_id": trace.request_id, "method": scope["method"], "path": scope["path"],
+                      "status": status, **sizes, "inputs": trace.num_inputs, "tokens": trace.num_tokens,
+                      **{f"{k}_ms": round(v * 1000, 2) for k, v in phases.items()}}
+            fields = {k: v for k, v in fields.items() if v is not None}
+            if self.log_inputs and trace.texts is not None:
+                fields["inputs_text"] = trace.texts
+            # Probes and scrapes come every few seconds; their successes would drown the log.
+            quiet = status < 400 and scope["path"] in _PROBES
+            access_log.log(logging.DEBUG if quiet else logging.INFO, "%s %s %d", scope["method"], scope["path"], status,
+                           extra={"fields": fields})

@@ -1,0 +1,78 @@
+"""Per-request trace: an id and the timings of its phases, for headers, metrics and the log.
+
+The HTTP middleware makes one per request; the route fills in sizes and tokenization time;
+the batcher's listener fills in when the request's batches ran (the trace is the batcher's
+`owner` of each of the request's inputs).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from engine.batcher import BatchRecord
+
+# An incoming x-request-id is echoed only when it is short and plain, so that a log line or a
+# header never carries whatever a client chose to put there.
+_SAFE_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
+SCOPE_KEY = "rose.trace"
+
+
+def request_id_from(headers: list[tuple[bytes, bytes]]) -> str:
+    for name, value in headers:
+        if name.lower() == b"x-request-id":
+            text = value.decode("latin-1")
+            if _SAFE_ID.fullmatch(text):
+                return text
+    return uuid.uuid4().hex
+
+
+@dataclass(eq=False)
+class RequestTrace:
+    request_id: str
+    started: float = field(default_factory=time.perf_counter)
+    submitted: float | None = None  # inputs handed to the batcher
+    first_batch_started: float | None = None
+    last_batch_finished: float | None = None
+    tokenization_seconds: float | None = None
+    num_inputs: int | None = None
+    num_tokens: int | None = None
+    texts: list[str] | None = None  # kept only with --log-inputs
+
+    def __repr__(self) -> str:  # the batch log prints owners
+        return self.request_id
+
+    def add_batch(self, started: float, finished: float) -> None:
+        if self.first_batch_started is None or started < self.first_batch_started:
+            self.first_batch_started = started
+        if self.last_batch_finished is None or finished > self.last_batch_finished:
+            self.last_batch_finished = finished
+
+    @property
+    def queue_seconds(self) -> float | None:
+        """From submission to the engine picking up the first of the request's inputs."""
+        if self.submitted is None or self.first_batch_started is None:
+            return None
+        return max(0.0, self.first_batch_started - self.submitted)
+
+    @property
+    def inference_seconds(self) -> float | None:
+        """From the first of its batches starting to the last one's vectors on the host."""
+        if self.first_batch_started is None or self.last_batch_finished is None:
+            return None
+        return self.last_batch_finished - self.first_batch_started
+
+    def phases(self) -> dict[str, float]:
+        """The measured phases in seconds (total is measured by the caller)."""
+        out = {"queue": self.queue_seconds, "tokenization": self.tokenization_seconds,
+               "inference": self.inference_seconds}
+        return {k: v for k, v in out.items() if v is not None}
+
+
+def note_batch(record: BatchRecord) -> None:
+    """Batcher listener: tell each request in the batch when the batch ran."""
+    for owner in set(record.owners):
+        if isinstance(owner, RequestTrace):
+            owner.add_batch(record.started, record.finished)

@@ -1,0 +1,63 @@
+"""Small helpers shared by the hardening tests (the server fixture lives in conftest.py)."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+
+MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+PLUGIN = ("--engine-plugin", "tests.fault_plugins:install")
+# Things that must never reach a client: a traceback, a source path, an exception's repr.
+_LEAKS = re.compile(r"Traceback|File \"|\.py\b|/secret/|/work/|site-packages")
+
+
+def embed(url: str, body, timeout: float = 60, **kwargs) -> httpx.Response:
+    return httpx.post(url + "/v1/embeddings", json=body, timeout=timeout, **kwargs)
+
+
+def assert_envelope(r: httpx.Response, status: int, code: str | None = None) -> dict:
+    """The response is `status` in OpenAI's envelope and leaks nothing of the server's insides."""
+    assert r.status_code == status, r.text
+    assert not _LEAKS.search(r.text), r.text
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}, error
+    assert error["message"]
+    if code is not None:
+        assert error["code"] == code, error
+    return error
+
+
+def metric(url: str, name: str) -> float:
+    """One sample's value from /metrics (name with labels as exposed, e.g. 'x_total{a="b"}')."""
+    text = httpx.get(url + "/metrics", timeout=10).text
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0  # a labelled counter that was never incremented is absent
+
+
+def raw_post(port: int, headers: dict[str, str], body: bytes, timeout: float = 30) -> tuple[int, bytes]:
+    """POST /v1/embeddings over a bare socket: sends what httpx would refuse (a Content-Length
+    far beyond the bytes sent, say) and returns the status and the response's body."""
+    import socket
+
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(f"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}\r\n".encode() + body)
+        data = b""
+        while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < _content_length(data):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    status = int(data.split(b" ", 2)[1])
+    return status, data.split(b"\r\n\r\n", 1)[1]
+
+
+def _content_length(data: bytes) -> int:
+    for line in data.split(b"\r\n\r\n", 1)[0].split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value)
+    return 0

@@ -1,0 +1,128 @@
+"""Cancellation, --request-timeout, back-pressure (429) and SIGTERM, on a slowed engine.
+
+ROSE_FAULT_DELAY_S makes every batch take 0.5 s and --max-batch-seqs 2 cuts requests into
+many batches, so that work is reliably queued or in flight when a test acts.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from tests.conftest import ServerProcess
+from tests.helpers import MODEL, PLUGIN, assert_envelope, embed, metric
+
+DELAY = {"ROSE_FAULT_DELAY_S": "0.5"}
+SLOW = (*PLUGIN, "--max-batch-tokens", "1024", "--max-batch-seqs", "2")
+
+
+@pytest.fixture(scope="module")
+def slow():
+    proc = ServerProcess(*SLOW, "--request-timeout", "3", "--max-queued-tokens", "60", env=DELAY)
+    yield proc
+    proc.stop()
+
+
+def _wait_idle(url: str) -> None:
+    deadline = time.monotonic() + 30
+    while metric(url, "rose_queue_inputs") > 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.2)  # the batches in flight finish
+
+
+def test_a_disconnected_clients_queued_inputs_are_not_computed(slow):
+    _wait_idle(slow.url)
+    computed = metric(slow.url, "rose_sequences_total")
+    cancelled = metric(slow.url, "rose_inputs_cancelled_total")
+    first = {}
+    # 8 inputs = 4 batches of 0.5 s each, ahead of the client that gives up.
+    thread = threading.Thread(target=lambda: first.update(r=embed(slow.url, {"input": ["a"] * 8, "model": MODEL})))
+    thread.start()
+    time.sleep(0.3)
+    with pytest.raises(httpx.ReadTimeout):
+        embed(slow.url, {"input": ["gone"] * 6, "model": MODEL}, timeout=0.5)
+    thread.join(30)
+    assert first["r"].status_code == 200
+    _wait_idle(slow.url)
+    assert metric(slow.url, "rose_sequences_total") - computed == 8
+    assert metric(slow.url, "rose_inputs_cancelled_total") - cancelled == 6
+
+
+def test_request_timeout_gives_504_in_the_envelope_and_frees_the_queue(slow):
+    _wait_idle(slow.url)
+    started = time.monotonic()
+    r = embed(slow.url, {"input": ["slow"] * 16, "model": MODEL})  # 8 batches x 0.5 s > 3 s
+    elapsed = time.monotonic() - started
+    error = assert_envelope(r, 504, "request_timeout")
+    assert error["type"] == "server_error"
+    assert 3.0 <= elapsed < 6.0
+    _wait_idle(slow.url)
+    assert metric(slow.url, "rose_queue_inputs") == 0
+    assert embed(slow.url, {"input": "after", "model": MODEL}).status_code == 200
+
+
+def test_overload_gets_429_with_an_integer_retry_after_and_a_retry_succeeds(slow):
+    _wait_idle(slow.url)
+    body = {"input": ["busy"] * 8, "model": MODEL}  # 24 tokens; the queue holds at most 60
+    with ThreadPoolExecutor(6) as pool:
+        responses = list(pool.map(lambda _: embed(slow.url, body), range(6)))
+    rejected = [r for r in responses if r.status_code == 429]
+    assert rejected, [r.status_code for r in responses]
+    assert all(r.status_code in (200, 504) for r in responses if r.status_code != 429)
+    for r in rejected:
+        error = assert_envelope(r, 429, "rate_limit_exceeded")
+        assert error["type"] == "rate_limit_error"
+        assert r.headers["retry-after"].isdigit() and 1 <= int(r.headers["retry-after"]) <= 60
+    _wait_idle(slow.url)
+    time.sleep(int(rejected[0].headers["retry-after"]))
+    assert embed(slow.url, {"input": ["busy"] * 2, "model": MODEL}).status_code == 200
+    assert metric(slow.url, 'rose_requests_total{route="/v1/embeddings",status="429"}') == len(rejected)
+
+
+def test_sigterm_finishes_requests_in_flight_and_exits_in_time():
+    proc = ServerProcess(*SLOW, "--shutdown-timeout", "20", env=DELAY)
+    try:
+        bodies = [{"input": [f"in flight {i}"] * 4, "model": MODEL} for i in range(4)]  # 8 batches, ~4 s
+        with ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(embed, proc.url, body) for body in bodies]
+            time.sleep(1.0)
+            proc.proc.send_signal(signal.SIGTERM)
+            signalled = time.monotonic()
+            time.sleep(0.5)
+            with pytest.raises(httpx.ConnectError):  # no longer accepting
+                httpx.get(proc.url + "/health", timeout=2)
+            responses = [f.result() for f in futures]
+        assert [r.status_code for r in responses] == [200] * 4
+        assert all(len(r.json()["data"]) == 4 for r in responses)
+        code = proc.proc.wait(25)
+        assert time.monotonic() - signalled < 20
+        assert code in (0, -signal.SIGTERM)
+        assert "Finished server process" in proc.log()
+    finally:
+        proc.stop()
+
+
+def test_sigterm_cuts_off_work_past_the_shutdown_timeout():
+    proc = ServerProcess(*SLOW, "--shutdown-timeout", "1", "--request-timeout", "0", env=DELAY)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(embed, proc.url, {"input": ["long"] * 40, "model": MODEL})  # ~10 s
+            time.sleep(1.0)
+            proc.proc.send_signal(signal.SIGTERM)
+            signalled = time.monotonic()
+            code = proc.proc.wait(15)
+            elapsed = time.monotonic() - signalled
+            try:
+                status = future.result().status_code
+            except httpx.HTTPError:
+                status = None  # the connection closed without an answer
+        assert elapsed < 1 + 8, elapsed
+        assert code in (0, -signal.SIGTERM)
+        assert status in (None, 499, 500, 503)
+    finally:
+        proc.stop()
