@@ -11,9 +11,10 @@ import numpy as np
 from litestar import Request, get, post
 from litestar.datastructures import State
 
-from compat.encoding import ENCODING_FORMATS, encode_vector, truncate_dimensions
+from compat.encoding import ENCODING_FORMATS, truncate_dimensions
 from compat.inputs import normalise_input
 from compat.openai import Embedding, EmbeddingRequest, EmbeddingResponse, Model, ModelList, Usage
+from compat.vector_wire import encode_vectors
 from server.aliases import model_names
 from server.errors import APIError, invalid_request, model_not_found, not_ready
 from server.openapi import EMBEDDINGS_ERROR_RESPONSES, ERROR_RESPONSES, EmbeddingsOperation
@@ -89,7 +90,7 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
     futures = runtime.batcher.submit(seqs, owner=next(_request_ids))
     vectors = truncate_dimensions(np.stack(await _gather_unless_disconnected(request, futures)), data.dimensions)
     return EmbeddingResponse(
-        data=[Embedding(index=i, embedding=encode_vector(v, data.encoding_format)) for i, v in enumerate(vectors)],
+        data=[Embedding(index=i, embedding=e) for i, e in enumerate(encode_vectors(vectors, data.encoding_format))],
         model=data.model or runtime.served_model_name,  # OpenAI echoes the name asked for (an alias too)
         usage=Usage(prompt_tokens=num_tokens, total_tokens=num_tokens),
     )
