@@ -18,7 +18,9 @@ import argparse
 import contextlib
 import datetime
 import multiprocessing
+import os
 import shlex
+import shutil
 import statistics
 import sys
 import time
@@ -82,7 +84,7 @@ def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def http_round(pool: ProcessPoolExecutor, procs: int, url: str, texts: list[str], plan: list[PlannedRequest],
-               clients: int, model: str | None) -> tuple[float, list[float], np.ndarray, np.ndarray, list[str]]:
+               clients: int, model: str | None) -> tuple[float, float, list[float], np.ndarray, np.ndarray, list[str]]:
     """All client processes start together; the round lasts from the first send to the last answer."""
     start_at = time.monotonic() + 0.5
     shares = [plan[i::procs] for i in range(procs)]
@@ -94,7 +96,8 @@ def http_round(pool: ProcessPoolExecutor, procs: int, url: str, texts: list[str]
     latencies = [x for r in results for x in r.latencies]
     indices = np.concatenate([r.indices for r in results])
     vectors = np.concatenate([r.vectors for r in results if len(r.vectors)]) if len(indices) else np.zeros((0, 0))
-    return seconds, latencies, indices, vectors, [e for r in results for e in r.errors]
+    cpu = sum(r.cpu_seconds for r in results)
+    return seconds, cpu, latencies, indices, vectors, [e for r in results for e in r.errors]
 
 
 class VectorCheck:
@@ -112,12 +115,20 @@ class VectorCheck:
         self.worst = min(self.worst, float(cos.min()))
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far, all its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile_ms(values: list[float], q: float) -> float:
     return 1000 * float(np.percentile(values, q)) if values else float("nan")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.py_spy is not None and shutil.which("py-spy") is None:
+        sys.exit("load_gen: --py-spy needs py-spy on PATH (pip install py-spy), or leave the flag out")
     from engine.config import EngineConfig
     from engine.engine import Engine
 
@@ -146,6 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     if st is not None:
         names.insert(0, f"sentence-transformers encode(batch_size={args.st_batch_size})")
     timings: dict[str, list[float]] = {n: [] for n in names}
+    # CPU seconds per path and round: on a shared machine wall time depends on how many
+    # threads each path has runnable against the others' load; CPU time much less so.
+    cpu_times: dict[str, list[float]] = {n: [] for n in names}
+    server_cpu: list[float] = []
     check = VectorCheck(min_cosine)
     request_latencies: list[float] = []
     errors: list[str] = []
@@ -157,22 +172,28 @@ def main(argv: list[str] | None = None) -> int:
             run_worker(url, texts, plan[:8], 4, None, 0.0)  # server warm-up: first requests of the plan
 
             def time_engine() -> float:
-                t = time.perf_counter()
+                t, cpu = time.perf_counter(), time.process_time()
                 engine.embed(texts)
+                cpu_times[names[-2]].append(time.process_time() - cpu)
                 return time.perf_counter() - t
 
             def time_st() -> float:
                 nonlocal st_worst
-                t = time.perf_counter()
+                t, cpu = time.perf_counter(), time.process_time()
                 st_vectors = st.encode(texts, batch_size=args.st_batch_size, convert_to_numpy=True)
                 seconds = time.perf_counter() - t
+                cpu_times[names[0]].append(time.process_time() - cpu)
                 st_worst = float(cosine_rows(st_vectors.astype(np.float32), reference).min())
                 return seconds
 
             def time_http(profile: Path | None) -> float:
+                before = process_cpu_seconds(server.proc.pid) if server is not None else 0.0
                 with PySpy(server.proc.pid, profile) if profile else contextlib.nullcontext():
-                    seconds, lat, indices, vectors, errs = http_round(pool, args.procs, url, texts, plan,
-                                                                       args.clients, None)
+                    seconds, client_cpu, lat, indices, vectors, errs = http_round(pool, args.procs, url, texts, plan,
+                                                                                  args.clients, None)
+                spent = process_cpu_seconds(server.proc.pid) - before if server is not None else float("nan")
+                server_cpu.append(spent)
+                cpu_times[names[-1]].append(spent + client_cpu)
                 if profile:
                     profile_lines[:] = summarize(profile)
                 request_latencies.extend(lat)
@@ -202,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         if server is not None:
             server.stop()
 
-    report = render(args, engine, timings, names, num_tokens, len(texts), request_latencies, latencies, check,
-                    st_worst, errors, profile_lines, server_args)
+    report = render(args, engine, timings, cpu_times, server_cpu, names, num_tokens, len(texts), request_latencies,
+                    latencies, check, st_worst, errors, profile_lines, server_args)
     print(report)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -211,8 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if check.mismatches or errors else 0
 
 
-def render(args, engine, timings, names, num_tokens, num_texts, request_latencies, latencies, check, st_worst,
-           errors, profile_lines, server_args) -> str:
+def render(args, engine, timings, cpu_times, server_cpu, names, num_tokens, num_texts, request_latencies,
+           latencies, check, st_worst, errors, profile_lines, server_args) -> str:
     median = {n: statistics.median(v) for n, v in timings.items()}
     http, eng = names[-1], names[-2]
     command = "python bench/load_gen.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -232,20 +253,25 @@ def render(args, engine, timings, names, num_tokens, num_texts, request_latencie
         + (f"; sentence-transformers vs engine worst cosine {st_worst:.7f}" if st_worst is not None else "")
         + (f"; **{len(errors)} errors**, first: {errors[0]}" if errors else "; no errors"),
         "",
-        "| path | median s | texts/s | tokens/s | request p50 ms | request p99 ms |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| path | median s | texts/s | tokens/s | request p50 ms | request p99 ms | median CPU s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for n in names:
         p50 = f"{percentile_ms(request_latencies, 50):.1f}" if n == http else ""
         p99 = f"{percentile_ms(request_latencies, 99):.1f}" if n == http else ""
         lines.append(f"| {n} | {median[n]:.3f} | {num_texts / median[n]:.0f} | {num_tokens / median[n]:.0f} "
-                     f"| {p50} | {p99} |")
+                     f"| {p50} | {p99} | {statistics.median(cpu_times[n]):.2f} |")
     # Ratios are taken per round (the paths ran back to back) and their median reported: on a
     # shared machine the load drifts between rounds far more than within one.
     per_round = [e / h for e, h in zip(timings[eng], timings[http])]
     lines += ["", f"- **HTTP / engine: {statistics.median(per_round):.3f}x** (median of the per-round ratios "
                   f"{', '.join(f'{x:.2f}' for x in per_round)}; ratio of the medians {median[eng] / median[http]:.3f}x; "
                   "issue 7 target >= 0.9x)"]
+    cpu_round = [e / h for e, h in zip(cpu_times[eng], cpu_times[http])]
+    server_round = [e / h for e, h in zip(cpu_times[eng], server_cpu)]
+    lines.append(f"- HTTP / engine by CPU time (engine CPU s / CPU s of server + client processes): "
+                 f"**{statistics.median(cpu_round):.3f}x**; server process alone: {statistics.median(server_round):.3f}x "
+                 f"(per round: {', '.join(f'{x:.2f}' for x in cpu_round)})")
     if len(names) == 3:
         st_round = [s / h for s, h in zip(timings[names[0]], timings[http])]
         lines.append(f"- **HTTP / sentence-transformers: {statistics.median(st_round):.2f}x** (median of the per-round "
@@ -253,6 +279,9 @@ def render(args, engine, timings, names, num_tokens, num_texts, request_latencie
     if latencies:
         lines.append(f"- single short query (latency mode, {len(latencies)} queries of 4-16 tokens, one at a time): "
                      f"**p50 {percentile_ms(latencies, 50):.2f} ms, p99 {percentile_ms(latencies, 99):.2f} ms**")
+    lines += ["", "CPU s per round: " + "; ".join(f"{n}: " + ", ".join(f"{x:.2f}" for x in v)
+                                                for n, v in cpu_times.items()) + "; server process alone: "
+              + ", ".join(f"{x:.2f}" for x in server_cpu)]
     lines += ["", "Rounds (s): " + "; ".join(f"{n}: " + ", ".join(f"{x:.3f}" for x in v) for n, v in timings.items())]
     if profile_lines:
         lines += ["", f"## Server profile (py-spy, last HTTP round; raw stacks: {args.py_spy})", "", *profile_lines]

@@ -46,6 +46,7 @@ class WorkerResult:
     indices: np.ndarray  # [n] int: which text each vector belongs to
     vectors: np.ndarray  # [n, dim] float32, as decoded from the responses
     errors: list[str]
+    cpu_seconds: float  # this client process's CPU time while sending (its cost on a shared machine)
 
 
 class _Item(msgspec.Struct):
@@ -108,7 +109,9 @@ def run_worker(url: str, texts: list[str], plan: list[PlannedRequest], num_clien
     delay = start_at - time.monotonic()
     if delay > 0:
         time.sleep(delay)
+    cpu = time.process_time()
     started, finished, latencies, bodies, errors = uvloop.run(_drive(url, texts, plan, num_clients, model))
+    cpu = time.process_time() - cpu
     indices, vectors = [], []
     for request, body in bodies:
         items = decode_body(body)
@@ -118,7 +121,7 @@ def run_worker(url: str, texts: list[str], plan: list[PlannedRequest], num_clien
         indices += range(request.lo, request.hi)
         vectors += [v for _, v in items]
     return WorkerResult(started, finished, latencies, np.asarray(indices, dtype=np.int64),
-                        np.stack(vectors) if vectors else np.zeros((0, 0), np.float32), errors)
+                        np.stack(vectors) if vectors else np.zeros((0, 0), np.float32), errors, cpu)
 
 
 def run_latency(url: str, queries: list[str], model: str | None, encoding_format: str = "float",
