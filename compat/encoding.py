@@ -13,6 +13,7 @@ import base64
 import numpy as np
 
 from compat.quantize import int8_tanh, packed_sign_bits
+from compat.vector_wire import encode_vectors
 
 ENCODING_FORMATS = ("float", "base64")
 # Where the model defines quantisation (spec.quantization == "tanh"). The names of the
@@ -76,4 +77,4 @@ def encode_embeddings(
         unit = truncate_dimensions(vectors, dimensions)
     else:
         unit = _normalize(vectors if dimensions is None else vectors[:, :dimensions])
-    return [encode_vector(v, encoding_format) for v in unit]
+    return encode_vectors(unit, encoding_format)  # whole-array float / base64 JSON

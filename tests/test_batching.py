@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import httpx
 
@@ -36,6 +37,11 @@ def _run_concurrent(default_engine, requests: list[list[str]]):
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{server.config.port}/v1/embeddings"
+    # The port opens only once uvicorn has started; on a busy machine that may take a while.
+    for _ in range(600):
+        if server.started or not thread.is_alive():
+            break
+        time.sleep(0.05)
 
     async def drive():
         async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=256)) as client:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from litestar.testing import AsyncTestClient
 
@@ -37,11 +38,14 @@ def test_served_model_name(default_engine):
 
 
 def test_health_is_503_until_the_model_is_ready(default_engine, monkeypatch):
-    release = asyncio.Event()
+    # A threading.Event: the app runs on the test client's own loop in another thread, and an
+    # asyncio.Event set from this loop would not wake that one (the test hung at times).
+    release = threading.Event()
     original = Runtime._load_and_warm_up
 
     async def held_load(self):
-        await release.wait()
+        while not release.is_set():
+            await asyncio.sleep(0.01)
         await original(self)
 
     monkeypatch.setattr(Runtime, "_load_and_warm_up", held_load)

@@ -1,0 +1,298 @@
+"""End-to-end load generator: the real server under realistic traffic, with its baselines in one run.
+
+    python bench/load_gen.py --device cpu --num-texts 600 --clients 16 --rounds 3 --out bench/results/e2e-cpu.md
+    python bench/load_gen.py --device cuda --model DIR --num-texts 12061 --repeat 8 --clients 64 --procs 8 \
+        --server-arg=--capture-at-start --out bench/results/e2e-gpu.md
+
+Each round times, in turn and on the same texts: the engine alone (Engine.embed in this
+process, same model/device/dtype/budget as the server), sentence-transformers encode(), and
+the server over HTTP (many clients, requests of 1 to 64 texts, `float` and `base64` mixed).
+Then a latency mode sends single short queries one at a time. Every vector that comes back
+is checked against the engine's vector for its text (cosine >= --min-cosine); the run
+fails (exit 1) on any mismatch or error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import multiprocessing
+import os
+import shlex
+import shutil
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import DEFAULT_DATA, ServerProcess, load_texts, machine_description  # noqa: E402
+from bench.profile_summary import PySpy, summarize  # noqa: E402
+from bench.traffic import PlannedRequest, make_plan, run_latency, run_worker  # noqa: E402
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--url", default=None, help="attach to a running server instead of starting one "
+                                               "(it must serve the same model, device and dtype)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--model", default=None, help="model directory or hub id (default: the embedded MiniLM)")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--max-batch-tokens", type=int, default=16384)
+    p.add_argument("--server-arg", action="append", default=[],
+                   help="extra `serve` flag, passed through (repeatable; write --server-arg=--flag)")
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    p.add_argument("--num-texts", type=int, default=600, help="paragraphs (or documents, see --join) per round")
+    p.add_argument("--join", type=int, default=1, help="paragraphs joined into one text (4: document-sized texts)")
+    p.add_argument("--repeat", type=int, default=1, help="send the texts this many times per round (longer rounds)")
+    p.add_argument("--clients", type=int, default=16, help="concurrent connections, spread over --procs")
+    p.add_argument("--procs", type=int, default=1, help="client processes (one cannot parse a GPU's output)")
+    p.add_argument("--max-request-texts", type=int, default=64)
+    p.add_argument("--formats", default="float,base64", help="encoding formats drawn per request")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--latency-queries", type=int, default=200, help="single short queries (0: skip)")
+    p.add_argument("--st-batch-size", type=int, default=32)
+    p.add_argument("--no-st", action="store_true", help="skip sentence-transformers")
+    p.add_argument("--min-cosine", type=float, default=None,
+                   help="least cosine to the engine's vector (default 0.9999 for fp32, 0.999 otherwise)")
+    p.add_argument("--py-spy", type=Path, default=None, help="record the server with py-spy in the last HTTP "
+                                                             "round (raw stacks here, summary in the report)")
+    p.add_argument("--out", type=Path, default=None, help="write the markdown report here")
+    return p.parse_args(argv)
+
+
+def build_texts(path: Path, num_texts: int, join: int) -> list[str]:
+    paragraphs = load_texts(num_texts * join, path)
+    return ["\n\n".join(paragraphs[i : i + join]) for i in range(0, len(paragraphs), join)][:num_texts]
+
+
+def short_queries(path: Path, engine, n: int) -> list[str]:
+    """The first n texts of 4 to 16 tokens (a search box query's size), from the back of the file."""
+    pool = load_texts(100_000, path)[::-1]
+    lengths = [len(ids) for ids in engine.tokenize(pool)]
+    return [t for t, k in zip(pool, lengths) if 4 <= k <= 16][:n]
+
+
+def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-30)
+
+
+def http_round(pool: ProcessPoolExecutor, procs: int, url: str, texts: list[str], plan: list[PlannedRequest],
+               clients: int, model: str | None) -> tuple[float, float, list[float], np.ndarray, np.ndarray, list[str]]:
+    """All client processes start together; the round lasts from the first send to the last answer."""
+    start_at = time.monotonic() + 0.5
+    shares = [plan[i::procs] for i in range(procs)]
+    counts = [clients // procs + (i < clients % procs) for i in range(procs)]
+    futures = [pool.submit(run_worker, url, texts, share, max(1, n), model, start_at)
+               for share, n in zip(shares, counts)]
+    results = [f.result() for f in futures]
+    seconds = max(r.finished for r in results) - min(r.started for r in results)
+    latencies = [x for r in results for x in r.latencies]
+    indices = np.concatenate([r.indices for r in results])
+    vectors = np.concatenate([r.vectors for r in results if len(r.vectors)]) if len(indices) else np.zeros((0, 0))
+    cpu = sum(r.cpu_seconds for r in results)
+    return seconds, cpu, latencies, indices, vectors, [e for r in results for e in r.errors]
+
+
+class VectorCheck:
+    """Counts received vectors whose cosine to the engine's reference is below the bar."""
+
+    def __init__(self, min_cosine: float):
+        self.min_cosine, self.checked, self.mismatches, self.worst = min_cosine, 0, 0, 1.0
+
+    def add(self, got: np.ndarray, want: np.ndarray) -> None:
+        if len(got) == 0:
+            return
+        cos = cosine_rows(got.astype(np.float32), want)
+        self.checked += len(cos)
+        self.mismatches += int((cos < self.min_cosine).sum())
+        self.worst = min(self.worst, float(cos.min()))
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far, all its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def percentile_ms(values: list[float], q: float) -> float:
+    return 1000 * float(np.percentile(values, q)) if values else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.py_spy is not None and shutil.which("py-spy") is None:
+        sys.exit("load_gen: --py-spy needs py-spy on PATH (pip install py-spy), or leave the flag out")
+    from engine.config import EngineConfig
+    from engine.engine import Engine
+
+    engine = Engine(EngineConfig(model=args.model, device=args.device, dtype=args.dtype,
+                                 max_batch_tokens=args.max_batch_tokens))
+    engine.warm_up()
+    min_cosine = args.min_cosine or (0.9999 if str(engine.dtype) == "torch.float32" else 0.999)
+    texts = build_texts(args.data, args.num_texts, args.join) * args.repeat
+    num_tokens = sum(len(ids) for ids in engine.tokenize(texts))
+    plan = make_plan(len(texts), args.max_request_texts, args.seed, tuple(args.formats.split(",")))
+    queries = short_queries(args.data, engine, args.latency_queries) if args.latency_queries else []
+    reference = engine.embed(texts)  # also the engine's warm-up on exactly these shapes
+
+    st = None
+    if not args.no_st:
+        from sentence_transformers import SentenceTransformer
+
+        st = SentenceTransformer(str(engine.spec.path), device=str(engine.device), model_kwargs={"dtype": engine.dtype})
+        st.encode(texts[:256], batch_size=args.st_batch_size)
+
+    server_args = ["--device", args.device, "--dtype", args.dtype, "--max-batch-tokens", str(args.max_batch_tokens),
+                   *(["--model", args.model] if args.model else []), *args.server_arg]
+    server = None if args.url else ServerProcess(*server_args)
+    url = args.url or server.url
+    names = ["engine alone (Engine.embed, no HTTP)", f"HTTP, {args.clients} clients x 1-{args.max_request_texts} texts"]
+    if st is not None:
+        names.insert(0, f"sentence-transformers encode(batch_size={args.st_batch_size})")
+    timings: dict[str, list[float]] = {n: [] for n in names}
+    # CPU seconds per path and round: on a shared machine wall time depends on how many
+    # threads each path has runnable against the others' load; CPU time much less so.
+    cpu_times: dict[str, list[float]] = {n: [] for n in names}
+    server_cpu: list[float] = []
+    check = VectorCheck(min_cosine)
+    request_latencies: list[float] = []
+    errors: list[str] = []
+    profile_lines: list[str] = []
+    st_worst = None
+    try:
+        with ProcessPoolExecutor(args.procs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            list(pool.map(time.sleep, [0.1] * args.procs))  # start the workers before any timing
+            run_worker(url, texts, plan[:8], 4, None, 0.0)  # server warm-up: first requests of the plan
+
+            def time_engine() -> float:
+                t, cpu = time.perf_counter(), time.process_time()
+                engine.embed(texts)
+                cpu_times[names[-2]].append(time.process_time() - cpu)
+                return time.perf_counter() - t
+
+            def time_st() -> float:
+                nonlocal st_worst
+                t, cpu = time.perf_counter(), time.process_time()
+                st_vectors = st.encode(texts, batch_size=args.st_batch_size, convert_to_numpy=True)
+                seconds = time.perf_counter() - t
+                cpu_times[names[0]].append(time.process_time() - cpu)
+                st_worst = float(cosine_rows(st_vectors.astype(np.float32), reference).min())
+                return seconds
+
+            def time_http(profile: Path | None) -> float:
+                before = process_cpu_seconds(server.proc.pid) if server is not None else 0.0
+                with PySpy(server.proc.pid, profile) if profile else contextlib.nullcontext():
+                    seconds, client_cpu, lat, indices, vectors, errs = http_round(pool, args.procs, url, texts, plan,
+                                                                                  args.clients, None)
+                spent = process_cpu_seconds(server.proc.pid) - before if server is not None else float("nan")
+                server_cpu.append(spent)
+                cpu_times[names[-1]].append(spent + client_cpu)
+                if profile:
+                    profile_lines[:] = summarize(profile)
+                request_latencies.extend(lat)
+                errors.extend(errs)
+                # Every vector of every round is checked against the engine's for its text.
+                if sorted(indices.tolist()) != list(range(len(texts))):
+                    errors.append(f"{len(indices)} vectors came back for {len(texts)} texts")
+                check.add(vectors, reference[indices])
+                return seconds
+
+            for r in range(args.rounds):
+                profile = args.py_spy if server is not None and r == args.rounds - 1 else None
+                paths = {names[-2]: time_engine, names[-1]: lambda: time_http(profile)}
+                if st is not None:
+                    paths[names[0]] = time_st
+                # The machine may be shared: rotate the order so no path always runs first or last.
+                order = list(paths)[r % len(paths):] + list(paths)[: r % len(paths)]
+                for name in order:
+                    timings[name].append(paths[name]())
+                print(f"round {r}: " + ", ".join(f"{n}: {v[-1]:.2f} s" for n, v in timings.items()), flush=True)
+        latencies: list[float] = []
+        if queries:
+            latencies, lat_indices, lat_vectors, errs = run_latency(url, queries, None)
+            errors += errs
+            check.add(lat_vectors, engine.embed(queries)[lat_indices])
+    finally:
+        if server is not None:
+            server.stop()
+
+    report = render(args, engine, timings, cpu_times, server_cpu, names, num_tokens, len(texts), request_latencies,
+                    latencies, check, st_worst, errors, profile_lines, server_args)
+    print(report)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(report)
+    return 1 if check.mismatches or errors else 0
+
+
+def render(args, engine, timings, cpu_times, server_cpu, names, num_tokens, num_texts, request_latencies,
+           latencies, check, st_worst, errors, profile_lines, server_args) -> str:
+    median = {n: statistics.median(v) for n, v in timings.items()}
+    http, eng = names[-1], names[-2]
+    command = "python bench/load_gen.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    lines = [
+        "# End-to-end load test",
+        "",
+        f"- command: `{command}`",
+        f"- hardware: {machine_description()}" + (f"; {_gpu_name()}" if engine.device.type == "cuda" else ""),
+        f"- date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- model: {engine.spec.name} on {engine.device} ({engine.dtype}); server flags: `{' '.join(server_args)}`",
+        f"- workload: {num_texts} texts ({args.num_texts} x {args.repeat}, {args.join} paragraph(s) each) of "
+        f"{args.data.name}, {num_tokens} tokens; requests of 1-{args.max_request_texts} texts (seed {args.seed}), "
+        f"formats {args.formats}; {args.clients} clients in {args.procs} process(es); median of {args.rounds} "
+        "rounds, each round runs every path in turn on the same texts",
+        f"- correctness: {check.checked} vectors received and checked against the engine's vector for their text, "
+        f"**{check.mismatches} mismatches** (cosine < {check.min_cosine}); worst cosine {check.worst:.7f}"
+        + (f"; sentence-transformers vs engine worst cosine {st_worst:.7f}" if st_worst is not None else "")
+        + (f"; **{len(errors)} errors**, first: {errors[0]}" if errors else "; no errors"),
+        "",
+        "| path | median s | texts/s | tokens/s | request p50 ms | request p99 ms | median CPU s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for n in names:
+        p50 = f"{percentile_ms(request_latencies, 50):.1f}" if n == http else ""
+        p99 = f"{percentile_ms(request_latencies, 99):.1f}" if n == http else ""
+        lines.append(f"| {n} | {median[n]:.3f} | {num_texts / median[n]:.0f} | {num_tokens / median[n]:.0f} "
+                     f"| {p50} | {p99} | {statistics.median(cpu_times[n]):.2f} |")
+    # Ratios are taken per round (the paths ran back to back) and their median reported: on a
+    # shared machine the load drifts between rounds far more than within one.
+    per_round = [e / h for e, h in zip(timings[eng], timings[http])]
+    lines += ["", f"- **HTTP / engine: {statistics.median(per_round):.3f}x** (median of the per-round ratios "
+                  f"{', '.join(f'{x:.2f}' for x in per_round)}; ratio of the medians {median[eng] / median[http]:.3f}x; "
+                  "issue 7 target >= 0.9x)"]
+    cpu_round = [e / h for e, h in zip(cpu_times[eng], cpu_times[http])]
+    server_round = [e / h for e, h in zip(cpu_times[eng], server_cpu)]
+    lines.append(f"- HTTP / engine by CPU time (engine CPU s / CPU s of server + client processes): "
+                 f"**{statistics.median(cpu_round):.3f}x**; server process alone: {statistics.median(server_round):.3f}x "
+                 f"(per round: {', '.join(f'{x:.2f}' for x in cpu_round)})")
+    if len(names) == 3:
+        st_round = [s / h for s, h in zip(timings[names[0]], timings[http])]
+        lines.append(f"- **HTTP / sentence-transformers: {statistics.median(st_round):.2f}x** (median of the per-round "
+                     f"ratios; ratio of the medians {median[names[0]] / median[http]:.2f}x)")
+    if latencies:
+        lines.append(f"- single short query (latency mode, {len(latencies)} queries of 4-16 tokens, one at a time): "
+                     f"**p50 {percentile_ms(latencies, 50):.2f} ms, p99 {percentile_ms(latencies, 99):.2f} ms**")
+    lines += ["", "CPU s per round: " + "; ".join(f"{n}: " + ", ".join(f"{x:.2f}" for x in v)
+                                                for n, v in cpu_times.items()) + "; server process alone: "
+              + ", ".join(f"{x:.2f}" for x in server_cpu)]
+    lines += ["", "Rounds (s): " + "; ".join(f"{n}: " + ", ".join(f"{x:.3f}" for x in v) for n, v in timings.items())]
+    if profile_lines:
+        lines += ["", f"## Server profile (py-spy, last HTTP round; raw stacks: {args.py_spy})", "", *profile_lines]
+    return "\n".join(lines) + "\n"
+
+
+def _gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

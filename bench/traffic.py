@@ -1,0 +1,149 @@
+"""Client side of the load generator: a seeded request plan, and worker processes that send it.
+
+The plan is fixed before any timing: request i holds texts[lo_i:hi_i] (1 to 64 texts, sizes
+drawn from a seeded RNG) and asks for `float` or `base64`. Worker processes (spawned, so
+they carry no torch or CUDA state) each drive a share of the clients with httpx; one Python
+process cannot parse responses as fast as a GPU server produces them, so the client side
+can be spread over several. Bodies are kept as bytes while timing and decoded afterwards, so
+the decoding cost of the client never slows the server's clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from dataclasses import dataclass
+
+import httpx
+import msgspec
+import numpy as np
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    lo: int  # texts[lo:hi] of the workload
+    hi: int
+    encoding_format: str  # "float" | "base64"
+
+
+def make_plan(num_texts: int, max_request_texts: int, seed: int, formats: tuple[str, ...]) -> list[PlannedRequest]:
+    """Cover texts[0:num_texts] in order with requests of 1..max_request_texts texts."""
+    rng = np.random.default_rng(seed)
+    plan, lo = [], 0
+    while lo < num_texts:
+        hi = min(num_texts, lo + int(rng.integers(1, max_request_texts + 1)))
+        plan.append(PlannedRequest(lo, hi, formats[int(rng.integers(len(formats)))]))
+        lo = hi
+    return plan
+
+
+@dataclass
+class WorkerResult:
+    started: float  # time.monotonic() (one clock for all processes on Linux)
+    finished: float
+    latencies: list[float]  # seconds per request
+    indices: np.ndarray  # [n] int: which text each vector belongs to
+    vectors: np.ndarray  # [n, dim] float32, as decoded from the responses
+    errors: list[str]
+    cpu_seconds: float  # this client process's CPU time while sending (its cost on a shared machine)
+
+
+class _Item(msgspec.Struct):
+    index: int
+    embedding: list[float] | str
+
+
+class _Body(msgspec.Struct):
+    data: list[_Item]
+
+
+def decode_body(body: bytes) -> list[tuple[int, np.ndarray]]:
+    """(index, float32 vector) per item of an embeddings response, either format."""
+    out = []
+    for item in msgspec.json.decode(body, type=_Body).data:
+        e = item.embedding
+        vector = np.frombuffer(base64.b64decode(e), dtype="<f4") if isinstance(e, str) else np.asarray(e, np.float32)
+        out.append((item.index, vector))
+    return out
+
+
+async def _drive(url: str, texts: list[str], plan: list[PlannedRequest], num_clients: int,
+                 model: str | None) -> tuple[float, float, list[float], list[tuple[PlannedRequest, bytes]], list[str]]:
+    queue: asyncio.Queue[PlannedRequest] = asyncio.Queue()
+    for request in plan:
+        queue.put_nowait(request)
+    latencies: list[float] = []
+    bodies: list[tuple[PlannedRequest, bytes]] = []
+    errors: list[str] = []
+    encoder = msgspec.json.Encoder()
+
+    async def client_loop(client: httpx.AsyncClient) -> None:
+        while not queue.empty():
+            request = queue.get_nowait()
+            payload = {"input": texts[request.lo : request.hi], "encoding_format": request.encoding_format}
+            if model:
+                payload["model"] = model
+            t = time.perf_counter()
+            r = await client.post("/v1/embeddings", content=encoder.encode(payload),
+                                  headers={"content-type": "application/json"})
+            latencies.append(time.perf_counter() - t)
+            if r.status_code != 200:
+                errors.append(f"{r.status_code}: {r.text[:200]}")
+            else:
+                bodies.append((request, r.content))
+
+    limits = httpx.Limits(max_connections=num_clients, max_keepalive_connections=num_clients)
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
+        started = time.monotonic()
+        await asyncio.gather(*[client_loop(client) for _ in range(num_clients)])
+        finished = time.monotonic()
+    return started, finished, latencies, bodies, errors
+
+
+def run_worker(url: str, texts: list[str], plan: list[PlannedRequest], num_clients: int, model: str | None,
+               start_at: float) -> WorkerResult:
+    """One process's share: wait for the common start, send, then decode what came back."""
+    import uvloop
+
+    delay = start_at - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+    cpu = time.process_time()
+    started, finished, latencies, bodies, errors = uvloop.run(_drive(url, texts, plan, num_clients, model))
+    cpu = time.process_time() - cpu
+    indices, vectors = [], []
+    for request, body in bodies:
+        items = decode_body(body)
+        if [i for i, _ in items] != list(range(request.hi - request.lo)):
+            errors.append(f"request for texts {request.lo}:{request.hi}: indices out of order or missing")
+            continue
+        indices += range(request.lo, request.hi)
+        vectors += [v for _, v in items]
+    return WorkerResult(started, finished, latencies, np.asarray(indices, dtype=np.int64),
+                        np.stack(vectors) if vectors else np.zeros((0, 0), np.float32), errors, cpu)
+
+
+def run_latency(url: str, queries: list[str], model: str | None, encoding_format: str = "float",
+                num_warmup: int = 20) -> tuple[list[float], np.ndarray, np.ndarray, list[str]]:
+    """Single short queries, one at a time on one keep-alive connection: the idle server's latency."""
+    latencies, indices, vectors, errors = [], [], [], []
+    encoder = msgspec.json.Encoder()
+    with httpx.Client(base_url=url, timeout=60) as client:
+        for i, text in enumerate([*queries[:num_warmup], *queries]):
+            payload = {"input": text, "encoding_format": encoding_format}
+            if model:
+                payload["model"] = model
+            content = encoder.encode(payload)
+            t = time.perf_counter()
+            r = client.post("/v1/embeddings", content=content, headers={"content-type": "application/json"})
+            elapsed = time.perf_counter() - t
+            if r.status_code != 200:
+                errors.append(f"{r.status_code}: {r.text[:200]}")
+                continue
+            if i >= num_warmup:
+                latencies.append(elapsed)
+                indices.append(i - num_warmup)
+                vectors.append(decode_body(r.content)[0][1])
+    stacked = np.stack(vectors) if vectors else np.zeros((0, 0), np.float32)
+    return latencies, np.asarray(indices, dtype=np.int64), stacked, errors

@@ -1,0 +1,48 @@
+"""The load generator's plan and response decoding (bench/traffic.py, bench/profile_summary.py)."""
+
+from __future__ import annotations
+
+import base64
+
+import msgspec
+import numpy as np
+
+from bench.profile_summary import summarize
+from bench.traffic import decode_body, make_plan
+
+
+def test_plan_covers_every_text_once_in_requests_of_1_to_64():
+    plan = make_plan(1000, 64, seed=3, formats=("float", "base64"))
+    assert plan[0].lo == 0 and plan[-1].hi == 1000
+    assert all(a.hi == b.lo for a, b in zip(plan, plan[1:]))
+    sizes = [r.hi - r.lo for r in plan[:-1]]  # the last one is cut at the end of the texts
+    assert min(sizes) >= 1 and max(sizes) <= 64 and len(set(sizes)) > 10
+    assert {r.encoding_format for r in plan} == {"float", "base64"}
+
+
+def test_plan_is_fixed_by_its_seed():
+    assert make_plan(500, 64, 7, ("float", "base64")) == make_plan(500, 64, 7, ("float", "base64"))
+    assert make_plan(500, 64, 7, ("float", "base64")) != make_plan(500, 64, 8, ("float", "base64"))
+
+
+def test_decode_body_reads_both_formats_exactly():
+    vectors = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)
+    body = msgspec.json.encode({"data": [
+        {"index": 0, "embedding": vectors[0].tolist(), "object": "embedding"},
+        {"index": 1, "embedding": base64.b64encode(vectors[1].tobytes()).decode(), "object": "embedding"},
+    ], "model": "m", "usage": {"prompt_tokens": 1, "total_tokens": 1}, "object": "list"})
+    decoded = decode_body(body)
+    assert [i for i, _ in decoded] == [0, 1]
+    assert all(np.array_equal(v, w) and v.dtype == np.float32 for (_, v), w in zip(decoded, vectors))
+
+
+def test_profile_summary_shares(tmp_path):
+    raw = tmp_path / "p.txt"
+    raw.write_text(
+        "thread (1): MainThread;run (a.py:1);encode (b.py:2) 3\n"
+        "thread (2): rose-engine_0;run (a.py:1);forward (c.py:9) 1\n"
+    )
+    text = "\n".join(summarize(raw))
+    assert "| thread (1): MainThread | 75.0% |" in text
+    assert "| encode (b.py) | 75.0% |" in text  # self share
+    assert "| run (a.py) | 100.0% |" in text  # inclusive share

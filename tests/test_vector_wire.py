@@ -1,0 +1,111 @@
+"""The fast response encoders give the simple implementation's bytes (and exact float32 values)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+
+import msgspec
+import numpy as np
+import pytest
+from litestar.testing import AsyncTestClient
+
+import compat.vector_wire as vector_wire
+from compat.encoding import encode_vector
+from compat.openai import Embedding, EmbeddingResponse, Usage
+from compat.vector_wire import base64_fragments, encode_vectors, float_fragments
+from engine.config import EngineConfig
+from server.app import create_app
+from server.config import ServerConfig
+
+
+def _unit_vectors(n: int, dim: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    v = rng.standard_normal((n, dim)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _random_float32(n: int, seed: int = 1) -> np.ndarray:
+    """Finite float32 values from uniformly random bit patterns: every exponent, denormals too."""
+    bits = np.random.default_rng(seed).integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    values = bits.view(np.float32)
+    return values[np.isfinite(values)]
+
+
+def _body(rows: list) -> bytes:
+    response = EmbeddingResponse(data=[Embedding(index=i, embedding=e) for i, e in enumerate(rows)],
+                                 model="m", usage=Usage(prompt_tokens=1, total_tokens=1))
+    return msgspec.json.encode(response)
+
+
+@pytest.mark.parametrize("use_orjson", [True, False])
+def test_float_body_is_byte_identical_to_the_simple_encoder(monkeypatch, use_orjson):
+    if not use_orjson:
+        monkeypatch.setattr(vector_wire, "orjson", None)
+    elif vector_wire.orjson is None:
+        pytest.skip("orjson is not installed")
+    vectors = _unit_vectors(64, 384)
+    vectors[0, :4] = [0.0, -0.0, 1.0, 1e-30]  # zeros, an integral value, a tiny exponent
+    simple = _body([encode_vector(v, "float") for v in vectors])
+    assert _body(float_fragments(vectors)) == simple
+
+
+@pytest.mark.parametrize("use_orjson", [True, False])
+def test_float_text_round_trips_every_float32_exactly(monkeypatch, use_orjson):
+    if not use_orjson:
+        monkeypatch.setattr(vector_wire, "orjson", None)
+    elif vector_wire.orjson is None:
+        pytest.skip("orjson is not installed")
+    values = _random_float32(200_000)[:100_000].reshape(1000, 100)
+    values[0, :3] = [np.finfo(np.float32).max, np.finfo(np.float32).smallest_subnormal, -3e20]
+    decoded = json.loads(_body(float_fragments(values)))["data"]
+    got64 = np.array([d["embedding"] for d in decoded], dtype=np.float64)
+    # Exact in float64 (the text is the float32's own value), so exact in float32 too.
+    assert np.array_equal(got64, values.astype(np.float64))
+    assert np.array_equal(got64.astype(np.float32).view(np.uint32), values.view(np.uint32))
+
+
+def test_float_non_finite_values_match_the_simple_encoder():
+    vectors = np.array([[np.nan, np.inf, -np.inf, 0.5]], dtype=np.float32)
+    assert _body(float_fragments(vectors)) == _body([encode_vector(v, "float") for v in vectors])
+
+
+def test_base64_body_is_byte_identical_to_the_simple_encoder():
+    for dim in (384, 768, 1024, 1):  # row bytes divisible by 3 or not: padding differs
+        vectors = _unit_vectors(33, dim, seed=dim)
+        assert _body(base64_fragments(vectors)) == _body([encode_vector(v, "base64") for v in vectors])
+
+
+def test_base64_decodes_to_the_same_bytes_from_a_strided_array():
+    vectors = _unit_vectors(8, 512)[:, ::2]  # not contiguous: a truncated or sliced view
+    for row, fragment in zip(vectors, base64_fragments(vectors)):
+        assert base64.b64decode(json.loads(bytes(fragment))) == row.astype("<f4").tobytes()
+
+
+def test_other_formats_are_refused():
+    # Quantised formats go through compat.encoding; the whole-array encoders are float/base64 only.
+    with pytest.raises(ValueError, match="some-format"):
+        encode_vectors(_unit_vectors(3, 4), "some-format")
+
+
+def test_server_answers_float_and_base64_with_the_same_float32_values(default_engine):
+    texts = ["a short query", "def f(x): return x", "Return the number of items in the container."]
+
+    async def scenario():
+        app = create_app(ServerConfig(engine=EngineConfig(max_batch_tokens=4096)), default_engine)
+        async with AsyncTestClient(app) as client:
+            while not app.state.runtime.is_ready:
+                await asyncio.sleep(0.02)
+            as_float = await client.post("/v1/embeddings", json={"input": texts, "encoding_format": "float"})
+            as_base64 = await client.post("/v1/embeddings", json={"input": texts, "encoding_format": "base64"})
+            return as_float, as_base64
+
+    as_float, as_base64 = asyncio.run(scenario())
+    assert as_float.status_code == as_base64.status_code == 200
+    floats = np.array([d["embedding"] for d in as_float.json()["data"]], dtype=np.float64)
+    b64 = np.stack([np.frombuffer(base64.b64decode(d["embedding"]), "<f4") for d in as_base64.json()["data"]])
+    # The same batch shapes run twice on the CPU give the same bits; the wire must not change them.
+    assert np.array_equal(floats, b64.astype(np.float64))
+    reference = default_engine.embed(texts)
+    np.testing.assert_allclose(b64, reference, atol=1e-5)
