@@ -1,0 +1,132 @@
+"""Which ASGI server carries the app faster: uvicorn (uvloop + httptools) or granian.
+
+    python bench/asgi_bench.py --requests 3000 --clients 16 --out bench/results/asgi.md
+
+Both serve the same app (default model, CPU) and get the same traffic in one run: single
+short texts (where the HTTP layer weighs most) and requests of 32 paragraphs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import REPO, free_port, load_texts, machine_description  # noqa: E402
+
+
+def app():
+    """Factory both servers import: the default model with default settings."""
+    from server.app import create_app
+    from server.config import ServerConfig
+
+    return create_app(ServerConfig())
+
+
+SERVERS = {
+    "uvicorn (uvloop, httptools)": lambda port: [
+        sys.executable, "-m", "uvicorn", "--factory", "bench.asgi_bench:app", "--port", str(port),
+        "--loop", "uvloop", "--http", "httptools", "--log-level", "warning", "--no-access-log",
+    ],
+    "granian (asgi, uvloop)": lambda port: [
+        sys.executable, "-m", "granian", "--interface", "asgi", "--factory", "--port", str(port),
+        "--loop", "uvloop", "--log-level", "warning", "--no-access-log", "bench.asgi_bench:app",
+    ],
+}
+
+
+async def drive(url: str, bodies: list[dict], clients: int) -> list[float]:
+    latencies: list[float] = []
+    queue: asyncio.Queue = asyncio.Queue()
+    for body in bodies:
+        queue.put_nowait(body)
+
+    async def client_loop(client: httpx.AsyncClient) -> None:
+        while not queue.empty():
+            body = queue.get_nowait()
+            t = time.perf_counter()
+            r = await client.post(url, json=body)
+            r.raise_for_status()
+            latencies.append(time.perf_counter() - t)
+
+    async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=clients)) as client:
+        await asyncio.gather(*[client_loop(client) for _ in range(clients)])
+    return latencies
+
+
+def wait_ready(url: str, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    raise RuntimeError("server not ready")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+
+    texts = load_texts(32 * 64)
+    workloads = {
+        "single short text": [{"input": texts[i % len(texts)][:60]} for i in range(args.requests)],
+        "32 paragraphs": [{"input": texts[(i * 32) % len(texts):][:32]} for i in range(args.requests // 20)],
+    }
+    rows = []
+    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
+    for name, command in SERVERS.items():
+        port = free_port()
+        proc = subprocess.Popen(command(port), cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            wait_ready(url, proc)
+            asyncio.run(drive(url + "/v1/embeddings", workloads["single short text"][:200], args.clients))
+            for workload, bodies in workloads.items():
+                t = time.perf_counter()
+                latencies = asyncio.run(drive(url + "/v1/embeddings", bodies, args.clients))
+                elapsed = time.perf_counter() - t
+                latencies.sort()
+                rows.append((name, workload, len(bodies) / elapsed, statistics.median(latencies) * 1e3,
+                             latencies[int(0.99 * (len(latencies) - 1))] * 1e3))
+                print(rows[-1], flush=True)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+    lines = [
+        "# ASGI server: uvicorn vs granian",
+        "",
+        f"- command: `python bench/asgi_bench.py --requests {args.requests} --clients {args.clients}`",
+        f"- machine: {machine_description()}",
+        f"- date: {datetime.date.today().isoformat()}",
+        "- same app (default model, CPU), same httpx client in the same run; the client shares the cores",
+        "",
+        "| server | workload | requests/s | p50 ms | p99 ms |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ] + [f"| {s} | {w} | {rps:.0f} | {p50:.1f} | {p99:.1f} |" for s, w, rps, p50, p99 in rows]
+    report = "\n".join(lines) + "\n"
+    print(report)
+    if args.out:
+        args.out.write_text(report)
+
+
+if __name__ == "__main__":
+    main()
