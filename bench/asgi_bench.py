@@ -22,7 +22,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import REPO, free_port, load_texts, machine_description  # noqa: E402
+from bench.common import REPO, free_port, load_texts, machine_description, wait_until_healthy  # noqa: E402
 
 
 def app():
@@ -64,20 +64,6 @@ async def drive(url: str, bodies: list[dict], clients: int) -> list[float]:
     return latencies
 
 
-def wait_ready(url: str, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    raise RuntimeError("server not ready")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=3000)
@@ -97,7 +83,7 @@ def main() -> None:
         proc = subprocess.Popen(command(port), cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             url = f"http://127.0.0.1:{port}"
-            wait_ready(url, proc)
+            wait_until_healthy(url, proc)
             asyncio.run(drive(url + "/v1/embeddings", workloads["single short text"][:200], args.clients))
             for workload, bodies in workloads.items():
                 t = time.perf_counter()

@@ -47,6 +47,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_until_healthy(url: str, proc: subprocess.Popen, timeout: float = 300.0) -> None:
+    """Poll GET /health until 200; raise if the process exits or the time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    raise RuntimeError("server did not become ready")
+
+
 class ServerProcess:
     """`python -m server serve` on loopback; `url` is ready once started."""
 
@@ -58,18 +73,11 @@ class ServerProcess:
             [sys.executable, "-m", "server", "serve", "--port", str(self.port), "--log-level", "warning", *args],
             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.25)
-        self.stop()
-        raise RuntimeError("server did not become ready")
+        try:
+            wait_until_healthy(self.url, self.proc, timeout)
+        except RuntimeError:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         self.proc.terminate()
