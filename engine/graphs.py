@@ -120,6 +120,8 @@ class CUDAGraphRunner:
         self.pool = None  # one memory pool for every graph, made at the first capture
         self.graphs: dict[GraphKey, _Captured] = {}
         self._num_eager: dict[GraphKey, int] = {}
+        self.num_replays = 0  # graph launches, captures included (read by /metrics)
+        self.num_eager_runs = 0  # warm-up runs of a key before its capture
         self._next_slot: dict[tuple[int, int, int], int] = {}
         # End of each key's last run, for backends that re-plan on the host (FlashInfer):
         # a wrapper's plan buffers must not be rewritten while its last run may read them.
@@ -190,11 +192,13 @@ class CUDAGraphRunner:
         captured = self.graphs.get(key)
         if captured is None and self._num_eager.get(key, 0) == 0:
             self._num_eager[key] = 1
+            self.num_eager_runs += 1
             output = self.forward(input_ids, positions, cu_seqlens, meta)
         else:
             if captured is None:
                 captured = self._capture(key, input_ids, positions, cu_seqlens, meta)
             captured.graph.replay()
+            self.num_replays += 1
             output = captured.output
         if self.num_slots > 1:
             self._last_run.setdefault(key, torch.cuda.Event()).record()

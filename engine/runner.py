@@ -26,6 +26,7 @@ class ModelRunner:
         self.model, self.attention, self.device = model, attention, device
         self.pooling, self.normalize = pooling, normalize
         self.inputs: StaticInputs | None = None
+        self._num_eager_runs = 0  # batches run outside any graph (CPU, --enforce-eager, no bucket)
         self.graphs: CUDAGraphRunner | None = None
         if device.type == "cuda":
             max_num_segments = CUDAGraphRunner.max_num_segments(max_num_tokens, max_num_seqs)
@@ -48,9 +49,18 @@ class ModelRunner:
             if ran is not None:
                 vectors, _ = ran
                 return LazyResult(vectors[: batch.num_seqs], batch.num_seqs)
+        self._num_eager_runs += 1
         input_ids, positions, cu_seqlens = self._load(batch)
         meta = self.attention.prepare(cu_seqlens, batch.cu_seqlens.tolist(), batch.max_seqlen)
         return LazyResult(self._forward(input_ids, positions, cu_seqlens, meta), batch.num_seqs)
+
+    @property
+    def num_graph_replays(self) -> int:
+        return self.graphs.num_replays if self.graphs is not None else 0
+
+    @property
+    def num_eager_runs(self) -> int:
+        return self._num_eager_runs + (self.graphs.num_eager_runs if self.graphs is not None else 0)
 
     @torch.inference_mode()
     def capture_all(self) -> int:

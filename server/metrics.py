@@ -81,12 +81,12 @@ class _RuntimeCollector:
         yield _counter("rose_inputs_cancelled", "Queued inputs dropped unrun because their client left",
                        batcher.num_cancelled_inputs)
         yield _counter("rose_batches_failed", "Batches whose computation raised", batcher.num_failed_batches)
-        # The GPU path's runner counts CUDA graph replays and eager runs; a runner without
-        # graphs (the CPU path) runs every batch eagerly and exposes neither, so 0 is exact there.
+        # Warm-up runs count too; fault-injection wrappers may hide the runner, hence getattr.
         runner = getattr(runtime.engine, "runner", None)
         yield _counter("rose_graph_replays", "Batches run by replaying a captured CUDA graph",
                        getattr(runner, "num_graph_replays", 0))
-        yield _counter("rose_eager_runs", "Batches run eagerly (no CUDA graph)", getattr(runner, "num_eager_runs", 0))
+        yield _counter("rose_eager_runs", "Batches run eagerly (no CUDA graph; every batch on CPU)",
+                       getattr(runner, "num_eager_runs", 0))
         yield _device_memory(runtime)
 
     def describe(self):

@@ -69,6 +69,9 @@ def test_metrics_content(server):
                  "rose_eager_runs_total", "rose_inputs_cancelled_total", "rose_batches_failed_total"):
         assert re.search(rf"^{name} \d", text, re.M), name
     assert metric(server.url, "rose_ready") == 1 and metric(server.url, "rose_engine_up") == 1
+    # On CPU every batch, warm-up included, runs eagerly and none replays a graph.
+    assert metric(server.url, "rose_eager_runs_total") >= metric(server.url, "rose_batch_sequences_count") + 2
+    assert metric(server.url, "rose_graph_replays_total") == 0
     assert metric(server.url, 'rose_device_memory_bytes{device="cpu",kind="resident"}') > 10e6
     assert metric(server.url, "process_resident_memory_bytes") > 10e6
 
