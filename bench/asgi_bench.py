@@ -22,7 +22,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import REPO, free_port, load_texts, machine_description, wait_until_healthy  # noqa: E402
+from bench.common import (  # noqa: E402
+    REPO, free_port, load_texts, machine_description, publish, wait_until_healthy,
+)
 
 
 def app():
@@ -109,9 +111,7 @@ def main() -> None:
         "| --- | --- | ---: | ---: | ---: |",
     ] + [f"| {s} | {w} | {rps:.0f} | {p50:.1f} | {p99:.1f} |" for s, w, rps, p50, p99 in rows]
     report = "\n".join(lines) + "\n"
-    print(report)
-    if args.out:
-        args.out.write_text(report)
+    publish(report, args.out)
 
 
 if __name__ == "__main__":

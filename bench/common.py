@@ -27,6 +27,14 @@ def load_texts(n: int, path: Path = DEFAULT_DATA) -> list[str]:
     return texts
 
 
+def publish(report: str, out: Path | None) -> None:
+    """Print a benchmark's markdown report and, when asked, write it where results are kept."""
+    print(report)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(report)
+
+
 def machine_description() -> str:
     cpu = platform.processor() or platform.machine()
     try:

@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ServerProcess, load_texts, machine_description  # noqa: E402
+from bench.common import ServerProcess, load_texts, machine_description, publish  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.engine import Engine  # noqa: E402
 
@@ -118,9 +118,7 @@ def main() -> None:
         "Rounds (s): " + "; ".join(f"{n}: " + ", ".join(f"{x:.2f}" for x in v) for n, v in timings.items()),
     ]
     report = "\n".join(lines) + "\n"
-    print(report)
-    if args.out:
-        args.out.write_text(report)
+    publish(report, args.out)
 
 
 if __name__ == "__main__":

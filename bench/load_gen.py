@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import DEFAULT_DATA, ServerProcess, load_texts, machine_description  # noqa: E402
+from bench.common import DEFAULT_DATA, ServerProcess, load_texts, machine_description, publish  # noqa: E402
 from bench.profile_summary import PySpy, summarize  # noqa: E402
 from bench.traffic import PlannedRequest, make_plan, run_latency, run_worker  # noqa: E402
 
@@ -225,10 +225,7 @@ def main(argv: list[str] | None = None) -> int:
 
     report = render(args, engine, timings, cpu_times, server_cpu, names, num_tokens, len(texts), request_latencies,
                     latencies, check, st_worst, errors, profile_lines, server_args)
-    print(report)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(report)
+    publish(report, args.out)
     return 1 if check.mismatches or errors else 0
 
 

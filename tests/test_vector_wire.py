@@ -39,24 +39,24 @@ def _body(rows: list) -> bytes:
     return msgspec.json.encode(response)
 
 
-@pytest.mark.parametrize("use_orjson", [True, False])
-def test_float_body_is_byte_identical_to_the_simple_encoder(monkeypatch, use_orjson):
-    if not use_orjson:
+@pytest.fixture(params=["orjson", "fallback"])
+def float_encoder(request, monkeypatch) -> str:
+    """Run a test with orjson's fast path and again with the plain fallback."""
+    if request.param == "fallback":
         monkeypatch.setattr(vector_wire, "orjson", None)
     elif vector_wire.orjson is None:
         pytest.skip("orjson is not installed")
+    return request.param
+
+
+def test_float_body_is_byte_identical_to_the_simple_encoder(float_encoder):
     vectors = _unit_vectors(64, 384)
     vectors[0, :4] = [0.0, -0.0, 1.0, 1e-30]  # zeros, an integral value, a tiny exponent
     simple = _body([encode_vector(v, "float") for v in vectors])
     assert _body(float_fragments(vectors)) == simple
 
 
-@pytest.mark.parametrize("use_orjson", [True, False])
-def test_float_text_round_trips_every_float32_exactly(monkeypatch, use_orjson):
-    if not use_orjson:
-        monkeypatch.setattr(vector_wire, "orjson", None)
-    elif vector_wire.orjson is None:
-        pytest.skip("orjson is not installed")
+def test_float_text_round_trips_every_float32_exactly(float_encoder):
     values = _random_float32(200_000)[:100_000].reshape(1000, 100)
     values[0, :3] = [np.finfo(np.float32).max, np.finfo(np.float32).smallest_subnormal, -3e20]
     decoded = json.loads(_body(float_fragments(values)))["data"]
