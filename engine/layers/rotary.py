@@ -11,6 +11,8 @@ head and q·k does not depend on the order of the head dimensions; v is not perm
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -53,6 +55,20 @@ class RotaryEmbedding(nn.Module):
         cos = self.cos_cached.index_select(0, positions).float()
         sin = self.sin_cached.index_select(0, positions).float()
         return torch.complex(cos, sin).unsqueeze(1)
+
+    def for_batch(self, positions: torch.Tensor, tables_only: bool) -> "RotaryBatch":
+        """What every layer of one batch needs; `tables_only` (the fused kernel reads the tables
+        by position itself) skips building the complex rotations."""
+        rotations = None if tables_only else self(positions)
+        return RotaryBatch(positions, self.cos_cached, self.sin_cached, rotations)
+
+
+@dataclass(frozen=True)
+class RotaryBatch:
+    positions: torch.Tensor  # [T]
+    cos: torch.Tensor  # [max_position_embeddings, head_dim/2] tables
+    sin: torch.Tensor
+    rotations: torch.Tensor | None  # [T, 1, head_dim/2] complex64, for apply_rotary
 
 
 def apply_rotary(x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:

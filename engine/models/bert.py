@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.layers import fused
 from engine.layers.attention import AttentionBackend, AttentionShape
 
 _ACTIVATIONS = {
@@ -33,8 +34,12 @@ class BertLayer(nn.Module):
         num_tokens = x.shape[0]
         q, k, v = self.qkv_proj(x).view(num_tokens, 3, self.num_heads, self.head_dim).unbind(1)
         attn = attention.forward(q, k, v, meta).reshape(num_tokens, -1)
-        x = self.attention_norm(x + self.o_proj(attn))
-        return self.mlp_norm(x + self.down_proj(self.act(self.up_proj(x))))
+        x = _add_norm(self.o_proj(attn), x, self.attention_norm)
+        return _add_norm(self.down_proj(self.act(self.up_proj(x))), x, self.mlp_norm)
+
+
+def _add_norm(x: torch.Tensor, residual: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+    return fused.add_layer_norm(x, residual, norm.weight, norm.bias, norm.eps)
 
 
 class BertModel(nn.Module):

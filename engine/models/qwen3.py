@@ -8,12 +8,12 @@ No KV cache, no LM head: the model returns the final-norm hidden state [T, hidde
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from engine.layers import fused
 from engine.layers.attention import AttentionBackend, AttentionShape
 from engine.layers.norm import RMSNorm
-from engine.layers.rotary import RotaryEmbedding, apply_rotary, interleave_rotary_halves, rope_theta
+from engine.layers.rotary import RotaryBatch, RotaryEmbedding, interleave_rotary_halves, rope_theta
 
 # Checkpoints name the backbone's tensors bare (saved from Qwen3Model, e.g. Qwen3-Embedding,
 # pplx-embed) or under `model.` (saved from Qwen3ForCausalLM).
@@ -34,16 +34,12 @@ class Qwen3Attention(nn.Module):
         self.q_norm = RMSNorm(head_dim, eps)
         self.k_norm = RMSNorm(head_dim, eps)
 
-    def forward(self, x: torch.Tensor, rotations: torch.Tensor, attention: AttentionBackend, meta: object) -> torch.Tensor:
-        num_tokens = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        # q and k rows come in rotary pairs (see engine/layers/rotary.py); the norms and
-        # the rotation write new contiguous tensors, v is copied out of the fused output.
-        q = apply_rotary(self.q_norm(q.view(num_tokens, self.num_heads, self.head_dim)), rotations)
-        k = apply_rotary(self.k_norm(k.view(num_tokens, self.num_kv_heads, self.head_dim)), rotations)
-        v = v.reshape(num_tokens, self.num_kv_heads, self.head_dim).contiguous()
+    def forward(self, x: torch.Tensor, rope: RotaryBatch, attention: AttentionBackend, meta: object) -> torch.Tensor:
+        # q and k rows come in rotary pairs (see engine/layers/rotary.py).
+        q, k, v = fused.qk_norm_rope(self.qkv_proj(x), rope, self.q_norm.weight, self.k_norm.weight, self.num_heads,
+                                     self.num_kv_heads, self.head_dim, self.q_norm.variance_epsilon)
         out = attention.forward(q, k, v, meta)
-        return self.o_proj(out.reshape(num_tokens, self.q_size))
+        return self.o_proj(out.reshape(x.shape[0], self.q_size))
 
 
 class Qwen3MLP(nn.Module):
@@ -55,8 +51,7 @@ class Qwen3MLP(nn.Module):
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(fused.silu_and_mul(self.gate_up_proj(x)))
 
 
 class Qwen3DecoderLayer(nn.Module):
@@ -71,9 +66,22 @@ class Qwen3DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(hidden, eps)
         self.mlp = Qwen3MLP(hidden, config["intermediate_size"])
 
-    def forward(self, x, rotations, attention, meta):
-        x = x + self.self_attn(self.input_layernorm(x), rotations, attention, meta)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None, rope: RotaryBatch, attention: AttentionBackend,
+                meta: object) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x, residual) -> (mlp output, residual stream): each residual add is fused into the
+        norm after it, which updates `residual` in place (the first layer's residual is x)."""
+        if residual is None:
+            residual = x
+            h = self.input_layernorm(x)
+        else:
+            h = _add_norm(x, residual, self.input_layernorm)
+        h = self.self_attn(h, rope, attention, meta)
+        h = _add_norm(h, residual, self.post_attention_layernorm)
+        return self.mlp(h), residual
+
+
+def _add_norm(x: torch.Tensor, residual: torch.Tensor, norm: RMSNorm) -> torch.Tensor:
+    return fused.rms_norm(x, norm.weight, norm.variance_epsilon, residual=residual)
 
 
 class Qwen3Model(nn.Module):
@@ -100,10 +108,12 @@ class Qwen3Model(nn.Module):
         self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend, meta: object
     ) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
-        rotations = self.rotary_emb(positions)  # shared by all layers
+        fits = fused.rope_kernel_fits(self.head_dim, x)
+        rope = self.rotary_emb.for_batch(positions, tables_only=fits)  # shared by all layers
+        residual = None
         for layer in self.layers:
-            x = layer(x, rotations, attention, meta)
-        return self.norm(x)
+            x, residual = layer(x, residual, rope, attention, meta)
+        return _add_norm(x, residual, self.norm)
 
     def load_hf_weights(self, state: dict[str, torch.Tensor]) -> None:
         """Load a Hugging Face Qwen3 state dict (bare or `model.`-prefixed names, any float

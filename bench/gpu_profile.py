@@ -1,0 +1,146 @@
+"""Where a batch's GPU time goes: kernel-by-kernel profile of one packed batch per model,
+with the fused Triton kernels on and off, next to the dense ceiling.
+
+    python3 bench/gpu_profile.py [--models minilm,bert-base,qwen3-0.6b] [--tokens 16384] [--out FILE]
+
+For each model shape (random bf16 weights) and each setting of the fused kernels:
+  - one docs batch of about --tokens tokens (lognormal lengths, as gpu_bench's docs) is run
+    eagerly under torch.profiler; the table lists its kernels grouped by name, with time per
+    batch and launches per batch, and the sum of all kernel time;
+  - the same batch replayed as a whole-model CUDA graph (ms per batch, tokens/s, fraction of
+    the dense ceiling: the model's linear layers alone on 8192 tokens);
+  - a 16-token query: graph-replay latency p50 and its kernel count;
+  - agreement of the fused and unfused vectors (min cosine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.gpu_bench import SHAPES, dense_ceiling, hf_model, latency_ms  # noqa: E402
+from engine.batch import pack  # noqa: E402
+from engine.batcher import cut_batches  # noqa: E402
+from engine.layers import fused  # noqa: E402
+from engine.layers.attention import make_attention_backend  # noqa: E402
+from engine.models import MODEL_CLASSES  # noqa: E402
+from engine.runner import ModelRunner  # noqa: E402
+
+
+def docs_batch(num_tokens: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    lengths = np.clip(rng.lognormal(np.log(128), 0.75, 4096), 8, 512).astype(int)
+    seqs = [rng.integers(1000, 30000, n, dtype=np.int32) for n in lengths]
+    lo, hi = cut_batches([len(s) for s in seqs], num_tokens, 4096)[0]
+    return seqs[lo:hi]
+
+
+def kernel_table(runner: ModelRunner, seqs: list[np.ndarray], runs: int = 3) -> tuple[list[tuple], float, int]:
+    """[(name, µs per batch, launches per batch)], total kernel µs per batch, launches per batch."""
+    from torch.profiler import ProfilerActivity, profile
+
+    batch = pack(seqs)
+    runner.execute(batch).wait()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(runs):
+            runner.execute(batch).wait()
+    totals: dict[str, list[float]] = {}
+    for event in prof.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        name = event.name
+        slot = totals.setdefault(name[:90], [0.0, 0])
+        slot[0] += event.device_time_total if hasattr(event, "device_time_total") else event.cuda_time_total
+        slot[1] += 1
+    rows = sorted(((n, t / runs, c / runs) for n, (t, c) in totals.items()), key=lambda r: -r[1])
+    return rows, sum(r[1] for r in rows), int(sum(r[2] for r in rows))
+
+
+def replay_ms(runner: ModelRunner, seqs: list[np.ndarray], iters: int = 20) -> float:
+    batch = pack(seqs)
+    for _ in range(3):  # eager, capture, replay
+        runner.execute(batch).wait()
+    times = []
+    for _ in range(iters):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        runner.execute(pack(seqs)).wait()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def profile_model(name: str, args, out: list[str]) -> None:
+    arch, shape = SHAPES[name]
+    is_causal, pooling = (True, "last") if arch == "qwen3" else (False, "mean")
+    hf, config = hf_model(arch, shape)
+    with torch.device("cuda"):
+        ours = MODEL_CLASSES[arch](config.to_dict())
+    ours.load_hf_weights(dict(hf.state_dict()))
+    del hf
+    ours = ours.to(device="cuda", dtype=torch.bfloat16).eval()
+    ceiling = dense_ceiling(ours, 3)
+    seqs = docs_batch(args.tokens)
+    num_tokens = sum(len(s) for s in seqs)
+    out.append(f"\n## {name}: {len(seqs)} docs, {num_tokens} tokens; dense ceiling {ceiling:,.0f} tok/s "
+               f"({1e3 * num_tokens / ceiling:.2f} ms for this batch's tokens)\n")
+    vectors = {}
+    for use_fused in (False, True):
+        fused.set_fused_kernels(use_fused)
+        attention = make_attention_backend(args.backend, ours.attention_shape(is_causal), torch.device("cuda"),
+                                           torch.bfloat16)
+        common = dict(pooling=pooling, normalize=True, max_num_tokens=args.tokens, max_num_seqs=4096, max_seqlen=512)
+        eager = ModelRunner(ours, attention, torch.device("cuda"), enforce_eager=True, **common)
+        t0 = time.perf_counter()
+        vectors[use_fused] = eager.execute(pack(seqs)).wait()
+        first_s = time.perf_counter() - t0
+        rows, total_us, launches = kernel_table(eager, seqs)
+        graphs = ModelRunner(ours, attention, torch.device("cuda"), **common)
+        ms = replay_ms(graphs, seqs)
+        p50, p99 = latency_ms(graphs, 16, iters=200)
+        _, query_us, query_launches = kernel_table(eager, [np.arange(1000, 1016, dtype=np.int32)])
+        label = "fused" if use_fused else "unfused"
+        out.append(f"### {label}: graph replay {ms:.2f} ms/batch = {num_tokens / ms:,.0f}k tok/s = "
+                   f"{num_tokens / ms * 1e3 / ceiling:.2f} of ceiling; kernel sum {total_us / 1e3:.2f} ms, "
+                   f"{launches} launches/batch; 16-token query p50 {p50:.3f} ms p99 {p99:.3f} ms "
+                   f"({query_launches} launches, kernel sum {query_us:.0f} us); first eager run {first_s:.1f} s\n")
+        out.append("| kernel | us/batch | % | launches/batch |\n|---|---:|---:|---:|")
+        for kernel, us, count in rows[: args.top]:
+            out.append(f"| `{kernel}` | {us:,.0f} | {100 * us / total_us:.1f} | {count:g} |")
+        out.append("")
+        print("\n".join(out[-args.top - 4:]), flush=True)
+        del eager, graphs, attention
+        torch.cuda.empty_cache()
+    a, b = vectors[False], vectors[True]
+    cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    out.append(f"fused vs unfused vectors: min cosine {cos.min():.6f} over {len(cos)} docs\n")
+    print(out[-1], flush=True)
+    fused.set_fused_kernels(True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="minilm,bert-base,qwen3-0.6b")
+    parser.add_argument("--backend", default="varlen")
+    parser.add_argument("--tokens", type=int, default=16384)
+    parser.add_argument("--top", type=int, default=14)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    out = [f"# GPU profile: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+           f"command: `python3 bench/gpu_profile.py {' '.join(sys.argv[1:])}`"]
+    for name in args.models.split(","):
+        profile_model(name, args, out)
+    if args.out:
+        args.out.write_text("\n".join(out) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""The memory-bound steps between the matmuls: a PyTorch reference for each and, on CUDA,
+one fused Triton kernel (engine/layers/triton_kernels.py).
+
+The reference is what runs on the CPU and what defines each step; the Triton kernels must
+match it (tests/test_gpu.py checks them against it). `set_fused_kernels(False)`
+(`--no-fused-kernels`) keeps CUDA on the references too, for comparison.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+from engine.layers.rotary import RotaryBatch, apply_rotary
+
+_enabled = True
+
+
+def set_fused_kernels(enabled: bool) -> None:
+    """Use the Triton kernels on CUDA tensors (default) or the PyTorch references everywhere.
+    Takes effect for forwards run afterwards: graphs already captured keep their kernels."""
+    global _enabled
+    _enabled = enabled
+
+
+@functools.cache
+def _triton_kernels():
+    """The kernels module, or None where Triton is missing or broken."""
+    try:
+        from engine.layers import triton_kernels
+    except Exception:  # ImportError, or a Triton without a working backend
+        return None
+    return triton_kernels
+
+
+def uses_triton(x: torch.Tensor) -> bool:
+    return _enabled and x.is_cuda and _triton_kernels() is not None
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """rms_norm(x) * weight over the last dimension. With a residual, first residual += x in
+    place (the pre-norm decoder's residual stream) and normalise the sum."""
+    if uses_triton(x) and x.is_contiguous():
+        return _triton_kernels().add_rms_norm(x, residual, weight, eps)
+    if residual is not None:
+        x = residual.add_(x)
+    return F.rms_norm(x, weight.shape, weight, eps)
+
+
+def add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                   eps: float) -> torch.Tensor:
+    """layer_norm(x + residual): BERT's post-norm after attention and after the MLP."""
+    if uses_triton(x) and x.is_contiguous() and residual.is_contiguous():
+        return _triton_kernels().add_layer_norm(x, residual, weight, bias, eps)
+    return F.layer_norm(x + residual, weight.shape, weight, bias, eps)
+
+
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """[T, 2I] holding gate | up -> silu(gate) * up [T, I]."""
+    if uses_triton(gate_up) and gate_up.is_contiguous():
+        return _triton_kernels().silu_and_mul(gate_up)
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def qk_norm_rope(qkv: torch.Tensor, rope: RotaryBatch, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                 num_heads: int, num_kv_heads: int, head_dim: int, eps: float
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Qwen3's attention inputs from its fused projection [T, (H + 2 KV) * D], whose q and k
+    rows hold rotary pairs side by side: per-head RMSNorm of q and k, rotary, and v, each
+    as a contiguous [T, heads, D]."""
+    num_tokens = qkv.shape[0]
+    if rope.rotations is None:
+        return _triton_kernels().qk_norm_rope(qkv, rope.positions, rope.cos, rope.sin, q_weight, k_weight,
+                                              num_heads, num_kv_heads, head_dim, eps)
+    q, k, v = qkv.split([num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim], dim=-1)
+    q = apply_rotary(F.rms_norm(q.reshape(num_tokens, num_heads, head_dim), (head_dim,), q_weight, eps),
+                     rope.rotations)
+    k = apply_rotary(F.rms_norm(k.reshape(num_tokens, num_kv_heads, head_dim), (head_dim,), k_weight, eps),
+                     rope.rotations)
+    return q, k, v.reshape(num_tokens, num_kv_heads, head_dim).contiguous()
+
+
+def rope_kernel_fits(head_dim: int, x: torch.Tensor) -> bool:
+    """Whether qk_norm_rope's Triton kernel serves this shape (its tiles need a power-of-two head_dim)."""
+    return uses_triton(x) and head_dim >= 4 and head_dim & (head_dim - 1) == 0

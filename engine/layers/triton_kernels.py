@@ -1,0 +1,168 @@
+"""Triton kernels for the memory-bound steps between the matmuls (CUDA only).
+
+Each replaces a chain of PyTorch kernels that read and write the activations several
+times with one pass: a profile of the Qwen3-0.6B shape on the H200 found these chains
+costing more than the matmuls themselves (see docs/gpu.md). Imported only where CUDA and
+Triton are present; `engine/layers/fused.py` chooses between these and the PyTorch
+reference, which defines what each kernel must compute.
+
+Rows are tokens: every kernel runs one program per token, which keeps the launch grid
+independent of anything but T, so one compiled kernel serves every token bucket and
+every CUDA graph.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add_rms_norm_kernel(x_ptr, residual_ptr, weight_ptr, out_ptr, n_cols, eps,
+                         HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        # residual += x, rounded to the activation dtype as the reference's add is.
+        x = (x.to(tl.float32) + tl.load(residual_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32))
+        x = x.to(residual_ptr.dtype.element_ty)
+        tl.store(residual_ptr + row * n_cols + cols, x, mask=mask)
+    xf = x.to(tl.float32)
+    inv_rms = tl.rsqrt(tl.sum(xf * xf, axis=0) / n_cols + eps)
+    w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * n_cols + cols, (xf * inv_rms * w).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """rms_norm(residual + x) * weight; with a residual, it is updated in place to residual + x."""
+    n_cols = x.shape[-1]
+    out = torch.empty_like(x)
+    if x.numel() == 0:
+        return out
+    block = triton.next_power_of_2(n_cols)
+    _add_rms_norm_kernel[(x.numel() // n_cols,)](
+        x, residual if residual is not None else x, weight, out, n_cols, eps,
+        HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=min(16, max(1, block // 256)),
+    )
+    return out
+
+
+@triton.jit
+def _add_layer_norm_kernel(x_ptr, residual_ptr, weight_ptr, bias_ptr, out_ptr, n_cols, eps,
+                           BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    r = tl.load(residual_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    # The reference adds in the activation dtype, then normalises that rounded sum.
+    h = (x + r).to(out_ptr.dtype.element_ty).to(tl.float32)
+    mean = tl.sum(h, axis=0) / n_cols
+    centred = tl.where(mask, h - mean, 0.0)
+    inv_std = tl.rsqrt(tl.sum(centred * centred, axis=0) / n_cols + eps)
+    w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * n_cols + cols, (centred * inv_std * w + b).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                   eps: float) -> torch.Tensor:
+    """layer_norm(x + residual) * weight + bias, as a new tensor (BERT's post-norm)."""
+    n_cols = x.shape[-1]
+    out = torch.empty_like(x)
+    if x.numel() == 0:
+        return out
+    block = triton.next_power_of_2(n_cols)
+    _add_layer_norm_kernel[(x.numel() // n_cols,)](
+        x, residual, weight, bias, out, n_cols, eps, BLOCK=block, num_warps=min(16, max(1, block // 256)),
+    )
+    return out
+
+
+@triton.jit
+def _silu_and_mul_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    start = tl.program_id(1) * BLOCK
+    cols = start + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    gate = tl.load(x_ptr + row * 2 * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(x_ptr + row * 2 * n_cols + n_cols + cols, mask=mask, other=0.0)
+    # The reference rounds silu(gate) to the activation dtype before the multiply.
+    act = (gate * tl.sigmoid(gate)).to(out_ptr.dtype.element_ty)
+    tl.store(out_ptr + row * n_cols + cols, (act.to(tl.float32) * up.to(tl.float32)).to(out_ptr.dtype.element_ty),
+             mask=mask)
+
+
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """[T, 2I] (gate | up) -> silu(gate) * up, [T, I]."""
+    num_tokens, n_cols = gate_up.shape[0], gate_up.shape[1] // 2
+    out = torch.empty(num_tokens, n_cols, dtype=gate_up.dtype, device=gate_up.device)
+    if num_tokens == 0:
+        return out
+    block = 1024
+    _silu_and_mul_kernel[(num_tokens, triton.cdiv(n_cols, block))](gate_up, out, n_cols, BLOCK=block, num_warps=4)
+    return out
+
+
+@triton.jit
+def _norm_rope_heads(src, weight_ptr, dst, cos, sin, eps,
+                     HEADS: tl.constexpr, BLOCK: tl.constexpr, HALF: tl.constexpr, HEAD_DIM: tl.constexpr):
+    # HEADS heads of one token: RMS-normalised over head_dim, scaled, rotated pair by pair.
+    # Whole heads are loaded and stored contiguously; the pairs (2j, 2j + 1) are split in
+    # registers (strided loads of the even and odd halves ran at a fifth of the bandwidth).
+    h = tl.arange(0, BLOCK)[:, None]
+    d = tl.arange(0, HEAD_DIM)[None, :]
+    mask = (h < HEADS) & (d < HEAD_DIM)
+    x = tl.load(src + h * HEAD_DIM + d, mask=mask, other=0.0).to(tl.float32)
+    inv_rms = tl.rsqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)[:, None]
+    w = tl.load(weight_ptr + d).to(tl.float32)
+    # Round the normalised head to the activation dtype, as the reference's norm output is.
+    normed = (x * inv_rms * w).to(dst.dtype.element_ty).to(tl.float32)
+    even, odd = tl.split(tl.reshape(normed, (BLOCK, HALF, 2)))
+    rotated = tl.join(even * cos - odd * sin, even * sin + odd * cos)
+    tl.store(dst + h * HEAD_DIM + d, tl.reshape(rotated, (BLOCK, HEAD_DIM)).to(dst.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _qk_norm_rope_kernel(qkv_ptr, positions_ptr, cos_ptr, sin_ptr, q_weight_ptr, k_weight_ptr,
+                         q_out_ptr, k_out_ptr, v_out_ptr, eps,
+                         NUM_Q_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HALF: tl.constexpr,
+                         HEAD_DIM: tl.constexpr, Q_BLOCK: tl.constexpr, KV_BLOCK: tl.constexpr):
+    # One token: q heads then k heads normalised and rotated; v heads copied out.
+    token = tl.program_id(0).to(tl.int64)
+    row = qkv_ptr + token * (NUM_Q_HEADS + 2 * NUM_KV_HEADS) * HEAD_DIM
+    pos = tl.load(positions_ptr + token).to(tl.int64)
+    j = tl.arange(0, HALF)
+    cos = tl.load(cos_ptr + pos * HALF + j).to(tl.float32)[None, :]
+    sin = tl.load(sin_ptr + pos * HALF + j).to(tl.float32)[None, :]
+    _norm_rope_heads(row, q_weight_ptr, q_out_ptr + token * NUM_Q_HEADS * HEAD_DIM, cos, sin, eps,
+                     NUM_Q_HEADS, Q_BLOCK, HALF, HEAD_DIM)
+    _norm_rope_heads(row + NUM_Q_HEADS * HEAD_DIM, k_weight_ptr, k_out_ptr + token * NUM_KV_HEADS * HEAD_DIM,
+                     cos, sin, eps, NUM_KV_HEADS, KV_BLOCK, HALF, HEAD_DIM)
+    cols = tl.arange(0, KV_BLOCK * HEAD_DIM)
+    mask = cols < NUM_KV_HEADS * HEAD_DIM
+    v = tl.load(row + (NUM_Q_HEADS + NUM_KV_HEADS) * HEAD_DIM + cols, mask=mask)
+    tl.store(v_out_ptr + token * NUM_KV_HEADS * HEAD_DIM + cols, v, mask=mask)
+
+
+def qk_norm_rope(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                 q_weight: torch.Tensor, k_weight: torch.Tensor, num_heads: int, num_kv_heads: int,
+                 head_dim: int, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fused q/k RMSNorm + rotary + v split of a Qwen3 qkv projection [T, (H + 2 KV) * D]
+    with interleaved rotary pairs -> contiguous q [T, H, D], k [T, KV, D], v [T, KV, D].
+    cos / sin are the [P, D/2] tables, indexed by positions [T]."""
+    num_tokens = qkv.shape[0]
+    q = torch.empty(num_tokens, num_heads, head_dim, dtype=qkv.dtype, device=qkv.device)
+    k = torch.empty(num_tokens, num_kv_heads, head_dim, dtype=qkv.dtype, device=qkv.device)
+    v = torch.empty(num_tokens, num_kv_heads, head_dim, dtype=qkv.dtype, device=qkv.device)
+    if num_tokens == 0:
+        return q, k, v
+    _qk_norm_rope_kernel[(num_tokens,)](
+        qkv, positions, cos, sin, q_weight, k_weight, q, k, v, eps,
+        NUM_Q_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads, HALF=head_dim // 2, HEAD_DIM=head_dim,
+        Q_BLOCK=triton.next_power_of_2(num_heads), KV_BLOCK=triton.next_power_of_2(num_kv_heads), num_warps=4,
+    )
+    return q, k, v

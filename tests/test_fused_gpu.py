@@ -1,0 +1,126 @@
+"""The fused Triton kernels (engine/layers/triton_kernels.py) against their PyTorch references
+(engine/layers/fused.py), kernel by kernel and through whole models. Needs CUDA and Triton."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.layers import fused
+from engine.layers.rotary import RotaryEmbedding, interleave_rotary_halves
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+# bf16 keeps 8 bits of mantissa: the kernels and the references round at the same points but
+# may reduce in another order, so they may differ by a couple of ulps of the output.
+TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 3e-3, torch.float32: 1e-5}
+
+
+def both(fn):
+    """fn() with the Triton kernels, then with the references."""
+    assert fused.uses_triton(torch.zeros(1, device="cuda")), "Triton kernels unavailable on this CUDA machine"
+    out = fn()
+    fused.set_fused_kernels(False)
+    try:
+        return out, fn()
+    finally:
+        fused.set_fused_kernels(True)
+
+
+def close(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> None:
+    tol = TOLERANCE[dtype]
+    torch.testing.assert_close(a.float(), b.float(), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("num_tokens,hidden", [(1, 1024), (77, 384), (4096, 1024), (300, 1000)])
+def test_add_rms_norm_matches_reference_and_updates_the_residual(dtype, num_tokens, hidden):
+    g = torch.Generator(device="cuda").manual_seed(num_tokens)
+    x = torch.randn(num_tokens, hidden, device="cuda", generator=g).to(dtype)
+    residual = torch.randn(num_tokens, hidden, device="cuda", generator=g).to(dtype)
+    weight = (1 + 0.1 * torch.randn(hidden, device="cuda", generator=g)).to(dtype)
+    residuals = [residual.clone(), residual.clone()]
+    calls = iter(residuals)
+    (out, ref) = both(lambda: fused.rms_norm(x, weight, 1e-6, residual=next(calls)))
+    close(out, ref, dtype)
+    close(residuals[0], residuals[1], dtype)
+    close(residuals[0], residual + x, dtype)
+    plain, plain_ref = both(lambda: fused.rms_norm(x, weight, 1e-6))
+    close(plain, plain_ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("num_tokens,hidden", [(1, 384), (513, 768), (2048, 1024)])
+def test_add_layer_norm_matches_reference(dtype, num_tokens, hidden):
+    g = torch.Generator(device="cuda").manual_seed(hidden)
+    x, residual = (torch.randn(num_tokens, hidden, device="cuda", generator=g).to(dtype) for _ in range(2))
+    weight, bias = (torch.randn(hidden, device="cuda", generator=g).to(dtype) for _ in range(2))
+    out, ref = both(lambda: fused.add_layer_norm(x, residual, weight, bias, 1e-12))
+    close(out, ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("num_tokens,intermediate", [(1, 3072), (100, 1536), (4096, 3072), (7, 1000)])
+def test_silu_and_mul_matches_reference(dtype, num_tokens, intermediate):
+    g = torch.Generator(device="cuda").manual_seed(intermediate)
+    gate_up = (3 * torch.randn(num_tokens, 2 * intermediate, device="cuda", generator=g)).to(dtype)
+    out, ref = both(lambda: fused.silu_and_mul(gate_up))
+    close(out, ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(16, 8, 128), (4, 4, 64), (14, 2, 128)])
+def test_qk_norm_rope_matches_reference(dtype, heads, kv_heads, head_dim):
+    num_tokens, eps = 333, 1e-6
+    g = torch.Generator(device="cuda").manual_seed(heads)
+    qkv = torch.randn(num_tokens, (heads + 2 * kv_heads) * head_dim, device="cuda", generator=g).to(dtype)
+    q_weight = interleave_rotary_halves((1 + 0.2 * torch.randn(head_dim, device="cuda", generator=g)), head_dim)
+    k_weight = interleave_rotary_halves((1 + 0.2 * torch.randn(head_dim, device="cuda", generator=g)), head_dim)
+    rotary = RotaryEmbedding(head_dim, 4096, 1e6).to("cuda")
+    positions = torch.randint(0, 4096, (num_tokens,), device="cuda", generator=g)
+
+    def run():
+        rope = rotary.for_batch(positions, tables_only=fused.uses_triton(qkv))
+        return fused.qk_norm_rope(qkv, rope, q_weight.to(dtype), k_weight.to(dtype), heads, kv_heads, head_dim, eps)
+
+    (q, k, v), (q_ref, k_ref, v_ref) = both(run)
+    assert q.shape == (num_tokens, heads, head_dim) and q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
+    close(q, q_ref, dtype)
+    close(k, k_ref, dtype)
+    assert torch.equal(v, v_ref)
+
+
+@pytest.mark.parametrize("architecture", ["bert", "qwen3"])
+@torch.inference_mode()
+def test_whole_model_fused_equals_reference(architecture):
+    from engine.batch import pack
+    from engine.layers.attention import make_attention_backend
+    from engine.models import MODEL_CLASSES
+    from engine.runner import ModelRunner
+
+    if architecture == "bert":
+        config = dict(vocab_size=1000, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=512, max_position_embeddings=512, type_vocab_size=2, layer_norm_eps=1e-12)
+        is_causal, pooling = False, "mean"
+    else:
+        config = dict(vocab_size=1000, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=64, intermediate_size=512, max_position_embeddings=4096,
+                      rms_norm_eps=1e-6, rope_theta=1e6)
+        is_causal, pooling = True, "last"
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = MODEL_CLASSES[architecture](config)
+        for p in model.parameters():  # norm weights away from 1, so that the kernels' weight use matters
+            p.data.normal_(0, 0.05).add_(torch.ones_like(p) if p.dim() == 1 else 0)
+    model = model.to(torch.bfloat16).eval()
+    attention = make_attention_backend("varlen", model.attention_shape(is_causal), torch.device("cuda"), torch.bfloat16)
+    runner = ModelRunner(model, attention, torch.device("cuda"), pooling=pooling, normalize=True, max_num_tokens=4096,
+                         max_num_seqs=64, max_seqlen=512, enforce_eager=True)
+    g = torch.Generator().manual_seed(1)
+    seqs = [torch.randint(0, 1000, (n,), generator=g).numpy().astype("int32") for n in (1, 7, 64, 200, 512)]
+    out, ref = both(lambda: runner.execute(pack(seqs)).wait())
+    cos = (out * ref).sum(1)
+    assert cos.min() >= 0.999, cos
