@@ -76,10 +76,14 @@ class ServerProcess:
     def __init__(self, *args: str, timeout: float = 300.0):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1")
+        # The repository first, then whatever PYTHONPATH already holds (packages installed
+        # with --target on a machine without a virtual environment).
+        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+        env = dict(os.environ, PYTHONPATH=path, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1")
+        # stderr is inherited: at --log-level warning it stays quiet unless the server fails to start.
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "server", "serve", "--port", str(self.port), "--log-level", "warning", *args],
-            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            cwd=REPO, env=env, stdout=subprocess.DEVNULL,
         )
         try:
             wait_until_healthy(self.url, self.proc, timeout)

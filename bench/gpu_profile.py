@@ -1,10 +1,10 @@
 """Where a batch's GPU time goes: kernel-by-kernel profile of one packed batch per model,
 with the fused Triton kernels on and off, next to the dense ceiling.
 
-    python3 bench/gpu_profile.py [--models minilm,bert-base,qwen3-0.6b] [--tokens 16384] [--out FILE]
+    python3 bench/gpu_profile.py [--models minilm,bert-base,qwen3-0.6b] [--tokens 16384] [--workload docs|queries] [--out FILE]
 
 For each model shape (random bf16 weights) and each setting of the fused kernels:
-  - one docs batch of about --tokens tokens (lognormal lengths, as gpu_bench's docs) is run
+  - the first batch of gpu_bench's docs (or queries) workload, cut at --tokens tokens, is run
     eagerly under torch.profiler; the table lists its kernels grouped by name, with time per
     batch and launches per batch, and the sum of all kernel time;
   - the same batch replayed as a whole-model CUDA graph (ms per batch, tokens/s, fraction of
@@ -35,11 +35,15 @@ from engine.models import MODEL_CLASSES  # noqa: E402
 from engine.runner import ModelRunner  # noqa: E402
 
 
-def docs_batch(num_tokens: int) -> list[np.ndarray]:
+def first_batch(workload: str, num_tokens: int, max_seqs: int) -> list[np.ndarray]:
+    """The first batch the batcher would cut from gpu_bench's docs or queries workload."""
     rng = np.random.default_rng(0)
-    lengths = np.clip(rng.lognormal(np.log(128), 0.75, 4096), 8, 512).astype(int)
+    if workload == "docs":
+        lengths = np.clip(rng.lognormal(np.log(128), 0.75, 4096), 8, 512).astype(int)
+    else:
+        lengths = rng.integers(8, 33, 4096)
     seqs = [rng.integers(1000, 30000, n, dtype=np.int32) for n in lengths]
-    lo, hi = cut_batches([len(s) for s in seqs], num_tokens, 4096)[0]
+    lo, hi = cut_batches([len(s) for s in seqs], num_tokens, max_seqs)[0]
     return seqs[lo:hi]
 
 
@@ -87,16 +91,17 @@ def profile_model(name: str, args, out: list[str]) -> None:
     del hf
     ours = ours.to(device="cuda", dtype=torch.bfloat16).eval()
     ceiling = dense_ceiling(ours, 3)
-    seqs = docs_batch(args.tokens)
+    seqs = first_batch(args.workload, args.tokens, args.max_batch_seqs)
     num_tokens = sum(len(s) for s in seqs)
-    out.append(f"\n## {name}: {len(seqs)} docs, {num_tokens} tokens; dense ceiling {ceiling:,.0f} tok/s "
+    out.append(f"\n## {name}: {len(seqs)} {args.workload}, {num_tokens} tokens; dense ceiling {ceiling:,.0f} tok/s "
                f"({1e3 * num_tokens / ceiling:.2f} ms for this batch's tokens)\n")
     vectors = {}
     for use_fused in (False, True):
         fused.set_fused_kernels(use_fused)
         attention = make_attention_backend(args.backend, ours.attention_shape(is_causal), torch.device("cuda"),
                                            torch.bfloat16)
-        common = dict(pooling=pooling, normalize=True, max_num_tokens=args.tokens, max_num_seqs=4096, max_seqlen=512)
+        common = dict(pooling=pooling, normalize=True, max_num_tokens=args.tokens, max_num_seqs=args.max_batch_seqs,
+                      max_seqlen=512)
         eager = ModelRunner(ours, attention, torch.device("cuda"), enforce_eager=True, **common)
         t0 = time.perf_counter()
         vectors[use_fused] = eager.execute(pack(seqs)).wait()
@@ -120,7 +125,7 @@ def profile_model(name: str, args, out: list[str]) -> None:
         torch.cuda.empty_cache()
     a, b = vectors[False], vectors[True]
     cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-    out.append(f"fused vs unfused vectors: min cosine {cos.min():.6f} over {len(cos)} docs\n")
+    out.append(f"fused vs unfused vectors: min cosine {cos.min():.6f} over {len(cos)} {args.workload}\n")
     print(out[-1], flush=True)
     fused.set_fused_kernels(True)
 
@@ -130,6 +135,8 @@ def main() -> None:
     parser.add_argument("--models", default="minilm,bert-base,qwen3-0.6b")
     parser.add_argument("--backend", default="varlen")
     parser.add_argument("--tokens", type=int, default=16384)
+    parser.add_argument("--workload", choices=["docs", "queries"], default="docs")
+    parser.add_argument("--max-batch-seqs", type=int, default=1024)
     parser.add_argument("--top", type=int, default=14)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()

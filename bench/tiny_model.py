@@ -61,6 +61,10 @@ def write_qwen3_shape(out: Path, seed: int = 0, source: Path | None = None) -> P
         model = Qwen3Model(config).to(torch.bfloat16)
     model.save_pretrained(out, safe_serialization=True)
     _copy_tokenizer(source, out, 1024, {"pooling_mode_mean_tokens": False, "pooling_mode_lasttoken": True})
+    # Last-token pooling reads the end token's state: BERT's tokenizer ends every text with [SEP].
+    tokenizer_config = out / "tokenizer_config.json"
+    settings = json.loads(tokenizer_config.read_text()) if tokenizer_config.is_file() else {}
+    tokenizer_config.write_text(json.dumps({**settings, "eos_token": "[SEP]"}))
     return out
 
 

@@ -33,6 +33,7 @@ class EngineConfig:
     max_seq_len: int | None = None  # None: the model's own limit
     attention_backend: str = "auto"
     enforce_eager: bool = False
+    fused_kernels: bool = True  # CUDA: Triton kernels between the matmuls (engine/layers/fused.py)
     capture_at_start: bool = False
     num_threads: int | None = None  # torch intra-op threads on CPU; None: torch's default
     model_overrides: ModelOverrides = field(default_factory=ModelOverrides)

@@ -7,6 +7,7 @@ import torch
 
 from engine.batch import PackedBatch, pack
 from engine.config import EngineConfig
+from engine.layers import fused
 from engine.layers.attention import make_attention_backend
 from engine.lazy import LazyResult
 from engine.loader import ModelSpec, load_spec, load_state_dict
@@ -52,6 +53,7 @@ class Engine:
         model = MODEL_CLASSES[self.spec.architecture](self.spec.hf_config)
         model.load_hf_weights(load_state_dict(self.spec.path))
         model = model.to(device=self.device, dtype=self.dtype).eval()
+        fused.set_fused_kernels(config.fused_kernels)
         attention = make_attention_backend(
             config.attention_backend, model.attention_shape(self.spec.is_causal), self.device, self.dtype
         )

@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="ragged attention kernels on CUDA (auto: torch's varlen_attn; flashinfer needs the gpu "
                             "extra and head_dim 64/128/256); the CPU always uses sdpa")
     serve.add_argument("--enforce-eager", action="store_true", help="CUDA: run every batch eagerly, no CUDA graphs")
+    serve.add_argument("--no-fused-kernels", dest="fused_kernels", action="store_false",
+                       help="CUDA: run the steps between the matmuls (norms, rotary, activations) as plain PyTorch "
+                            "instead of the fused Triton kernels (comparison, or a machine without a C compiler)")
     serve.add_argument("--capture-at-start", action="store_true",
                        help="CUDA: capture every bucket's graph before serving instead of on the second batch")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -97,6 +100,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_batch_tokens=args.max_batch_tokens or DEFAULT_MAX_BATCH_TOKENS,
         max_batch_seqs=args.max_batch_seqs, max_seq_len=args.max_seq_len, num_threads=args.num_threads,
         attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
+        fused_kernels=args.fused_kernels,
         capture_at_start=args.capture_at_start,
         model_overrides=ModelOverrides(
             attention=args.attention, pooling=args.pooling, quantization=args.embedding_quantization,
