@@ -26,6 +26,7 @@ COPY pyproject.toml README.md ./
 COPY engine ./engine
 COPY server ./server
 COPY compat ./compat
+COPY corpus ./corpus
 # Numeric ids, so that Kubernetes' runAsNonRoot can check them (deploy/deployment.yaml).
 RUN pip install --no-cache-dir "torch==${TORCH_VERSION}" . \
     && groupadd --gid 10001 rose \

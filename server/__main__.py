@@ -12,7 +12,7 @@ from engine.config import EngineConfig, ModelOverrides
 from engine.loader import ModelLoadError, load_spec
 from server.aliases import AliasError, resolve_aliases
 from server.auth import API_KEY_ENV, keys_from_env
-from server import hardening_cli
+from server import embed_cli, hardening_cli
 from server.config import ServerConfig
 
 
@@ -74,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "and re-tokenize the decoded text with the model's tokenizer")
     _add_model_flags(serve)
     hardening_cli.add_arguments(serve)
+    embed_cli.add_parser(commands, _HelpFormatter)
     return parser
 
 
@@ -166,6 +167,8 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         serve(config_from_args(args), budget_is_default=args.max_batch_tokens is None)
+    elif args.command == "embed":
+        embed_cli.run(args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,147 @@
+"""One corpus job: an input file embedded into an output file, resumable chunk by chunk."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from corpus.fingerprint import EMPTY_CHAIN, chain, model_fingerprint
+from corpus.manifest import JobMismatchError, Manifest, check_resumable, load_manifest, save_manifest
+from corpus.parts import PartStore, parts_dir_for
+from corpus.progress import progress_bar
+from corpus.source import cut_chunks, open_source
+from corpus.stream import embed_chunks, prefetch, tokenized
+
+DEFAULT_CHUNK_SIZE = 10_000
+
+
+@dataclass(frozen=True)
+class CorpusJob:
+    """What to embed and where to put it. `prompt` is the text prefix (engine_setup.prompt_for)."""
+
+    input: Path
+    output: Path
+    output_format: str  # "parquet" | "npy"
+    input_format: str | None = None  # None: from the input's suffix
+    text_field: str = "text"
+    id_field: str | None = None
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    prompt: str = ""
+    overwrite: bool = False
+    quiet: bool = False
+
+    def settings(self) -> dict:
+        """The settings a resumed run must share with the first (they decide which rows form
+        which chunk and what a part file holds)."""
+        return {"text_field": self.text_field, "id_field": self.id_field, "chunk_size": self.chunk_size,
+                "output_format": self.output_format}
+
+
+@dataclass(frozen=True)
+class JobReport:
+    num_rows: int
+    num_resumed: int  # rows finished by an earlier run, not computed again
+    seconds: float
+
+    @property
+    def num_computed(self) -> int:
+        return self.num_rows - self.num_resumed
+
+
+def preflight(job: CorpusJob) -> None:
+    """Raise what run_job would raise for the input's first rows or an existing output, before
+    the caller spends time loading a model."""
+    batches = open_source(job.input, job.input_format, job.text_field, job.id_field).batches()
+    next(batches, None)
+    batches.close()
+    if job.output.exists() and not job.overwrite and load_manifest(parts_dir_for(job.output)) is None:
+        raise FileExistsError(f"{job.output} exists; pass --overwrite to replace it")
+
+
+def run_job(engine, job: CorpusJob) -> JobReport:
+    """Embed job.input into job.output; continue an unfinished run of the same job.
+
+    Raises JobMismatchError when an unfinished run used another model, prompt, settings or
+    input (unless job.overwrite), and FileExistsError when the output exists and no
+    unfinished run of it does.
+    """
+    if job.chunk_size < 1:
+        raise ValueError("the chunk size must be at least 1")
+    started = time.perf_counter()
+    source = open_source(job.input, job.input_format, job.text_field, job.id_field)
+    parts = PartStore(job.output, job.output_format, job.id_field)
+    fresh = Manifest(
+        input_path=str(job.input), input_size=job.input.stat().st_size, settings=job.settings(),
+        model=model_fingerprint(engine.spec, str(engine.dtype).removeprefix("torch."), job.prompt),
+    )
+    manifest = _resume_or_start(job, parts, fresh)
+    chunks = cut_chunks(source, job.chunk_size)
+    _verify_done_chunks(chunks, manifest)
+
+    num_resumed = manifest.num_rows_done
+    bar = progress_bar(source.estimate_rows, num_resumed, job.quiet)
+    try:
+        manifest = _embed_remaining(engine, job, parts, manifest, chunks, bar)
+    finally:
+        bar.close()
+    parts.assemble(manifest.num_chunks_done, engine.dimensions)
+    parts.remove()
+    return JobReport(manifest.num_rows_done, num_resumed, time.perf_counter() - started)
+
+
+def _resume_or_start(job: CorpusJob, parts: PartStore, fresh: Manifest) -> Manifest:
+    done = None if job.overwrite else load_manifest(parts.dir)
+    if done is not None:
+        check_resumable(done, fresh)
+        return done
+    if job.output.exists() and not job.overwrite:
+        raise FileExistsError(f"{job.output} exists; pass --overwrite to replace it")
+    parts.reset()
+    save_manifest(parts.dir, fresh)  # records the model and input before the first chunk is done
+    return fresh
+
+
+def _verify_done_chunks(chunks, manifest: Manifest) -> None:
+    """Read past the chunks an earlier run finished, checking that they still hold what was
+    embedded then (their vectors are reused, not recomputed)."""
+    digest, num_rows = EMPTY_CHAIN, 0
+    for _ in range(manifest.num_chunks_done):
+        chunk = next(chunks, None)
+        if chunk is None:
+            break
+        digest, num_rows = chain(digest, chunk.digest), num_rows + len(chunk)
+    if (digest, num_rows) != (manifest.input_digest, manifest.num_rows_done):
+        raise JobMismatchError(f"the input changed since the unfinished run: its first {manifest.num_rows_done} "
+                               "rows, embedded then, are not the same now")
+
+
+def _embed_remaining(engine, job: CorpusJob, parts: PartStore, manifest: Manifest, chunks, bar) -> Manifest:
+    # One writer thread: a chunk's file and the manifest go to disk while the next chunk computes.
+    # Parts are committed in order, so the finished chunks are always a prefix of the input.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rose-corpus-writer") as writer:
+        pending: Future | None = None
+        ahead = prefetch(tokenized(engine, chunks, job.prompt))
+        try:
+            for chunk, vectors in embed_chunks(engine, ahead):
+                if not np.isfinite(vectors).all():
+                    raise FloatingPointError(f"chunk {chunk.index} (rows from {chunk.first_row}) gave non-finite "
+                                             "vectors; nothing of it was written")
+                if pending is not None:
+                    pending.result()
+                manifest = manifest.after_chunk(len(chunk), chunk.digest)
+                pending = writer.submit(_commit, parts, chunk, vectors, manifest)
+                bar.update(len(chunk))
+        finally:
+            ahead.close()  # stops the reader thread, also when a batch failed
+        if pending is not None:
+            pending.result()
+    return manifest
+
+
+def _commit(parts: PartStore, chunk, vectors: np.ndarray, manifest: Manifest) -> None:
+    parts.write(chunk.index, vectors, chunk.ids)
+    save_manifest(parts.dir, manifest)  # after the part: whatever the manifest lists is on disk

@@ -1,0 +1,165 @@
+"""Reading a corpus: a JSONL or Parquet file of texts (and optional ids), cut into chunks.
+
+A chunk is a fixed number of consecutive rows (the last one may be shorter), numbered from
+0, so a restarted job cuts the same file into the same chunks and can skip the finished ones.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+INPUT_FORMATS = ("jsonl", "parquet")
+_SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
+_READ_ROWS = 4096  # rows per read from the file, before they are regrouped into chunks
+
+
+class CorpusInputError(ValueError):
+    """The input file cannot be read as asked (format, a missing field, a non-string text)."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Rows [first_row, first_row + len(texts)) of the input."""
+
+    index: int
+    first_row: int
+    texts: list[str]
+    ids: list[Any] | None
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @cached_property
+    def digest(self) -> bytes:
+        """What the chunk holds, so that a restart can tell whether the input changed under it."""
+        return hashlib.sha256(msgspec.json.encode([self.texts, self.ids])).digest()
+
+
+def input_format_of(path: Path) -> str:
+    suffixes = path.suffixes[-2:] if path.suffix == ".gz" else path.suffixes[-1:]
+    fmt = _SUFFIXES.get(suffixes[0].lower()) if suffixes else None
+    if fmt is None or (fmt == "parquet" and path.suffix == ".gz"):  # Parquet compresses inside the file
+        raise CorpusInputError(f"cannot tell the format of {path.name}: name it .jsonl or .parquet, "
+                               "or pass --input-format")
+    return fmt
+
+
+class JsonlSource:
+    """One JSON object per line (blank lines skipped); plain or gzip-compressed (.gz)."""
+
+    def __init__(self, path: Path, text_field: str, id_field: str | None):
+        self.path, self.text_field, self.id_field = path, text_field, id_field
+        self._decoder = msgspec.json.Decoder()
+
+    def _open(self):
+        return gzip.open(self.path, "rb") if self.path.suffix == ".gz" else self.path.open("rb")
+
+    def estimate_rows(self) -> int:
+        """Lines in the file, counted without parsing them (the progress bar's total)."""
+        count, last = 0, b"\n"
+        with self._open() as f:
+            while block := f.read(1 << 24):
+                count += block.count(b"\n")
+                last = block[-1:]
+        return count + (last != b"\n")
+
+    def batches(self) -> Iterator[tuple[list[str], list[Any] | None]]:
+        texts: list[str] = []
+        ids: list[Any] | None = [] if self.id_field else None
+        with self._open() as f:
+            for line_number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = self._decoder.decode(line)
+                except msgspec.DecodeError as exc:
+                    raise CorpusInputError(f"{self.path.name} line {line_number}: not JSON ({exc})") from None
+                text, row_id = self._fields(record, line_number)
+                texts.append(text)
+                if ids is not None:
+                    ids.append(row_id)
+                if len(texts) == _READ_ROWS:
+                    yield texts, ids
+                    texts, ids = [], ([] if self.id_field else None)
+        if texts:
+            yield texts, ids
+
+    def _fields(self, record: Any, line_number: int) -> tuple[str, Any]:
+        where = f"{self.path.name} line {line_number}"
+        if not isinstance(record, dict):
+            raise CorpusInputError(f"{where}: expected a JSON object")
+        text = record.get(self.text_field)
+        if not isinstance(text, str):
+            problem = "has no" if text is None else "has a non-string"
+            raise CorpusInputError(f"{where} {problem} {self.text_field!r} field (see --text-field)")
+        if self.id_field is not None and self.id_field not in record:
+            raise CorpusInputError(f"{where} has no {self.id_field!r} field (see --id-field)")
+        return text, record.get(self.id_field) if self.id_field else None
+
+
+class ParquetSource:
+    """A Parquet file with a string column of texts (needs pyarrow: the `corpus` extra)."""
+
+    def __init__(self, path: Path, text_field: str, id_field: str | None):
+        import pyarrow.parquet as pq
+
+        self.path, self.text_field, self.id_field = path, text_field, id_field
+        self._file = pq.ParquetFile(path)
+        names = self._file.schema_arrow.names
+        for field, flag in ((text_field, "--text-field"), (id_field, "--id-field")):
+            if field is not None and field not in names:
+                raise CorpusInputError(f"{path.name} has no column {field!r} (see {flag}; columns: {names})")
+
+    def estimate_rows(self) -> int:
+        return self._file.metadata.num_rows
+
+    def batches(self) -> Iterator[tuple[list[str], list[Any] | None]]:
+        columns = [self.text_field] + ([self.id_field] if self.id_field else [])
+        first_row = 0
+        for batch in self._file.iter_batches(batch_size=_READ_ROWS, columns=columns):
+            texts = batch.column(self.text_field).to_pylist()
+            for i, text in enumerate(texts):
+                if not isinstance(text, str):
+                    raise CorpusInputError(f"{self.path.name} row {first_row + i}: {self.text_field!r} "
+                                           f"is {'null' if text is None else type(text).__name__}, not a string")
+            yield texts, batch.column(self.id_field).to_pylist() if self.id_field else None
+            first_row += len(texts)
+
+
+def open_source(path: Path, input_format: str | None, text_field: str, id_field: str | None):
+    """A JsonlSource or ParquetSource for `path` (format from its suffix unless given)."""
+    if not path.is_file():
+        raise CorpusInputError(f"{path}: no such file")
+    fmt = input_format or input_format_of(path)
+    if fmt == "parquet":
+        try:
+            return ParquetSource(path, text_field, id_field)
+        except ImportError:
+            raise CorpusInputError("reading Parquet needs pyarrow: pip install 'rose-embed[corpus]'") from None
+    return JsonlSource(path, text_field, id_field)
+
+
+def cut_chunks(source, chunk_size: int) -> Iterator[Chunk]:
+    """The source's rows regrouped into chunks of exactly `chunk_size` rows (the last: fewer)."""
+    texts: list[str] = []
+    ids: list[Any] | None = [] if source.id_field else None
+    index = first_row = 0
+    for batch_texts, batch_ids in source.batches():
+        texts += batch_texts
+        if ids is not None:
+            ids += batch_ids
+        while len(texts) >= chunk_size:
+            yield Chunk(index, first_row, texts[:chunk_size], ids[:chunk_size] if ids is not None else None)
+            texts = texts[chunk_size:]
+            ids = ids[chunk_size:] if ids is not None else None
+            index, first_row = index + 1, first_row + chunk_size
+    if texts:
+        yield Chunk(index, first_row, texts, ids)

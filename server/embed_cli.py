@@ -1,0 +1,96 @@
+"""`rose-embed embed INPUT -o OUTPUT`: a file of texts -> a file of vectors (docs/corpus.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+_DEFAULT_CHUNK_SIZE = 10_000  # corpus.job.DEFAULT_CHUNK_SIZE, kept here so --help imports no torch
+
+
+def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
+    embed = commands.add_parser(
+        "embed", help="embed a JSONL or Parquet file of texts into Parquet or NumPy (resumable)",
+        formatter_class=formatter_class,
+        description="Embed every row of INPUT into OUTPUT, in input order. Work is committed chunk by chunk "
+                    "in OUTPUT.parts/; run the same command again after an interruption to continue.",
+    )
+    embed.add_argument("input", type=Path, metavar="INPUT", help="a .jsonl (or .jsonl.gz) or .parquet file")
+    embed.add_argument("-o", "--output", type=Path, required=True, default=argparse.SUPPRESS,
+                       help="a .parquet or .npy file (written in input order)")
+    embed.add_argument("--format", dest="output_format", choices=["parquet", "npy"], default=None,
+                       help="output format (default: from OUTPUT's suffix)")
+    embed.add_argument("--input-format", choices=["jsonl", "parquet"], default=None,
+                       help="input format (default: from INPUT's suffix)")
+    embed.add_argument("--text-field", default="text", help="the field (JSONL) or column (Parquet) holding the text")
+    embed.add_argument("--id-field", default=None,
+                       help="a field carried into the output beside each vector (default: none; rows keep input order)")
+    embed.add_argument("--chunk-size", type=int, default=_DEFAULT_CHUNK_SIZE,
+                       help="rows per committed chunk: the most work an interruption can lose")
+    embed.add_argument("--prompt-name", default=None, help="one of the model's prompts (default: the model's default)")
+    embed.add_argument("--overwrite", action="store_true",
+                       help="replace OUTPUT and discard an unfinished run of it made with another model or input")
+    embed.add_argument("--quiet", action="store_true", help="no progress bar and no summary line")
+    model = embed.add_argument_group("model and engine (as for serve)")
+    model.add_argument("--model", default=None,
+                       help="local model directory or Hugging Face hub id (default: the embedded all-MiniLM-L6-v2)")
+    model.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    model.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
+    model.add_argument("--max-batch-tokens", type=int, default=None,
+                       help="token budget of one batch (default: 16384, or the model's max length where longer)")
+    model.add_argument("--max-batch-seqs", type=int, default=512, help="most sequences in one batch")
+    model.add_argument("--max-seq-len", type=int, default=None,
+                       help="truncate texts to this many tokens (default: the model's limit)")
+    model.add_argument("--num-threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    model.add_argument("--attention-backend", default="auto", choices=["auto", "varlen", "flashinfer", "sdpa"],
+                       help="ragged attention kernels on CUDA")
+    model.add_argument("--enforce-eager", action="store_true", help="CUDA: no CUDA graphs")
+    model.add_argument("--attention", choices=["causal", "bidirectional"], default=None,
+                       help="override the checkpoint's attention mask (default: from the checkpoint)")
+    model.add_argument("--pooling", choices=["cls", "mean", "last"], default=None,
+                       help="override the checkpoint's pooling (default: from the checkpoint)")
+    embed.add_argument("--engine-plugin", default=None, help=argparse.SUPPRESS)  # fault injection in tests
+
+
+def run(args: argparse.Namespace) -> None:
+    from corpus.engine_setup import build_engine, prompt_for
+    from corpus.job import CorpusJob, preflight, run_job
+    from corpus.manifest import JobMismatchError
+    from corpus.parts import output_format_of
+    from corpus.source import CorpusInputError
+    from engine.config import ModelOverrides
+    from engine.loader import ModelLoadError
+
+    try:
+        output_format = args.output_format or output_format_of(args.output)
+        job = CorpusJob(
+            input=args.input, output=args.output, output_format=output_format, input_format=args.input_format,
+            text_field=args.text_field, id_field=args.id_field, chunk_size=args.chunk_size,
+            overwrite=args.overwrite, quiet=args.quiet,
+        )
+        preflight(job)
+        engine = build_engine(
+            model=args.model, device=args.device, dtype=args.dtype, max_batch_tokens=args.max_batch_tokens,
+            max_batch_seqs=args.max_batch_seqs, max_seq_len=args.max_seq_len, num_threads=args.num_threads,
+            attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
+            model_overrides=ModelOverrides(attention=args.attention, pooling=args.pooling),
+        )
+        if args.engine_plugin:
+            from server.plugins import load_engine_plugin
+
+            load_engine_plugin(args.engine_plugin)(engine)
+        report = run_job(engine, replace(job, prompt=prompt_for(engine.spec, args.prompt_name)))
+    except (CorpusInputError, JobMismatchError, FileExistsError, ModelLoadError, ValueError) as exc:
+        hint = " (pass --overwrite to start over)" if isinstance(exc, JobMismatchError) else ""
+        sys.exit(f"rose-embed embed: {exc}{hint}")
+    except KeyboardInterrupt:
+        print(f"\nrose-embed embed: interrupted; the finished chunks are kept in {args.output}.parts/, "
+              "run the same command to continue", file=sys.stderr)
+        sys.exit(130)
+    if not args.quiet:
+        resumed = f", {report.num_resumed} of them done by an earlier run" if report.num_resumed else ""
+        rate = report.num_computed / report.seconds if report.seconds else 0.0
+        print(f"rose-embed embed: {report.num_rows} texts{resumed} -> {args.output} "
+              f"in {report.seconds:.1f} s ({rate:.0f} texts/s)", file=sys.stderr)
