@@ -1,0 +1,108 @@
+"""`rose-embed embed`: JSONL and Parquet in, Parquet and NumPy out, the server's vectors."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+from server.__main__ import main
+from tests.corpus_support import (assert_same_vectors, corpus_rows, read_parquet_output, server_vectors,
+                                  write_jsonl)
+
+
+@pytest.fixture(scope="module")
+def rows(texts) -> list[dict]:
+    return corpus_rows(texts, num_short=140, num_long=10)
+
+
+@pytest.fixture(scope="module")
+def reference(server, rows) -> np.ndarray:
+    return server_vectors(server.url, [r["text"] for r in rows])
+
+
+@pytest.fixture(scope="module")
+def parquet_output(tmp_path_factory, rows):
+    """JSONL -> Parquet through the CLI, in chunks of 64 rows (the last one shorter)."""
+    work = tmp_path_factory.mktemp("cli")
+    source = write_jsonl(work / "corpus.jsonl", rows)
+    output = work / "vectors.parquet"
+    main(["embed", str(source), "-o", str(output), "--id-field", "id", "--chunk-size", "64",
+          "--max-batch-tokens", "4096", "--quiet"])
+    return output
+
+
+def test_jsonl_to_parquet_gives_the_servers_vectors(parquet_output, rows, reference):
+    import pyarrow.parquet as pq
+
+    ids, vectors = read_parquet_output(parquet_output)
+    assert ids == [r["id"] for r in rows]  # every row, in input order, its id carried through
+    assert_same_vectors(vectors, reference)
+    assert pq.ParquetFile(parquet_output).metadata.num_row_groups == 3  # one per chunk: 64 + 64 + 22
+    assert not parquet_output.with_name(parquet_output.name + ".parts").exists()  # cleaned up when done
+
+
+def test_parquet_to_npy_equals_jsonl_to_parquet(tmp_path, rows, parquet_output):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    source = tmp_path / "corpus.parquet"
+    pq.write_table(pa.table({"body": [r["text"] for r in rows], "key": list(range(len(rows)))}), source,
+                   row_group_size=50)  # row groups that do not line up with chunks
+    output = tmp_path / "vectors.npy"
+    main(["embed", str(source), "-o", str(output), "--text-field", "body", "--id-field", "key",
+          "--chunk-size", "96", "--quiet"])
+    vectors = np.load(output)
+    assert vectors.dtype == np.float32
+    _, expected = read_parquet_output(parquet_output)
+    np.testing.assert_allclose(vectors, expected, atol=1e-5)
+    ids = [json.loads(line) for line in (tmp_path / "vectors.ids.jsonl").read_text().splitlines()]
+    assert ids == list(range(len(rows)))  # integer ids stay integers
+
+
+def test_bad_input_and_an_existing_output_fail_before_the_model_loads(tmp_path, monkeypatch):
+    import corpus.engine_setup
+
+    monkeypatch.setattr(corpus.engine_setup, "build_engine", lambda **_: pytest.fail("the model was loaded"))
+    source = write_jsonl(tmp_path / "corpus.jsonl", [{"text": "a"}, {"body": "b"}])
+    cases = [
+        (["--text-field", "body"], "line 1 has no 'body' field"),
+        (["--id-field", "id"], "line 1 has no 'id' field"),
+        ([], "line 2 has no 'text' field"),
+    ]
+    for flags, message in cases:
+        with pytest.raises(SystemExit) as exc:
+            main(["embed", str(source), "-o", str(tmp_path / "v.npy"), *flags])
+        assert message in str(exc.value)
+    good = write_jsonl(tmp_path / "good.jsonl", [{"text": "a"}])
+    (tmp_path / "v.npy").write_bytes(b"")
+    with pytest.raises(SystemExit, match="v.npy exists; pass --overwrite"):
+        main(["embed", str(good), "-o", str(tmp_path / "v.npy")])
+    with pytest.raises(SystemExit, match="cannot tell the output format"):
+        main(["embed", str(good), "-o", str(tmp_path / "v.csv")])
+    with pytest.raises(SystemExit, match="cannot tell the format of good.txt"):
+        main(["embed", str(good.rename(tmp_path / "good.txt")), "-o", str(tmp_path / "w.npy")])
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_shows_rate_and_eta_on_a_terminal_only():
+    from corpus.progress import progress_bar
+
+    terminal = _Terminal()
+    bar = progress_bar(lambda: 1000, resumed=200, quiet=False, stream=terminal)
+    bar.update(300)
+    bar.refresh()
+    bar.close()
+    drawn = terminal.getvalue()
+    assert "500/1000" in drawn and "texts/s" in drawn and "<" in drawn  # count, rate, elapsed<remaining
+    for stream, quiet in ((io.StringIO(), False), (_Terminal(), True)):  # a pipe or a file; --quiet
+        bar = progress_bar(lambda: pytest.fail("counted rows for a bar nobody sees"), 0, quiet, stream)
+        bar.update(10)
+        bar.close()
+        assert stream.getvalue() == ""
