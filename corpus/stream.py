@@ -87,4 +87,4 @@ def _land(chunk: Chunk, parts: list[np.ndarray], num_batches: int, result) -> tu
     parts.append(result.wait())
     if len(parts) < num_batches:
         return None
-    return chunk, np.concatenate(parts)  # a copy: results may be views of reused buffers
+    return chunk, np.concatenate(parts)  # one contiguous array per chunk, as the part file stores it
