@@ -24,7 +24,7 @@ class RoseEmbedder:
 
     `engine_options` are EngineConfig's fields: model, device, dtype, max_batch_tokens,
     max_batch_seqs, max_seq_len, num_threads, attention_backend, enforce_eager,
-    model_overrides. `prompt_name` picks one of the model's prompts (default: its default).
+    fused_kernels, model_overrides. `prompt_name` picks one of the model's prompts (default: its default).
     """
 
     def __init__(self, text_column: str = "text", output_column: str = "embedding",

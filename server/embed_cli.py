@@ -47,6 +47,9 @@ def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
     model.add_argument("--attention-backend", default="auto", choices=["auto", "varlen", "flashinfer", "sdpa"],
                        help="ragged attention kernels on CUDA")
     model.add_argument("--enforce-eager", action="store_true", help="CUDA: no CUDA graphs")
+    model.add_argument("--no-fused-kernels", dest="fused_kernels", action="store_false",
+                       help="CUDA: plain PyTorch instead of the fused Triton kernels between the matmuls "
+                            "(default: fused)")
     model.add_argument("--attention", choices=["causal", "bidirectional"], default=None,
                        help="override the checkpoint's attention mask (default: from the checkpoint)")
     model.add_argument("--pooling", choices=["cls", "mean", "last"], default=None,
@@ -75,6 +78,7 @@ def run(args: argparse.Namespace) -> None:
             model=args.model, device=args.device, dtype=args.dtype, max_batch_tokens=args.max_batch_tokens,
             max_batch_seqs=args.max_batch_seqs, max_seq_len=args.max_seq_len, num_threads=args.num_threads,
             attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
+            fused_kernels=args.fused_kernels,
             model_overrides=ModelOverrides(attention=args.attention, pooling=args.pooling),
         )
         if args.engine_plugin:
