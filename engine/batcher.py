@@ -2,21 +2,34 @@
 
 Each input of a request is its own entry, so batches form across requests. While one
 batch computes on the engine thread, the next is cut and packed, and waits its turn.
+
+With several engines (`--data-parallel N`, engine/data_parallel.py) the same one task
+feeds them all: each batch goes to the least-loaded engine (fewest tokens in flight),
+each engine holding up to `max_batches_in_flight` batches. An engine that dies fails
+only its own batches and leaves the rotation; only when none is left is the whole
+server unavailable.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from engine.batch import pack
 from engine.engine import Engine
+from engine.replica import LocalReplica, Replica, ReplicaLostError
+
+if TYPE_CHECKING:
+    from engine.data_parallel import EngineGroup
+
+logger = logging.getLogger("rose_embed.batcher")
 
 
 class QueueFullError(RuntimeError):
@@ -52,13 +65,15 @@ class BatchRecord:
     compute_seconds: float  # from the engine thread picking the batch up to its vectors on the host
     started: float = 0.0  # time.perf_counter() when the engine thread picked it up
     finished: float = 0.0
+    engine: int = 0  # the index of the replica that computed it
 
 
 @dataclass(eq=False)
 class _Running:
-    """A batch handed to the engine; `started` is set by the engine thread (None: still waiting)."""
+    """A batch handed to an engine; `started` is set when the engine picks it up (None: still waiting)."""
 
     entries: list[_Entry]
+    replica: Replica
     started: float | None = None
 
 
@@ -76,11 +91,15 @@ def cut_batches(lengths: list[int], max_tokens: int, max_seqs: int) -> list[tupl
 
 
 class Batcher:
-    """Owns the queue; resolves each entry's future with its vector (float32 [dim])."""
+    """Owns the queue; resolves each entry's future with its vector (float32 [dim]).
+
+    `engine` is an Engine (computed in this process, by one thread) or an EngineGroup
+    (its `replicas`, one process each). `max_batches_in_flight` is per replica.
+    """
 
     def __init__(
         self,
-        engine: Engine,
+        engine: Engine | EngineGroup,
         max_batch_tokens: int,
         max_batch_seqs: int,
         max_queued_tokens: int | None = None,
@@ -95,14 +114,16 @@ class Batcher:
         self.engine = engine
         self.max_batch_tokens, self.max_batch_seqs = max_batch_tokens, max_batch_seqs
         self.max_queued_tokens = max_queued_tokens
+        self.max_batches_in_flight = max_batches_in_flight
         self.batch_log: collections.deque[BatchRecord] = collections.deque(maxlen=batch_log_size)
         self._queue: collections.deque[_Entry] = collections.deque()
         self._queued_tokens = 0
         self._wake = asyncio.Event()
-        self._slots = asyncio.Semaphore(max_batches_in_flight)
-        # One thread drives the device; another waits for results to land on the host.
-        self._engine_thread = ThreadPoolExecutor(1, thread_name_prefix="rose-engine")
-        self._readback_thread = ThreadPoolExecutor(1, thread_name_prefix="rose-readback")
+        self._room = asyncio.Event()  # set whenever a replica may have room for one more batch
+        group = getattr(engine, "replicas", None)
+        # The local engine's threads are the batcher's to stop; engine processes are their group's.
+        self._owned: list[Replica] = [] if group is not None else [LocalReplica(engine)]
+        self.replicas: list[Replica] = list(group) if group is not None else self._owned
         self._task: asyncio.Task | None = None
         self._in_flight: set[asyncio.Task] = set()
         self._running: set[_Running] = set()
@@ -122,8 +143,25 @@ class Batcher:
         return len(self._queue)
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="rose-batcher")
+        loop = asyncio.get_running_loop()
+        for replica in self.replicas:
+            replica.attach(loop, self._on_replica_lost)
+        self._task = loop.create_task(self._run(), name="rose-batcher")
         self._task.add_done_callback(self._on_task_done)
+        if not any(r.is_serving for r in self.replicas):  # one died between its start and now
+            self._on_replica_lost(self.replicas[0])
+
+    def _on_replica_lost(self, replica: Replica) -> None:
+        """On the event loop, once per replica that goes out (dead, or retired as stuck)."""
+        serving = [r for r in self.replicas if r.is_serving]
+        if len(self.replicas) > 1:
+            logger.error("engine %d on %s is out of rotation: %s; %d of %d engines serve on", replica.index,
+                         replica.device, replica.out_reason, len(serving), len(self.replicas))
+        self._room.set()
+        if not serving and self.fatal_error is None:
+            self.fatal_error = replica.out_reason if len(self.replicas) == 1 else "every engine is out (" + "; ".join(
+                f"engine {r.index} on {r.device}: {r.out_reason}" for r in self.replicas) + ")"
+            self.fail_pending(EngineUnavailableError(self.fatal_error))
 
     def _on_task_done(self, task: asyncio.Task) -> None:
         # A batcher that died of a bug would leave every queued request waiting for ever.
@@ -147,14 +185,26 @@ class Batcher:
             if not entry.future.done():
                 entry.future.cancel()
         self._queue.clear()
-        # Joining a thread stuck in a kernel would hang the shutdown for ever.
-        self._engine_thread.shutdown(wait=not self._running)
-        self._readback_thread.shutdown(wait=not self._running)
+        for replica in self._owned:
+            # Joining a thread stuck in a kernel would hang the shutdown for ever.
+            replica.shutdown(wait=not self._running)
 
     def stalled_seconds(self) -> float:
-        """How long the oldest batch has been on the engine without its vectors coming back."""
+        """How long the oldest batch has been on an engine that cannot be retired (the local
+        engine thread) without its vectors coming back; stuck engine processes are retired
+        instead (see `retire_stalled`)."""
         now = time.perf_counter()
-        return max((now - r.started for r in list(self._running) if r.started is not None), default=0.0)
+        return max((now - r.started for r in list(self._running)
+                    if r.started is not None and not r.replica.can_retire and r.replica.is_serving), default=0.0)
+
+    def retire_stalled(self, timeout: float) -> None:
+        """Take every engine process whose batch has run longer than `timeout` s out of rotation."""
+        now = time.perf_counter()
+        for running in list(self._running):
+            replica = running.replica
+            if replica.can_retire and replica.is_serving and running.started is not None \
+                    and now - running.started > timeout:
+                replica.retire(f"stuck: a batch ran for {now - running.started:.1f} s")
 
     def fail_pending(self, error: BaseException) -> None:
         """Fail every queued and computing input with `error` (the engine cannot serve them)."""
@@ -207,59 +257,82 @@ class Batcher:
             tokens += len(entry.ids)
         return entries
 
+    def least_loaded(self) -> Replica | None:
+        """The serving replica with room and the fewest tokens in flight (None: all busy or out)."""
+        ready = [r for r in self.replicas
+                 if r.is_serving and r.num_in_flight < self.max_batches_in_flight and r.has_room()]
+        return min(ready, key=lambda r: (r.tokens_in_flight, r.num_in_flight, r.index), default=None)
+
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            await self._slots.acquire()
+            # A batch is cut only once an engine can take it, so that it holds all that has queued.
+            while self.least_loaded() is None:
+                self._room.clear()
+                await self._room.wait()
             entries: list[_Entry] = []
             while not entries:
                 await self._wake.wait()
                 entries = self._cut()
                 if not self._queue:
                     self._wake.clear()
-            task = loop.create_task(self._process(entries))
+            replica = self.least_loaded()
+            if replica is None:  # the engine with room went out while the batch was cut
+                if self.fatal_error is not None:
+                    _fail(entries, EngineUnavailableError(self.fatal_error))
+                else:
+                    self._requeue(entries)
+                continue
+            # Counted now, not in the task, so that the next batch already sees this one's load.
+            num_tokens = sum(len(e.ids) for e in entries)
+            replica.num_in_flight += 1
+            replica.tokens_in_flight += num_tokens
+            task = loop.create_task(self._process(entries, replica, num_tokens))
             self._in_flight.add(task)
             task.add_done_callback(self._in_flight.discard)
 
-    def _execute(self, batch, running: _Running):
-        """On the engine thread: note when the batch really starts (the stall watchdog reads it)."""
-        if all(e.future.done() for e in running.entries):
-            return None  # every input was failed or cancelled while the batch waited for this thread
-        running.started = time.perf_counter()
-        return self.engine.execute_packed(batch)
+    def _requeue(self, entries: list[_Entry]) -> None:
+        """Put a cut batch back at the head of the queue, in order."""
+        self._queue.extendleft(reversed(entries))
+        self._queued_tokens += sum(len(e.ids) for e in entries)
+        self._wake.set()
 
-    async def _process(self, entries: list[_Entry]) -> None:
-        loop = asyncio.get_running_loop()
-        running = _Running(entries)
+    async def _process(self, entries: list[_Entry], replica: Replica, num_tokens: int) -> None:
+        running = _Running(entries, replica)
         self._running.add(running)
         try:
             if self.fatal_error is not None:
                 raise EngineUnavailableError(self.fatal_error)
             batch = pack([e.ids for e in entries])
-            lazy = await loop.run_in_executor(self._engine_thread, self._execute, batch, running)
-            if lazy is None:
+            vectors = await replica.compute(batch, running)
+            if vectors is None:
                 self.num_cancelled_inputs += sum(e.future.cancelled() for e in entries)
                 return
-            vectors = lazy.wait() if lazy.ready() else await loop.run_in_executor(self._readback_thread, lazy.wait)
             finished = time.perf_counter()
+            started = running.started if running.started is not None else finished
             record = BatchRecord(batch.num_seqs, batch.num_tokens, tuple(e.owner for e in entries),
-                                 finished - running.started, running.started, finished)
+                                 finished - started, started, finished, replica.index)
             self.batch_log.append(record)
+            replica.num_batches += 1
+            replica.num_tokens += batch.num_tokens
         except asyncio.CancelledError:
             raise
         except EngineUnavailableError as exc:
             _fail(entries, exc)
+        except ReplicaLostError as exc:
+            # The replica told the batcher already (_on_replica_lost); these inputs were on it.
+            if self.fatal_error is not None:
+                error = EngineUnavailableError(self.fatal_error)
+            else:  # the others serve on: a retry of the request succeeds
+                error = BatchFailedError(f"the engine computing the batch went out ({exc})")
+                error.__cause__ = exc
+                self.num_failed_batches += 1
+            _fail(entries, error)
         except Exception as exc:
             error = BatchFailedError(f"computing the batch failed ({type(exc).__name__})")
             error.__cause__ = exc
             self.num_failed_batches += 1
             _fail(entries, error)
-        except BaseException as exc:
-            # SystemExit and the like end a plain thread: the engine is dead. Not re-raised, as a
-            # SystemExit leaving a task would stop the whole event loop with every request in it.
-            self.fatal_error = f"the engine thread died ({type(exc).__name__})"
-            self.fail_pending(EngineUnavailableError(self.fatal_error))
-            _fail(entries, EngineUnavailableError(self.fatal_error))
         else:
             for entry, vector in zip(entries, vectors):
                 if not entry.future.done():
@@ -268,7 +341,9 @@ class Batcher:
                 listener(record)
         finally:
             self._running.discard(running)
-            self._slots.release()
+            replica.num_in_flight -= 1
+            replica.tokens_in_flight -= num_tokens
+            self._room.set()
 
 
 def _fail(entries: list[_Entry], error: BaseException) -> None:

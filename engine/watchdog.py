@@ -6,6 +6,9 @@ watchdog then fails every waiting input with EngineUnavailableError, and `proble
 set (so /health answers 503 and new requests are refused) for as long as the batch is stuck.
 If the batch does come back, the engine serves again. A dead engine (see
 `Batcher.fatal_error`) never comes back: the process has to be restarted.
+
+An engine in its own process (`--data-parallel N`) that gets stuck is different: the
+watchdog retires it (its process is killed, its batches fail) and the others serve on.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class Watchdog:
         interval = min(1.0, self.stall_timeout / 4)
         while True:
             await asyncio.sleep(interval)
+            self.batcher.retire_stalled(self.stall_timeout)
             problem = self.problem()
             if problem is not None:
                 if not self._was_stuck:
