@@ -35,6 +35,18 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return _DTYPES[name]
 
 
+def tokenizer_for(spec: ModelSpec) -> TextTokenizer:
+    return TextTokenizer(
+        spec.path, spec.max_seq_len, spec.append_end_token,
+        strip_texts=spec.architecture == "bert",  # whitespace is content for byte-level BPE
+    )
+
+
+def vocab_size_of(tokenizer: TextTokenizer, spec: ModelSpec) -> int:
+    """Token ids below this are valid input (the embedding table may be larger than the tokenizer)."""
+    return max(tokenizer.vocab_size, int(spec.hf_config.get("vocab_size", 0)))
+
+
 class Engine:
     """The model, its tokenizer and the runner. `execute` belongs to one thread."""
 
@@ -45,10 +57,7 @@ class Engine:
         self.dtype = resolve_dtype(config.dtype, self.device)
         if self.device.type == "cpu" and config.num_threads:
             torch.set_num_threads(config.num_threads)
-        self.tokenizer = TextTokenizer(
-            self.spec.path, self.spec.max_seq_len, self.spec.append_end_token,
-            strip_texts=self.spec.architecture == "bert",  # whitespace is content for byte-level BPE
-        )
+        self.tokenizer = tokenizer_for(self.spec)
 
         model = MODEL_CLASSES[self.spec.architecture](self.spec.hf_config)
         model.load_hf_weights(load_state_dict(self.spec.path))
@@ -69,7 +78,7 @@ class Engine:
 
     @property
     def vocab_size(self) -> int:
-        return max(self.tokenizer.vocab_size, int(self.spec.hf_config.get("vocab_size", 0)))
+        return vocab_size_of(self.tokenizer, self.spec)
 
     def tokenize(self, texts: list[str]) -> list[np.ndarray]:
         return self.tokenizer.encode(texts)
