@@ -9,6 +9,7 @@ import sys
 from dataclasses import replace
 
 from engine.config import EngineConfig, ModelOverrides
+from engine.data_parallel import check_devices, resolve_engine_devices
 from engine.loader import ModelLoadError, load_spec
 from server.aliases import AliasError, resolve_aliases
 from server.auth import API_KEY_ENV, keys_from_env
@@ -39,6 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--served-model-name", default=None,
                        help="the name clients send as `model` and /v1/models lists (default: the model's name)")
     serve.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    serve.add_argument("--data-parallel", type=int, default=1, metavar="N",
+                       help="N engine processes, one per device (cuda:0..N-1; N CPU engines with --device cpu), "
+                            "fed by one batcher; 1: the engine runs inside the server process")
+    serve.add_argument("--devices", default=None, metavar="LIST",
+                       help="the engines' devices, comma-separated (e.g. cuda:0,cuda:1): one engine process each "
+                            "(default: from --device and --data-parallel)")
     serve.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
     serve.add_argument("--max-batch-tokens", type=int, default=None,
                        help=f"token budget of one batch (default: {DEFAULT_MAX_BATCH_TOKENS}, "
@@ -96,8 +103,9 @@ def _add_model_flags(serve: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    devices = resolve_engine_devices(args.device, args.data_parallel, args.devices)
     engine = EngineConfig(
-        model=args.model, device=args.device, dtype=args.dtype,
+        model=args.model, device=devices[0] if len(devices) == 1 else args.device, dtype=args.dtype,
         max_batch_tokens=args.max_batch_tokens or DEFAULT_MAX_BATCH_TOKENS,
         max_batch_seqs=args.max_batch_seqs, max_seq_len=args.max_seq_len, num_threads=args.num_threads,
         attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
@@ -111,6 +119,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(
         engine=engine, host=args.host, port=args.port, served_model_name=args.served_model_name,
         max_queued_tokens=args.max_queued_tokens, tokenizer_workers=args.tokenizer_workers,
+        engine_devices=devices if len(devices) > 1 else (),
         log_level=args.log_level, max_request_tokens=args.max_request_tokens, truncate=args.truncate,
         model_aliases=tuple(args.model_alias), api_keys=tuple(dict.fromkeys([*args.api_key, *keys_from_env()])),
         tiktoken_ids=args.tiktoken_ids, **hardening_cli.config_kwargs(args),
@@ -127,7 +136,8 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
 
     try:
         spec = load_spec(config.engine.model, config.engine.max_seq_len, config.engine.model_overrides)  # fail fast
-    except ModelLoadError as exc:
+        check_devices(config.engine_devices)
+    except (ModelLoadError, ValueError) as exc:
         sys.exit(f"rose-embed: {exc}")
     if config.engine.max_batch_tokens < spec.max_seq_len and budget_is_default:
         # A 32k-context model must still fit one whole sequence into a batch.
@@ -166,7 +176,11 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
-        serve(config_from_args(args), budget_is_default=args.max_batch_tokens is None)
+        try:
+            config = config_from_args(args)
+        except ValueError as exc:
+            sys.exit(f"rose-embed: {exc}")
+        serve(config, budget_is_default=args.max_batch_tokens is None)
     elif args.command == "embed":
         embed_cli.run(args)
 

@@ -16,6 +16,8 @@ class ServerConfig:
     max_request_inputs: int = 2048
     max_queued_tokens: int | None = None  # None: unbounded queue
     tokenizer_workers: int = 2
+    # --data-parallel / --devices: one engine process per device (empty: one engine, in this process).
+    engine_devices: tuple[str, ...] = ()
     log_level: str = "info"
     # Wire contract (issue 5): OpenAI's per-request token cap, truncation, aliases, keys.
     max_request_tokens: int = 300_000

@@ -81,12 +81,14 @@ class _RuntimeCollector:
         yield _counter("rose_inputs_cancelled", "Queued inputs dropped unrun because their client left",
                        batcher.num_cancelled_inputs)
         yield _counter("rose_batches_failed", "Batches whose computation raised", batcher.num_failed_batches)
-        # Warm-up runs count too; fault-injection wrappers may hide the runner, hence getattr.
-        runner = getattr(runtime.engine, "runner", None)
+        # Warm-up runs count too; fault-injection wrappers may hide the runner, hence getattr. An
+        # engine group (data parallel) sums the counts its engine processes report.
+        runner = getattr(runtime.engine, "runner", runtime.engine)
         yield _counter("rose_graph_replays", "Batches run by replaying a captured CUDA graph",
                        getattr(runner, "num_graph_replays", 0))
         yield _counter("rose_eager_runs", "Batches run eagerly (no CUDA graph; every batch on CPU)",
                        getattr(runner, "num_eager_runs", 0))
+        yield from _per_engine(batcher.replicas)
         yield _device_memory(runtime)
 
     def describe(self):
@@ -107,7 +109,28 @@ def _recent_rate(records: list[BatchRecord]) -> float:
     return sum(r.num_tokens for r in recent) / _RATE_WINDOW_S
 
 
+def _per_engine(replicas: list) -> list:
+    """One sample per engine (one in all unless --data-parallel), labelled by index and device."""
+    labels = ["engine", "device"]
+    serving = GaugeMetricFamily("rose_engine_serving", "1 while this engine is in rotation, 0 once it is out",
+                                labels=labels)
+    batches = CounterMetricFamily("rose_engine_batches", "Batches this engine computed", labels=labels)
+    tokens = CounterMetricFamily("rose_engine_tokens", "Tokens this engine computed", labels=labels)
+    in_flight = GaugeMetricFamily("rose_engine_tokens_in_flight", "Tokens of the batches on this engine now",
+                                  labels=labels)
+    for replica in replicas:
+        key = [str(replica.index), replica.device]
+        serving.add_metric(key, float(replica.is_serving))
+        batches.add_metric(key, replica.num_batches)
+        tokens.add_metric(key, replica.num_tokens)
+        in_flight.add_metric(key, replica.tokens_in_flight)
+    return [serving, batches, tokens, in_flight]
+
+
 def _device_memory(runtime: Runtime) -> GaugeMetricFamily:
+    replicas = getattr(runtime.engine, "replicas", None)
+    if replicas is not None:
+        return _engine_process_memory(replicas)
     family = GaugeMetricFamily("rose_device_memory_bytes", "Memory held on the compute device",
                                labels=["device", "kind"])
     device = getattr(runtime.engine, "device", None)
@@ -121,9 +144,22 @@ def _device_memory(runtime: Runtime) -> GaugeMetricFamily:
     return family
 
 
-def _resident_bytes() -> float:
+def _engine_process_memory(replicas: list) -> GaugeMetricFamily:
+    """Data parallel: each engine process's device memory (as of its last batch), or its resident set on CPU."""
+    family = GaugeMetricFamily("rose_device_memory_bytes", "Memory held on the compute device",
+                               labels=["engine", "device", "kind"])
+    for replica in replicas:
+        if replica.device.startswith("cuda"):
+            for kind, value in replica.device_bytes.items():
+                family.add_metric([str(replica.index), replica.device, kind], value)
+        elif replica.is_serving:
+            family.add_metric([str(replica.index), "cpu", "resident"], _resident_bytes(replica.pid))
+    return family
+
+
+def _resident_bytes(pid: int | str = "self") -> float:
     try:
-        with open("/proc/self/statm") as f:
+        with open(f"/proc/{pid}/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except OSError:
         return 0.0

@@ -138,11 +138,16 @@ async def get_model(model_id: str, state: State) -> Model:
     return Model(id=model_id, created=_STARTED)
 
 
-@get("/health", summary="Readiness: 200 once the model is loaded and warmed up",
+@get("/health", summary="Readiness: 200 once the model is loaded and warmed up, while an engine serves",
      responses={503: ERROR_RESPONSES[503]})
 async def health(state: State) -> dict:
-    _runtime(state)
-    return {"status": "ok"}
+    runtime = _runtime(state)
+    engines = runtime.engine_states()
+    if engines is None:
+        return {"status": "ok"}
+    # Data parallel: 200 while one engine serves; the list says which are out, and why.
+    degraded = any(engine["state"] != "serving" for engine in engines)
+    return {"status": "degraded" if degraded else "ok", "engines": engines}
 
 
 ROUTES = [create_embeddings, list_models, get_model, health]
