@@ -59,6 +59,15 @@ def check_devices(devices: tuple[str, ...]) -> None:
                          f"but torch sees {count} CUDA device(s)")
 
 
+def engine_config_for(config: EngineConfig, devices: tuple[str, ...], device: str) -> EngineConfig:
+    """One engine's configuration among `devices`: its device, and on CPU its share of the cores."""
+    if device != "cpu" or config.num_threads:
+        return replace(config, device=device)
+    num_cpu_engines = sum(d == "cpu" for d in devices)
+    # Engines that each took every core would fight over them; a share each scales instead.
+    return replace(config, device=device, num_threads=max(1, len(os.sched_getaffinity(0)) // num_cpu_engines))
+
+
 class EngineGroup:
     """Several engines behind one front end; the batcher reads `replicas`.
 
@@ -93,12 +102,7 @@ class EngineGroup:
         return self.tokenizer.encode(texts)
 
     def engine_config(self, device: str) -> EngineConfig:
-        """One engine's configuration: its device, and on CPU its share of the cores."""
-        if device != "cpu" or self.config.num_threads:
-            return replace(self.config, device=device)
-        num_cpu_engines = sum(d == "cpu" for d in self.devices)
-        # Engines that each took every core would fight over them; a share each scales instead.
-        return replace(self.config, device=device, num_threads=max(1, len(os.sched_getaffinity(0)) // num_cpu_engines))
+        return engine_config_for(self.config, self.devices, device)
 
     def start(self, ready_timeout: float = 900.0) -> None:
         """Start every engine process at once (they load in parallel); return when all are warm."""

@@ -1,13 +1,19 @@
-"""The main function of an engine process (`--data-parallel N`): one model on one device.
+"""The main function of an engine process: one model on one device, for one or several front ends.
 
-The front end (engine/engine_process.py) starts it with multiprocessing's spawn. It loads
-and warms up the model, says "ready", then serves batches until told to stop or until its
-task pipe closes (the front end is gone). As in the single-process server, one thread
-launches batches and another waits for their vectors, so batch N+1 is launched while
-batch N is read back. Replies come in the order the tasks came.
+With `--data-parallel N` the one front end starts it (engine/engine_process.py); with
+`--frontend-workers K` the parent process does (engine/shared_engine.py) and it serves K
+front-end processes, each through its own slots and its own pair of pipes. It loads and
+warms up the model, says "ready" to every front end, then serves batches until every
+front end has said it is done or closed its task pipe (it is gone). Tasks are taken in
+the order they come, from whichever front end sends them (`connection.wait` over all the
+task pipes), so the device stays busy while any front end has work. As in the
+single-process server, one thread launches batches and another waits for their vectors,
+so batch N+1 is launched while batch N is read back. Each front end gets its replies in
+the order it sent its tasks.
 
-Messages (small tuples; the arrays themselves live in shared memory, engine/shm_slots.py):
-  front end -> engine: (slot, num_tokens, num_seqs, max_seqlen), or None to stop
+Messages on each front end's pipes (small tuples; the arrays themselves live in shared
+memory, engine/shm_slots.py):
+  front end -> engine: (slot, num_tokens, num_seqs, max_seqlen), or None: this front end is done
   engine -> front end: ("ready", info) or ("failed", why), once at start; then per task
                        (slot, compute_seconds, error or None, (graph_replays, eager_runs,
                        device_bytes_allocated, device_bytes_reserved))
@@ -21,46 +27,60 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 
 from engine.config import EngineConfig
 from engine.shm_slots import SharedSlots, SlotLayout
 
 
-def run_engine_worker(config: EngineConfig, shm_name: str, layout: SlotLayout, tasks: Connection,
-                      replies: Connection, plugin: Callable | None = None) -> None:
+def run_engine_worker(config: EngineConfig, shm_names: list[str], layout: SlotLayout, tasks: list[Connection],
+                      replies: list[Connection], plugin: Callable | None = None) -> None:
+    """Front end i writes its batches into the slots named `shm_names[i]`, sends tasks on
+    `tasks[i]` and reads replies on `replies[i]`."""
     # Ctrl-C, and SIGTERM from systemd or `timeout`, reach the whole process group; the front
-    # end still has requests to drain, so it alone decides when engines stop (or its pipe
-    # closing does, if it dies). Only SIGKILL ends an engine from outside.
+    # ends still have requests to drain, so they alone decide when engines stop (or their
+    # pipes closing does, if they die). Only SIGKILL ends an engine from outside.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         engine = _load(config, plugin)
-        slots = SharedSlots.attach(shm_name, layout)
+        slots = [SharedSlots.attach(name, layout) for name in shm_names]
     except Exception as exc:
-        replies.send(("failed", f"{type(exc).__name__}: {exc}"))
+        _send_to_all(replies, ("failed", f"{type(exc).__name__}: {exc}"))
         return
-    replies.send(("ready", {"pid": os.getpid(), "dtype": str(engine.dtype).removeprefix("torch.")}))
+    _send_to_all(replies, ("ready", {"pid": os.getpid(), "dtype": str(engine.dtype).removeprefix("torch.")}))
     launched: queue.SimpleQueue = queue.SimpleQueue()
     reader = threading.Thread(target=_send_results, args=(engine, slots, launched, replies),
                               name="rose-readback", daemon=True)
     reader.start()
-    while True:
-        try:
-            task = tasks.recv()
-        except (EOFError, OSError):
-            break  # the front end is gone
-        if task is None:
-            break
-        slot, num_tokens, num_seqs, max_seqlen = task
-        started = time.perf_counter()
-        try:
-            lazy = engine.execute_packed(slots.read_batch(slot, num_tokens, num_seqs, max_seqlen))
-        except Exception as exc:  # this batch fails; the engine serves on (SystemExit ends the process)
-            lazy = exc
-        launched.put((slot, num_seqs, lazy, started))
+    front_end_of = {conn: i for i, conn in enumerate(tasks)}  # the front ends still sending
+    while front_end_of:
+        for conn in wait(list(front_end_of)):
+            try:
+                task = conn.recv()
+            except (EOFError, OSError):
+                task = None  # that front end is gone
+            if task is None:
+                del front_end_of[conn]
+                continue
+            i = front_end_of[conn]
+            slot, num_tokens, num_seqs, max_seqlen = task
+            started = time.perf_counter()
+            try:
+                lazy = engine.execute_packed(slots[i].read_batch(slot, num_tokens, num_seqs, max_seqlen))
+            except Exception as exc:  # this batch fails; the engine serves on (SystemExit ends the process)
+                lazy = exc
+            launched.put((i, slot, num_seqs, lazy, started))
     launched.put(None)
     reader.join(10)
+
+
+def _send_to_all(replies: list[Connection], message: tuple) -> None:
+    for conn in replies:
+        try:
+            conn.send(message)
+        except OSError:  # that front end is gone already
+            pass
 
 
 def _load(config: EngineConfig, plugin: Callable | None):
@@ -78,21 +98,21 @@ def _load(config: EngineConfig, plugin: Callable | None):
     return engine
 
 
-def _send_results(engine, slots: SharedSlots, launched: queue.SimpleQueue, replies: Connection) -> None:
+def _send_results(engine, slots: list[SharedSlots], launched: queue.SimpleQueue, replies: list[Connection]) -> None:
     while (item := launched.get()) is not None:
-        slot, num_seqs, lazy, started = item
+        i, slot, num_seqs, lazy, started = item
         error = None
         if isinstance(lazy, Exception):
             error = f"{type(lazy).__name__}: {lazy}"
         else:
             try:
-                slots.output(slot)[:num_seqs] = lazy.wait()
+                slots[i].output(slot)[:num_seqs] = lazy.wait()
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
         try:
-            replies.send((slot, time.perf_counter() - started, error, _stats(engine)))
-        except (BrokenPipeError, OSError):
-            return  # the front end is gone
+            replies[i].send((slot, time.perf_counter() - started, error, _stats(engine)))
+        except OSError:
+            pass  # that front end is gone; the others are still served
 
 
 def _stats(engine) -> tuple[int, int, int, int]:

@@ -1,0 +1,170 @@
+"""EngineLink: a front end's connection to an engine process, seen by the batcher as a replica.
+
+A link is a set of shared-memory slots (engine/shm_slots.py) and two pipes: tasks go down
+one as small tuples, replies come back on the other and are read on the event loop
+(`add_reader`, no thread), in the order the batches were sent. The engine process itself
+runs engine/engine_worker.py; who started it does not matter here:
+
+- `EngineProcess` (engine/engine_process.py) is a link whose front end also owns the
+  process (`--data-parallel N`): it sees the process exit through its sentinel.
+- `SharedEngineLink` (engine/shared_engine.py) is a link of one of several front-end
+  processes (`--frontend-workers K`) to an engine their parent started; the engine's
+  death shows as the reply pipe's end of file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+import numpy as np
+
+from engine.batch import PackedBatch
+from engine.replica import Replica, ReplicaLostError
+from engine.shm_slots import SharedSlots
+
+
+@dataclass(eq=False)
+class _Sent:
+    slot: int
+    num_seqs: int
+    future: asyncio.Future
+    running: object  # the batcher's record of the batch; `started` is set here
+
+
+class EngineLink(Replica):
+    """Subclasses say how the process's exit is seen and how it is killed (the hooks below)."""
+
+    can_retire = True
+
+    def __init__(self, index: int, device: str, slots: SharedSlots, tasks: Connection, replies: Connection):
+        super().__init__(index, device)
+        self.dtype: str | None = None
+        self.num_graph_replays = self.num_eager_runs = 0
+        self.device_bytes = {"allocated": 0, "reserved": 0}  # on CUDA, as of the last reply
+        self.slots, self._tasks, self._replies = slots, tasks, replies
+        self._free_slots = list(range(slots.layout.num_slots))
+        self._sent: collections.deque[_Sent] = collections.deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # Hooks -----------------------------------------------------------------------------
+
+    def _exit_reason(self, wait: float = 1.0) -> str:
+        """Why the engine is gone, as /health and the errors say it."""
+        return "its process closed its pipe"
+
+    def _watch_exit(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start watching for the process's exit beyond its pipe (nothing more by default)."""
+
+    def _unwatch_exit(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Undo `_watch_exit`."""
+
+    def _kill(self) -> None:
+        """Kill the engine process (a stuck kernel would never return)."""
+        raise NotImplementedError
+
+    def _is_alive(self) -> bool:
+        return not self._tasks.closed
+
+    # ------------------------------------------------------------------------------------
+
+    def wait_ready(self, timeout: float) -> None:
+        """Block (off the event loop) until the engine is warm; raise if it failed or died meanwhile."""
+        deadline = time.monotonic() + timeout
+        while not self._replies.poll(0.25):  # a process that died shows as EOF here, and recv says so
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"engine {self.index} on {self.device} was not ready after {timeout:.0f} s")
+        try:
+            kind, info = self._replies.recv()
+        except EOFError:
+            raise RuntimeError(f"engine {self.index} on {self.device} did not start: {self._exit_reason()}") from None
+        if kind != "ready":
+            raise RuntimeError(f"engine {self.index} on {self.device} failed to load: {info}")
+        self.pid, self.dtype = info["pid"], info["dtype"]
+
+    def attach(self, loop: asyncio.AbstractEventLoop, on_lost) -> None:
+        super().attach(loop, on_lost)
+        self._loop = loop
+        loop.add_reader(self._replies.fileno(), self._read_replies)
+        self._watch_exit(loop)
+
+    def has_room(self) -> bool:
+        # A batch whose waiter was cancelled still holds its slot until the engine replies.
+        return bool(self._free_slots)
+
+    async def compute(self, batch: PackedBatch, running) -> np.ndarray:
+        if self.out_reason is not None:
+            raise ReplicaLostError(self.out_reason)
+        slot = self._free_slots[-1]
+        self.slots.write_batch(slot, batch)  # raises (and keeps the slot free) if the batch does not fit
+        self._free_slots.pop()
+        sent = _Sent(slot, batch.num_seqs, self._loop.create_future(), running)
+        self._sent.append(sent)
+        if len(self._sent) == 1:  # the engine is idle (as far as this front end knows): it starts now
+            running.started = time.perf_counter()
+        try:
+            self._tasks.send((slot, batch.num_tokens, batch.num_seqs, batch.max_seqlen))
+        except OSError:  # a broken pipe: the process is gone
+            self._lost(self._exit_reason())
+        return await sent.future
+
+    def _read_replies(self) -> None:
+        try:
+            while self._replies.poll():
+                self._on_reply(*self._replies.recv())
+        except (EOFError, OSError):
+            self._lost(self._exit_reason())
+
+    def _on_reply(self, slot: int, seconds: float, error: str | None, stats: tuple) -> None:
+        if not self._sent or self._sent[0].slot != slot:
+            self.retire(f"it replied for slot {slot} out of turn")  # nothing it says can be trusted now
+            return
+        sent = self._sent.popleft()
+        self.num_graph_replays, self.num_eager_runs = stats[0], stats[1]
+        self.device_bytes = {"allocated": stats[2], "reserved": stats[3]}
+        if self._sent and self._sent[0].running.started is None:
+            self._sent[0].running.started = time.perf_counter()  # the engine moves on to the next batch
+        if not sent.future.done():
+            if error is not None:
+                sent.future.set_exception(RuntimeError(f"engine {self.index} on {self.device}: {error}"))
+            else:  # copied out, as the slot is the next batch's as soon as it is free
+                sent.future.set_result(self.slots.output(slot)[: sent.num_seqs].copy())
+        self._free_slots.append(slot)
+
+    def _lost(self, reason: str) -> None:
+        self._detach()
+        self._go_out(reason)
+        sent, self._sent = self._sent, collections.deque()
+        for item in sent:
+            if not item.future.done():
+                item.future.set_exception(ReplicaLostError(f"engine {self.index} on {self.device}: {reason}"))
+
+    def retire(self, reason: str) -> None:
+        """Out of rotation now; the process is killed (a stuck kernel would never return)."""
+        self._lost(reason)
+        self._kill()
+
+    def _detach(self) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(self._replies.fileno())
+            self._unwatch_exit(self._loop)
+        self._loop = None
+
+    def ask_to_stop(self) -> None:
+        """Tell the engine that this front end sends nothing more (a dead one is not asked)."""
+        if self._is_alive() and not self._tasks.closed:
+            try:
+                self._tasks.send(None)
+            except OSError:
+                pass
+
+    def stop_serving(self) -> None:
+        """On the event loop: leave the rotation quietly (the server is going down), fail what is
+        in flight and ask the engine to stop. `shutdown` (off the loop) then waits for it."""
+        if self.out_reason is None:
+            self.out_reason = "stopped"  # not lost: nobody is told
+        self._lost(self.out_reason)
+        self.ask_to_stop()
