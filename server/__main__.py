@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--devices", default=None, metavar="LIST",
                        help="the engines' devices, comma-separated (e.g. cuda:0,cuda:1): one engine process each "
                             "(default: from --device and --data-parallel)")
+    serve.add_argument("--frontend-workers", type=int, default=1, metavar="K",
+                       help="K front-end processes (HTTP, tokenization, batcher, encoding) sharing the port "
+                            "(SO_REUSEPORT) and feeding one engine process per device; 1: a single process")
     serve.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
     serve.add_argument("--max-batch-tokens", type=int, default=None,
                        help=f"token budget of one batch (default: {DEFAULT_MAX_BATCH_TOKENS}, "
@@ -103,6 +106,8 @@ def _add_model_flags(serve: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    if args.frontend_workers < 1:
+        raise ValueError(f"--frontend-workers must be at least 1; got {args.frontend_workers}")
     devices = resolve_engine_devices(args.device, args.data_parallel, args.devices)
     engine = EngineConfig(
         model=args.model, device=devices[0] if len(devices) == 1 else args.device, dtype=args.dtype,
@@ -119,7 +124,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(
         engine=engine, host=args.host, port=args.port, served_model_name=args.served_model_name,
         max_queued_tokens=args.max_queued_tokens, tokenizer_workers=args.tokenizer_workers,
-        engine_devices=devices if len(devices) > 1 else (),
+        engine_devices=devices if len(devices) > 1 else (), frontend_workers=args.frontend_workers,
         log_level=args.log_level, max_request_tokens=args.max_request_tokens, truncate=args.truncate,
         model_aliases=tuple(args.model_alias), api_keys=tuple(dict.fromkeys([*args.api_key, *keys_from_env()])),
         tiktoken_ids=args.tiktoken_ids, **hardening_cli.config_kwargs(args),
@@ -154,6 +159,11 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
         sys.exit("rose-embed: --max-request-tokens must be at least 1")
     print(f"rose-embed: serving {name} on http://{config.host}:{config.port}/v1 (GET /health turns 200 once ready)",
           flush=True)
+    if config.frontend_workers > 1:
+        from server.frontend_workers import serve_frontend_workers
+
+        serve_frontend_workers(config, spec)
+        return
     try:
         app = create_app(config)
     except TiktokenUnavailableError as exc:

@@ -18,6 +18,10 @@ class ServerConfig:
     tokenizer_workers: int = 2
     # --data-parallel / --devices: one engine process per device (empty: one engine, in this process).
     engine_devices: tuple[str, ...] = ()
+    # --frontend-workers K: K front-end processes share the port and the engines (server/frontend_workers.py);
+    # `worker_index` is set in each of them (None: a single-process server).
+    frontend_workers: int = 1
+    worker_index: int | None = None
     log_level: str = "info"
     # Wire contract (issue 5): OpenAI's per-request token cap, truncation, aliases, keys.
     max_request_tokens: int = 300_000

@@ -70,6 +70,14 @@ class _RuntimeCollector:
     def collect(self):
         runtime, batcher = self.runtime, self.runtime.batcher
         yield _gauge("rose_ready", "1 once the model is loaded and warmed up", float(runtime.is_ready))
+        if runtime.config.worker_index is not None:
+            # --frontend-workers: a scrape reaches one front end; every figure here is that one's.
+            worker = GaugeMetricFamily("rose_frontend_worker", "The front-end process that answered this scrape "
+                                       "(--frontend-workers): its index, pid and the number of workers",
+                                       labels=["worker", "pid", "workers"])
+            worker.add_metric([str(runtime.config.worker_index), str(os.getpid()),
+                               str(runtime.config.frontend_workers)], 1.0)
+            yield worker
         yield _gauge("rose_engine_up", "1 while the engine can compute (not dead, not stuck)",
                      float(runtime.is_ready and runtime.engine_problem() is None))
         if batcher is None:

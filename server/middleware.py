@@ -37,8 +37,10 @@ def _ms(seconds: float) -> str:
 class ObservedApp:
     """Wraps an ASGI app; `app.state.metrics` receives the counts."""
 
-    def __init__(self, app: Litestar, log_inputs: bool = False):
+    def __init__(self, app: Litestar, log_inputs: bool = False, worker_pid: int | None = None):
         self.app, self.metrics, self.log_inputs = app, app.state.metrics, log_inputs
+        # --frontend-workers: every response names the front-end process that answered it.
+        self._worker_header = [(b"x-rose-worker", str(worker_pid).encode())] if worker_pid is not None else []
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -60,6 +62,7 @@ class ObservedApp:
                 status = message["status"]
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", trace.request_id.encode()))
+                headers += self._worker_header
                 for phase, seconds in trace.phases().items():
                     headers.append((f"x-{phase}-time-ms".encode(), _ms(seconds).encode()))
                 headers.append((b"x-total-time-ms", _ms(time.perf_counter() - trace.started).encode()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import numpy as np
@@ -147,7 +148,12 @@ async def health(state: State) -> dict:
         return {"status": "ok"}
     # Data parallel: 200 while one engine serves; the list says which are out, and why.
     degraded = any(engine["state"] != "serving" for engine in engines)
-    return {"status": "degraded" if degraded else "ok", "engines": engines}
+    body = {"status": "degraded" if degraded else "ok", "engines": engines}
+    if runtime.config.worker_index is not None:
+        # --frontend-workers: this answer is one front end's view (its own batches and counts).
+        body["worker"] = {"index": runtime.config.worker_index, "pid": os.getpid(),
+                          "workers": runtime.config.frontend_workers}
+    return body
 
 
 ROUTES = [create_embeddings, list_models, get_model, health]

@@ -42,6 +42,10 @@ class Runtime:
         """Load in the background so that the port opens at once and /health says 503 meanwhile."""
         self._load_task = asyncio.get_running_loop().create_task(self._load())
 
+    async def loaded(self) -> None:
+        """Returns once the background load has ended (ready, or failed and shutting down)."""
+        await asyncio.shield(self._load_task)
+
     async def _load(self) -> None:
         try:
             await self._load_and_warm_up()

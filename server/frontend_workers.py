@@ -1,0 +1,177 @@
+"""`serve --frontend-workers K`: K front-end processes on one port, feeding one engine per device.
+
+One Python event loop tops out at some 13,000 short texts/s (HTTP, JSON, futures), while
+an H200 computes more than twice that. So with K > 1 the parent process only supervises:
+
+- it starts one engine process per device (engine/shared_engine.py), each with a set of
+  shared-memory slots and a pair of pipes for every front end;
+- it binds K listening sockets to the port with SO_REUSEPORT, so that the kernel spreads
+  new connections over them (by their addresses' hash), and starts K front-end processes,
+  each serving one socket with its own uvicorn, event loop, tokenizer threads, batcher
+  and encoders, exactly as the single-process server does (server/app.py), its batcher
+  seeing each engine as a replica;
+- readiness: the first front end listens at once and, as a single-process server does,
+  answers 503 on /health until the engines are warm; the others listen only once they
+  are ready (their lifespan waits for the engines, and a bound socket that does not
+  listen gets no connections), so whichever front end answers a 200 can serve;
+- on SIGTERM or SIGINT it passes SIGTERM to every front end (each drains its requests
+  within --shutdown-timeout and tells the engines it is done), then waits for the engines
+  to exit, kills what is left and frees the shared memory. If a front end dies on its own,
+  the parent shuts the whole server down (exit status 1), so that an orchestrator
+  restarts it rather than a server with a share of its port unanswered.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import replace
+from multiprocessing.connection import wait
+
+from engine.data_parallel import engine_config_for
+from engine.loader import ModelSpec
+from engine.shared_engine import FrontEndEnds, SharedEngine, SharedEngines
+from engine.shm_slots import SlotLayout
+from server.config import ServerConfig
+from server.plugins import load_engine_plugin
+
+logger = logging.getLogger("rose_embed.server")
+
+MAX_BATCHES_IN_FLIGHT = 2  # per front end and engine: one computing, one ready behind it
+_ENGINE_EXIT_TIMEOUT_S = 10.0  # after the front ends: the engine finishes what it holds
+
+
+def reuseport_sockets(host: str, port: int, count: int) -> list[socket.socket]:
+    """`count` sockets bound to one port (SO_REUSEPORT), each front end's own; only the first
+    listens yet (see `serve_frontend_workers`), uvicorn makes the others listen as they start."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((host, port))
+            sock.set_inheritable(True)
+        sockets[0].listen(2048)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def engine_devices(config: ServerConfig) -> tuple[str, ...]:
+    """One engine per device: --devices / --data-parallel's, else the one --device ("auto" resolved)."""
+    if config.engine_devices:
+        return config.engine_devices
+    if config.engine.device != "auto":
+        return (config.engine.device,)
+    import torch
+
+    return ("cuda" if torch.cuda.is_available() else "cpu",)
+
+
+def serve_frontend_workers(config: ServerConfig, spec: ModelSpec) -> None:
+    """Run the parent (blocks until the server has stopped; exits 1 if a front end died)."""
+    num_workers = config.frontend_workers
+    devices = engine_devices(config)
+    try:
+        sockets = reuseport_sockets(config.host, config.port, num_workers)
+    except OSError as exc:
+        sys.exit(f"rose-embed: cannot listen on {config.host}:{config.port}: {exc}")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    plugin = load_engine_plugin(config.engine_plugin) if config.engine_plugin else None
+    layout = SlotLayout(MAX_BATCHES_IN_FLIGHT, config.engine.max_batch_tokens, config.engine.max_batch_seqs,
+                        spec.hidden_size)
+    engines: list[SharedEngine] = []
+    workers: list[multiprocessing.Process] = []
+    died: str | None = None
+    try:
+        logger.info("starting %d engine process(es) (%s) and %d front-end processes on port %d",
+                    len(devices), ", ".join(devices), num_workers, config.port)
+        for index, device in enumerate(devices):
+            engine_config = engine_config_for(config.engine, devices, device)
+            engines.append(SharedEngine(index, engine_config, layout, num_workers, plugin))
+        context = multiprocessing.get_context("spawn")
+        for k in range(num_workers):
+            worker_config = replace(config, worker_index=k)
+            ends = [engine.ends_for(k) for engine in engines]
+            worker = context.Process(target=run_frontend_worker, name=f"rose-frontend-{k}",
+                                     args=(worker_config, sockets[k], ends))
+            worker.start()
+            workers.append(worker)
+        for sock in sockets:  # each front end holds its own now
+            sock.close()
+        for engine in engines:
+            engine.release_front_end_ends()
+        sentinels = {w.sentinel: w for w in workers}
+        while not stop.is_set():
+            done = wait(list(sentinels), timeout=0.5)
+            if done:
+                worker = sentinels[done[0]]
+                died = f"front end {worker.name} (pid {worker.pid}) exited with status {worker.exitcode}"
+                logger.error("%s; stopping the server", died)
+                break
+    finally:
+        _shut_down(workers, engines, config.shutdown_timeout)
+        for sock in sockets:
+            sock.close()
+    if died is not None:
+        sys.exit(1)
+
+
+def _shut_down(workers: list[multiprocessing.Process], engines: list[SharedEngine], shutdown_timeout: float) -> None:
+    """Drain every front end (SIGTERM: uvicorn's graceful shutdown), then stop the engines."""
+    for worker in workers:
+        if worker.is_alive():
+            os.kill(worker.pid, signal.SIGTERM)
+    # A front end takes up to --shutdown-timeout for its requests, then up to 5 s for its batches.
+    deadline_s = shutdown_timeout + 10.0
+    for worker in workers:
+        worker.join(deadline_s)
+        deadline_s = 1.0  # they drained side by side; the rest had the same time
+    for worker in workers:
+        if worker.is_alive():
+            logger.error("front end %s did not stop in time; killing it", worker.name)
+            worker.kill()
+            worker.join(5)
+    for engine in engines:
+        engine.stop(_ENGINE_EXIT_TIMEOUT_S)
+
+
+def _stop_when_orphaned(parent_pid: int) -> None:
+    """A parent killed outright (SIGKILL) cannot stop its front ends; they stop themselves
+    (gracefully, as on SIGTERM) rather than keep the port as orphans."""
+    while os.getppid() == parent_pid:
+        time.sleep(1.0)
+    logger.error("the parent process (pid %d) is gone; shutting down", parent_pid)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def run_frontend_worker(config: ServerConfig, sock: socket.socket, ends: list[FrontEndEnds]) -> None:
+    """The main function of one front-end process: the usual app, served on its socket."""
+    import uvicorn
+
+    from server.app import create_app
+    from server.logs import configure_logging
+    from server.middleware import ObservedApp
+
+    configure_logging(config.log_level, config.log_format)
+    threading.Thread(target=_stop_when_orphaned, args=(os.getppid(),), name="rose-parent-watch", daemon=True).start()
+    app = create_app(config, SharedEngines(config.engine, ends))
+    server = uvicorn.Server(uvicorn.Config(
+        ObservedApp(app, log_inputs=config.log_inputs, worker_pid=os.getpid()), loop="uvloop", http="httptools",
+        log_level=config.log_level, access_log=False, log_config=None,
+        timeout_graceful_shutdown=config.shutdown_timeout,
+    ))
+    server.run(sockets=[sock])
