@@ -1,0 +1,157 @@
+"""`--frontend-workers 2` on CPU: two front-end processes on one port, one engine process behind both.
+
+Each response names the front end that answered (`x-rose-worker: PID`); requests on fresh
+connections spread over both (SO_REUSEPORT hashes each connection to one socket).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.conftest import ServerProcess
+from tests.helpers import MODEL, PLUGIN, embed
+
+WORKERS = ("--device", "cpu", "--frontend-workers", "2", "--max-batch-tokens", "1024", "--max-batch-seqs", "8")
+
+
+@pytest.fixture(scope="module")
+def workers_server():
+    proc = ServerProcess(*WORKERS)
+    yield proc
+    proc.stop()
+
+
+def _children(pid: int) -> set[int]:
+    """The live processes whose parent is `pid` (from /proc)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.add(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _shared_memory() -> set[str]:
+    return {p.name for p in Path("/dev/shm").glob("psm_*")}
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def test_vectors_equal_the_single_process_server(workers_server, server, texts):
+    chunks = [texts[i : i + 16] for i in range(0, 96, 16)]
+
+    def vectors(url: str) -> np.ndarray:
+        with ThreadPoolExecutor(3) as pool:
+            responses = list(pool.map(lambda chunk: embed(url, {"input": chunk, "model": MODEL}), chunks))
+        for r in responses:
+            assert r.status_code == 200, r.text
+        return np.asarray([d["embedding"] for r in responses for d in r.json()["data"]], np.float32)
+
+    got, reference = vectors(workers_server.url), vectors(server.url)
+    assert got.shape == reference.shape == (96, 384)
+    assert _cosine(got, reference).min() >= 0.99999
+
+
+def test_both_front_ends_answer_and_share_one_engine(workers_server):
+    front_ends = _children(workers_server.proc.pid)
+    seen: dict[int, int] = {}
+    healths = {}
+    for i in range(40):  # a fresh connection each time: the kernel hashes each to one front end
+        r = embed(workers_server.url, {"input": [f"request {i}"], "model": MODEL})
+        assert r.status_code == 200, r.text
+        pid = int(r.headers["x-rose-worker"])
+        seen[pid] = seen.get(pid, 0) + 1
+        h = httpx.get(workers_server.url + "/health", timeout=10)
+        assert h.status_code == 200
+        healths[h.json()["worker"]["pid"]] = h.json()
+    assert len(seen) == 2, seen
+    assert workers_server.proc.pid not in seen and set(seen) <= front_ends  # the parent's own children
+    assert set(healths) == set(seen)
+    assert sorted(h["worker"]["index"] for h in healths.values()) == [0, 1]
+    engine_pids = {h["engines"][0]["pid"] for h in healths.values()}
+    assert len(engine_pids) == 1 and not engine_pids & (set(seen) | {workers_server.proc.pid})
+    assert all(h["engines"][0]["batches"] > 0 for h in healths.values())  # both fed that one engine
+
+
+def test_sigterm_drains_every_front_end_and_leaves_nothing_behind():
+    shm_before = _shared_memory()
+    proc = ServerProcess(*PLUGIN, *WORKERS, "--max-batch-seqs", "2", "--shutdown-timeout", "20",
+                         env={"ROSE_FAULT_DELAY_S": "0.3"})
+    try:
+        children = _children(proc.proc.pid)
+        assert len(children) >= 3  # two front ends and the engine (and multiprocessing's tracker)
+        assert _shared_memory() - shm_before  # the slots exist while it serves
+        bodies = [{"input": [f"in flight {i}"] * 4, "model": MODEL} for i in range(6)]
+        with ThreadPoolExecutor(6) as pool:
+            futures = [pool.submit(embed, proc.url, body) for body in bodies]
+            time.sleep(1.0)
+            proc.proc.send_signal(signal.SIGTERM)
+            signalled = time.monotonic()
+            responses = [f.result() for f in futures]
+        assert [r.status_code for r in responses] == [200] * 6
+        assert len({r.headers["x-rose-worker"] for r in responses}) >= 1
+        code = proc.proc.wait(40)
+        assert time.monotonic() - signalled < 30
+        assert code == 0, proc.log()
+        deadline = time.monotonic() + 5
+        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in children if _alive(pid)]
+        assert not _shared_memory() - shm_before
+    finally:
+        proc.stop()
+
+
+def test_composes_with_data_parallel():
+    proc = ServerProcess("--device", "cpu", "--frontend-workers", "2", "--data-parallel", "2",
+                         "--max-batch-tokens", "1024", "--max-batch-seqs", "8")
+    try:
+        engines = {}
+        for i in range(12):
+            r = embed(proc.url, {"input": [f"text {j} of {i}" for j in range(16)], "model": MODEL})
+            assert r.status_code == 200 and len(r.json()["data"]) == 16
+            body = httpx.get(proc.url + "/health", timeout=10).json()
+            engines[body["worker"]["pid"]] = [(e["index"], e["pid"], e["state"]) for e in body["engines"]]
+        views = list(engines.values())
+        assert len(views[0]) == 2 and all(state == "serving" for _, _, state in views[0])
+        assert all(view == views[0] for view in views)  # every front end reaches the same two engines
+    finally:
+        proc.stop()
+    assert proc.proc.returncode == 0
+
+
+def test_front_ends_and_engine_stop_when_the_parent_is_killed():
+    shm_before = _shared_memory()
+    proc = ServerProcess(*WORKERS)
+    try:
+        children = _children(proc.proc.pid)
+        assert len(children) >= 3
+        proc.proc.kill()  # SIGKILL: the parent cannot pass anything on
+        proc.proc.wait(5)
+        deadline = time.monotonic() + 20  # the front ends notice within a second, then drain
+        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [pid for pid in children if _alive(pid)], proc.log()
+        assert not _shared_memory() - shm_before  # multiprocessing's tracker unlinks it once all are gone
+    finally:
+        proc.stop()
