@@ -116,9 +116,25 @@ class VectorCheck:
 
 
 def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far, all its threads (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU time so far of a process and its live descendants (with
+    --frontend-workers or --data-parallel the work is in child processes), all threads (Linux /proc)."""
+    total = 0.0
+    for one in [pid, *_descendants(pid)]:
+        try:
+            fields = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it exited meanwhile
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _descendants(pid: int) -> list[int]:
+    try:
+        children = [int(c) for t in Path(f"/proc/{pid}/task").iterdir()
+                    for c in (t / "children").read_text().split()]
+    except OSError:
+        return []
+    return [d for child in children for d in (child, *_descendants(child))]
 
 
 def percentile_ms(values: list[float], q: float) -> float:
