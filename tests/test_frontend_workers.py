@@ -75,16 +75,19 @@ def test_vectors_equal_the_single_process_server(workers_server, server, texts):
 def test_both_front_ends_answer_and_share_one_engine(workers_server):
     front_ends = _children(workers_server.proc.pid)
     seen: dict[int, int] = {}
-    healths = {}
     for i in range(40):  # a fresh connection each time: the kernel hashes each to one front end
         r = embed(workers_server.url, {"input": [f"request {i}"], "model": MODEL})
         assert r.status_code == 200, r.text
         pid = int(r.headers["x-rose-worker"])
         seen[pid] = seen.get(pid, 0) + 1
-        h = httpx.get(workers_server.url + "/health", timeout=10)
-        assert h.status_code == 200
-        healths[h.json()["worker"]["pid"]] = h.json()
     assert len(seen) == 2, seen
+    healths = {}
+    for _ in range(60):  # after the requests, each front end's own view
+        h = httpx.get(workers_server.url + "/health", timeout=10)
+        assert h.status_code == 200 and int(h.headers["x-rose-worker"]) == h.json()["worker"]["pid"]
+        healths[h.json()["worker"]["pid"]] = h.json()
+        if len(healths) == 2:
+            break
     assert workers_server.proc.pid not in seen and set(seen) <= front_ends  # the parent's own children
     assert set(healths) == set(seen)
     assert sorted(h["worker"]["index"] for h in healths.values()) == [0, 1]
@@ -109,7 +112,6 @@ def test_sigterm_drains_every_front_end_and_leaves_nothing_behind():
             signalled = time.monotonic()
             responses = [f.result() for f in futures]
         assert [r.status_code for r in responses] == [200] * 6
-        assert len({r.headers["x-rose-worker"] for r in responses}) >= 1
         code = proc.proc.wait(40)
         assert time.monotonic() - signalled < 30
         assert code == 0, proc.log()
