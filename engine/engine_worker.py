@@ -90,7 +90,8 @@ def _load(config: EngineConfig, plugin: Callable | None):
 
     if config.device.startswith("cuda"):
         # Before anything touches CUDA: pinned buffers and graphs belong to this device only.
-        torch.cuda.set_device(config.device)
+        # A bare "cuda" means the current device, as everywhere else in torch.
+        torch.cuda.set_device(torch.device(config.device).index or 0)
     engine = Engine(config)
     engine.warm_up()
     if plugin is not None:  # after warm-up, so that injected faults hit requests only
