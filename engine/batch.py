@@ -41,3 +41,22 @@ def pack(seqs: list[np.ndarray]) -> PackedBatch:
     starts = np.repeat(cu_seqlens[:-1], lengths)
     positions = np.arange(len(input_ids), dtype=np.int32) - starts
     return PackedBatch(input_ids, positions, cu_seqlens, int(lengths.max()))
+
+
+def split_packed(batch: PackedBatch, max_tokens: int) -> list[PackedBatch]:
+    """Cut a batch, in order and at sequence boundaries, into batches of at most max_tokens
+    (a longer sequence is a batch of its own). Rejoining their results row by row gives
+    the whole batch's: attention and pooling never cross a sequence boundary."""
+    cu = batch.cu_seqlens
+    if batch.num_tokens <= max_tokens:
+        return [batch]
+    parts, lo = [], 0
+    while lo < batch.num_seqs:
+        # the last sequence end within max_tokens of this part's start, and at least one sequence
+        hi = max(lo + 1, int(np.searchsorted(cu, cu[lo] + max_tokens, side="right")) - 1)
+        start, end = int(cu[lo]), int(cu[hi])
+        lengths = np.diff(cu[lo : hi + 1])
+        parts.append(PackedBatch(batch.input_ids[start:end], batch.positions[start:end],
+                                 (cu[lo : hi + 1] - start).astype(np.int32), int(lengths.max())))
+        lo = hi
+    return parts

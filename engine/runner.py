@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import torch
 
-from engine.batch import PackedBatch
+from engine.batch import PackedBatch, split_packed
 from engine.graphs import CUDAGraphRunner, StaticInputs
 from engine.layers.attention import AttentionBackend
 from engine.layers.pooling import normalize, pool
 from engine.lazy import LazyResult
+
+
+# The CPU runs a batch in pieces of at most this many tokens: matmuls are as fast on 2,048
+# rows as on 16,384, while activations 8x smaller keep the heap small and reusable (see
+# server/memory.py); measured at 2,048 and 4,096 within noise of each other and of 16,384.
+CPU_CHUNK_TOKENS = 2048
 
 
 class ModelRunner:
@@ -50,9 +56,15 @@ class ModelRunner:
                 vectors, _ = ran
                 return LazyResult(vectors[: batch.num_seqs], batch.num_seqs)
         self._num_eager_runs += 1
+        if self.device.type == "cpu":
+            parts = [self._run_eager(part) for part in split_packed(batch, CPU_CHUNK_TOKENS)]
+            return LazyResult(parts[0] if len(parts) == 1 else torch.cat(parts), batch.num_seqs)
+        return LazyResult(self._run_eager(batch), batch.num_seqs)
+
+    def _run_eager(self, batch: PackedBatch) -> torch.Tensor:
         input_ids, positions, cu_seqlens = self._load(batch)
         meta = self.attention.prepare(cu_seqlens, batch.cu_seqlens.tolist(), batch.max_seqlen)
-        return LazyResult(self._forward(input_ids, positions, cu_seqlens, meta), batch.num_seqs)
+        return self._forward(input_ids, positions, cu_seqlens, meta)
 
     @property
     def num_graph_replays(self) -> int:

@@ -8,9 +8,12 @@ large tensor got its own mapping, kept the resident set flat but made the engine
 slower (measured in the server process: fresh mappings fault in and zero every page of
 every activation, on every batch).
 
-Instead the heap keeps glibc's defaults (fast reuse) and `malloc_trim(0)` hands the free
-pages inside the arenas back to the system at most once every `interval` seconds, after
-a batch has finished: one batch's worth of page faults per interval, not per batch.
+Instead the heap keeps glibc's defaults, so that the chunks of one batch (the CPU runner
+cuts batches into pieces of at most 2,048 tokens, engine/runner.py) reuse each other's
+memory, and `malloc_trim(0)` hands the free pages inside the arenas back to the system
+after a batch, at most once every `interval` seconds: a batch's first piece faults its
+pages in again, the others do not. The soak of 200,000 inputs then stayed within 4.8 % of
+its level after warm-up (a 10 s interval let it swing by 33 %), at 486 inputs/s.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ class HeapTrimmer:
     """Call `maybe_trim()` after each batch; it trims at most once per `interval` seconds,
     on its own thread, so neither the event loop nor the engine thread waits for it."""
 
-    def __init__(self, interval: float = 10.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, interval: float = 0.5, clock: Callable[[], float] = time.monotonic):
         self.interval, self._clock = interval, clock
         self._trim = _load_malloc_trim()
         self._last = clock()
