@@ -5,15 +5,16 @@ bytes). glibc serves them from the engine thread's heap arena, where freed chunk
 size fragment the space for the next: a soak of 200,000 inputs grew the resident set by
 38 % that way. The first remedy, pinning glibc's mmap threshold at 1 MiB so that every
 large tensor got its own mapping, kept the resident set flat but made the engine 30-40 %
-slower (measured in the server process: fresh mappings fault in and zero every page of
-every activation, on every batch).
+slower (fresh mappings fault in and zero every page of every activation, on every batch).
 
-Instead the heap keeps glibc's defaults, so that the chunks of one batch (the CPU runner
-cuts batches into pieces of at most 2,048 tokens, engine/runner.py) reuse each other's
-memory, and `malloc_trim(0)` hands the free pages inside the arenas back to the system
-after a batch, at most once every `interval` seconds: a batch's first piece faults its
-pages in again, the others do not. The soak of 200,000 inputs then stayed within 4.8 % of
-its level after warm-up (a 10 s interval let it swing by 33 %), at 486 inputs/s.
+Now the heap keeps glibc's defaults, so that the pieces of a batch (the CPU runner cuts
+batches into pieces of at most 2,048 tokens, engine/runner.py) and the batches after it
+reuse the same memory, and `malloc_trim(0)` hands the free pages inside the arenas back
+to the system only when the resident set has grown by more than `max_growth` past its
+level over the first batches served (their largest: by then the pieces' working set is
+resident). Trimming after every batch held the soak within 5 % too, but
+cost the HTTP path ~25 %: each trim makes the next batch fault its pages in again, and
+the trim holds the arena locks the engine thread allocates under.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import os
 import threading
 import time
 from typing import Callable
@@ -36,14 +38,30 @@ def _load_malloc_trim() -> Callable[[int], int] | None:
         return None
 
 
-class HeapTrimmer:
-    """Call `maybe_trim()` after each batch; it trims at most once per `interval` seconds,
-    on its own thread, so neither the event loop nor the engine thread waits for it."""
+def resident_bytes() -> int | None:
+    """This process's resident set size, or None where /proc is missing."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
-    def __init__(self, interval: float = 0.5, clock: Callable[[], float] = time.monotonic):
-        self.interval, self._clock = interval, clock
+
+class HeapTrimmer:
+    """Call `maybe_trim()` after each batch. The first `baseline_batches` calls set the
+    baseline (the largest resident set among them); later ones start a trim, on its own
+    thread, when the resident set exceeds the baseline by more than `max_growth` and no
+    trim ran in the last `min_interval` seconds."""
+
+    def __init__(self, max_growth: float = 0.04, min_interval: float = 0.5, baseline_batches: int = 16,
+                 clock: Callable[[], float] = time.monotonic,
+                 read_resident: Callable[[], int | None] = resident_bytes):
+        self.max_growth, self.min_interval = max_growth, min_interval
+        self._baseline_batches_left = baseline_batches
+        self._clock, self._read_resident = clock, read_resident
         self._trim = _load_malloc_trim()
-        self._last = clock()
+        self.baseline: int | None = None
+        self._last = float("-inf")
         self._busy = threading.Lock()
         self.num_trims = 0
         if self._trim is None:
@@ -55,8 +73,18 @@ class HeapTrimmer:
 
     def maybe_trim(self, *_record: object) -> bool:
         """Start a trim if one is due and none is running; True if one was started."""
+        if self._trim is None:
+            return False
+        resident = self._read_resident()
+        if resident is None:  # no /proc: fall back to trimming at most every min_interval
+            resident, self.baseline, self._baseline_batches_left = 1, 0, 0
+        if self._baseline_batches_left > 0:
+            self._baseline_batches_left -= 1
+            self.baseline = max(self.baseline or 0, resident)
+            return False
         now = self._clock()
-        if self._trim is None or now - self._last < self.interval or not self._busy.acquire(blocking=False):
+        if (resident <= self.baseline * (1 + self.max_growth) or now - self._last < self.min_interval
+                or not self._busy.acquire(blocking=False)):
             return False
         self._last = now
         threading.Thread(target=self._run, name="rose-heap-trim", daemon=True).start()

@@ -1,4 +1,5 @@
-"""server/memory.py: the heap is trimmed at most once per interval, off the caller's thread."""
+"""server/memory.py: the heap is trimmed only when the resident set has grown past its
+level over the first batches, at most once per interval, off the caller's thread."""
 
 from __future__ import annotations
 
@@ -6,28 +7,43 @@ import time
 
 import pytest
 
-from server.memory import HeapTrimmer
+from server.memory import HeapTrimmer, resident_bytes
 
 
-def test_trims_at_most_once_per_interval_and_only_after_it():
-    now = [100.0]
-    trimmer = HeapTrimmer(interval=10.0, clock=lambda: now[0])
+def _wait_for(trimmer: HeapTrimmer, count: int) -> None:
+    deadline = time.monotonic() + 5
+    while trimmer.num_trims < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert trimmer.num_trims == count
+
+
+def test_trims_only_past_the_growth_limit_and_at_most_once_per_interval():
+    now, resident = [100.0], [1000]
+    trimmer = HeapTrimmer(max_growth=0.05, min_interval=1.0, baseline_batches=3, clock=lambda: now[0],
+                          read_resident=lambda: resident[0])
     if not trimmer.available:
         pytest.skip("not glibc: no malloc_trim")
-    assert not trimmer.maybe_trim()  # the interval counts from start-up
-    now[0] += 10.5
+    for level in (700, 1000, 900):  # the first batches set the baseline: their largest level
+        resident[0] = level
+        assert not trimmer.maybe_trim()
+    assert trimmer.baseline == 1000
+    resident[0] = 1050
+    assert not trimmer.maybe_trim()  # within 5 %
+    resident[0] = 1060
     assert trimmer.maybe_trim()
-    assert not trimmer.maybe_trim()  # due again only 10 s later
-    deadline = time.monotonic() + 5
-    while trimmer.num_trims < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert trimmer.num_trims == 1
-    now[0] += 9.0
-    assert not trimmer.maybe_trim()
-    now[0] += 1.5
+    _wait_for(trimmer, 1)
+    now[0] += 0.5
+    assert not trimmer.maybe_trim()  # still grown, but trimmed less than 1 s ago
+    now[0] += 0.6
     assert trimmer.maybe_trim()
+    _wait_for(trimmer, 2)
+    resident[0] = 900
+    now[0] += 5
+    assert not trimmer.maybe_trim()  # back under the limit: nothing to do
 
 
-def test_accepts_a_batch_record_as_a_listener():
-    trimmer = HeapTrimmer(interval=0.0)
+def test_reads_this_process_resident_set_and_takes_a_batch_record():
+    assert resident_bytes() > 10 * 2**20  # a Python process with numpy and torch loaded
+    trimmer = HeapTrimmer(baseline_batches=1)
     trimmer.maybe_trim(object())  # the batcher calls listeners with the batch's record
+    assert trimmer.baseline is not None or not trimmer.available
