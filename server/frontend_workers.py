@@ -136,10 +136,11 @@ def _shut_down(workers: list[multiprocessing.Process], engines: list[SharedEngin
         if worker.is_alive():
             os.kill(worker.pid, signal.SIGTERM)
     # A front end takes up to --shutdown-timeout for its requests, then up to 5 s for its batches.
-    deadline_s = shutdown_timeout + 10.0
+    # They drain side by side, each against the same deadline: one that finishes early (no
+    # requests left) says nothing of how long the others still need.
+    deadline = time.monotonic() + shutdown_timeout + 10.0
     for worker in workers:
-        worker.join(deadline_s)
-        deadline_s = 1.0  # they drained side by side; the rest had the same time
+        worker.join(max(0.0, deadline - time.monotonic()))
     for worker in workers:
         if worker.is_alive():
             logger.error("front end %s did not stop in time; killing it", worker.name)
