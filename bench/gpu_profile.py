@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.gpu_bench import SHAPES, dense_ceiling, hf_model, latency_ms  # noqa: E402
 from engine.batch import pack  # noqa: E402
-from engine.batcher import cut_batches  # noqa: E402
+from engine.batch import cut_batches  # noqa: E402
 from engine.layers import fused  # noqa: E402
 from engine.layers.attention import make_attention_backend  # noqa: E402
 from engine.models import MODEL_CLASSES  # noqa: E402

@@ -17,7 +17,7 @@ from typing import TypeVar
 import numpy as np
 
 from corpus.source import Chunk
-from engine.batcher import cut_batches
+from engine.batch import cut_batches
 
 T = TypeVar("T")
 _END = object()

@@ -43,20 +43,29 @@ def pack(seqs: list[np.ndarray]) -> PackedBatch:
     return PackedBatch(input_ids, positions, cu_seqlens, int(lengths.max()))
 
 
+def cut_batches(lengths: list[int], max_tokens: int, max_seqs: int) -> list[tuple[int, int]]:
+    """Split a sequence of lengths, in order, into [lo, hi) ranges within both caps."""
+    ranges, lo, tokens = [], 0, 0
+    for i, n in enumerate(lengths):
+        if i > lo and (tokens + n > max_tokens or i - lo >= max_seqs):
+            ranges.append((lo, i))
+            lo, tokens = i, 0
+        tokens += n
+    if lo < len(lengths):
+        ranges.append((lo, len(lengths)))
+    return ranges
+
+
 def split_packed(batch: PackedBatch, max_tokens: int) -> list[PackedBatch]:
     """Cut a batch, in order and at sequence boundaries, into batches of at most max_tokens
     (a longer sequence is a batch of its own). Rejoining their results row by row gives
     the whole batch's: attention and pooling never cross a sequence boundary."""
-    cu = batch.cu_seqlens
     if batch.num_tokens <= max_tokens:
         return [batch]
-    parts, lo = [], 0
-    while lo < batch.num_seqs:
-        # the last sequence end within max_tokens of this part's start, and at least one sequence
-        hi = max(lo + 1, int(np.searchsorted(cu, cu[lo] + max_tokens, side="right")) - 1)
+    cu = batch.cu_seqlens
+    parts = []
+    for lo, hi in cut_batches(np.diff(cu).tolist(), max_tokens, batch.num_seqs):
         start, end = int(cu[lo]), int(cu[hi])
-        lengths = np.diff(cu[lo : hi + 1])
         parts.append(PackedBatch(batch.input_ids[start:end], batch.positions[start:end],
-                                 (cu[lo : hi + 1] - start).astype(np.int32), int(lengths.max())))
-        lo = hi
+                                 (cu[lo : hi + 1] - start).astype(np.int32), int(np.diff(cu[lo : hi + 1]).max())))
     return parts

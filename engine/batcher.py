@@ -77,19 +77,6 @@ class _Running:
     started: float | None = None
 
 
-def cut_batches(lengths: list[int], max_tokens: int, max_seqs: int) -> list[tuple[int, int]]:
-    """Split a sequence of lengths, in order, into [lo, hi) ranges within both caps."""
-    ranges, lo, tokens = [], 0, 0
-    for i, n in enumerate(lengths):
-        if i > lo and (tokens + n > max_tokens or i - lo >= max_seqs):
-            ranges.append((lo, i))
-            lo, tokens = i, 0
-        tokens += n
-    if lo < len(lengths):
-        ranges.append((lo, len(lengths)))
-    return ranges
-
-
 class Batcher:
     """Owns the queue; resolves each entry's future with its vector (float32 [dim]).
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from engine.batch import PackedBatch, pack
+from engine.batch import PackedBatch, cut_batches, pack
 from engine.config import EngineConfig
 from engine.layers import fused
 from engine.layers.attention import make_attention_backend
@@ -109,8 +109,6 @@ class Engine:
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Synchronous convenience (benchmarks, corpus jobs): texts -> [N, dim] float32."""
-        from engine.batcher import cut_batches
-
         seqs = self.tokenize(texts)
         out, pending = [], None
         for lo, hi in cut_batches([len(s) for s in seqs], self.config.max_batch_tokens, self.config.max_batch_seqs):

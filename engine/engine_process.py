@@ -71,13 +71,18 @@ class EngineProcess(EngineLink):
             return
         self._closed = True
         self.stop_serving()
-        self.process.join(timeout)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(5)
+        stop_process(self.process, timeout)
         self._tasks.close()
         self._replies.close()
         self.slots.close()
+
+
+def stop_process(process: multiprocessing.Process, timeout: float) -> None:
+    """Wait up to `timeout` s for a process asked to stop, then kill it."""
+    process.join(timeout)
+    if process.is_alive():
+        process.kill()
+        process.join(5)
 
 
 def exit_reason(code: int | None) -> str:

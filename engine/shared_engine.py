@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection
 from engine.config import EngineConfig
 from engine.data_parallel import EngineGroup
 from engine.engine_link import EngineLink
-from engine.engine_process import exit_reason
+from engine.engine_process import exit_reason, stop_process
 from engine.engine_worker import run_engine_worker
 from engine.shm_slots import SharedSlots, SlotLayout
 
@@ -98,10 +98,7 @@ class SharedEngine:
         """Wait up to `timeout` s for the engine to exit (it does once its front ends are done), else
         kill it; free the shared memory."""
         self._close_ends()
-        self.process.join(timeout)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(5)
+        stop_process(self.process, timeout)
         for slots in self.slots:
             slots.close()
 

@@ -38,10 +38,11 @@ def _load_malloc_trim() -> Callable[[int], int] | None:
         return None
 
 
-def resident_bytes() -> int | None:
-    """This process's resident set size, or None where /proc is missing."""
+def resident_bytes(pid: int | str = "self") -> int | None:
+    """A process's resident set size (this one's by default), or None where /proc is missing
+    or the process is gone."""
     try:
-        with open("/proc/self/statm", "rb") as f:
+        with open(f"/proc/{pid}/statm", "rb") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None

@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
 from engine.batcher import BatchRecord
+from server.memory import resident_bytes
 
 if TYPE_CHECKING:
     from server.runtime import Runtime
@@ -166,11 +167,7 @@ def _engine_process_memory(replicas: list) -> GaugeMetricFamily:
 
 
 def _resident_bytes(pid: int | str = "self") -> float:
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return 0.0
+    return resident_bytes(pid) or 0.0
 
 
 @get("/metrics", summary="Prometheus metrics", include_in_schema=False)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import uvicorn
 
-from engine.batcher import cut_batches
+from engine.batch import cut_batches
 from engine.config import EngineConfig
 from server.app import create_app
 from server.config import ServerConfig
