@@ -32,9 +32,10 @@ class PySpy:
             raise RuntimeError("py-spy is not installed (pip install py-spy)")
         # --threads: the thread name leads each stack, so event loop, tokenizer and engine
         # threads can be told apart; --gil would hide the threads that wait in native code.
+        # --subprocesses: front-end workers and engine processes too (the process leads then).
         self._proc = subprocess.Popen(
             [exe, "record", "--pid", str(self.pid), "--output", str(self.out), "--format", "raw",
-             "--rate", str(self.rate), "--threads", "--nonblocking"],
+             "--rate", str(self.rate), "--threads", "--subprocesses", "--nonblocking"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )
         return self
@@ -58,8 +59,15 @@ def _short(frame: str) -> str:
     return f"{m['func']} ({Path(m['file']).name})"
 
 
+_PROCESS_FRAMES = re.compile(r'(?:process \d+:"[^"]*";)*')
+_PID = re.compile(r"process (\d+):")
+
+
 def summarize(path: Path, top: int = 15) -> list[str]:
-    """Markdown lines: samples per thread, then top functions by self and inclusive share."""
+    """Markdown lines: samples per process and per thread, then top functions by self and
+    inclusive share. With several processes, a process's share of the samples over the
+    recording's length says how busy it was (samples are taken of running threads only)."""
+    processes: collections.Counter[str] = collections.Counter()
     threads: collections.Counter[str] = collections.Counter()
     own: collections.Counter[str] = collections.Counter()
     inclusive: collections.Counter[str] = collections.Counter()
@@ -69,19 +77,28 @@ def summarize(path: Path, top: int = 15) -> list[str]:
         if not stack or not count.isdigit():
             continue
         n = int(count)
-        frames = stack.split(";")
-        thread = frames[0] if frames[0].startswith(("thread", "process")) else "?"
-        names = [_short(f) for f in frames if not f.startswith(("thread", "process"))]
+        # With --subprocesses, a stack is led by its process's and its ancestors' frames,
+        # `process PID:"command line"`, whose command line may hold a ';'.
+        pids = _PROCESS_FRAMES.match(stack)[0]
+        process = f"process {_PID.findall(pids)[-1]}" if pids else ""
+        frames = stack[len(pids):].split(";")
+        thread = frames[0] if frames[0].startswith("thread") else "?"
+        names = [_short(f) for f in frames if not f.startswith("thread")]
         total += n
-        threads[thread] += n
+        processes[process] += n
+        threads[f"{process} {thread}".strip()] += n
         if names:
             own[names[-1]] += n
         for name in set(names):
             inclusive[name] += n
     if total == 0:
         return ["(no samples)"]
-    lines = [f"{total} samples", "", "| thread | share |", "| --- | ---: |"]
-    lines += [f"| {t} | {100 * n / total:.1f}% |" for t, n in threads.most_common(8)]
+    lines = [f"{total} samples", ""]
+    if len(processes) > 1:
+        lines += ["| process | share |", "| --- | ---: |"]
+        lines += [f"| {p} | {100 * n / total:.1f}% |" for p, n in processes.most_common(12)] + [""]
+    lines += ["| thread | share |", "| --- | ---: |"]
+    lines += [f"| {t} | {100 * n / total:.1f}% |" for t, n in threads.most_common(12)]
     lines += ["", "| function (self) | share |", "| --- | ---: |"]
     lines += [f"| {f} | {100 * n / total:.1f}% |" for f, n in own.most_common(top)]
     lines += ["", "| function (inclusive) | share |", "| --- | ---: |"]

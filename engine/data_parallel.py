@@ -38,13 +38,34 @@ def resolve_engine_devices(device: str, data_parallel: int = 1, devices: str | N
         return names
     if data_parallel == 1:
         return (device,)
-    kind = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+    kind = resolve_device(device)
     if kind == "cpu":
         return ("cpu",) * data_parallel
     if kind == "cuda":
         return tuple(f"cuda:{i}" for i in range(data_parallel))
     raise ValueError(f"--data-parallel {data_parallel} runs one engine per GPU from cuda:0; "
                      f"to place them yourself, name them with --devices instead of --device {device}")
+
+
+def resolve_device(device: str) -> str:
+    """"auto" -> "cuda" where a GPU is visible, else "cpu"; any other name as it is."""
+    if device != "auto":
+        return device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def engine_process_wanted(choice: str, device: str) -> bool:
+    """--engine-process for a single engine: "on", "off", or "auto": on for the CPU only.
+
+    On the CPU, the engine's torch threads and the server's event loop and tokenizer threads
+    slow each other down inside one process: the HTTP path reached 0.81x the engine alone,
+    against 0.96x with the engine in a process of its own (bench/results/cpu.md). On CUDA
+    the engine thread mostly waits for the GPU, and the in-process path has no copy through
+    shared memory.
+    """
+    if choice not in ("auto", "on", "off"):
+        raise ValueError(f"--engine-process takes auto, on or off; got {choice!r}")
+    return choice == "on" or (choice == "auto" and resolve_device(device) == "cpu")
 
 
 def check_devices(devices: tuple[str, ...]) -> None:

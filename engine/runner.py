@@ -13,7 +13,7 @@ from engine.lazy import LazyResult
 
 # The CPU runs a batch in pieces of at most this many tokens: matmuls are as fast on 2,048
 # rows as on 16,384, while activations 8x smaller keep the heap small and reusable (see
-# server/memory.py); measured at 2,048 and 4,096 within noise of each other and of 16,384.
+# engine/memory.py); measured at 2,048 and 4,096 within noise of each other and of 16,384.
 CPU_CHUNK_TOKENS = 2048
 
 

@@ -9,7 +9,7 @@ import sys
 from dataclasses import replace
 
 from engine.config import EngineConfig, ModelOverrides
-from engine.data_parallel import check_devices, resolve_engine_devices
+from engine.data_parallel import check_devices, engine_process_wanted, resolve_device, resolve_engine_devices
 from engine.loader import ModelLoadError, load_spec
 from server.aliases import AliasError, resolve_aliases
 from server.auth import API_KEY_ENV, keys_from_env
@@ -42,13 +42,20 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     serve.add_argument("--data-parallel", type=int, default=1, metavar="N",
                        help="N engine processes, one per device (cuda:0..N-1; N CPU engines with --device cpu), "
-                            "fed by one batcher; 1: the engine runs inside the server process")
+                            "fed by one batcher; 1: one engine (in the server process or its own: --engine-process)")
     serve.add_argument("--devices", default=None, metavar="LIST",
                        help="the engines' devices, comma-separated (e.g. cuda:0,cuda:1): one engine process each "
                             "(default: from --device and --data-parallel)")
+    serve.add_argument("--engine-process", choices=["auto", "on", "off"], default="auto",
+                       help="run the engine in a process of its own, fed through shared memory, instead of a thread "
+                            "of the server process (auto: on for the CPU, where the engine's threads and the event "
+                            "loop slow each other down; off for CUDA)")
     serve.add_argument("--frontend-workers", type=int, default=1, metavar="K",
                        help="K front-end processes (HTTP, tokenization, batcher, encoding) sharing the port "
                             "(SO_REUSEPORT) and feeding one engine process per device; 1: a single process")
+    serve.add_argument("--max-batches-in-flight", type=int, default=None, metavar="N",
+                       help="batches each front end keeps on each engine (default: 2 with one front end, one "
+                            "computing and one ready behind it; 1 with several, which queue on the shared engine)")
     serve.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
     serve.add_argument("--max-batch-tokens", type=int, default=None,
                        help=f"token budget of one batch (default: {DEFAULT_MAX_BATCH_TOKENS}, "
@@ -108,7 +115,15 @@ def _add_model_flags(serve: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     if args.frontend_workers < 1:
         raise ValueError(f"--frontend-workers must be at least 1; got {args.frontend_workers}")
+    if args.max_batches_in_flight is not None and args.max_batches_in_flight < 1:
+        raise ValueError(f"--max-batches-in-flight must be at least 1; got {args.max_batches_in_flight}")
     devices = resolve_engine_devices(args.device, args.data_parallel, args.devices)
+    own_process = len(devices) > 1 or engine_process_wanted(args.engine_process, devices[0])
+    if args.engine_process == "off" and len(devices) > 1:
+        raise ValueError("--engine-process off runs one engine in the server process; "
+                         f"{len(devices)} engines need a process each")
+    if own_process and len(devices) == 1:
+        devices = (resolve_device(devices[0]),)
     engine = EngineConfig(
         model=args.model, device=devices[0] if len(devices) == 1 else args.device, dtype=args.dtype,
         max_batch_tokens=args.max_batch_tokens or DEFAULT_MAX_BATCH_TOKENS,
@@ -124,7 +139,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(
         engine=engine, host=args.host, port=args.port, served_model_name=args.served_model_name,
         max_queued_tokens=args.max_queued_tokens, tokenizer_workers=args.tokenizer_workers,
-        engine_devices=devices if len(devices) > 1 else (), frontend_workers=args.frontend_workers,
+        engine_devices=devices if own_process else (), frontend_workers=args.frontend_workers,
+        max_batches_in_flight=args.max_batches_in_flight,
         log_level=args.log_level, max_request_tokens=args.max_request_tokens, truncate=args.truncate,
         model_aliases=tuple(args.model_alias), api_keys=tuple(dict.fromkeys([*args.api_key, *keys_from_env()])),
         tiktoken_ids=args.tiktoken_ids, **hardening_cli.config_kwargs(args),

@@ -13,7 +13,7 @@ from engine.engine import Engine
 from server.auth import api_key_guard
 from server.config import ServerConfig
 from server.errors import error_response
-from server.memory import HeapTrimmer
+from engine.memory import HeapTrimmer
 from server.openapi import openapi_config
 from server.metrics import Metrics, metrics_endpoint
 from server.routes import ROUTES
@@ -26,7 +26,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None) -> Litestar:
     runtime = Runtime(config, engine)
     metrics = Metrics(runtime)
     runtime.batch_listeners.append(metrics.observe_batch)
-    runtime.batch_listeners.append(HeapTrimmer().maybe_trim)  # see server/memory.py
+    runtime.batch_listeners.append(HeapTrimmer().maybe_trim)  # see engine/memory.py
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:

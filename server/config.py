@@ -16,12 +16,18 @@ class ServerConfig:
     max_request_inputs: int = 2048
     max_queued_tokens: int | None = None  # None: unbounded queue
     tokenizer_workers: int = 2
-    # --data-parallel / --devices: one engine process per device (empty: one engine, in this process).
+    # --data-parallel / --devices / --engine-process: one engine process per device (empty: one
+    # engine, in this process).
     engine_devices: tuple[str, ...] = ()
     # --frontend-workers K: K front-end processes share the port and the engines (server/frontend_workers.py);
     # `worker_index` is set in each of them (None: a single-process server).
     frontend_workers: int = 1
     worker_index: int | None = None
+    # Batches each front end keeps on each engine (--max-batches-in-flight); None: 2 (one
+    # computing, one ready behind it) for a single front end, 1 for several, whose batches
+    # queue on the shared engine anyway: there a front end that waits for its one batch cuts
+    # the next one from a longer queue, and larger batches use the GPU better.
+    max_batches_in_flight: int | None = None
     log_level: str = "info"
     # Wire contract (issue 5): OpenAI's per-request token cap, truncation, aliases, keys.
     max_request_tokens: int = 300_000
@@ -39,3 +45,9 @@ class ServerConfig:
     log_inputs: bool = False  # put input texts in the request log (off: they may be private)
     cors_origins: tuple[str, ...] = ()  # empty: no CORS headers at all
     engine_plugin: str | None = None  # "module:function" wrapping the engine (fault injection in tests)
+
+    @property
+    def batches_in_flight(self) -> int:
+        if self.max_batches_in_flight is not None:
+            return self.max_batches_in_flight
+        return 2 if self.frontend_workers == 1 else 1

@@ -43,7 +43,6 @@ from server.plugins import load_engine_plugin
 
 logger = logging.getLogger("rose_embed.server")
 
-MAX_BATCHES_IN_FLIGHT = 2  # per front end and engine: one computing, one ready behind it
 _ENGINE_EXIT_TIMEOUT_S = 10.0  # after the front ends: the engine finishes what it holds
 
 
@@ -91,7 +90,7 @@ def serve_frontend_workers(config: ServerConfig, spec: ModelSpec) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     plugin = load_engine_plugin(config.engine_plugin) if config.engine_plugin else None
-    layout = SlotLayout(MAX_BATCHES_IN_FLIGHT, config.engine.max_batch_tokens, config.engine.max_batch_seqs,
+    layout = SlotLayout(config.batches_in_flight, config.engine.max_batch_tokens, config.engine.max_batch_seqs,
                         spec.hidden_size)
     engines: list[SharedEngine] = []
     workers: list[multiprocessing.Process] = []

@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
 from engine.batcher import BatchRecord
-from server.memory import resident_bytes
+from engine.memory import resident_bytes
 
 if TYPE_CHECKING:
     from server.runtime import Runtime

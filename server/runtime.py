@@ -60,7 +60,8 @@ class Runtime:
             logger.info("loading model %s in %d engine processes (%s)", self.config.engine.model or "(default)",
                         len(self.config.engine_devices), ", ".join(self.config.engine_devices))
             # Each engine process applies the plugin itself, after its own warm-up.
-            self.engine = await asyncio.to_thread(EngineGroup, self.config.engine, self.config.engine_devices, plugin)
+            self.engine = await asyncio.to_thread(EngineGroup, self.config.engine, self.config.engine_devices, plugin,
+                                                  self.config.batches_in_flight)
         elif self.engine is None:
             logger.info("loading model %s", self.config.engine.model or "(default)")
             self.engine = await asyncio.to_thread(Engine, self.config.engine)
@@ -75,6 +76,7 @@ class Runtime:
             max_batch_tokens=self.config.engine.max_batch_tokens,
             max_batch_seqs=self.config.engine.max_batch_seqs,
             max_queued_tokens=self.config.max_queued_tokens,
+            max_batches_in_flight=self.config.batches_in_flight,
         )
         self.batcher.listeners.extend(self.batch_listeners)
         self.batcher.start()

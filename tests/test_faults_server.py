@@ -55,8 +55,11 @@ def stop_within(proc: ServerProcess, seconds: float) -> None:
     assert "Finished server process" in proc.log()
 
 
-def test_a_dead_engine_thread_turns_health_503_and_fails_fast():
-    proc = ServerProcess(*PLUGIN, *SMALL, "--shutdown-timeout", "5")
+# "auto" puts the CPU engine in a process of its own; "off" keeps it in a thread of the server
+# process, as CUDA's default does.
+@pytest.mark.parametrize("engine_process", ["auto", "off"])
+def test_a_dead_engine_turns_health_503_and_fails_fast(engine_process):
+    proc = ServerProcess(*PLUGIN, *SMALL, "--shutdown-timeout", "5", "--engine-process", engine_process)
     try:
         assert embed(proc.url, {"input": "alive", "model": MODEL}).status_code == 200
         r = embed(proc.url, {"input": [[101, DIE_ID, 102]], "model": MODEL})
@@ -73,9 +76,11 @@ def test_a_dead_engine_thread_turns_health_503_and_fails_fast():
         proc.stop()
 
 
-def test_a_stuck_engine_turns_health_503_fails_waiters_and_still_exits():
+@pytest.mark.parametrize("engine_process", ["auto", "off"])
+def test_a_stuck_engine_turns_health_503_fails_waiters_and_still_exits(engine_process):
     stall = 2.0
-    proc = ServerProcess(*PLUGIN, *SMALL, "--engine-stall-timeout", str(stall), "--shutdown-timeout", "3")
+    proc = ServerProcess(*PLUGIN, *SMALL, "--engine-stall-timeout", str(stall), "--shutdown-timeout", "3",
+                         "--engine-process", engine_process)
     try:
         started = time.monotonic()
         r = embed(proc.url, {"input": [[101, STALL_ID, 102]], "model": MODEL}, timeout=60)

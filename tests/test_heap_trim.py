@@ -1,4 +1,4 @@
-"""server/memory.py: the heap is trimmed only when the resident set has grown past its
+"""engine/memory.py: the heap is trimmed only when the resident set has grown past its
 level over the first batches, at most once per interval, off the caller's thread."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from server.memory import HeapTrimmer, resident_bytes
+from engine.memory import HeapTrimmer, resident_bytes
 
 
 def _wait_for(trimmer: HeapTrimmer, count: int) -> None:
@@ -20,9 +20,7 @@ def _wait_for(trimmer: HeapTrimmer, count: int) -> None:
 def test_trims_only_past_the_growth_limit_and_at_most_once_per_interval():
     now, resident = [100.0], [1000]
     trimmer = HeapTrimmer(max_growth=0.05, min_interval=1.0, baseline_batches=3, clock=lambda: now[0],
-                          read_resident=lambda: resident[0])
-    if not trimmer.available:
-        pytest.skip("not glibc: no malloc_trim")
+                          read_resident=lambda: resident[0], trim=lambda _pad: 1)
     for level in (700, 1000, 900):  # the first batches set the baseline: their largest level
         resident[0] = level
         assert not trimmer.maybe_trim()
@@ -40,6 +38,17 @@ def test_trims_only_past_the_growth_limit_and_at_most_once_per_interval():
     resident[0] = 900
     now[0] += 5
     assert not trimmer.maybe_trim()  # back under the limit: nothing to do
+
+
+def test_the_real_malloc_trim_runs_where_glibc_has_it():
+    resident = [1000]
+    trimmer = HeapTrimmer(max_growth=0.05, baseline_batches=1, read_resident=lambda: resident[0])
+    if not trimmer.available:
+        pytest.skip("not glibc: no malloc_trim")
+    trimmer.maybe_trim()
+    resident[0] = 2000
+    assert trimmer.maybe_trim()
+    _wait_for(trimmer, 1)
 
 
 def test_reads_this_process_resident_set_and_takes_a_batch_record():

@@ -46,3 +46,18 @@ def test_profile_summary_shares(tmp_path):
     assert "| thread (1): MainThread | 75.0% |" in text
     assert "| encode (b.py) | 75.0% |" in text  # self share
     assert "| run (a.py) | 100.0% |" in text  # inclusive share
+
+
+def test_profile_summary_per_process(tmp_path):
+    # py-spy --subprocesses: a child's stack is led by its ancestors' process frames, and a
+    # spawned child's command line holds a ';'.
+    child = 'process 7:"python -c from multiprocessing.spawn import spawn_main; spawn_main()"'
+    raw = tmp_path / "p.txt"
+    raw.write_text(
+        'process 5:"python -m server serve";thread (5): MainThread;run (a.py:1) 1\n'
+        f'process 5:"python -m server serve";{child};thread (7): rose-engine_0;forward (c.py:9) 3\n'
+    )
+    text = "\n".join(summarize(raw))
+    assert "| process 7 | 75.0% |" in text and "| process 5 | 25.0% |" in text
+    assert "| process 7 thread (7): rose-engine_0 | 75.0% |" in text
+    assert "| forward (c.py) | 75.0% |" in text and "spawn_main()" not in text

@@ -52,15 +52,20 @@ class HeapTrimmer:
     """Call `maybe_trim()` after each batch. The first `baseline_batches` calls set the
     baseline (the largest resident set among them); later ones start a trim, on its own
     thread, when the resident set exceeds the baseline by more than `max_growth` and no
-    trim ran in the last `min_interval` seconds."""
+    trim ran in the last `min_interval` seconds. `trim` stands in for malloc_trim in tests.
+
+    With the engine in a process of its own (the CPU default, --engine-process), that
+    process runs one too: the activations live in its heap.
+    """
 
     def __init__(self, max_growth: float = 0.04, min_interval: float = 0.5, baseline_batches: int = 16,
                  clock: Callable[[], float] = time.monotonic,
-                 read_resident: Callable[[], int | None] = resident_bytes):
+                 read_resident: Callable[[], int | None] = resident_bytes,
+                 trim: Callable[[int], int] | None = None):
         self.max_growth, self.min_interval = max_growth, min_interval
         self._baseline_batches_left = baseline_batches
         self._clock, self._read_resident = clock, read_resident
-        self._trim = _load_malloc_trim()
+        self._trim = trim or _load_malloc_trim()
         self.baseline: int | None = None
         self._last = float("-inf")
         self._busy = threading.Lock()
