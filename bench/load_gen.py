@@ -256,7 +256,8 @@ def render(args, engine, timings, cpu_times, server_cpu, names, num_tokens, num_
         f"- command: `{command}`",
         f"- hardware: {machine_description()}" + (f"; {_gpu_name()}" if engine.device.type == "cuda" else ""),
         f"- date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- model: {engine.spec.name} on {engine.device} ({engine.dtype}); server flags: `{' '.join(server_args)}`",
+        f"- model: {engine.spec.name} on {engine.device} ({engine.dtype}); server flags: "
+        + (f"`{' '.join(server_args)}`" if not args.url else f"those of the server at {args.url} (attached)"),
         f"- workload: {num_texts} texts ({args.num_texts} x {args.repeat}, {args.join} paragraph(s) each) of "
         f"{args.data.name}, {num_tokens} tokens; requests of 1-{args.max_request_texts} texts (seed {args.seed}), "
         f"formats {args.formats}; {args.clients} clients in {args.procs} process(es); median of {args.rounds} "

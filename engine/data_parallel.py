@@ -58,8 +58,8 @@ def engine_process_wanted(choice: str, device: str) -> bool:
     """--engine-process for a single engine: "on", "off", or "auto": on for the CPU only.
 
     On the CPU, the engine's torch threads and the server's event loop and tokenizer threads
-    slow each other down inside one process: the HTTP path reached 0.81x the engine alone,
-    against 0.96x with the engine in a process of its own (bench/results/cpu.md). On CUDA
+    slow each other down inside one process: the HTTP path reached 0.80x the engine alone,
+    against 0.92x with the engine in a process of its own (bench/results/cpu.md). On CUDA
     the engine thread mostly waits for the GPU, and the in-process path has no copy through
     shared memory.
     """

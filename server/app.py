@@ -10,10 +10,10 @@ from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 
 from engine.engine import Engine
+from engine.memory import HeapTrimmer
 from server.auth import api_key_guard
 from server.config import ServerConfig
 from server.errors import error_response
-from engine.memory import HeapTrimmer
 from server.openapi import openapi_config
 from server.metrics import Metrics, metrics_endpoint
 from server.routes import ROUTES
