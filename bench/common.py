@@ -49,6 +49,16 @@ def machine_description() -> str:
     return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, torch {torch.__version__}"
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process under `pid` (Linux /proc): front ends and engine processes of a server."""
+    try:
+        children = [int(c) for t in Path(f"/proc/{pid}/task").iterdir()
+                    for c in (t / "children").read_text().split()]
+    except OSError:
+        return []
+    return [d for child in children for d in (child, *descendants(child))]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -31,7 +31,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import DEFAULT_DATA, ServerProcess, load_texts, machine_description, publish  # noqa: E402
+from bench.common import (DEFAULT_DATA, ServerProcess, descendants, load_texts, machine_description,  # noqa: E402
+                          publish)
 from bench.profile_summary import PySpy, summarize  # noqa: E402
 from bench.traffic import PlannedRequest, make_plan, run_latency, run_worker  # noqa: E402
 
@@ -119,22 +120,13 @@ def process_cpu_seconds(pid: int) -> float:
     """User + system CPU time so far of a process and its live descendants (with
     --frontend-workers or --data-parallel the work is in child processes), all threads (Linux /proc)."""
     total = 0.0
-    for one in [pid, *_descendants(pid)]:
+    for one in [pid, *descendants(pid)]:
         try:
             fields = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:  # it exited meanwhile
             continue
         total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return total
-
-
-def _descendants(pid: int) -> list[int]:
-    try:
-        children = [int(c) for t in Path(f"/proc/{pid}/task").iterdir()
-                    for c in (t / "children").read_text().split()]
-    except OSError:
-        return []
-    return [d for child in children for d in (child, *_descendants(child))]
 
 
 def percentile_ms(values: list[float], q: float) -> float:

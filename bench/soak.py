@@ -4,7 +4,8 @@
 
 Starts its own server, sends requests of `--batch` short texts from `--clients` concurrent
 clients until `--inputs` inputs have been answered, and samples the server's resident set
-size (VmRSS, summed over its processes: the engine may run in its own) as it goes. The level after warm-up (the first `--warmup` inputs) is the
+size (summed over its processes: the engine may run in its own) as it goes. The level
+after warm-up (the first `--warmup` inputs) is the
 baseline; the run passes when no later sample exceeds it by more than `--tolerance`
 (10 %) and every request succeeded with the right number of vectors.
 """
@@ -14,13 +15,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import sys
 import time
 
 import httpx
 
+from bench.common import descendants
 from engine.memory import resident_bytes
 from tests.conftest import ServerProcess, load_texts
 
@@ -31,24 +32,6 @@ def rss_bytes(pid: int) -> int:
     """The resident set of the server and every process under it (the engine runs in a
     process of its own on the CPU: --engine-process)."""
     return sum(resident_bytes(p) or 0 for p in [pid, *descendants(pid)])
-
-
-def descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 async def run(url: str, pid: int, args, words: list[str]) -> dict:
