@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine.batch import pack
+from engine.batch_outcomes import BatchFailedError, BatchRecord, EngineUnavailableError, QueueFullError
 from engine.engine import Engine
 from engine.replica import LocalReplica, Replica, ReplicaLostError
 
@@ -32,40 +33,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger("rose_embed.batcher")
 
 
-class QueueFullError(RuntimeError):
-    """The queue holds more tokens than allowed; the caller should retry later."""
-
-    def __init__(self, retry_after: int):
-        super().__init__(f"the server is busy; retry in {retry_after} s")
-        self.retry_after = retry_after
-
-
-class BatchFailedError(RuntimeError):
-    """Computing the batch that held this input failed; other batches are unaffected."""
-
-
-class EngineUnavailableError(RuntimeError):
-    """The engine thread died or is stuck: nothing can be computed until it recovers or restarts."""
-
-
 @dataclass
 class _Entry:
     ids: np.ndarray
     future: asyncio.Future
     owner: object  # who asked (a request id), recorded in the batch log for observability
-
-
-@dataclass(frozen=True)
-class BatchRecord:
-    """What one executed batch held; kept for tests and metrics."""
-
-    num_seqs: int
-    num_tokens: int
-    owners: tuple
-    compute_seconds: float  # from the engine thread picking the batch up to its vectors on the host
-    started: float = 0.0  # time.perf_counter() when the engine thread picked it up
-    finished: float = 0.0
-    engine: int = 0  # the index of the replica that computed it
 
 
 @dataclass(eq=False)

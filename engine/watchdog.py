@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from engine.batcher import Batcher, EngineUnavailableError
+from engine.batch_outcomes import EngineUnavailableError
+from engine.batcher import Batcher
 
 logger = logging.getLogger("rose_embed.watchdog")
 

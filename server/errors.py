@@ -10,7 +10,7 @@ from litestar.exceptions import HTTPException
 
 from compat.inputs import InvalidInputError
 from compat.openai import ErrorDetail, ErrorResponse
-from engine.batcher import BatchFailedError, EngineUnavailableError, QueueFullError
+from engine.batch_outcomes import BatchFailedError, EngineUnavailableError, QueueFullError
 
 logger = logging.getLogger("rose_embed.errors")
 

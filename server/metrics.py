@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
-from engine.batcher import BatchRecord
+from engine.batch_outcomes import BatchRecord
 from engine.memory import resident_bytes
 
 if TYPE_CHECKING:

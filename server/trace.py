@@ -12,7 +12,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from engine.batcher import BatchRecord
+from engine.batch_outcomes import BatchRecord
 
 # An incoming x-request-id is echoed only when it is short and plain, so that a log line or a
 # header never carries whatever a client chose to put there.
