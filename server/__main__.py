@@ -54,8 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="K front-end processes (HTTP, tokenization, batcher, encoding) sharing the port "
                             "(SO_REUSEPORT) and feeding one engine process per device; 1: a single process")
     serve.add_argument("--max-batches-in-flight", type=int, default=None, metavar="N",
-                       help="batches each front end keeps on each engine (default: 2 with one front end, one "
-                            "computing and one ready behind it; 1 with several, which queue on the shared engine)")
+                       help="batches each front end keeps on each engine (default: 2 on a GPU with one front end, "
+                            "one computing and one ready behind it; 1 on the CPU, which computes one at a time, and "
+                            "with several front ends, whose batches queue on the shared engine)")
     serve.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
     serve.add_argument("--max-batch-tokens", type=int, default=None,
                        help=f"token budget of one batch (default: {DEFAULT_MAX_BATCH_TOKENS}, "

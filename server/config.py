@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.config import EngineConfig
+from engine.data_parallel import resolve_device
 
 
 @dataclass(frozen=True)
@@ -23,10 +24,11 @@ class ServerConfig:
     # `worker_index` is set in each of them (None: a single-process server).
     frontend_workers: int = 1
     worker_index: int | None = None
-    # Batches each front end keeps on each engine (--max-batches-in-flight); None: 2 (one
-    # computing, one ready behind it) for a single front end, 1 for several, whose batches
-    # queue on the shared engine anyway: there a front end that waits for its one batch cuts
-    # the next one from a longer queue, and larger batches use the GPU better.
+    # Batches each front end keeps on each engine (--max-batches-in-flight); None: 2 on a GPU
+    # with one front end (one computing, one ready behind it), else 1. A CPU computes one
+    # batch at a time, and several front ends' batches queue on the shared engine anyway:
+    # there a second batch in flight is only cut early, from a shorter queue, and smaller
+    # batches run less efficiently.
     max_batches_in_flight: int | None = None
     log_level: str = "info"
     # Wire contract (issue 5): OpenAI's per-request token cap, truncation, aliases, keys.
@@ -50,4 +52,6 @@ class ServerConfig:
     def batches_in_flight(self) -> int:
         if self.max_batches_in_flight is not None:
             return self.max_batches_in_flight
-        return 2 if self.frontend_workers == 1 else 1
+        devices = self.engine_devices or (self.engine.device,)
+        on_gpu = all(resolve_device(d).startswith("cuda") for d in devices)
+        return 2 if on_gpu and self.frontend_workers == 1 else 1

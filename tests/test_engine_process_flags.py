@@ -33,9 +33,11 @@ def test_several_engines_always_run_in_processes():
         config("--device", "cpu", "--data-parallel", "2", "--engine-process", "off")
 
 
-def test_batches_in_flight_default_to_two_for_one_front_end_and_one_for_several():
-    assert config().batches_in_flight == 2
-    assert config("--frontend-workers", "4").batches_in_flight == 1
-    assert config("--frontend-workers", "4", "--max-batches-in-flight", "2").batches_in_flight == 2
+def test_batches_in_flight_default_to_two_only_on_a_gpu_with_one_front_end():
+    assert config("--device", "cuda").batches_in_flight == 2
+    assert config("--device", "cuda", "--frontend-workers", "4").batches_in_flight == 1
+    assert config("--device", "cpu").batches_in_flight == 1
+    assert config("--device", "cpu", "--engine-process", "off").batches_in_flight == 1
+    assert config("--device", "cuda", "--frontend-workers", "4", "--max-batches-in-flight", "2").batches_in_flight == 2
     with pytest.raises(ValueError, match="--max-batches-in-flight"):
         config("--max-batches-in-flight", "0")
