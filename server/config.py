@@ -49,9 +49,13 @@ class ServerConfig:
     engine_plugin: str | None = None  # "module:function" wrapping the engine (fault injection in tests)
 
     @property
+    def devices(self) -> tuple[str, ...]:
+        """The engines' devices: one per engine process, else the in-process engine's ("auto" resolved)."""
+        return self.engine_devices or (resolve_device(self.engine.device),)
+
+    @property
     def batches_in_flight(self) -> int:
         if self.max_batches_in_flight is not None:
             return self.max_batches_in_flight
-        devices = self.engine_devices or (self.engine.device,)
-        on_gpu = all(resolve_device(d).startswith("cuda") for d in devices)
+        on_gpu = all(d.startswith("cuda") for d in self.devices)
         return 2 if on_gpu and self.frontend_workers == 1 else 1

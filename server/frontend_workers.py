@@ -67,21 +67,10 @@ def reuseport_sockets(host: str, port: int, count: int) -> list[socket.socket]:
     return sockets
 
 
-def engine_devices(config: ServerConfig) -> tuple[str, ...]:
-    """One engine per device: --devices / --data-parallel's, else the one --device ("auto" resolved)."""
-    if config.engine_devices:
-        return config.engine_devices
-    if config.engine.device != "auto":
-        return (config.engine.device,)
-    import torch
-
-    return ("cuda" if torch.cuda.is_available() else "cpu",)
-
-
 def serve_frontend_workers(config: ServerConfig, spec: ModelSpec) -> None:
     """Run the parent (blocks until the server has stopped; exits 1 if a front end died)."""
     num_workers = config.frontend_workers
-    devices = engine_devices(config)
+    devices = config.devices
     try:
         sockets = reuseport_sockets(config.host, config.port, num_workers)
     except OSError as exc:
