@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "stdlib_docstrings.jsonl"
+DEFAULT_DATA = REPO / "tests" / "data" / "stdlib_docstrings.jsonl"
 
 
 def load_texts(n: int, path: Path = DEFAULT_DATA) -> list[str]:

@@ -300,7 +300,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="minilm,bert-base,qwen3-0.6b")
     parser.add_argument("--backends", default="varlen,flashinfer")
-    parser.add_argument("--texts", type=Path, default=Path(__file__).resolve().parents[2] / "shared/data/stdlib_docstrings.jsonl")
+    parser.add_argument("--texts", type=Path, default=Path(__file__).resolve().parents[1] / "tests/data/stdlib_docstrings.jsonl")
     parser.add_argument("--tokenizer", type=Path, default=None, help="a BERT tokenizer.json (default: all-MiniLM-L6-v2's)")
     parser.add_argument("--max-batch-tokens", type=int, default=16384)
     parser.add_argument("--max-batch-seqs", type=int, default=512)

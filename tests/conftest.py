@@ -21,7 +21,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 pytest_plugins = ["tests.client_support"]
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data" / "stdlib_docstrings.jsonl"
+DATA = REPO / "tests" / "data" / "stdlib_docstrings.jsonl"
 
 
 def load_texts(n: int | None = None) -> list[str]:

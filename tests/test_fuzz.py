@@ -20,7 +20,7 @@ from schemathesis.checks import not_a_server_error, response_schema_conformance
 
 from tests.helpers import MODEL, assert_envelope, raw_post
 
-CONTRACT = Path(__file__).resolve().parents[2] / "shared" / "contracts" / "openai-embeddings.openapi.yaml"
+CONTRACT = Path(__file__).resolve().parent / "data" / "openai-embeddings.openapi.yaml"
 FUZZ = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 
 

@@ -80,7 +80,7 @@ def test_request_schema_follows_openais_contract(schema):
     import yaml
     from tests.conftest import REPO
 
-    contract = yaml.safe_load((REPO.parent / "shared" / "contracts" / "openai-embeddings.openapi.yaml").read_text())
+    contract = yaml.safe_load((REPO / "tests" / "data" / "openai-embeddings.openapi.yaml").read_text())
     theirs = contract["components"]["schemas"]["CreateEmbeddingRequest"]
     ours = _resolve(schema, schema["paths"]["/v1/embeddings"]["post"]["requestBody"]["content"]["application/json"]
                     ["schema"])
