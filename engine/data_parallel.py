@@ -155,3 +155,7 @@ class EngineGroup:
     @property
     def num_eager_runs(self) -> int:
         return sum(r.num_eager_runs for r in self.replicas)
+
+    @property
+    def num_capture_failures(self) -> int:
+        return sum(r.num_capture_failures for r in self.replicas)

@@ -43,7 +43,7 @@ class EngineLink(Replica):
     def __init__(self, index: int, device: str, slots: SharedSlots, tasks: Connection, replies: Connection):
         super().__init__(index, device)
         self.dtype: str | None = None
-        self.num_graph_replays = self.num_eager_runs = 0
+        self.num_graph_replays = self.num_eager_runs = self.num_capture_failures = 0
         self.device_bytes = {"allocated": 0, "reserved": 0}  # on CUDA, as of the last reply
         self.slots, self._tasks, self._replies = slots, tasks, replies
         self._free_slots = list(range(slots.layout.num_slots))
@@ -123,8 +123,8 @@ class EngineLink(Replica):
             self.retire(f"it replied for slot {slot} out of turn")  # nothing it says can be trusted now
             return
         sent = self._sent.popleft()
-        self.num_graph_replays, self.num_eager_runs = stats[0], stats[1]
-        self.device_bytes = {"allocated": stats[2], "reserved": stats[3]}
+        self.num_graph_replays, self.num_eager_runs, self.num_capture_failures = stats[:3]
+        self.device_bytes = {"allocated": stats[3], "reserved": stats[4]}
         if self._sent and self._sent[0].running.started is None:
             self._sent[0].running.started = time.perf_counter()  # the engine moves on to the next batch
         if not sent.future.done():

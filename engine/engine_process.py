@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import signal
 from collections.abc import Callable
 
@@ -31,7 +32,7 @@ class EngineProcess(EngineLink):
         # Daemonic: should this process end without stopping it, multiprocessing kills it at exit.
         self.process = context.Process(
             target=run_engine_worker, name=f"rose-engine-{index}", daemon=True,
-            args=(config, [slots.name], layout, [task_reader], [reply_writer], plugin),
+            args=(config, [slots.name], layout, [task_reader], [reply_writer], os.getpid(), plugin),
         )
         try:
             self.process.start()

@@ -16,7 +16,7 @@ memory, engine/shm_slots.py):
   front end -> engine: (slot, num_tokens, num_seqs, max_seqlen), or None: this front end is done
   engine -> front end: ("ready", info) or ("failed", why), once at start; then per task
                        (slot, compute_seconds, error or None, (graph_replays, eager_runs,
-                       device_bytes_allocated, device_bytes_reserved))
+                       capture_failures, device_bytes_allocated, device_bytes_reserved))
 """
 
 from __future__ import annotations
@@ -31,18 +31,21 @@ from multiprocessing.connection import Connection, wait
 
 from engine.config import EngineConfig
 from engine.memory import HeapTrimmer
+from engine.parent_watch import exit_with_parent
 from engine.shm_slots import SharedSlots, SlotLayout
 
 
 def run_engine_worker(config: EngineConfig, shm_names: list[str], layout: SlotLayout, tasks: list[Connection],
-                      replies: list[Connection], plugin: Callable | None = None) -> None:
+                      replies: list[Connection], parent_pid: int, plugin: Callable | None = None) -> None:
     """Front end i writes its batches into the slots named `shm_names[i]`, sends tasks on
-    `tasks[i]` and reads replies on `replies[i]`."""
+    `tasks[i]` and reads replies on `replies[i]`; `parent_pid` is the process that started this one."""
     # Ctrl-C, and SIGTERM from systemd or `timeout`, reach the whole process group; the front
     # ends still have requests to drain, so they alone decide when engines stop (or their
     # pipes closing does, if they die). Only SIGKILL ends an engine from outside.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # A parent that died without a word (SIGKILL) leaves nobody to serve, even mid-load.
+    exit_with_parent(parent_pid, lambda: os._exit(1))
     try:
         engine = _load(config, plugin)
         slots = [SharedSlots.attach(name, layout) for name in shm_names]
@@ -134,7 +137,7 @@ class _Stats:
         self.engine, self.memory_interval = engine, memory_interval
         self._memory, self._memory_read = (0, 0), float("-inf")
 
-    def read(self) -> tuple[int, int, int, int]:
+    def read(self) -> tuple[int, int, int, int, int]:
         runner = getattr(self.engine, "runner", None)
         now = time.perf_counter()
         if self.engine.device.type == "cuda" and now - self._memory_read >= self.memory_interval:
@@ -143,4 +146,5 @@ class _Stats:
             self._memory_read = now
             self._memory = (torch.cuda.memory_allocated(self.engine.device),
                             torch.cuda.memory_reserved(self.engine.device))
-        return (getattr(runner, "num_graph_replays", 0), getattr(runner, "num_eager_runs", 0), *self._memory)
+        return (getattr(runner, "num_graph_replays", 0), getattr(runner, "num_eager_runs", 0),
+                getattr(runner, "num_capture_failures", 0), *self._memory)

@@ -11,12 +11,20 @@ empty blocks for batches of short texts. Lazy
 capture: the first batch of a key runs eagerly on the padded shapes (warm-up: cuBLAS
 heuristics, lazy library init), the second is captured, later ones replay. All graphs
 share one memory pool: they never run at the same time, so their activations can overlap.
+
+A capture happens while other threads keep working (the readback thread waits on events,
+the event loop asks whether a result is ready). It runs in thread-local capture mode, so
+their CUDA calls are legal meanwhile; in the default global mode any of them would
+invalidate the capture. Should a capture fail anyway, its graph is dropped, the memory
+pool's recording to it is ended, later captures use a fresh pool, and that key runs
+eagerly from then on: the batch being captured is computed eagerly and nothing fails.
 Replays of a key are bit-for-bit those of its eager run except for mean pooling's atomic
 adds (~1e-7 relative, see layers/pooling.py).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -25,6 +33,8 @@ import numpy as np
 import torch
 
 from engine.batch import PackedBatch
+
+logger = logging.getLogger("rose_embed.engine")
 
 MIN_BUCKET = 64
 BUCKET_STEP = 1024
@@ -119,9 +129,14 @@ class CUDAGraphRunner:
         self.num_slots = getattr(attention, "num_graph_slots", 1)
         self.pool = None  # one memory pool for every graph, made at the first capture
         self.graphs: dict[GraphKey, _Captured] = {}
-        self._num_eager: dict[GraphKey, int] = {}
+        self._warmed: set[GraphKey] = set()  # keys that had their eager warm-up run
         self.num_replays = 0  # graph launches, captures included (read by /metrics)
-        self.num_eager_runs = 0  # warm-up runs of a key before its capture
+        self.num_eager_runs = 0  # warm-up runs of a key before its capture, and runs of keys that failed it
+        self.num_capture_failures = 0  # keys whose capture failed and that now run eagerly
+        self._eager_keys: set[GraphKey] = set()
+        # A graph whose capture failed may still be referenced by the allocators' routing
+        # filters (torch ends them only on a successful capture_end): kept alive, never freed.
+        self._failed_graphs: list[torch.cuda.CUDAGraph] = []
         self._next_slot: dict[tuple[int, int, int], int] = {}
         # End of each key's last run, for backends that re-plan on the host (FlashInfer):
         # a wrapper's plan buffers must not be rewritten while its last run may read them.
@@ -190,13 +205,13 @@ class CUDAGraphRunner:
         input_ids, positions, cu_seqlens = self.inputs.upload(bucket, num_segments)
         meta = self.attention.prepare_graph(key, cu_seqlens, cu_seqlens_host, max_seqlen)
         captured = self.graphs.get(key)
-        if captured is None and self._num_eager.get(key, 0) == 0:
-            self._num_eager[key] = 1
+        if captured is None and key in self._warmed and key not in self._eager_keys:
+            captured = self._capture(key, input_ids, positions, cu_seqlens, meta)
+        if captured is None:  # the key's warm-up run, or a key whose capture failed
+            self._warmed.add(key)
             self.num_eager_runs += 1
             output = self.forward(input_ids, positions, cu_seqlens, meta)
         else:
-            if captured is None:
-                captured = self._capture(key, input_ids, positions, cu_seqlens, meta)
             captured.graph.replay()
             self.num_replays += 1
             output = captured.output
@@ -204,7 +219,8 @@ class CUDAGraphRunner:
             self._last_run.setdefault(key, torch.cuda.Event()).record()
         return output, num_segments
 
-    def _capture(self, key: GraphKey, input_ids, positions, cu_seqlens, meta) -> _Captured:
+    def _capture(self, key: GraphKey, input_ids, positions, cu_seqlens, meta) -> _Captured | None:
+        """Capture the key's graph; None if the capture failed (the key runs eagerly from now on)."""
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
             self._capture_stream = torch.cuda.Stream()
@@ -213,15 +229,41 @@ class CUDAGraphRunner:
         # by --capture-at-start, and it would release cached pinned readback buffers.
         graph = torch.cuda.CUDAGraph()
         torch.cuda.synchronize()
-        with torch.cuda.stream(self._capture_stream):
-            graph.capture_begin(pool=self.pool)
-            try:
-                output = self.forward(input_ids, positions, cu_seqlens, meta)
-            finally:
-                graph.capture_end()
-        torch.cuda.current_stream().wait_stream(self._capture_stream)
+        try:
+            with torch.cuda.stream(self._capture_stream):
+                graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
+                try:
+                    output = self.forward(input_ids, positions, cu_seqlens, meta)
+                finally:
+                    graph.capture_end()
+        except Exception as exc:
+            self._abandon_capture(key, graph, exc)
+            return None
+        finally:
+            torch.cuda.current_stream().wait_stream(self._capture_stream)
         captured = self.graphs[key] = _Captured(graph, output)
         return captured
+
+    def _abandon_capture(self, key: GraphKey, graph: torch.cuda.CUDAGraph, exc: Exception) -> None:
+        """Undo what a failed capture left behind, so that later captures and eager runs work."""
+        with torch.cuda.stream(self._capture_stream):
+            if torch.cuda.is_current_stream_capturing():  # capture_end did not get as far as ending it
+                try:
+                    graph.capture_end()
+                except Exception:
+                    pass  # an invalidated capture ends with an error; ended is all that matters
+        try:
+            # capture_end stops routing allocations to the pool only when it succeeds.
+            torch._C._cuda_endAllocateToPool(self._capture_stream.device.index, self.pool)
+        except Exception:
+            pass  # it had ended (the capture failed after capture_end's own cleanup)
+        self._failed_graphs.append(graph)
+        self.pool = torch.cuda.graph_pool_handle()  # the old one may still count as recording
+        self._eager_keys.add(key)
+        self.num_capture_failures += 1
+        torch.cuda.synchronize()
+        logger.warning("CUDA graph capture failed for %s (%s: %s); this shape runs eagerly from now on",
+                       key, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
 
 
 def _fill_padded(batch: PackedBatch, chunk: int, input_ids: np.ndarray, positions: np.ndarray,

@@ -74,6 +74,10 @@ class ModelRunner:
     def num_eager_runs(self) -> int:
         return self._num_eager_runs + (self.graphs.num_eager_runs if self.graphs is not None else 0)
 
+    @property
+    def num_capture_failures(self) -> int:
+        return self.graphs.num_capture_failures if self.graphs is not None else 0
+
     @torch.inference_mode()
     def capture_all(self) -> int:
         """Capture every graph ahead of traffic (--capture-at-start); return how many."""

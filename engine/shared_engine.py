@@ -63,7 +63,8 @@ class SharedEngine:
                 self._ends.append(FrontEndEnds(index, config.device, slots.name, layout, task_writer, reply_reader, 0))
             self.process = context.Process(
                 target=run_engine_worker, name=f"rose-engine-{index}", daemon=True,
-                args=(config, [s.name for s in self.slots], layout, engine_side[0::2], engine_side[1::2], plugin),
+                args=(config, [s.name for s in self.slots], layout, engine_side[0::2], engine_side[1::2],
+                      os.getpid(), plugin),
             )
             self.process.start()
         except BaseException:

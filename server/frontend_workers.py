@@ -36,6 +36,7 @@ from multiprocessing.connection import wait
 
 from engine.data_parallel import engine_config_for
 from engine.loader import ModelSpec
+from engine.parent_watch import exit_with_parent
 from engine.shared_engine import FrontEndEnds, SharedEngine, SharedEngines
 from engine.shm_slots import SlotLayout
 from server.config import ServerConfig
@@ -95,7 +96,7 @@ def serve_frontend_workers(config: ServerConfig, spec: ModelSpec) -> None:
             worker_config = replace(config, worker_index=k)
             ends = [engine.ends_for(k) for engine in engines]
             worker = context.Process(target=run_frontend_worker, name=f"rose-frontend-{k}",
-                                     args=(worker_config, sockets[k], ends))
+                                     args=(worker_config, sockets[k], ends, os.getpid()))
             worker.start()
             workers.append(worker)
         for sock in sockets:  # each front end holds its own now
@@ -138,17 +139,16 @@ def _shut_down(workers: list[multiprocessing.Process], engines: list[SharedEngin
         engine.stop(_ENGINE_EXIT_TIMEOUT_S)
 
 
-def _stop_when_orphaned(parent_pid: int) -> None:
+def _stop_orphan(parent_pid: int) -> None:
     """A parent killed outright (SIGKILL) cannot stop its front ends; they stop themselves
     (gracefully, as on SIGTERM) rather than keep the port as orphans."""
-    while os.getppid() == parent_pid:
-        time.sleep(1.0)
     logger.error("the parent process (pid %d) is gone; shutting down", parent_pid)
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def run_frontend_worker(config: ServerConfig, sock: socket.socket, ends: list[FrontEndEnds]) -> None:
+def run_frontend_worker(config: ServerConfig, sock: socket.socket, ends: list[FrontEndEnds], parent_pid: int) -> None:
     """The main function of one front-end process: the usual app, served on its socket."""
+    exit_with_parent(parent_pid, lambda: _stop_orphan(parent_pid))
     import uvicorn
 
     from server.app import create_app
@@ -156,7 +156,6 @@ def run_frontend_worker(config: ServerConfig, sock: socket.socket, ends: list[Fr
     from server.middleware import ObservedApp
 
     configure_logging(config.log_level, config.log_format)
-    threading.Thread(target=_stop_when_orphaned, args=(os.getppid(),), name="rose-parent-watch", daemon=True).start()
     app = create_app(config, SharedEngines(config.engine, ends))
     server = uvicorn.Server(uvicorn.Config(
         ObservedApp(app, log_inputs=config.log_inputs, worker_pid=os.getpid()), loop="uvloop", http="httptools",

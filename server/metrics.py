@@ -97,6 +97,8 @@ class _RuntimeCollector:
                        getattr(runner, "num_graph_replays", 0))
         yield _counter("rose_eager_runs", "Batches run eagerly (no CUDA graph; every batch on CPU)",
                        getattr(runner, "num_eager_runs", 0))
+        yield _counter("rose_graph_capture_failures", "Batch shapes whose CUDA graph capture failed (they run eagerly)",
+                       getattr(runner, "num_capture_failures", 0))
         yield from _per_engine(batcher.replicas)
         yield _device_memory(runtime)
 

@@ -57,7 +57,7 @@ def free_port() -> int:
 class ServerProcess:
     """`python -m server serve ...` on loopback, ready once /health says 200."""
 
-    def __init__(self, *args: str, ready_timeout: float = 120.0, env: dict | None = None):
+    def __init__(self, *args: str, ready_timeout: float = 120.0, env: dict | None = None, wait_ready: bool = True):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
@@ -68,7 +68,8 @@ class ServerProcess:
             [sys.executable, "-m", "server", "serve", "--port", str(self.port), *args],
             cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT,
         )
-        self._wait_ready(ready_timeout)
+        if wait_ready:
+            self._wait_ready(ready_timeout)
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -142,15 +142,20 @@ def test_composes_with_data_parallel():
     assert proc.proc.returncode == 0
 
 
-def test_front_ends_and_engine_stop_when_the_parent_is_killed():
+@pytest.mark.parametrize("when", ["ready", "starting"])
+def test_front_ends_and_engine_stop_when_the_parent_is_killed(when):
+    """Killed once serving, or while its children are still starting (a front end whose
+    interpreter is not up yet must still learn who its parent was)."""
     shm_before = _shared_memory()
-    proc = ServerProcess(*WORKERS)
+    proc = ServerProcess(*WORKERS, wait_ready=when == "ready")
     try:
-        children = _children(proc.proc.pid)
-        assert len(children) >= 3
+        deadline = time.monotonic() + 60
+        while len(children := _children(proc.proc.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the resource tracker, the engine and a front end at least
+        assert len(children) >= 3, proc.log()
         proc.proc.kill()  # SIGKILL: the parent cannot pass anything on
         proc.proc.wait(5)
-        deadline = time.monotonic() + 20  # the front ends notice within a second, then drain
+        deadline = time.monotonic() + 10  # each child notices within a second, then stops
         while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not [pid for pid in children if _alive(pid)], proc.log()

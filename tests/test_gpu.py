@@ -103,8 +103,8 @@ def test_capture_all_captures_every_slot_even_after_warm_up(monkeypatch, num_slo
         runs.append(key)
         assert cu_seqlens_host is None or (len(cu_seqlens_host) == num_segments + 1 and cu_seqlens_host[-1] == bucket)
         if key not in graphs.graphs:
-            if graphs._num_eager.get(key, 0) == 0:
-                graphs._num_eager[key] = 1
+            if key not in graphs._warmed:
+                graphs._warmed.add(key)
             else:
                 graphs.graphs[key] = "captured"
 

@@ -66,7 +66,8 @@ def test_metrics_content(server):
     for name in ("rose_batch_tokens_count", "rose_batch_sequences_count", "rose_sequences_total"):
         assert metric(server.url, name) >= 1
     for name in ("rose_queue_tokens", "rose_queue_inputs", "rose_tokens_per_second", "rose_graph_replays_total",
-                 "rose_eager_runs_total", "rose_inputs_cancelled_total", "rose_batches_failed_total"):
+                 "rose_eager_runs_total", "rose_graph_capture_failures_total", "rose_inputs_cancelled_total",
+                 "rose_batches_failed_total"):
         assert re.search(rf"^{name} \d", text, re.M), name
     assert metric(server.url, "rose_ready") == 1 and metric(server.url, "rose_engine_up") == 1
     # On CPU every batch, warm-up included, runs eagerly and none replays a graph.
