@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import sys
 import threading
 
 import numpy as np
@@ -20,59 +21,76 @@ import pytest
 import torch
 
 from engine.batch import pack
-from tests.test_gpu import _bert_config, _hf_bert, _ours, _runner, cosines, needs_cuda
+from tests.test_gpu import MAX_NUM_TOKENS, MAX_SEQLEN, _bert_config, _hf_bert, _ours, _runner, cosines, needs_cuda
 
 pytestmark = [needs_cuda, pytest.mark.gpu]
 
 
 def _batches(seed: int, num: int) -> list:
-    """Batches of many sizes, so that they land in many (bucket, segments, max_seqlen) keys."""
+    """Batches of many sizes within the graphs' budget, so that they land in many
+    (bucket, segments, max_seqlen) keys and each can be captured."""
     rng = np.random.default_rng(seed)
     batches = []
     for _ in range(num):
-        num_seqs = int(rng.integers(1, 64))
-        lengths = rng.integers(1, int(rng.choice([16, 64, 200, 512])), num_seqs)
+        lengths = rng.integers(1, int(rng.choice([16, 64, 200, MAX_SEQLEN])), int(rng.integers(1, 64)))
+        lengths = lengths[np.cumsum(lengths) <= MAX_NUM_TOKENS]
         batches.append(pack([rng.integers(5, 1024, n, dtype=np.int32) for n in lengths]))
     return batches
 
 
 def test_captures_are_safe_while_other_threads_wait_on_results():
-    model = _ours("bert", _hf_bert(_bert_config(256, 4)))
+    model = _ours("bert", _hf_bert(_bert_config(384, 12, layers=4)))
     runner = _runner(model, "varlen", is_causal=False)
     eager = _runner(model, "varlen", is_causal=False, enforce_eager=True)
-    batches = _batches(seed=11, num=40)
+    batches = _batches(seed=11, num=60)
     order = [i for i in range(len(batches)) for _ in range(3)]  # eager warm-up, capture, replay
     np.random.default_rng(0).shuffle(order)
 
     launched: queue.SimpleQueue = queue.SimpleQueue()
     outputs: dict[int, list[np.ndarray]] = {i: [] for i in range(len(batches))}
     errors: list[BaseException] = []
+    stop = threading.Event()
+    finished = torch.cuda.Event()
+    finished.record()
+    torch.cuda.synchronize()
 
-    def wait_for_results():  # what the event loop (ready) and the readback thread (wait) do
+    def wait_for_results():  # the readback thread: wait on each batch's event, copy out
         while (item := launched.get()) is not None:
             index, lazy = item
             try:
-                while not lazy.ready():
-                    pass
                 outputs[index].append(lazy.wait().copy())
             except BaseException as exc:  # noqa: BLE001 - any failure here is the bug
                 errors.append(exc)
 
-    waiters = [threading.Thread(target=wait_for_results) for _ in range(2)]
-    for thread in waiters:
+    def ask_whether_ready():  # the event loop: queries events at any moment
+        while not stop.is_set():
+            try:
+                finished.query()
+            except BaseException as exc:  # noqa: BLE001
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=wait_for_results) for _ in range(2)] + [threading.Thread(target=ask_whether_ready)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # let the other threads in often, mid-capture
+    for thread in threads:
         thread.start()
     try:
         for index in order:
             launched.put((index, runner.execute(batches[index])))
     finally:
-        for _ in waiters:
+        sys.setswitchinterval(interval)
+        stop.set()
+        for _ in range(2):
             launched.put(None)
-        for thread in waiters:
+        for thread in threads:
             thread.join(60)
     assert not errors, errors[:3]
     graphs = runner.graphs
     assert graphs.num_capture_failures == 0
-    assert len(graphs.graphs) >= 20, "the batches should have been captured while the waiters ran"
+    keys = {graphs.layout(b.num_tokens, b.num_seqs, b.max_seqlen) for b in batches}
+    assert None not in keys and len(keys) >= 20
+    assert len(graphs.graphs) == len(keys), "every key runs 3 times or more, so each should have been captured"
     for index, batch in enumerate(batches):
         reference = eager.execute(batch).wait()
         assert len(outputs[index]) == 3
@@ -91,11 +109,11 @@ def test_a_failed_capture_runs_eagerly_and_later_captures_still_work(caplog):
     def forward_that_breaks_one_capture(*args):
         if sabotage["armed"] and torch.cuda.is_current_stream_capturing():
             sabotage["armed"] = False
-            torch.cuda.synchronize()  # not allowed while capturing: the capture is invalidated
+            args[2][-1].item()  # a synchronous copy, not allowed while capturing: the capture is invalidated
         return forward(*args)
 
     graphs.forward = forward_that_breaks_one_capture
-    broken, later = _batches(seed=5, num=1)[0], pack([np.arange(5, 40, dtype=np.int32)] * 3)
+    broken, later = pack([np.arange(5, 300, dtype=np.int32)] * 5), pack([np.arange(5, 40, dtype=np.int32)] * 3)
     broken_ref, later_ref = eager.execute(broken).wait(), eager.execute(later).wait()
 
     with caplog.at_level(logging.WARNING, logger="rose_embed.engine"):
