@@ -2,7 +2,9 @@
 
     python bench/load_gen.py --device cpu --num-texts 600 --clients 16 --rounds 3 --out bench/results/e2e-cpu.md
     python bench/load_gen.py --device cuda --model DIR --num-texts 12061 --repeat 8 --clients 64 --procs 8 \
-        --server-arg=--capture-at-start --out bench/results/e2e-gpu.md
+        --out bench/results/e2e-gpu.md
+
+The server runs with default flags (what users run); `--server-arg=...` adds a variant's flag.
 
 Each round times, in turn and on the same texts: the engine alone (Engine.embed in this
 process, same model/device/dtype/budget as the server), sentence-transformers encode(), and
