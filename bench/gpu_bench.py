@@ -245,7 +245,8 @@ def to_markdown(rows: list[dict], args) -> str:
         f"- command: `python3 bench/gpu_bench.py {' '.join(sys.argv[1:])}`",
         f"- GPU: {gpu}; torch {torch.__version__}; date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         f"- bf16, random weights, --max-batch-tokens {args.max_batch_tokens}, --max-batch-seqs {args.max_batch_seqs}; "
-        "ours = ModelRunner (engine without HTTP), whole-model CUDA graphs unless `+eager`.",
+        "ours = ModelRunner (engine without HTTP), whole-model CUDA graphs unless `+eager`; HF = AutoModel on "
+        "length-sorted padded batches, timed after one untimed pass over the same workload (every padded shape warmed).",
         "- workloads: docs = 4096 seqs, lognormal median 128 tokens clipped 8..512; queries = 4096 seqs of 8..32; "
         "stdlib = the shared docstrings through the all-MiniLM-L6-v2 (BERT) tokenizer (also for the Qwen3 shape).",
         "",
