@@ -53,6 +53,15 @@ def _shared_memory() -> set[str]:
     return {p.name for p in Path("/dev/shm").glob("psm_*")}
 
 
+def _mapped_shared_memory(pid: int) -> set[str]:
+    """The multiprocessing shared-memory segments a process has mapped."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return set()
+    return {line.rsplit("/", 1)[1] for line in maps.splitlines() if "/dev/shm/psm_" in line}
+
+
 def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
@@ -97,13 +106,13 @@ def test_both_front_ends_answer_and_share_one_engine(workers_server):
 
 
 def test_sigterm_drains_every_front_end_and_leaves_nothing_behind():
-    shm_before = _shared_memory()
     proc = ServerProcess(*PLUGIN, *WORKERS, "--max-batch-seqs", "2", "--shutdown-timeout", "20",
                          env={"ROSE_FAULT_DELAY_S": "0.3"})
     try:
         children = _children(proc.proc.pid)
         assert len(children) >= 3  # two front ends and the engine (and multiprocessing's tracker)
-        assert _shared_memory() - shm_before  # the slots exist while it serves
+        segments = _mapped_shared_memory(proc.proc.pid)  # the server's own (other tests may make more)
+        assert segments and segments <= _shared_memory()  # the slots exist while it serves
         bodies = [{"input": [f"in flight {i}"] * 4, "model": MODEL} for i in range(6)]
         with ThreadPoolExecutor(6) as pool:
             futures = [pool.submit(embed, proc.url, body) for body in bodies]
@@ -119,7 +128,7 @@ def test_sigterm_drains_every_front_end_and_leaves_nothing_behind():
         while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not [pid for pid in children if _alive(pid)]
-        assert not _shared_memory() - shm_before
+        assert not segments & _shared_memory()
     finally:
         proc.stop()
 
@@ -146,19 +155,20 @@ def test_composes_with_data_parallel():
 def test_front_ends_and_engine_stop_when_the_parent_is_killed(when):
     """Killed once serving, or while its children are still starting (a front end whose
     interpreter is not up yet must still learn who its parent was)."""
-    shm_before = _shared_memory()
     proc = ServerProcess(*WORKERS, wait_ready=when == "ready")
     try:
         deadline = time.monotonic() + 60
         while len(children := _children(proc.proc.pid)) < 3 and time.monotonic() < deadline:
             time.sleep(0.05)  # the resource tracker, the engine and a front end at least
         assert len(children) >= 3, proc.log()
+        segments = _mapped_shared_memory(proc.proc.pid)  # the server's own (other tests may make more)
+        assert segments, "the parent creates every engine's slots before it starts a front end"
         proc.proc.kill()  # SIGKILL: the parent cannot pass anything on
         proc.proc.wait(5)
         deadline = time.monotonic() + 10  # each child notices within a second, then stops
         while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not [pid for pid in children if _alive(pid)], proc.log()
-        assert not _shared_memory() - shm_before  # multiprocessing's tracker unlinks it once all are gone
+        assert not segments & _shared_memory()  # multiprocessing's tracker unlinks them once all are gone
     finally:
         proc.stop()
