@@ -87,9 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="another name clients may send as `model`, e.g. text-embedding-3-small (repeatable)")
     serve.add_argument("--api-key", action="append", default=[], metavar="KEY",
                        help=f"require `Authorization: Bearer KEY` (repeatable; also ${API_KEY_ENV}, comma-separated)")
-    serve.add_argument("--tiktoken-ids", action="store_true",
-                       help="read token-id input as tiktoken cl100k_base ids (LangChain's OpenAIEmbeddings default) "
-                            "and re-tokenize the decoded text with the model's tokenizer")
+    serve.add_argument("--token-ids", choices=["cl100k", "model"], default="cl100k",
+                       help="what token-id input means: cl100k: tiktoken cl100k_base ids (OpenAI's; LangChain's "
+                            "OpenAIEmbeddings sends them for any model name), decoded and re-tokenized with the "
+                            "model's tokenizer; model: the served model's own ids, used as they are")
     _add_model_flags(serve)
     hardening_cli.add_arguments(serve)
     embed_cli.add_parser(commands, _HelpFormatter)
@@ -144,7 +145,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_batches_in_flight=args.max_batches_in_flight,
         log_level=args.log_level, max_request_tokens=args.max_request_tokens, truncate=args.truncate,
         model_aliases=tuple(args.model_alias), api_keys=tuple(dict.fromkeys([*args.api_key, *keys_from_env()])),
-        tiktoken_ids=args.tiktoken_ids, **hardening_cli.config_kwargs(args),
+        token_ids=args.token_ids, **hardening_cli.config_kwargs(args),
     )
 
 

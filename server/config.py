@@ -36,7 +36,9 @@ class ServerConfig:
     truncate: bool = True  # False: over-long inputs get OpenAI's context-length 400
     model_aliases: tuple[str, ...] = ()  # `--model-alias` values, ALIAS or ALIAS=MODEL (server/aliases.py)
     api_keys: tuple[str, ...] = ()  # empty: no authentication
-    tiktoken_ids: bool = False  # read token-id input as tiktoken cl100k_base ids
+    # Token-id input: "cl100k" reads it as tiktoken cl100k_base ids (OpenAI's, LangChain's) and
+    # re-tokenizes the decoded text; "model" takes the served model's own ids as they are.
+    token_ids: str = "cl100k"
     # Hardening (server/hardening_cli.py documents each; docs/reliability.md says why).
     max_body_bytes: int = 32 * 1024 * 1024
     max_input_chars: int = 200_000  # checked before tokenizing: the tokenizer reads all of a string

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shlex
 
 import msgspec
 from litestar import Request, Response
@@ -29,9 +30,17 @@ def invalid_request(message: str, param: str | None = None, code: str | None = N
     return APIError(400, message, "invalid_request_error", param, code)
 
 
-def model_not_found(model: str) -> APIError:
+def model_not_found(model: str, served_names: list[str]) -> APIError:
+    """OpenAI's 404, then what this server serves and how to accept `model` as another name for it."""
+    served, aliases = served_names[0], served_names[1:]
+    also = f" (also as {', '.join(repr(a) for a in aliases)})" if aliases else ""
+    if len(model) > 200:  # echoed three times: a name of megabytes would make a reply three times that
+        model = model[:200] + "..."
     return APIError(
-        404, f"The model '{model}' does not exist or you do not have access to it.",
+        404,
+        f"The model '{model}' does not exist or you do not have access to it. This server serves "
+        f"'{served}'{also}; to accept '{model}' as another name for it, start the server with "
+        f"--model-alias {shlex.quote(model)}.",
         "invalid_request_error", "model", "model_not_found",
     )
 

@@ -41,8 +41,9 @@ def _model_names(runtime: Runtime) -> list[str]:
 
 
 def _check_options(runtime: Runtime, data: EmbeddingRequest) -> None:
-    if data.model is not None and data.model not in _model_names(runtime):
-        raise model_not_found(data.model)
+    names = _model_names(runtime)
+    if data.model is not None and data.model not in names:
+        raise model_not_found(data.model, names)
     check_encoding_format(runtime.engine.spec, data.encoding_format)
     check_dimensions(runtime.engine.spec, data.dimensions)
 
@@ -94,7 +95,7 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
     data = decode_request(await request.body())
     _check_options(runtime, data)
     token_inputs: TokenInputs = state.token_inputs
-    inputs = await token_inputs.decode_tiktoken(normalise_input(data.input, runtime.config.max_request_inputs))
+    inputs = await token_inputs.decode_token_ids(normalise_input(data.input, runtime.config.max_request_inputs))
     spec = runtime.engine.spec
     prompt = resolve_prompt(spec.prompts, spec.default_prompt_name, data.prompt_name, data.input_type)
     trace = _trace(request)
@@ -134,8 +135,9 @@ async def list_models(state: State) -> ModelList:
 async def get_model(model_id: str, state: State) -> Model:
     runtime = _runtime(state)
     model_id = model_id.lstrip("/")
-    if model_id not in _model_names(runtime):
-        raise model_not_found(model_id)
+    names = _model_names(runtime)
+    if model_id not in names:
+        raise model_not_found(model_id, names)
     return Model(id=model_id, created=_STARTED)
 
 

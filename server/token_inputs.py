@@ -1,7 +1,9 @@
-"""The token side of OpenAI's wire contract: tiktoken ids, context length, the request cap.
+"""The token side of OpenAI's wire contract: token-id input, context length, the request cap.
 
-- `--tiktoken-ids`: token-id input is read as tiktoken cl100k_base ids and turned back
-  into text, so that it is tokenized by the served model like any string.
+- `--token-ids cl100k` (the default): token-id input is read as tiktoken cl100k_base ids,
+  what OpenAI's endpoint takes and LangChain's `OpenAIEmbeddings` sends for any model name,
+  and turned back into text, so that it is tokenized by the served model like any string.
+  `--token-ids model`: the ids are the served model's own and go to the engine as they are.
 - Context length: inputs longer than the model's limit are truncated (the default, as
   sentence-transformers does) or, with `--no-truncate`, rejected with OpenAI's message.
 - `--max-request-tokens`: the sum of the tokens a request embeds, OpenAI's 300,000 by default.
@@ -21,10 +23,10 @@ from engine.tokenizer import ensure_end_token
 from server.config import ServerConfig
 from server.errors import APIError, invalid_request
 
-TIKTOKEN_HINT = (
-    "If these are tiktoken cl100k_base ids (LangChain's OpenAIEmbeddings sends those by default), "
-    "start the server with --tiktoken-ids, or pass check_embedding_ctx_length=False to "
-    "OpenAIEmbeddings so that it sends text."
+MODEL_IDS_HINT = (
+    "This server reads token ids as the served model's own (--token-ids model). If these are tiktoken "
+    "cl100k_base ids (LangChain's OpenAIEmbeddings sends those by default), start it with --token-ids cl100k "
+    "(the default), or pass check_embedding_ctx_length=False to OpenAIEmbeddings so that it sends text."
 )
 
 
@@ -46,36 +48,38 @@ def request_tokens_error(num_tokens: int, max_tokens: int) -> APIError:
 
 
 class TokenInputs:
-    """Built once per app; the tiktoken decoder loads at start-up so that a missing file fails early."""
+    """Built once per app; the cl100k decoder loads at start-up so that a missing file fails early."""
 
     def __init__(self, config: ServerConfig):
         self.config = config
-        self.decoder = TiktokenDecoder() if config.tiktoken_ids else None
+        self.decoder = TiktokenDecoder() if config.token_ids == "cl100k" else None
         self._counter: Tokenizer | None = None
         self._counter_lock = threading.Lock()
 
-    async def decode_tiktoken(self, inputs: NormalisedInput) -> NormalisedInput:
-        """Token ids -> texts when --tiktoken-ids is on; anything else passes through."""
+    async def decode_token_ids(self, inputs: NormalisedInput) -> NormalisedInput:
+        """cl100k_base ids -> texts (--token-ids cl100k); texts, and the model's own ids, pass through."""
         if self.decoder is None or inputs.token_ids is None:
             return inputs
         for i, ids in enumerate(inputs.token_ids):
-            low, high = min(ids), max(ids)
-            if low < 0 or high >= self.decoder.vocab_size:
-                bad = low if low < 0 else high
+            bad = self.decoder.first_invalid_id(ids)
+            if bad is not None:
                 raise invalid_request(
-                    f"'input[{i}]' holds token id {bad}, outside tiktoken cl100k_base's vocabulary "
-                    f"[0, {self.decoder.vocab_size}) (this server reads token ids as cl100k_base ids: --tiktoken-ids)",
+                    f"'input[{i}]' holds token id {bad}, which is no token of tiktoken cl100k_base "
+                    f"(ids 0..{self.decoder.vocab_size - 1}). This server reads token ids as cl100k_base ids "
+                    "(--token-ids cl100k, the default); to send the served model's own ids, start it with "
+                    "--token-ids model",
                     "input",
                 )
         # Off the event loop: up to 2048 inputs of thousands of ids each.
         return NormalisedInput(texts=await asyncio.to_thread(self.decoder.decode, inputs.token_ids))
 
     def check_token_ids(self, token_ids: list[list[int]], vocab_size: int, max_seq_len: int) -> None:
-        """Ids must index the model's vocabulary; say what to do when they look like tiktoken's."""
+        """The model's own ids (--token-ids model) must index its vocabulary; say what to do when they
+        look like tiktoken's."""
         try:
             check_token_range(token_ids, vocab_size)
         except ValueError as exc:
-            raise invalid_request(f"{exc}. {TIKTOKEN_HINT}", "input") from exc
+            raise invalid_request(f"{exc}. {MODEL_IDS_HINT}", "input") from exc
         if not self.config.truncate:
             longest = max(len(ids) for ids in token_ids)
             if longest > max_seq_len:

@@ -29,7 +29,7 @@ ATOL = 1e-5
 CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
 
 # The flags docs/clients.md tells users to start the server with (test_docs_clients checks it).
-DOCS_SERVER_FLAGS = ("--tiktoken-ids", "--model-alias", ALIAS)
+DOCS_SERVER_FLAGS = ("--model-alias", ALIAS)
 
 
 def reference_vectors(url: str, texts: list[str], api_key: str | None = None, dimensions: int | None = None
@@ -62,8 +62,16 @@ def stop_and_check_no_server_error(proc: ServerProcess) -> None:
 
 @pytest.fixture(scope="session")
 def docs_server() -> Iterator[ServerProcess]:
-    """The server as docs/clients.md starts it: tiktoken ids read back, an OpenAI model alias."""
+    """The server as docs/clients.md starts it: default flags and an OpenAI model alias."""
     proc = ServerProcess(*DOCS_SERVER_FLAGS, "--max-batch-tokens", "2048")
+    yield proc
+    stop_and_check_no_server_error(proc)
+
+
+@pytest.fixture(scope="session")
+def model_ids_server() -> Iterator[ServerProcess]:
+    """Token-id input read as the served model's own ids (--token-ids model)."""
+    proc = ServerProcess("--token-ids", "model", "--max-batch-tokens", "2048")
     yield proc
     stop_and_check_no_server_error(proc)
 

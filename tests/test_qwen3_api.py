@@ -124,6 +124,18 @@ def test_query_prompt_by_prompt_name_and_input_type(causal, mixed_texts):
     assert usage["prompt_tokens"] == sum(plain_counts)
 
 
+def test_cl100k_token_ids_are_read_as_their_text(causal, mixed_texts):
+    """OpenAI's token ids (what LangChain sends) give the text's vectors, prompt and end token included."""
+    from compat.tiktoken_ids import load_cl100k
+
+    ckpt, server = causal
+    ids = [load_cl100k().encode_ordinary(t) for t in mixed_texts]
+    ours, usage = _floats(server, ids, prompt_name="query")
+    ref, counts = reference_pooled(ckpt, mixed_texts, prompt=QUERY_PROMPT)
+    assert _cosines(ours, ref).min() >= COSINE
+    assert usage["prompt_tokens"] == sum(counts)
+
+
 @pytest.mark.parametrize("body,param", [
     ({"prompt_name": "nope"}, "prompt_name"),
     ({"input_type": "classification"}, "input_type"),

@@ -82,7 +82,12 @@ def test_no_truncate_rejects_longer_text(locked_server, num_tokens):
 
 
 def test_no_truncate_rejects_longer_token_ids(locked_server):
-    r = embed(locked_server.url, {"input": [[2773] * (MAX_SEQ_LEN + 5)]}, AUTH)
+    """cl100k ids are counted as the text they decode to is, in the served model's tokens."""
+    from compat.tiktoken_ids import load_cl100k
+
+    ids = load_cl100k().encode_ordinary(text_of_tokens(MAX_SEQ_LEN + 5))
+    assert len(ids) != MAX_SEQ_LEN + 5
+    r = embed(locked_server.url, {"input": [ids]}, AUTH)
     assert r.status_code == 400
     assert f"however you requested {MAX_SEQ_LEN + 5} tokens" in r.json()["error"]["message"]
 
@@ -116,6 +121,23 @@ def test_aliases_listed_and_accepted(docs_server):
     r = httpx.post(docs_server.url + "/v1/embeddings", json={"model": "text-embedding-3-large", "input": "hi"},
                    timeout=30)
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+    assert f"serves '{MODEL}' (also as '{ALIAS}')" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("path", ["/v1/embeddings", "/v1/models/text-embedding-3-large"])
+def test_unknown_model_names_the_served_one_and_the_alias_flag(server, path):
+    if path == "/v1/embeddings":
+        r = httpx.post(server.url + path, json={"model": "text-embedding-3-large", "input": "hi"}, timeout=30)
+    else:
+        r = httpx.get(server.url + path, timeout=30)
+    assert r.status_code == 404, r.text
+    error = r.json()["error"]
+    assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", "model", "model_not_found")
+    assert error["message"] == (
+        "The model 'text-embedding-3-large' does not exist or you do not have access to it. "
+        f"This server serves '{MODEL}'; to accept 'text-embedding-3-large' as another name for it, "
+        "start the server with --model-alias text-embedding-3-large."
+    )
 
 
 @pytest.mark.parametrize("flags,message", [
@@ -171,10 +193,11 @@ ERRORS = [
     # (server fixture, headers, body, status, type, param, code)
     ("server", {}, {"input": []}, 400, "invalid_request_error", "input", None),
     ("server", {}, {"input": ["a"] * 2049}, 400, "invalid_request_error", "input", None),
-    ("server", {}, {"input": [[100, 50_000]]}, 400, "invalid_request_error", "input", None),
+    ("model_ids_server", {}, {"input": [[100, 50_000]]}, 400, "invalid_request_error", "input", None),
+    ("server", {}, {"input": [[100, 200_000]]}, 400, "invalid_request_error", "input", None),
+    ("server", {}, {"input": [[100, 100_261]]}, 400, "invalid_request_error", "input", None),
     ("server", {}, {"input": "a", "dimensions": 0}, 400, "invalid_request_error", "dimensions", None),
     ("server", {}, {"input": "a", "model": ALIAS}, 404, "invalid_request_error", "model", "model_not_found"),
-    ("docs_server", {}, {"input": [[100, 200_000]]}, 400, "invalid_request_error", "input", None),
     ("locked_server", {}, {"input": "a"}, 401, "invalid_request_error", None, "invalid_api_key"),
     ("locked_server", AUTH, {"input": "word " * 300}, 400, "invalid_request_error", None, None),
     ("locked_server", AUTH, {"input": ["word " * 250] * 8}, 400, "max_tokens_per_request", None,
@@ -192,7 +215,28 @@ def test_error_table(request, fixture, headers, body, status, type_, param, code
     assert error["message"]
 
 
-def test_out_of_vocabulary_ids_say_what_to_do(server):
-    r = embed(server.url, {"input": [[9906, 1917, 50_000]]})
+def test_out_of_vocabulary_ids_say_what_to_do(model_ids_server):
+    r = embed(model_ids_server.url, {"input": [[9906, 1917, 50_000]]})
     message = r.json()["error"]["message"]
-    assert "--tiktoken-ids" in message and "check_embedding_ctx_length=False" in message
+    assert "--token-ids cl100k" in message and "check_embedding_ctx_length=False" in message
+
+
+@pytest.mark.parametrize("bad", [-1, 100_256, 100_261, 100_277, 10**12])
+def test_ids_that_are_no_cl100k_token_name_the_flag(server, bad):
+    """Below 100256 every id is a cl100k token; above, only its five special tokens are."""
+    r = embed(server.url, {"input": [[9906, 1917], [9906, bad, 1917]]})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "input" and error["type"] == "invalid_request_error"
+    assert f"'input[1]' holds token id {bad}" in error["message"]
+    assert "cl100k_base" in error["message"] and "--token-ids model" in error["message"]
+
+
+def test_cl100k_special_tokens_are_read_as_their_text(server):
+    from compat.tiktoken_ids import CL100K_SPECIAL_TOKENS, load_cl100k
+
+    ids = load_cl100k().encode("end <|endoftext|>", allowed_special="all")
+    assert CL100K_SPECIAL_TOKENS["<|endoftext|>"] in ids
+    r = embed(server.url, {"input": [ids], "encoding_format": "float"})
+    assert r.status_code == 200, r.text
+    assert_same_vectors([r.json()["data"][0]["embedding"]], reference_vectors(server.url, ["end <|endoftext|>"]))

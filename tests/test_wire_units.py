@@ -1,11 +1,22 @@
-"""Unit tests of the wire-contract helpers: cl100k decoding, aliases, API keys."""
+"""Unit tests of the wire-contract helpers: cl100k decoding, token-id modes, aliases, API keys."""
 
 from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
 
 import pytest
 import tiktoken
 
+from compat.inputs import NormalisedInput
 from compat.tiktoken_ids import CL100K_SPECIAL_TOKENS, TiktokenDecoder, load_cl100k
+from server.__main__ import build_parser, config_from_args
+from server.config import ServerConfig
+from server.errors import APIError
+from server.token_inputs import TokenInputs
+from tests.conftest import REPO
 from server.aliases import AliasError, model_names, parse_alias, resolve_aliases
 from server.auth import _mask, is_valid_key, keys_from_env
 
@@ -43,6 +54,51 @@ def test_decode_of_a_cut_character_keeps_the_rest(decoder, tiktoken_offline):
     assert partial, "the emoji should span several byte-level tokens"
     text = decoder.decode([[i for i in ids if i != partial[0]]])[0]
     assert "\N{REPLACEMENT CHARACTER}" in text and text.startswith("ab") and text.endswith("cd")
+
+
+def test_invalid_cl100k_ids_are_found(decoder):
+    """Ids past the byte-pair ranks decode only where they are special tokens; tiktoken raises on the rest."""
+    assert decoder.first_invalid_id([0, 100_255, *CL100K_SPECIAL_TOKENS.values()]) is None
+    assert decoder.first_invalid_id([5, 100_256, 7]) == 100_256
+    assert decoder.first_invalid_id([5, 100_257, 100_275]) == 100_275
+    assert decoder.first_invalid_id([5, -3]) == -3
+    assert decoder.first_invalid_id([100_277]) == 100_277
+    with pytest.raises(KeyError):
+        decoder.decode([[100_256]])
+
+
+def test_cl100k_loads_offline_without_importing_bpe_openais_library():
+    """The file is read from bpe-openai's package folder; its 70 MB native library stays unloaded."""
+    code = ("import sys; from compat.tiktoken_ids import TiktokenDecoder; TiktokenDecoder(); "
+            "assert 'bpe_openai' not in sys.modules, sorted(m for m in sys.modules if 'bpe' in m)")
+    env = {**os.environ, "TIKTOKEN_CACHE_DIR": "/nonexistent", "HF_HUB_OFFLINE": "1"}
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, check=True, timeout=60)
+
+
+def test_token_ids_flag():
+    assert config_from_args(build_parser().parse_args(["serve"])).token_ids == "cl100k"
+    assert config_from_args(build_parser().parse_args(["serve", "--token-ids", "model"])).token_ids == "model"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--tiktoken-ids"])
+
+
+def test_model_mode_keeps_ids_and_checks_their_range_and_length():
+    model_ids = TokenInputs(ServerConfig(token_ids="model", truncate=False))
+    assert model_ids.decoder is None
+    inputs = NormalisedInput(token_ids=[[101, 102]])
+    assert asyncio.run(model_ids.decode_token_ids(inputs)) is inputs
+    with pytest.raises(APIError, match="--token-ids cl100k") as info:
+        model_ids.check_token_ids([[101, 30522]], vocab_size=30522, max_seq_len=256)
+    assert (info.value.status, info.value.param) == (400, "input")
+    with pytest.raises(APIError, match="however you requested 300 tokens"):
+        model_ids.check_token_ids([[101] * 300], vocab_size=30522, max_seq_len=256)
+    model_ids.check_token_ids([[101] * 256], vocab_size=30522, max_seq_len=256)
+
+
+def test_cl100k_mode_decodes_ids_to_text():
+    inputs = NormalisedInput(token_ids=[load_cl100k().encode_ordinary(t) for t in SAMPLES if t])
+    decoded = asyncio.run(TokenInputs(ServerConfig()).decode_token_ids(inputs))
+    assert decoded.token_ids is None and decoded.texts == [t for t in SAMPLES if t]
 
 
 @pytest.mark.parametrize("value,expected", [
