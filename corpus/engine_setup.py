@@ -21,7 +21,7 @@ def build_engine(**options) -> Engine:
         raise TypeError(f"unknown engine options {unknown}; known: {sorted(known)}")
     if options.get("max_batch_tokens") is None:
         spec = load_spec(options.get("model"), options.get("max_seq_len"),
-                         options.get("model_overrides") or ModelOverrides())
+                         options.get("model_overrides") or ModelOverrides(), options.get("revision"))
         options["max_batch_tokens"] = max(EngineConfig.max_batch_tokens, spec.max_seq_len)
     return Engine(EngineConfig(**options))
 

@@ -33,7 +33,8 @@ def model_fingerprint(spec, dtype: str, prompt: str) -> dict:
     Batch sizes and the device are left out: they move vectors only at rounding level.
     """
     digest = hashlib.sha256()
-    files = [spec.path / name for name in _MODEL_FILES] + sorted(spec.path.glob("*.safetensors"))
+    weights = sorted(spec.path.glob("*.safetensors")) + sorted(spec.path.glob("pytorch_model*.bin"))
+    files = [spec.path / name for name in _MODEL_FILES] + weights
     for path in files:
         if path.is_file():
             _file_sample_digest(path, digest)

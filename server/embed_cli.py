@@ -36,6 +36,8 @@ def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
     model = embed.add_argument_group("model and engine (as for serve)")
     model.add_argument("--model", default=None,
                        help="local model directory or Hugging Face hub id (default: the embedded all-MiniLM-L6-v2)")
+    model.add_argument("--revision", default=None,
+                       help="a hub id's branch, tag or commit hash (default: its default branch)")
     model.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     model.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
     model.add_argument("--max-batch-tokens", type=int, default=None,
@@ -75,7 +77,8 @@ def run(args: argparse.Namespace) -> None:
         )
         preflight(job)
         engine = build_engine(
-            model=args.model, device=args.device, dtype=args.dtype, max_batch_tokens=args.max_batch_tokens,
+            model=args.model, revision=args.revision, device=args.device, dtype=args.dtype,
+            max_batch_tokens=args.max_batch_tokens,
             max_batch_seqs=args.max_batch_seqs, max_seq_len=args.max_seq_len, num_threads=args.num_threads,
             attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
             fused_kernels=args.fused_kernels,

@@ -1,10 +1,11 @@
-"""Model loading: directories, hub ids from the cache, shards, sentence-transformers files;
-our BERT layers against Hugging Face's on the same random weights."""
+"""Model loading: directories, hub ids from the cache or at a revision, shards, pickled weights,
+sentence-transformers files; our BERT layers against Hugging Face's on the same random weights."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -119,3 +120,105 @@ def test_missing_model_is_a_clear_error(tmp_path):
         load_spec(str(tmp_path))
     with pytest.raises(ModelLoadError):
         load_spec(str(tmp_path / "no" / "such" / "dir"))
+
+
+# ---- pickled weights (pytorch_model.bin) and hub revisions -----------------------------------------
+
+
+def _as_pickled(model_dir: Path, *, legacy: bool = False, shards: int = 1, tie_lm_head: bool = False) -> Path:
+    """Replace the safetensors weights by what transformers 4.x wrote with safe_serialization=False:
+    torch.save of the state dict, one file or shards with pytorch_model.bin.index.json."""
+    from safetensors.torch import load_file
+
+    (weights,) = model_dir.glob("*.safetensors")
+    state = load_file(str(weights))
+    weights.unlink()
+    if tie_lm_head:  # tied, as transformers 4.x pickled them: one storage under both names
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    if legacy:  # TensorFlow-era names, as in bert-base-uncased's pytorch_model.bin
+        state = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+                 for k, v in state.items()}
+    kwargs = {"_use_new_zipfile_serialization": False} if legacy else {}
+    if shards == 1:
+        torch.save(state, model_dir / "pytorch_model.bin", **kwargs)
+        return model_dir
+    names = sorted(state)
+    weight_map = {}
+    for i in range(shards):
+        file = f"pytorch_model-{i + 1:05d}-of-{shards:05d}.bin"
+        part = {n: state[n] for n in names[i::shards]}
+        torch.save(part, model_dir / file, **kwargs)
+        weight_map.update(dict.fromkeys(part, file))
+    (model_dir / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return model_dir
+
+
+@pytest.mark.parametrize("variant", [{}, {"legacy": True}, {"shards": 3}])
+def test_pytorch_model_bin_gives_the_vectors_of_its_safetensors_twin(tmp_path, default_engine, variant):
+    twin = make_bert(tmp_path / "safetensors", default_engine, pooling="mean")
+    pickled = _as_pickled(shutil.copytree(twin, tmp_path / "pickled"), **variant)
+    assert not list(pickled.glob("*.safetensors")) and list(pickled.glob("pytorch_model*.bin"))
+    want = Engine(EngineConfig(model=str(twin), max_batch_tokens=512)).embed(TEXTS)
+    got = Engine(EngineConfig(model=str(pickled), max_batch_tokens=512)).embed(TEXTS)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_pickled_qwen3_with_a_tied_lm_head_loads(tmp_path, texts):
+    from tests.qwen3_checkpoints import qwen3_embedding, train_tokenizer
+
+    twin = qwen3_embedding(tmp_path / "safetensors", train_tokenizer(texts[:200])).path
+    pickled = _as_pickled(shutil.copytree(twin, tmp_path / "pickled"), tie_lm_head=True)
+    want = Engine(EngineConfig(model=str(twin), max_batch_tokens=512)).embed(TEXTS)
+    np.testing.assert_array_equal(Engine(EngineConfig(model=str(pickled), max_batch_tokens=512)).embed(TEXTS), want)
+
+
+def test_pickled_objects_other_than_tensors_are_refused(tmp_path, default_engine):
+    import argparse
+
+    model_dir = _as_pickled(make_bert(tmp_path, default_engine, pooling="mean"))
+    state = torch.load(model_dir / "pytorch_model.bin", weights_only=True)
+    torch.save({**state, "training_args": argparse.Namespace(lr=1e-4)}, model_dir / "pytorch_model.bin")
+    with pytest.raises(ModelLoadError, match=r"weights_only=True.*refuses to unpickle other objects"):
+        Engine(EngineConfig(model=str(model_dir), max_batch_tokens=512))
+
+
+def test_no_weights_is_a_clear_error(tmp_path, default_engine):
+    model_dir = make_bert(tmp_path, default_engine, pooling="mean")
+    (model_dir / "model.safetensors").unlink()
+    with pytest.raises(ModelLoadError, match="neither \\*.safetensors nor pytorch_model.bin"):
+        Engine(EngineConfig(model=str(model_dir), max_batch_tokens=512))
+
+
+def test_revision_reaches_snapshot_download(tmp_path, default_engine, monkeypatch):
+    """--revision travels CLI -> EngineConfig -> the hub download; a repository with pickled weights
+    only gets a second download of those, at the same revision."""
+    import huggingface_hub
+
+    from server.__main__ import build_parser, config_from_args
+
+    snapshot = _as_pickled(make_bert(tmp_path / "snapshot", default_engine, pooling="cls"))
+    calls: list[dict] = []
+
+    def fake_snapshot_download(repo_id, **kwargs):
+        calls.append({"repo_id": repo_id, **kwargs})
+        return str(snapshot)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
+    args = build_parser().parse_args(["serve", "--model", "acme/tiny-bert", "--revision", "v1.2", "--device", "cpu"])
+    config = config_from_args(args).engine
+    assert (config.model, config.revision) == ("acme/tiny-bert", "v1.2")
+    engine = Engine(replace(config, max_batch_tokens=512))
+    assert engine.spec.pooling == "cls" and engine.spec.name == "acme/tiny-bert"
+    assert [(c["repo_id"], c["revision"]) for c in calls] == [("acme/tiny-bert", "v1.2")] * 2
+    assert "*.safetensors" in calls[0]["allow_patterns"] and calls[1]["allow_patterns"] == ["pytorch_model*.bin"]
+    calls.clear()
+    load_spec("acme/tiny-bert")
+    assert calls[0]["revision"] is None  # no flag: the repository's default branch
+
+
+def test_revision_of_a_local_model_is_refused(tmp_path, default_engine):
+    model_dir = make_bert(tmp_path, default_engine, pooling="mean")
+    with pytest.raises(ModelLoadError, match="--revision 'main' applies to hub ids"):
+        load_spec(str(model_dir), revision="main")
+    with pytest.raises(ModelLoadError, match="the default model is local"):
+        load_spec(None, revision="main")
