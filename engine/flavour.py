@@ -24,6 +24,10 @@ end token   causal last-token pooling reads the end token's hidden state, so a d
             TemplateProcessing post-processor; older snapshots do not).
 prompt      --default-prompt-name ("" for none); config_sentence_transformers.json
             `default_prompt_name`.
+refused     pplx-embed-context (config.json `auto_map` names a `...ContextualModel`): it
+            embeds each chunk in the context of its whole document (chunks joined by
+            separators, late chunking), which independent texts on /v1/embeddings cannot
+            express; its vectors would be pplx-embed-v1's approximately, never its own.
 """
 
 from __future__ import annotations
@@ -50,6 +54,17 @@ class Flavour:
     matryoshka_dims: tuple[int, ...] | None  # None: any size; () : only the full size
     append_end_token: bool
     default_prompt_name: str | None
+
+
+def _refuse_contextual(hf_config: dict) -> None:
+    auto_model = (hf_config.get("auto_map") or {}).get("AutoModel") or ""
+    if isinstance(auto_model, str) and auto_model.rsplit(".", 1)[-1].endswith("ContextualModel"):
+        raise FlavourError(
+            f"this checkpoint's model is {auto_model} (config.json auto_map), a contextual embedder such as "
+            "pplx-embed-context: it embeds each chunk within its whole document, which /v1/embeddings, one "
+            "vector per independent text, cannot express. Serve its independent sibling (e.g. "
+            "perplexity-ai/pplx-embed-v1-0.6b) instead"
+        )
 
 
 def _is_causal(hf_config: dict, is_decoder: bool, override: str | None) -> bool:
@@ -104,6 +119,7 @@ def read_flavour(
     hidden_size: int, is_decoder: bool, overrides: ModelOverrides,
 ) -> Flavour:
     """Apply the rules of this module's docstring to one checkpoint's files."""
+    _refuse_contextual(hf_config)
     is_causal = _is_causal(hf_config, is_decoder, overrides.attention)
     if overrides.pooling is not None and overrides.pooling not in POOLING_MODES:
         raise FlavourError(f"--pooling must be one of {', '.join(POOLING_MODES)}; got {overrides.pooling!r}")
