@@ -84,18 +84,22 @@ def test_batch_of_100(server):
     assert_same_vectors([d.embedding for d in response.data], reference_vectors(server.url, texts))
 
 
+def assert_ids_give_the_texts_vectors(url: str, ids: list[list[int]], texts: list[str]) -> None:
+    """Token-id input, nested and as one flat list, gives the vectors of the texts it encodes."""
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
+    batch = client.embeddings.create(model=MODEL, input=ids)
+    assert_same_vectors([d.embedding for d in batch.data], reference_vectors(url, texts))
+    single = client.embeddings.create(model=MODEL, input=ids[0])  # one flat id list
+    assert_same_vectors([single.data[0].embedding], reference_vectors(url, texts[:1]))
+
+
 def test_cl100k_token_ids_by_default(server):
     """Token ids are read as OpenAI's cl100k_base ids, as api.openai.com reads them: the vectors of the text."""
     from compat.tiktoken_ids import load_cl100k
 
     encoding = load_cl100k()
     texts = load_texts(3)
-    ids = [encoding.encode_ordinary(t) for t in texts]
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
-    batch = client.embeddings.create(model=MODEL, input=ids)
-    assert_same_vectors([d.embedding for d in batch.data], reference_vectors(server.url, texts))
-    single = client.embeddings.create(model=MODEL, input=ids[0])  # one flat id list
-    assert_same_vectors([single.data[0].embedding], reference_vectors(server.url, texts[:1]))
+    assert_ids_give_the_texts_vectors(server.url, [encoding.encode_ordinary(t) for t in texts], texts)
 
 
 def test_model_token_ids_with_token_ids_model(model_ids_server):
@@ -106,12 +110,7 @@ def test_model_token_ids_with_token_ids_model(model_ids_server):
     tokenizer.no_padding()  # tokenizer.json pads to 128; the server does not pad
     tokenizer.enable_truncation(max_length=256)  # as the server truncates text: [CLS] ... [SEP]
     texts = load_texts(3)
-    ids = [tokenizer.encode(t.strip()).ids for t in texts]
-    client = openai.OpenAI(base_url=model_ids_server.url + "/v1", api_key="unused")
-    batch = client.embeddings.create(model=MODEL, input=ids)
-    assert_same_vectors([d.embedding for d in batch.data], reference_vectors(model_ids_server.url, texts))
-    single = client.embeddings.create(model=MODEL, input=ids[0])  # one flat id list
-    assert_same_vectors([single.data[0].embedding], reference_vectors(model_ids_server.url, texts[:1]))
+    assert_ids_give_the_texts_vectors(model_ids_server.url, [tokenizer.encode(t.strip()).ids for t in texts], texts)
 
 
 def test_async_client(server):
