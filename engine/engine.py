@@ -35,10 +35,15 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return _DTYPES[name]
 
 
+# Architectures whose tokenizers split on whitespace (WordPiece), where stripping a text changes
+# nothing a reference computes; for byte-level BPE and SentencePiece whitespace is content.
+_STRIPPED_ARCHITECTURES = {"bert", "distilbert", "mpnet"}
+
+
 def tokenizer_for(spec: ModelSpec) -> TextTokenizer:
     return TextTokenizer(
         spec.path, spec.max_seq_len, spec.append_end_token,
-        strip_texts=spec.architecture == "bert",  # whitespace is content for byte-level BPE
+        strip_texts=spec.architecture in _STRIPPED_ARCHITECTURES,
     )
 
 
@@ -63,9 +68,8 @@ class Engine:
         model.load_hf_weights(load_state_dict(self.spec.path))
         model = model.to(device=self.device, dtype=self.dtype).eval()
         fused.set_fused_kernels(config.fused_kernels)
-        attention = make_attention_backend(
-            config.attention_backend, model.attention_shape(self.spec.is_causal), self.device, self.dtype
-        )
+        shape = model.attention_shape(self.spec.is_causal).bounded_by(self.spec.max_seq_len)
+        attention = make_attention_backend(config.attention_backend, shape, self.device, self.dtype)
         self.runner = ModelRunner(
             model, attention, self.device, pooling=self.spec.pooling, normalize=self.spec.normalize,
             max_num_tokens=config.max_batch_tokens, max_num_seqs=config.max_batch_seqs,

@@ -20,8 +20,16 @@ from engine.flavour import PPLX_MODEL_TYPE, FlavourError, read_flavour
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
-_ENCODER_TYPES = {"bert", "roberta", "xlm-roberta", "camembert"}
-_DECODER_TYPES = {"qwen3", PPLX_MODEL_TYPE}
+# config.json model_type -> the architecture that runs it (a key of engine.models.MODEL_CLASSES).
+ARCHITECTURES = {
+    "bert": "bert", "roberta": "bert", "xlm-roberta": "bert", "camembert": "bert",
+    "distilbert": "distilbert",
+    "mpnet": "mpnet",
+    "qwen3": "qwen3", PPLX_MODEL_TYPE: "qwen3",
+}
+DECODER_ARCHITECTURES = {"qwen3"}
+# Encoders whose learned positions start after the padding index (which costs that many slots).
+_POSITIONS_AFTER_PADDING = {"roberta", "xlm-roberta", "camembert", "mpnet"}
 
 
 # What a hub download fetches: configs, tokenizer files and safetensors weights (not the
@@ -124,8 +132,8 @@ def _max_seq_len(model_dir: Path, hf_config: dict) -> int:
     tok_cfg = _read_json(model_dir / "tokenizer_config.json") or {}
     if isinstance(tok_cfg.get("model_max_length"), int) and tok_cfg["model_max_length"] < 10**9:
         limits.append(tok_cfg["model_max_length"])
-    if hf_config.get("model_type") in ("roberta", "xlm-roberta", "camembert"):
-        # RoBERTa positions start after the padding index, which costs two slots.
+    if hf_config.get("model_type") in _POSITIONS_AFTER_PADDING:
+        # RoBERTa's and MPNet's positions start after the padding index (1), which costs two slots.
         limits[0] -= (hf_config.get("pad_token_id") or 1) + 1
     return int(min(limits))
 
@@ -140,12 +148,11 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
     if not (model_dir / "tokenizer.json").is_file():
         raise ModelLoadError(f"{model_dir} has no tokenizer.json (a fast tokenizer is required)")
     model_type = hf_config.get("model_type", "")
-    if model_type in _ENCODER_TYPES:
-        architecture = "bert"
-    elif model_type in _DECODER_TYPES:
-        architecture = "qwen3"
-    else:
-        raise ModelLoadError(f"model_type {model_type!r} is not supported")
+    if model_type not in ARCHITECTURES:
+        raise ModelLoadError(f"model_type {model_type!r} is not supported (supported: {', '.join(sorted(ARCHITECTURES))})")
+    architecture = ARCHITECTURES[model_type]
+    # DistilBERT's config calls the hidden size `dim`.
+    hidden_size = int(hf_config.get("hidden_size") or hf_config.get("dim") or 0)
 
     modules = _sentence_transformers_modules(model_dir)
     st_cfg = _read_json(model_dir / "config_sentence_transformers.json") or {}
@@ -153,7 +160,7 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
     try:
         flavour = read_flavour(
             hf_config, _pooling_from_st(model_dir, modules), modules, st_cfg, prompts,
-            int(hf_config["hidden_size"]), architecture == "qwen3", overrides or ModelOverrides(),
+            hidden_size, architecture in DECODER_ARCHITECTURES, overrides or ModelOverrides(),
         )
     except FlavourError as exc:
         raise ModelLoadError(str(exc)) from exc
@@ -169,7 +176,7 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
         # tanh(pooled)) depends on its scale; compat/encoding.py normalises float output.
         normalize=flavour.quantization is None,
         max_seq_len=min(max_seq_len, model_limit) if max_seq_len else model_limit,
-        hidden_size=int(hf_config["hidden_size"]),
+        hidden_size=hidden_size,
         is_causal=flavour.is_causal,
         prompts=prompts,
         default_prompt_name=flavour.default_prompt_name,

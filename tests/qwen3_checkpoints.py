@@ -22,13 +22,14 @@ QUERY_PROMPT = "Instruct: Given a docstring, find the function it documents\nQue
 MAX_SEQ_LEN = 256
 
 
-def train_tokenizer(texts: list[str], vocab_size: int = 512) -> Tokenizer:
+def train_tokenizer(texts: list[str], vocab_size: int = 512, special_tokens: tuple[str, ...] = (END_TOKEN, "<|im_end|>")
+                    ) -> Tokenizer:
     """A byte-level BPE like Qwen's, trained on the shared workload."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=[END_TOKEN, "<|im_end|>"],
+        vocab_size=vocab_size, special_tokens=list(special_tokens),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
     )
     tok.train_from_iterator(texts, trainer)

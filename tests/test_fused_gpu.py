@@ -72,8 +72,32 @@ def test_silu_and_mul_matches_reference(dtype, num_tokens, intermediate):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("heads,kv_heads,head_dim", [(16, 8, 128), (4, 4, 64), (14, 2, 128)])
-def test_qk_norm_rope_matches_reference(dtype, heads, kv_heads, head_dim):
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh"])
+def test_geglu_matches_reference(dtype, activation):
+    g = torch.Generator(device="cuda").manual_seed(5)
+    gate_up = (3 * torch.randn(300, 2 * 1152, device="cuda", generator=g)).to(dtype)
+    out, ref = both(lambda: fused.act_and_mul(gate_up, activation))
+    close(out, ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_with_gemma_weight_offset_matches_reference(dtype):
+    g = torch.Generator(device="cuda").manual_seed(6)
+    x, residual = (torch.randn(257, 768, device="cuda", generator=g).to(dtype) for _ in range(2))
+    weight = (0.3 * torch.randn(768, device="cuda", generator=g)).to(dtype)  # Gemma scales by 1 + weight
+    residuals = [residual.clone(), residual.clone()]
+    calls = iter(residuals)
+    out, ref = both(lambda: fused.rms_norm(x, weight, 1e-6, residual=next(calls), weight_offset=1.0))
+    close(out, ref, dtype)
+    close(residuals[0], residuals[1], dtype)
+    expected = torch.nn.functional.rms_norm((residual + x).float(), (768,), 1.0 + weight.float(), 1e-6)
+    close(out, expected.to(dtype), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("norm", ["qwen3", "gemma3", "none"])
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(16, 8, 128), (4, 4, 64), (14, 2, 128), (3, 1, 256)])
+def test_qk_norm_rope_matches_reference(dtype, norm, heads, kv_heads, head_dim):
     num_tokens, eps = 333, 1e-6
     g = torch.Generator(device="cuda").manual_seed(heads)
     qkv = torch.randn(num_tokens, (heads + 2 * kv_heads) * head_dim, device="cuda", generator=g).to(dtype)
@@ -82,9 +106,12 @@ def test_qk_norm_rope_matches_reference(dtype, heads, kv_heads, head_dim):
     rotary = RotaryEmbedding(head_dim, 4096, 1e6).to("cuda")
     positions = torch.randint(0, 4096, (num_tokens,), device="cuda", generator=g)
 
+    weights = (None, None) if norm == "none" else (q_weight.to(dtype), k_weight.to(dtype))
+    offset = 1.0 if norm == "gemma3" else 0.0  # Gemma scales by 1 + weight
+
     def run():
         rope = rotary.for_batch(positions, tables_only=fused.uses_triton(qkv))
-        return fused.qk_norm_rope(qkv, rope, q_weight.to(dtype), k_weight.to(dtype), heads, kv_heads, head_dim, eps)
+        return fused.qk_norm_rope(qkv, rope, *weights, heads, kv_heads, head_dim, eps, weight_offset=offset)
 
     (q, k, v), (q_ref, k_ref, v_ref) = both(run)
     assert q.shape == (num_tokens, heads, head_dim) and q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
@@ -124,3 +151,29 @@ def test_whole_model_fused_equals_reference(architecture):
     out, ref = both(lambda: runner.execute(pack(seqs)).wait())
     cos = (out * ref).sum(1)
     assert cos.min() >= 0.999, cos
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("is_causal,local", [(False, False), (False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("num_kv_heads,head_dim", [(4, 32), (2, 64), (4, 24)])
+def test_biased_attention_matches_its_definition(dtype, is_causal, local, num_kv_heads, head_dim):
+    """The Triton kernel behind MPNet's relative position bias against the scores, mask and
+    softmax written out (tests/test_attention_cpu.py), on sequences longer than its blocks."""
+    from engine.layers.attention import AttentionShape
+    from engine.layers.triton_attention import varlen_attention_with_bias
+    from tests.test_attention_cpu import _naive
+
+    g = torch.Generator().manual_seed(head_dim)
+    lengths = [1, 5, 63, 64, 65, 200, 3, 130]
+    cu = [0]
+    for n in lengths:
+        cu.append(cu[-1] + n)
+    shape = AttentionShape(4, num_kv_heads, head_dim, is_causal, softmax_scale=head_dim**-0.5, window=(37, 50),
+                           has_position_bias=True)
+    q, k, v = (torch.randn(cu[-1], heads, head_dim, generator=g) for heads in (4, num_kv_heads, num_kv_heads))
+    table = 2 * torch.randn(4, 2 * 255 + 1, generator=g)
+    want = _naive(q, k, v, cu, shape, local, table)
+    cu_cuda = torch.tensor(cu, dtype=torch.int32, device="cuda")
+    got = varlen_attention_with_bias(*(x.to("cuda", dtype) for x in (q, k, v)), cu_cuda, 256,
+                                     table.to("cuda", dtype), shape.scale, is_causal, shape.window if local else None)
+    close(got.cpu(), want, dtype)

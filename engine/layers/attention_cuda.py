@@ -43,6 +43,16 @@ class VarlenAttentionBackend:
         self._kwargs: dict = {"scale": shape.scale, "window_size": (-1, 0) if shape.is_causal else (-1, -1)}
         if shape.num_kv_heads != shape.num_heads and "enable_gqa" in inspect.signature(varlen_attn).parameters:
             self._kwargs["enable_gqa"] = True
+        # A local layer's (left, right) keys; FlashAttention's window bounds are inclusive, as ours are.
+        self._local_kwargs = dict(self._kwargs)
+        if shape.window is not None:
+            left, right = shape.window
+            self._local_kwargs["window_size"] = (left, 0 if shape.is_causal else right)
+        self._biased_attention = None
+        if shape.has_position_bias:  # varlen_attn takes no bias: our Triton kernel adds it
+            from engine.layers.triton_attention import varlen_attention_with_bias
+
+            self._biased_attention = varlen_attention_with_bias
 
     def prepare(self, cu_seqlens: torch.Tensor, cu_seqlens_host: list[int], max_seqlen: int) -> VarlenMeta:
         return VarlenMeta(cu_seqlens, max_seqlen)
@@ -50,9 +60,15 @@ class VarlenAttentionBackend:
     def prepare_graph(self, key: object, cu_seqlens: torch.Tensor, cu_seqlens_host: list[int], max_seqlen: int) -> VarlenMeta:
         return VarlenMeta(cu_seqlens, max_seqlen)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: VarlenMeta) -> torch.Tensor:
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: VarlenMeta, local: bool = False,
+                position_bias: torch.Tensor | None = None) -> torch.Tensor:
         cu = meta.cu_seqlens
-        return self._varlen_attn(q, k, v, cu, cu, meta.max_seqlen, meta.max_seqlen, **self._kwargs)
+        if position_bias is not None:
+            window = self.shape.window if local else None
+            return self._biased_attention(q, k, v, cu, meta.max_seqlen, position_bias, self.shape.scale,
+                                          self.shape.is_causal, window)
+        kwargs = self._local_kwargs if local else self._kwargs
+        return self._varlen_attn(q, k, v, cu, cu, meta.max_seqlen, meta.max_seqlen, **kwargs)
 
 
 def flashinfer_available() -> bool:
@@ -80,6 +96,7 @@ class FlashInferAttentionBackend:
 
         if shape.head_dim not in FLASHINFER_HEAD_DIMS:
             raise ValueError(f"flashinfer needs head_dim in {FLASHINFER_HEAD_DIMS}; this model has {shape.head_dim}")
+        refuse_for_flashinfer(shape)
         self.shape, self.device, self.dtype = shape, device, dtype
         self._flashinfer = flashinfer
         # One float workspace for every wrapper: runs are serialised on one stream.
@@ -117,8 +134,20 @@ class FlashInferAttentionBackend:
         self._plan(wrapper, cu_seqlens_host)
         return wrapper
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta) -> torch.Tensor:
-        return meta.run(q, k, v)
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta, local: bool = False,
+                position_bias: torch.Tensor | None = None) -> torch.Tensor:
+        return meta.run(q, k, v)  # the constructor refused any shape that would pass local or a bias
+
+
+def refuse_for_flashinfer(shape: AttentionShape) -> None:
+    """FlashInfer's ragged wrapper has one window per plan, to the left only, and no additive
+    bias: a model that needs either is refused rather than run approximately."""
+    if shape.window is not None:
+        raise ValueError("flashinfer cannot run this model's sliding-window layers exactly; "
+                         "use --attention-backend varlen (the default)")
+    if shape.has_position_bias:
+        raise ValueError("flashinfer cannot add this model's relative position bias (MPNet); "
+                         "use --attention-backend varlen (the default)")
 
 
 def make_cuda_attention_backend(name: str, shape: AttentionShape, device: torch.device, dtype: torch.dtype):
@@ -128,6 +157,7 @@ def make_cuda_attention_backend(name: str, shape: AttentionShape, device: torch.
     if name in ("auto", "varlen"):
         return VarlenAttentionBackend(shape)
     if name == "flashinfer":
+        refuse_for_flashinfer(shape)
         if not flashinfer_available():
             raise ValueError("--attention-backend flashinfer: the flashinfer package is not installed (pip install 'rose-embed[gpu]')")
         return FlashInferAttentionBackend(shape, device, dtype)

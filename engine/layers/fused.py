@@ -39,13 +39,22 @@ def uses_triton(x: torch.Tensor) -> bool:
     return _enabled and x.is_cuda and _triton_kernels() is not None
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None,
+             weight_offset: float = 0.0) -> torch.Tensor:
     """rms_norm(x) * weight over the last dimension. With a residual, first residual += x in
-    place (the pre-norm decoder's residual stream) and normalise the sum."""
+    place (the pre-norm decoder's residual stream) and normalise the sum. A weight_offset
+    scales by (weight_offset + weight) formed in float32, the whole norm in float32 and
+    rounded once (Gemma's RMSNorm: x * (1 + weight))."""
     if uses_triton(x) and x.is_contiguous():
-        return _triton_kernels().add_rms_norm(x, residual, weight, eps)
+        return _triton_kernels().add_rms_norm(x, residual, weight, eps, weight_offset)
     if residual is not None:
         x = residual.add_(x)
+    return _rms_norm_reference(x, weight, eps, weight_offset)
+
+
+def _rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float, weight_offset: float) -> torch.Tensor:
+    if weight_offset:
+        return F.rms_norm(x.float(), weight.shape, weight.float() + weight_offset, eps).to(x.dtype)
     return F.rms_norm(x, weight.shape, weight, eps)
 
 
@@ -57,30 +66,44 @@ def add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor
     return F.layer_norm(x + residual, weight.shape, weight, bias, eps)
 
 
+_ACTIVATIONS = {
+    "silu": F.silu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
+
+
+def act_and_mul(gate_up: torch.Tensor, activation: str = "silu") -> torch.Tensor:
+    """[T, 2I] holding gate | up -> act(gate) * up [T, I]: SwiGLU (silu), GeGLU (gelu, gelu_tanh)."""
+    if uses_triton(gate_up) and gate_up.is_contiguous():
+        return _triton_kernels().act_and_mul(gate_up, activation)
+    gate, up = gate_up.chunk(2, dim=-1)
+    return _ACTIVATIONS[activation](gate) * up
+
+
 def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """[T, 2I] holding gate | up -> silu(gate) * up [T, I]."""
-    if uses_triton(gate_up) and gate_up.is_contiguous():
-        return _triton_kernels().silu_and_mul(gate_up)
-    gate, up = gate_up.chunk(2, dim=-1)
-    return F.silu(gate) * up
+    return act_and_mul(gate_up, "silu")
 
 
-def qk_norm_rope(qkv: torch.Tensor, rope: RotaryBatch, q_weight: torch.Tensor, k_weight: torch.Tensor,
-                 num_heads: int, num_kv_heads: int, head_dim: int, eps: float
+def qk_norm_rope(qkv: torch.Tensor, rope: RotaryBatch, q_weight: torch.Tensor | None, k_weight: torch.Tensor | None,
+                 num_heads: int, num_kv_heads: int, head_dim: int, eps: float, weight_offset: float = 0.0
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Qwen3's attention inputs from its fused projection [T, (H + 2 KV) * D], whose q and k
-    rows hold rotary pairs side by side: per-head RMSNorm of q and k, rotary, and v, each
-    as a contiguous [T, heads, D]."""
+    """The attention inputs from a fused projection [T, (H + 2 KV) * D] whose q and k rows
+    hold rotary pairs side by side: per-head RMSNorm of q and k (Qwen3, Gemma3 with its
+    weight_offset; none where the weights are None: Mistral, ModernBERT), rotary, and v,
+    each as a contiguous [T, heads, D]."""
     num_tokens = qkv.shape[0]
     if rope.rotations is None:
         return _triton_kernels().qk_norm_rope(qkv, rope.positions, rope.cos, rope.sin, q_weight, k_weight,
-                                              num_heads, num_kv_heads, head_dim, eps)
+                                              num_heads, num_kv_heads, head_dim, eps, weight_offset)
     q, k, v = qkv.split([num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim], dim=-1)
-    q = apply_rotary(F.rms_norm(q.reshape(num_tokens, num_heads, head_dim), (head_dim,), q_weight, eps),
-                     rope.rotations)
-    k = apply_rotary(F.rms_norm(k.reshape(num_tokens, num_kv_heads, head_dim), (head_dim,), k_weight, eps),
-                     rope.rotations)
-    return q, k, v.reshape(num_tokens, num_kv_heads, head_dim).contiguous()
+    q, k = q.reshape(num_tokens, num_heads, head_dim), k.reshape(num_tokens, num_kv_heads, head_dim)
+    if q_weight is not None:
+        q = _rms_norm_reference(q, q_weight, eps, weight_offset)
+        k = _rms_norm_reference(k, k_weight, eps, weight_offset)
+    return apply_rotary(q, rope.rotations), apply_rotary(k, rope.rotations), v.reshape(
+        num_tokens, num_kv_heads, head_dim).contiguous()
 
 
 def rope_kernel_fits(head_dim: int, x: torch.Tensor) -> bool:

@@ -19,7 +19,7 @@ import triton.language as tl
 
 
 @triton.jit
-def _add_rms_norm_kernel(x_ptr, residual_ptr, weight_ptr, out_ptr, n_cols, eps,
+def _add_rms_norm_kernel(x_ptr, residual_ptr, weight_ptr, out_ptr, n_cols, eps, weight_offset,
                          HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
@@ -32,19 +32,21 @@ def _add_rms_norm_kernel(x_ptr, residual_ptr, weight_ptr, out_ptr, n_cols, eps,
         tl.store(residual_ptr + row * n_cols + cols, x, mask=mask)
     xf = x.to(tl.float32)
     inv_rms = tl.rsqrt(tl.sum(xf * xf, axis=0) / n_cols + eps)
-    w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32) + weight_offset
     tl.store(out_ptr + row * n_cols + cols, (xf * inv_rms * w).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """rms_norm(residual + x) * weight; with a residual, it is updated in place to residual + x."""
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float,
+                 weight_offset: float = 0.0) -> torch.Tensor:
+    """rms_norm(residual + x) * (weight_offset + weight); with a residual, it is updated in
+    place to residual + x. The scale is formed in float32 (Gemma's 1 + weight)."""
     n_cols = x.shape[-1]
     out = torch.empty_like(x)
     if x.numel() == 0:
         return out
     block = triton.next_power_of_2(n_cols)
     _add_rms_norm_kernel[(x.numel() // n_cols,)](
-        x, residual if residual is not None else x, weight, out, n_cols, eps,
+        x, residual if residual is not None else x, weight, out, n_cols, eps, weight_offset,
         HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=min(16, max(1, block // 256)),
     )
     return out
@@ -82,55 +84,70 @@ def add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor
     return out
 
 
+ACTIVATIONS = {"silu": 0, "gelu": 1, "gelu_tanh": 2}
+
+
 @triton.jit
-def _silu_and_mul_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+def _act_and_mul_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr, ACT: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     start = tl.program_id(1) * BLOCK
     cols = start + tl.arange(0, BLOCK)
     mask = cols < n_cols
     gate = tl.load(x_ptr + row * 2 * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
     up = tl.load(x_ptr + row * 2 * n_cols + n_cols + cols, mask=mask, other=0.0)
-    # The reference rounds silu(gate) to the activation dtype before the multiply.
-    act = (gate * tl.sigmoid(gate)).to(out_ptr.dtype.element_ty)
+    # The reference rounds act(gate) to the activation dtype before the multiply.
+    if ACT == 0:
+        act = gate * tl.sigmoid(gate)
+    elif ACT == 1:
+        act = 0.5 * gate * (1.0 + tl.erf(gate * 0.7071067811865476))
+    else:  # tanh(y) = 2 sigmoid(2y) - 1
+        inner = 0.7978845608028654 * (gate + 0.044715 * gate * gate * gate)
+        act = 0.5 * gate * (2.0 * tl.sigmoid(2.0 * inner))
+    act = act.to(out_ptr.dtype.element_ty)
     tl.store(out_ptr + row * n_cols + cols, (act.to(tl.float32) * up.to(tl.float32)).to(out_ptr.dtype.element_ty),
              mask=mask)
 
 
-def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """[T, 2I] (gate | up) -> silu(gate) * up, [T, I]."""
+def act_and_mul(gate_up: torch.Tensor, activation: str = "silu") -> torch.Tensor:
+    """[T, 2I] (gate | up) -> act(gate) * up, [T, I]; act one of ACTIVATIONS."""
     num_tokens, n_cols = gate_up.shape[0], gate_up.shape[1] // 2
     out = torch.empty(num_tokens, n_cols, dtype=gate_up.dtype, device=gate_up.device)
     if num_tokens == 0:
         return out
     block = 1024
-    _silu_and_mul_kernel[(num_tokens, triton.cdiv(n_cols, block))](gate_up, out, n_cols, BLOCK=block, num_warps=4)
+    _act_and_mul_kernel[(num_tokens, triton.cdiv(n_cols, block))](
+        gate_up, out, n_cols, BLOCK=block, ACT=ACTIVATIONS[activation], num_warps=4)
     return out
 
 
 @triton.jit
-def _norm_rope_heads(src, weight_ptr, dst, cos, sin, eps,
-                     HEADS: tl.constexpr, BLOCK: tl.constexpr, HALF: tl.constexpr, HEAD_DIM: tl.constexpr):
-    # HEADS heads of one token: RMS-normalised over head_dim, scaled, rotated pair by pair.
-    # Whole heads are loaded and stored contiguously; the pairs (2j, 2j + 1) are split in
-    # registers (strided loads of the even and odd halves ran at a fifth of the bandwidth).
+def _norm_rope_heads(src, weight_ptr, dst, cos, sin, eps, weight_offset,
+                     HEADS: tl.constexpr, BLOCK: tl.constexpr, HALF: tl.constexpr, HEAD_DIM: tl.constexpr,
+                     HAS_NORM: tl.constexpr):
+    # HEADS heads of one token: RMS-normalised over head_dim, scaled, rotated pair by pair
+    # (without HAS_NORM only rotated). Whole heads are loaded and stored contiguously; the
+    # pairs (2j, 2j + 1) are split in registers (strided loads of the even and odd halves
+    # ran at a fifth of the bandwidth).
     h = tl.arange(0, BLOCK)[:, None]
     d = tl.arange(0, HEAD_DIM)[None, :]
     mask = (h < HEADS) & (d < HEAD_DIM)
     x = tl.load(src + h * HEAD_DIM + d, mask=mask, other=0.0).to(tl.float32)
-    inv_rms = tl.rsqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)[:, None]
-    w = tl.load(weight_ptr + d).to(tl.float32)
-    # Round the normalised head to the activation dtype, as the reference's norm output is.
-    normed = (x * inv_rms * w).to(dst.dtype.element_ty).to(tl.float32)
-    even, odd = tl.split(tl.reshape(normed, (BLOCK, HALF, 2)))
+    if HAS_NORM:
+        inv_rms = tl.rsqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)[:, None]
+        w = tl.load(weight_ptr + d).to(tl.float32) + weight_offset
+        # Round the normalised head to the activation dtype, as the reference's norm output is.
+        x = (x * inv_rms * w).to(dst.dtype.element_ty).to(tl.float32)
+    even, odd = tl.split(tl.reshape(x, (BLOCK, HALF, 2)))
     rotated = tl.join(even * cos - odd * sin, even * sin + odd * cos)
     tl.store(dst + h * HEAD_DIM + d, tl.reshape(rotated, (BLOCK, HEAD_DIM)).to(dst.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _qk_norm_rope_kernel(qkv_ptr, positions_ptr, cos_ptr, sin_ptr, q_weight_ptr, k_weight_ptr,
-                         q_out_ptr, k_out_ptr, v_out_ptr, eps,
+                         q_out_ptr, k_out_ptr, v_out_ptr, eps, weight_offset,
                          NUM_Q_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HALF: tl.constexpr,
-                         HEAD_DIM: tl.constexpr, Q_BLOCK: tl.constexpr, KV_BLOCK: tl.constexpr):
+                         HEAD_DIM: tl.constexpr, Q_BLOCK: tl.constexpr, KV_BLOCK: tl.constexpr,
+                         HAS_NORM: tl.constexpr):
     # One token: q heads then k heads normalised and rotated; v heads copied out.
     token = tl.program_id(0).to(tl.int64)
     row = qkv_ptr + token * (NUM_Q_HEADS + 2 * NUM_KV_HEADS) * HEAD_DIM
@@ -138,10 +155,10 @@ def _qk_norm_rope_kernel(qkv_ptr, positions_ptr, cos_ptr, sin_ptr, q_weight_ptr,
     j = tl.arange(0, HALF)
     cos = tl.load(cos_ptr + pos * HALF + j).to(tl.float32)[None, :]
     sin = tl.load(sin_ptr + pos * HALF + j).to(tl.float32)[None, :]
-    _norm_rope_heads(row, q_weight_ptr, q_out_ptr + token * NUM_Q_HEADS * HEAD_DIM, cos, sin, eps,
-                     NUM_Q_HEADS, Q_BLOCK, HALF, HEAD_DIM)
+    _norm_rope_heads(row, q_weight_ptr, q_out_ptr + token * NUM_Q_HEADS * HEAD_DIM, cos, sin, eps, weight_offset,
+                     NUM_Q_HEADS, Q_BLOCK, HALF, HEAD_DIM, HAS_NORM)
     _norm_rope_heads(row + NUM_Q_HEADS * HEAD_DIM, k_weight_ptr, k_out_ptr + token * NUM_KV_HEADS * HEAD_DIM,
-                     cos, sin, eps, NUM_KV_HEADS, KV_BLOCK, HALF, HEAD_DIM)
+                     cos, sin, eps, weight_offset, NUM_KV_HEADS, KV_BLOCK, HALF, HEAD_DIM, HAS_NORM)
     cols = tl.arange(0, KV_BLOCK * HEAD_DIM)
     mask = cols < NUM_KV_HEADS * HEAD_DIM
     v = tl.load(row + (NUM_Q_HEADS + NUM_KV_HEADS) * HEAD_DIM + cols, mask=mask)
@@ -149,20 +166,23 @@ def _qk_norm_rope_kernel(qkv_ptr, positions_ptr, cos_ptr, sin_ptr, q_weight_ptr,
 
 
 def qk_norm_rope(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                 q_weight: torch.Tensor, k_weight: torch.Tensor, num_heads: int, num_kv_heads: int,
-                 head_dim: int, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                 q_weight: torch.Tensor | None, k_weight: torch.Tensor | None, num_heads: int, num_kv_heads: int,
+                 head_dim: int, eps: float, weight_offset: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fused q/k RMSNorm + rotary + v split of a Qwen3 qkv projection [T, (H + 2 KV) * D]
     with interleaved rotary pairs -> contiguous q [T, H, D], k [T, KV, D], v [T, KV, D].
-    cos / sin are the [P, D/2] tables, indexed by positions [T]."""
+    cos / sin are the [P, D/2] tables, indexed by positions [T]. Without weights (None),
+    rotary only: the models whose q and k have no norm."""
     num_tokens = qkv.shape[0]
     q = torch.empty(num_tokens, num_heads, head_dim, dtype=qkv.dtype, device=qkv.device)
     k = torch.empty(num_tokens, num_kv_heads, head_dim, dtype=qkv.dtype, device=qkv.device)
     v = torch.empty(num_tokens, num_kv_heads, head_dim, dtype=qkv.dtype, device=qkv.device)
     if num_tokens == 0:
         return q, k, v
+    has_norm = q_weight is not None
     _qk_norm_rope_kernel[(num_tokens,)](
-        qkv, positions, cos, sin, q_weight, k_weight, q, k, v, eps,
-        NUM_Q_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads, HALF=head_dim // 2, HEAD_DIM=head_dim,
-        Q_BLOCK=triton.next_power_of_2(num_heads), KV_BLOCK=triton.next_power_of_2(num_kv_heads), num_warps=4,
+        qkv, positions, cos, sin, q_weight if has_norm else cos, k_weight if has_norm else cos, q, k, v, eps,
+        weight_offset, NUM_Q_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads, HALF=head_dim // 2, HEAD_DIM=head_dim,
+        Q_BLOCK=triton.next_power_of_2(num_heads), KV_BLOCK=triton.next_power_of_2(num_kv_heads), HAS_NORM=has_norm,
+        num_warps=4,
     )
     return q, k, v

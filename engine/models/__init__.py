@@ -1,6 +1,13 @@
 """Model architectures, one file each, keyed by ModelSpec.architecture."""
 
 from engine.models.bert import BertModel
+from engine.models.distilbert import DistilBertModel
+from engine.models.mpnet import MPNetModel
 from engine.models.qwen3 import Qwen3Model
 
-MODEL_CLASSES = {"bert": BertModel, "qwen3": Qwen3Model}
+MODEL_CLASSES = {
+    "bert": BertModel,
+    "distilbert": DistilBertModel,
+    "mpnet": MPNetModel,
+    "qwen3": Qwen3Model,
+}

@@ -30,10 +30,11 @@ class BertLayer(nn.Module):
         self.mlp_norm = nn.LayerNorm(hidden, eps=eps)
         self.act = _ACTIVATIONS[act]
 
-    def forward(self, x: torch.Tensor, attention: AttentionBackend, meta: object) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attention: AttentionBackend, meta: object,
+                position_bias: torch.Tensor | None = None) -> torch.Tensor:
         num_tokens = x.shape[0]
         q, k, v = self.qkv_proj(x).view(num_tokens, 3, self.num_heads, self.head_dim).unbind(1)
-        attn = attention.forward(q, k, v, meta).reshape(num_tokens, -1)
+        attn = attention.forward(q, k, v, meta, position_bias=position_bias).reshape(num_tokens, -1)
         x = _add_norm(self.o_proj(attn), x, self.attention_norm)
         return _add_norm(self.down_proj(self.act(self.up_proj(x))), x, self.mlp_norm)
 
@@ -43,20 +44,30 @@ def _add_norm(x: torch.Tensor, residual: torch.Tensor, norm: nn.LayerNorm) -> to
 
 
 class BertModel(nn.Module):
-    """Encoder returning the last hidden state [T, hidden] of a packed batch."""
+    """Encoder returning the last hidden state [T, hidden] of a packed batch.
 
-    def __init__(self, config: dict):
+    Also the body of the BERT-shaped encoders that differ only in names and embeddings
+    (engine/models/distilbert.py, engine/models/mpnet.py): they pass `position_offset`,
+    drop token types (`type_vocab_size` 0) and, for MPNet, set `relative_bias`.
+    """
+
+    def __init__(self, config: dict, position_offset: int | None = None):
         super().__init__()
         hidden = config["hidden_size"]
         eps = config.get("layer_norm_eps", 1e-12)
         self.num_heads = config["num_attention_heads"]
         self.word_embeddings = nn.Embedding(config["vocab_size"], hidden)
         self.position_embeddings = nn.Embedding(config["max_position_embeddings"], hidden)
-        self.token_type_embeddings = nn.Embedding(max(config.get("type_vocab_size", 1), 1), hidden)
+        self.token_type_embeddings = None
+        if config.get("type_vocab_size", 1) != 0:
+            self.token_type_embeddings = nn.Embedding(max(config.get("type_vocab_size", 1), 1), hidden)
         self.embedding_norm = nn.LayerNorm(hidden, eps=eps)
         # RoBERTa counts positions from padding_idx + 1.
         is_roberta = config.get("model_type") in _ROBERTA_TYPES
-        self.position_offset = (config.get("pad_token_id", 1) + 1) if is_roberta else 0
+        if position_offset is None:
+            position_offset = (config.get("pad_token_id", 1) + 1) if is_roberta else 0
+        self.position_offset = position_offset
+        self.relative_bias: torch.Tensor | None = None  # [heads, 2R + 1], MPNet's
         self.layers = nn.ModuleList(
             BertLayer(hidden, config["intermediate_size"], self.num_heads, eps, config.get("hidden_act", "gelu"))
             for _ in range(config["num_hidden_layers"])
@@ -69,18 +80,19 @@ class BertModel(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend, meta: object
     ) -> torch.Tensor:
-        x = (
-            self.word_embeddings(input_ids)
-            + self.position_embeddings(positions + self.position_offset)
-            + self.token_type_embeddings.weight[0]
-        )
+        x = self.word_embeddings(input_ids) + self.position_embeddings(positions + self.position_offset)
+        if self.token_type_embeddings is not None:
+            x = x + self.token_type_embeddings.weight[0]
         x = self.embedding_norm(x)
         for layer in self.layers:
-            x = layer(x, attention, meta)
+            x = layer(x, attention, meta, self.relative_bias)
         return x
 
     def load_hf_weights(self, state: dict[str, torch.Tensor]) -> None:
         """Load a Hugging Face BertModel / RobertaModel state dict (fusing q, k, v)."""
+        self.load_state_dict(self._renamed(state), strict=True)
+
+    def _renamed(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         ours = {}
         for name, tensor in state.items():
             for prefix in ("bert.", "roberta.", "model."):
@@ -90,12 +102,13 @@ class BertModel(nn.Module):
         renamed = {
             "word_embeddings.weight": ours["embeddings.word_embeddings.weight"],
             "position_embeddings.weight": ours["embeddings.position_embeddings.weight"],
-            "token_type_embeddings.weight": ours.get(
-                "embeddings.token_type_embeddings.weight", self.token_type_embeddings.weight.detach() * 0
-            ),
             "embedding_norm.weight": ours["embeddings.LayerNorm.weight"],
             "embedding_norm.bias": ours["embeddings.LayerNorm.bias"],
         }
+        if self.token_type_embeddings is not None:
+            renamed["token_type_embeddings.weight"] = ours.get(
+                "embeddings.token_type_embeddings.weight", self.token_type_embeddings.weight.detach() * 0
+            )
         for i in range(len(self.layers)):
             hf, mine = f"encoder.layer.{i}.", f"layers.{i}."
             for kind in ("weight", "bias"):
@@ -107,4 +120,4 @@ class BertModel(nn.Module):
                 renamed[mine + f"up_proj.{kind}"] = ours[hf + f"intermediate.dense.{kind}"]
                 renamed[mine + f"down_proj.{kind}"] = ours[hf + f"output.dense.{kind}"]
                 renamed[mine + f"mlp_norm.{kind}"] = ours[hf + f"output.LayerNorm.{kind}"]
-        self.load_state_dict(renamed, strict=True)
+        return renamed

@@ -1,0 +1,85 @@
+"""Every architecture the engine runs, on CPU in fp32, against sentence-transformers on the same weights.
+
+Each checkpoint is tiny and random and saved by sentence-transformers itself
+(tests/st_checkpoints.py); the engine loads the saved directory as a user's would and its
+vectors must match `SentenceTransformer(path).encode(texts)` to cosine >= 0.99999 (the two
+differ only in summation order). The texts are the shared workload's paragraphs plus
+documents long enough to be truncated at the 256-token limit and to outgrow any sliding
+window of the configs below.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.conftest import load_texts
+from tests.st_checkpoints import MAX_SEQ_LEN, QUERY_PROMPT, Spec, save_checkpoint
+
+MIN_COSINE = 0.99999
+
+
+def _distilbert(vocab_size: int):
+    from transformers import DistilBertConfig, DistilBertModel
+
+    return DistilBertModel(DistilBertConfig(vocab_size=vocab_size, dim=32, hidden_dim=64, n_layers=2, n_heads=4,
+                                            max_position_embeddings=512))
+
+
+def _mpnet(vocab_size: int):
+    from transformers import MPNetConfig, MPNetModel
+
+    return MPNetModel(MPNetConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                  num_attention_heads=4, max_position_embeddings=514, layer_norm_eps=1e-5),
+                      add_pooling_layer=False)
+
+
+SPECS = {
+    "distilbert": Spec(_distilbert, "wordpiece", "mean"),
+    "mpnet": Spec(_mpnet, "wordpiece", "mean", emphasize=("relative_attention_bias",)),
+}
+
+
+@pytest.fixture(scope="module")
+def corpus() -> list[str]:
+    return load_texts(300)
+
+
+@pytest.fixture(scope="module")
+def texts(corpus) -> list[str]:
+    long_docs = ["\n\n".join(corpus[i:i + 12]) for i in range(100, 160, 12)]
+    return ["x", "  Return the sum.\n", *corpus[:40], *long_docs]
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+@pytest.fixture(scope="module", params=sorted(SPECS))
+def checkpoint(request, tmp_path_factory, corpus):
+    path = tmp_path_factory.mktemp(request.param) / "model"
+    return request.param, save_checkpoint(path, SPECS[request.param], corpus)
+
+
+def test_engine_matches_sentence_transformers(checkpoint, texts):
+    from sentence_transformers import SentenceTransformer
+
+    from engine.config import EngineConfig
+    from engine.engine import Engine
+
+    arch, path = checkpoint
+    engine = Engine(EngineConfig(model=str(path), device="cpu", max_batch_tokens=2048))
+    assert engine.spec.architecture == arch
+    assert max(len(ids) for ids in engine.tokenize(texts)) == MAX_SEQ_LEN  # the long documents were cut
+    reference = SentenceTransformer(str(path), device="cpu")
+    prompts = [None] + (["query"] if SPECS[arch].prompts else [])
+    for prompt_name in prompts:
+        prefix = reference.prompts[prompt_name] if prompt_name else ""
+        ours = engine.embed([prefix + t for t in texts])
+        expected = reference.encode(texts, prompt_name=prompt_name, convert_to_numpy=True)
+        assert ours.shape == expected.shape
+        # Different texts must get clearly different vectors, or a match would say little.
+        assert np.median(cosines(expected[:-1], expected[1:])) < 0.99
+        worst = cosines(ours, expected)
+        assert worst.min() >= MIN_COSINE, f"{arch}: worst cosine {worst.min()} at text {worst.argmin()}"

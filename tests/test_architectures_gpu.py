@@ -1,0 +1,76 @@
+"""Every architecture of tests/test_architectures.py on CUDA: bf16, CUDA graphs, varlen attention
+and the fused kernels (the defaults), against sentence-transformers in fp32 on the same weights.
+
+Self-contained: each test builds its tiny checkpoint (saved by sentence-transformers) in a
+temporary directory. Tolerances (cosine per vector): bf16 engine vs the fp32 reference
+>= 0.999; graph replay vs the eager run of the same padded shapes >= 0.99999 (same
+kernels); graphs vs --enforce-eager >= 0.9999 (other GEMM shapes, so bf16 rounding may
+differ a little). Attention a backend cannot run exactly is refused by name.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.st_checkpoints import save_checkpoint
+from tests.test_architectures import SPECS, cosines
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    from tests.conftest import load_texts
+
+    return load_texts(300)
+
+
+@pytest.fixture(scope="module")
+def texts(corpus) -> list[str]:
+    long_docs = ["\n\n".join(corpus[i:i + 12]) for i in range(100, 160, 12)]
+    return ["x", "  Return the sum.\n", *corpus[:60], *long_docs]
+
+
+@pytest.fixture(scope="module", params=sorted(SPECS))
+def checkpoint(request, tmp_path_factory, corpus):
+    path = tmp_path_factory.mktemp(request.param) / "model"
+    return request.param, save_checkpoint(path, SPECS[request.param], corpus)
+
+
+def _engine(path, **overrides):
+    from engine.config import EngineConfig
+    from engine.engine import Engine
+
+    return Engine(EngineConfig(model=str(path), device="cuda", max_batch_tokens=2048, **overrides))
+
+
+def test_bf16_graphs_match_sentence_transformers(checkpoint, texts):
+    from sentence_transformers import SentenceTransformer
+
+    arch, path = checkpoint
+    reference = SentenceTransformer(str(path), device="cpu").encode(texts, convert_to_numpy=True)
+    engine = _engine(path)
+    assert engine.spec.architecture == arch and engine.dtype == torch.bfloat16
+    assert engine.runner.graphs is not None and engine.runner.attention.name == "varlen"
+    engine.warm_up()
+    # Each bucket's first batch runs eagerly on the padded shapes, its second is captured,
+    # later ones replay the graph.
+    runs = [engine.embed(texts) for _ in range(3)]
+    assert engine.runner.num_graph_replays > 0
+    for out in runs:
+        assert out.shape == reference.shape
+        assert cosines(out, reference).min() >= 0.999, arch
+    assert cosines(runs[-1], runs[0]).min() >= 0.99999
+    eager = _engine(path, enforce_eager=True).embed(texts)
+    assert cosines(eager, reference).min() >= 0.999
+    assert cosines(runs[-1], eager).min() >= 0.9999
+    assert np.allclose(np.linalg.norm(runs[-1], axis=1), 1.0, atol=1e-4)
+
+
+@pytest.mark.parametrize("arch,refusal", [("mpnet", "relative position bias")])
+def test_flashinfer_refuses_what_it_cannot_run_exactly(arch, refusal, tmp_path, corpus):
+    path = save_checkpoint(tmp_path / "model", SPECS[arch], corpus)
+    with pytest.raises(ValueError, match=refusal):
+        _engine(path, attention_backend="flashinfer")
