@@ -26,8 +26,9 @@ ARCHITECTURES = {
     "distilbert": "distilbert",
     "mpnet": "mpnet",
     "qwen3": "qwen3", PPLX_MODEL_TYPE: "qwen3",
+    "mistral": "mistral",
 }
-DECODER_ARCHITECTURES = {"qwen3"}
+DECODER_ARCHITECTURES = {"qwen3", "mistral"}
 # Encoders whose learned positions start after the padding index (which costs that many slots).
 _POSITIONS_AFTER_PADDING = {"roberta", "xlm-roberta", "camembert", "mpnet"}
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import json
+from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -33,17 +32,29 @@ def ensure_end_token(model_dir: Path, tokenizer: Tokenizer) -> None:
     tokenizer.json does, unless its post-processor already appends a special token.
 
     Installing a post-processor (rather than appending ids afterwards) keeps truncation
-    right: the fast tokenizer reserves room for the added token when it truncates.
+    right: the fast tokenizer reserves room for the added token when it truncates. What a
+    template post-processor already adds stays (a Llama / Mistral tokenizer's leading <s>).
     """
     probe = "end token probe"
     with_special = tokenizer.encode(probe, add_special_tokens=True)
     if len(with_special.ids) > len(tokenizer.encode(probe, add_special_tokens=False).ids) and with_special.special_tokens_mask[-1]:
         return
     token = _end_token(model_dir, tokenizer)
+    single, specials = "$A:0", {token: tokenizer.token_to_id(token)}
+    current = json.loads(tokenizer.to_str()).get("post_processor") or {}
+    if current.get("type") == "TemplateProcessing":
+        single = " ".join(_template_piece(piece) for piece in current["single"])
+        specials.update({name: spec["ids"][0] for name, spec in current["special_tokens"].items() if len(spec["ids"]) == 1})
     tokenizer.post_processor = TemplateProcessing(
-        single=f"$A:0 {token}:0", pair=f"$A:0 {token}:0 $B:1 {token}:1",
-        special_tokens=[(token, tokenizer.token_to_id(token))],
+        single=f"{single} {token}:0", pair=f"$A:0 {token}:0 $B:1 {token}:1", special_tokens=list(specials.items()),
     )
+
+
+def _template_piece(piece: dict) -> str:
+    """One item of a serialised TemplateProcessing template, back in its string form."""
+    if "SpecialToken" in piece:
+        return f"{piece['SpecialToken']['id']}:{piece['SpecialToken']['type_id']}"
+    return f"${piece['Sequence']['id']}:{piece['Sequence']['type_id']}"
 
 
 class TextTokenizer:

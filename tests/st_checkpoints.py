@@ -34,7 +34,7 @@ class Spec:
     """One architecture's tiny checkpoint: how to build it and what sentence-transformers wraps it in."""
 
     build: object  # (vocab_size) -> a Hugging Face model with random weights
-    tokenizer: str  # "wordpiece" | "bpe-encoder" | "bpe-decoder"
+    tokenizer: str  # "wordpiece" | "bpe-encoder" | "bpe-decoder" | "bpe-llama"
     pooling: str  # sentence-transformers' pooling mode
     dense: list[tuple[int, int]] = field(default_factory=list)  # Dense modules (in, out), identity activation
     prompts: dict[str, str] | None = None
@@ -52,12 +52,20 @@ def _wordpiece_files(hf_dir: Path) -> int:
     return Tokenizer.from_file(str(src / "tokenizer.json")).get_vocab_size()
 
 
-def _bpe_files(hf_dir: Path, texts: list[str], is_decoder: bool) -> int:
-    """A byte-level BPE; an encoder's wraps each text in [CLS] ... [SEP], a decoder's
-    appends the end token (what last-token pooling reads)."""
-    if is_decoder:
+def _bpe_files(hf_dir: Path, texts: list[str], kind: str) -> int:
+    """A byte-level BPE; an encoder's wraps each text in [CLS] ... [SEP], a Qwen-like
+    decoder's appends the end token (what last-token pooling reads), a Llama-like one's
+    wraps it in <s> ... </s> (e5-mistral's, EmbeddingGemma's <bos> ... <eos>)."""
+    if kind == "bpe-decoder":
         tok = with_end_token(train_tokenizer(texts))
         config = {"eos_token": END_TOKEN, "pad_token": END_TOKEN}
+    elif kind == "bpe-llama":
+        tok = train_tokenizer(texts, special_tokens=("<unk>", "<s>", "</s>", "<pad>"))
+        tok.post_processor = TemplateProcessing(
+            single="<s>:0 $A:0 </s>:0", pair="<s>:0 $A:0 </s>:0 $B:1 </s>:1",
+            special_tokens=[(t, tok.token_to_id(t)) for t in ("<s>", "</s>")],
+        )
+        config = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}
     else:
         tok = train_tokenizer(texts, special_tokens=_ENCODER_SPECIALS)
         tok.post_processor = TemplateProcessing(
@@ -101,7 +109,7 @@ def save_checkpoint(path: Path, spec: Spec, texts: list[str], seed: int = 0) -> 
     if spec.tokenizer == "wordpiece":
         size = _wordpiece_files(hf_dir)
     else:
-        size = _bpe_files(hf_dir, texts, spec.tokenizer == "bpe-decoder")
+        size = _bpe_files(hf_dir, texts, spec.tokenizer)
     model = spec.build(size)
     _randomize(model, seed, spec.emphasize)
     model.save_pretrained(hf_dir)

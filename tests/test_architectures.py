@@ -34,9 +34,19 @@ def _mpnet(vocab_size: int):
                       add_pooling_layer=False)
 
 
+def _mistral(vocab_size: int):
+    from transformers import MistralConfig, MistralModel
+
+    # A causal window of 48 tokens, which the long documents outgrow.
+    return MistralModel(MistralConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                      max_position_embeddings=512, sliding_window=48, rope_theta=5000.0))
+
+
 SPECS = {
     "distilbert": Spec(_distilbert, "wordpiece", "mean"),
     "mpnet": Spec(_mpnet, "wordpiece", "mean", emphasize=("relative_attention_bias",)),
+    "mistral": Spec(_mistral, "bpe-llama", "lasttoken", prompts={"query": QUERY_PROMPT, "document": ""}),
 }
 
 
@@ -83,3 +93,23 @@ def test_engine_matches_sentence_transformers(checkpoint, texts):
         assert np.median(cosines(expected[:-1], expected[1:])) < 0.99
         worst = cosines(ours, expected)
         assert worst.min() >= MIN_COSINE, f"{arch}: worst cosine {worst.min()} at text {worst.argmin()}"
+
+
+def test_end_token_is_appended_after_what_the_template_adds(tmp_path, corpus):
+    """A Llama / Mistral tokenizer.json that only prepends <s> gets </s> appended for
+    last-token pooling, and keeps its <s>; truncation leaves room for both."""
+    import json
+
+    from tokenizers.processors import TemplateProcessing
+
+    from engine.tokenizer import ensure_end_token
+    from tests.qwen3_checkpoints import train_tokenizer
+
+    tok = train_tokenizer(corpus[:100], special_tokens=("<unk>", "<s>", "</s>"))
+    tok.post_processor = TemplateProcessing(single="<s>:0 $A:0", pair="<s>:0 $A:0 <s>:1 $B:1",
+                                            special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
+    ensure_end_token(tmp_path, tok)
+    tok.enable_truncation(8)
+    encoding = tok.encode(corpus[0])
+    assert len(encoding.ids) == 8 and encoding.tokens[0] == "<s>" and encoding.tokens[-1] == "</s>"

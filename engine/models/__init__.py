@@ -2,12 +2,14 @@
 
 from engine.models.bert import BertModel
 from engine.models.distilbert import DistilBertModel
+from engine.models.mistral import MistralModel
 from engine.models.mpnet import MPNetModel
 from engine.models.qwen3 import Qwen3Model
 
 MODEL_CLASSES = {
     "bert": BertModel,
     "distilbert": DistilBertModel,
+    "mistral": MistralModel,
     "mpnet": MPNetModel,
     "qwen3": Qwen3Model,
 }

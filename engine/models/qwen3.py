@@ -3,6 +3,7 @@
 The same layers serve both flavours; only the attention backend's `is_causal` differs,
 and that is chosen by the loader from the checkpoint (see engine/loader.py), not here.
 No KV cache, no LM head: the model returns the final-norm hidden state [T, hidden].
+Mistral is this stack without the q/k norms (engine/models/mistral.py).
 """
 
 from __future__ import annotations
@@ -23,22 +24,26 @@ _IGNORED = ("lm_head.", "score.")
 
 
 class Qwen3Attention(nn.Module):
-    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int, bias: bool, eps: float):
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int, bias: bool, eps: float,
+                 qk_norm: bool = True, is_local: bool = False):
         super().__init__()
+        self.is_local = is_local  # a layer of the attention shape's sliding window
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.q_size, self.kv_size = num_heads * head_dim, num_kv_heads * head_dim
         # q, k, v fused into one matmul: [hidden] -> [q_size + 2 * kv_size].
         self.qkv_proj = nn.Linear(hidden_size, self.q_size + 2 * self.kv_size, bias=bias)
         self.o_proj = nn.Linear(self.q_size, hidden_size, bias=bias)
         # Qwen3 normalises each head's q and k (over head_dim) before rotary.
-        self.q_norm = RMSNorm(head_dim, eps)
-        self.k_norm = RMSNorm(head_dim, eps)
+        self.q_norm = RMSNorm(head_dim, eps) if qk_norm else None
+        self.k_norm = RMSNorm(head_dim, eps) if qk_norm else None
+        self.eps = eps
 
     def forward(self, x: torch.Tensor, rope: RotaryBatch, attention: AttentionBackend, meta: object) -> torch.Tensor:
         # q and k rows come in rotary pairs (see engine/layers/rotary.py).
-        q, k, v = fused.qk_norm_rope(self.qkv_proj(x), rope, self.q_norm.weight, self.k_norm.weight, self.num_heads,
-                                     self.num_kv_heads, self.head_dim, self.q_norm.variance_epsilon)
-        out = attention.forward(q, k, v, meta)
+        norms = (self.q_norm.weight, self.k_norm.weight) if self.q_norm is not None else (None, None)
+        q, k, v = fused.qk_norm_rope(self.qkv_proj(x), rope, *norms, self.num_heads, self.num_kv_heads,
+                                     self.head_dim, self.eps)
+        out = attention.forward(q, k, v, meta, local=self.is_local)
         return self.o_proj(out.reshape(x.shape[0], self.q_size))
 
 
@@ -55,13 +60,13 @@ class Qwen3MLP(nn.Module):
 
 
 class Qwen3DecoderLayer(nn.Module):
-    def __init__(self, config: dict, head_dim: int):
+    def __init__(self, config: dict, head_dim: int, qk_norm: bool = True, is_local: bool = False):
         super().__init__()
         hidden, eps = config["hidden_size"], config.get("rms_norm_eps", 1e-6)
         self.input_layernorm = RMSNorm(hidden, eps)
         self.self_attn = Qwen3Attention(
             hidden, config["num_attention_heads"], config.get("num_key_value_heads") or config["num_attention_heads"],
-            head_dim, bool(config.get("attention_bias", False)), eps,
+            head_dim, bool(config.get("attention_bias", False)), eps, qk_norm, is_local,
         )
         self.post_attention_layernorm = RMSNorm(hidden, eps)
         self.mlp = Qwen3MLP(hidden, config["intermediate_size"])
@@ -85,24 +90,30 @@ def _add_norm(x: torch.Tensor, residual: torch.Tensor, norm: RMSNorm) -> torch.T
 
 
 class Qwen3Model(nn.Module):
-    """Qwen3 backbone returning the final-norm hidden state [T, hidden] of a packed batch."""
+    """Qwen3 backbone returning the final-norm hidden state [T, hidden] of a packed batch.
 
-    def __init__(self, config: dict):
+    `qk_norm=False` and a causal `window` (every layer local) make it Mistral's."""
+
+    name = "Qwen3"
+
+    def __init__(self, config: dict, qk_norm: bool = True, window: tuple[int, int] | None = None):
         super().__init__()
         if config.get("hidden_act", "silu") != "silu":
-            raise ValueError(f"Qwen3 with hidden_act {config['hidden_act']!r} is not supported")
+            raise ValueError(f"{self.name} with hidden_act {config['hidden_act']!r} is not supported")
         if config.get("use_sliding_window"):
             raise ValueError("Qwen3 with sliding-window attention is not supported")
         self.num_heads = config["num_attention_heads"]
         self.num_kv_heads = config.get("num_key_value_heads") or self.num_heads
         self.head_dim = config.get("head_dim") or config["hidden_size"] // self.num_heads
+        self.qk_norm, self.window = qk_norm, window
         self.embed_tokens = nn.Embedding(config["vocab_size"], config["hidden_size"])
-        self.layers = nn.ModuleList(Qwen3DecoderLayer(config, self.head_dim) for _ in range(config["num_hidden_layers"]))
+        self.layers = nn.ModuleList(Qwen3DecoderLayer(config, self.head_dim, qk_norm, is_local=window is not None)
+                                    for _ in range(config["num_hidden_layers"]))
         self.norm = RMSNorm(config["hidden_size"], config.get("rms_norm_eps", 1e-6))
         self.rotary_emb = RotaryEmbedding(self.head_dim, config.get("max_position_embeddings", 32768), rope_theta(config))
 
     def attention_shape(self, is_causal: bool) -> AttentionShape:
-        return AttentionShape(self.num_heads, self.num_kv_heads, self.head_dim, is_causal)
+        return AttentionShape(self.num_heads, self.num_kv_heads, self.head_dim, is_causal, window=self.window)
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend, meta: object
@@ -134,7 +145,7 @@ class Qwen3Model(nn.Module):
                 if attn + f"q_proj.{kind}" in ours:
                     q, k, v = (ours.pop(attn + f"{n}_proj.{kind}") for n in "qkv")
                     renamed[attn + f"qkv_proj.{kind}"] = torch.cat([self._pairs(q), self._pairs(k), v])
-            for n in ("q_norm", "k_norm"):
+            for n in ("q_norm", "k_norm") if self.qk_norm else ():
                 renamed[attn + f"{n}.weight"] = self._pairs(ours.pop(attn + f"{n}.weight"))
             renamed[mlp + "gate_up_proj.weight"] = torch.cat([ours.pop(mlp + "gate_proj.weight"), ours.pop(mlp + "up_proj.weight")])
             for name in ("self_attn.o_proj.weight", "self_attn.o_proj.bias", "mlp.down_proj.weight",
@@ -142,7 +153,7 @@ class Qwen3Model(nn.Module):
                 if p + name in ours:
                     renamed[p + name] = ours.pop(p + name)
         if ours:  # a tensor we would silently drop means the checkpoint is not what we think
-            raise ValueError(f"unexpected Qwen3 tensors: {sorted(ours)[:5]}")
+            raise ValueError(f"unexpected {self.name} tensors: {sorted(ours)[:5]}")
         self.load_state_dict(renamed, strict=True)
 
     def _pairs(self, tensor: torch.Tensor) -> torch.Tensor:
