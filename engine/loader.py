@@ -25,6 +25,7 @@ ARCHITECTURES = {
     "bert": "bert", "roberta": "bert", "xlm-roberta": "bert", "camembert": "bert",
     "distilbert": "distilbert",
     "mpnet": "mpnet",
+    "modernbert": "modernbert",
     "qwen3": "qwen3", PPLX_MODEL_TYPE: "qwen3",
     "mistral": "mistral",
 }

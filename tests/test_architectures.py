@@ -43,9 +43,21 @@ def _mistral(vocab_size: int):
                                       max_position_embeddings=512, sliding_window=48, rope_theta=5000.0))
 
 
+def _modernbert(vocab_size: int):
+    from transformers import ModernBertConfig, ModernBertModel
+
+    # Local layers see 8 keys each side (local_attention 16), global every second layer from the first.
+    specials = dict(pad_token_id=2, bos_token_id=0, cls_token_id=0, eos_token_id=1, sep_token_id=1)
+    return ModernBertModel(ModernBertConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=96,
+                                            num_hidden_layers=3, num_attention_heads=4, max_position_embeddings=512,
+                                            local_attention=16, global_attn_every_n_layers=2,
+                                            global_rope_theta=40_000.0, local_rope_theta=5_000.0, **specials))
+
+
 SPECS = {
     "distilbert": Spec(_distilbert, "wordpiece", "mean"),
     "mpnet": Spec(_mpnet, "wordpiece", "mean", emphasize=("relative_attention_bias",)),
+    "modernbert": Spec(_modernbert, "bpe-encoder", "mean"),
     "mistral": Spec(_mistral, "bpe-llama", "lasttoken", prompts={"query": QUERY_PROMPT, "document": ""}),
 }
 
@@ -113,3 +125,21 @@ def test_end_token_is_appended_after_what_the_template_adds(tmp_path, corpus):
     tok.enable_truncation(8)
     encoding = tok.encode(corpus[0])
     assert len(encoding.ids) == 8 and encoding.tokens[0] == "<s>" and encoding.tokens[-1] == "</s>"
+
+
+def test_modernbert_reads_hub_configs_as_transformers_does():
+    """Hub checkpoints (nomic-ai/modernbert-embed-base, gte-modernbert-base) carry the 4.x keys
+    (global_attn_every_n_layers, global_rope_theta, local_rope_theta); 5.x saves layer_types
+    and rope_parameters. Both must give the layer kinds and rotary bases transformers gives."""
+    from transformers import ModernBertConfig
+
+    from engine.layers.rotary import layer_type_rope_theta
+    from engine.models.modernbert import layer_types
+
+    legacy = dict(num_hidden_layers=22, global_attn_every_n_layers=3, global_rope_theta=160000.0,
+                  local_rope_theta=10000.0, local_attention=128)
+    current = ModernBertConfig(**legacy).to_dict()
+    for config in (legacy, current):
+        assert layer_types(config) == current["layer_types"]
+        for kind, key in (("full_attention", "global_rope_theta"), ("sliding_attention", "local_rope_theta")):
+            assert layer_type_rope_theta(config, kind, key, 0.0) == current["rope_parameters"][kind]["rope_theta"]

@@ -69,7 +69,8 @@ def test_bf16_graphs_match_sentence_transformers(checkpoint, texts):
     assert np.allclose(np.linalg.norm(runs[-1], axis=1), 1.0, atol=1e-4)
 
 
-@pytest.mark.parametrize("arch,refusal", [("mpnet", "relative position bias")])
+@pytest.mark.parametrize("arch,refusal", [("mpnet", "relative position bias"), ("modernbert", "sliding-window"),
+                                          ("mistral", "sliding-window")])
 def test_flashinfer_refuses_what_it_cannot_run_exactly(arch, refusal, tmp_path, corpus):
     path = save_checkpoint(tmp_path / "model", SPECS[arch], corpus)
     with pytest.raises(ValueError, match=refusal):

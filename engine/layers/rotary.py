@@ -29,6 +29,20 @@ def rope_theta(config: dict) -> float:
     return float(config.get("rope_theta") or params.get("rope_theta") or 10000.0)
 
 
+def layer_type_rope_theta(config: dict, layer_type: str, legacy_key: str, default: float) -> float:
+    """rope_theta of one layer type ("full_attention" | "sliding_attention") of a model with
+    two (ModernBERT, Gemma3): transformers 5.x writes `rope_parameters[layer_type]`, 4.x a
+    key of its own per type (`legacy_key`); only plain RoPE is supported."""
+    params = (config.get("rope_parameters") or {}).get(layer_type)
+    if isinstance(params, dict):
+        kind = params.get("rope_type", params.get("type", "default"))
+        if kind not in ("default", None):
+            raise ValueError(f"rope_type {kind!r} is not supported (only plain RoPE)")
+        if params.get("rope_theta"):
+            return float(params["rope_theta"])
+    return float(config.get(legacy_key) or default)
+
+
 def interleave_rotary_halves(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
     """Reorder a per-head tensor ([num_heads * head_dim, ...] rows, or one head's
     [head_dim] norm weight) from NeoX halves to adjacent pairs: new 2i <- i, 2i+1 <- i + head_dim/2."""

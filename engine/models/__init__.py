@@ -3,6 +3,7 @@
 from engine.models.bert import BertModel
 from engine.models.distilbert import DistilBertModel
 from engine.models.mistral import MistralModel
+from engine.models.modernbert import ModernBertModel
 from engine.models.mpnet import MPNetModel
 from engine.models.qwen3 import Qwen3Model
 
@@ -10,6 +11,7 @@ MODEL_CLASSES = {
     "bert": BertModel,
     "distilbert": DistilBertModel,
     "mistral": MistralModel,
+    "modernbert": ModernBertModel,
     "mpnet": MPNetModel,
     "qwen3": Qwen3Model,
 }
