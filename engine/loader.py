@@ -28,8 +28,9 @@ ARCHITECTURES = {
     "modernbert": "modernbert",
     "qwen3": "qwen3", PPLX_MODEL_TYPE: "qwen3",
     "mistral": "mistral",
+    "gemma3_text": "gemma3",
 }
-DECODER_ARCHITECTURES = {"qwen3", "mistral"}
+DECODER_ARCHITECTURES = {"qwen3", "mistral", "gemma3"}
 # Encoders whose learned positions start after the padding index (which costs that many slots).
 _POSITIONS_AFTER_PADDING = {"roberta", "xlm-roberta", "camembert", "mpnet"}
 

@@ -33,6 +33,7 @@ _ENCODER_SPECIALS = ["[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]"]
 class Spec:
     """One architecture's tiny checkpoint: how to build it and what sentence-transformers wraps it in."""
 
+    architecture: str  # the engine's name for it (a key of engine.models.MODEL_CLASSES)
     build: object  # (vocab_size) -> a Hugging Face model with random weights
     tokenizer: str  # "wordpiece" | "bpe-encoder" | "bpe-decoder" | "bpe-llama"
     pooling: str  # sentence-transformers' pooling mode

@@ -54,11 +54,27 @@ def _modernbert(vocab_size: int):
                                             global_rope_theta=40_000.0, local_rope_theta=5_000.0, **specials))
 
 
+def _gemma3(vocab_size: int):
+    from transformers import Gemma3TextConfig, Gemma3TextModel
+
+    # EmbeddingGemma's layout, shrunk: bidirectional, GQA, local layers seeing 8 keys each
+    # side (sliding_window 16, halved for bidirectional models), a global layer every third,
+    # a score scale that is not head_dim's.
+    return Gemma3TextModel(Gemma3TextConfig(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=16, max_position_embeddings=512, query_pre_attn_scalar=24,
+        sliding_window=16, sliding_window_pattern=3, rope_theta=40_000.0, rope_local_base_freq=5_000.0,
+        use_bidirectional_attention=True, pad_token_id=3, bos_token_id=1, eos_token_id=2))
+
+
 SPECS = {
-    "distilbert": Spec(_distilbert, "wordpiece", "mean"),
-    "mpnet": Spec(_mpnet, "wordpiece", "mean", emphasize=("relative_attention_bias",)),
-    "modernbert": Spec(_modernbert, "bpe-encoder", "mean"),
-    "mistral": Spec(_mistral, "bpe-llama", "lasttoken", prompts={"query": QUERY_PROMPT, "document": ""}),
+    "distilbert": Spec("distilbert", _distilbert, "wordpiece", "mean"),
+    "mpnet": Spec("mpnet", _mpnet, "wordpiece", "mean", emphasize=("relative_attention_bias",)),
+    "modernbert": Spec("modernbert", _modernbert, "bpe-encoder", "mean"),
+    "gemma3": Spec("gemma3", _gemma3, "bpe-llama", "mean"),
+    # EmbeddingGemma as shipped: mean pooling, then Dense 768 -> 3072 and 3072 -> 768 (here 64 -> 96 -> 48).
+    "embeddinggemma": Spec("gemma3", _gemma3, "bpe-llama", "mean", dense=[(64, 96), (96, 48)]),
+    "mistral": Spec("mistral", _mistral, "bpe-llama", "lasttoken", prompts={"query": QUERY_PROMPT, "document": ""}),
 }
 
 
@@ -92,7 +108,7 @@ def test_engine_matches_sentence_transformers(checkpoint, texts):
 
     arch, path = checkpoint
     engine = Engine(EngineConfig(model=str(path), device="cpu", max_batch_tokens=2048))
-    assert engine.spec.architecture == arch
+    assert engine.spec.architecture == SPECS[arch].architecture
     assert max(len(ids) for ids in engine.tokenize(texts)) == MAX_SEQ_LEN  # the long documents were cut
     reference = SentenceTransformer(str(path), device="cpu")
     prompts = [None] + (["query"] if SPECS[arch].prompts else [])
@@ -143,3 +159,30 @@ def test_modernbert_reads_hub_configs_as_transformers_does():
         assert layer_types(config) == current["layer_types"]
         for kind, key in (("full_attention", "global_rope_theta"), ("sliding_attention", "local_rope_theta")):
             assert layer_type_rope_theta(config, kind, key, 0.0) == current["rope_parameters"][kind]["rope_theta"]
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_gemma3_reads_hub_configs_as_transformers_does(bidirectional):
+    """EmbeddingGemma's hub config carries 4.x keys (rope_theta, rope_local_base_freq,
+    sliding_window 512, sliding_window_pattern); 5.x saves layer_types and rope_parameters
+    and halves a bidirectional window when it loads. Both must give transformers' layer
+    kinds, rotary bases and window (|key - query| < its loaded sliding_window)."""
+    from transformers import Gemma3TextConfig
+
+    from engine.layers.rotary import layer_type_rope_theta
+    from engine.models.gemma3 import Gemma3TextModel, layer_types
+
+    legacy = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=7, num_attention_heads=2,
+                  num_key_value_heads=1, head_dim=16, max_position_embeddings=2048, sliding_window=512,
+                  sliding_window_pattern=6, rope_theta=1_000_000.0, rope_local_base_freq=10_000.0,
+                  query_pre_attn_scalar=256, use_bidirectional_attention=bidirectional, model_type="gemma3_text")
+    loaded = Gemma3TextConfig(**legacy)
+    current = loaded.to_dict()
+    reach = loaded.sliding_window - 1  # the farthest key a local query sees
+    for config in (legacy, current):
+        assert layer_types(config) == current["layer_types"]
+        for kind, key in (("full_attention", "rope_theta"), ("sliding_attention", "rope_local_base_freq")):
+            assert layer_type_rope_theta(config, kind, key, 0.0) == current["rope_parameters"][kind]["rope_theta"]
+        shape = Gemma3TextModel(config).attention_shape(is_causal=not bidirectional)
+        assert shape.window == ((reach, reach) if bidirectional else (reach, 0))
+        assert shape.scale == 256**-0.5

@@ -52,7 +52,7 @@ def test_bf16_graphs_match_sentence_transformers(checkpoint, texts):
     arch, path = checkpoint
     reference = SentenceTransformer(str(path), device="cpu").encode(texts, convert_to_numpy=True)
     engine = _engine(path)
-    assert engine.spec.architecture == arch and engine.dtype == torch.bfloat16
+    assert engine.spec.architecture == SPECS[arch].architecture and engine.dtype == torch.bfloat16
     assert engine.runner.graphs is not None and engine.runner.attention.name == "varlen"
     engine.warm_up()
     # Each bucket's first batch runs eagerly on the padded shapes, its second is captured,
@@ -70,7 +70,7 @@ def test_bf16_graphs_match_sentence_transformers(checkpoint, texts):
 
 
 @pytest.mark.parametrize("arch,refusal", [("mpnet", "relative position bias"), ("modernbert", "sliding-window"),
-                                          ("mistral", "sliding-window")])
+                                          ("gemma3", "sliding-window"), ("mistral", "sliding-window")])
 def test_flashinfer_refuses_what_it_cannot_run_exactly(arch, refusal, tmp_path, corpus):
     path = save_checkpoint(tmp_path / "model", SPECS[arch], corpus)
     with pytest.raises(ValueError, match=refusal):

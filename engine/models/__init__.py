@@ -2,6 +2,7 @@
 
 from engine.models.bert import BertModel
 from engine.models.distilbert import DistilBertModel
+from engine.models.gemma3 import Gemma3TextModel
 from engine.models.mistral import MistralModel
 from engine.models.modernbert import ModernBertModel
 from engine.models.mpnet import MPNetModel
@@ -10,6 +11,7 @@ from engine.models.qwen3 import Qwen3Model
 MODEL_CLASSES = {
     "bert": BertModel,
     "distilbert": DistilBertModel,
+    "gemma3": Gemma3TextModel,
     "mistral": MistralModel,
     "modernbert": ModernBertModel,
     "mpnet": MPNetModel,
