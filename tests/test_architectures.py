@@ -186,3 +186,33 @@ def test_gemma3_reads_hub_configs_as_transformers_does(bidirectional):
         shape = Gemma3TextModel(config).attention_shape(is_causal=not bidirectional)
         assert shape.window == ((reach, reach) if bidirectional else (reach, 0))
         assert shape.scale == 256**-0.5
+
+
+@pytest.mark.parametrize("arch,prompt_name", [("mpnet", None), ("mistral", "query")])
+def test_served_by_the_real_server_to_concurrent_clients(arch, prompt_name, tmp_path, corpus, texts):
+    """The server process with default flags, several clients at once (MPNet's relative
+    bias; Mistral with its instruction prompt by name), against sentence-transformers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+    from sentence_transformers import SentenceTransformer
+
+    from tests.conftest import ServerProcess
+
+    path = save_checkpoint(tmp_path / "model", SPECS[arch], corpus)
+    expected = SentenceTransformer(str(path), device="cpu").encode(texts, prompt_name=prompt_name,
+                                                                   convert_to_numpy=True)
+    server = ServerProcess("--model", str(path))
+    try:
+        def post(lo: int) -> list[list[float]]:
+            body = {"input": texts[lo:lo + 6], "model": path.name, **({"prompt_name": prompt_name} if prompt_name else {})}
+            r = httpx.post(server.url + "/v1/embeddings", json=body, timeout=120)
+            assert r.status_code == 200, r.text
+            return [d["embedding"] for d in r.json()["data"]]
+
+        with ThreadPoolExecutor(4) as pool:
+            ours = np.array([v for chunk in pool.map(post, range(0, len(texts), 6)) for v in chunk])
+    finally:
+        server.stop()
+    assert ours.shape == expected.shape
+    assert cosines(ours, expected).min() >= MIN_COSINE

@@ -77,6 +77,24 @@ class RotaryEmbedding(nn.Module):
         return RotaryBatch(positions, self.cos_cached, self.sin_cached, rotations)
 
 
+class GlobalLocalRotary(nn.Module):
+    """The two tables of a model whose global and local layers rotate with their own bases
+    (ModernBERT, Gemma3); `legacy_keys` / `defaults`: the 4.x config keys of the global and
+    the local base, and the values transformers assumes without them."""
+
+    def __init__(self, config: dict, head_dim: int, max_position_embeddings: int, legacy_keys: tuple[str, str],
+                 defaults: tuple[float, float]):
+        super().__init__()
+        self.full = RotaryEmbedding(head_dim, max_position_embeddings,
+                                    layer_type_rope_theta(config, "full_attention", legacy_keys[0], defaults[0]))
+        self.sliding = RotaryEmbedding(head_dim, max_position_embeddings,
+                                       layer_type_rope_theta(config, "sliding_attention", legacy_keys[1], defaults[1]))
+
+    def for_batch(self, positions: torch.Tensor, tables_only: bool) -> tuple["RotaryBatch", "RotaryBatch"]:
+        """(global, local) rotations of one batch, shared by all layers of each kind."""
+        return self.full.for_batch(positions, tables_only), self.sliding.for_batch(positions, tables_only)
+
+
 @dataclass(frozen=True)
 class RotaryBatch:
     positions: torch.Tensor  # [T]

@@ -39,6 +39,21 @@ class BertLayer(nn.Module):
         return _add_norm(self.down_proj(self.act(self.up_proj(x))), x, self.mlp_norm)
 
 
+def as_bert_names(state: dict[str, torch.Tensor], prefix: str, layer_root: str,
+                  layer_names: dict[str, str]) -> dict[str, torch.Tensor]:
+    """A BERT-shaped encoder's tensors under BertModel's Hugging Face names: `prefix` dropped,
+    `{layer_root}N.{module}.{kind}` -> `encoder.layer.N.{layer_names[module]}.{kind}`."""
+    renamed = {}
+    for name, tensor in state.items():
+        name = name.removeprefix(prefix)
+        if name.startswith(layer_root):
+            index, rest = name[len(layer_root):].split(".", 1)
+            module, kind = rest.rsplit(".", 1)
+            name = f"encoder.layer.{index}.{layer_names.get(module, module)}.{kind}"
+        renamed[name] = tensor
+    return renamed
+
+
 def _add_norm(x: torch.Tensor, residual: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
     return fused.add_layer_norm(x, residual, norm.weight, norm.bias, norm.eps)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.models.bert import BertModel
+from engine.models.bert import BertModel, as_bert_names
 
 # Hugging Face DistilBERT tensor name (inside transformer.layer.N.) -> BERT's.
 _LAYER_NAMES = {
@@ -43,12 +43,4 @@ class DistilBertModel(BertModel):
         super().__init__(bert_config(config), position_offset=0)
 
     def _renamed(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        bert_names = {}
-        for name, tensor in state.items():
-            name = name.removeprefix("distilbert.")
-            if name.startswith("transformer.layer."):
-                index, rest = name[len("transformer.layer."):].split(".", 1)
-                module, kind = rest.rsplit(".", 1)
-                name = f"encoder.layer.{index}.{_LAYER_NAMES.get(module, module)}.{kind}"
-            bert_names[name] = tensor
-        return super()._renamed(bert_names)
+        return super()._renamed(as_bert_names(state, "distilbert.", "transformer.layer.", _LAYER_NAMES))

@@ -23,7 +23,7 @@ from torch import nn
 
 from engine.layers import fused
 from engine.layers.attention import AttentionBackend, AttentionShape
-from engine.layers.rotary import RotaryBatch, RotaryEmbedding, interleave_rotary_halves, layer_type_rope_theta, rope_theta
+from engine.layers.rotary import GlobalLocalRotary, RotaryBatch, interleave_rotary_halves, rope_theta
 from engine.models.modernbert import ACTIVATIONS
 
 _IGNORED = ("lm_head.",)
@@ -97,16 +97,14 @@ class Gemma3TextModel(nn.Module):
         self.head_dim = config.get("head_dim") or hidden // self.num_heads
         self.scale = float(config.get("query_pre_attn_scalar", 256)) ** -0.5
         self.sliding_window = config.get("sliding_window")
-        self.embed_scale = hidden**0.5
+        # sqrt(hidden) as a buffer, so that `.to(dtype)` rounds it as the reference's is rounded.
+        self.register_buffer("embed_scale", torch.tensor(hidden**0.5), persistent=False)
         self.embed_tokens = nn.Embedding(config["vocab_size"], hidden)
         self.layers = nn.ModuleList(Gemma3Layer(config, self.head_dim, kind == "sliding_attention")
                                     for kind in layer_types(config))
         self.norm = GemmaNorm(hidden, config.get("rms_norm_eps", 1e-6))
-        max_positions = config.get("max_position_embeddings", 131072)
-        self.global_rotary = RotaryEmbedding(self.head_dim, max_positions, layer_type_rope_theta(
-            config, "full_attention", "rope_theta", 1_000_000.0))
-        self.local_rotary = RotaryEmbedding(self.head_dim, max_positions, layer_type_rope_theta(
-            config, "sliding_attention", "rope_local_base_freq", 10_000.0))
+        self.rotary = GlobalLocalRotary(config, self.head_dim, config.get("max_position_embeddings", 131072),
+                                        ("rope_theta", "rope_local_base_freq"), (1_000_000.0, 10_000.0))
 
     def attention_shape(self, is_causal: bool) -> AttentionShape:
         window = None
@@ -119,12 +117,10 @@ class Gemma3TextModel(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend, meta: object
     ) -> torch.Tensor:
-        x = self.embed_tokens(input_ids)
-        x = x * torch.tensor(self.embed_scale, dtype=x.dtype)  # rounded to the weights' dtype, as the reference's
+        x = self.embed_tokens(input_ids) * self.embed_scale
         residual = torch.zeros_like(x)  # the first input norm adds the embeddings into it
         fits = fused.rope_kernel_fits(self.head_dim, x)
-        global_rope = self.global_rotary.for_batch(positions, tables_only=fits)
-        local_rope = self.local_rotary.for_batch(positions, tables_only=fits)
+        global_rope, local_rope = self.rotary.for_batch(positions, tables_only=fits)
         for layer in self.layers:
             x = layer(x, residual, local_rope if layer.is_local else global_rope, attention, meta)
         return self.norm(x, residual)

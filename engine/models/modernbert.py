@@ -17,7 +17,7 @@ from torch import nn
 
 from engine.layers import fused
 from engine.layers.attention import AttentionBackend, AttentionShape
-from engine.layers.rotary import RotaryBatch, RotaryEmbedding, interleave_rotary_halves, layer_type_rope_theta
+from engine.layers.rotary import GlobalLocalRotary, RotaryBatch, interleave_rotary_halves
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "silu": "silu"}
 _IGNORED = ("head.", "decoder.", "classifier.")  # heads this engine never runs
@@ -72,11 +72,8 @@ class ModernBertModel(nn.Module):
         self.layers = nn.ModuleList(ModernBertLayer(config, i == 0, kind == "sliding_attention")
                                     for i, kind in enumerate(kinds))
         self.final_norm = nn.LayerNorm(hidden, eps=eps, bias=config.get("norm_bias", False))
-        max_positions = config.get("max_position_embeddings", 8192)
-        self.global_rotary = RotaryEmbedding(self.head_dim, max_positions, layer_type_rope_theta(
-            config, "full_attention", "global_rope_theta", 160_000.0))
-        self.local_rotary = RotaryEmbedding(self.head_dim, max_positions, layer_type_rope_theta(
-            config, "sliding_attention", "local_rope_theta", 10_000.0))
+        self.rotary = GlobalLocalRotary(config, self.head_dim, config.get("max_position_embeddings", 8192),
+                                        ("global_rope_theta", "local_rope_theta"), (160_000.0, 10_000.0))
 
     def attention_shape(self, is_causal: bool) -> AttentionShape:
         window = (self.half_window, self.half_window) if any(layer.is_local for layer in self.layers) else None
@@ -87,8 +84,7 @@ class ModernBertModel(nn.Module):
     ) -> torch.Tensor:
         x = self.embedding_norm(self.embed_tokens(input_ids))
         fits = fused.rope_kernel_fits(self.head_dim, x)
-        global_rope = self.global_rotary.for_batch(positions, tables_only=fits)
-        local_rope = self.local_rotary.for_batch(positions, tables_only=fits)
+        global_rope, local_rope = self.rotary.for_batch(positions, tables_only=fits)
         for layer in self.layers:
             x = layer(x, local_rope if layer.is_local else global_rope, attention, meta)
         return self.final_norm(x)

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from engine.layers.attention import AttentionShape
-from engine.models.bert import BertModel
+from engine.models.bert import BertModel, as_bert_names
 
 # Hugging Face's MPNetEncoder.compute_position_bias buckets with these, whatever the config says.
 _NUM_BUCKETS, _MAX_DISTANCE = 32, 128
@@ -59,14 +59,7 @@ class MPNetModel(BertModel):
         return replace(super().attention_shape(is_causal), has_position_bias=True)
 
     def _renamed(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        bert_names = {}
-        for name, tensor in state.items():
-            name = name.removeprefix("mpnet.")
-            if name.startswith("encoder.layer."):
-                index, rest = name[len("encoder.layer."):].split(".", 1)
-                module, kind = rest.rsplit(".", 1)
-                name = f"encoder.layer.{index}.{_LAYER_NAMES.get(module, module)}.{kind}"
-            bert_names[name] = tensor
+        bert_names = as_bert_names(state, "mpnet.", "encoder.layer.", _LAYER_NAMES)
         renamed = super()._renamed(bert_names)
         buckets = bert_names["encoder.relative_attention_bias.weight"]  # [num_buckets, heads]
         if buckets.shape[0] < _NUM_BUCKETS:
