@@ -5,10 +5,10 @@ whether the model defines quantised (int8 / binary) output, which Matryoshka siz
 allows, whether the tokenizer must end each text with the end token, and the default
 prompt. The rules, in order of precedence (first match wins):
 
-attention   --attention; config.json `use_bidirectional_attention: true` or
-            `is_causal: false`, or model_type `bidirectional_pplx_qwen3` (pplx-embed)
-            -> bidirectional; other decoders (model_type qwen3) -> causal; encoders ->
-            bidirectional.
+attention   --attention; config.json `use_bidirectional_attention: true` (EmbeddingGemma) or
+            `is_causal: false`, or model_type `bidirectional_pplx_qwen3`
+            (pplx-embed) -> bidirectional; other decoders (model_type qwen3, mistral,
+            gemma3_text) -> causal; encoders -> bidirectional.
 pooling     --pooling; sentence-transformers `1_Pooling/config.json`; else last token
             for causal decoders (Qwen3-Embedding), mean otherwise (pplx-embed, BERT).
 quantization --embedding-quantization; a sentence-transformers module of type

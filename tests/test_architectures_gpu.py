@@ -15,28 +15,9 @@ import pytest
 import torch
 
 from tests.st_checkpoints import save_checkpoint
-from tests.test_architectures import SPECS, cosines
+from tests.test_architectures import SPECS, checkpoint, corpus, cosines, texts  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    from tests.conftest import load_texts
-
-    return load_texts(300)
-
-
-@pytest.fixture(scope="module")
-def texts(corpus) -> list[str]:
-    long_docs = ["\n\n".join(corpus[i:i + 12]) for i in range(100, 160, 12)]
-    return ["x", "  Return the sum.\n", *corpus[:60], *long_docs]
-
-
-@pytest.fixture(scope="module", params=sorted(SPECS))
-def checkpoint(request, tmp_path_factory, corpus):
-    path = tmp_path_factory.mktemp(request.param) / "model"
-    return request.param, save_checkpoint(path, SPECS[request.param], corpus)
 
 
 def _engine(path, **overrides):
@@ -67,6 +48,10 @@ def test_bf16_graphs_match_sentence_transformers(checkpoint, texts):
     assert cosines(eager, reference).min() >= 0.999
     assert cosines(runs[-1], eager).min() >= 0.9999
     assert np.allclose(np.linalg.norm(runs[-1], axis=1), 1.0, atol=1e-4)
+    # The PyTorch references of the fused kernels (--no-fused-kernels) on the device too;
+    # last, since the switch is process-wide.
+    unfused = _engine(path, fused_kernels=False).embed(texts)
+    assert cosines(unfused, reference).min() >= 0.999
 
 
 @pytest.mark.parametrize("arch,refusal", [("mpnet", "relative position bias"), ("modernbert", "sliding-window"),
