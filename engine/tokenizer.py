@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+import json
 
 import numpy as np
 from tokenizers import Tokenizer

@@ -1,7 +1,7 @@
 """Every architecture the engine runs, on CPU in fp32, against sentence-transformers on the same weights.
 
 Each checkpoint is tiny and random and saved by sentence-transformers itself
-(tests/st_checkpoints.py); the engine loads the saved directory as a user's would and its
+(tests/arch_checkpoints.py); the engine loads the saved directory as a user's would and its
 vectors must match `SentenceTransformer(path).encode(texts)` to cosine >= 0.99999 (the two
 differ only in summation order). The texts are the shared workload's paragraphs plus
 documents long enough to be truncated at the 256-token limit and to outgrow any sliding
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import load_texts
-from tests.st_checkpoints import MAX_SEQ_LEN, QUERY_PROMPT, Spec, save_checkpoint
+from tests.arch_checkpoints import MAX_SEQ_LEN, QUERY_PROMPT, Spec, save_checkpoint
 
 MIN_COSINE = 0.99999
 

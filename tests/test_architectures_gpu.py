@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.st_checkpoints import save_checkpoint
+from tests.arch_checkpoints import save_checkpoint
 from tests.test_architectures import SPECS, checkpoint, corpus, cosines, texts  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
