@@ -72,9 +72,11 @@ def resolve_model_dir(model: str | None) -> tuple[Path, str]:
     try:
         from huggingface_hub import snapshot_download
 
+        # "[0-9]*_*/*": the sentence-transformers module folders (1_Pooling, 2_Dense with its
+        # weights, which 2.x saved as pytorch_model.bin).
         local = snapshot_download(
             model,
-            allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "1_Pooling/*"],
+            allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "[0-9]*_*/*"],
         )
     except Exception as exc:
         raise ModelLoadError(
