@@ -79,9 +79,8 @@ HeadStep = Dense | LayerNorm | Normalize
 
 @dataclass(frozen=True)
 class SentenceModules:
-    """What a checkpoint's modules.json asks for; `present` is False without a modules.json."""
+    """What a checkpoint's modules.json asks for (all defaults without one)."""
 
-    present: bool = False
     pooling: str | None = None  # ours, "+"-joined when several modes are concatenated: "cls", "cls+mean"
     head: tuple[HeadStep, ...] = ()  # after pooling, in order
     quantizer: bool = False
@@ -211,7 +210,7 @@ def read_modules(model_dir: Path, hidden_size: int, st_config: dict) -> Sentence
         return SentenceModules(truncate_dim=_truncate_dim(truncate_dim, hidden_size))
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise ModuleError("modules.json is not a list of modules")
-    has_prompts = any(st_config.get("prompts", {}).values())
+    has_prompts = any((st_config.get("prompts") or {}).values())
     modules = [_Module(model_dir, entry, i) for i, entry in enumerate(entries)]
     pooling, head, quantizer = None, [], False
     max_seq_length, lowercase, dim = None, False, hidden_size
@@ -251,7 +250,7 @@ def read_modules(model_dir: Path, hidden_size: int, st_config: dict) -> Sentence
     if modules and pooling is None:
         raise ModuleError("modules.json has no Pooling module, so sentence-transformers would give no sentence "
                           "embedding")
-    return SentenceModules(present=True, pooling=pooling, head=tuple(head), quantizer=quantizer,
+    return SentenceModules(pooling=pooling, head=tuple(head), quantizer=quantizer,
                            max_seq_length=max_seq_length, lowercase=lowercase,
                            truncate_dim=_truncate_dim(truncate_dim, dim))
 

@@ -317,3 +317,25 @@ def test_server_serves_the_dense_and_truncated_size(tmp_path, bert_dir):
         assert too_big.status_code == 400 and too_big.json()["error"]["param"] == "dimensions"
     finally:
         server.stop()
+
+
+# --- on the GPU: the head runs inside the CUDA graphs (bf16 model, float32 head)
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("pooling", ["max", ("cls", "weightedmean")])
+def test_head_runs_inside_cuda_graphs(tmp_path, bert_dir, pooling):
+    m = _modules()
+    path = save_st_model(tmp_path / "st", bert_dir, pooling=pooling, after=_dense_stack(m), truncate_dim=12)
+    texts = load_texts(40)
+    reference = load_reference(path).encode(texts, convert_to_numpy=True)
+    engine = Engine(EngineConfig(model=str(path), max_batch_tokens=2048))
+    assert engine.device.type == "cuda" and engine.runner.graphs is not None
+    engine.warm_up()
+    replays = engine.runner.num_graph_replays
+    ours = engine.embed(texts)
+    assert engine.runner.num_graph_replays > replays  # the batches replayed graphs, head included
+    assert ours.shape == reference.shape == (40, 12)
+    assert _cosine(ours, reference).min() >= 0.999
+    eager = Engine(EngineConfig(model=str(path), max_batch_tokens=2048, enforce_eager=True)).embed(texts)
+    assert _cosine(ours, eager).min() >= 0.9999
