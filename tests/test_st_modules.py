@@ -205,6 +205,18 @@ def test_roberta_families(tmp_path, family):
     assert engine.spec.hf_config["model_type"] == family and engine.spec.max_seq_len == 128
 
 
+def test_do_lower_case_lowercases_before_a_cased_tokenizer(tmp_path):
+    hf = _roberta_like(tmp_path / "hf", roberta_tokenizer, RobertaConfig)
+    path = save_st_model(tmp_path / "st", hf, pooling="mean", max_seq_length=128)
+    cfg = json.loads((path / "sentence_bert_config.json").read_text())
+    (path / "sentence_bert_config.json").write_text(json.dumps({**cfg, "do_lower_case": True}))
+    texts = ["The Quick Brown Fox", "SHOUTED WORDS", *TEXTS[:4]]
+    engine = assert_matches_sentence_transformers(path, texts)
+    assert engine.spec.lowercase
+    cased = Engine(EngineConfig(model=str(hf), max_seq_len=128))  # the same model without the module's setting
+    assert not np.array_equal(cased.tokenize(texts[:1])[0], engine.tokenize(texts[:1])[0])
+
+
 def test_qwen3_embedding_layout(tmp_path):
     # Causal, last token; the tokenizer appends <|endoftext|> as Qwen3-Embedding's does.
     hf = tmp_path / "hf"
