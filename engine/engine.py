@@ -9,8 +9,9 @@ from engine.batch import PackedBatch, cut_batches, pack
 from engine.config import EngineConfig
 from engine.layers import fused
 from engine.layers.attention import make_attention_backend
+from engine.layers.head import SentenceHead
 from engine.lazy import LazyResult
-from engine.loader import ModelSpec, load_spec, load_state_dict
+from engine.loader import ModelLoadError, ModelSpec, load_spec, load_state_dict
 from engine.models import MODEL_CLASSES
 from engine.runner import ModelRunner
 from engine.tokenizer import TextTokenizer
@@ -39,7 +40,16 @@ def tokenizer_for(spec: ModelSpec) -> TextTokenizer:
     return TextTokenizer(
         spec.path, spec.max_seq_len, spec.append_end_token,
         strip_texts=spec.architecture == "bert",  # whitespace is content for byte-level BPE
+        lowercase=spec.lowercase,
     )
+
+
+def head_for(spec: ModelSpec) -> SentenceHead:
+    """Pooling, the checkpoint's modules after it, truncate_dim and the final normalisation (float32)."""
+    try:
+        return SentenceHead(spec.pooling, spec.head, spec.truncate_dim, spec.normalize).eval()
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise ModelLoadError(f"{spec.path}: the sentence-transformers modules' weights do not load: {exc}") from exc
 
 
 def vocab_size_of(tokenizer: TextTokenizer, spec: ModelSpec) -> int:
@@ -67,14 +77,14 @@ class Engine:
             config.attention_backend, model.attention_shape(self.spec.is_causal), self.device, self.dtype
         )
         self.runner = ModelRunner(
-            model, attention, self.device, pooling=self.spec.pooling, normalize=self.spec.normalize,
+            model, head_for(self.spec).to(self.device), attention, self.device,
             max_num_tokens=config.max_batch_tokens, max_num_seqs=config.max_batch_seqs,
             max_seqlen=self.spec.max_seq_len, enforce_eager=config.enforce_eager,
         )
 
     @property
     def dimensions(self) -> int:
-        return self.spec.hidden_size
+        return self.spec.embedding_dim
 
     @property
     def vocab_size(self) -> int:
