@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine.batch import pack  # noqa: E402
 from engine.batch import cut_batches  # noqa: E402
 from engine.layers.attention import make_attention_backend  # noqa: E402
+from engine.layers.head import SentenceHead  # noqa: E402
 from engine.models import MODEL_CLASSES  # noqa: E402
 from engine.runner import ModelRunner  # noqa: E402
 
@@ -206,7 +207,7 @@ def bench_model(name: str, backends: list[str], loads: dict, args, rows: list[di
             except ValueError as exc:
                 print(f"  {backend}: unavailable ({exc})", flush=True)
                 break
-            runner = ModelRunner(ours, attention, torch.device("cuda"), pooling=pooling, normalize=True,
+            runner = ModelRunner(ours, SentenceHead(pooling), attention, torch.device("cuda"),
                                  max_num_tokens=args.max_batch_tokens, max_num_seqs=args.max_batch_seqs,
                                  max_seqlen=MAX_SEQLEN, enforce_eager=enforce_eager)
             mode = f"{backend}{'+eager' if enforce_eager else ''}"

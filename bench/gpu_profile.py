@@ -31,6 +31,7 @@ from engine.batch import pack  # noqa: E402
 from engine.batch import cut_batches  # noqa: E402
 from engine.layers import fused  # noqa: E402
 from engine.layers.attention import make_attention_backend  # noqa: E402
+from engine.layers.head import SentenceHead  # noqa: E402
 from engine.models import MODEL_CLASSES  # noqa: E402
 from engine.runner import ModelRunner  # noqa: E402
 
@@ -100,14 +101,13 @@ def profile_model(name: str, args, out: list[str]) -> None:
         fused.set_fused_kernels(use_fused)
         attention = make_attention_backend(args.backend, ours.attention_shape(is_causal), torch.device("cuda"),
                                            torch.bfloat16)
-        common = dict(pooling=pooling, normalize=True, max_num_tokens=args.tokens, max_num_seqs=args.max_batch_seqs,
-                      max_seqlen=512)
-        eager = ModelRunner(ours, attention, torch.device("cuda"), enforce_eager=True, **common)
+        common = dict(max_num_tokens=args.tokens, max_num_seqs=args.max_batch_seqs, max_seqlen=512)
+        eager = ModelRunner(ours, SentenceHead(pooling), attention, torch.device("cuda"), enforce_eager=True, **common)
         t0 = time.perf_counter()
         vectors[use_fused] = eager.execute(pack(seqs)).wait()
         first_s = time.perf_counter() - t0
         rows, total_us, launches = kernel_table(eager, seqs)
-        graphs = ModelRunner(ours, attention, torch.device("cuda"), **common)
+        graphs = ModelRunner(ours, SentenceHead(pooling), attention, torch.device("cuda"), **common)
         ms = replay_ms(graphs, seqs)
         p50, p99 = latency_ms(graphs, 16, iters=200)
         _, query_us, query_launches = kernel_table(eager, [np.arange(1000, 1016, dtype=np.int32)])

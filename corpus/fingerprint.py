@@ -35,13 +35,16 @@ def model_fingerprint(spec, dtype: str, prompt: str) -> dict:
     digest = hashlib.sha256()
     weights = sorted(spec.path.glob("*.safetensors")) + sorted(spec.path.glob("pytorch_model*.bin"))
     files = [spec.path / name for name in _MODEL_FILES] + weights
+    # The sentence-transformers modules after pooling (Dense, LayerNorm): their settings and weights.
+    files += [path for step in spec.head if hasattr(step, "weights")
+              for path in (step.weights.parent / "config.json", step.weights)]
     for path in files:
         if path.is_file():
             _file_sample_digest(path, digest)
     return {
         "name": spec.name, "architecture": spec.architecture, "pooling": spec.pooling,
         "normalize": spec.normalize, "is_causal": spec.is_causal, "max_seq_len": spec.max_seq_len,
-        "dimensions": spec.hidden_size, "dtype": dtype, "prompt": prompt, "files_sha256": digest.hexdigest(),
+        "dimensions": spec.embedding_dim, "dtype": dtype, "prompt": prompt, "files_sha256": digest.hexdigest(),
     }
 
 

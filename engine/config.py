@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# How a sequence's token states become one vector (engine/layers/pooling.py); "a+b" concatenates.
+POOLING_MODES = ("cls", "mean", "last", "max", "mean_sqrt_len", "weighted_mean")
+
 
 @dataclass(frozen=True)
 class ModelOverrides:
@@ -11,7 +14,7 @@ class ModelOverrides:
     the checkpoint's own answer (see engine/loader.py for how each is read)."""
 
     attention: str | None = None  # "causal" | "bidirectional"
-    pooling: str | None = None  # "cls" | "mean" | "last"
+    pooling: str | None = None  # one of POOLING_MODES
     quantization: str | None = None  # "none" | "tanh" (int8 = round(127 * tanh(pooled)))
     default_prompt_name: str | None = None  # "" switches the checkpoint's default prompt off
     matryoshka_dims: str | None = None  # "any" | "none" | "64,128,256"

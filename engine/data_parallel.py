@@ -111,7 +111,7 @@ class EngineGroup:
 
     @property
     def dimensions(self) -> int:
-        return self.spec.hidden_size
+        return self.spec.embedding_dim
 
     @property
     def vocab_size(self) -> int:
@@ -126,7 +126,7 @@ class EngineGroup:
     def start(self, ready_timeout: float = 900.0) -> None:
         """Start every engine process at once (they load in parallel); return when all are warm."""
         layout = SlotLayout(self.max_batches_in_flight, self.config.max_batch_tokens, self.config.max_batch_seqs,
-                            self.spec.hidden_size)
+                            self.spec.embedding_dim)
         try:
             for index, device in enumerate(self.devices):
                 self.replicas.append(EngineProcess(index, self.engine_config(device), layout, self._plugin))

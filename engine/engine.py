@@ -9,8 +9,9 @@ from engine.batch import PackedBatch, cut_batches, pack
 from engine.config import EngineConfig
 from engine.layers import fused
 from engine.layers.attention import make_attention_backend
+from engine.layers.head import SentenceHead
 from engine.lazy import LazyResult
-from engine.loader import ModelSpec, load_spec, load_state_dict
+from engine.loader import ModelLoadError, ModelSpec, load_spec, load_state_dict
 from engine.models import MODEL_CLASSES
 from engine.runner import ModelRunner
 from engine.tokenizer import TextTokenizer
@@ -35,16 +36,27 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return _DTYPES[name]
 
 
-# Architectures whose tokenizers split on whitespace (WordPiece), where stripping a text changes
-# nothing a reference computes; for byte-level BPE and SentencePiece whitespace is content.
-_STRIPPED_ARCHITECTURES = {"bert", "distilbert", "mpnet"}
+# Model types whose tokenizers split on whitespace (WordPiece), where stripping a text changes
+# nothing a reference computes. For byte-level BPE (RoBERTa, XLM-R's SentencePiece, Qwen3,
+# ModernBERT, Gemma3, Mistral) whitespace is content, and sentence-transformers 6 feeds the
+# text as it is.
+_STRIPPED_MODEL_TYPES = {"bert", "distilbert", "mpnet"}
 
 
 def tokenizer_for(spec: ModelSpec) -> TextTokenizer:
     return TextTokenizer(
         spec.path, spec.max_seq_len, spec.append_end_token,
-        strip_texts=spec.architecture in _STRIPPED_ARCHITECTURES,
+        strip_texts=spec.hf_config.get("model_type") in _STRIPPED_MODEL_TYPES,
+        lowercase=spec.lowercase,
     )
+
+
+def head_for(spec: ModelSpec) -> SentenceHead:
+    """Pooling, the checkpoint's modules after it, truncate_dim and the final normalisation (float32)."""
+    try:
+        return SentenceHead(spec.pooling, spec.head, spec.truncate_dim, spec.normalize).eval()
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise ModelLoadError(f"{spec.path}: the sentence-transformers modules' weights do not load: {exc}") from exc
 
 
 def vocab_size_of(tokenizer: TextTokenizer, spec: ModelSpec) -> int:
@@ -71,14 +83,14 @@ class Engine:
         shape = model.attention_shape(self.spec.is_causal).bounded_by(self.spec.max_seq_len)
         attention = make_attention_backend(config.attention_backend, shape, self.device, self.dtype)
         self.runner = ModelRunner(
-            model, attention, self.device, pooling=self.spec.pooling, normalize=self.spec.normalize,
+            model, head_for(self.spec).to(self.device), attention, self.device,
             max_num_tokens=config.max_batch_tokens, max_num_seqs=config.max_batch_seqs,
             max_seqlen=self.spec.max_seq_len, enforce_eager=config.enforce_eager,
         )
 
     @property
     def dimensions(self) -> int:
-        return self.spec.hidden_size
+        return self.spec.embedding_dim
 
     @property
     def vocab_size(self) -> int:

@@ -9,8 +9,9 @@ attention   --attention; config.json `use_bidirectional_attention: true` (Embedd
             `is_causal: false`, or model_type `bidirectional_pplx_qwen3`
             (pplx-embed) -> bidirectional; other decoders (model_type qwen3, mistral,
             gemma3_text) -> causal; encoders -> bidirectional.
-pooling     --pooling; sentence-transformers `1_Pooling/config.json`; else last token
-            for causal decoders (Qwen3-Embedding), mean otherwise (pplx-embed, BERT).
+pooling     --pooling; the sentence-transformers Pooling module (engine/st_modules.py); a
+            modules.json without one is refused; else last token for causal decoders
+            (Qwen3-Embedding), mean otherwise (pplx-embed, BERT).
 quantization --embedding-quantization; a sentence-transformers module of type
             `*.FlexibleQuantizer` (pplx-embed's st_quantize) or model_type
             `bidirectional_pplx_qwen3` -> "tanh": int8 = round(127 * tanh(pooled)),
@@ -18,6 +19,8 @@ quantization --embedding-quantization; a sentence-transformers module of type
 matryoshka  --matryoshka-dims ("any" | "none" | "64,128,256"); config.json
             `matryoshka_dimensions`; else no declaration, which allows any size from 1
             to the full size (truncate and re-normalise, as OpenAI's `dimensions` does).
+            The full size is the model's output size: after its Dense modules and its
+            config_sentence_transformers.json `truncate_dim`.
 end token   causal last-token pooling reads the end token's hidden state, so a decoder
             with last-token pooling gets the end token appended if its tokenizer does
             not append one itself (Qwen3-Embedding's later tokenizer.json does, with a
@@ -34,11 +37,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.config import ModelOverrides
+from engine.config import POOLING_MODES, ModelOverrides
+from engine.st_modules import SentenceModules
 
 PPLX_MODEL_TYPE = "bidirectional_pplx_qwen3"
 ATTENTION_KINDS = ("causal", "bidirectional")
-POOLING_MODES = ("cls", "mean", "last")
 QUANTIZATIONS = ("none", "tanh")
 
 
@@ -79,18 +82,18 @@ def _is_causal(hf_config: dict, is_decoder: bool, override: str | None) -> bool:
     return is_decoder
 
 
-def _quantization(hf_config: dict, modules: list[dict], override: str | None) -> str | None:
+def _quantization(hf_config: dict, modules: SentenceModules, override: str | None) -> str | None:
     if override is not None:
         if override not in QUANTIZATIONS:
             raise FlavourError(f"--embedding-quantization must be one of {', '.join(QUANTIZATIONS)}; got {override!r}")
         return None if override == "none" else override
-    if any(m.get("type", "").endswith("FlexibleQuantizer") for m in modules):
+    if modules.quantizer:
         return "tanh"
     return "tanh" if hf_config.get("model_type") == PPLX_MODEL_TYPE else None
 
 
-def parse_matryoshka_dims(text: str, hidden_size: int) -> tuple[int, ...] | None:
-    """"any" -> None, "none" -> (), "64,128" -> (64, 128); sizes must lie in 1..hidden_size."""
+def parse_matryoshka_dims(text: str, full_size: int) -> tuple[int, ...] | None:
+    """"any" -> None, "none" -> (), "64,128" -> (64, 128); sizes must lie in 1..full_size."""
     text = text.strip().lower()
     if text == "any":
         return None
@@ -100,30 +103,30 @@ def parse_matryoshka_dims(text: str, hidden_size: int) -> tuple[int, ...] | None
         dims = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
     except ValueError as exc:
         raise FlavourError(f"--matryoshka-dims must be 'any', 'none' or a comma list of sizes; got {text!r}") from exc
-    if not dims or dims[0] < 1 or dims[-1] > hidden_size:
-        raise FlavourError(f"Matryoshka sizes must lie between 1 and {hidden_size}; got {text!r}")
+    if not dims or dims[0] < 1 or dims[-1] > full_size:
+        raise FlavourError(f"Matryoshka sizes must lie between 1 and {full_size}; got {text!r}")
     return dims
 
 
-def _matryoshka(hf_config: dict, hidden_size: int, override: str | None) -> tuple[int, ...] | None:
+def _matryoshka(hf_config: dict, full_size: int, override: str | None) -> tuple[int, ...] | None:
     if override is not None:
-        return parse_matryoshka_dims(override, hidden_size)
+        return parse_matryoshka_dims(override, full_size)
     declared = hf_config.get("matryoshka_dimensions")
     if isinstance(declared, list) and declared:
-        return parse_matryoshka_dims(",".join(str(d) for d in declared), hidden_size)
+        return parse_matryoshka_dims(",".join(str(d) for d in declared), full_size)
     return None
 
 
 def read_flavour(
-    hf_config: dict, st_pooling: str | None, modules: list[dict], st_cfg: dict, prompts: dict,
-    hidden_size: int, is_decoder: bool, overrides: ModelOverrides,
+    hf_config: dict, modules: SentenceModules, st_cfg: dict, prompts: dict,
+    embedding_dim: int, is_decoder: bool, overrides: ModelOverrides,
 ) -> Flavour:
     """Apply the rules of this module's docstring to one checkpoint's files."""
     _refuse_contextual(hf_config)
     is_causal = _is_causal(hf_config, is_decoder, overrides.attention)
     if overrides.pooling is not None and overrides.pooling not in POOLING_MODES:
         raise FlavourError(f"--pooling must be one of {', '.join(POOLING_MODES)}; got {overrides.pooling!r}")
-    pooling = overrides.pooling or st_pooling or ("last" if is_decoder and is_causal else "mean")
+    pooling = overrides.pooling or modules.pooling or ("last" if is_decoder and is_causal else "mean")
     default_prompt = st_cfg.get("default_prompt_name")
     if overrides.default_prompt_name is not None:
         default_prompt = overrides.default_prompt_name or None
@@ -135,7 +138,7 @@ def read_flavour(
         is_causal=is_causal,
         pooling=pooling,
         quantization=_quantization(hf_config, modules, overrides.quantization),
-        matryoshka_dims=_matryoshka(hf_config, hidden_size, overrides.matryoshka_dims),
-        append_end_token=is_decoder and pooling == "last",
+        matryoshka_dims=_matryoshka(hf_config, embedding_dim, overrides.matryoshka_dims),
+        append_end_token=is_decoder and "last" in pooling.split("+"),
         default_prompt_name=default_prompt,
     )

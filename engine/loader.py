@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 
 from engine.config import ModelOverrides
 from engine.flavour import PPLX_MODEL_TYPE, FlavourError, read_flavour
+from engine.st_modules import HeadStep, ModuleError, SentenceModules, output_dim, read_modules
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -37,7 +38,9 @@ _POSITIONS_AFTER_PADDING = {"roberta", "xlm-roberta", "camembert", "mpnet"}
 
 # What a hub download fetches: configs, tokenizer files and safetensors weights (not the
 # ONNX, OpenVINO or pickled copies many repositories carry as well).
-_HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "1_Pooling/*"]
+# "[0-9]*_*/*": the sentence-transformers module folders (1_Pooling, 2_Dense with its weights,
+# which 2.x saved as pytorch_model.bin).
+_HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "[0-9]*_*/*"]
 
 
 class ModelLoadError(RuntimeError):
@@ -52,16 +55,20 @@ class ModelSpec:
     name: str  # what /v1/models lists unless --served-model-name says otherwise
     architecture: str  # key into engine.models.MODEL_CLASSES
     hf_config: dict
-    pooling: str  # "cls" | "mean" | "last"
-    normalize: bool
+    pooling: str  # engine/layers/pooling.py's modes, "+"-joined where concatenated: "cls", "mean", "cls+mean"
+    normalize: bool  # the final L2 normalisation (the sentence-transformers Normalize module is a head step)
     max_seq_len: int
-    hidden_size: int
+    hidden_size: int  # the transformer's width
+    embedding_dim: int  # the size of the vectors handed out (after Dense modules and truncate_dim)
     is_causal: bool
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
     quantization: str | None = None  # "tanh" where the model defines int8 / binary output
-    matryoshka_dims: tuple[int, ...] | None = None  # None: any size 1..hidden_size
+    matryoshka_dims: tuple[int, ...] | None = None  # None: any size 1..embedding_dim
     append_end_token: bool = False  # the tokenizer must end each text with the end token
+    head: tuple[HeadStep, ...] = ()  # sentence-transformers modules after pooling, in order
+    truncate_dim: int | None = None  # vectors cut to this size before the final normalisation
+    lowercase: bool = False  # texts are lowercased before tokenizing (the Transformer module's do_lower_case)
 
 
 def resolve_model_dir(model: str | None, revision: str | None = None) -> tuple[Path, str]:
@@ -107,30 +114,9 @@ def _read_json(path: Path) -> dict | list | None:
         return json.load(f)
 
 
-def _sentence_transformers_modules(model_dir: Path) -> list[dict]:
-    modules = _read_json(model_dir / "modules.json")
-    return modules if isinstance(modules, list) else []
-
-
-def _pooling_from_st(model_dir: Path, modules: list[dict]) -> str | None:
-    for module in modules:
-        if module.get("type", "").endswith("models.Pooling"):
-            cfg = _read_json(model_dir / module.get("path", "") / "config.json") or {}
-            if cfg.get("pooling_mode_cls_token"):
-                return "cls"
-            if cfg.get("pooling_mode_lasttoken"):
-                return "last"
-            if cfg.get("pooling_mode_mean_tokens"):
-                return "mean"
-            modes = [k for k, v in cfg.items() if k.startswith("pooling_mode") and v]
-            raise ModelLoadError(f"unsupported sentence-transformers pooling {modes}")
-    return None
-
-
-def _max_seq_len(model_dir: Path, hf_config: dict) -> int:
-    st_cfg = _read_json(model_dir / "sentence_bert_config.json") or {}
-    if st_cfg.get("max_seq_length"):
-        return int(st_cfg["max_seq_length"])
+def _max_seq_len(model_dir: Path, hf_config: dict, modules: SentenceModules) -> int:
+    if modules.max_seq_length:
+        return modules.max_seq_length
     limits = [hf_config.get("max_position_embeddings") or 512]
     tok_cfg = _read_json(model_dir / "tokenizer_config.json") or {}
     if isinstance(tok_cfg.get("model_max_length"), int) and tok_cfg["model_max_length"] < 10**9:
@@ -157,17 +143,20 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
     # DistilBERT's config calls the hidden size `dim`.
     hidden_size = int(hf_config.get("hidden_size") or hf_config.get("dim") or 0)
 
-    modules = _sentence_transformers_modules(model_dir)
     st_cfg = _read_json(model_dir / "config_sentence_transformers.json") or {}
     prompts = dict(st_cfg.get("prompts") or {})
     try:
-        flavour = read_flavour(
-            hf_config, _pooling_from_st(model_dir, modules), modules, st_cfg, prompts,
-            hidden_size, architecture in DECODER_ARCHITECTURES, overrides or ModelOverrides(),
-        )
+        modules = read_modules(model_dir, hidden_size, st_cfg)
+        overrides = overrides or ModelOverrides()
+        pooling = overrides.pooling or modules.pooling
+        full_dim = output_dim(pooling, modules.head, hidden_size) if pooling else hidden_size
+        embedding_dim = modules.truncate_dim or full_dim
+        flavour = read_flavour(hf_config, modules, st_cfg, prompts, embedding_dim, architecture in DECODER_ARCHITECTURES, overrides)
     except FlavourError as exc:
         raise ModelLoadError(str(exc)) from exc
-    model_limit = _max_seq_len(model_dir, hf_config)
+    except ModuleError as exc:
+        raise ModelLoadError(f"{model_dir}: {exc}") from exc
+    model_limit = _max_seq_len(model_dir, hf_config, modules)
     return ModelSpec(
         path=model_dir,
         name=name,
@@ -180,12 +169,16 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
         normalize=flavour.quantization is None,
         max_seq_len=min(max_seq_len, model_limit) if max_seq_len else model_limit,
         hidden_size=hidden_size,
+        embedding_dim=embedding_dim,
         is_causal=flavour.is_causal,
         prompts=prompts,
         default_prompt_name=flavour.default_prompt_name,
         quantization=flavour.quantization,
         matryoshka_dims=flavour.matryoshka_dims,
         append_end_token=flavour.append_end_token,
+        head=modules.head,
+        truncate_dim=modules.truncate_dim,
+        lowercase=modules.lowercase,
     )
 
 

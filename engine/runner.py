@@ -1,4 +1,5 @@
-"""ModelRunner: a packed batch -> device -> model -> pooled (normalised) vectors, eager or graph."""
+"""ModelRunner: a packed batch -> device -> model -> sentence head (pooling, Dense, normalisation) -> vectors,
+eager or graph."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import torch
 from engine.batch import PackedBatch, split_packed
 from engine.graphs import CUDAGraphRunner, StaticInputs
 from engine.layers.attention import AttentionBackend
-from engine.layers.pooling import normalize, pool
+from engine.layers.head import SentenceHead
 from engine.lazy import LazyResult
 
 
@@ -26,11 +27,9 @@ class ModelRunner:
     batch never waits for the device.
     """
 
-    def __init__(self, model: torch.nn.Module, attention: AttentionBackend, device: torch.device, *,
-                 pooling: str, normalize: bool, max_num_tokens: int, max_num_seqs: int, max_seqlen: int,
-                 enforce_eager: bool = False):
-        self.model, self.attention, self.device = model, attention, device
-        self.pooling, self.normalize = pooling, normalize
+    def __init__(self, model: torch.nn.Module, head: SentenceHead, attention: AttentionBackend, device: torch.device,
+                 *, max_num_tokens: int, max_num_seqs: int, max_seqlen: int, enforce_eager: bool = False):
+        self.model, self.head, self.attention, self.device = model, head, attention, device
         self.inputs: StaticInputs | None = None
         self._num_eager_runs = 0  # batches run outside any graph (CPU, --enforce-eager, no bucket)
         self.graphs: CUDAGraphRunner | None = None
@@ -43,10 +42,8 @@ class ModelRunner:
 
     def _forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cu_seqlens: torch.Tensor,
                  meta: object) -> torch.Tensor:
-        """Everything a graph holds: the model, pooling and normalisation -> [B, dim] float32."""
-        hidden = self.model(input_ids, positions, self.attention, meta)
-        vectors = pool(hidden, cu_seqlens, self.pooling)
-        return normalize(vectors) if self.normalize else vectors
+        """Everything a graph holds: the model and the sentence head -> [B, dim] float32."""
+        return self.head(self.model(input_ids, positions, self.attention, meta), cu_seqlens)
 
     @torch.inference_mode()
     def execute(self, batch: PackedBatch) -> LazyResult:

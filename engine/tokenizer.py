@@ -7,7 +7,7 @@ from pathlib import Path
 import json
 
 import numpy as np
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, normalizers
 from tokenizers.processors import TemplateProcessing
 
 # The token Qwen3-Embedding's own tokenizer.json appends (its TemplateProcessing
@@ -58,6 +58,16 @@ def _template_piece(piece: dict) -> str:
     return f"${piece['Sequence']['id']}:{piece['Sequence']['type_id']}"
 
 
+def lowercase_first(tokenizer: Tokenizer) -> None:
+    """Lowercase texts before the tokenizer's own normaliser, as sentence-transformers does for a
+    Transformer module with do_lower_case, unless a Lowercase normaliser is already there."""
+    current = tokenizer.normalizer
+    steps = list(current) if isinstance(current, normalizers.Sequence) else [current] if current else []
+    if any(isinstance(step, normalizers.Lowercase) for step in steps):
+        return
+    tokenizer.normalizer = normalizers.Sequence([normalizers.Lowercase(), *steps])
+
+
 class TextTokenizer:
     """A fast (Rust) tokenizer configured for embedding: truncation on, padding off.
 
@@ -65,10 +75,13 @@ class TextTokenizer:
     releases the GIL and spreads one batch over the machine's cores.
     """
 
-    def __init__(self, model_dir: Path, max_seq_len: int, append_end_token: bool = False, strip_texts: bool = True):
+    def __init__(self, model_dir: Path, max_seq_len: int, append_end_token: bool = False, strip_texts: bool = True,
+                 lowercase: bool = False):
         self.max_seq_len = max_seq_len
         self.strip_texts = strip_texts
         self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        if lowercase:
+            lowercase_first(self._tokenizer)
         if append_end_token:
             ensure_end_token(model_dir, self._tokenizer)
         self._tokenizer.no_padding()

@@ -8,7 +8,7 @@ import os
 import sys
 from dataclasses import replace
 
-from engine.config import EngineConfig, ModelOverrides
+from engine.config import POOLING_MODES, EngineConfig, ModelOverrides
 from engine.data_parallel import check_devices, engine_process_wanted, resolve_device, resolve_engine_devices
 from engine.loader import ModelLoadError, load_spec
 from server.aliases import AliasError, resolve_aliases
@@ -105,8 +105,9 @@ def _add_model_flags(serve: argparse.ArgumentParser) -> None:
     group.add_argument("--attention", choices=["causal", "bidirectional"], default=None,
                        help="attention mask (default: bidirectional for pplx-embed / use_bidirectional_attention, "
                             "causal for other decoders)")
-    group.add_argument("--pooling", choices=["cls", "mean", "last"], default=None,
-                       help="pooling (default: sentence-transformers 1_Pooling, else last for causal decoders, mean)")
+    group.add_argument("--pooling", choices=POOLING_MODES, default=None,
+                       help="pooling (default: the sentence-transformers Pooling module, else last for causal decoders, "
+                            "mean)")
     group.add_argument("--embedding-quantization", choices=["none", "tanh"], default=None,
                        help="tanh: offer int8 = round(127*tanh(x)) and sign-bit formats (default: on for pplx-embed)")
     group.add_argument("--default-prompt-name", default=None,

@@ -7,6 +7,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from engine.config import POOLING_MODES
+
 _DEFAULT_CHUNK_SIZE = 10_000  # corpus.job.DEFAULT_CHUNK_SIZE, kept here so --help imports no torch
 
 
@@ -54,7 +56,7 @@ def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
                             "(default: fused)")
     model.add_argument("--attention", choices=["causal", "bidirectional"], default=None,
                        help="override the checkpoint's attention mask (default: from the checkpoint)")
-    model.add_argument("--pooling", choices=["cls", "mean", "last"], default=None,
+    model.add_argument("--pooling", choices=POOLING_MODES, default=None,
                        help="override the checkpoint's pooling (default: from the checkpoint)")
     embed.add_argument("--engine-plugin", default=None, help=argparse.SUPPRESS)  # fault injection in tests
 

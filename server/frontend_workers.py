@@ -81,7 +81,7 @@ def serve_frontend_workers(config: ServerConfig, spec: ModelSpec) -> None:
         signal.signal(sig, lambda *_: stop.set())
     plugin = load_engine_plugin(config.engine_plugin) if config.engine_plugin else None
     layout = SlotLayout(config.batches_in_flight, config.engine.max_batch_tokens, config.engine.max_batch_seqs,
-                        spec.hidden_size)
+                        spec.embedding_dim)
     engines: list[SharedEngine] = []
     workers: list[multiprocessing.Process] = []
     died: str | None = None

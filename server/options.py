@@ -19,7 +19,7 @@ def check_encoding_format(spec: ModelSpec, encoding_format: str) -> None:
 
 def check_dimensions(spec: ModelSpec, dimensions: int | None) -> None:
     """Matryoshka sizes: any 1..full without a declaration, else the declared sizes (and full)."""
-    full = spec.hidden_size
+    full = spec.embedding_dim
     if dimensions is None or dimensions == full:
         return
     if spec.matryoshka_dims is None:

@@ -60,7 +60,8 @@ def randomize(model: torch.nn.Module, seed: int) -> None:
     with torch.no_grad():
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=gen)
-            p.copy_(1.0 + 0.3 * noise if "norm" in name else 0.15 * noise)
+            is_norm_scale = "norm" in name.lower() and name.endswith("weight")  # BERT's LayerNorm too
+            p.copy_(1.0 + 0.3 * noise if is_norm_scale else 0.15 * noise)
 
 
 @dataclass

@@ -126,6 +126,7 @@ def test_whole_model_fused_equals_reference(architecture):
     from engine.batch import pack
     from engine.layers.attention import make_attention_backend
     from engine.models import MODEL_CLASSES
+    from engine.layers.head import SentenceHead
     from engine.runner import ModelRunner
 
     if architecture == "bert":
@@ -144,7 +145,7 @@ def test_whole_model_fused_equals_reference(architecture):
             p.data.normal_(0, 0.05).add_(torch.ones_like(p) if p.dim() == 1 else 0)
     model = model.to(torch.bfloat16).eval()
     attention = make_attention_backend("varlen", model.attention_shape(is_causal), torch.device("cuda"), torch.bfloat16)
-    runner = ModelRunner(model, attention, torch.device("cuda"), pooling=pooling, normalize=True, max_num_tokens=4096,
+    runner = ModelRunner(model, SentenceHead(pooling), attention, torch.device("cuda"), max_num_tokens=4096,
                          max_num_seqs=64, max_seqlen=512, enforce_eager=True)
     g = torch.Generator().manual_seed(1)
     seqs = [torch.randint(0, 1000, (n,), generator=g).numpy().astype("int32") for n in (1, 7, 64, 200, 512)]

@@ -19,6 +19,7 @@ import torch
 from engine.batch import pack
 from engine.graphs import CUDAGraphRunner, _fill_padded, token_buckets
 from engine.layers.attention import make_attention_backend
+from engine.layers.head import SentenceHead
 from engine.models import MODEL_CLASSES
 from engine.runner import ModelRunner
 
@@ -144,7 +145,7 @@ def _ours(architecture: str, hf_model, dtype=torch.bfloat16):
 def _runner(model, backend: str, is_causal: bool, pooling: str = "mean", enforce_eager: bool = False):
     dtype = next(model.parameters()).dtype
     attention = make_attention_backend(backend, model.attention_shape(is_causal), torch.device("cuda"), dtype)
-    return ModelRunner(model, attention, torch.device("cuda"), pooling=pooling, normalize=True,
+    return ModelRunner(model, SentenceHead(pooling), attention, torch.device("cuda"),
                        max_num_tokens=MAX_NUM_TOKENS, max_num_seqs=MAX_NUM_SEQS, max_seqlen=MAX_SEQLEN,
                        enforce_eager=enforce_eager)
 
