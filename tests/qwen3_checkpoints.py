@@ -54,14 +54,23 @@ def tiny_config(vocab_size: int, **extra) -> Qwen3Config:
     )
 
 
-def randomize(model: torch.nn.Module, seed: int) -> None:
-    """Weights far from their init, norms included, so that a mixed-up tensor would show."""
+def randomize(model: torch.nn.Module, seed: int, emphasize: tuple[str, ...] = ()) -> None:
+    """Weights far from their init, so that a mixed-up tensor would show: norm scales around 1,
+    everything else around 0. Norm offsets stay small: a large one is shared by every token and
+    would make all pooled vectors alike, so that any two texts' vectors (and a wrong one) had
+    cosine ~1. Parameters whose names contain one of `emphasize` get 10x the scale (a bias too
+    small to move the softmax could be misapplied unnoticed)."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=gen)
-            is_norm_scale = "norm" in name.lower() and name.endswith("weight")  # BERT's LayerNorm too
-            p.copy_(1.0 + 0.3 * noise if is_norm_scale else 0.15 * noise)
+            is_norm = "norm" in name.lower()  # BERT's LayerNorm too
+            if is_norm and name.endswith("bias"):
+                p.copy_(0.02 * noise)
+            elif is_norm:
+                p.copy_(1.0 + 0.3 * noise)
+            else:
+                p.copy_(0.15 * noise * (10 if any(part in name for part in emphasize) else 1))
 
 
 @dataclass

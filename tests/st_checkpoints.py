@@ -6,9 +6,14 @@ Normalize, ...) and saves it with `SentenceTransformer.save`, so the files on di
 ones the installed sentence-transformers writes. `SentenceTransformer(path).encode` on the
 same directory is the reference the engine is compared with.
 
+`save_architecture` does both steps for one architecture: its tokenizer's files, a tiny
+config of that vocabulary, the Hugging Face save, then sentence-transformers' save.
+
 Tokenizers are made here too, small and trained on the shared workload: WordPiece (the
-default model's own files), RoBERTa's byte-level BPE, XLM-R's SentencePiece-style unigram
-and Qwen's byte-level BPE that ends each text with <|endoftext|>.
+default model's own files), RoBERTa's byte-level BPE, XLM-R's SentencePiece-style unigram,
+Qwen's byte-level BPE that ends each text with <|endoftext|>, a byte-level BPE wrapping
+each text in [CLS] ... [SEP] (ModernBERT's layout) and one wrapping it in <s> ... </s>
+(Mistral's and Gemma's).
 """
 
 from __future__ import annotations
@@ -34,13 +39,14 @@ def _write_json(path: Path, value) -> None:
     path.write_text(json.dumps(value, indent=1), encoding="utf-8")
 
 
-def bert_tokenizer(out: Path) -> None:
-    """The default model's WordPiece tokenizer (uncased, [CLS] ... [SEP])."""
+def bert_tokenizer(out: Path) -> int:
+    """The default model's WordPiece tokenizer (uncased, [CLS] ... [SEP]). Returns the vocabulary size."""
     from engine.loader import resolve_model_dir
 
     source = resolve_model_dir(None)[0]
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         shutil.copy(source / name, out / name)
+    return Tokenizer.from_file(str(out / "tokenizer.json")).get_vocab_size()
 
 
 def _save_fast_tokenizer(tok: Tokenizer, out: Path, **special_tokens: str) -> None:
@@ -51,13 +57,7 @@ def _save_fast_tokenizer(tok: Tokenizer, out: Path, **special_tokens: str) -> No
 
 def roberta_tokenizer(out: Path, vocab_size: int = 600) -> int:
     """RoBERTa's layout: byte-level BPE, <s> A </s>, <pad> = 1. Returns the vocabulary size."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
-    tok.train_from_iterator(load_texts(300), trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False))
+    tok = train_tokenizer(load_texts(300), vocab_size, ("<s>", "<pad>", "</s>", "<unk>", "<mask>"))
     tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), add_prefix_space=False)
     _save_fast_tokenizer(tok, out, bos_token="<s>", eos_token="</s>", sep_token="</s>", cls_token="<s>",
                          pad_token="<pad>", unk_token="<unk>", mask_token="<mask>")
@@ -87,12 +87,37 @@ def qwen_tokenizer(out: Path) -> int:
     return tok.get_vocab_size()
 
 
-def save_hf_model(out: Path, config: PretrainedConfig, *, seed: int = 0, trust_remote_code: bool = False) -> Path:
-    """A random-weight model of `config`, saved the Hugging Face way (tokenizer files go in `out` too)."""
+def _bpe_wrapping(out: Path, first: str, last: str, specials: tuple[str, ...], **special_tokens: str) -> int:
+    """A byte-level BPE whose post-processor wraps each text in `first` ... `last`."""
+    tok = train_tokenizer(load_texts(300), special_tokens=specials)
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{first}:0 $A:0 {last}:0", pair=f"{first}:0 $A:0 {last}:0 $B:1 {last}:1",
+        special_tokens=[(t, tok.token_to_id(t)) for t in (first, last)])
+    _save_fast_tokenizer(tok, out, **special_tokens)
+    return tok.get_vocab_size()
+
+
+def bpe_encoder_tokenizer(out: Path) -> int:
+    """ModernBERT's layout: byte-level BPE, [CLS] A [SEP]. Returns the vocabulary size."""
+    return _bpe_wrapping(out, "[CLS]", "[SEP]", ("[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]"), cls_token="[CLS]",
+                         sep_token="[SEP]", pad_token="[PAD]", mask_token="[MASK]", unk_token="[UNK]")
+
+
+def llama_tokenizer(out: Path) -> int:
+    """Mistral's (and, renamed, EmbeddingGemma's) layout: byte-level BPE, <s> A </s>, so that
+    last-token pooling reads </s>. Returns the vocabulary size."""
+    return _bpe_wrapping(out, "<s>", "</s>", ("<unk>", "<s>", "</s>", "<pad>"), bos_token="<s>", eos_token="</s>",
+                         pad_token="<pad>", unk_token="<unk>")
+
+
+def save_hf_model(out: Path, config: PretrainedConfig, *, seed: int = 0, trust_remote_code: bool = False,
+                  emphasize: tuple[str, ...] = ()) -> Path:
+    """A random-weight model of `config`, saved the Hugging Face way (tokenizer files go in `out` too);
+    `emphasize`: tests/qwen3_checkpoints.py's randomize."""
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     model = AutoModel.from_config(config, trust_remote_code=trust_remote_code)
-    randomize(model, seed)
+    randomize(model, seed, emphasize)
     model.save_pretrained(out)
     return out
 
@@ -144,6 +169,16 @@ def save_st_model(out: Path, hf_dir: Path, *, pooling: str | Sequence[str] = "me
     model = SentenceTransformer(modules=modules, truncate_dim=truncate_dim, prompts=prompts, device="cpu")
     model.save(str(out))
     return out
+
+
+def save_architecture(path: Path, tokenizer: Callable[[Path], int], config: Callable[[int], PretrainedConfig], *,
+                      seed: int = 0, emphasize: tuple[str, ...] = (), **st_options) -> Path:
+    """`tokenizer`'s files and a random model of `config(vocabulary size)` saved the Hugging Face
+    way into `{path}-hf`, then by sentence-transformers into `path` (`st_options`: save_st_model's)."""
+    hf_dir = path.parent / f"{path.name}-hf"
+    hf_dir.mkdir(parents=True, exist_ok=True)
+    save_hf_model(hf_dir, config(tokenizer(hf_dir)), seed=seed, emphasize=emphasize)
+    return save_st_model(path, hf_dir, seed=seed, **st_options)
 
 
 def load_reference(path: Path, trust_remote_code: bool = False):

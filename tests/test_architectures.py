@@ -1,7 +1,7 @@
 """Every architecture the engine runs, on CPU in fp32, against sentence-transformers on the same weights.
 
 Each checkpoint is tiny and random and saved by sentence-transformers itself
-(tests/arch_checkpoints.py); the engine loads the saved directory as a user's would and its
+(tests/st_checkpoints.py); the engine loads the saved directory as a user's would and its
 vectors must match `SentenceTransformer(path).encode(texts)` to cosine >= 0.99999 (the two
 differ only in summation order). The texts are the shared workload's paragraphs plus
 documents long enough to be truncated at the 256-token limit and to outgrow any sliding
@@ -10,71 +10,110 @@ window of the configs below.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
 import numpy as np
 import pytest
+import torch
 
 from tests.conftest import load_texts
-from tests.arch_checkpoints import MAX_SEQ_LEN, QUERY_PROMPT, Spec, save_checkpoint
+from tests.qwen3_checkpoints import MAX_SEQ_LEN, QUERY_PROMPT
+from tests.st_checkpoints import (ModuleSpec, bert_tokenizer, bpe_encoder_tokenizer, llama_tokenizer,
+                                  save_architecture)
 
 MIN_COSINE = 0.99999
 
 
 def _distilbert(vocab_size: int):
-    from transformers import DistilBertConfig, DistilBertModel
+    from transformers import DistilBertConfig
 
-    return DistilBertModel(DistilBertConfig(vocab_size=vocab_size, dim=32, hidden_dim=64, n_layers=2, n_heads=4,
-                                            max_position_embeddings=512))
+    return DistilBertConfig(vocab_size=vocab_size, dim=32, hidden_dim=64, n_layers=2, n_heads=4,
+                            max_position_embeddings=512)
 
 
 def _mpnet(vocab_size: int):
-    from transformers import MPNetConfig, MPNetModel
+    from transformers import MPNetConfig
 
-    return MPNetModel(MPNetConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                  num_attention_heads=4, max_position_embeddings=514, layer_norm_eps=1e-5),
-                      add_pooling_layer=False)
+    return MPNetConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, max_position_embeddings=514, layer_norm_eps=1e-5)
 
 
 def _mistral(vocab_size: int):
-    from transformers import MistralConfig, MistralModel
+    from transformers import MistralConfig
 
     # A causal window of 48 tokens, which the long documents outgrow.
-    return MistralModel(MistralConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                                      max_position_embeddings=512, sliding_window=48, rope_theta=5000.0))
+    return MistralConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
+                         sliding_window=48, rope_theta=5000.0)
 
 
 def _modernbert(vocab_size: int):
-    from transformers import ModernBertConfig, ModernBertModel
+    from transformers import ModernBertConfig
 
     # Local layers see 8 keys each side (local_attention 16), global every second layer from the first.
     specials = dict(pad_token_id=2, bos_token_id=0, cls_token_id=0, eos_token_id=1, sep_token_id=1)
-    return ModernBertModel(ModernBertConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=96,
-                                            num_hidden_layers=3, num_attention_heads=4, max_position_embeddings=512,
-                                            local_attention=16, global_attn_every_n_layers=2,
-                                            global_rope_theta=40_000.0, local_rope_theta=5_000.0, **specials))
+    return ModernBertConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                            num_attention_heads=4, max_position_embeddings=512, local_attention=16,
+                            global_attn_every_n_layers=2, global_rope_theta=40_000.0, local_rope_theta=5_000.0,
+                            **specials)
 
 
 def _gemma3(vocab_size: int):
-    from transformers import Gemma3TextConfig, Gemma3TextModel
+    from transformers import Gemma3TextConfig
 
     # EmbeddingGemma's layout, shrunk: bidirectional, GQA, local layers seeing 8 keys each
     # side (sliding_window 16, halved for bidirectional models), a global layer every third,
     # a score scale that is not head_dim's.
-    return Gemma3TextModel(Gemma3TextConfig(
+    return Gemma3TextConfig(
         vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
         num_key_value_heads=1, head_dim=16, max_position_embeddings=512, query_pre_attn_scalar=24,
         sliding_window=16, sliding_window_pattern=3, rope_theta=40_000.0, rope_local_base_freq=5_000.0,
-        use_bidirectional_attention=True, pad_token_id=3, bos_token_id=1, eos_token_id=2))
+        use_bidirectional_attention=True, pad_token_id=3, bos_token_id=1, eos_token_id=2)
+
+
+def _normalize(width: int):
+    from sentence_transformers.sentence_transformer.modules import Normalize
+
+    return Normalize()
+
+
+def _dense(out_features: int) -> ModuleSpec:
+    """EmbeddingGemma's Dense: no bias, identity activation."""
+    def make(width: int):
+        from sentence_transformers.sentence_transformer.modules import Dense
+
+        return Dense(width, out_features, bias=False, activation_function=torch.nn.Identity())
+
+    return make
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One architecture's tiny checkpoint and the sentence-transformers modules around it."""
+
+    architecture: str  # the engine's name for it (a key of engine.models.MODEL_CLASSES)
+    config: Callable  # vocabulary size -> a tiny Hugging Face config
+    tokenizer: Callable[[Path], int]  # writes the tokenizer files, returns the vocabulary size
+    pooling: str  # sentence-transformers' pooling mode
+    after: tuple[ModuleSpec, ...] = (_normalize,)  # the modules after pooling
+    prompts: dict[str, str] | None = None
+    emphasize: tuple[str, ...] = ()  # parameters given 10x the random scale
+
+    def save(self, path: Path) -> Path:
+        return save_architecture(path, self.tokenizer, self.config, emphasize=self.emphasize, pooling=self.pooling,
+                                 after=self.after, prompts=self.prompts, max_seq_length=MAX_SEQ_LEN)
 
 
 SPECS = {
-    "distilbert": Spec("distilbert", _distilbert, "wordpiece", "mean"),
-    "mpnet": Spec("mpnet", _mpnet, "wordpiece", "mean", emphasize=("relative_attention_bias",)),
-    "modernbert": Spec("modernbert", _modernbert, "bpe-encoder", "mean"),
-    "gemma3": Spec("gemma3", _gemma3, "bpe-llama", "mean"),
-    # EmbeddingGemma as shipped: mean pooling, then Dense 768 -> 3072 and 3072 -> 768 (here 64 -> 96 -> 48).
-    "embeddinggemma": Spec("gemma3", _gemma3, "bpe-llama", "mean", dense=[(64, 96), (96, 48)]),
-    "mistral": Spec("mistral", _mistral, "bpe-llama", "lasttoken", prompts={"query": QUERY_PROMPT, "document": ""}),
+    "distilbert": Spec("distilbert", _distilbert, bert_tokenizer, "mean"),
+    "mpnet": Spec("mpnet", _mpnet, bert_tokenizer, "mean", emphasize=("relative_attention_bias",)),
+    "modernbert": Spec("modernbert", _modernbert, bpe_encoder_tokenizer, "mean"),
+    "gemma3": Spec("gemma3", _gemma3, llama_tokenizer, "mean"),
+    # EmbeddingGemma as shipped: mean pooling, Dense 768 -> 3072 and 3072 -> 768 (here 64 -> 96 -> 48), Normalize.
+    "embeddinggemma": Spec("gemma3", _gemma3, llama_tokenizer, "mean", after=(_dense(96), _dense(48), _normalize)),
+    "mistral": Spec("mistral", _mistral, llama_tokenizer, "lasttoken", prompts={"query": QUERY_PROMPT, "document": ""}),
 }
 
 
@@ -95,9 +134,9 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 @pytest.fixture(scope="module", params=sorted(SPECS))
-def checkpoint(request, tmp_path_factory, corpus):
+def checkpoint(request, tmp_path_factory):
     path = tmp_path_factory.mktemp(request.param) / "model"
-    return request.param, save_checkpoint(path, SPECS[request.param], corpus)
+    return request.param, SPECS[request.param].save(path)
 
 
 def test_engine_matches_sentence_transformers(checkpoint, texts):
@@ -189,7 +228,7 @@ def test_gemma3_reads_hub_configs_as_transformers_does(bidirectional):
 
 
 @pytest.mark.parametrize("arch,prompt_name", [("mpnet", None), ("mistral", "query")])
-def test_served_by_the_real_server_to_concurrent_clients(arch, prompt_name, tmp_path, corpus, texts):
+def test_served_by_the_real_server_to_concurrent_clients(arch, prompt_name, tmp_path, texts):
     """The server process with default flags, several clients at once (MPNet's relative
     bias; Mistral with its instruction prompt by name), against sentence-transformers."""
     from concurrent.futures import ThreadPoolExecutor
@@ -199,7 +238,7 @@ def test_served_by_the_real_server_to_concurrent_clients(arch, prompt_name, tmp_
 
     from tests.conftest import ServerProcess
 
-    path = save_checkpoint(tmp_path / "model", SPECS[arch], corpus)
+    path = SPECS[arch].save(tmp_path / "model")
     expected = SentenceTransformer(str(path), device="cpu").encode(texts, prompt_name=prompt_name,
                                                                    convert_to_numpy=True)
     server = ServerProcess("--model", str(path))

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 
-from tests.arch_checkpoints import save_checkpoint
 from tests.test_architectures import SPECS, checkpoint, corpus, cosines, texts  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -56,7 +55,7 @@ def test_bf16_graphs_match_sentence_transformers(checkpoint, texts):
 
 @pytest.mark.parametrize("arch,refusal", [("mpnet", "relative position bias"), ("modernbert", "sliding-window"),
                                           ("gemma3", "sliding-window"), ("mistral", "sliding-window")])
-def test_flashinfer_refuses_what_it_cannot_run_exactly(arch, refusal, tmp_path, corpus):
-    path = save_checkpoint(tmp_path / "model", SPECS[arch], corpus)
+def test_flashinfer_refuses_what_it_cannot_run_exactly(arch, refusal, tmp_path):
+    path = SPECS[arch].save(tmp_path / "model")
     with pytest.raises(ValueError, match=refusal):
         _engine(path, attention_backend="flashinfer")
