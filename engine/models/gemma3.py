@@ -25,6 +25,7 @@ from engine.layers import fused
 from engine.layers.attention import AttentionBackend, AttentionShape
 from engine.layers.rotary import GlobalLocalRotary, RotaryBatch, interleave_rotary_halves, rope_theta
 from engine.models.modernbert import ACTIVATIONS
+from engine.models.weights import bare_tensors, load_exactly
 
 _IGNORED = ("lm_head.",)
 
@@ -129,11 +130,7 @@ class Gemma3TextModel(nn.Module):
         """Load a Hugging Face Gemma3TextModel / Gemma3ForCausalLM state dict (bare or
         `model.`-prefixed names), fusing q/k/v and gate/up and putting q/k rotary pairs side
         by side. An LM head is ignored, any other unknown tensor refused."""
-        ours = {}
-        for name, tensor in state.items():
-            name = name.removeprefix("model.")
-            if not name.startswith(_IGNORED):
-                ours[name] = tensor
+        ours = bare_tensors(state, _IGNORED)
         renamed = {"embed_tokens.weight": ours.pop("embed_tokens.weight"), "norm.weight": ours.pop("norm.weight")}
         for i in range(len(self.layers)):
             p, attn, mlp = f"layers.{i}.", f"layers.{i}.self_attn.", f"layers.{i}.mlp."
@@ -151,9 +148,7 @@ class Gemma3TextModel(nn.Module):
             for n in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
                       "post_feedforward_layernorm"):
                 renamed[p + f"{n}.weight"] = ours.pop(p + f"{n}.weight")
-        if ours:  # a tensor we would silently drop means the checkpoint is not what we think
-            raise ValueError(f"unexpected Gemma3 tensors: {sorted(ours)[:5]}")
-        self.load_state_dict(renamed, strict=True)
+        load_exactly(self, renamed, ours, "Gemma3")
 
     def _pairs(self, tensor: torch.Tensor) -> torch.Tensor:
         return interleave_rotary_halves(tensor, self.head_dim)

@@ -18,6 +18,7 @@ from torch import nn
 from engine.layers import fused
 from engine.layers.attention import AttentionBackend, AttentionShape
 from engine.layers.rotary import GlobalLocalRotary, RotaryBatch, interleave_rotary_halves
+from engine.models.weights import bare_tensors, load_exactly
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "silu": "silu"}
 _IGNORED = ("head.", "decoder.", "classifier.")  # heads this engine never runs
@@ -92,11 +93,7 @@ class ModernBertModel(nn.Module):
     def load_hf_weights(self, state: dict[str, torch.Tensor]) -> None:
         """Load a Hugging Face ModernBertModel state dict (bare or `model.`-prefixed names);
         heads (masked LM, classifier) are ignored, any other unknown tensor refused."""
-        ours = {}
-        for name, tensor in state.items():
-            name = name.removeprefix("model.")
-            if not name.startswith(_IGNORED):
-                ours[name] = tensor
+        ours = bare_tensors(state, _IGNORED)
         renamed = {}
         for hf, mine in (("embeddings.tok_embeddings.", "embed_tokens."), ("embeddings.norm.", "embedding_norm."),
                          ("final_norm.", "final_norm.")):
@@ -115,9 +112,7 @@ class ModernBertModel(nn.Module):
                                           ("mlp.Wi", "gate_up_proj"), ("mlp.Wo", "down_proj")):
                     if hf + f"{theirs}.{kind}" in ours:
                         renamed[mine + f"{ours_name}.{kind}"] = ours.pop(hf + f"{theirs}.{kind}")
-        if ours:  # a tensor we would silently drop means the checkpoint is not what we think
-            raise ValueError(f"unexpected ModernBERT tensors: {sorted(ours)[:5]}")
-        self.load_state_dict(renamed, strict=True)
+        load_exactly(self, renamed, ours, "ModernBERT")
 
     def _pairs(self, tensor: torch.Tensor) -> torch.Tensor:
         return interleave_rotary_halves(tensor, self.head_dim)

@@ -15,10 +15,10 @@ from engine.layers import fused
 from engine.layers.attention import AttentionBackend, AttentionShape
 from engine.layers.norm import RMSNorm
 from engine.layers.rotary import RotaryBatch, RotaryEmbedding, interleave_rotary_halves, rope_theta
+from engine.models.weights import bare_tensors, load_exactly
 
 # Checkpoints name the backbone's tensors bare (saved from Qwen3Model, e.g. Qwen3-Embedding,
-# pplx-embed) or under `model.` (saved from Qwen3ForCausalLM).
-_PREFIXES = ("model.",)
+# pplx-embed) or under `model.` (saved from Qwen3ForCausalLM); engine/models/weights.py reads both.
 # Tensors that belong to heads this engine never runs.
 _IGNORED = ("lm_head.", "score.")
 
@@ -130,13 +130,7 @@ class Qwen3Model(nn.Module):
         """Load a Hugging Face Qwen3 state dict (bare or `model.`-prefixed names, any float
         dtype), fusing q/k/v and gate/up and putting q/k rotary pairs side by side. An LM
         head, tied or not, is ignored."""
-        ours: dict[str, torch.Tensor] = {}
-        for name, tensor in state.items():
-            for prefix in _PREFIXES:
-                if name.startswith(prefix):
-                    name = name[len(prefix):]
-            if not name.startswith(_IGNORED):
-                ours[name] = tensor
+        ours = bare_tensors(state, _IGNORED)
         renamed = {"embed_tokens.weight": ours.pop("embed_tokens.weight"), "norm.weight": ours.pop("norm.weight")}
         for i in range(len(self.layers)):
             p = f"layers.{i}."
@@ -152,9 +146,7 @@ class Qwen3Model(nn.Module):
                          "input_layernorm.weight", "post_attention_layernorm.weight"):
                 if p + name in ours:
                     renamed[p + name] = ours.pop(p + name)
-        if ours:  # a tensor we would silently drop means the checkpoint is not what we think
-            raise ValueError(f"unexpected {self.name} tensors: {sorted(ours)[:5]}")
-        self.load_state_dict(renamed, strict=True)
+        load_exactly(self, renamed, ours, self.name)
 
     def _pairs(self, tensor: torch.Tensor) -> torch.Tensor:
         return interleave_rotary_halves(tensor, self.head_dim)
