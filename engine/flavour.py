@@ -27,10 +27,15 @@ end token   causal last-token pooling reads the end token's hidden state, so a d
             TemplateProcessing post-processor; older snapshots do not).
 prompt      --default-prompt-name ("" for none); config_sentence_transformers.json
             `default_prompt_name`.
-refused     pplx-embed-context (config.json `auto_map` names a `...ContextualModel`): it
-            embeds each chunk in the context of its whole document (chunks joined by
-            separators, late chunking), which independent texts on /v1/embeddings cannot
-            express; its vectors would be pplx-embed-v1's approximately, never its own.
+refused     config.json `auto_map` pointing AutoModel (or any AutoModelFor...) at custom
+            model code the engine does not know: the code, not model_type, says what is
+            computed (jina-embeddings-v2 is model_type bert with ALiBi positions), so the
+            engine's layers for that model_type would serve other vectors. Known: pplx-embed's
+            `PPLXQwen3Model` (a bidirectional Qwen3) under its own model_type. Named
+            specially: pplx-embed-context (`...ContextualModel`), which embeds each chunk in
+            the context of its whole document (chunks joined by separators, late chunking),
+            which independent texts on /v1/embeddings cannot express; its vectors would be
+            pplx-embed-v1's approximately, never its own.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ from engine.config import POOLING_MODES, ModelOverrides
 from engine.st_modules import SentenceModules
 
 PPLX_MODEL_TYPE = "bidirectional_pplx_qwen3"
+# Custom model classes (config.json auto_map) the engine runs exactly: class name -> the
+# model_type it must come with.
+KNOWN_CUSTOM_MODELS = {"PPLXQwen3Model": PPLX_MODEL_TYPE}
 ATTENTION_KINDS = ("causal", "bidirectional")
 QUANTIZATIONS = ("none", "tanh")
 
@@ -59,15 +67,31 @@ class Flavour:
     default_prompt_name: str | None
 
 
-def _refuse_contextual(hf_config: dict) -> None:
-    auto_model = (hf_config.get("auto_map") or {}).get("AutoModel") or ""
-    if isinstance(auto_model, str) and auto_model.rsplit(".", 1)[-1].endswith("ContextualModel"):
-        raise FlavourError(
-            f"this checkpoint's model is {auto_model} (config.json auto_map), a contextual embedder such as "
-            "pplx-embed-context: it embeds each chunk within its whole document, which /v1/embeddings, one "
-            "vector per independent text, cannot express. Serve its independent sibling (e.g. "
-            "perplexity-ai/pplx-embed-v1-0.6b) instead"
-        )
+def _refuse_custom_code(hf_config: dict) -> None:
+    """Refuse a checkpoint whose auto_map names model code the engine has no exact twin of."""
+    auto_map = hf_config.get("auto_map")
+    if not isinstance(auto_map, dict):
+        return
+    model_type = hf_config.get("model_type")
+    for key, ref in auto_map.items():
+        if not key.startswith("AutoModel"):
+            continue  # AutoConfig, AutoTokenizer: no computation the engine takes from them
+        class_name = str(ref).rsplit(".", 1)[-1]
+        if class_name.endswith("ContextualModel"):
+            raise FlavourError(
+                f"this checkpoint's model is {ref} (config.json auto_map), a contextual embedder such as "
+                "pplx-embed-context: it embeds each chunk within its whole document, which /v1/embeddings, one "
+                "vector per independent text, cannot express. Serve its independent sibling (e.g. "
+                "perplexity-ai/pplx-embed-v1-0.6b) instead"
+            )
+        if KNOWN_CUSTOM_MODELS.get(class_name) != model_type:
+            known = ", ".join(f"{name} (model_type {kind})" for name, kind in KNOWN_CUSTOM_MODELS.items())
+            raise FlavourError(
+                f"config.json auto_map points {key} at custom model code, {ref}; what that code computes is not "
+                f"what rose-embed's own {model_type!r} layers compute (jina-embeddings-v2, say, is a 'bert' with "
+                f"ALiBi positions), so the checkpoint is refused rather than served approximately. Custom code "
+                f"rose-embed runs exactly: {known}"
+            )
 
 
 def _is_causal(hf_config: dict, is_decoder: bool, override: str | None) -> bool:
@@ -122,7 +146,7 @@ def read_flavour(
     embedding_dim: int, is_decoder: bool, overrides: ModelOverrides,
 ) -> Flavour:
     """Apply the rules of this module's docstring to one checkpoint's files."""
-    _refuse_contextual(hf_config)
+    _refuse_custom_code(hf_config)
     is_causal = _is_causal(hf_config, is_decoder, overrides.attention)
     if overrides.pooling is not None and overrides.pooling not in POOLING_MODES:
         raise FlavourError(f"--pooling must be one of {', '.join(POOLING_MODES)}; got {overrides.pooling!r}")

@@ -15,6 +15,7 @@ QWEN3 = {"model_type": "qwen3", "hidden_size": 64, "max_position_embeddings": 51
 
 
 def _model(tmp_path: Path, config: dict, files: dict | None = None) -> str:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "config.json").write_text(json.dumps(config))
     (tmp_path / "tokenizer.json").write_text("{}")  # load_spec only checks that it exists
     for name, value in (files or {}).items():
@@ -100,3 +101,34 @@ def test_bert_stays_a_normalised_mean_pooled_encoder(tmp_path):
     spec = load_spec(_model(tmp_path, {"model_type": "bert", "hidden_size": 32, "max_position_embeddings": 64}))
     assert (spec.architecture, spec.is_causal, spec.pooling, spec.quantization) == ("bert", False, "mean", None)
     assert spec.normalize and not spec.append_end_token and spec.matryoshka_dims is None
+
+
+# jina-embeddings-v2's config.json: model_type bert, but its own code (ALiBi, no learned positions).
+JINA_V2_AUTO_MAP = {"AutoConfig": "jinaai/jina-bert-implementation--configuration_bert.JinaBertConfig",
+                    "AutoModel": "jinaai/jina-bert-implementation--modeling_bert.JinaBertModel",
+                    "AutoModelForMaskedLM": "jinaai/jina-bert-implementation--modeling_bert.JinaBertForMaskedLM"}
+BERT = {"model_type": "bert", "hidden_size": 32, "max_position_embeddings": 64}
+
+
+@pytest.mark.parametrize("config,named", [
+    ({**BERT, "auto_map": JINA_V2_AUTO_MAP}, "AutoModel at custom model code, jinaai/jina-bert-implementation--"
+                                             "modeling_bert.JinaBertModel"),
+    ({**QWEN3, "auto_map": {"AutoModelForCausalLM": "modeling_custom.MyQwen3ForCausalLM"}},
+     "AutoModelForCausalLM at custom model code, modeling_custom.MyQwen3ForCausalLM"),
+    # pplx-embed's known class, but under another model_type: not the checkpoint the engine knows.
+    ({**QWEN3, "auto_map": {"AutoModel": "modeling.PPLXQwen3Model"}}, "modeling.PPLXQwen3Model"),
+])
+def test_custom_model_code_is_refused_by_its_class(tmp_path, config, named):
+    with pytest.raises(ModelLoadError, match="auto_map") as raised:
+        load_spec(_model(tmp_path, config))
+    assert named in str(raised.value) and "PPLXQwen3Model (model_type bidirectional_pplx_qwen3)" in str(raised.value)
+
+
+def test_known_custom_code_and_non_model_entries_load(tmp_path):
+    pplx = {**QWEN3, "model_type": "bidirectional_pplx_qwen3",
+            "auto_map": {"AutoConfig": "configuration.PPLXQwen3Config", "AutoModel": "modeling.PPLXQwen3Model"}}
+    assert load_spec(_model(tmp_path / "pplx", pplx)).architecture == "qwen3"
+    # A custom tokenizer or config class alone changes nothing the engine computes.
+    tokenizer_only = {**BERT, "auto_map": {"AutoConfig": "configuration.MyConfig",
+                                           "AutoTokenizer": ["tokenization.MyTokenizer", None]}}
+    assert load_spec(_model(tmp_path / "bert", tokenizer_only)).architecture == "bert"
