@@ -19,11 +19,29 @@ import pytest
 import torch
 
 from tests.conftest import load_texts
-from tests.qwen3_checkpoints import MAX_SEQ_LEN, QUERY_PROMPT
-from tests.st_checkpoints import (ModuleSpec, bert_tokenizer, bpe_encoder_tokenizer, llama_tokenizer,
-                                  save_architecture)
+from tests.qwen3_checkpoints import MAX_SEQ_LEN, QUERY_PROMPT, tiny_config
+from tests.st_checkpoints import (ModuleSpec, bert_tokenizer, bpe_encoder_tokenizer, llama_tokenizer, qwen_tokenizer,
+                                  roberta_tokenizer, save_architecture, xlmr_tokenizer)
 
 MIN_COSINE = 0.99999
+_ENCODER_SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
+
+
+def _bert(vocab_size: int):
+    from transformers import BertConfig
+
+    return BertConfig(vocab_size=vocab_size, max_position_embeddings=512, **_ENCODER_SIZES)
+
+
+def _roberta_like(config_name: str):
+    """RoBERTa, XLM-R or CamemBERT: positions counted from padding_idx + 1 (514 for 512 tokens)."""
+    def config(vocab_size: int):
+        import transformers
+
+        return getattr(transformers, config_name)(vocab_size=vocab_size, max_position_embeddings=514, pad_token_id=1,
+                                                  bos_token_id=0, eos_token_id=2, **_ENCODER_SIZES)
+
+    return config
 
 
 def _distilbert(vocab_size: int):
@@ -107,6 +125,10 @@ class Spec:
 
 
 SPECS = {
+    "bert": Spec("bert", _bert, bert_tokenizer, "cls"),
+    "roberta": Spec("bert", _roberta_like("RobertaConfig"), roberta_tokenizer, "mean"),
+    "xlm-roberta": Spec("bert", _roberta_like("XLMRobertaConfig"), xlmr_tokenizer, "mean"),
+    "camembert": Spec("bert", _roberta_like("CamembertConfig"), xlmr_tokenizer, "mean"),
     "distilbert": Spec("distilbert", _distilbert, bert_tokenizer, "mean"),
     "mpnet": Spec("mpnet", _mpnet, bert_tokenizer, "mean", emphasize=("relative_attention_bias",)),
     "modernbert": Spec("modernbert", _modernbert, bpe_encoder_tokenizer, "mean"),
@@ -114,6 +136,9 @@ SPECS = {
     # EmbeddingGemma as shipped: mean pooling, Dense 768 -> 3072 and 3072 -> 768 (here 64 -> 96 -> 48), Normalize.
     "embeddinggemma": Spec("gemma3", _gemma3, llama_tokenizer, "mean", after=(_dense(96), _dense(48), _normalize)),
     "mistral": Spec("mistral", _mistral, llama_tokenizer, "lasttoken", prompts={"query": QUERY_PROMPT, "document": ""}),
+    # Qwen3-Embedding's layout (causal, last token, <|endoftext|> appended by the tokenizer);
+    # pplx-embed's bidirectional Qwen3 needs its remote code: tests/test_st_modules.py.
+    "qwen3": Spec("qwen3", tiny_config, qwen_tokenizer, "lasttoken", prompts={"query": QUERY_PROMPT, "document": ""}),
 }
 
 

@@ -132,3 +132,8 @@ def test_known_custom_code_and_non_model_entries_load(tmp_path):
     tokenizer_only = {**BERT, "auto_map": {"AutoConfig": "configuration.MyConfig",
                                            "AutoTokenizer": ["tokenization.MyTokenizer", None]}}
     assert load_spec(_model(tmp_path / "bert", tokenizer_only)).architecture == "bert"
+
+
+def test_unknown_model_type_is_refused_with_the_supported_ones(tmp_path):
+    with pytest.raises(ModelLoadError, match=r"model_type 'nomic_bert' is not supported \(supported: .*distilbert"):
+        load_spec(_model(tmp_path, {**BERT, "model_type": "nomic_bert"}))
