@@ -1,7 +1,7 @@
-"""What only a real server process shows: uvicorn's log lines in JSON too, a body refused by its
-declared length before it is read, the engine process's memory, the log file's request line.
-
-Everything else about observability runs in process on the fake engine (test_observability.py).
+"""What only a real server process shows: uvicorn's log lines in JSON too, the engine process's
+memory, the log file's request line. (A body refused by its declared length before it is read:
+test_fuzz.py.) Everything else about observability runs in process on the fake engine
+(test_observability.py).
 """
 
 from __future__ import annotations
@@ -13,16 +13,15 @@ import uuid
 import pytest
 
 from tests.conftest import ServerProcess
-from tests.helpers import MODEL, embed, metric, raw_post
+from tests.helpers import MODEL, embed, metric
 
 pytestmark = pytest.mark.slow  # real server processes
 
 
 @pytest.fixture(scope="module")
 def configured():
-    """JSON logs with inputs, a roomy body limit."""
-    proc = ServerProcess("--max-batch-tokens", "1024", "--log-format", "json", "--log-inputs",
-                         "--max-body-bytes", "120000000")
+    """JSON logs with inputs."""
+    proc = ServerProcess("--max-batch-tokens", "1024", "--log-format", "json", "--log-inputs")
     yield proc
     proc.stop()
 
@@ -40,14 +39,6 @@ def test_json_log_lines_and_log_inputs(configured):
     assert entry["total_ms"] >= entry["inference_ms"] > 0
     assert entry["inputs_text"] == [text]  # --log-inputs
     assert any(e["logger"].startswith("uvicorn") for e in entries)  # every line is JSON, uvicorn's too
-
-
-def test_body_over_max_body_bytes_gets_413_before_it_is_read(configured):
-    status, body = raw_post(configured.port, {"Content-Type": "application/json", "Content-Length": "130000000"},
-                            b'{"input": "')
-    assert status == 413
-    error = json.loads(body)["error"]
-    assert error["code"] == "request_too_large" and error["type"] == "invalid_request_error"
 
 
 def test_log_file_line_and_engine_process_memory(server):
