@@ -42,8 +42,10 @@ class UnmarkedSlowTestError(RuntimeError):
 
 @pytest.fixture(autouse=True)
 def _fast_tier_stays_fast(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """In a test not marked slow, loading a real model or starting a server is an error."""
-    if request.node.get_closest_marker("slow") is not None:
+    """In a test not marked slow, loading a real model or starting a server is an error.
+
+    GPU tests are exempt: they are their own tier, skipped without CUDA."""
+    if request.node.get_closest_marker("slow") is not None or request.node.get_closest_marker("gpu") is not None:
         return
     from engine.engine import Engine
 
