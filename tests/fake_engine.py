@@ -9,9 +9,10 @@ summed and divided by the square root of the length; unit length unless the fake
 quantises (then the raw vector's scale is what int8 reads, as for pplx-embed).
 
 `execute_packed` computes from the packed stream (flat ids, positions, cu_seqlens); `embed`
-computes the same numbers one text at a time, without packing. Tests compare the server's
-answer with `embed`, so ordering, packing across requests, encodings, truncation and
-prompts are really checked, in milliseconds.
+computes the same numbers one text at a time, without packing (both add a sequence's terms
+in token order, so they agree bit for bit). Tests compare the server's answer with `embed`,
+so ordering, packing across requests, encodings, truncation and prompts are really checked,
+in milliseconds.
 """
 
 from __future__ import annotations
@@ -140,12 +141,12 @@ def observed_app(engine: FakeEngine, config: ServerConfig | None = None) -> Obse
 
 
 @contextmanager
-def serve(engine: FakeEngine, config: ServerConfig | None = None, wait_ready: bool = True) -> Iterator[TestClient]:
+def serve(engine: FakeEngine, config: ServerConfig | None = None) -> Iterator[TestClient]:
     """An httpx client wired to the app in this process (lifespan run, model 'loaded')."""
     app = observed_app(engine, config)
     with TestClient(app, base_url=BASE_URL, timeout=30) as client:
         deadline = time.monotonic() + 10
-        while wait_ready and not app.app.state.runtime.is_ready:
+        while not app.app.state.runtime.is_ready:
             assert time.monotonic() < deadline, "the in-process app did not become ready"
             time.sleep(0.005)
         yield client
