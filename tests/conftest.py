@@ -27,7 +27,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 pytest_plugins = ["tests.client_support"]
 
 # Fixtures that load the real default model or start a real server process.
-REAL_MODEL_FIXTURES = frozenset({"default_engine", "server", "docs_server", "locked_server"})
+REAL_MODEL_FIXTURES = frozenset({"default_engine", "server", "docs_server", "locked_server", "model_ids_server"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

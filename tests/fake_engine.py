@@ -71,7 +71,8 @@ class FakeEngine:
                  delay: float = 0.0):
         base = _default_spec()
         self.spec = replace(
-            base, name=name, hidden_size=dim, prompts=dict(prompts or {}), default_prompt_name=default_prompt_name,
+            base, name=name, hidden_size=dim, embedding_dim=dim, head=(), truncate_dim=None,
+            prompts=dict(prompts or {}), default_prompt_name=default_prompt_name,
             quantization="tanh" if quantizing else None, normalize=not quantizing, matryoshka_dims=matryoshka_dims,
             max_seq_len=max_seq_len or base.max_seq_len,
         )
@@ -84,7 +85,7 @@ class FakeEngine:
 
     @property
     def dimensions(self) -> int:
-        return self.spec.hidden_size
+        return self.spec.embedding_dim
 
     @property
     def vocab_size(self) -> int:

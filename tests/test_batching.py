@@ -60,11 +60,11 @@ def _run_concurrent(engine, requests: list[list[str]]):
     return responses, list(app.state.runtime.batcher.batch_log)
 
 
-def _concurrent_requests(texts: list[str]) -> list[list[str]]:
-    """200 requests of 1..6 texts each, all to be in flight at once."""
+def _concurrent_requests(texts: list[str], num_requests: int) -> list[list[str]]:
+    """Requests of 1..6 texts each, all to be in flight at once."""
     rng = np.random.default_rng(0)
     requests, cursor = [], 0
-    for _ in range(200):
+    for _ in range(num_requests):
         n = int(rng.integers(1, 7))
         requests.append(texts[cursor : cursor + n])
         cursor += n
@@ -92,12 +92,13 @@ def _check_shared_batches(engine, requests: list[list[str]], atol: float) -> Non
 
 def test_concurrent_requests_share_batches_and_get_their_own_vectors(texts):
     """The batcher and the HTTP path on the fake engine: no crossed or reordered results."""
-    _check_shared_batches(FakeEngine(delay=0.005), _concurrent_requests(texts), atol=1e-6)
+    _check_shared_batches(FakeEngine(delay=0.005), _concurrent_requests(texts, 200), atol=1e-6)
 
 
 def test_real_engine_vectors_do_not_depend_on_batch_neighbours(default_engine, texts):
-    # Same texts, other batch neighbours: equal up to float summation order.
-    _check_shared_batches(default_engine, _concurrent_requests(texts), atol=2e-5)
+    # Same texts, other batch neighbours: equal up to float summation order. Fewer requests than on
+    # the fake: that the batcher routes every result right is checked there.
+    _check_shared_batches(default_engine, _concurrent_requests(texts, 60), atol=2e-5)
 
 
 @pytest.mark.parametrize("budget", [300, 1000])

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from compat.inputs import InvalidInputError
+from compat.tiktoken_ids import load_cl100k
 from server.prompts import apply_prompt, resolve_prompt
-from tests.fake_engine import FakeEngine, serve
+from tests.fake_engine import FakeEngine, fake_config, serve
 from tests.helpers import assert_envelope
 
 QWEN = {"query": "Instruct: find\nQuery:", "document": ""}
@@ -107,9 +108,18 @@ def test_the_models_default_prompt_applies_unless_the_request_names_another(clie
                                atol=1e-6, rtol=0)
 
 
-def test_token_ids_get_no_prompt(client, fake):
-    ids = fake.tokenize(TEXTS[:1])[0].tolist()
+def test_cl100k_ids_are_text_and_get_the_prompt(client, fake):
+    """Token ids are cl100k_base's by default: decoded to text, which is prompted like any text."""
+    ids = load_cl100k().encode_ordinary(TEXTS[0])
     r = client.post("/v1/embeddings", json={"input": [ids], "prompt_name": "query", "encoding_format": "float"})
+    np.testing.assert_allclose(r.json()["data"][0]["embedding"], fake.embed([QWEN["query"] + TEXTS[0]])[0],
+                               atol=1e-6, rtol=0)
+
+
+def test_model_token_ids_get_no_prompt(fake):
+    ids = fake.tokenize(TEXTS[:1])[0].tolist()
+    with serve(fake, fake_config(token_ids="model")) as client:
+        r = client.post("/v1/embeddings", json={"input": [ids], "prompt_name": "query", "encoding_format": "float"})
     np.testing.assert_allclose(r.json()["data"][0]["embedding"], fake.vectors_of([np.array(ids)])[0],
                                atol=1e-6, rtol=0)
 
