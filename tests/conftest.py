@@ -1,4 +1,10 @@
-"""Shared fixtures: the default model's engine, the shared text workload, a real server process."""
+"""Shared fixtures: the default model's engine, the shared text workload, a real server process.
+
+Tests come in two tiers. The fast one (`pytest -m "not slow"`) serves the app in process on a
+fake engine (tests/fake_engine.py). The slow one holds everything with a real model or a real
+server process: a test is marked `slow` by its module's `pytestmark`, by hand, or here, when it
+uses one of REAL_MODEL_FIXTURES; one that loads a model or starts a server unmarked fails.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +25,35 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 
 # The client compatibility suite's fixtures, registered once so that session fixtures start once.
 pytest_plugins = ["tests.client_support"]
+
+# Fixtures that load the real default model or start a real server process.
+REAL_MODEL_FIXTURES = frozenset({"default_engine", "server", "docs_server", "locked_server", "model_ids_server"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if REAL_MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+class UnmarkedSlowTestError(RuntimeError):
+    """A test outside the slow tier loaded a real model or started a server process."""
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_stays_fast(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a test not marked slow, loading a real model or starting a server is an error.
+
+    GPU tests are exempt: they are their own tier, skipped without CUDA."""
+    if request.node.get_closest_marker("slow") is not None or request.node.get_closest_marker("gpu") is not None:
+        return
+    from engine.engine import Engine
+
+    def refuse(*_, **__):
+        raise UnmarkedSlowTestError(f"{request.node.nodeid} loads a real model or starts a server: mark it slow")
+
+    monkeypatch.setattr(Engine, "__init__", refuse)
+    monkeypatch.setattr(ServerProcess, "__init__", refuse)
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "stdlib_docstrings.jsonl"

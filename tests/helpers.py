@@ -31,9 +31,13 @@ def assert_envelope(r: httpx.Response, status: int, code: str | None = None) -> 
 
 
 def metric(url: str, name: str) -> float:
-    """One sample's value from /metrics (name with labels as exposed, e.g. 'x_total{a="b"}')."""
-    text = httpx.get(url + "/metrics", timeout=10).text
-    for line in text.splitlines():
+    """One sample's value from a server's /metrics (name with labels as exposed, e.g. 'x_total{a="b"}')."""
+    return sample(httpx.get(url + "/metrics", timeout=10).text, name)
+
+
+def sample(exposition: str, name: str) -> float:
+    """One sample's value in a Prometheus text exposition."""
+    for line in exposition.splitlines():
         if line.startswith(name + " "):
             return float(line.rsplit(" ", 1)[1])
     return 0.0  # a labelled counter that was never incremented is absent

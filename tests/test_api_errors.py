@@ -1,65 +1,83 @@
-"""Every malformed request gets a 4xx in OpenAI's envelope with the right `param`."""
+"""Every malformed request gets a 4xx in OpenAI's envelope with the right `param` (fake engine, in process)."""
 
 from __future__ import annotations
 
-import httpx
+import numpy as np
 import pytest
 
-MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+from tests.fake_engine import FAKE_MODEL, FakeEngine, serve
+from tests.helpers import assert_envelope
+
+DIM = 64
 
 CASES = [
     # (name, body as raw bytes or JSON value, status, param, code)
     ("malformed json", b'{"input": "a", ', 400, None, None),
     ("not an object", [1, 2], 400, None, None),
-    ("missing input", {"model": MODEL}, 400, "input", None),
-    ("input wrong type", {"input": 5, "model": MODEL}, 400, "input", None),
-    ("input null", {"input": None, "model": MODEL}, 400, "input", None),
-    ("empty list", {"input": [], "model": MODEL}, 400, "input", None),
-    ("too many inputs", {"input": ["a"] * 2049, "model": MODEL}, 400, "input", None),
-    ("mixed list", {"input": ["a", 1], "model": MODEL}, 400, "input", None),
-    ("bool token", {"input": [True, 2], "model": MODEL}, 400, "input", None),
-    ("empty token list", {"input": [[]], "model": MODEL}, 400, "input", None),
-    ("token out of range", {"input": [101, 999_999], "model": MODEL}, 400, "input", None),
-    ("negative token", {"input": [[101, -1]], "model": MODEL}, 400, "input", None),
-    ("bad encoding_format", {"input": "a", "model": MODEL, "encoding_format": "hex"}, 400, "encoding_format", None),
-    ("encoding_format wrong type", {"input": "a", "model": MODEL, "encoding_format": 3}, 400, "encoding_format", None),
-    ("dimensions too large", {"input": "a", "model": MODEL, "dimensions": 385}, 400, "dimensions", None),
-    ("dimensions zero", {"input": "a", "model": MODEL, "dimensions": 0}, 400, "dimensions", None),
-    ("dimensions wrong type", {"input": "a", "model": MODEL, "dimensions": "8"}, 400, "dimensions", None),
+    ("missing input", {"model": FAKE_MODEL}, 400, "input", None),
+    ("input wrong type", {"input": 5, "model": FAKE_MODEL}, 400, "input", None),
+    ("input null", {"input": None, "model": FAKE_MODEL}, 400, "input", None),
+    ("empty list", {"input": [], "model": FAKE_MODEL}, 400, "input", None),
+    ("too many inputs", {"input": ["a"] * 2049, "model": FAKE_MODEL}, 400, "input", None),
+    ("mixed list", {"input": ["a", 1], "model": FAKE_MODEL}, 400, "input", None),
+    ("bool token", {"input": [True, 2], "model": FAKE_MODEL}, 400, "input", None),
+    ("empty token list", {"input": [[]], "model": FAKE_MODEL}, 400, "input", None),
+    ("token out of range", {"input": [101, 999_999], "model": FAKE_MODEL}, 400, "input", None),
+    ("negative token", {"input": [[101, -1]], "model": FAKE_MODEL}, 400, "input", None),
+    ("bad encoding_format", {"input": "a", "model": FAKE_MODEL, "encoding_format": "hex"}, 400, "encoding_format",
+     None),
+    ("int8 from a float-only model", {"input": "a", "encoding_format": "int8"}, 400, "encoding_format", None),
+    ("encoding_format wrong type", {"input": "a", "model": FAKE_MODEL, "encoding_format": 3}, 400, "encoding_format",
+     None),
+    ("dimensions too large", {"input": "a", "model": FAKE_MODEL, "dimensions": DIM + 1}, 400, "dimensions", None),
+    ("dimensions zero", {"input": "a", "model": FAKE_MODEL, "dimensions": 0}, 400, "dimensions", None),
+    ("dimensions wrong type", {"input": "a", "model": FAKE_MODEL, "dimensions": "8"}, 400, "dimensions", None),
+    ("unknown prompt_name", {"input": "a", "prompt_name": "query"}, 400, "prompt_name", None),
     ("unknown model", {"input": "a", "model": "text-embedding-nope"}, 404, "model", "model_not_found"),
 ]
 
 
-@pytest.mark.parametrize("name,body,status,param,code", CASES, ids=[c[0] for c in CASES])
-def test_error_envelope(server, name, body, status, param, code):
+@pytest.fixture(scope="module")
+def fake() -> FakeEngine:
+    return FakeEngine(dim=DIM)
+
+
+@pytest.fixture(scope="module")
+def client(fake):
+    with serve(fake) as client:
+        yield client
+
+
+def _post(client, body):
     kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
-    r = httpx.post(server.url + "/v1/embeddings", headers={"content-type": "application/json"}, timeout=30, **kwargs)
-    assert r.status_code == status, r.text
-    error = r.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"}
+    return client.post("/v1/embeddings", headers={"content-type": "application/json"}, **kwargs)
+
+
+@pytest.mark.parametrize("name,body,status,param,code", CASES, ids=[c[0] for c in CASES])
+def test_error_envelope(client, name, body, status, param, code):
+    error = assert_envelope(_post(client, body), status)
     assert error["type"] == "invalid_request_error"
-    assert error["message"]
     assert error["param"] == param
     assert error["code"] == code
 
 
-def test_unknown_route_is_enveloped_404(server):
-    r = httpx.get(server.url + "/v1/nothing-here", timeout=10)
-    assert r.status_code == 404
-    assert r.json()["error"]["type"] == "invalid_request_error"
+def test_unknown_route_is_enveloped_404(client):
+    error = assert_envelope(client.get("/v1/nothing-here"), 404, "not_found")
+    assert error["type"] == "invalid_request_error"
 
 
-def test_unknown_fields_and_user_are_ignored(server):
-    r = httpx.post(server.url + "/v1/embeddings", timeout=30,
-                   json={"input": "hi", "model": MODEL, "user": "u-1", "something_new": {"x": 1}})
+def test_unknown_fields_and_user_are_ignored(client, fake):
+    r = client.post("/v1/embeddings", json={"input": "hi", "model": FAKE_MODEL, "user": "u-1",
+                                            "something_new": {"x": 1}, "encoding_format": "float"})
     assert r.status_code == 200, r.text
-    assert len(r.json()["data"][0]["embedding"]) == 384
+    np.testing.assert_allclose(r.json()["data"][0]["embedding"], fake.embed(["hi"])[0], atol=1e-6, rtol=0)
 
 
-def test_server_still_answers_after_errors(server):
+def test_server_still_answers_after_errors(client, fake):
     for _, body, *_ in CASES:
-        kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
-        httpx.post(server.url + "/v1/embeddings", headers={"content-type": "application/json"}, timeout=30, **kwargs)
-    r = httpx.post(server.url + "/embeddings", json={"input": ["still", "fine"], "model": MODEL}, timeout=30)
+        _post(client, body)
+    r = client.post("/embeddings", json={"input": ["still", "fine"], "model": FAKE_MODEL, "encoding_format": "float"})
     assert r.status_code == 200
-    assert [d["index"] for d in r.json()["data"]] == [0, 1]
+    data = r.json()["data"]
+    assert [d["index"] for d in data] == [0, 1]
+    np.testing.assert_allclose([d["embedding"] for d in data], fake.embed(["still", "fine"]), atol=1e-6, rtol=0)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
 from tests.client_support import API_KEYS, MODEL, assert_same_vectors, reference_vectors
 from tests.conftest import load_texts
+
+pytestmark = pytest.mark.slow  # curl against a real server process
 
 
 def curl(url: str, body: dict, *headers: str) -> tuple[int, dict]:

@@ -20,6 +20,8 @@ from tests.client_support import (
 )
 from tests.conftest import load_texts
 
+pytestmark = pytest.mark.slow  # LangChain against real server processes
+
 
 def sent_bodies(embeddings) -> list[dict]:
     """Wrap the SDK client LangChain built, to see what it sends."""

@@ -17,6 +17,8 @@ from tests.client_support import (
 )
 from tests.conftest import load_texts
 
+pytestmark = pytest.mark.slow  # LlamaIndex against a real server process
+
 
 def counting_client() -> tuple[httpx.Client, list[int]]:
     """An httpx client that records how many inputs each request carried."""

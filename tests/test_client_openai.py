@@ -19,6 +19,8 @@ from tests.client_support import (
 from tests.conftest import load_texts
 from tokenizers import Tokenizer
 
+pytestmark = pytest.mark.slow  # the OpenAI SDK end to end against real server processes
+
 
 def recording_client(base_url: str, api_key: str = "unused", **kwargs) -> tuple[openai.OpenAI, list]:
     """An SDK client whose sent bodies and received statuses are recorded, to see what the SDK does."""

@@ -44,6 +44,7 @@ def test_jsonl_to_parquet_gives_the_servers_vectors(parquet_output, rows, refere
     assert not parquet_output.with_name(parquet_output.name + ".parts").exists()  # cleaned up when done
 
 
+@pytest.mark.slow  # the CLI loads the real model
 def test_parquet_to_npy_equals_jsonl_to_parquet(tmp_path, rows, parquet_output):
     import pyarrow as pa
     import pyarrow.parquet as pq

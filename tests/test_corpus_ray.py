@@ -9,6 +9,8 @@ import pytest
 from tests.conftest import REPO
 from tests.corpus_support import assert_same_vectors, corpus_rows, server_vectors
 
+pytestmark = pytest.mark.slow  # a local Ray with a real engine per actor
+
 
 @pytest.fixture(scope="module")
 def local_ray():

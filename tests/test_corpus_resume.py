@@ -20,6 +20,8 @@ from corpus.parts import PartStore, parts_dir_for
 from tests.conftest import REPO
 from tests.corpus_support import assert_same_vectors, corpus_rows, read_parquet_output, write_jsonl
 
+pytestmark = pytest.mark.slow  # corpus jobs on the real model, killed and resumed in processes
+
 CHUNK = 16
 
 

@@ -19,6 +19,8 @@ from tests.conftest import ServerProcess
 from tests.fault_plugins import DIE_ID, RAISE_ID
 from tests.helpers import MODEL, PLUGIN, assert_envelope, embed, metric
 
+pytestmark = pytest.mark.slow  # engine processes behind a real server
+
 DP = ("--device", "cpu", "--data-parallel", "2", "--max-batch-tokens", "1024", "--max-batch-seqs", "8")
 
 

@@ -13,6 +13,8 @@ from tests.conftest import ServerProcess
 from tests.fault_plugins import DIE_ID, NAN_ID, RAISE_ID, STALL_ID
 from tests.helpers import MODEL, PLUGIN, assert_envelope, embed, metric
 
+pytestmark = pytest.mark.slow  # faults injected into real server processes
+
 SMALL = ("--max-batch-tokens", "1024")
 
 

@@ -18,6 +18,8 @@ import pytest
 from tests.conftest import ServerProcess
 from tests.helpers import MODEL, PLUGIN, embed
 
+pytestmark = pytest.mark.slow  # front-end and engine processes
+
 WORKERS = ("--device", "cpu", "--frontend-workers", "2", "--max-batch-tokens", "1024", "--max-batch-seqs", "8")
 
 

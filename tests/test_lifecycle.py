@@ -17,6 +17,8 @@ import pytest
 from tests.conftest import ServerProcess
 from tests.helpers import MODEL, PLUGIN, assert_envelope, embed, metric
 
+pytestmark = pytest.mark.slow  # signals and timing on real server processes
+
 DELAY = {"ROSE_FAULT_DELAY_S": "0.5"}
 SLOW = (*PLUGIN, "--max-batch-tokens", "1024", "--max-batch-seqs", "2")
 

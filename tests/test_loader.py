@@ -163,6 +163,7 @@ def test_pytorch_model_bin_gives_the_vectors_of_its_safetensors_twin(tmp_path, d
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.slow  # two engines on a tiny Qwen3 checkpoint
 def test_pickled_qwen3_with_a_tied_lm_head_loads(tmp_path, texts):
     from tests.qwen3_checkpoints import qwen3_embedding, train_tokenizer
 

@@ -1,141 +1,178 @@
-"""Request ids, timing headers, /metrics, the per-request log line, limits and CORS."""
+"""Request ids, timing headers, /metrics, the per-request log line, limits and CORS (fake engine, in process).
+
+What only a real process shows (uvicorn's own log lines, a body refused by its declared
+length before it is read, an engine process's memory) is in test_observability_server.py.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
-import time
 import uuid
 
-import httpx
+import numpy as np
 import pytest
 
-from tests.conftest import ServerProcess
-from tests.helpers import MODEL, assert_envelope, embed, metric, raw_post
+from server.logs import ACCESS_LOGGER, JsonFormatter, TextFormatter
+from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, serve
+from tests.helpers import assert_envelope, sample
 
 ORIGIN = "https://app.example"
+DELAY = 0.005  # seconds per batch on the fake, so that inference time is measurable
 
 
 @pytest.fixture(scope="module")
-def configured():
-    """JSON logs with inputs, CORS for one origin, tight per-request limits, a roomy body limit."""
-    proc = ServerProcess("--max-batch-tokens", "1024", "--log-format", "json", "--log-inputs",
-                         "--cors-origin", ORIGIN, "--max-input-chars", "1000", "--max-request-inputs", "16",
-                         "--max-body-bytes", "120000000")
-    yield proc
-    proc.stop()
+def fake() -> FakeEngine:
+    return FakeEngine(delay=DELAY)
 
 
-def test_request_id_is_echoed_when_plain_and_made_otherwise(server):
-    r = embed(server.url, {"input": "hi", "model": MODEL}, headers={"x-request-id": "client-42.a:b"})
+@pytest.fixture(scope="module")
+def client(fake):
+    with serve(fake) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def configured(fake):
+    """Inputs in the log, CORS for one origin, tight per-request limits."""
+    config = fake_config(log_inputs=True, cors_origins=(ORIGIN,), max_input_chars=1000, max_request_inputs=16,
+                         max_body_bytes=200_000)
+    with serve(fake, config) as client:
+        yield client
+
+
+def embed(client, body: dict, **kwargs):
+    return client.post("/v1/embeddings", json={"model": FAKE_MODEL, **body}, **kwargs)
+
+
+def test_request_id_is_echoed_when_plain_and_made_otherwise(client):
+    r = embed(client, {"input": "hi"}, headers={"x-request-id": "client-42.a:b"})
     assert r.headers["x-request-id"] == "client-42.a:b"
-    made = embed(server.url, {"input": "hi", "model": MODEL}).headers["x-request-id"]
+    made = embed(client, {"input": "hi"}).headers["x-request-id"]
     assert re.fullmatch(r"[0-9a-f]{32}", made)
-    hostile = embed(server.url, {"input": "hi", "model": MODEL}, headers={"x-request-id": "a b<script>" + "x" * 300})
+    hostile = embed(client, {"input": "hi"}, headers={"x-request-id": "a b<script>" + "x" * 300})
     assert re.fullmatch(r"[0-9a-f]{32}", hostile.headers["x-request-id"])
-    for r in (httpx.get(server.url + "/nowhere", timeout=10), embed(server.url, {"model": MODEL})):
+    for r in (client.get("/nowhere"), embed(client, {})):
         assert re.fullmatch(r"[0-9a-f]{32}", r.headers["x-request-id"])
 
 
-def test_timing_headers(server):
-    r = embed(server.url, {"input": ["timing", "headers"], "model": MODEL})
+def test_timing_headers(client):
+    r = embed(client, {"input": ["timing", "headers"]})
     assert r.status_code == 200
     times = {k: float(r.headers[f"x-{k}-time-ms"]) for k in ("queue", "tokenization", "inference", "total")}
     assert all(v >= 0 for v in times.values())
-    assert times["inference"] > 0
+    assert times["inference"] >= DELAY * 1000  # the fake's batch took at least its delay
     assert times["total"] >= times["inference"] + times["queue"]
-    health = httpx.get(server.url + "/health", timeout=10)
+    health = client.get("/health")
     assert "x-total-time-ms" in health.headers and "x-inference-time-ms" not in health.headers
 
 
-def test_metrics_content(server):
-    before = metric(server.url, 'rose_requests_total{route="/v1/embeddings",status="200"}')
-    tokens_before = metric(server.url, "rose_tokens_total")
-    r = embed(server.url, {"input": ["metrics one", "metrics two", "metrics three"], "model": MODEL})
+def test_metrics_content(client, fake):
+    def scrape() -> str:
+        response = client.get("/metrics")
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+        return response.text
+
+    before = scrape()
+    r = embed(client, {"input": ["metrics one", "metrics two", "metrics three"]})
     assert r.status_code == 200
-    httpx.get(server.url + f"/no/such/{uuid.uuid4().hex}", timeout=10)
-    response = httpx.get(server.url + "/metrics", timeout=10)
-    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
-    text = response.text
-    assert metric(server.url, 'rose_requests_total{route="/v1/embeddings",status="200"}') == before + 1
-    assert metric(server.url, "rose_tokens_total") - tokens_before == r.json()["usage"]["prompt_tokens"]
-    assert metric(server.url, 'rose_requests_total{route="other",status="404"}') >= 1
+    client.get(f"/no/such/{uuid.uuid4().hex}")
+    text = scrape()
+
+    def grew(name: str) -> float:
+        return sample(text, name) - sample(before, name)
+
+    assert grew('rose_requests_total{route="/v1/embeddings",status="200"}') == 1
+    assert grew("rose_tokens_total") == r.json()["usage"]["prompt_tokens"]
+    assert grew("rose_sequences_total") == 3
+    assert sample(text, 'rose_requests_total{route="other",status="404"}') >= 1
     assert "/no/such" not in text  # unknown paths share one label
     for phase in ("queue", "tokenization", "inference", "total"):
-        assert metric(server.url, f'rose_request_phase_seconds_count{{phase="{phase}"}}') >= 1
-    for name in ("rose_batch_tokens_count", "rose_batch_sequences_count", "rose_sequences_total"):
-        assert metric(server.url, name) >= 1
+        assert sample(text, f'rose_request_phase_seconds_count{{phase="{phase}"}}') >= 1
+    # Every batch the batcher ran is observed once; the fake counts the warm-up's batch too.
+    assert sample(text, "rose_batch_sequences_count") == sample(text, "rose_batch_tokens_count") == len(fake.batches)
+    assert sample(text, "rose_eager_runs_total") == fake.num_eager_runs == len(fake.batches) + 1
     for name in ("rose_queue_tokens", "rose_queue_inputs", "rose_tokens_per_second", "rose_graph_replays_total",
-                 "rose_eager_runs_total", "rose_graph_capture_failures_total", "rose_inputs_cancelled_total",
-                 "rose_batches_failed_total"):
+                 "rose_graph_capture_failures_total", "rose_inputs_cancelled_total", "rose_batches_failed_total"):
         assert re.search(rf"^{name} \d", text, re.M), name
-    assert metric(server.url, "rose_ready") == 1 and metric(server.url, "rose_engine_up") == 1
-    # On CPU every batch, warm-up included, runs eagerly and none replays a graph.
-    assert metric(server.url, "rose_eager_runs_total") >= metric(server.url, "rose_batch_sequences_count") + 2
-    assert metric(server.url, "rose_graph_replays_total") == 0
-    # On the CPU the engine runs in a process of its own (--engine-process auto): its resident set.
-    assert metric(server.url, 'rose_device_memory_bytes{device="cpu",engine="0",kind="resident"}') > 10e6
-    assert metric(server.url, "process_resident_memory_bytes") > 10e6
+    assert sample(text, "rose_ready") == 1 and sample(text, "rose_engine_up") == 1
+    assert sample(text, 'rose_engine_serving{device="cpu",engine="0"}') == 1
+    assert sample(text, "rose_graph_replays_total") == 0
+    assert sample(text, 'rose_device_memory_bytes{device="cpu",kind="resident"}') > 10e6
+    assert sample(text, "process_resident_memory_bytes") > 10e6
 
 
-def test_log_line_per_request_without_input_text(server):
+def _access_records(caplog, request_id: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == ACCESS_LOGGER and r.fields.get("request_id") == request_id]
+
+
+def test_log_line_per_request_without_input_text(client, caplog):
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
     secret = f"private-{uuid.uuid4().hex}"
-    r = embed(server.url, {"input": [secret, "other"], "model": MODEL}, headers={"x-request-id": "log-check-1"})
+    r = embed(client, {"input": [secret, "other"]}, headers={"x-request-id": "log-check-1"})
     assert r.status_code == 200
-    time.sleep(0.3)
-    lines = [line for line in server.log_path.read_text().splitlines() if "log-check-1" in line]
-    assert len(lines) == 1, lines
-    assert "POST /v1/embeddings 200" in lines[0]
-    for field in ("status=200", "inputs=2", "tokens=", "total_ms=", "inference_ms=", "bytes_in=", "bytes_out="):
-        assert field in lines[0], field
-    assert secret not in server.log_path.read_text()
+    records = _access_records(caplog, "log-check-1")
+    assert len(records) == 1
+    line = TextFormatter().format(records[0])
+    assert "POST /v1/embeddings 200" in line
+    for field in ("status=200", "inputs=2", f"tokens={r.json()['usage']['prompt_tokens']}", "total_ms=",
+                  "inference_ms=", "bytes_in=", "bytes_out="):
+        assert field in line, field
+    assert secret not in line and secret not in caplog.text
 
 
-def test_json_log_lines_and_log_inputs(configured):
+def test_probes_log_below_info(client, caplog):
+    caplog.set_level(logging.DEBUG, logger=ACCESS_LOGGER)
+    client.get("/health", headers={"x-request-id": "probe-1"})
+    client.get("/metrics", headers={"x-request-id": "probe-2"})
+    assert [r.levelno for r in _access_records(caplog, "probe-1") + _access_records(caplog, "probe-2")] == [
+        logging.DEBUG, logging.DEBUG]
+
+
+def test_json_log_line_with_log_inputs(configured, caplog):
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
     text = f"logged-{uuid.uuid4().hex}"
-    r = embed(configured.url, {"input": [text], "model": MODEL}, headers={"x-request-id": "json-check-1"})
-    assert r.status_code == 200
-    time.sleep(0.3)
-    entries = [json.loads(line) for line in configured.log_path.read_text().splitlines() if line.startswith("{")]
-    mine = [e for e in entries if e.get("request_id") == "json-check-1"]
-    assert len(mine) == 1
-    entry = mine[0]
+    assert embed(configured, {"input": [text]}, headers={"x-request-id": "json-check-1"}).status_code == 200
+    (record,) = _access_records(caplog, "json-check-1")
+    entry = json.loads(JsonFormatter().format(record))
+    assert entry["logger"] == ACCESS_LOGGER and entry["message"] == "POST /v1/embeddings 200"
     assert entry["status"] == 200 and entry["inputs"] == 1 and entry["tokens"] > 2
     assert entry["total_ms"] >= entry["inference_ms"] > 0
     assert entry["inputs_text"] == [text]  # --log-inputs
-    assert any(e["logger"].startswith("uvicorn") for e in entries)  # every line is JSON, uvicorn's too
 
 
-def test_cors_is_off_unless_configured(server, configured):
+def test_cors_is_off_unless_configured(client, configured):
     preflight = {"Origin": ORIGIN, "Access-Control-Request-Method": "POST"}
-    r = httpx.options(server.url + "/v1/embeddings", headers=preflight, timeout=10)
-    assert "access-control-allow-origin" not in r.headers
-    r = embed(server.url, {"input": "x", "model": MODEL}, headers={"Origin": ORIGIN})
-    assert "access-control-allow-origin" not in r.headers
-    r = httpx.options(configured.url + "/v1/embeddings", headers=preflight, timeout=10)
-    assert r.headers.get("access-control-allow-origin") == ORIGIN
-    r = httpx.options(configured.url + "/v1/embeddings",
-                      headers={**preflight, "Origin": "https://evil.example"}, timeout=10)
-    assert r.headers.get("access-control-allow-origin") != "https://evil.example"
+    assert "access-control-allow-origin" not in client.options("/v1/embeddings", headers=preflight).headers
+    assert "access-control-allow-origin" not in embed(client, {"input": "x"}, headers={"Origin": ORIGIN}).headers
+    assert configured.options("/v1/embeddings", headers=preflight).headers.get("access-control-allow-origin") == ORIGIN
+    assert embed(configured, {"input": "x"}, headers={"Origin": ORIGIN}).headers.get(
+        "access-control-allow-origin") == ORIGIN
+    evil = configured.options("/v1/embeddings", headers={**preflight, "Origin": "https://evil.example"})
+    assert evil.headers.get("access-control-allow-origin") != "https://evil.example"
 
 
-def test_body_over_max_body_bytes_gets_413_before_it_is_read(configured):
-    status, body = raw_post(configured.port, {"Content-Type": "application/json", "Content-Length": "130000000"},
-                            b'{"input": "')
-    assert status == 413
-    error = json.loads(body)["error"]
-    assert error["code"] == "request_too_large" and error["type"] == "invalid_request_error"
+def test_body_over_max_body_bytes_gets_413(configured):
+    r = configured.post("/v1/embeddings", content=b'{"input": "' + b"a" * 250_000 + b'"}',
+                        headers={"content-type": "application/json"})
+    error = assert_envelope(r, 413, "request_too_large")
+    assert error["type"] == "invalid_request_error"
 
 
-def test_a_100_mb_string_is_refused_before_tokenizing(configured):
-    started = time.monotonic()
-    r = embed(configured.url, {"input": "a" * 100_000_000, "model": MODEL}, timeout=120)
-    error = assert_envelope(r, 400, "input_too_long")
-    assert error["param"] == "input"
-    assert time.monotonic() - started < 60
-    assert embed(configured.url, {"input": "a" * 1000, "model": MODEL}).status_code == 200
+def test_a_long_string_is_refused_before_tokenizing(configured, fake, monkeypatch):
+    tokenized: list[int] = []
+    real = fake.tokenize
+    monkeypatch.setattr(fake, "tokenize", lambda texts: tokenized.extend(map(len, texts)) or real(texts))
+    error = assert_envelope(embed(configured, {"input": ["fine", "a" * 100_000]}), 400, "input_too_long")
+    assert error["param"] == "input" and "input[1]" in error["message"]
+    assert tokenized == []  # refused by its length: the tokenizer never read it
+    r = embed(configured, {"input": "a" * 1000, "encoding_format": "float"})
+    assert tokenized == [1000]
+    np.testing.assert_allclose(r.json()["data"][0]["embedding"], fake.embed(["a" * 1000])[0], atol=1e-6, rtol=0)
 
 
 def test_inputs_per_request_limit(configured):
-    assert_envelope(embed(configured.url, {"input": ["x"] * 17, "model": MODEL}), 400)
-    assert embed(configured.url, {"input": ["x"] * 16, "model": MODEL}).status_code == 200
+    error = assert_envelope(embed(configured, {"input": ["x"] * 17}), 400)
+    assert error["param"] == "input" and "at most 16" in error["message"]
+    assert embed(configured, {"input": ["x"] * 16}).status_code == 200

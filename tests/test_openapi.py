@@ -1,9 +1,11 @@
-"""The OpenAPI document Litestar serves describes every route as it really behaves."""
+"""The OpenAPI document Litestar serves describes every route as it really behaves (fake engine, in process)."""
 
 from __future__ import annotations
 
-import httpx
 import pytest
+
+from tests.client_support import API_KEYS
+from tests.fake_engine import FakeEngine, fake_config, serve
 
 OPERATIONS = [
     ("/v1/embeddings", "post"), ("/embeddings", "post"), ("/v1/models", "get"), ("/models", "get"),
@@ -12,8 +14,14 @@ OPERATIONS = [
 
 
 @pytest.fixture(scope="module")
-def schema(server) -> dict:
-    r = httpx.get(server.url + "/docs/openapi.json", timeout=30)
+def client():
+    with serve(FakeEngine()) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def schema(client) -> dict:
+    r = client.get("/docs/openapi.json")
     assert r.status_code == 200
     return r.json()
 
@@ -51,26 +59,27 @@ def test_errors_use_openai_envelope(schema, path, method):
             assert set(detail["properties"]) == {"message", "type", "param", "code"}
 
 
-def test_schema_matches_live_responses(server, schema):
+def test_schema_matches_live_responses(client, schema):
     """Field names the document promises are the ones a real answer carries."""
-    answer = httpx.post(server.url + "/v1/embeddings", json={"input": "hi"}, timeout=30).json()
+    answer = client.post("/v1/embeddings", json={"input": "hi"}).json()
     promised = _resolve(schema, schema["paths"]["/v1/embeddings"]["post"]["responses"]["200"]["content"]
                         ["application/json"]["schema"])
     assert set(answer) == set(promised["properties"])
-    models = httpx.get(server.url + "/v1/models", timeout=10).json()
+    models = client.get("/v1/models").json()
     promised = _resolve(schema, schema["paths"]["/v1/models"]["get"]["responses"]["200"]["content"]
                         ["application/json"]["schema"])
     assert set(models) == set(promised["properties"])
 
 
-def test_docs_page(server):
-    r = httpx.get(server.url + "/docs", timeout=30)
+def test_docs_page(client):
+    r = client.get("/docs")
     assert r.status_code == 200
     assert "text/html" in r.headers["content-type"]
 
 
-def test_security_scheme_declared_with_keys(locked_server):
-    schema = httpx.get(locked_server.url + "/docs/openapi.json", timeout=30).json()
+def test_security_scheme_declared_with_keys():
+    with serve(FakeEngine(), fake_config(api_keys=API_KEYS)) as client:
+        schema = client.get("/docs/openapi.json").json()
     assert schema["components"]["securitySchemes"]["BearerAuth"] == {"type": "http", "scheme": "bearer"}
     assert schema["security"] == [{"BearerAuth": []}]
 

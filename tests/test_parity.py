@@ -8,6 +8,8 @@ import httpx
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # vectors against sentence-transformers on the real model
+
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 MIN_COSINE = 0.99999
 

@@ -21,6 +21,8 @@ from engine.loader import ModelLoadError, load_spec
 from tests.conftest import load_texts
 from tests.qwen3_checkpoints import pplx_embed, qwen3_embedding, reference_pooled, train_tokenizer
 
+pytestmark = pytest.mark.slow  # engines on the published layouts against their references
+
 COSINE = 0.99999  # fp32 on both sides; only the summation order differs
 
 # pplx-embed-v1 modules.json, byte for byte as published (the `kwargs` entry names the argument

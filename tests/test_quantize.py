@@ -1,4 +1,5 @@
-"""Quantised output formats against a plain-Python restatement of pplx-embed's quantizer."""
+"""Quantised output formats against a plain-Python restatement of pplx-embed's quantizer,
+as functions and on the wire."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from compat.encoding import QUANTIZED_FORMATS, encode_embeddings, encoding_formats
 from compat.quantize import int8_tanh, packed_sign_bits
+from tests.fake_engine import FakeEngine, serve
 
 
 def _int8(x: float) -> int:
@@ -72,3 +74,56 @@ def test_matryoshka_cuts_before_quantising_and_renormalises_floats(vectors):
 def test_formats_per_model():
     assert encoding_formats(None) == ("float", "base64")
     assert encoding_formats("tanh") == ("float", "base64", *QUANTIZED_FORMATS)
+
+
+# ---- on the wire: a quantising model (fake engine, in process) ---------------------------------------
+
+DIM = 60  # not a multiple of 8: the last byte of the sign bits is padded
+
+
+@pytest.fixture(scope="module")
+def quantizing() -> FakeEngine:
+    return FakeEngine(dim=DIM, quantizing=True)
+
+
+@pytest.fixture(scope="module")
+def client(quantizing):
+    with serve(quantizing) as client:
+        yield client
+
+
+TEXTS = ["int8 on the wire", "binary too", "x"]
+
+
+def _embeddings(client, encoding_format: str, dimensions: int | None = None) -> list:
+    body = {"input": TEXTS, "encoding_format": encoding_format}
+    if dimensions is not None:
+        body["dimensions"] = dimensions
+    r = client.post("/v1/embeddings", json=body)
+    assert r.status_code == 200, r.text
+    assert [d["index"] for d in r.json()["data"]] == list(range(len(TEXTS)))
+    return [d["embedding"] for d in r.json()["data"]]
+
+
+@pytest.mark.parametrize("dimensions", [None, 9, 32])
+def test_every_quantised_format_on_the_wire(client, quantizing, dimensions):
+    raw = quantizing.embed(TEXTS)[:, :dimensions]  # the model's raw pooled vectors: not unit length
+    assert np.abs(raw).max() > 1  # the scale int8 reads is really there
+    int8 = [[_int8(float(x)) for x in row] for row in raw]
+    packed = [_bytes_of_bits(row) for row in raw]
+    assert _embeddings(client, "int8", dimensions) == int8
+    assert _embeddings(client, "uint8", dimensions) == [[v + 128 for v in row] for row in int8]
+    assert _embeddings(client, "ubinary", dimensions) == packed
+    assert _embeddings(client, "binary", dimensions) == [[v - 128 for v in row] for row in packed]
+    assert [list(np.frombuffer(base64.b64decode(s), np.int8)) for s in
+            _embeddings(client, "base64_int8", dimensions)] == int8
+    assert [list(base64.b64decode(s)) for s in _embeddings(client, "base64_binary", dimensions)] == packed
+
+
+@pytest.mark.parametrize("dimensions", [None, 9])
+def test_float_formats_of_a_quantising_model_leave_unit_length(client, quantizing, dimensions):
+    raw = quantizing.embed(TEXTS)[:, :dimensions]
+    unit = raw / np.linalg.norm(raw, axis=1, keepdims=True)
+    np.testing.assert_allclose(_embeddings(client, "float", dimensions), unit, atol=1e-6, rtol=0)
+    b64 = np.stack([np.frombuffer(base64.b64decode(s), "<f4") for s in _embeddings(client, "base64", dimensions)])
+    np.testing.assert_allclose(b64, unit, atol=1e-6, rtol=0)

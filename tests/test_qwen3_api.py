@@ -18,6 +18,8 @@ import torch
 from tests.conftest import ServerProcess, load_texts
 from tests.qwen3_checkpoints import QUERY_PROMPT, pplx_embed, qwen3_embedding, reference_pooled, train_tokenizer
 
+pytestmark = pytest.mark.slow  # Qwen3 checkpoints served by real server processes
+
 COSINE = 0.9999
 BOUNDARY = 1e-3
 

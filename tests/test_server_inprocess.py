@@ -1,4 +1,4 @@
-"""App-level behaviour through Litestar's test client: naming, readiness, routes, status codes."""
+"""App-level behaviour through Litestar's test client: naming, readiness, routes, status codes (fake engine)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ import threading
 
 from litestar.testing import AsyncTestClient
 
-from engine.config import EngineConfig
 from server.app import create_app
-from server.config import ServerConfig
 from server.runtime import Runtime
+from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config
 
 
 async def _ready(app) -> None:
@@ -18,15 +17,14 @@ async def _ready(app) -> None:
         await asyncio.sleep(0.02)
 
 
-def test_served_model_name(default_engine):
+def test_served_model_name():
     async def scenario():
-        app = create_app(ServerConfig(served_model_name="my-embedder", engine=EngineConfig(max_batch_tokens=4096)),
-                         default_engine)
+        app = create_app(fake_config(served_model_name="my-embedder"), FakeEngine())
         async with AsyncTestClient(app) as client:
             await _ready(app)
             models = (await client.get("/models")).json()
             ok = await client.post("/v1/embeddings", json={"model": "my-embedder", "input": "hi"})
-            other = await client.post("/v1/embeddings", json={"model": default_engine.spec.name, "input": "hi"})
+            other = await client.post("/v1/embeddings", json={"model": FAKE_MODEL, "input": "hi"})
             one = await client.get("/v1/models/my-embedder")
             return models, ok, other, one
 
@@ -37,7 +35,7 @@ def test_served_model_name(default_engine):
     assert one.status_code == 200 and one.json()["id"] == "my-embedder"
 
 
-def test_health_is_503_until_the_model_is_ready(default_engine, monkeypatch):
+def test_health_is_503_until_the_model_is_ready(monkeypatch):
     # A threading.Event: the app runs on the test client's own loop in another thread, and an
     # asyncio.Event set from this loop would not wake that one (the test hung at times).
     release = threading.Event()
@@ -51,7 +49,7 @@ def test_health_is_503_until_the_model_is_ready(default_engine, monkeypatch):
     monkeypatch.setattr(Runtime, "_load_and_warm_up", held_load)
 
     async def scenario():
-        app = create_app(ServerConfig(engine=EngineConfig(max_batch_tokens=4096)), default_engine)
+        app = create_app(fake_config(), FakeEngine())
         async with AsyncTestClient(app) as client:
             before = await client.get("/health")
             early = await client.post("/v1/embeddings", json={"input": "too early"})
@@ -66,9 +64,9 @@ def test_health_is_503_until_the_model_is_ready(default_engine, monkeypatch):
     assert after.status_code == 200 and after.json() == {"status": "ok"}
 
 
-def test_post_is_200_and_openapi_lists_routes(default_engine):
+def test_post_is_200_and_openapi_lists_routes():
     async def scenario():
-        app = create_app(ServerConfig(engine=EngineConfig(max_batch_tokens=4096)), default_engine)
+        app = create_app(fake_config(), FakeEngine())
         async with AsyncTestClient(app) as client:
             await _ready(app)
             return await client.post("/embeddings", json={"input": ["a"]}), await client.get("/docs/openapi.json")

@@ -32,6 +32,8 @@ from tests.qwen3_checkpoints import tiny_config
 from tests.st_checkpoints import (bert_tokenizer, load_reference, pplx_config, qwen_tokenizer, roberta_tokenizer,
                                   save_hf_model, save_st_model, xlmr_tokenizer)
 
+pytestmark = pytest.mark.slow  # checkpoints saved by sentence-transformers vs its encode; a server
+
 MIN_COSINE = 0.99999
 # Workload paragraphs, an empty text and one cut at the length limit. No leading or trailing
 # whitespace: sentence-transformers 6 feeds texts as they are, 2.x-5.x stripped them; that

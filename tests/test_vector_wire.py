@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 
 import msgspec
 import numpy as np
 import pytest
-from litestar.testing import AsyncTestClient
-
 import compat.vector_wire as vector_wire
 from compat.encoding import encode_vector
 from compat.openai import Embedding, EmbeddingResponse, Usage
 from compat.vector_wire import base64_fragments, encode_vectors, float_fragments
-from engine.config import EngineConfig
-from server.app import create_app
-from server.config import ServerConfig
+from tests.fake_engine import FakeEngine, serve
 
 
 def _unit_vectors(n: int, dim: int, seed: int = 0) -> np.ndarray:
@@ -89,23 +84,16 @@ def test_other_formats_are_refused():
         encode_vectors(_unit_vectors(3, 4), "some-format")
 
 
-def test_server_answers_float_and_base64_with_the_same_float32_values(default_engine):
+def test_server_answers_float_and_base64_with_the_same_float32_values():
+    fake = FakeEngine(dim=384)
     texts = ["a short query", "def f(x): return x", "Return the number of items in the container."]
-
-    async def scenario():
-        app = create_app(ServerConfig(engine=EngineConfig(max_batch_tokens=4096)), default_engine)
-        async with AsyncTestClient(app) as client:
-            while not app.state.runtime.is_ready:
-                await asyncio.sleep(0.02)
-            as_float = await client.post("/v1/embeddings", json={"input": texts, "encoding_format": "float"})
-            as_base64 = await client.post("/v1/embeddings", json={"input": texts, "encoding_format": "base64"})
-            return as_float, as_base64
-
-    as_float, as_base64 = asyncio.run(scenario())
+    with serve(fake) as client:
+        as_float = client.post("/v1/embeddings", json={"input": texts, "encoding_format": "float"})
+        as_base64 = client.post("/v1/embeddings", json={"input": texts, "encoding_format": "base64"})
     assert as_float.status_code == as_base64.status_code == 200
     floats = np.array([d["embedding"] for d in as_float.json()["data"]], dtype=np.float64)
     b64 = np.stack([np.frombuffer(base64.b64decode(d["embedding"]), "<f4") for d in as_base64.json()["data"]])
-    # The same batch shapes run twice on the CPU give the same bits; the wire must not change them.
-    assert np.array_equal(floats, b64.astype(np.float64))
-    reference = default_engine.embed(texts)
-    np.testing.assert_allclose(b64, reference, atol=1e-5)
+    # The wire must not change a bit of the engine's float32 values, in either format.
+    expected = fake.embed(texts)
+    assert np.array_equal(b64, expected)
+    assert np.array_equal(floats, expected.astype(np.float64))

