@@ -164,6 +164,7 @@ def checkpoint(request, tmp_path_factory):
     return request.param, SPECS[request.param].save(path)
 
 
+@pytest.mark.slow  # an engine per architecture against sentence-transformers' encode
 def test_engine_matches_sentence_transformers(checkpoint, texts):
     from sentence_transformers import SentenceTransformer
 
@@ -252,6 +253,7 @@ def test_gemma3_reads_hub_configs_as_transformers_does(bidirectional):
         assert shape.scale == 256**-0.5
 
 
+@pytest.mark.slow  # a server process per architecture
 @pytest.mark.parametrize("arch,prompt_name", [("mpnet", None), ("mistral", "query")])
 def test_served_by_the_real_server_to_concurrent_clients(arch, prompt_name, tmp_path, texts):
     """The server process with default flags, several clients at once (MPNet's relative
