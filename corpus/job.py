@@ -11,6 +11,7 @@ import numpy as np
 
 from corpus.fingerprint import EMPTY_CHAIN, chain, model_fingerprint
 from corpus.manifest import JobMismatchError, Manifest, check_resumable, load_manifest, save_manifest
+from corpus.optional import require
 from corpus.parts import PartStore, parts_dir_for
 from corpus.progress import progress_bar
 from corpus.source import cut_chunks, open_source
@@ -53,8 +54,10 @@ class JobReport:
 
 
 def preflight(job: CorpusJob) -> None:
-    """Raise what run_job would raise for the input's first rows or an existing output, before
-    the caller spends time loading a model."""
+    """Raise what run_job would raise for a missing package, the input's first rows or an
+    existing output, before the caller spends time loading a model."""
+    if job.output_format == "parquet":
+        require("pyarrow", "writing Parquet")
     batches = open_source(job.input, job.input_format, job.text_field, job.id_field).batches()
     next(batches, None)
     batches.close()
@@ -126,7 +129,7 @@ def _embed_remaining(engine, job: CorpusJob, parts: PartStore, manifest: Manifes
         pending: Future | None = None
         ahead = prefetch(tokenized(engine, chunks, job.prompt))
         try:
-            for chunk, vectors in embed_chunks(engine, ahead):
+            for chunk, vectors in embed_chunks(engine, ahead, on_batch=bar.update):
                 if not np.isfinite(vectors).all():
                     raise FloatingPointError(f"chunk {chunk.index} (rows from {chunk.first_row}) gave non-finite "
                                              "vectors; nothing of it was written")
@@ -134,7 +137,6 @@ def _embed_remaining(engine, job: CorpusJob, parts: PartStore, manifest: Manifes
                     pending.result()
                 manifest = manifest.after_chunk(len(chunk), chunk.digest)
                 pending = writer.submit(_commit, parts, chunk, vectors, manifest)
-                bar.update(len(chunk))
         finally:
             ahead.close()  # stops the reader thread, also when a batch failed
         if pending is not None:
@@ -145,3 +147,14 @@ def _embed_remaining(engine, job: CorpusJob, parts: PartStore, manifest: Manifes
 def _commit(parts: PartStore, chunk, vectors: np.ndarray, manifest: Manifest) -> None:
     parts.write(chunk.index, vectors, chunk.ids)
     save_manifest(parts.dir, manifest)  # after the part: whatever the manifest lists is on disk
+
+
+def what_an_interrupt_kept(output: Path) -> str:
+    """What an interrupted job leaves for the next run, as the manifest on disk says it."""
+    parts_dir = parts_dir_for(output)
+    manifest = load_manifest(parts_dir)
+    if manifest is None or manifest.num_chunks_done == 0:
+        return "no chunk was finished, so nothing was kept"
+    chunks = "chunk" if manifest.num_chunks_done == 1 else "chunks"
+    return (f"{manifest.num_chunks_done} finished {chunks} ({manifest.num_rows_done} texts) are kept in "
+            f"{parts_dir}/; run the same command to continue")

@@ -16,6 +16,8 @@ from typing import Any
 
 import msgspec
 
+from corpus.optional import require
+
 INPUT_FORMATS = ("jsonl", "parquet")
 _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
 _READ_ROWS = 4096  # rows per read from the file, before they are regrouped into chunks
@@ -140,10 +142,8 @@ def open_source(path: Path, input_format: str | None, text_field: str, id_field:
         raise CorpusInputError(f"{path}: no such file")
     fmt = input_format or input_format_of(path)
     if fmt == "parquet":
-        try:
-            return ParquetSource(path, text_field, id_field)
-        except ImportError:
-            raise CorpusInputError("reading Parquet needs pyarrow: pip install 'rose-embed[corpus]'") from None
+        require("pyarrow", "reading Parquet")
+        return ParquetSource(path, text_field, id_field)
     return JsonlSource(path, text_field, id_field)
 
 

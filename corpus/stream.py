@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 import numpy as np
@@ -67,24 +67,28 @@ def tokenized(engine, chunks: Iterable[Chunk], prompt: str) -> Iterator[tuple[Ch
         yield chunk, engine.tokenize(texts)
 
 
-def embed_chunks(engine, items: Iterable[tuple[Chunk, list[np.ndarray]]]) -> Iterator[tuple[Chunk, np.ndarray]]:
-    """Yield (chunk, vectors [len(chunk), dim] float32) in order, as each chunk's last batch lands."""
+def embed_chunks(engine, items: Iterable[tuple[Chunk, list[np.ndarray]]],
+                 on_batch: Callable[[int], object] = lambda num_texts: None) -> Iterator[tuple[Chunk, np.ndarray]]:
+    """Yield (chunk, vectors [len(chunk), dim] float32) in order, as each chunk's last batch lands;
+    `on_batch` hears of every batch as it lands (the progress bar moves per batch, not per chunk)."""
     in_flight = None  # (chunk, its batch results so far, its number of batches, LazyResult)
     for chunk, seqs in items:
         ranges = cut_batches([len(s) for s in seqs], engine.config.max_batch_tokens, engine.config.max_batch_seqs)
         parts: list[np.ndarray] = []
         for lo, hi in ranges:
             launched = (chunk, parts, len(ranges), engine.execute(seqs[lo:hi]))
-            if in_flight is not None and (done := _land(*in_flight)) is not None:
+            if in_flight is not None and (done := _land(*in_flight, on_batch)) is not None:
                 yield done
             in_flight = launched
-    if in_flight is not None and (done := _land(*in_flight)) is not None:
+    if in_flight is not None and (done := _land(*in_flight, on_batch)) is not None:
         yield done
 
 
-def _land(chunk: Chunk, parts: list[np.ndarray], num_batches: int, result) -> tuple[Chunk, np.ndarray] | None:
+def _land(chunk: Chunk, parts: list[np.ndarray], num_batches: int, result,
+          on_batch: Callable[[int], object]) -> tuple[Chunk, np.ndarray] | None:
     """Collect one batch's vectors; the chunk and all its vectors once this was its last batch."""
     parts.append(result.wait())
+    on_batch(len(parts[-1]))
     if len(parts) < num_batches:
         return None
     return chunk, np.concatenate(parts)  # one contiguous array per chunk, as the part file stores it

@@ -67,15 +67,16 @@ def engine_process_wanted(choice: str, device: str) -> bool:
 
 
 def check_devices(devices: tuple[str, ...]) -> None:
-    """Fail before loading anything when a named GPU does not exist."""
+    """Fail before loading anything when a named GPU does not exist (the message names the ones that do)."""
     wanted = [int(d.split(":", 1)[1]) if ":" in d else 0 for d in devices if d.startswith("cuda")]
     if not wanted:
         return
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     missing = sorted({i for i in wanted if i >= count})
     if missing:
-        raise ValueError(f"the engines need cuda:{', cuda:'.join(map(str, missing))}, "
-                         f"but torch sees {count} CUDA device(s)")
+        seen = "no CUDA device (use cpu)" if count == 0 else (
+            f"{count} CUDA device{'s' if count > 1 else ''}: {', '.join(f'cuda:{i}' for i in range(count))}")
+        raise ValueError(f"{', '.join(f'cuda:{i}' for i in missing)} not found; torch sees {seen}")
 
 
 def engine_config_for(config: EngineConfig, devices: tuple[str, ...], device: str) -> EngineConfig:

@@ -14,6 +14,7 @@ import os
 import signal
 from collections.abc import Callable
 
+from engine.child_signals import start_shielded
 from engine.config import EngineConfig
 from engine.engine_link import EngineLink
 from engine.engine_worker import run_engine_worker
@@ -35,7 +36,7 @@ class EngineProcess(EngineLink):
             args=(config, [slots.name], layout, [task_reader], [reply_writer], os.getpid(), plugin),
         )
         try:
-            self.process.start()
+            start_shielded(self.process)
         except BaseException:
             slots.close()
             raise
@@ -72,7 +73,8 @@ class EngineProcess(EngineLink):
             return
         self._closed = True
         self.stop_serving()
-        stop_process(self.process, timeout)
+        # One still loading holds no work to finish, and would read the request to stop only once loaded.
+        stop_process(self.process, timeout if self.dtype is not None else 0.0)
         self._tasks.close()
         self._replies.close()
         self.slots.close()

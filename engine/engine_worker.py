@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import os
 import queue
-import signal
 import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 
+from engine.child_signals import STOP_SIGNALS, unshield
 from engine.config import EngineConfig
 from engine.memory import HeapTrimmer
 from engine.parent_watch import exit_with_parent
@@ -39,11 +39,10 @@ def run_engine_worker(config: EngineConfig, shm_names: list[str], layout: SlotLa
                       replies: list[Connection], parent_pid: int, plugin: Callable | None = None) -> None:
     """Front end i writes its batches into the slots named `shm_names[i]`, sends tasks on
     `tasks[i]` and reads replies on `replies[i]`; `parent_pid` is the process that started this one."""
-    # Ctrl-C, and SIGTERM from systemd or `timeout`, reach the whole process group; the front
-    # ends still have requests to drain, so they alone decide when engines stop (or their
-    # pipes closing does, if they die). Only SIGKILL ends an engine from outside.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Ctrl-C, a hang-up, and SIGTERM from systemd or `timeout`, reach the whole process group;
+    # the front ends still have requests to drain, so they alone decide when engines stop (or
+    # their pipes closing does, if they die). Only SIGKILL ends an engine from outside.
+    unshield(ignore=STOP_SIGNALS)
     # A parent that died without a word (SIGKILL) leaves nobody to serve, even mid-load.
     exit_with_parent(parent_pid, lambda: os._exit(1))
     try:

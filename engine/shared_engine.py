@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
+from engine.child_signals import start_shielded
 from engine.config import EngineConfig
 from engine.data_parallel import EngineGroup
 from engine.engine_link import EngineLink
@@ -66,7 +67,7 @@ class SharedEngine:
                 args=(config, [s.name for s in self.slots], layout, engine_side[0::2], engine_side[1::2],
                       os.getpid(), plugin),
             )
-            self.process.start()
+            start_shielded(self.process)
         except BaseException:
             self._close_ends()
             for slots in self.slots:

@@ -1,75 +1,97 @@
-"""`rose-embed serve`: the command-line entry point."""
+"""`rose-embed serve` and `rose-embed embed`: the command-line entry point.
+
+Nothing heavy is imported before the flags are checked and the port is bound, so that
+--help, --version, a wrong flag value or a taken port answer at once; torch, the model and
+the server come after, and a Ctrl-C while they load ends the command without a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import os
+import signal
+import socket
 import sys
 from dataclasses import replace
+from importlib import metadata
 
 from engine.config import POOLING_MODES, EngineConfig, ModelOverrides
-from engine.data_parallel import check_devices, engine_process_wanted, resolve_device, resolve_engine_devices
-from engine.loader import ModelLoadError, load_spec
-from server.aliases import AliasError, resolve_aliases
 from server.auth import API_KEY_ENV, keys_from_env
 from server import embed_cli, hardening_cli
+from server.cli_values import DTYPES, device, device_list, port_number, positive_int
 from server.config import ServerConfig
+from server.listen import ListenError, bind_sockets
 
 
 DEFAULT_MAX_BATCH_TOKENS = 16384
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Append "(default: ...)" only where the help text does not already say it."""
+    """Append "(default: ...)" only where the help text does not already say it, and never to an
+    on/off flag, whose default is the state it does not ask for ("--no-fused-kernels (default:
+    True)" reads as if it were on)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        return text if "default" in text else super()._get_help_string(action)
+        if "default" in text or action.nargs == 0:
+            return text
+        return super()._get_help_string(action)
+
+
+def version() -> str:
+    try:
+        return metadata.version("rose-embed")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rose-embed", description="An OpenAI-compatible embeddings server.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="serve /v1/embeddings over HTTP",
-                                formatter_class=_HelpFormatter)
+    # A short usage line: argparse prints it above every flag error, and the full one runs to 20 lines.
+    serve = commands.add_parser("serve", help="serve /v1/embeddings over HTTP", formatter_class=_HelpFormatter,
+                                usage="%(prog)s [flags]")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for all)")
-    serve.add_argument("--port", type=int, default=8000, help="TCP port to listen on")
+    serve.add_argument("--port", type=port_number, default=8000, help="TCP port to listen on (1-65535)")
     serve.add_argument("--model", default=None,
                        help="local model directory or Hugging Face hub id (default: the embedded all-MiniLM-L6-v2)")
     serve.add_argument("--revision", default=None,
                        help="a hub id's branch, tag or commit hash (default: its default branch)")
     serve.add_argument("--served-model-name", default=None,
                        help="the name clients send as `model` and /v1/models lists (default: the model's name)")
-    serve.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    serve.add_argument("--data-parallel", type=int, default=1, metavar="N",
+    serve.add_argument("--device", type=device, default="auto", help="auto, cpu, cuda or cuda:N")
+    serve.add_argument("--data-parallel", type=positive_int, default=1, metavar="N",
                        help="N engine processes, one per device (cuda:0..N-1; N CPU engines with --device cpu), "
                             "fed by one batcher; 1: one engine (in the server process or its own: --engine-process)")
-    serve.add_argument("--devices", default=None, metavar="LIST",
+    serve.add_argument("--devices", type=device_list, default=None, metavar="LIST",
                        help="the engines' devices, comma-separated (e.g. cuda:0,cuda:1): one engine process each "
                             "(default: from --device and --data-parallel)")
     serve.add_argument("--engine-process", choices=["auto", "on", "off"], default="auto",
                        help="run the engine in a process of its own, fed through shared memory, instead of a thread "
                             "of the server process (auto: on for the CPU, where the engine's threads and the event "
                             "loop slow each other down; off for CUDA)")
-    serve.add_argument("--frontend-workers", type=int, default=1, metavar="K",
+    serve.add_argument("--frontend-workers", type=positive_int, default=1, metavar="K",
                        help="K front-end processes (HTTP, tokenization, batcher, encoding) sharing the port "
                             "(SO_REUSEPORT) and feeding one engine process per device; 1: a single process")
-    serve.add_argument("--max-batches-in-flight", type=int, default=None, metavar="N",
+    serve.add_argument("--max-batches-in-flight", type=positive_int, default=None, metavar="N",
                        help="batches each front end keeps on each engine (default: 2 on a GPU with one front end, "
                             "one computing and one ready behind it; 1 on the CPU, which computes one at a time, and "
                             "with several front ends, whose batches queue on the shared engine)")
-    serve.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
-    serve.add_argument("--max-batch-tokens", type=int, default=None,
+    serve.add_argument("--dtype", choices=DTYPES, default="auto",
+                       help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
+    serve.add_argument("--max-batch-tokens", type=positive_int, default=None,
                        help=f"token budget of one batch (default: {DEFAULT_MAX_BATCH_TOKENS}, "
                             "or the model's max sequence length where that is longer)")
-    serve.add_argument("--max-batch-seqs", type=int, default=512, help="most sequences in one batch")
-    serve.add_argument("--max-seq-len", type=int, default=None,
+    serve.add_argument("--max-batch-seqs", type=positive_int, default=512, help="most sequences in one batch")
+    serve.add_argument("--max-seq-len", type=positive_int, default=None,
                        help="truncate inputs to this many tokens (default: the model's limit)")
-    serve.add_argument("--max-queued-tokens", type=int, default=None,
+    serve.add_argument("--max-queued-tokens", type=positive_int, default=None,
                        help="answer 429 when the queue holds more tokens than this (default: no limit)")
-    serve.add_argument("--tokenizer-workers", type=int, default=2, help="threads that tokenize requests")
-    serve.add_argument("--num-threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    serve.add_argument("--tokenizer-workers", type=positive_int, default=2, help="threads that tokenize requests")
+    serve.add_argument("--num-threads", type=positive_int, default=None,
+                       help="torch CPU threads (default: torch's choice)")
     serve.add_argument("--attention-backend", default="auto", choices=["auto", "varlen", "flashinfer", "sdpa"],
                        help="ragged attention kernels on CUDA (auto: torch's varlen_attn; flashinfer needs the gpu "
                             "extra and head_dim 64/128/256); the CPU always uses sdpa")
@@ -79,9 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "instead of the fused Triton kernels (comparison, or a machine without a C compiler)")
     serve.add_argument("--capture-at-start", action="store_true",
                        help="CUDA: capture every bucket's graph before serving instead of on the second batch")
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                       help="least severe log lines shown (debug adds a line for every /health and /metrics request)")
     # OpenAI's wire contract (issue 5).
-    serve.add_argument("--max-request-tokens", type=int, default=300_000,
+    serve.add_argument("--max-request-tokens", type=positive_int, default=300_000,
                        help="most tokens one request may embed, summed over its inputs (400 above)")
     serve.add_argument("--no-truncate", dest="truncate", action="store_false",
                        help="reject inputs longer than the model's limit with OpenAI's 400 (default: truncate them)")
@@ -118,11 +141,11 @@ def _add_model_flags(serve: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
-    if args.frontend_workers < 1:
-        raise ValueError(f"--frontend-workers must be at least 1; got {args.frontend_workers}")
-    if args.max_batches_in_flight is not None and args.max_batches_in_flight < 1:
-        raise ValueError(f"--max-batches-in-flight must be at least 1; got {args.max_batches_in_flight}")
+    """The server's configuration; ValueError names a flag whose value does not fit the others."""
+    from engine.data_parallel import check_devices, engine_process_wanted, resolve_device, resolve_engine_devices
+
     devices = resolve_engine_devices(args.device, args.data_parallel, args.devices)
+    check_devices(devices)  # e.g. --data-parallel 4 where torch sees 2 GPUs
     own_process = len(devices) > 1 or engine_process_wanted(args.engine_process, devices[0])
     if args.engine_process == "off" and len(devices) > 1:
         raise ValueError("--engine-process off runs one engine in the server process; "
@@ -153,10 +176,13 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     )
 
 
-def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
+def serve(config: ServerConfig, sockets: list[socket.socket], budget_is_default: bool = False) -> None:
+    """Serve on `sockets` (bound by `bind_sockets`) until a signal stops the server."""
     import uvicorn
 
     from compat.tiktoken_ids import TiktokenUnavailableError
+    from engine.loader import ModelLoadError, load_spec
+    from server.aliases import AliasError, resolve_aliases
     from server.app import create_app
     from server.logs import configure_logging
     from server.middleware import ObservedApp
@@ -164,40 +190,39 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
     try:
         spec = load_spec(config.engine.model, config.engine.max_seq_len, config.engine.model_overrides,  # fail fast
                          config.engine.revision)
-        check_devices(config.engine_devices)
     except (ModelLoadError, ValueError) as exc:
         sys.exit(f"rose-embed: {exc}")
     if config.engine.max_batch_tokens < spec.max_seq_len and budget_is_default:
         # A 32k-context model must still fit one whole sequence into a batch.
         config = replace(config, engine=replace(config.engine, max_batch_tokens=spec.max_seq_len))
     if config.engine.max_batch_tokens < spec.max_seq_len:
-        sys.exit(f"rose-embed: --max-batch-tokens must be at least the max sequence length ({spec.max_seq_len})")
+        _usage_error(f"argument --max-batch-tokens: must be at least the model's max sequence length "
+                     f"({spec.max_seq_len}); got {config.engine.max_batch_tokens}")
     configure_logging(config.log_level, config.log_format)
     name = config.served_model_name or spec.name
     try:
         resolve_aliases(config.model_aliases, name)
     except AliasError as exc:
-        sys.exit(f"rose-embed: {exc}")
-    if config.max_request_tokens < 1:
-        sys.exit("rose-embed: --max-request-tokens must be at least 1")
-    print(f"rose-embed: serving {name} on http://{config.host}:{config.port}/v1 (GET /health turns 200 once ready)",
-          flush=True)
+        _usage_error(f"argument --model-alias: {exc}")
     if config.frontend_workers > 1:
         from server.frontend_workers import serve_frontend_workers
 
-        serve_frontend_workers(config, spec)
+        _banner(config, name)
+        serve_frontend_workers(config, spec, sockets)
         return
     try:
         app = create_app(config)
     except TiktokenUnavailableError as exc:
         sys.exit(f"rose-embed: {exc}")
+    server = uvicorn.Server(uvicorn.Config(
+        ObservedApp(app, log_inputs=config.log_inputs), loop="uvloop", http="httptools", log_level=config.log_level,
+        access_log=False, log_config=None, timeout_graceful_shutdown=config.shutdown_timeout,
+    ))
+    _banner(config, name)
     try:
-        # After a graceful shutdown uvicorn re-raises SIGTERM, so the process ends with its status.
-        uvicorn.run(
-            ObservedApp(app, log_inputs=config.log_inputs), host=config.host, port=config.port, loop="uvloop",
-            http="httptools", log_level=config.log_level, access_log=False, log_config=None,
-            timeout_graceful_shutdown=config.shutdown_timeout,
-        )
+        # After a graceful shutdown uvicorn re-raises the signal that asked for it: SIGTERM ends
+        # the process with its status, SIGINT arrives as KeyboardInterrupt (main exits 130).
+        server.run(sockets=sockets)
     finally:
         if app.state.runtime.engine_thread_busy:
             # Python joins worker threads at exit (Ctrl-C); a stuck engine thread would keep it alive.
@@ -206,16 +231,46 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
             os._exit(1)
 
 
+def _banner(config: ServerConfig, name: str) -> None:
+    print(f"rose-embed: serving {name} on http://{config.host}:{config.port}/v1 (GET /health turns 200 once ready)",
+          flush=True)
+
+
+def _usage_error(message: str) -> None:
+    """A flag value that is wrong only beside the others or the model: as argparse reports one (status 2)."""
+    print(f"rose-embed serve: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _hang_up_as_terminate() -> None:
+    """A closed terminal (SIGHUP) stops the server as SIGTERM does, draining and freeing its
+    shared memory, rather than killing it outright."""
+    signal.signal(signal.SIGHUP, lambda *_: signal.raise_signal(signal.SIGTERM))
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    if args.command == "serve":
-        try:
-            config = config_from_args(args)
-        except ValueError as exc:
-            sys.exit(f"rose-embed: {exc}")
-        serve(config, budget_is_default=args.max_batch_tokens is None)
-    elif args.command == "embed":
-        embed_cli.run(args)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "serve":
+            _serve_command(args)
+        elif args.command == "embed":
+            embed_cli.run(args)
+    except KeyboardInterrupt:  # Ctrl-C while loading, or after the server drained: no traceback
+        sys.exit(130)
+
+
+def _serve_command(args: argparse.Namespace) -> None:
+    _hang_up_as_terminate()
+    try:
+        sockets = bind_sockets(args.host, args.port, args.frontend_workers)
+    except ListenError as exc:
+        sys.exit(f"rose-embed: {exc}")
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        _usage_error(str(exc))
+    serve(config, sockets, budget_is_default=args.max_batch_tokens is None)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from engine.engine import Engine
 from engine.memory import HeapTrimmer
 from server.auth import api_key_guard
 from server.config import ServerConfig
+from server.docs_page import docs_assets
 from server.errors import error_response
 from server.openapi import openapi_config
 from server.metrics import Metrics, metrics_endpoint
@@ -41,7 +42,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None) -> Litestar:
             await runtime.stop()
 
     return Litestar(
-        route_handlers=[*ROUTES, metrics_endpoint],
+        route_handlers=[*ROUTES, metrics_endpoint, docs_assets()],
         lifespan=[lifespan],
         state=State({"runtime": runtime, "token_inputs": TokenInputs(config), "metrics": metrics}),
         request_max_body_size=config.max_body_bytes,

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.config import EngineConfig
-from engine.data_parallel import resolve_device
 
 
 @dataclass(frozen=True)
@@ -53,6 +52,8 @@ class ServerConfig:
     @property
     def devices(self) -> tuple[str, ...]:
         """The engines' devices: one per engine process, else the in-process engine's ("auto" resolved)."""
+        from engine.data_parallel import resolve_device  # imports torch, which the CLI's flag checks do without
+
         return self.engine_devices or (resolve_device(self.engine.device),)
 
     @property

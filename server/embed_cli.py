@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.config import POOLING_MODES
+from server.cli_values import DTYPES, device, positive_int
 
 _DEFAULT_CHUNK_SIZE = 10_000  # corpus.job.DEFAULT_CHUNK_SIZE, kept here so --help imports no torch
 
@@ -29,7 +30,7 @@ def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
     embed.add_argument("--text-field", default="text", help="the field (JSONL) or column (Parquet) holding the text")
     embed.add_argument("--id-field", default=None,
                        help="a field carried into the output beside each vector (default: none; rows keep input order)")
-    embed.add_argument("--chunk-size", type=int, default=_DEFAULT_CHUNK_SIZE,
+    embed.add_argument("--chunk-size", type=positive_int, default=_DEFAULT_CHUNK_SIZE,
                        help="rows per committed chunk: the most work an interruption can lose")
     embed.add_argument("--prompt-name", default=None, help="one of the model's prompts (default: the model's default)")
     embed.add_argument("--overwrite", action="store_true",
@@ -40,20 +41,21 @@ def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
                        help="local model directory or Hugging Face hub id (default: the embedded all-MiniLM-L6-v2)")
     model.add_argument("--revision", default=None,
                        help="a hub id's branch, tag or commit hash (default: its default branch)")
-    model.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    model.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
-    model.add_argument("--max-batch-tokens", type=int, default=None,
+    model.add_argument("--device", type=device, default="auto", help="auto, cpu, cuda or cuda:N")
+    model.add_argument("--dtype", choices=DTYPES, default="auto",
+                       help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
+    model.add_argument("--max-batch-tokens", type=positive_int, default=None,
                        help="token budget of one batch (default: 16384, or the model's max length where longer)")
-    model.add_argument("--max-batch-seqs", type=int, default=512, help="most sequences in one batch")
-    model.add_argument("--max-seq-len", type=int, default=None,
+    model.add_argument("--max-batch-seqs", type=positive_int, default=512, help="most sequences in one batch")
+    model.add_argument("--max-seq-len", type=positive_int, default=None,
                        help="truncate texts to this many tokens (default: the model's limit)")
-    model.add_argument("--num-threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    model.add_argument("--num-threads", type=positive_int, default=None,
+                       help="torch CPU threads (default: torch's choice)")
     model.add_argument("--attention-backend", default="auto", choices=["auto", "varlen", "flashinfer", "sdpa"],
                        help="ragged attention kernels on CUDA")
     model.add_argument("--enforce-eager", action="store_true", help="CUDA: no CUDA graphs")
     model.add_argument("--no-fused-kernels", dest="fused_kernels", action="store_false",
-                       help="CUDA: plain PyTorch instead of the fused Triton kernels between the matmuls "
-                            "(default: fused)")
+                       help="CUDA: plain PyTorch instead of the fused Triton kernels between the matmuls")
     model.add_argument("--attention", choices=["causal", "bidirectional"], default=None,
                        help="override the checkpoint's attention mask (default: from the checkpoint)")
     model.add_argument("--pooling", choices=POOLING_MODES, default=None,
@@ -63,8 +65,9 @@ def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from corpus.engine_setup import build_engine, prompt_for
-    from corpus.job import CorpusJob, preflight, run_job
+    from corpus.job import CorpusJob, preflight, run_job, what_an_interrupt_kept
     from corpus.manifest import JobMismatchError
+    from corpus.optional import MissingDependencyError
     from corpus.parts import output_format_of
     from corpus.source import CorpusInputError
     from engine.config import ModelOverrides
@@ -91,12 +94,12 @@ def run(args: argparse.Namespace) -> None:
 
             load_engine_plugin(args.engine_plugin)(engine)
         report = run_job(engine, replace(job, prompt=prompt_for(engine.spec, args.prompt_name)))
-    except (CorpusInputError, JobMismatchError, FileExistsError, ModelLoadError, ValueError) as exc:
+    except (CorpusInputError, JobMismatchError, MissingDependencyError, FileExistsError, ModelLoadError,
+            ValueError) as exc:
         hint = " (pass --overwrite to start over)" if isinstance(exc, JobMismatchError) else ""
         sys.exit(f"rose-embed embed: {exc}{hint}")
     except KeyboardInterrupt:
-        print(f"\nrose-embed embed: interrupted; the finished chunks are kept in {args.output}.parts/, "
-              "run the same command to continue", file=sys.stderr)
+        print(f"\nrose-embed embed: interrupted; {what_an_interrupt_kept(args.output)}", file=sys.stderr)
         sys.exit(130)
     if not args.quiet:
         resumed = f", {report.num_resumed} of them done by an earlier run" if report.num_resumed else ""

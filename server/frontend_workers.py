@@ -5,8 +5,9 @@ an H200 computes more than twice that. So with K > 1 the parent process only sup
 
 - it starts one engine process per device (engine/shared_engine.py), each with a set of
   shared-memory slots and a pair of pipes for every front end;
-- it binds K listening sockets to the port with SO_REUSEPORT, so that the kernel spreads
-  new connections over them (by their addresses' hash), and starts K front-end processes,
+- it is handed K sockets bound to the port with SO_REUSEPORT (server/listen.py, before
+  anything starts), so that the kernel spreads new connections over them (by their
+  addresses' hash), and starts K front-end processes,
   each serving one socket with its own uvicorn, event loop, tokenizer threads, batcher
   and encoders, exactly as the single-process server does (server/app.py), its batcher
   seeing each engine as a replica;
@@ -14,7 +15,7 @@ an H200 computes more than twice that. So with K > 1 the parent process only sup
   answers 503 on /health until the engines are warm; the others listen only once they
   are ready (their lifespan waits for the engines, and a bound socket that does not
   listen gets no connections), so whichever front end answers a 200 can serve;
-- on SIGTERM or SIGINT it passes SIGTERM to every front end (each drains its requests
+- on SIGTERM, SIGINT or SIGHUP it passes SIGTERM to every front end (each drains its requests
   within --shutdown-timeout and tells the engines it is done), then waits for the engines
   to exit, kills what is left and frees the shared memory. If a front end dies on its own,
   the parent shuts the whole server down (exit status 1), so that an orchestrator
@@ -34,6 +35,7 @@ import time
 from dataclasses import replace
 from multiprocessing.connection import wait
 
+from engine.child_signals import STOP_SIGNALS, start_shielded, unshield
 from engine.data_parallel import engine_config_for
 from engine.loader import ModelSpec
 from engine.parent_watch import exit_with_parent
@@ -47,37 +49,13 @@ logger = logging.getLogger("rose_embed.server")
 _ENGINE_EXIT_TIMEOUT_S = 10.0  # after the front ends: the engine finishes what it holds
 
 
-def reuseport_sockets(host: str, port: int, count: int) -> list[socket.socket]:
-    """`count` sockets bound to one port (SO_REUSEPORT), each front end's own; only the first
-    listens yet (see `serve_frontend_workers`), uvicorn makes the others listen as they start."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(family, socket.SOCK_STREAM)
-            sockets.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            sock.bind((host, port))
-            sock.set_inheritable(True)
-        sockets[0].listen(2048)
-    except OSError:
-        for sock in sockets:
-            sock.close()
-        raise
-    return sockets
-
-
-def serve_frontend_workers(config: ServerConfig, spec: ModelSpec) -> None:
-    """Run the parent (blocks until the server has stopped; exits 1 if a front end died)."""
+def serve_frontend_workers(config: ServerConfig, spec: ModelSpec, sockets: list[socket.socket]) -> None:
+    """Run the parent on `sockets` (server/listen.py: bound to the port, one per front end; the
+    first listening). Blocks until the server has stopped; exits 1 if a front end died."""
     num_workers = config.frontend_workers
     devices = config.devices
-    try:
-        sockets = reuseport_sockets(config.host, config.port, num_workers)
-    except OSError as exc:
-        sys.exit(f"rose-embed: cannot listen on {config.host}:{config.port}: {exc}")
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, lambda *_: stop.set())
     plugin = load_engine_plugin(config.engine_plugin) if config.engine_plugin else None
     layout = SlotLayout(config.batches_in_flight, config.engine.max_batch_tokens, config.engine.max_batch_seqs,
@@ -97,7 +75,7 @@ def serve_frontend_workers(config: ServerConfig, spec: ModelSpec) -> None:
             ends = [engine.ends_for(k) for engine in engines]
             worker = context.Process(target=run_frontend_worker, name=f"rose-frontend-{k}",
                                      args=(worker_config, sockets[k], ends, os.getpid()))
-            worker.start()
+            start_shielded(worker)
             workers.append(worker)
         for sock in sockets:  # each front end holds its own now
             sock.close()
@@ -155,6 +133,8 @@ def run_frontend_worker(config: ServerConfig, sock: socket.socket, ends: list[Fr
     from server.logs import configure_logging
     from server.middleware import ObservedApp
 
+    # The parent passes Ctrl-C and a hang-up on as SIGTERM; uvicorn takes SIGINT over while it runs.
+    unshield(ignore=(signal.SIGINT, signal.SIGHUP))
     configure_logging(config.log_level, config.log_format)
     app = create_app(config, SharedEngines(config.engine, ends))
     server = uvicorn.Server(uvicorn.Config(

@@ -174,4 +174,5 @@ def _resident_bytes(pid: int | str = "self") -> float:
 
 @get("/metrics", summary="Prometheus metrics", include_in_schema=False)
 async def metrics_endpoint(state: State) -> Response:
-    return Response(content=state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    # The header as prometheus_client spells it (it names the charset): Litestar would add a second one.
+    return Response(content=state.metrics.render(), headers={"content-type": CONTENT_TYPE_LATEST})

@@ -83,7 +83,8 @@ class ObservedApp:
             fields = {k: v for k, v in fields.items() if v is not None}
             if self.log_inputs and trace.texts is not None:
                 fields["inputs_text"] = trace.texts
-            # Probes and scrapes come every few seconds; their successes would drown the log.
-            quiet = status < 400 and scope["path"] in _PROBES
+            # Probes and scrapes come every few seconds and would drown the log. /health's 503 is
+            # an answer too (still loading, or the engine is gone, which is logged where it happens).
+            quiet = scope["path"] in _PROBES and (status < 400 or (status == 503 and scope["path"] == "/health"))
             access_log.log(logging.DEBUG if quiet else logging.INFO, "%s %s %d", scope["method"], scope["path"], status,
                            extra={"fields": fields})

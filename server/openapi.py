@@ -25,6 +25,7 @@ from litestar.openapi.spec import (
 from compat.encoding import ENCODING_FORMATS
 from compat.inputs import MAX_INPUTS
 from compat.openai import ErrorResponse
+from server.docs_page import docs_page
 
 _TOKEN_IDS = Schema(type=OpenAPIType.ARRAY, items=Schema(type=OpenAPIType.INTEGER), min_items=1)
 
@@ -88,4 +89,5 @@ def openapi_config(has_api_keys: bool) -> OpenAPIConfig:
     if has_api_keys:
         components.security_schemes = {"BearerAuth": SecurityScheme(type="http", scheme="bearer")}
         security = [{"BearerAuth": []}]
-    return OpenAPIConfig(title="rose-embed", version="0.1.0", path="/docs", components=components, security=security)
+    return OpenAPIConfig(title="rose-embed", version="0.1.0", path="/docs", components=components, security=security,
+                         render_plugins=[docs_page()])

@@ -65,7 +65,10 @@ async def _gather_unless_disconnected(request: Request, futures: list[asyncio.Fu
         # Whatever ended the wait (a gone client, the timeout, one failed input), the request's
         # other inputs are of no use now: cancelling frees them before they are computed.
         if not results.done():
-            results.cancel()  # cancels the inputs too (and marks the gather's error as seen)
+            results.cancel()  # cancels the inputs too
+            # The gather then ends with a CancelledError that nobody awaits; unread, asyncio
+            # would log it as "exception was never retrieved" for every client that left.
+            results.add_done_callback(_read_exception)
         for future in futures:  # gather leaves the others running when one input failed
             future.cancel()
     if not results.done():
@@ -73,6 +76,11 @@ async def _gather_unless_disconnected(request: Request, futures: list[asyncio.Fu
             raise request_timeout()
         raise APIError(499, "The client closed the request.", "invalid_request_error", None, "client_closed")
     return results.result()
+
+
+def _read_exception(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _trace(request: Request) -> RequestTrace:

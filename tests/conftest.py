@@ -83,6 +83,16 @@ def default_engine():
     return Engine(EngineConfig(max_batch_tokens=4096))
 
 
+_LOG_DIRS: list[Path] = []  # this session's folder for server logs, under pytest's own temporary folder
+
+
+@pytest.fixture(scope="session", autouse=True)
+def server_log_dir(tmp_path_factory) -> Path:
+    """Server logs go where pytest keeps its temporary files (the last few runs' only), not into $TMPDIR."""
+    _LOG_DIRS.append(tmp_path_factory.mktemp("server-logs"))
+    return _LOG_DIRS[-1]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -97,7 +107,8 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"rose-embed-test-{self.port}.log"
+        log_dir = _LOG_DIRS[-1] if _LOG_DIRS else Path(os.environ.get("TMPDIR", "/tmp"))
+        self.log_path = log_dir / f"rose-embed-test-{self.port}.log"
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "server", "serve", "--port", str(self.port), *args],

@@ -1,0 +1,77 @@
+"""Value types of the command-line flags: argparse turns each wrong value into one line that
+names the flag and what it allows, and exit status 2, before anything has started."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+_DEVICE = re.compile(r"cpu|cuda(:\d+)?")
+
+
+def positive_int(value: str) -> int:
+    number = _parse(value, int, "a whole number")
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1; got {value}")
+    return number
+
+
+def port_number(value: str) -> int:
+    number = _parse(value, int, "a whole number")
+    if not 1 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port, 1 to 65535; got {value}")
+    return number
+
+
+def positive_seconds(value: str) -> float:
+    seconds = _parse(value, float, "a number of seconds")
+    if not seconds > 0 or math.isinf(seconds):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0; got {value}")
+    return seconds
+
+
+def seconds_or_zero(value: str) -> float:
+    seconds = _parse(value, float, "a number of seconds")
+    if not seconds >= 0 or math.isinf(seconds):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, 0 or more; got {value}")
+    return seconds
+
+
+def device(value: str) -> str:
+    """auto, cpu, cuda or cuda:N, where a named GPU must be visible to torch."""
+    if value != "auto" and not _DEVICE.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"must be auto, cpu, cuda or cuda:N; got {value!r}")
+    _check_visible((value,))
+    return value
+
+
+def device_list(value: str) -> str:
+    """A comma-separated list of cpu, cuda or cuda:N (kept as written: the CLI splits it)."""
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("must name at least one device, e.g. cuda:0,cuda:1")
+    for name in names:
+        if not _DEVICE.fullmatch(name):
+            raise argparse.ArgumentTypeError(f"takes cpu, cuda or cuda:N names, comma-separated; got {name!r}")
+    _check_visible(tuple(names))
+    return value
+
+
+def _check_visible(names: tuple[str, ...]) -> None:
+    if not any(name.startswith("cuda") for name in names):
+        return  # torch is imported only where a GPU is named
+    from engine.data_parallel import check_devices
+
+    try:
+        check_devices(names)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _parse(value: str, kind: type, what: str):
+    try:
+        return kind(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {what}; got {value!r}") from None
