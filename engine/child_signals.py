@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
+from multiprocessing import resource_tracker
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -32,3 +33,14 @@ def unshield(ignore: tuple[signal.Signals, ...] = ()) -> None:
     for sig in ignore:
         signal.signal(sig, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (it unlinks the shared memory of a process that
+    died without doing so) shielded too: it ignores SIGINT and SIGTERM itself, but a hang-up
+    would kill it, and the shared memory would outlive the server."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)

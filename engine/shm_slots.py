@@ -15,6 +15,7 @@ from multiprocessing import shared_memory
 import numpy as np
 
 from engine.batch import PackedBatch
+from engine.child_signals import start_resource_tracker
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class SharedSlots:
 
     @classmethod
     def create(cls, layout: SlotLayout) -> SharedSlots:
+        start_resource_tracker()  # before the block it is to track (a no-op once it runs)
         return cls(shared_memory.SharedMemory(create=True, size=layout.nbytes), layout, owner=True)
 
     @classmethod

@@ -9,7 +9,6 @@ from __future__ import annotations
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import numpy as np
@@ -17,6 +16,7 @@ import pytest
 
 from tests.conftest import ServerProcess
 from tests.helpers import MODEL, PLUGIN, embed
+from tests.processes import children, is_alive, mapped_shared_memory, shared_memory
 
 pytestmark = pytest.mark.slow  # front-end and engine processes
 
@@ -28,40 +28,6 @@ def workers_server():
     proc = ServerProcess(*WORKERS)
     yield proc
     proc.stop()
-
-
-def _children(pid: int) -> set[int]:
-    """The live processes whose parent is `pid` (from /proc)."""
-    found = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.add(int(stat.parent.name))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def _shared_memory() -> set[str]:
-    return {p.name for p in Path("/dev/shm").glob("psm_*")}
-
-
-def _mapped_shared_memory(pid: int) -> set[str]:
-    """The multiprocessing shared-memory segments a process has mapped."""
-    try:
-        maps = Path(f"/proc/{pid}/maps").read_text()
-    except OSError:
-        return set()
-    return {line.rsplit("/", 1)[1] for line in maps.splitlines() if "/dev/shm/psm_" in line}
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -84,7 +50,7 @@ def test_vectors_equal_the_single_process_server(workers_server, server, texts):
 
 
 def test_both_front_ends_answer_and_share_one_engine(workers_server):
-    front_ends = _children(workers_server.proc.pid)
+    front_ends = children(workers_server.proc.pid)
     seen: dict[int, int] = {}
     for i in range(40):  # a fresh connection each time: the kernel hashes each to one front end
         r = embed(workers_server.url, {"input": [f"request {i}"], "model": MODEL})
@@ -111,10 +77,10 @@ def test_sigterm_drains_every_front_end_and_leaves_nothing_behind():
     proc = ServerProcess(*PLUGIN, *WORKERS, "--max-batch-seqs", "2", "--shutdown-timeout", "20",
                          env={"ROSE_FAULT_DELAY_S": "0.3"})
     try:
-        children = _children(proc.proc.pid)
-        assert len(children) >= 3  # two front ends and the engine (and multiprocessing's tracker)
-        segments = _mapped_shared_memory(proc.proc.pid)  # the server's own (other tests may make more)
-        assert segments and segments <= _shared_memory()  # the slots exist while it serves
+        spawned = children(proc.proc.pid)
+        assert len(spawned) >= 3  # two front ends and the engine (and multiprocessing's tracker)
+        segments = mapped_shared_memory({proc.proc.pid})  # the server's own (other tests may make more)
+        assert segments and segments <= shared_memory()  # the slots exist while it serves
         bodies = [{"input": [f"in flight {i}"] * 4, "model": MODEL} for i in range(6)]
         with ThreadPoolExecutor(6) as pool:
             futures = [pool.submit(embed, proc.url, body) for body in bodies]
@@ -127,10 +93,10 @@ def test_sigterm_drains_every_front_end_and_leaves_nothing_behind():
         assert time.monotonic() - signalled < 30
         assert code == 0, proc.log()
         deadline = time.monotonic() + 5
-        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        while any(is_alive(pid) for pid in spawned) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not [pid for pid in children if _alive(pid)]
-        assert not segments & _shared_memory()
+        assert not [pid for pid in spawned if is_alive(pid)]
+        assert not segments & shared_memory()
     finally:
         proc.stop()
 
@@ -160,17 +126,17 @@ def test_front_ends_and_engine_stop_when_the_parent_is_killed(when):
     proc = ServerProcess(*WORKERS, wait_ready=when == "ready")
     try:
         deadline = time.monotonic() + 60
-        while len(children := _children(proc.proc.pid)) < 3 and time.monotonic() < deadline:
+        while len(spawned := children(proc.proc.pid)) < 3 and time.monotonic() < deadline:
             time.sleep(0.05)  # the resource tracker, the engine and a front end at least
-        assert len(children) >= 3, proc.log()
-        segments = _mapped_shared_memory(proc.proc.pid)  # the server's own (other tests may make more)
+        assert len(spawned) >= 3, proc.log()
+        segments = mapped_shared_memory({proc.proc.pid})  # the server's own (other tests may make more)
         assert segments, "the parent creates every engine's slots before it starts a front end"
         proc.proc.kill()  # SIGKILL: the parent cannot pass anything on
         proc.proc.wait(5)
         deadline = time.monotonic() + 10  # each child notices within a second, then stops
-        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        while any(is_alive(pid) for pid in spawned) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not [pid for pid in children if _alive(pid)], proc.log()
-        assert not segments & _shared_memory()  # multiprocessing's tracker unlinks them once all are gone
+        assert not [pid for pid in spawned if is_alive(pid)], proc.log()
+        assert not segments & shared_memory()  # multiprocessing's tracker unlinks them once all are gone
     finally:
         proc.stop()

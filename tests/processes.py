@@ -1,0 +1,73 @@
+"""What a server process leaves behind: its descendants and its shared-memory segments (from /proc)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def children(pid: int) -> set[int]:
+    """The live processes whose parent is `pid`."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.add(int(stat.parent.name))
+    return found
+
+
+def descendants(pid: int) -> set[int]:
+    """Children, their children, and so on."""
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = set().union(*(children(p) for p in frontier)) - found
+        found |= frontier
+    return found
+
+
+def is_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def shared_memory() -> set[str]:
+    """Every multiprocessing shared-memory segment on the machine (other users' too)."""
+    return {p.name for p in Path("/dev/shm").glob("psm_*")}
+
+
+def mapped_shared_memory(pids: set[int]) -> set[str]:
+    """The multiprocessing segments that these processes have mapped: theirs, whoever else runs."""
+    names = set()
+    for pid in pids:
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        names |= {line.rsplit("/", 1)[1] for line in maps.splitlines() if "/dev/shm/psm_" in line}
+    return names
+
+
+def session_members(session_id: int) -> set[int]:
+    """The live processes of a session (start the server with start_new_session=True): its
+    children and theirs, also those whose parent died and that init adopted."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session_id and fields[0] != "Z":
+            found.add(int(stat.parent.name))
+    return found
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
