@@ -1,0 +1,139 @@
+"""Wrong flag values: one line naming the flag and what it allows, exit status 2, before anything
+starts; --version, and help that reads right."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+import torch
+
+from server.__main__ import build_parser, config_from_args, main
+from tests.conftest import REPO, free_port
+
+SERVE_USAGE = "usage: rose-embed serve [flags]"
+
+WRONG = [
+    (["--device", "gpu"], "argument --device: must be auto, cpu, cuda or cuda:N; got 'gpu'"),
+    (["--devices", "cuda:0,tpu"], "argument --devices: takes cpu, cuda or cuda:N names, comma-separated; got 'tpu'"),
+    (["--dtype", "fp16"],
+     "argument --dtype: invalid choice: 'fp16' (choose from 'auto', 'float32', 'bfloat16', 'float16')"),
+    (["--port", "99999"], "argument --port: must be a TCP port, 1 to 65535; got 99999"),
+    (["--port", "0"], "argument --port: must be a TCP port, 1 to 65535; got 0"),
+    (["--port", "http"], "argument --port: must be a whole number; got 'http'"),
+    (["--max-batch-tokens", "0"], "argument --max-batch-tokens: must be at least 1; got 0"),
+    (["--max-batch-seqs", "-1"], "argument --max-batch-seqs: must be at least 1; got -1"),
+    (["--max-seq-len", "0"], "argument --max-seq-len: must be at least 1; got 0"),
+    (["--max-queued-tokens", "0"], "argument --max-queued-tokens: must be at least 1; got 0"),
+    (["--tokenizer-workers", "0"], "argument --tokenizer-workers: must be at least 1; got 0"),
+    (["--num-threads", "0"], "argument --num-threads: must be at least 1; got 0"),
+    (["--data-parallel", "0"], "argument --data-parallel: must be at least 1; got 0"),
+    (["--frontend-workers", "0"], "argument --frontend-workers: must be at least 1; got 0"),
+    (["--max-batches-in-flight", "0"], "argument --max-batches-in-flight: must be at least 1; got 0"),
+    (["--max-request-tokens", "0"], "argument --max-request-tokens: must be at least 1; got 0"),
+    (["--max-body-bytes", "0"], "argument --max-body-bytes: must be at least 1; got 0"),
+    (["--max-input-chars", "-5"], "argument --max-input-chars: must be at least 1; got -5"),
+    (["--max-request-inputs", "0"], "argument --max-request-inputs: must be at least 1; got 0"),
+    (["--request-timeout", "-1"], "argument --request-timeout: must be a number of seconds, 0 or more; got -1"),
+    (["--request-timeout", "nan"], "argument --request-timeout: must be a number of seconds, 0 or more; got nan"),
+    (["--engine-stall-timeout", "0"],
+     "argument --engine-stall-timeout: must be a number of seconds above 0; got 0"),
+    (["--shutdown-timeout", "-2"], "argument --shutdown-timeout: must be a number of seconds, 0 or more; got -2"),
+    (["--log-level", "loud"],
+     "argument --log-level: invalid choice: 'loud' (choose from 'debug', 'info', 'warning', 'error')"),
+]
+
+
+@pytest.mark.parametrize("flags, message", WRONG, ids=[" ".join(f) for f, _ in WRONG])
+def test_a_wrong_serve_flag_is_one_line_naming_it_and_status_2(flags, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["serve", *flags])
+    assert exc.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [SERVE_USAGE, f"rose-embed serve: error: {message}"]
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--device", "gpu"], "argument --device: must be auto, cpu, cuda or cuda:N; got 'gpu'"),
+    (["--chunk-size", "0"], "argument --chunk-size: must be at least 1; got 0"),
+    (["--max-batch-seqs", "0"], "argument --max-batch-seqs: must be at least 1; got 0"),
+    (["--dtype", "half"], "argument --dtype: invalid choice: 'half'"),
+])
+def test_a_wrong_embed_flag_is_refused_the_same_way(flags, message, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["embed", "in.jsonl", "-o", str(tmp_path / "out.npy"), *flags])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith(f"rose-embed embed: error: {message}")
+
+
+def _pretend_gpus(monkeypatch, count: int) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+
+
+def test_a_gpu_torch_does_not_see_is_refused_by_name(monkeypatch, capsys):
+    _pretend_gpus(monkeypatch, 2)
+    assert build_parser().parse_args(["serve", "--device", "cuda:1"]).device == "cuda:1"
+    for flags, message in [
+        (["--device", "cuda:3"], "argument --device: cuda:3 not found; torch sees 2 CUDA devices: cuda:0, cuda:1"),
+        (["--devices", "cuda:0,cuda:2"], "argument --devices: cuda:2 not found; torch sees 2 CUDA devices: "
+                                         "cuda:0, cuda:1"),
+    ]:
+        with pytest.raises(SystemExit) as exc:
+            build_parser().parse_args(["serve", *flags])
+        assert exc.value.code == 2
+        assert capsys.readouterr().err.splitlines()[-1] == f"rose-embed serve: error: {message}"
+    with pytest.raises(ValueError, match="cuda:2 not found; torch sees 2 CUDA devices"):
+        config_from_args(build_parser().parse_args(["serve", "--device", "cuda", "--data-parallel", "3"]))
+    _pretend_gpus(monkeypatch, 0)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--device", "cuda"])
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "rose-embed serve: error: argument --device: cuda:0 not found; torch sees no CUDA device (use cpu)")
+
+
+def test_flags_that_do_not_fit_together_are_status_2_too(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--port", str(free_port()), "--data-parallel", "2", "--devices", "cpu,cpu,cpu"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "rose-embed serve: error: --data-parallel 2 does not match the 3 --devices"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where torch sees no GPU")
+def test_the_process_stops_before_anything_starts():
+    """The real command: no banner, no uvicorn, no model load; the two lines argparse prints."""
+    for flag in (["--device", "cuda"], ["--device", "gpu"], ["--port", "99999"]):
+        done = subprocess.run([sys.executable, "-m", "server", "serve", *flag], cwd=REPO, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 2
+        assert done.stdout == ""
+        lines = done.stderr.splitlines()
+        assert len(lines) == 2 and lines[0] == SERVE_USAGE and lines[1].startswith(f"rose-embed serve: error: "
+                                                                                    f"argument {flag[0]}: ")
+
+
+def test_version_comes_from_the_package_metadata(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"rose-embed {metadata.version('rose-embed')}\n"
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return commands.choices["serve"]
+
+
+def test_help_says_something_of_every_flag_and_no_backwards_default():
+    serve = _serve_parser()
+    undocumented = [a.option_strings for a in serve._actions if a.help is None]
+    assert not undocumented
+    text = " ".join(serve.format_help().split())
+    fused = text[text.index("--no-fused-kernels"):text.index("--capture-at-start")]
+    assert "default" not in fused  # "(default: True)" on a flag that switches them off read backwards
+    assert "--port PORT TCP port to listen on (1-65535) (default: 8000)" in text
