@@ -107,3 +107,95 @@ def test_progress_bar_shows_rate_and_eta_on_a_terminal_only():
         bar.update(10)
         bar.close()
         assert stream.getvalue() == ""
+
+
+@pytest.mark.parametrize("source_name, output_name, purpose", [
+    ("corpus.jsonl", "vectors.parquet", "writing Parquet"),
+    ("corpus.parquet", "vectors.npy", "reading Parquet"),
+])
+def test_a_missing_pyarrow_is_named_before_the_model_loads(tmp_path, monkeypatch, capsys, source_name, output_name,
+                                                           purpose):
+    import sys
+
+    import corpus.engine_setup
+
+    source = tmp_path / source_name
+    if source.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"text": ["a", "b"]}), source)
+    else:
+        write_jsonl(source, [{"text": "a"}])
+    monkeypatch.setattr(corpus.engine_setup, "build_engine", lambda **_: pytest.fail("the model was loaded"))
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if it were not installed
+    with pytest.raises(SystemExit) as exc:
+        main(["embed", str(source), "-o", str(tmp_path / output_name)])
+    assert str(exc.value) == (f"rose-embed embed: {purpose} needs pyarrow, which is not installed: pip install "
+                              "pyarrow (or the corpus extra: pip install -e '.[corpus]' in a clone of rose-embed)")
+    assert not (tmp_path / (output_name + ".parts")).exists()
+
+
+def test_the_progress_bar_moves_with_every_batch(tmp_path, monkeypatch, default_engine):
+    """500 rows in one chunk (the default chunk is 10,000 rows), 32 texts a batch."""
+    from dataclasses import replace
+
+    import corpus.job
+    from corpus.job import CorpusJob, run_job
+    from corpus.progress import progress_bar
+
+    monkeypatch.setattr(default_engine, "config", replace(default_engine.config, max_batch_seqs=32))
+    terminal, updates = _Terminal(), []
+
+    def recorded_bar(count_total, resumed, quiet):
+        bar = progress_bar(count_total, resumed, quiet, stream=terminal)
+        real_update = bar.update
+        bar.update = lambda n=1: (updates.append(n), real_update(n))[1]
+        return bar
+
+    monkeypatch.setattr(corpus.job, "progress_bar", recorded_bar)
+    source = write_jsonl(tmp_path / "corpus.jsonl", [{"text": f"row {i}"} for i in range(500)])
+    run_job(default_engine, CorpusJob(input=source, output=tmp_path / "v.npy", output_format="npy"))
+    assert sum(updates) == 500 and len(updates) >= 500 // 32 and max(updates) <= 32
+    drawn = terminal.getvalue()
+    assert "500/500" in drawn and "texts/s" in drawn
+
+
+def _interrupted(tmp_path, monkeypatch, capsys, default_engine, after_texts: int) -> str:
+    """Run the CLI on 150 rows in chunks of 50, 16 a batch; Ctrl-C lands once `after_texts` texts were sent."""
+    import corpus.engine_setup
+
+    from dataclasses import replace
+
+    sent = [0]
+    real = type(default_engine).execute_packed.__get__(default_engine)
+
+    def execute_packed(batch):
+        if sent[0] >= after_texts:
+            raise KeyboardInterrupt
+        sent[0] += batch.num_seqs
+        return real(batch)
+
+    monkeypatch.setattr(default_engine, "execute_packed", execute_packed)
+    monkeypatch.setattr(default_engine, "config", replace(default_engine.config, max_batch_seqs=16))
+    monkeypatch.setattr(corpus.engine_setup, "build_engine", lambda **_: default_engine)
+    tmp_path.mkdir()
+    source = write_jsonl(tmp_path / "corpus.jsonl", [{"text": f"text {i}"} for i in range(150)])
+    with pytest.raises(SystemExit) as exc:
+        main(["embed", str(source), "-o", str(tmp_path / "v.npy"), "--chunk-size", "50", "--quiet"])
+    assert exc.value.code == 130
+    return capsys.readouterr().err.strip()
+
+
+def test_the_interrupt_message_says_what_is_on_disk(tmp_path, monkeypatch, capsys, default_engine):
+    from corpus.manifest import load_manifest
+
+    nothing = _interrupted(tmp_path / "a", monkeypatch, capsys, default_engine, after_texts=0)
+    assert nothing == "rose-embed embed: interrupted; no chunk was finished, so nothing was kept"
+    message = _interrupted(tmp_path / "b", monkeypatch, capsys, default_engine, after_texts=120)
+    parts = tmp_path / "b" / "v.npy.parts"
+    manifest = load_manifest(parts)
+    assert manifest.num_chunks_done >= 1
+    assert len(list(parts.glob("part-*.npy"))) == manifest.num_chunks_done
+    assert message == (f"rose-embed embed: interrupted; {manifest.num_chunks_done} finished chunks "
+                       f"({manifest.num_rows_done} texts) are kept in {parts}/; run the same command to continue")
