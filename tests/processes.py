@@ -1,30 +1,24 @@
-"""What a server process leaves behind: its descendants and its shared-memory segments (from /proc)."""
+"""What a server process leaves behind: its processes and its shared-memory segments (from /proc)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 
-def children(pid: int) -> set[int]:
-    """The live processes whose parent is `pid`."""
-    found = set()
+def _live_processes():
+    """(pid, fields of /proc/PID/stat after the command name) for every process not a zombie."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.add(int(stat.parent.name))
-    return found
+        if fields[0] != "Z":
+            yield int(stat.parent.name), fields
 
 
-def descendants(pid: int) -> set[int]:
-    """Children, their children, and so on."""
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = set().union(*(children(p) for p in frontier)) - found
-        found |= frontier
-    return found
+def children(pid: int) -> set[int]:
+    """The live processes whose parent is `pid`."""
+    return {child for child, fields in _live_processes() if int(fields[1]) == pid}
 
 
 def is_alive(pid: int) -> bool:
@@ -55,15 +49,7 @@ def mapped_shared_memory(pids: set[int]) -> set[str]:
 def session_members(session_id: int) -> set[int]:
     """The live processes of a session (start the server with start_new_session=True): its
     children and theirs, also those whose parent died and that init adopted."""
-    found = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == session_id and fields[0] != "Z":
-            found.add(int(stat.parent.name))
-    return found
+    return {pid for pid, fields in _live_processes() if int(fields[3]) == session_id}
 
 
 def command_line(pid: int) -> str:
