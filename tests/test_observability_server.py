@@ -55,3 +55,8 @@ def test_log_file_line_and_engine_process_memory(server):
     # Every batch, warm-up included, runs eagerly on the CPU and none replays a graph.
     assert metric(server.url, "rose_eager_runs_total") >= metric(server.url, "rose_batch_sequences_count") + 2
     assert metric(server.url, "rose_graph_replays_total") == 0
+
+
+def test_the_suites_server_logs_stay_in_pytests_temporary_folder(server, tmp_path_factory):
+    """Not in $TMPDIR itself, where every run used to leave a rose-embed-test-PORT.log behind."""
+    assert server.log_path.is_relative_to(tmp_path_factory.getbasetemp())
