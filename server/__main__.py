@@ -1,8 +1,8 @@
 """`rose-embed serve` and `rose-embed embed`: the command-line entry point.
 
-Nothing heavy is imported before the flags are checked and the port is bound, so that
---help, --version, a wrong flag value or a taken port answer at once; torch, the model and
-the server come after, and a Ctrl-C while they load ends the command without a traceback.
+Nothing heavy is imported before argparse has checked the flags, so that --help, --version
+and a wrong flag value answer at once; torch, the model's description, the port and the
+server come after, and a Ctrl-C while they load ends the command without a traceback.
 """
 
 from __future__ import annotations
@@ -176,8 +176,12 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     )
 
 
-def serve(config: ServerConfig, sockets: list[socket.socket], budget_is_default: bool = False) -> None:
-    """Serve on `sockets` (bound by `bind_sockets`) until a signal stops the server."""
+def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
+    """Check what the flags ask for, bind the port, then serve until a signal stops the server.
+
+    Everything that can be refused is refused before the port is bound, and the port is bound
+    before anything starts: no engine process, no shared memory, no banner before it holds.
+    """
     import uvicorn
 
     from compat.tiktoken_ids import TiktokenUnavailableError
@@ -203,21 +207,23 @@ def serve(config: ServerConfig, sockets: list[socket.socket], budget_is_default:
     try:
         resolve_aliases(config.model_aliases, name)
     except AliasError as exc:
-        _usage_error(f"argument --model-alias: {exc}")
+        _usage_error(str(exc))  # it names --model-alias
     if config.frontend_workers > 1:
         from server.frontend_workers import serve_frontend_workers
 
+        sockets = _listen(config)
         _banner(config, name)
         serve_frontend_workers(config, spec, sockets)
         return
     try:
-        app = create_app(config)
+        app = create_app(config)  # nothing starts before its lifespan does
     except TiktokenUnavailableError as exc:
         sys.exit(f"rose-embed: {exc}")
     server = uvicorn.Server(uvicorn.Config(
         ObservedApp(app, log_inputs=config.log_inputs), loop="uvloop", http="httptools", log_level=config.log_level,
         access_log=False, log_config=None, timeout_graceful_shutdown=config.shutdown_timeout,
     ))
+    sockets = _listen(config)
     _banner(config, name)
     try:
         # After a graceful shutdown uvicorn re-raises the signal that asked for it: SIGTERM ends
@@ -229,6 +235,13 @@ def serve(config: ServerConfig, sockets: list[socket.socket], budget_is_default:
             logging.getLogger("rose_embed.server").error("the engine thread is stuck; exiting without it")
             logging.shutdown()
             os._exit(1)
+
+
+def _listen(config: ServerConfig) -> list[socket.socket]:
+    try:
+        return bind_sockets(config.host, config.port, config.frontend_workers)
+    except ListenError as exc:
+        sys.exit(f"rose-embed: {exc}")
 
 
 def _banner(config: ServerConfig, name: str) -> None:
@@ -263,14 +276,10 @@ def main(argv: list[str] | None = None) -> None:
 def _serve_command(args: argparse.Namespace) -> None:
     _hang_up_as_terminate()
     try:
-        sockets = bind_sockets(args.host, args.port, args.frontend_workers)
-    except ListenError as exc:
-        sys.exit(f"rose-embed: {exc}")
-    try:
         config = config_from_args(args)
     except ValueError as exc:
         _usage_error(str(exc))
-    serve(config, sockets, budget_is_default=args.max_batch_tokens is None)
+    serve(config, budget_is_default=args.max_batch_tokens is None)
 
 
 if __name__ == "__main__":

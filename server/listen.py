@@ -1,8 +1,9 @@
-"""The server's listening sockets, bound before anything else starts.
+"""The server's listening sockets, bound before anything starts.
 
-Binding first means a taken port (or an address this host does not have) is one line and a
-non-zero exit within a second or two, before any engine process, shared memory or banner
-exists; uvicorn is then handed the bound sockets instead of binding late itself.
+Bound once the flags are checked and before the app starts, a taken port (or an address this
+host does not have) is one line and a non-zero exit within a second or two, with no engine
+process, shared memory or banner yet; uvicorn is then handed the bound sockets instead of
+binding late itself, after the engines have started.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
+from unittest import mock
 
 import yaml
 
@@ -74,8 +75,12 @@ def server_args(m: Manifests) -> argparse.Namespace:
     command = m.container.get("command") or json.loads(dockerfile_instruction("ENTRYPOINT"))
     argv = [*command, *m.container.get("args", [])]
     assert argv[:2] == ["rose-embed", "serve"], f"the container does not run `rose-embed serve`: {argv}"
+    # The manifests run on a GPU node, where `--device cuda` names a GPU torch sees; the parser
+    # checks that, so it is shown one here as well (the check itself: tests/test_cli_flags.py).
     try:
-        return build_parser().parse_args(argv[1:])
+        with mock.patch("torch.cuda.is_available", return_value=True), \
+                mock.patch("torch.cuda.device_count", return_value=1):
+            return build_parser().parse_args(argv[1:])
     except SystemExit:
         raise AssertionError(f"`rose-embed serve` rejects the container's flags: {argv}") from None
 
