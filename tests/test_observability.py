@@ -13,9 +13,10 @@ import uuid
 
 import numpy as np
 import pytest
+from litestar.testing import TestClient
 
 from server.logs import ACCESS_LOGGER, JsonFormatter, TextFormatter
-from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, serve
+from tests.fake_engine import BASE_URL, FAKE_MODEL, FakeEngine, fake_config, observed_app, serve
 from tests.helpers import assert_envelope, sample
 
 ORIGIN = "https://app.example"
@@ -71,7 +72,8 @@ def test_timing_headers(client):
 def test_metrics_content(client, fake):
     def scrape() -> str:
         response = client.get("/metrics")
-        assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+        assert response.status_code == 200
+        assert response.headers["content-type"] == "text/plain; version=1.0.0; charset=utf-8"  # one charset
         return response.text
 
     before = scrape()
@@ -128,6 +130,16 @@ def test_probes_log_below_info(client, caplog):
     client.get("/metrics", headers={"x-request-id": "probe-2"})
     assert [r.levelno for r in _access_records(caplog, "probe-1") + _access_records(caplog, "probe-2")] == [
         logging.DEBUG, logging.DEBUG]
+
+
+def test_a_503_from_health_while_loading_logs_below_info_too(fake, caplog):
+    caplog.set_level(logging.DEBUG, logger=ACCESS_LOGGER)
+    app = observed_app(fake)
+    with TestClient(app, base_url=BASE_URL) as client:
+        app.app.state.runtime.is_ready = False  # as while the model loads
+        r = client.get("/health", headers={"x-request-id": "probe-3"})
+    assert r.status_code == 503 and r.json()["error"]["code"] == "model_not_ready"
+    assert [r.levelno for r in _access_records(caplog, "probe-3")] == [logging.DEBUG]
 
 
 def test_json_log_line_with_log_inputs(configured, caplog):

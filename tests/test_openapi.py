@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.client_support import API_KEYS
@@ -71,10 +73,17 @@ def test_schema_matches_live_responses(client, schema):
     assert set(models) == set(promised["properties"])
 
 
-def test_docs_page(client):
+def test_docs_page_needs_no_network(client, schema):
+    """Swagger UI's files come from this server (an installed package), not from a CDN."""
     r = client.get("/docs")
     assert r.status_code == 200
-    assert "text/html" in r.headers["content-type"]
+    assert "text/html" in r.headers["content-type"] and "SwaggerUIBundle" in r.text
+    links = re.findall(r"""(?:src|href)=['"]([^'"]+)""", r.text)
+    assert len(links) >= 3 and all(link.startswith("/docs/assets/") for link in links), links  # no http(s)://
+    for link in links:
+        asset = client.get(link)
+        assert asset.status_code == 200 and asset.content, link
+    assert not [path for path in schema["paths"] if path.startswith("/docs")]
 
 
 def test_security_scheme_declared_with_keys():

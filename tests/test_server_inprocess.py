@@ -76,39 +76,6 @@ def test_post_is_200_and_openapi_lists_routes():
     assert {"/v1/embeddings", "/embeddings", "/v1/models", "/health"} <= set(schema.json()["paths"])
 
 
-def test_docs_need_no_network_and_probes_stay_out_of_the_info_log(default_engine, caplog):
-    """/docs loads Swagger UI from this server (an installed package), not a CDN; /health and
-    /metrics log at debug only, whatever they answer; /metrics names its charset once."""
-    import logging
-    import re
-
-    from server.middleware import ObservedApp
-
-    async def scenario():
-        app = create_app(ServerConfig(engine=EngineConfig(max_batch_tokens=4096)), default_engine)
-        async with AsyncTestClient(ObservedApp(app)) as client:
-            early = await client.get("/health")  # 503 while loading is an answer, not news
-            await _ready(app)
-            page = await client.get("/docs")
-            links = re.findall(r"""(?:src|href)=['"]([^'"]+)""", page.text)
-            assets = {link: await client.get(link) for link in links}
-            return (early, page, assets, await client.get("/docs/openapi.json"), await client.get("/health"),
-                    await client.get("/metrics"), await client.get("/v1/models"))
-
-    with caplog.at_level(logging.DEBUG, logger="rose_embed.access"):
-        early, page, assets, schema, health, metrics, models = asyncio.run(scenario())
-    assert page.status_code == 200 and "SwaggerUIBundle" in page.text
-    assert len(assets) >= 3 and all(link.startswith("/docs/assets/") for link in assets)  # no http(s)://
-    assert all(r.status_code == 200 and r.content for r in assets.values())
-    assert not [path for path in schema.json()["paths"] if path.startswith("/docs")]
-    assert early.status_code == 503 and health.status_code == 200
-    assert metrics.headers["content-type"] == "text/plain; version=1.0.0; charset=utf-8"
-    levels = {(r.getMessage().split()[1], r.levelno) for r in caplog.records if r.name == "rose_embed.access"}
-    assert ("/health", logging.DEBUG) in levels and ("/metrics", logging.DEBUG) in levels
-    assert not {path for path, level in levels if level >= logging.INFO} & {"/health", "/metrics"}
-    assert ("/v1/models", logging.INFO) in levels
-
-
 def test_a_client_that_leaves_leaves_no_unretrieved_error_behind():
     """The request's gather is cancelled when its client goes; asyncio must not log
     "_GatheringFuture exception was never retrieved" for it."""
