@@ -172,7 +172,9 @@ def test_biased_attention_matches_its_definition(dtype, is_causal, local, num_kv
     shape = AttentionShape(4, num_kv_heads, head_dim, is_causal, softmax_scale=head_dim**-0.5, window=(37, 50),
                            has_position_bias=True)
     q, k, v = (torch.randn(cu[-1], heads, head_dim, generator=g) for heads in (4, num_kv_heads, num_kv_heads))
-    table = 2 * torch.randn(4, 2 * 255 + 1, generator=g)
+    # The inputs rounded to `dtype` first: the kernel is checked, not the rounding of its inputs.
+    q, k, v = (x.to(dtype).float() for x in (q, k, v))
+    table = (2 * torch.randn(4, 2 * 255 + 1, generator=g)).to(dtype).float()
     want = _naive(q, k, v, cu, shape, local, table)
     cu_cuda = torch.tensor(cu, dtype=torch.int32, device="cuda")
     got = varlen_attention_with_bias(*(x.to("cuda", dtype) for x in (q, k, v)), cu_cuda, 256,

@@ -349,9 +349,10 @@ def test_head_runs_inside_cuda_graphs(tmp_path, bert_dir, pooling):
     assert engine.device.type == "cuda" and engine.runner.graphs is not None
     engine.warm_up()
     replays = engine.runner.num_graph_replays
-    ours = engine.embed(texts)
+    runs = [engine.embed(texts) for _ in range(3)]  # a new shape: eager, then captured, then replayed
     assert engine.runner.num_graph_replays > replays  # the batches replayed graphs, head included
-    assert ours.shape == reference.shape == (40, 12)
-    assert _cosine(ours, reference).min() >= 0.999
+    for ours in runs:
+        assert ours.shape == reference.shape == (40, 12)
+        assert _cosine(ours, reference).min() >= 0.999
     eager = Engine(EngineConfig(model=str(path), max_batch_tokens=2048, enforce_eager=True)).embed(texts)
     assert _cosine(ours, eager).min() >= 0.9999

@@ -48,13 +48,16 @@ class AttentionShape:
         return self
 
 
-def allowed_keys(shape: AttentionShape, length: int, local: bool) -> torch.Tensor | None:
-    """[length, length] bool: may query i see key j inside one sequence; None: all may."""
+def allowed_keys(shape: AttentionShape, length: int, local: bool,
+                 device: torch.device | None = None) -> torch.Tensor | None:
+    """[length, length] bool: may query i see key j inside one sequence; None: all may.
+    Made on `device`, so that a CUDA graph captures it rather than a host-to-device copy."""
     window = shape.window if local else None
     if window is None and not shape.is_causal:
         return None
-    offset = torch.arange(length)[None, :] - torch.arange(length)[:, None]  # key - query
-    allowed = torch.ones(length, length, dtype=torch.bool)
+    positions = torch.arange(length, device=device)
+    offset = positions[None, :] - positions[:, None]  # key - query
+    allowed = torch.ones(length, length, dtype=torch.bool, device=device)
     if shape.is_causal:
         allowed &= offset <= 0
     if window is not None:
@@ -105,9 +108,7 @@ class SDPAPerSequenceBackend:
         for start, end in zip(meta[:-1], meta[1:]):
             if end == start:
                 continue
-            mask = allowed_keys(self.shape, end - start, local)
-            if mask is not None:
-                mask = mask.to(q.device)
+            mask = allowed_keys(self.shape, end - start, local, q.device)
             if position_bias is not None:
                 bias = relative_bias_rows(position_bias, end - start).to(q.dtype)
                 mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
