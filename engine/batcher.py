@@ -3,7 +3,7 @@
 Each input of a request is its own entry, so batches form across requests. While one
 batch computes on the engine thread, the next is cut and packed, and waits its turn.
 
-With several engines (`--data-parallel N`, engine/data_parallel.py) the same one task
+With several engines (one process per device, engine/engine_links.py) the same one task
 feeds them all: each batch goes to the least-loaded engine (fewest tokens in flight),
 each engine holding up to `max_batches_in_flight` batches. An engine that dies fails
 only its own batches and leaves the rotation; only when none is left is the whole
@@ -28,7 +28,7 @@ from engine.engine import Engine
 from engine.replica import LocalReplica, Replica, ReplicaLostError
 
 if TYPE_CHECKING:
-    from engine.data_parallel import EngineGroup
+    from engine.engine_links import EngineLinks
 
 logger = logging.getLogger("rose_embed.batcher")
 
@@ -52,13 +52,14 @@ class _Running:
 class Batcher:
     """Owns the queue; resolves each entry's future with its vector (float32 [dim]).
 
-    `engine` is an Engine (computed in this process, by one thread) or an EngineGroup
-    (its `replicas`, one process each). `max_batches_in_flight` is per replica.
+    `engine` is EngineLinks (its `replicas`, one engine process each: the server) or an
+    in-process Engine (computed by one thread of this process: tests and embedding programs).
+    `max_batches_in_flight` is per replica.
     """
 
     def __init__(
         self,
-        engine: Engine | EngineGroup,
+        engine: Engine | EngineLinks,
         max_batch_tokens: int,
         max_batch_seqs: int,
         max_queued_tokens: int | None = None,

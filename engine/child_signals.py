@@ -21,6 +21,9 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 def start_shielded(process: multiprocessing.process.BaseProcess) -> None:
     """`process.start()` with STOP_SIGNALS blocked in the child until it calls `unshield`.
     Safe from any thread: only the calling thread's mask changes, and only meanwhile."""
+    # A spawn starts the resource tracker first if it is not running, and multiprocessing
+    # unblocks SIGINT and SIGTERM once it has: the child would then start unshielded.
+    start_resource_tracker()
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         process.start()

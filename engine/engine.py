@@ -14,7 +14,7 @@ from engine.lazy import LazyResult
 from engine.loader import ModelLoadError, ModelSpec, load_spec, load_state_dict
 from engine.models import MODEL_CLASSES
 from engine.runner import ModelRunner
-from engine.tokenizer import TextTokenizer
+from engine.tokenizer import tokenizer_for, vocab_size_of
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -36,32 +36,12 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return _DTYPES[name]
 
 
-# Model types whose tokenizers split on whitespace (WordPiece), where stripping a text changes
-# nothing a reference computes. For byte-level BPE (RoBERTa, XLM-R's SentencePiece, Qwen3,
-# ModernBERT, Gemma3, Mistral) whitespace is content, and sentence-transformers 6 feeds the
-# text as it is.
-_STRIPPED_MODEL_TYPES = {"bert", "distilbert", "mpnet"}
-
-
-def tokenizer_for(spec: ModelSpec) -> TextTokenizer:
-    return TextTokenizer(
-        spec.path, spec.max_seq_len, spec.append_end_token,
-        strip_texts=spec.hf_config.get("model_type") in _STRIPPED_MODEL_TYPES,
-        lowercase=spec.lowercase,
-    )
-
-
 def head_for(spec: ModelSpec) -> SentenceHead:
     """Pooling, the checkpoint's modules after it, truncate_dim and the final normalisation (float32)."""
     try:
         return SentenceHead(spec.pooling, spec.head, spec.truncate_dim, spec.normalize).eval()
     except (OSError, ValueError, RuntimeError) as exc:
         raise ModelLoadError(f"{spec.path}: the sentence-transformers modules' weights do not load: {exc}") from exc
-
-
-def vocab_size_of(tokenizer: TextTokenizer, spec: ModelSpec) -> int:
-    """Token ids below this are valid input (the embedding table may be larger than the tokenizer)."""
-    return max(tokenizer.vocab_size, int(spec.hf_config.get("vocab_size", 0)))
 
 
 class Engine:

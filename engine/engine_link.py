@@ -1,21 +1,20 @@
 """EngineLink: a front end's connection to an engine process, seen by the batcher as a replica.
 
-A link is a set of shared-memory slots (engine/shm_slots.py) and two pipes: tasks go down
-one as small tuples, replies come back on the other and are read on the event loop
-(`add_reader`, no thread), in the order the batches were sent. The engine process itself
-runs engine/engine_worker.py; who started it does not matter here:
-
-- `EngineProcess` (engine/engine_process.py) is a link whose front end also owns the
-  process (`--data-parallel N`): it sees the process exit through its sentinel.
-- `SharedEngineLink` (engine/shared_engine.py) is a link of one of several front-end
-  processes (`--frontend-workers K`) to an engine their parent started; the engine's
-  death shows as the reply pipe's end of file.
+A link is a set of shared-memory slots (engine/shm_slots.py) and two pipes, made by the
+supervisor (engine/engine_host.py) and handed to the front end as `EngineEnds`: tasks go
+down one pipe as small tuples, replies come back on the other and are read on the event
+loop (`add_reader`, no thread), in the order the batches were sent. The engine's exit, for
+whatever reason (killed, crashed, out of memory), shows as the reply pipe's end of file:
+its batches in flight fail, it leaves the rotation, and the other engines serve on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import multiprocessing
+import os
+import signal
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -23,6 +22,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from engine.batch import PackedBatch
+from engine.engine_host import EngineEnds, exit_reason
 from engine.replica import Replica, ReplicaLostError
 from engine.shm_slots import SharedSlots
 
@@ -36,12 +36,17 @@ class _Sent:
 
 
 class EngineLink(Replica):
-    """Subclasses say how the process's exit is seen and how it is killed (the hooks below)."""
+    """One front end's link to one engine process."""
 
     can_retire = True
 
-    def __init__(self, index: int, device: str, slots: SharedSlots, tasks: Connection, replies: Connection):
-        super().__init__(index, device)
+    def __init__(self, ends: EngineEnds, process: multiprocessing.process.BaseProcess | None = None):
+        """`process`: the engine's Process object where it is this process's child (one front end,
+        in the supervisor), so that its exit status can be told; None in a spawned front end."""
+        super().__init__(ends.index, ends.device)
+        self.pid = ends.pid
+        self._process = process
+        slots, tasks, replies = SharedSlots.attach(ends.shm_name, ends.layout), ends.tasks, ends.replies
         self.dtype: str | None = None
         self.num_graph_replays = self.num_eager_runs = self.num_capture_failures = 0
         self.device_bytes = {"allocated": 0, "reserved": 0}  # on CUDA, as of the last reply
@@ -50,26 +55,19 @@ class EngineLink(Replica):
         self._sent: collections.deque[_Sent] = collections.deque()
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    # Hooks -----------------------------------------------------------------------------
-
-    def _exit_reason(self, wait: float = 1.0) -> str:
+    def _exit_reason(self) -> str:
         """Why the engine is gone, as /health and the errors say it."""
-        return "its process closed its pipe"
-
-    def _watch_exit(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start watching for the process's exit beyond its pipe (nothing more by default)."""
-
-    def _unwatch_exit(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Undo `_watch_exit`."""
+        if self._process is None:
+            return f"its process (pid {self.pid}) closed its pipe"
+        self._process.join(1.0)  # its pipe closes as it exits; the exit code follows at once
+        return exit_reason(self._process.exitcode)
 
     def _kill(self) -> None:
-        """Kill the engine process (a stuck kernel would never return)."""
-        raise NotImplementedError
-
-    def _is_alive(self) -> bool:
-        return not self._tasks.closed
-
-    # ------------------------------------------------------------------------------------
+        """Kill the engine process (a stuck kernel would never return); every front end sees it go."""
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
     def wait_ready(self, timeout: float) -> None:
         """Block (off the event loop) until the engine is warm; raise if it failed or died meanwhile."""
@@ -89,7 +87,6 @@ class EngineLink(Replica):
         super().attach(loop, on_lost)
         self._loop = loop
         loop.add_reader(self._replies.fileno(), self._read_replies)
-        self._watch_exit(loop)
 
     def has_room(self) -> bool:
         # A batch whose waiter was cancelled still holds its slot until the engine replies.
@@ -150,12 +147,11 @@ class EngineLink(Replica):
     def _detach(self) -> None:
         if self._loop is not None and not self._loop.is_closed():
             self._loop.remove_reader(self._replies.fileno())
-            self._unwatch_exit(self._loop)
         self._loop = None
 
     def ask_to_stop(self) -> None:
         """Tell the engine that this front end sends nothing more (a dead one is not asked)."""
-        if self._is_alive() and not self._tasks.closed:
+        if not self._tasks.closed:
             try:
                 self._tasks.send(None)
             except OSError:
@@ -168,3 +164,12 @@ class EngineLink(Replica):
             self.out_reason = "stopped"  # not lost: nobody is told
         self._lost(self.out_reason)
         self.ask_to_stop()
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """This front end is done with the engine: tell it, close the pipes and let go of the slots."""
+        if self._tasks.closed:
+            return
+        self.stop_serving()
+        self._tasks.close()
+        self._replies.close()
+        self.slots.close()

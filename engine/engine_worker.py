@@ -1,15 +1,15 @@
-"""The main function of an engine process: one model on one device, for one or several front ends.
+"""The main function of an engine process: one model on one device, for every front end.
 
-With `--data-parallel N` the one front end starts it (engine/engine_process.py); with
-`--frontend-workers K` the parent process does (engine/shared_engine.py) and it serves K
-front-end processes, each through its own slots and its own pair of pipes. It loads and
-warms up the model, says "ready" to every front end, then serves batches until every
-front end has said it is done or closed its task pipe (it is gone). Tasks are taken in
-the order they come, from whichever front end sends them (`connection.wait` over all the
-task pipes), so the device stays busy while any front end has work. As in the
-single-process server, one thread launches batches and another waits for their vectors,
-so batch N+1 is launched while batch N is read back. Each front end gets its replies in
-the order it sent its tasks.
+The supervisor (server/supervisor.py, through engine/engine_host.py) starts it with one pipe
+of its own, the control pipe, and hands it each front end's connection over that pipe:
+("attach", front_end, shm_name, layout, tasks, replies); the engine says "ready" on it once. A restarted front end is attached
+anew, with new slots and pipes. The engine loads and warms up the model, says "ready" to
+every front end attached (and to each one attached later), then serves batches in the order
+they come, from whichever front end sends them (`connection.wait` over all the task pipes),
+so the device stays busy while any front end has work. One thread launches batches and
+another waits for their vectors, so batch N+1 is launched while batch N is read back. Each
+front end gets its replies in the order it sent its tasks. The engine exits once the
+supervisor has closed the control pipe and every front end is done or gone.
 
 Messages on each front end's pipes (small tuples; the arrays themselves live in shared
 memory, engine/shm_slots.py):
@@ -26,64 +26,96 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
 from engine.child_signals import STOP_SIGNALS, unshield
 from engine.config import EngineConfig
 from engine.memory import HeapTrimmer
 from engine.parent_watch import exit_with_parent
-from engine.shm_slots import SharedSlots, SlotLayout
+from engine.shm_slots import SharedSlots
 
 
-def run_engine_worker(config: EngineConfig, shm_names: list[str], layout: SlotLayout, tasks: list[Connection],
-                      replies: list[Connection], parent_pid: int, plugin: Callable | None = None) -> None:
-    """Front end i writes its batches into the slots named `shm_names[i]`, sends tasks on
-    `tasks[i]` and reads replies on `replies[i]`; `parent_pid` is the process that started this one."""
+@dataclass(eq=False)
+class _FrontEnd:
+    """One attached front end, as the engine sees it."""
+
+    index: int
+    slots: SharedSlots
+    tasks: Connection
+    replies: Connection
+
+
+def run_engine_worker(config: EngineConfig, control: Connection, parent_pid: int,
+                      plugin: Callable | None = None) -> None:
+    """`control` brings the front ends to serve; `parent_pid` is the supervisor that started this process."""
     # Ctrl-C, a hang-up, and SIGTERM from systemd or `timeout`, reach the whole process group;
-    # the front ends still have requests to drain, so they alone decide when engines stop (or
-    # their pipes closing does, if they die). Only SIGKILL ends an engine from outside.
+    # the front ends still have requests to drain, so the supervisor alone decides when engines
+    # stop (by closing the control pipe once they are done). Only SIGKILL ends one from outside.
     unshield(ignore=STOP_SIGNALS)
-    # A parent that died without a word (SIGKILL) leaves nobody to serve, even mid-load.
+    # A supervisor that died without a word (SIGKILL) leaves nobody to serve, even mid-load.
     exit_with_parent(parent_pid, lambda: os._exit(1))
     try:
         engine = _load(config, plugin)
-        slots = [SharedSlots.attach(name, layout) for name in shm_names]
     except Exception as exc:
-        _send_to_all(replies, ("failed", f"{type(exc).__name__}: {exc}"))
+        _refuse_front_ends(control, f"{type(exc).__name__}: {exc}")
         return
-    _send_to_all(replies, ("ready", {"pid": os.getpid(), "dtype": str(engine.dtype).removeprefix("torch.")}))
+    _send(control, "ready")
+    ready = ("ready", {"pid": os.getpid(), "dtype": str(engine.dtype).removeprefix("torch.")})
     launched: queue.SimpleQueue = queue.SimpleQueue()
-    reader = threading.Thread(target=_send_results, args=(engine, slots, launched, replies),
-                              name="rose-readback", daemon=True)
+    reader = threading.Thread(target=_send_results, args=(engine, launched), name="rose-readback", daemon=True)
     reader.start()
-    front_end_of = {conn: i for i, conn in enumerate(tasks)}  # the front ends still sending
-    while front_end_of:
-        for conn in wait(list(front_end_of)):
+    front_ends: dict[Connection, _FrontEnd] = {}  # by task pipe: the front ends still sending
+    while control is not None or front_ends:
+        for conn in wait([*front_ends, *([control] if control is not None else [])]):
+            if conn is control:
+                attached = _receive_front_end(control)
+                if attached is None:
+                    control = None  # the supervisor is done: serve the front ends left, then exit
+                elif _send(attached.replies, ready):
+                    front_ends[attached.tasks] = attached
+                continue
+            front_end = front_ends[conn]
             try:
                 task = conn.recv()
             except (EOFError, OSError):
                 task = None  # that front end is gone
             if task is None:
-                del front_end_of[conn]
+                del front_ends[conn]
+                launched.put((front_end, None, 0, None, 0.0))  # closes its ends once its replies are out
                 continue
-            i = front_end_of[conn]
             slot, num_tokens, num_seqs, max_seqlen = task
             started = time.perf_counter()
             try:
-                lazy = engine.execute_packed(slots[i].read_batch(slot, num_tokens, num_seqs, max_seqlen))
+                lazy = engine.execute_packed(front_end.slots.read_batch(slot, num_tokens, num_seqs, max_seqlen))
             except Exception as exc:  # this batch fails; the engine serves on (SystemExit ends the process)
                 lazy = exc
-            launched.put((i, slot, num_seqs, lazy, started))
+            launched.put((front_end, slot, num_seqs, lazy, started))
     launched.put(None)
     reader.join(10)
 
 
-def _send_to_all(replies: list[Connection], message: tuple) -> None:
-    for conn in replies:
-        try:
-            conn.send(message)
-        except OSError:  # that front end is gone already
-            pass
+def _receive_front_end(control: Connection) -> _FrontEnd | None:
+    """The next front end the supervisor attaches; None once it has closed the control pipe."""
+    try:
+        _, index, shm_name, layout, tasks, replies = control.recv()
+    except (EOFError, OSError):
+        return None
+    return _FrontEnd(index, SharedSlots.attach(shm_name, layout), tasks, replies)
+
+
+def _refuse_front_ends(control: Connection, why: str) -> None:
+    """The model failed to load: tell every front end the supervisor attaches, until it stops."""
+    while (front_end := _receive_front_end(control)) is not None:
+        _send(front_end.replies, ("failed", why))
+
+
+def _send(conn: Connection, message) -> bool:
+    try:
+        conn.send(message)
+        return True
+    except OSError:  # that front end is gone already
+        return False
 
 
 def _load(config: EngineConfig, plugin: Callable | None):
@@ -102,24 +134,26 @@ def _load(config: EngineConfig, plugin: Callable | None):
     return engine
 
 
-def _send_results(engine, slots: list[SharedSlots], launched: queue.SimpleQueue, replies: list[Connection]) -> None:
+def _send_results(engine, launched: queue.SimpleQueue) -> None:
     # A CPU engine's activations live in this process's heap: keep it from growing (engine/memory.py).
     trimmer = HeapTrimmer() if engine.device.type == "cpu" else None
     stats = _Stats(engine)
     while (item := launched.get()) is not None:
-        i, slot, num_seqs, lazy, started = item
+        front_end, slot, num_seqs, lazy, started = item
+        if slot is None:  # that front end is done: its replies are all out
+            front_end.tasks.close()
+            front_end.replies.close()
+            front_end.slots.close()
+            continue
         error = None
         if isinstance(lazy, Exception):
             error = f"{type(lazy).__name__}: {lazy}"
         else:
             try:
-                slots[i].output(slot)[:num_seqs] = lazy.wait()
+                front_end.slots.output(slot)[:num_seqs] = lazy.wait()
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
-        try:
-            replies[i].send((slot, time.perf_counter() - started, error, stats.read()))
-        except OSError:
-            pass  # that front end is gone; the others are still served
+        _send(front_end.replies, (slot, time.perf_counter() - started, error, stats.read()))
         if trimmer is not None:
             trimmer.maybe_trim()
 

@@ -54,7 +54,7 @@ class HeapTrimmer:
     thread, when the resident set exceeds the baseline by more than `max_growth` and no
     trim ran in the last `min_interval` seconds. `trim` stands in for malloc_trim in tests.
 
-    With the engine in a process of its own (the CPU default, --engine-process), that
+    With the engine in a process of its own (as the server runs every engine), that
     process runs one too: the activations live in its heap.
     """
 

@@ -1,8 +1,8 @@
 """Replicas: the engines the batcher sends batches to, each one model on one device.
 
-`LocalReplica` is the in-process engine driven by one thread (the default, one device).
-`engine/engine_process.py` holds the other kind, an engine in its own process
-(`--data-parallel N`). The batcher sees only this interface: it picks a replica, awaits
+`EngineLink` (engine/engine_link.py) is an engine process, what the server runs on every
+device. `LocalReplica` is an in-process engine driven by one thread (tests and programs that
+embed the app with an Engine object). The batcher sees only this interface: it picks a replica, awaits
 `compute`, and keeps the load figures (`num_in_flight`, `tokens_in_flight`) up to date.
 """
 

@@ -10,6 +10,8 @@ import numpy as np
 from tokenizers import Tokenizer, normalizers
 from tokenizers.processors import TemplateProcessing
 
+from engine.loader import ModelSpec
+
 # The token Qwen3-Embedding's own tokenizer.json appends (its TemplateProcessing
 # post-processor: "$A <|endoftext|>"); note it is not the chat eos <|im_end|>.
 _QWEN_END_TOKEN = "<|endoftext|>"
@@ -111,3 +113,23 @@ class TextTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return self._tokenizer.decode(ids)
+
+
+# Model types whose tokenizers split on whitespace (WordPiece), where stripping a text changes
+# nothing a reference computes. For byte-level BPE (RoBERTa, XLM-R's SentencePiece, Qwen3,
+# ModernBERT, Gemma3, Mistral) whitespace is content, and sentence-transformers 6 feeds the
+# text as it is.
+_STRIPPED_MODEL_TYPES = {"bert", "distilbert", "mpnet"}
+
+
+def tokenizer_for(spec: ModelSpec) -> TextTokenizer:
+    return TextTokenizer(
+        spec.path, spec.max_seq_len, spec.append_end_token,
+        strip_texts=spec.hf_config.get("model_type") in _STRIPPED_MODEL_TYPES,
+        lowercase=spec.lowercase,
+    )
+
+
+def vocab_size_of(tokenizer: TextTokenizer, spec: ModelSpec) -> int:
+    """Token ids below this are valid input (the embedding table may be larger than the tokenizer)."""
+    return max(tokenizer.vocab_size, int(spec.hf_config.get("vocab_size", 0)))

@@ -7,7 +7,7 @@ set (so /health answers 503 and new requests are refused) for as long as the bat
 If the batch does come back, the engine serves again. A dead engine (see
 `Batcher.fatal_error`) never comes back: the process has to be restarted.
 
-An engine in its own process (`--data-parallel N`) that gets stuck is different: the
+An engine in its own process (every engine of the server) that gets stuck is different: the
 watchdog retires it (its process is killed, its batches fail) and the others serve on.
 """
 

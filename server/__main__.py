@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import socket
 import sys
@@ -19,24 +18,13 @@ from importlib import metadata
 from engine.config import POOLING_MODES, EngineConfig, ModelOverrides
 from server.auth import API_KEY_ENV, keys_from_env
 from server import embed_cli, hardening_cli
-from server.cli_values import DTYPES, device, device_list, port_number, positive_int
+from server.cli_help import HelpAll, HelpFormatter, advanced
+from server.cli_values import DTYPES, device_list, port_number, positive_int
 from server.config import ServerConfig
 from server.listen import ListenError, bind_sockets
 
 
 DEFAULT_MAX_BATCH_TOKENS = 16384
-
-
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Append "(default: ...)" only where the help text does not already say it, and never to an
-    on/off flag, whose default is the state it does not ask for ("--no-fused-kernels (default:
-    True)" reads as if it were on)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if "default" in text or action.nargs == 0:
-            return text
-        return super()._get_help_string(action)
 
 
 def version() -> str:
@@ -51,8 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     # A short usage line: argparse prints it above every flag error, and the full one runs to 20 lines.
-    serve = commands.add_parser("serve", help="serve /v1/embeddings over HTTP", formatter_class=_HelpFormatter,
+    serve = commands.add_parser("serve", help="serve /v1/embeddings over HTTP", formatter_class=HelpFormatter,
                                 usage="%(prog)s [flags]")
+    serve.add_argument("--help-all", action=HelpAll, help="show every flag, the advanced ones too, and exit")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for all)")
     serve.add_argument("--port", type=port_number, default=8000, help="TCP port to listen on (1-65535)")
     serve.add_argument("--model", default=None,
@@ -61,78 +50,66 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a hub id's branch, tag or commit hash (default: its default branch)")
     serve.add_argument("--served-model-name", default=None,
                        help="the name clients send as `model` and /v1/models lists (default: the model's name)")
-    serve.add_argument("--device", type=device, default="auto", help="auto, cpu, cuda or cuda:N")
-    serve.add_argument("--data-parallel", type=positive_int, default=1, metavar="N",
-                       help="N engine processes, one per device (cuda:0..N-1; N CPU engines with --device cpu), "
-                            "fed by one batcher; 1: one engine (in the server process or its own: --engine-process)")
+    serve.add_argument("--model-alias", action="append", default=[], metavar="ALIAS[=MODEL]",
+                       help="another name clients may send as `model`, e.g. text-embedding-3-small (repeatable)")
     serve.add_argument("--devices", type=device_list, default=None, metavar="LIST",
-                       help="the engines' devices, comma-separated (e.g. cuda:0,cuda:1): one engine process each "
-                            "(default: from --device and --data-parallel)")
-    serve.add_argument("--engine-process", choices=["auto", "on", "off"], default="auto",
-                       help="run the engine in a process of its own, fed through shared memory, instead of a thread "
-                            "of the server process (auto: on for the CPU, where the engine's threads and the event "
-                            "loop slow each other down; off for CUDA)")
-    serve.add_argument("--frontend-workers", type=positive_int, default=1, metavar="K",
-                       help="K front-end processes (HTTP, tokenization, batcher, encoding) sharing the port "
-                            "(SO_REUSEPORT) and feeding one engine process per device; 1: a single process")
-    serve.add_argument("--max-batches-in-flight", type=positive_int, default=None, metavar="N",
-                       help="batches each front end keeps on each engine (default: 2 on a GPU with one front end, "
-                            "one computing and one ready behind it; 1 on the CPU, which computes one at a time, and "
-                            "with several front ends, whose batches queue on the shared engine)")
-    serve.add_argument("--dtype", choices=DTYPES, default="auto",
-                       help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
+                       help="one engine process per device, comma-separated: cpu, cuda:0,cuda:1, ... "
+                            "(default: every visible GPU, else the CPU)")
+    serve.add_argument("--frontend-workers", type=positive_int, default=None, metavar="K",
+                       help="front-end processes feeding every engine (default: 1 on a CPU; on GPUs one per 4 "
+                            "cores, at most 4 per GPU)")
+    serve.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: bfloat16 on a GPU, float32 on the CPU")
     serve.add_argument("--max-batch-tokens", type=positive_int, default=None,
                        help=f"token budget of one batch (default: {DEFAULT_MAX_BATCH_TOKENS}, "
                             "or the model's max sequence length where that is longer)")
-    serve.add_argument("--max-batch-seqs", type=positive_int, default=512, help="most sequences in one batch")
     serve.add_argument("--max-seq-len", type=positive_int, default=None,
                        help="truncate inputs to this many tokens (default: the model's limit)")
     serve.add_argument("--max-queued-tokens", type=positive_int, default=None,
                        help="answer 429 when the queue holds more tokens than this (default: no limit)")
-    serve.add_argument("--tokenizer-workers", type=positive_int, default=2, help="threads that tokenize requests")
-    serve.add_argument("--num-threads", type=positive_int, default=None,
-                       help="torch CPU threads (default: torch's choice)")
     serve.add_argument("--attention-backend", default="auto", choices=["auto", "varlen", "flashinfer", "sdpa"],
-                       help="ragged attention kernels on CUDA (auto: torch's varlen_attn; flashinfer needs the gpu "
-                            "extra and head_dim 64/128/256); the CPU always uses sdpa")
-    serve.add_argument("--enforce-eager", action="store_true", help="CUDA: run every batch eagerly, no CUDA graphs")
-    serve.add_argument("--no-fused-kernels", dest="fused_kernels", action="store_false",
-                       help="CUDA: run the steps between the matmuls (norms, rotary, activations) as plain PyTorch "
-                            "instead of the fused Triton kernels (comparison, or a machine without a C compiler)")
-    serve.add_argument("--capture-at-start", action="store_true",
-                       help="CUDA: capture every bucket's graph before serving instead of on the second batch")
+                       help="GPU attention kernels (auto: torch's varlen_attn; flashinfer: the gpu extra)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
-                       help="least severe log lines shown (debug adds a line for every /health and /metrics request)")
-    # OpenAI's wire contract (issue 5).
+                       help="least severe log lines shown (debug adds every /health and /metrics request)")
     serve.add_argument("--max-request-tokens", type=positive_int, default=300_000,
                        help="most tokens one request may embed, summed over its inputs (400 above)")
     serve.add_argument("--no-truncate", dest="truncate", action="store_false",
                        help="reject inputs longer than the model's limit with OpenAI's 400 (default: truncate them)")
-    serve.add_argument("--model-alias", action="append", default=[], metavar="ALIAS[=MODEL]",
-                       help="another name clients may send as `model`, e.g. text-embedding-3-small (repeatable)")
     serve.add_argument("--api-key", action="append", default=[], metavar="KEY",
                        help=f"require `Authorization: Bearer KEY` (repeatable; also ${API_KEY_ENV}, comma-separated)")
     serve.add_argument("--token-ids", choices=["cl100k", "model"], default="cl100k",
-                       help="what token-id input means: cl100k: tiktoken cl100k_base ids (OpenAI's; LangChain's "
-                            "OpenAIEmbeddings sends them for any model name), decoded and re-tokenized with the "
-                            "model's tokenizer; model: the served model's own ids, used as they are")
+                       help="token-id input: cl100k (OpenAI's ids, as LangChain sends them; re-tokenized) "
+                            "or model (the served model's own ids)")
+    tuning = serve.add_argument_group("advanced (shown by --help-all)")
+    advanced(tuning.add_argument("--max-batch-seqs", type=positive_int, default=512,
+                                 help="most sequences in one batch"))
+    advanced(tuning.add_argument("--tokenizer-workers", type=positive_int, default=2,
+                                 help="threads of each front end that tokenize requests"))
+    advanced(tuning.add_argument("--num-threads", type=positive_int, default=None,
+                                 help="torch threads of each CPU engine (default: the cores, shared among CPU engines)"))
+    advanced(tuning.add_argument("--enforce-eager", action="store_true",
+                                 help="GPU: run every batch eagerly, no CUDA graphs"))
+    advanced(tuning.add_argument("--no-fused-kernels", dest="fused_kernels", action="store_false",
+                                 help="GPU: plain PyTorch instead of the fused Triton kernels between the matmuls"))
+    advanced(tuning.add_argument("--capture-at-start", action="store_true",
+                                 help="GPU: capture every bucket's CUDA graph before serving, not on its second batch"))
     _add_model_flags(serve)
     hardening_cli.add_arguments(serve)
-    embed_cli.add_parser(commands, _HelpFormatter)
+    embed_cli.add_parser(commands, HelpFormatter)
     return parser
 
 
 def _add_model_flags(serve: argparse.ArgumentParser) -> None:
     """Overrides of what the checkpoint says about itself (engine/flavour.py has the rules)."""
     group = serve.add_argument_group("model flavour (default: read from the checkpoint)")
-    group.add_argument("--attention", choices=["causal", "bidirectional"], default=None,
-                       help="attention mask (default: bidirectional for pplx-embed / use_bidirectional_attention, "
-                            "causal for other decoders)")
-    group.add_argument("--pooling", choices=POOLING_MODES, default=None,
-                       help="pooling (default: the sentence-transformers Pooling module, else last for causal decoders, "
-                            "mean)")
-    group.add_argument("--embedding-quantization", choices=["none", "tanh"], default=None,
-                       help="tanh: offer int8 = round(127*tanh(x)) and sign-bit formats (default: on for pplx-embed)")
+    advanced(group.add_argument("--attention", choices=["causal", "bidirectional"], default=None,
+                                help="attention mask (default: bidirectional for pplx-embed or "
+                                     "use_bidirectional_attention, causal for other decoders)"))
+    advanced(group.add_argument("--pooling", choices=POOLING_MODES, default=None,
+                                help="pooling (default: the sentence-transformers Pooling module, else last for "
+                                     "causal decoders, mean)"))
+    advanced(group.add_argument("--embedding-quantization", choices=["none", "tanh"], default=None,
+                                help="tanh: offer int8 = round(127*tanh(x)) and sign-bit formats "
+                                     "(default: on for pplx-embed)"))
     group.add_argument("--default-prompt-name", default=None,
                        help="prompt applied when a request names none ('' for none; default: the model's)")
     group.add_argument("--matryoshka-dims", default=None,
@@ -142,19 +119,11 @@ def _add_model_flags(serve: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     """The server's configuration; ValueError names a flag whose value does not fit the others."""
-    from engine.data_parallel import check_devices, engine_process_wanted, resolve_device, resolve_engine_devices
+    from server.topology import default_front_ends, parse_devices
 
-    devices = resolve_engine_devices(args.device, args.data_parallel, args.devices)
-    check_devices(devices)  # e.g. --data-parallel 4 where torch sees 2 GPUs
-    own_process = len(devices) > 1 or engine_process_wanted(args.engine_process, devices[0])
-    if args.engine_process == "off" and len(devices) > 1:
-        raise ValueError("--engine-process off runs one engine in the server process; "
-                         f"{len(devices)} engines need a process each")
-    if own_process and len(devices) == 1:
-        devices = (resolve_device(devices[0]),)
+    devices = parse_devices(args.devices)  # named ones were checked as the flag was parsed
     engine = EngineConfig(
-        model=args.model, revision=args.revision, device=devices[0] if len(devices) == 1 else args.device,
-        dtype=args.dtype,
+        model=args.model, revision=args.revision, device=devices[0], dtype=args.dtype,
         max_batch_tokens=args.max_batch_tokens or DEFAULT_MAX_BATCH_TOKENS,
         max_batch_seqs=args.max_batch_seqs, max_seq_len=args.max_seq_len, num_threads=args.num_threads,
         attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
@@ -168,8 +137,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(
         engine=engine, host=args.host, port=args.port, served_model_name=args.served_model_name,
         max_queued_tokens=args.max_queued_tokens, tokenizer_workers=args.tokenizer_workers,
-        engine_devices=devices if own_process else (), frontend_workers=args.frontend_workers,
-        max_batches_in_flight=args.max_batches_in_flight,
+        devices=devices, frontend_workers=args.frontend_workers or default_front_ends(devices),
         log_level=args.log_level, max_request_tokens=args.max_request_tokens, truncate=args.truncate,
         model_aliases=tuple(args.model_alias), api_keys=tuple(dict.fromkeys([*args.api_key, *keys_from_env()])),
         token_ids=args.token_ids, **hardening_cli.config_kwargs(args),
@@ -182,14 +150,9 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
     Everything that can be refused is refused before the port is bound, and the port is bound
     before anything starts: no engine process, no shared memory, no banner before it holds.
     """
-    import uvicorn
-
-    from compat.tiktoken_ids import TiktokenUnavailableError
     from engine.loader import ModelLoadError, load_spec
     from server.aliases import AliasError, resolve_aliases
-    from server.app import create_app
     from server.logs import configure_logging
-    from server.middleware import ObservedApp
 
     try:
         spec = load_spec(config.engine.model, config.engine.max_seq_len, config.engine.model_overrides,  # fail fast
@@ -208,33 +171,11 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
         resolve_aliases(config.model_aliases, name)
     except AliasError as exc:
         _usage_error(str(exc))  # it names --model-alias
-    if config.frontend_workers > 1:
-        from server.frontend_workers import serve_frontend_workers
+    from server.supervisor import run_supervisor
 
-        sockets = _listen(config)
-        _banner(config, name)
-        serve_frontend_workers(config, spec, sockets)
-        return
-    try:
-        app = create_app(config)  # nothing starts before its lifespan does
-    except TiktokenUnavailableError as exc:
-        sys.exit(f"rose-embed: {exc}")
-    server = uvicorn.Server(uvicorn.Config(
-        ObservedApp(app, log_inputs=config.log_inputs), loop="uvloop", http="httptools", log_level=config.log_level,
-        access_log=False, log_config=None, timeout_graceful_shutdown=config.shutdown_timeout,
-    ))
     sockets = _listen(config)
     _banner(config, name)
-    try:
-        # After a graceful shutdown uvicorn re-raises the signal that asked for it: SIGTERM ends
-        # the process with its status, SIGINT arrives as KeyboardInterrupt (main exits 130).
-        server.run(sockets=sockets)
-    finally:
-        if app.state.runtime.engine_thread_busy:
-            # Python joins worker threads at exit (Ctrl-C); a stuck engine thread would keep it alive.
-            logging.getLogger("rose_embed.server").error("the engine thread is stuck; exiting without it")
-            logging.shutdown()
-            os._exit(1)
+    run_supervisor(config, spec, sockets)
 
 
 def _listen(config: ServerConfig) -> list[socket.socket]:

@@ -33,8 +33,8 @@ def create_app(config: ServerConfig, engine: Engine | None = None) -> Litestar:
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         runtime.start()
         if config.worker_index:
-            # --frontend-workers: front ends past the first start listening only once they can
-            # serve, so that no connection reaches one that is still loading (server/frontend_workers.py).
+            # Front ends past the first start listening only once they can serve, so that no
+            # connection reaches one that is still loading (server/front_end.py).
             await runtime.loaded()
         try:
             yield

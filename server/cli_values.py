@@ -62,7 +62,7 @@ def device_list(value: str) -> str:
 def _check_visible(names: tuple[str, ...]) -> None:
     if not any(name.startswith("cuda") for name in names):
         return  # torch is imported only where a GPU is named
-    from engine.data_parallel import check_devices
+    from server.topology import check_devices
 
     try:
         check_devices(names)

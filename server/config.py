@@ -16,19 +16,12 @@ class ServerConfig:
     max_request_inputs: int = 2048
     max_queued_tokens: int | None = None  # None: unbounded queue
     tokenizer_workers: int = 2
-    # --data-parallel / --devices / --engine-process: one engine process per device (empty: one
-    # engine, in this process).
-    engine_devices: tuple[str, ...] = ()
-    # --frontend-workers K: K front-end processes share the port and the engines (server/frontend_workers.py);
-    # `worker_index` is set in each of them (None: a single-process server).
+    # The engines' devices, one engine process each (server/topology.py resolves the default:
+    # every visible GPU, else the CPU), and the front ends that feed them all: with one, it runs
+    # in the supervisor's process (server/supervisor.py); `worker_index` is each one's index.
+    devices: tuple[str, ...] = ("cpu",)
     frontend_workers: int = 1
-    worker_index: int | None = None
-    # Batches each front end keeps on each engine (--max-batches-in-flight); None: 2 on a GPU
-    # with one front end (one computing, one ready behind it), else 1. A CPU computes one
-    # batch at a time, and several front ends' batches queue on the shared engine anyway:
-    # there a second batch in flight is only cut early, from a shorter queue, and smaller
-    # batches run less efficiently.
-    max_batches_in_flight: int | None = None
+    worker_index: int = 0
     log_level: str = "info"
     # Wire contract (issue 5): OpenAI's per-request token cap, truncation, aliases, keys.
     max_request_tokens: int = 300_000
@@ -50,15 +43,8 @@ class ServerConfig:
     engine_plugin: str | None = None  # "module:function" wrapping the engine (fault injection in tests)
 
     @property
-    def devices(self) -> tuple[str, ...]:
-        """The engines' devices: one per engine process, else the in-process engine's ("auto" resolved)."""
-        from engine.data_parallel import resolve_device  # imports torch, which the CLI's flag checks do without
-
-        return self.engine_devices or (resolve_device(self.engine.device),)
-
-    @property
     def batches_in_flight(self) -> int:
-        if self.max_batches_in_flight is not None:
-            return self.max_batches_in_flight
-        on_gpu = all(d.startswith("cuda") for d in self.devices)
-        return 2 if on_gpu and self.frontend_workers == 1 else 1
+        """Batches each front end keeps on each engine."""
+        from server.topology import batches_in_flight
+
+        return batches_in_flight(self.devices, self.frontend_workers)

@@ -18,7 +18,7 @@ class ListenError(OSError):
 def bind_sockets(host: str, port: int, count: int) -> list[socket.socket]:
     """One socket for a single-process server; `count` > 1: one per front end, sharing the port
     (SO_REUSEPORT) so that the kernel spreads new connections over them. Only the first of a
-    shared set listens yet (server/frontend_workers.py says why); uvicorn makes the others
+    shared set listens yet (server/front_end.py says why); uvicorn makes the others
     listen as their front ends start. Raises ListenError."""
     try:
         if count == 1:

@@ -71,7 +71,7 @@ class _RuntimeCollector:
     def collect(self):
         runtime, batcher = self.runtime, self.runtime.batcher
         yield _gauge("rose_ready", "1 once the model is loaded and warmed up", float(runtime.is_ready))
-        if runtime.config.worker_index is not None:
+        if runtime.config.frontend_workers > 1:
             # --frontend-workers: a scrape reaches one front end; every figure here is that one's.
             worker = GaugeMetricFamily("rose_frontend_worker", "The front-end process that answered this scrape "
                                        "(--frontend-workers): its index, pid and the number of workers",
@@ -121,7 +121,7 @@ def _recent_rate(records: list[BatchRecord]) -> float:
 
 
 def _per_engine(replicas: list) -> list:
-    """One sample per engine (one in all unless --data-parallel), labelled by index and device."""
+    """One sample per engine (one per device), labelled by index and device."""
     labels = ["engine", "device"]
     serving = GaugeMetricFamily("rose_engine_serving", "1 while this engine is in rotation, 0 once it is out",
                                 labels=labels)

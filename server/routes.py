@@ -159,7 +159,7 @@ async def health(state: State) -> dict:
     # Data parallel: 200 while one engine serves; the list says which are out, and why.
     degraded = any(engine["state"] != "serving" for engine in engines)
     body = {"status": "degraded" if degraded else "ok", "engines": engines}
-    if runtime.config.worker_index is not None:
+    if runtime.config.frontend_workers > 1:
         # --frontend-workers: this answer is one front end's view (its own batches and counts).
         body["worker"] = {"index": runtime.config.worker_index, "pid": os.getpid(),
                           "workers": runtime.config.frontend_workers}

@@ -1,4 +1,10 @@
-"""The server's long-lived parts (engine, batcher, tokenizer workers) and their lifecycle."""
+"""The server's long-lived parts (engines, batcher, tokenizer workers) and their lifecycle.
+
+In the server the engines are processes the supervisor started (server/supervisor.py), and
+the runtime is handed their links (engine/engine_links.py). An in-process engine object (an
+`Engine`, or a test's fake) may be passed instead, or loaded here when none is: what tests and
+programs that embed the app use; the batcher then drives it from one thread of this process.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from engine.batcher import Batcher
-from engine.data_parallel import EngineGroup
 from engine.engine import Engine
 from engine.watchdog import Watchdog
 from server.config import ServerConfig
@@ -24,7 +29,7 @@ logger = logging.getLogger("rose_embed.server")
 class Runtime:
     """Created with the app; `start` (in the lifespan) loads, warms up and starts batching."""
 
-    def __init__(self, config: ServerConfig, engine: Engine | EngineGroup | None = None):
+    def __init__(self, config: ServerConfig, engine=None):
         self.config = config
         self.engine = engine
         self.batcher: Batcher | None = None
@@ -55,22 +60,15 @@ class Runtime:
             os.kill(os.getpid(), signal.SIGTERM)
 
     async def _load_and_warm_up(self) -> None:
-        plugin = load_engine_plugin(self.config.engine_plugin) if self.config.engine_plugin else None
-        if self.engine is None and self.config.engine_devices:
-            logger.info("loading model %s in %d engine processes (%s)", self.config.engine.model or "(default)",
-                        len(self.config.engine_devices), ", ".join(self.config.engine_devices))
-            # Each engine process applies the plugin itself, after its own warm-up.
-            self.engine = await asyncio.to_thread(EngineGroup, self.config.engine, self.config.engine_devices, plugin,
-                                                  self.config.batches_in_flight)
-        elif self.engine is None:
+        if self.engine is None:
             logger.info("loading model %s", self.config.engine.model or "(default)")
             self.engine = await asyncio.to_thread(Engine, self.config.engine)
-        if isinstance(self.engine, EngineGroup):
-            await asyncio.to_thread(self.engine.start)
+        if self.has_engine_processes:
+            await asyncio.to_thread(self.engine.start)  # each engine process applies the plugin itself
         else:
             await asyncio.to_thread(self.engine.warm_up)
-            if plugin is not None:  # after warm-up, so that injected faults hit requests only
-                plugin(self.engine)
+            if self.config.engine_plugin:  # after warm-up, so that injected faults hit requests only
+                load_engine_plugin(self.config.engine_plugin)(self.engine)
         self.batcher = Batcher(
             self.engine,
             max_batch_tokens=self.config.engine.max_batch_tokens,
@@ -94,7 +92,7 @@ class Runtime:
         if self.batcher is not None:
             # In-flight requests have finished (or been cut off) by now; a stuck batch is not waited for.
             await self.batcher.stop(timeout=min(5.0, self.config.shutdown_timeout))
-        if isinstance(self.engine, EngineGroup):
+        if self.has_engine_processes:
             self.engine.stop_serving()  # on this loop, where the engines' pipes are read
             await asyncio.to_thread(self.engine.shutdown)
         self._tokenizer_pool.shutdown(wait=False, cancel_futures=True)
@@ -103,9 +101,13 @@ class Runtime:
         """Why the engine cannot serve (dead or stuck), or None."""
         return self.watchdog.problem() if self.watchdog is not None else None
 
+    @property
+    def has_engine_processes(self) -> bool:
+        return hasattr(self.engine, "replicas")
+
     def engine_states(self) -> list[dict] | None:
-        """Each engine process as /health lists it (None: one engine, in this process)."""
-        if not isinstance(self.engine, EngineGroup) or self.batcher is None:
+        """Each engine process as /health lists it (None: an in-process engine)."""
+        if not self.has_engine_processes or self.batcher is None:
             return None
         return [replica.describe() for replica in self.batcher.replicas]
 

@@ -79,7 +79,7 @@ def _engine_child(session_id: int, timeout: float = 60.0) -> int:
     (signal.SIGTERM, False, 0.0, -signal.SIGTERM),
 ], ids=["ctrl-c-at-spawn", "ctrl-c-while-loading", "hang-up-at-spawn", "kill-hup", "kill-term"])
 def test_a_signal_while_starting_stops_everything_cleanly(sig, to_group, delay, expected):
-    proc = _start("--device", "cpu", port=free_port())
+    proc = _start("--devices", "cpu", port=free_port())
     try:
         engine = _engine_child(proc.pid)
         segments = mapped_shared_memory(session_members(proc.pid))  # the engine's, made before it started

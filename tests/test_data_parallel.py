@@ -1,4 +1,4 @@
-"""`--data-parallel 2` on CPU: two engine processes behind one front end, in a real server.
+"""`--devices cpu,cpu`: two engine processes behind one front end, in a real server.
 
 `--max-batch-seqs 8` cuts a request of 16 inputs into two batches; the batcher hands the
 first to engine 0 and the second, while engine 0 still holds the first, to engine 1.
@@ -21,7 +21,7 @@ from tests.helpers import MODEL, PLUGIN, assert_envelope, embed, metric
 
 pytestmark = pytest.mark.slow  # engine processes behind a real server
 
-DP = ("--device", "cpu", "--data-parallel", "2", "--max-batch-tokens", "1024", "--max-batch-seqs", "8")
+DP = ("--devices", "cpu,cpu", "--max-batch-tokens", "1024", "--max-batch-seqs", "8")
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ import pytest
 
 from engine.batch import pack
 from engine.batcher import Batcher, BatchFailedError, EngineUnavailableError
-from engine.data_parallel import resolve_engine_devices
 from engine.replica import Replica, ReplicaLostError
 from engine.shm_slots import SharedSlots, SlotLayout
 from engine.watchdog import Watchdog
@@ -58,7 +57,7 @@ class FakeReplica(Replica):
 
 
 def group(*replicas: Replica) -> SimpleNamespace:
-    """What the batcher reads of an EngineGroup."""
+    """What the batcher reads of EngineLinks."""
     return SimpleNamespace(spec=SimpleNamespace(max_seq_len=8), replicas=list(replicas))
 
 
@@ -189,16 +188,3 @@ def test_shared_slots_carry_a_batch_and_its_vectors_between_two_mappings():
         del seen
         other.close()
         owner.close()
-
-
-def test_device_flags():
-    assert resolve_engine_devices("cpu", 1) == ("cpu",)
-    assert resolve_engine_devices("cuda:1", 1) == ("cuda:1",)
-    assert resolve_engine_devices("cpu", 3) == ("cpu", "cpu", "cpu")
-    assert resolve_engine_devices("cuda", 2) == ("cuda:0", "cuda:1")
-    assert resolve_engine_devices("auto", 1, "cuda:2, cuda:3") == ("cuda:2", "cuda:3")
-    assert resolve_engine_devices("auto", 2, "cpu,cpu") == ("cpu", "cpu")
-    for device, n, devices in [("cpu", 0, None), ("cuda:1", 2, None), ("auto", 3, "cuda:0,cuda:1"),
-                               ("auto", 1, "tpu:0")]:
-        with pytest.raises(ValueError):
-            resolve_engine_devices(device, n, devices)

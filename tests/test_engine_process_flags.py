@@ -1,4 +1,5 @@
-"""--engine-process and --max-batches-in-flight: what the CLI turns them into (server/__main__.py)."""
+"""The server's shape from the machine and the flags (server/topology.py, through the CLI): one
+engine process per device, K front ends, the batches each keeps on each engine."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import pytest
 import torch
 
 from server.__main__ import build_parser, config_from_args
+from server.topology import batches_in_flight, default_front_ends, parse_devices
 
 
 def config(*flags: str):
@@ -14,37 +16,54 @@ def config(*flags: str):
 
 @pytest.fixture
 def two_gpus(monkeypatch):
-    """What the CLI turns CUDA flags into, on any machine: torch is made to see cuda:0 and cuda:1."""
+    """What the CLI makes of a machine where torch sees cuda:0 and cuda:1, on any machine."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="auto means the CPU only where no GPU is visible")
-def test_auto_runs_a_cpu_engine_in_a_process_of_its_own():
-    assert config().engine_devices == ("cpu",)
-    assert config().engine.device == "cpu"
-    assert config("--device", "cpu").engine_devices == ("cpu",)
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
 
 
-def test_off_keeps_the_engine_in_the_server_process_and_cuda_defaults_to_it(two_gpus):
-    assert config("--engine-process", "off").engine_devices == ()
-    assert config("--device", "cpu", "--engine-process", "off").engine.device == "cpu"
-    assert config("--device", "cuda").engine_devices == ()
-    assert config("--device", "cuda:1").engine.device == "cuda:1"
-    assert config("--device", "cuda", "--engine-process", "on").engine_devices == ("cuda",)
+def test_a_machine_without_gpus_serves_one_cpu_engine_and_one_front_end(no_gpu):
+    cfg = config()
+    assert cfg.devices == ("cpu",) and cfg.frontend_workers == 1 and cfg.batches_in_flight == 1
+    assert cfg.engine.device == "cpu"
 
 
-def test_several_engines_always_run_in_processes():
-    assert config("--device", "cpu", "--data-parallel", "2").engine_devices == ("cpu", "cpu")
-    with pytest.raises(ValueError, match="--engine-process off"):
-        config("--device", "cpu", "--data-parallel", "2", "--engine-process", "off")
+def test_every_visible_gpu_gets_an_engine_and_front_ends_follow_the_cores(two_gpus, monkeypatch):
+    monkeypatch.setattr("server.topology.available_cores", lambda: 16)
+    cfg = config()
+    assert cfg.devices == ("cuda:0", "cuda:1")
+    assert cfg.frontend_workers == 4 and cfg.batches_in_flight == 1
+    assert config("--devices", "cuda:1").devices == ("cuda:1",)
+    assert config("--devices", "cuda").devices == ("cuda:0",)
+    assert config("--frontend-workers", "1").batches_in_flight == 2  # a GPU fed by one front end
 
 
-def test_batches_in_flight_default_to_two_only_on_a_gpu_with_one_front_end(two_gpus):
-    assert config("--device", "cuda").batches_in_flight == 2
-    assert config("--device", "cuda", "--frontend-workers", "4").batches_in_flight == 1
-    assert config("--device", "cpu").batches_in_flight == 1
-    assert config("--device", "cpu", "--engine-process", "off").batches_in_flight == 1
-    assert config("--device", "cuda", "--frontend-workers", "4", "--max-batches-in-flight", "2").batches_in_flight == 2
-    with pytest.raises(SystemExit):  # argparse's one line and status 2 (tests/test_cli_flags.py)
-        config("--max-batches-in-flight", "0")
+def test_default_front_ends():
+    assert default_front_ends(("cpu",), cores=64) == 1
+    assert default_front_ends(("cuda:0",), cores=2) == 1
+    assert default_front_ends(("cuda:0",), cores=16) == 4
+    assert default_front_ends(("cuda:0",), cores=64) == 4  # at most 4 per GPU
+    assert default_front_ends(("cuda:0", "cuda:1"), cores=64) == 8
+
+
+def test_batches_in_flight():
+    assert batches_in_flight(("cuda:0",), 1) == 2
+    assert batches_in_flight(("cuda:0",), 4) == 1
+    assert batches_in_flight(("cpu",), 1) == 1
+    assert batches_in_flight(("cpu", "cpu"), 1) == 1
+
+
+def test_several_cpu_engines_share_the_cores(no_gpu, monkeypatch):
+    from server.topology import engine_config_for
+
+    monkeypatch.setattr("server.topology.available_cores", lambda: 8)
+    cfg = config("--devices", "cpu,cpu")
+    assert cfg.devices == ("cpu", "cpu") == parse_devices("cpu, cpu")
+    assert engine_config_for(cfg.engine, cfg.devices, "cpu").num_threads == 4
+    assert engine_config_for(config("--devices", "cpu,cpu", "--num-threads", "3").engine, cfg.devices,
+                             "cpu").num_threads == 3

@@ -57,11 +57,8 @@ def stop_within(proc: ServerProcess, seconds: float) -> None:
     assert "Finished server process" in proc.log()
 
 
-# "auto" puts the CPU engine in a process of its own; "off" keeps it in a thread of the server
-# process, as CUDA's default does.
-@pytest.mark.parametrize("engine_process", ["auto", "off"])
-def test_a_dead_engine_turns_health_503_and_fails_fast(engine_process):
-    proc = ServerProcess(*PLUGIN, *SMALL, "--shutdown-timeout", "5", "--engine-process", engine_process)
+def test_a_dead_engine_turns_health_503_and_fails_fast():
+    proc = ServerProcess(*PLUGIN, *SMALL, "--shutdown-timeout", "5")
     try:
         assert embed(proc.url, {"input": "alive", "model": MODEL}).status_code == 200
         r = embed(proc.url, {"input": [[101, DIE_ID, 102]], "model": MODEL})
@@ -78,11 +75,9 @@ def test_a_dead_engine_turns_health_503_and_fails_fast(engine_process):
         proc.stop()
 
 
-@pytest.mark.parametrize("engine_process", ["auto", "off"])
-def test_a_stuck_engine_turns_health_503_fails_waiters_and_still_exits(engine_process):
+def test_a_stuck_engine_turns_health_503_fails_waiters_and_still_exits():
     stall = 2.0
-    proc = ServerProcess(*PLUGIN, *SMALL, "--engine-stall-timeout", str(stall), "--shutdown-timeout", "3",
-                         "--engine-process", engine_process)
+    proc = ServerProcess(*PLUGIN, *SMALL, "--engine-stall-timeout", str(stall), "--shutdown-timeout", "3")
     try:
         started = time.monotonic()
         r = embed(proc.url, {"input": [[101, STALL_ID, 102]], "model": MODEL}, timeout=60)
@@ -92,7 +87,7 @@ def test_a_stuck_engine_turns_health_503_fails_waiters_and_still_exits(engine_pr
         started = time.monotonic()
         assert_envelope(embed(proc.url, {"input": "hello", "model": MODEL}, timeout=10), 503, "engine_unavailable")
         assert time.monotonic() - started < 2.0
-        # The engine thread sleeps for an hour; the process must not wait for it.
+        # The engine sleeps for an hour; the server must not wait for it.
         stop_within(proc, 3 + 12)
     finally:
         proc.stop()

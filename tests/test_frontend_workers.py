@@ -20,7 +20,7 @@ from tests.processes import children, is_alive, mapped_shared_memory, shared_mem
 
 pytestmark = pytest.mark.slow  # front-end and engine processes
 
-WORKERS = ("--device", "cpu", "--frontend-workers", "2", "--max-batch-tokens", "1024", "--max-batch-seqs", "8")
+WORKERS = ("--devices", "cpu", "--frontend-workers", "2", "--max-batch-tokens", "1024", "--max-batch-seqs", "8")
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +102,7 @@ def test_sigterm_drains_every_front_end_and_leaves_nothing_behind():
 
 
 def test_composes_with_data_parallel():
-    proc = ServerProcess("--device", "cpu", "--frontend-workers", "2", "--data-parallel", "2",
+    proc = ServerProcess("--devices", "cpu,cpu", "--frontend-workers", "2",
                          "--max-batch-tokens", "1024", "--max-batch-seqs", "8")
     try:
         engines = {}

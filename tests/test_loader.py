@@ -205,7 +205,7 @@ def test_revision_reaches_snapshot_download(tmp_path, default_engine, monkeypatc
         return str(snapshot)
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
-    args = build_parser().parse_args(["serve", "--model", "acme/tiny-bert", "--revision", "v1.2", "--device", "cpu"])
+    args = build_parser().parse_args(["serve", "--model", "acme/tiny-bert", "--revision", "v1.2", "--devices", "cpu"])
     config = config_from_args(args).engine
     assert (config.model, config.revision) == ("acme/tiny-bert", "v1.2")
     engine = Engine(replace(config, max_batch_tokens=512))

@@ -50,7 +50,7 @@ def test_log_file_line_and_engine_process_memory(server):
     assert len(lines) == 1, lines
     assert "POST /v1/embeddings 200" in lines[0] and "inputs=2" in lines[0]
     assert secret not in server.log_path.read_text()
-    # On the CPU the engine runs in a process of its own (--engine-process auto): its resident set.
+    # The engine runs in a process of its own: its resident set.
     assert metric(server.url, 'rose_device_memory_bytes{device="cpu",engine="0",kind="resident"}') > 10e6
     # Every batch, warm-up included, runs eagerly on the CPU and none replays a graph.
     assert metric(server.url, "rose_eager_runs_total") >= metric(server.url, "rose_batch_sequences_count") + 2

@@ -1,0 +1,75 @@
+"""EngineLinks: a front end's engines (one link per engine process) and its view of the model.
+
+The front end needs, before any batch, only the model's description and its tokenizer; the
+weights live in the engine processes the supervisor started (engine/engine_host.py). The
+batcher reads `replicas` and sends each batch to the least-loaded engine; the routes read
+`spec`, `tokenizer`, `vocab_size` and `tokenize`, as they would of an in-process Engine.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import numpy as np
+
+from engine.config import EngineConfig
+from engine.engine_host import EngineEnds
+from engine.engine_link import EngineLink
+from engine.loader import ModelSpec, load_spec
+from engine.tokenizer import tokenizer_for, vocab_size_of
+
+
+class EngineLinks:
+    """Built from the supervisor's `EngineEnds`; `start` returns once every engine is warm."""
+
+    def __init__(self, config: EngineConfig, ends: list[EngineEnds],
+                 processes: list[multiprocessing.process.BaseProcess] | None = None):
+        if not ends:
+            raise ValueError("a front end needs at least one engine")
+        self.config = config
+        self.spec: ModelSpec = load_spec(config.model, config.max_seq_len, config.model_overrides, config.revision)
+        self.tokenizer = tokenizer_for(self.spec)
+        self.replicas = [EngineLink(e, p) for e, p in zip(ends, processes or [None] * len(ends))]
+        self.dtype: str | None = None  # as the engines report it once warm
+
+    @property
+    def device(self) -> str:
+        return ", ".join(link.device for link in self.replicas)
+
+    @property
+    def dimensions(self) -> int:
+        return self.spec.embedding_dim
+
+    @property
+    def vocab_size(self) -> int:
+        return vocab_size_of(self.tokenizer, self.spec)
+
+    def tokenize(self, texts: list[str]) -> list[np.ndarray]:
+        return self.tokenizer.encode(texts)
+
+    def start(self, ready_timeout: float = 900.0) -> None:
+        """Block until every engine has loaded and warmed up (they do so side by side)."""
+        for link in self.replicas:
+            link.wait_ready(ready_timeout)
+        self.dtype = self.replicas[0].dtype
+
+    def stop_serving(self) -> None:
+        """On the event loop the batcher ran on: every link leaves the rotation and tells its engine."""
+        for link in self.replicas:
+            link.stop_serving()
+
+    def shutdown(self) -> None:
+        for link in self.replicas:
+            link.shutdown()
+
+    @property
+    def num_graph_replays(self) -> int:
+        return sum(link.num_graph_replays for link in self.replicas)
+
+    @property
+    def num_eager_runs(self) -> int:
+        return sum(link.num_eager_runs for link in self.replicas)
+
+    @property
+    def num_capture_failures(self) -> int:
+        return sum(link.num_capture_failures for link in self.replicas)

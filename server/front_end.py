@@ -1,0 +1,72 @@
+"""One front end: HTTP, validation, tokenization, the batcher and response encoding, served on
+a socket the supervisor bound, over links to every engine process (engine/engine_links.py).
+
+With one front end it runs in the supervisor's own process (`run_front_end`); with several,
+each runs in a spawned process of its own (`run_front_end_process`), all on the one port
+(SO_REUSEPORT: the kernel spreads new connections over their sockets). The first front end
+listens at once and, while the engines warm up, answers 503 on /health; the others listen
+only once they are ready (their lifespan waits for the engines, and a bound socket that
+does not listen gets no connections), so whichever front end answers a 200 can serve.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+
+from engine.child_signals import unshield
+from engine.engine_host import EngineEnds
+from engine.parent_watch import exit_with_parent
+from server.config import ServerConfig
+
+logger = logging.getLogger("rose_embed.server")
+
+
+def run_front_end(config: ServerConfig, sock: socket.socket, ends: list[EngineEnds],
+                  processes: list[multiprocessing.process.BaseProcess] | None = None) -> None:
+    """Serve until a signal stops uvicorn (it drains in-flight requests, then tells the engines
+    this front end is done). `processes`: the engines' Process objects where they are children of
+    this process, so that an engine's exit can be told by its status."""
+    import uvicorn
+
+    from compat.tiktoken_ids import TiktokenUnavailableError
+    from engine.engine_links import EngineLinks
+    from server.app import create_app
+    from server.middleware import ObservedApp
+
+    try:
+        app = create_app(config, EngineLinks(config.engine, ends, processes))
+    except TiktokenUnavailableError as exc:
+        sys.exit(f"rose-embed: {exc}")
+    worker_pid = os.getpid() if config.frontend_workers > 1 else None
+    server = uvicorn.Server(uvicorn.Config(
+        ObservedApp(app, log_inputs=config.log_inputs, worker_pid=worker_pid), loop="uvloop", http="httptools",
+        log_level=config.log_level, access_log=False, log_config=None,
+        timeout_graceful_shutdown=config.shutdown_timeout,
+    ))
+    # After a graceful shutdown uvicorn re-raises the signal that asked for it: SIGTERM ends the
+    # process with its status, SIGINT arrives as KeyboardInterrupt (the CLI exits 130).
+    server.run(sockets=[sock])
+
+
+def run_front_end_process(config: ServerConfig, sock: socket.socket, ends: list[EngineEnds],
+                          parent_pid: int) -> None:
+    """The main function of a spawned front end."""
+    exit_with_parent(parent_pid, lambda: _stop_orphan(parent_pid))
+    from server.logs import configure_logging
+
+    # The supervisor passes Ctrl-C and a hang-up on as SIGTERM; uvicorn takes SIGINT over while it runs.
+    unshield(ignore=(signal.SIGINT, signal.SIGHUP))
+    configure_logging(config.log_level, config.log_format)
+    run_front_end(config, sock, ends)
+
+
+def _stop_orphan(parent_pid: int) -> None:
+    """A supervisor killed outright (SIGKILL) cannot stop its front ends; they stop themselves
+    (gracefully, as on SIGTERM) rather than keep the port as orphans."""
+    logger.error("the supervisor (pid %d) is gone; shutting down", parent_pid)
+    os.kill(os.getpid(), signal.SIGTERM)

@@ -1,0 +1,159 @@
+"""The supervisor: `rose-embed serve`'s own process. It starts one engine process per device and
+K front ends (server/front_end.py) connected to every engine, watches them, and stops them.
+
+- K = 1 (a CPU server, or a GPU server on a small machine): the front end runs in this process;
+  the engines are its children.
+- K > 1: each front end is a spawned process on its own socket of the one port. A front end
+  that dies is restarted on the same socket, with new links to every engine (connections the
+  kernel queued on its socket meanwhile wait for it rather than being refused); one that dies
+  again within `_CRASH_LOOP_S` of its restart stops the whole server (exit status 1), so
+  that an orchestrator restarts a server that cannot keep a front end up.
+- An engine that dies leaves the others serving; every front end sees it go (its pipes close)
+  and /health names it.
+- On SIGTERM, SIGINT or SIGHUP every front end drains its requests within --shutdown-timeout
+  and tells the engines it is done; then the engines exit and the shared memory is freed.
+  Every child also watches this process: should it be killed outright, none outlives it by
+  more than a second or so (engine/parent_watch.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import replace
+from multiprocessing.connection import wait
+
+from engine.child_signals import STOP_SIGNALS, start_shielded
+from engine.engine_host import EngineHost
+from engine.loader import ModelSpec
+from engine.shm_slots import SlotLayout
+from server.config import ServerConfig
+from server.front_end import run_front_end, run_front_end_process
+from server.plugins import load_engine_plugin
+from server.topology import engine_config_for
+
+logger = logging.getLogger("rose_embed.server")
+
+_ENGINE_EXIT_TIMEOUT_S = 10.0  # after the front ends: an engine finishes what it holds
+_CRASH_LOOP_S = 30.0  # a front end that dies this soon after its start is not restarted again
+
+
+def run_supervisor(config: ServerConfig, spec: ModelSpec, sockets: list[socket.socket]) -> None:
+    """Serve on `sockets` (server/listen.py: one per front end, the first listening) until a
+    signal stops the server; exits 1 if the front ends could not be kept up."""
+    plugin = load_engine_plugin(config.engine_plugin) if config.engine_plugin else None
+    layout = SlotLayout(config.batches_in_flight, config.engine.max_batch_tokens, config.engine.max_batch_seqs,
+                        spec.embedding_dim)
+    logger.info("starting %d engine process(es) (%s) and %d front end(s) on port %d", len(config.devices),
+                ", ".join(config.devices), config.frontend_workers, config.port)
+    hosts: list[EngineHost] = []
+    terminated = False
+    # uvicorn ends its graceful shutdown by raising the signal that asked for it again; SIGTERM's
+    # default action would end this process there, before the engines stop and the shared
+    # memory is freed. Raised as an exception instead, it leaves through the cleanup below.
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        for index, device in enumerate(config.devices):
+            hosts.append(EngineHost(index, engine_config_for(config.engine, config.devices, device), layout, plugin))
+        if config.frontend_workers == 1:
+            run_front_end(config, sockets[0], [host.connect(0) for host in hosts], [h.process for h in hosts])
+        else:
+            _FrontEnds(config, sockets, hosts).run()
+    except _Terminated:
+        terminated = True
+    finally:
+        for host in hosts:
+            host.stop(_ENGINE_EXIT_TIMEOUT_S)
+        for sock in sockets:
+            sock.close()
+    if terminated:  # end as SIGTERM ends a process, so that whoever sent it sees that status
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+class _Terminated(Exception):
+    """SIGTERM, once the front end (if it runs here) has drained."""
+
+
+def _raise_terminated(*_) -> None:
+    raise _Terminated
+
+
+class _FrontEnds:
+    """K front-end processes: started, restarted when one dies, drained on a stop signal."""
+
+    def __init__(self, config: ServerConfig, sockets: list[socket.socket], hosts: list[EngineHost]):
+        self.config, self.sockets, self.hosts = config, sockets, hosts
+        self._context = multiprocessing.get_context("spawn")
+        self._processes: dict[int, multiprocessing.process.BaseProcess] = {}
+        self._started: dict[int, float] = {}
+        self._restarted: set[int] = set()
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, lambda *_: self._stop.set())
+        failed = False
+        try:
+            for index in range(self.config.frontend_workers):
+                self._start(index)
+            while not self._stop.is_set():
+                by_sentinel = {p.sentinel: i for i, p in self._processes.items()}
+                for sentinel in wait(list(by_sentinel), timeout=0.5):
+                    if self._stop.is_set() or not self._restart(by_sentinel[sentinel]):
+                        failed = not self._stop.is_set()
+                        self._stop.set()
+                        break
+        finally:
+            self._drain()
+        if failed:
+            sys.exit(1)
+
+    def _start(self, index: int) -> None:
+        ends = [host.connect(index) for host in self.hosts]
+        process = self._context.Process(
+            target=run_front_end_process, name=f"rose-frontend-{index}",
+            args=(replace(self.config, worker_index=index), self.sockets[index], ends, os.getpid()))
+        try:
+            start_shielded(process)
+        finally:
+            for end in ends:  # the front end holds its own copies now; its exit shows as EOF to the engines
+                end.close()
+        self._processes[index], self._started[index] = process, time.monotonic()
+
+    def _restart(self, index: int) -> bool:
+        """Restart front end `index`, which has exited; False if it died too soon after a restart."""
+        process = self._processes[index]
+        process.join(1)
+        lived = time.monotonic() - self._started[index]
+        logger.error("front end %d (pid %s) exited with status %s after %.0f s", index, process.pid,
+                     process.exitcode, lived)
+        if index in self._restarted and lived < _CRASH_LOOP_S:
+            logger.error("front end %d did not stay up after its restart; stopping the server", index)
+            return False
+        self._restarted.add(index)
+        self._start(index)
+        logger.info("front end %d restarted (pid %s)", index, self._processes[index].pid)
+        return True
+
+    def _drain(self) -> None:
+        """Every front end drains (SIGTERM: uvicorn's graceful shutdown) against one deadline."""
+        for process in self._processes.values():
+            if process.is_alive():
+                os.kill(process.pid, signal.SIGTERM)
+        # A front end takes up to --shutdown-timeout for its requests, then up to 5 s for its batches.
+        # They drain side by side: one that finishes early says nothing of how long the others need.
+        deadline = time.monotonic() + self.config.shutdown_timeout + 10.0
+        for process in self._processes.values():
+            process.join(max(0.0, deadline - time.monotonic()))
+        for index, process in self._processes.items():
+            if process.is_alive():
+                logger.error("front end %d did not stop in time; killing it", index)
+                process.kill()
+                process.join(5)

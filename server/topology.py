@@ -1,0 +1,91 @@
+"""The one place that decides the server's shape from the machine: which devices get an engine,
+how many front ends feed them, how many batches each front end keeps on each engine, and how
+many CPU threads a CPU engine uses. Flags may name the devices and the front ends; the rest
+follows.
+
+The measurements behind the rules (bench/results/, docs/e2e.md):
+- one Python event loop serves about 13,000 short texts/s, while an H200 computes BERT-base
+  paragraphs at over twice that: on a GPU the front end, not the device, sets the speed, so
+  a GPU gets several front ends (one per 4 cores measured best on 16 cores: 4 front ends
+  1.73M tokens/s against 6 at 1.65M and 8 at 1.51M);
+- on the CPU the engine is the bottleneck, and one front end already reaches the engine's own
+  speed (the load generator's HTTP / engine 0.92x), so a CPU server runs one;
+- a GPU fed by one front end keeps two of its batches in flight (one computing, one ready
+  behind it); with several front ends, or on a CPU (which computes one batch at a time),
+  one each, so that the next batch is cut from a longer queue and runs larger.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from engine.config import EngineConfig
+
+CORES_PER_FRONT_END = 4
+MAX_FRONT_ENDS_PER_GPU = 4
+
+
+def available_cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def visible_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def default_devices() -> tuple[str, ...]:
+    """Every visible GPU, else the CPU."""
+    count = visible_gpus()
+    return tuple(f"cuda:{i}" for i in range(count)) if count else ("cpu",)
+
+
+def parse_devices(text: str | None) -> tuple[str, ...]:
+    """--devices "cuda:0,cuda:1" (a bare "cuda" is cuda:0); None: `default_devices()`."""
+    if not text:
+        return default_devices()
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    return tuple("cuda:0" if name == "cuda" else name for name in names)
+
+
+def check_devices(devices: tuple[str, ...]) -> None:
+    """Fail before loading anything when a named GPU is not visible (the message names the ones
+    that are), or one is named twice."""
+    gpus = ["cuda:0" if d == "cuda" else d for d in devices if d.startswith("cuda")]
+    if len(set(gpus)) < len(gpus):
+        raise ValueError(f"each GPU takes one engine; {', '.join(gpus)} names one twice")
+    if not gpus:
+        return
+    count = visible_gpus()
+    missing = sorted({i for i in (int(d.split(":", 1)[1]) for d in gpus) if i >= count})
+    if missing:
+        seen = "no CUDA device (use cpu)" if count == 0 else (
+            f"{count} CUDA device{'s' if count > 1 else ''}: {', '.join(f'cuda:{i}' for i in range(count))}")
+        raise ValueError(f"{', '.join(f'cuda:{i}' for i in missing)} not found; torch sees {seen}")
+
+
+def default_front_ends(devices: tuple[str, ...], cores: int | None = None) -> int:
+    """One front end per CORES_PER_FRONT_END cores on a GPU server (at most MAX_FRONT_ENDS_PER_GPU
+    per GPU); one on a CPU server."""
+    num_gpus = sum(d.startswith("cuda") for d in devices)
+    if not num_gpus:
+        return 1
+    cores = cores or available_cores()
+    return max(1, min(cores // CORES_PER_FRONT_END, MAX_FRONT_ENDS_PER_GPU * num_gpus))
+
+
+def batches_in_flight(devices: tuple[str, ...], front_ends: int) -> int:
+    """Batches each front end keeps on each engine."""
+    on_gpu = all(d.startswith("cuda") for d in devices)
+    return 2 if on_gpu and front_ends == 1 else 1
+
+
+def engine_config_for(config: EngineConfig, devices: tuple[str, ...], device: str) -> EngineConfig:
+    """One engine's configuration among `devices`: its device, and on the CPU its share of the cores."""
+    if device != "cpu" or config.num_threads:
+        return replace(config, device=device)
+    num_cpu_engines = sum(d == "cpu" for d in devices)
+    # Engines that each took every core would fight over them; a share each scales instead.
+    return replace(config, device=device, num_threads=max(1, available_cores() // num_cpu_engines))
