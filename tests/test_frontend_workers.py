@@ -6,6 +6,7 @@ connections spread over both (SO_REUSEPORT hashes each connection to one socket)
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,7 @@ from tests.processes import children, is_alive, mapped_shared_memory, shared_mem
 
 pytestmark = pytest.mark.slow  # front-end and engine processes
 
+ONE_FRONT_END = ("--devices", "cpu", "--max-batch-tokens", "1024", "--max-batch-seqs", "8")
 WORKERS = ("--devices", "cpu", "--frontend-workers", "2", "--max-batch-tokens", "1024", "--max-batch-seqs", "8")
 
 
@@ -119,16 +121,17 @@ def test_composes_with_data_parallel():
     assert proc.proc.returncode == 0
 
 
+@pytest.mark.parametrize("flags, num_children", [(WORKERS, 3), (ONE_FRONT_END, 2)], ids=["two-front-ends", "one"])
 @pytest.mark.parametrize("when", ["ready", "starting"])
-def test_front_ends_and_engine_stop_when_the_parent_is_killed(when):
+def test_front_ends_and_engine_stop_when_the_parent_is_killed(when, flags, num_children):
     """Killed once serving, or while its children are still starting (a front end whose
     interpreter is not up yet must still learn who its parent was)."""
-    proc = ServerProcess(*WORKERS, wait_ready=when == "ready")
+    proc = ServerProcess(*flags, wait_ready=when == "ready")
     try:
         deadline = time.monotonic() + 60
-        while len(spawned := children(proc.proc.pid)) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)  # the resource tracker, the engine and a front end at least
-        assert len(spawned) >= 3, proc.log()
+        while len(spawned := children(proc.proc.pid)) < num_children and time.monotonic() < deadline:
+            time.sleep(0.05)  # the resource tracker, the engine and (with two) a front end at least
+        assert len(spawned) >= num_children, proc.log()
         segments = mapped_shared_memory({proc.proc.pid})  # the server's own (other tests may make more)
         assert segments, "the parent creates every engine's slots before it starts a front end"
         proc.proc.kill()  # SIGKILL: the parent cannot pass anything on
@@ -140,3 +143,31 @@ def test_front_ends_and_engine_stop_when_the_parent_is_killed(when):
         assert not segments & shared_memory()  # multiprocessing's tracker unlinks them once all are gone
     finally:
         proc.stop()
+
+
+def test_a_front_end_that_dies_is_restarted_and_the_server_serves_on():
+    proc = ServerProcess(*WORKERS)
+    try:
+        front_ends = {h["worker"]["index"]: h["worker"]["pid"] for h in _healths(proc.url, 20)}
+        assert set(front_ends) == {0, 1}
+        victim = front_ends[1]
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # answered by the survivor meanwhile, then by both again
+            r = embed(proc.url, {"input": ["still there"] * 4, "model": MODEL})
+            assert r.status_code == 200 and len(r.json()["data"]) == 4
+            now = {h["worker"]["index"]: h["worker"]["pid"] for h in _healths(proc.url, 10)}
+            if now.get(1) not in (None, victim):
+                break
+            time.sleep(0.5)
+        assert now.get(1) not in (None, victim) and now.get(0) == front_ends[0], now
+        assert "front end 1 restarted" in proc.log()
+        assert proc.proc.poll() is None
+    finally:
+        proc.stop()
+    assert proc.proc.returncode == 0
+
+
+def _healths(url: str, count: int) -> list[dict]:
+    """/health on fresh connections, which the kernel spreads over the front ends."""
+    return [httpx.get(url + "/health", timeout=10).json() for _ in range(count)]
