@@ -159,7 +159,10 @@ def main(argv: list[str] | None = None) -> int:
         st = SentenceTransformer(str(engine.spec.path), device=str(engine.device), model_kwargs={"dtype": engine.dtype})
         st.encode(texts[:256], batch_size=args.st_batch_size)
 
-    server_args = ["--device", args.device, "--dtype", args.dtype, "--max-batch-tokens", str(args.max_batch_tokens),
+    # The server's own defaults pick its devices (every visible GPU, else the CPU); only a CPU run
+    # on a machine with a GPU names the CPU.
+    devices = ["--devices", "cpu"] if args.device == "cpu" else []
+    server_args = [*devices, "--dtype", args.dtype, "--max-batch-tokens", str(args.max_batch_tokens),
                    *(["--model", args.model] if args.model else []), *args.server_arg]
     server = None if args.url else ServerProcess(*server_args)
     url = args.url or server.url
