@@ -68,7 +68,7 @@ class Batcher:
     ):
         if max_batch_tokens < engine.spec.max_seq_len:
             raise ValueError(
-                f"--max-batch-tokens ({max_batch_tokens}) must be at least the model's "
+                f"the batch token budget ({max_batch_tokens}) must be at least the model's "
                 f"max sequence length ({engine.spec.max_seq_len})"
             )
         self.engine = engine

@@ -24,7 +24,7 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was asked for, but torch sees no CUDA device")
+        raise ValueError("device cuda was asked for, but torch sees no CUDA device")
     return device
 
 
@@ -32,7 +32,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     if name not in _DTYPES:
-        raise ValueError(f"--dtype must be one of auto, {', '.join(_DTYPES)}; got {name!r}")
+        raise ValueError(f"dtype must be one of auto, {', '.join(_DTYPES)}; got {name!r}")
     return _DTYPES[name]
 
 

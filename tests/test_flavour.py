@@ -80,7 +80,7 @@ def test_overrides_win_over_the_checkpoint(tmp_path):
     (ModelOverrides(matryoshka_dims="0,8"), "between 1 and 64"),
     (ModelOverrides(matryoshka_dims="128"), "between 1 and 64"),
     (ModelOverrides(matryoshka_dims="big"), "comma list"),
-    (ModelOverrides(pooling="median"), "--pooling"),
+    (ModelOverrides(pooling="median"), "pooling must be one of"),
     (ModelOverrides(default_prompt_name="query"), "not among the model's prompts"),
 ])
 def test_bad_overrides_fail_at_load(tmp_path, overrides, message):

@@ -219,7 +219,7 @@ def test_revision_reaches_snapshot_download(tmp_path, default_engine, monkeypatc
 
 def test_revision_of_a_local_model_is_refused(tmp_path, default_engine):
     model_dir = make_bert(tmp_path, default_engine, pooling="mean")
-    with pytest.raises(ModelLoadError, match="--revision 'main' applies to hub ids"):
+    with pytest.raises(ModelLoadError, match="revision 'main' applies to hub ids"):
         load_spec(str(model_dir), revision="main")
     with pytest.raises(ModelLoadError, match="the default model is local"):
         load_spec(None, revision="main")

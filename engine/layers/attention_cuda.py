@@ -159,6 +159,6 @@ def make_cuda_attention_backend(name: str, shape: AttentionShape, device: torch.
     if name == "flashinfer":
         refuse_for_flashinfer(shape)
         if not flashinfer_available():
-            raise ValueError("--attention-backend flashinfer: the flashinfer package is not installed (pip install 'rose-embed[gpu]')")
+            raise ValueError("attention backend flashinfer: the flashinfer package is not installed (pip install 'rose-embed[gpu]')")
         return FlashInferAttentionBackend(shape, device, dtype)
     raise ValueError(f"unknown attention backend {name!r}; choose auto, varlen, flashinfer (or sdpa on CPU)")

@@ -3,7 +3,7 @@ one fused Triton kernel (engine/layers/triton_kernels.py).
 
 The reference is what runs on the CPU and what defines each step; the Triton kernels must
 match it (tests/test_fused_gpu.py checks them against it). `set_fused_kernels(False)`
-(`--no-fused-kernels`) keeps CUDA on the references too, for comparison.
+(`fused_kernels=False`) keeps CUDA on the references too, for comparison.
 """
 
 from __future__ import annotations
