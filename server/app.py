@@ -31,6 +31,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None) -> Litestar:
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        metrics.start_publishing()
         runtime.start()
         if config.worker_index:
             # Front ends past the first start listening only once they can serve, so that no
@@ -40,6 +41,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None) -> Litestar:
             yield
         finally:
             await runtime.stop()
+            metrics.stop_publishing()
 
     return Litestar(
         route_handlers=[*ROUTES, metrics_endpoint, docs_assets()],

@@ -22,6 +22,9 @@ class ServerConfig:
     devices: tuple[str, ...] = ("cpu",)
     frontend_workers: int = 1
     worker_index: int = 0
+    # The directory where the front ends report their figures to each other (server/stats_board.py);
+    # None: one front end, answering for itself.
+    stats_dir: str | None = None
     log_level: str = "info"
     # Wire contract (issue 5): OpenAI's per-request token cap, truncation, aliases, keys.
     max_request_tokens: int = 300_000

@@ -22,6 +22,7 @@ from engine.child_signals import unshield
 from engine.engine_host import EngineEnds
 from engine.parent_watch import exit_with_parent
 from server.config import ServerConfig
+from server.stats_board import remove_board_dir
 
 logger = logging.getLogger("rose_embed.server")
 
@@ -56,7 +57,7 @@ def run_front_end(config: ServerConfig, sock: socket.socket, ends: list[EngineEn
 def run_front_end_process(config: ServerConfig, sock: socket.socket, ends: list[EngineEnds],
                           parent_pid: int) -> None:
     """The main function of a spawned front end."""
-    exit_with_parent(parent_pid, lambda: _stop_orphan(parent_pid))
+    exit_with_parent(parent_pid, lambda: _stop_orphan(parent_pid, config.stats_dir))
     from server.logs import configure_logging
 
     # The supervisor passes Ctrl-C and a hang-up on as SIGTERM; uvicorn takes SIGINT over while it runs.
@@ -65,8 +66,10 @@ def run_front_end_process(config: ServerConfig, sock: socket.socket, ends: list[
     run_front_end(config, sock, ends)
 
 
-def _stop_orphan(parent_pid: int) -> None:
+def _stop_orphan(parent_pid: int, stats_dir: str | None) -> None:
     """A supervisor killed outright (SIGKILL) cannot stop its front ends; they stop themselves
-    (gracefully, as on SIGTERM) rather than keep the port as orphans."""
+    (gracefully, as on SIGTERM) rather than keep the port as orphans, nor leave the stats board."""
     logger.error("the supervisor (pid %d) is gone; shutting down", parent_pid)
+    if stats_dir is not None:
+        remove_board_dir(stats_dir)
     os.kill(os.getpid(), signal.SIGTERM)

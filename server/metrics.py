@@ -3,10 +3,16 @@
 Counters and histograms are updated where things happen (the HTTP middleware, the
 batcher's listener); gauges that describe the present (queue depth, engine health, device
 memory, graph replays) are read from the runtime when /metrics is scraped.
+
+With --frontend-workers K each front end reports its figures to the stats board
+(server/stats_board.py), and /metrics and /health answer for the whole server from every
+front end's report (server/metrics_merge.py, server/server_health.py).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import time
 from typing import TYPE_CHECKING
@@ -19,6 +25,9 @@ from prometheus_client.process_collector import ProcessCollector
 
 from engine.batch_outcomes import BatchRecord
 from engine.memory import resident_bytes
+from server.metrics_merge import carried_counts, families_of, merge, with_carried
+from server.server_health import server_health
+from server.stats_board import PUBLISH_EVERY_S, Report, StatsBoard
 
 if TYPE_CHECKING:
     from server.runtime import Runtime
@@ -27,6 +36,8 @@ _SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 
 _TOKENS = tuple(2**i for i in range(4, 17))  # 16 .. 65536
 _SEQS = tuple(2**i for i in range(0, 12))  # 1 .. 2048
 _RATE_WINDOW_S = 10.0  # tokens/s is averaged over the batches that finished this recently
+
+logger = logging.getLogger("rose_embed.server")
 
 
 class Metrics:
@@ -45,6 +56,12 @@ class Metrics:
         self.sequences = Counter("rose_sequences", "Sequences (inputs) computed", registry=r)
         ProcessCollector(registry=r)  # process_resident_memory_bytes and friends
         r.register(_RuntimeCollector(runtime))
+        self.runtime = runtime
+        config = runtime.config
+        self.board = StatsBoard(config.stats_dir, config.worker_index) if config.stats_dir else None
+        self._carried = carried_counts(self.board.previous.families) if self.board and self.board.previous else []
+        self._was_ready = False
+        self._publisher: asyncio.Task | None = None
 
     def observe_batch(self, record: BatchRecord) -> None:
         """Batcher listener."""
@@ -59,7 +76,50 @@ class Metrics:
             self.latency.labels(phase).observe(seconds)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if self.board is None:
+            return generate_latest(self.registry)
+        return generate_latest(_Fixed(merge(self._reports(), time.time())))
+
+    def server_health(self) -> dict:
+        """/health for the whole server (with a board only); raises the 503."""
+        reports, now = self._reports(), time.time()
+        return server_health(reports, merge(reports, now), now)
+
+    def _reports(self) -> list[Report]:
+        self.publish()  # this front end's own figures as of now
+        return self.board.reports()
+
+    def publish(self) -> None:
+        """Write this front end's report to the board."""
+        runtime = self.runtime
+        self._was_ready = self._was_ready or runtime.is_ready
+        self.board.publish(Report(
+            index=self.board.index, pid=os.getpid(), updated=time.time(), ready=runtime.is_ready,
+            was_ready=self._was_ready, problem=runtime.engine_problem(), restarts=self.board.restarts,
+            engines=[replica.describe() for replica in runtime.batcher.replicas] if runtime.batcher else None,
+            families=with_carried(families_of(self.registry.collect()), self._carried),
+        ))
+
+    def start_publishing(self) -> None:
+        """In the lifespan: report every PUBLISH_EVERY_S (a scrape reads the other front ends' reports)."""
+        if self.board is not None:
+            self._publisher = asyncio.get_running_loop().create_task(self._publish_periodically(),
+                                                                     name="rose-stats-board")
+
+    def stop_publishing(self) -> None:
+        """The last report (every count made), once the runtime has stopped."""
+        if self._publisher is None:
+            return
+        self._publisher.cancel()
+        self.publish()
+
+    async def _publish_periodically(self) -> None:
+        while True:
+            try:
+                self.publish()
+            except Exception:  # a report that cannot be made must not end the reporting
+                logger.exception("this front end's report to the stats board failed")
+            await asyncio.sleep(PUBLISH_EVERY_S)
 
 
 class _RuntimeCollector:
@@ -71,14 +131,6 @@ class _RuntimeCollector:
     def collect(self):
         runtime, batcher = self.runtime, self.runtime.batcher
         yield _gauge("rose_ready", "1 once the model is loaded and warmed up", float(runtime.is_ready))
-        if runtime.config.frontend_workers > 1:
-            # --frontend-workers: a scrape reaches one front end; every figure here is that one's.
-            worker = GaugeMetricFamily("rose_frontend_worker", "The front-end process that answered this scrape "
-                                       "(--frontend-workers): its index, pid and the number of workers",
-                                       labels=["worker", "pid", "workers"])
-            worker.add_metric([str(runtime.config.worker_index), str(os.getpid()),
-                               str(runtime.config.frontend_workers)], 1.0)
-            yield worker
         yield _gauge("rose_engine_up", "1 while the engine can compute (not dead, not stuck)",
                      float(runtime.is_ready and runtime.engine_problem() is None))
         if batcher is None:
@@ -104,6 +156,16 @@ class _RuntimeCollector:
 
     def describe(self):
         return []  # collected at scrape time only (their presence depends on the runtime)
+
+
+class _Fixed:
+    """Families made beforehand, for generate_latest."""
+
+    def __init__(self, metrics: list):
+        self.metrics = metrics
+
+    def collect(self):
+        return self.metrics
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

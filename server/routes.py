@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 
 import numpy as np
@@ -152,18 +151,15 @@ async def get_model(model_id: str, state: State) -> Model:
 @get("/health", summary="Readiness: 200 once the model is loaded and warmed up, while an engine serves",
      responses={503: ERROR_RESPONSES[503]})
 async def health(state: State) -> dict:
+    if state.metrics.board is not None:  # --frontend-workers: every front end's report, whichever answers
+        return state.metrics.server_health()
     runtime = _runtime(state)
     engines = runtime.engine_states()
     if engines is None:
         return {"status": "ok"}
     # Data parallel: 200 while one engine serves; the list says which are out, and why.
     degraded = any(engine["state"] != "serving" for engine in engines)
-    body = {"status": "degraded" if degraded else "ok", "engines": engines}
-    if runtime.config.frontend_workers > 1:
-        # --frontend-workers: this answer is one front end's view (its own batches and counts).
-        body["worker"] = {"index": runtime.config.worker_index, "pid": os.getpid(),
-                          "workers": runtime.config.frontend_workers}
-    return body
+    return {"status": "degraded" if degraded else "ok", "engines": engines}
 
 
 ROUTES = [create_embeddings, list_models, get_model, health]

@@ -36,6 +36,7 @@ from engine.shm_slots import SlotLayout
 from server.config import ServerConfig
 from server.front_end import run_front_end, run_front_end_process
 from server.plugins import load_engine_plugin
+from server.stats_board import create_board_dir, remove_board_dir
 from server.topology import engine_config_for
 
 logger = logging.getLogger("rose_embed.server")
@@ -89,7 +90,9 @@ class _FrontEnds:
     """K front-end processes: started, restarted when one dies, drained on a stop signal."""
 
     def __init__(self, config: ServerConfig, sockets: list[socket.socket], hosts: list[EngineHost]):
-        self.config, self.sockets, self.hosts = config, sockets, hosts
+        # Where the front ends report to each other, so that each answers /metrics and /health for all.
+        self.config = replace(config, stats_dir=create_board_dir())
+        self.sockets, self.hosts = sockets, hosts
         self._context = multiprocessing.get_context("spawn")
         self._processes: dict[int, multiprocessing.process.BaseProcess] = {}
         self._started: dict[int, float] = {}
@@ -112,6 +115,7 @@ class _FrontEnds:
                         break
         finally:
             self._drain()
+            remove_board_dir(self.config.stats_dir)
         if failed:
             sys.exit(1)
 

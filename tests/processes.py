@@ -34,6 +34,11 @@ def shared_memory() -> set[str]:
     return {p.name for p in Path("/dev/shm").glob("psm_*")}
 
 
+def stats_boards(server_pid: int) -> set[Path]:
+    """The stats-board directories of a --frontend-workers server (server/stats_board.py names them after it)."""
+    return set(Path("/dev/shm").glob(f"rose-embed-stats-{server_pid}-*"))
+
+
 def mapped_shared_memory(pids: set[int]) -> set[str]:
     """The multiprocessing segments that these processes have mapped: theirs, whoever else runs."""
     names = set()

@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 
 from tests.conftest import ServerProcess
-from tests.helpers import MODEL, PLUGIN, embed
-from tests.processes import children, is_alive, mapped_shared_memory, shared_memory
+from tests.helpers import MODEL, PLUGIN, embed, metric, sample
+from tests.processes import children, is_alive, mapped_shared_memory, shared_memory, stats_boards
 
 pytestmark = pytest.mark.slow  # front-end and engine processes
 
+EMBEDDINGS_200 = 'rose_requests_total{route="/v1/embeddings",status="200"}'
 ONE_FRONT_END = ("--devices", "cpu", "--max-batch-tokens", "1024", "--max-batch-seqs", "8")
 WORKERS = ("--devices", "cpu", "--frontend-workers", "2", "--max-batch-tokens", "1024", "--max-batch-seqs", "8")
 
@@ -60,19 +61,46 @@ def test_both_front_ends_answer_and_share_one_engine(workers_server):
         pid = int(r.headers["x-rose-worker"])
         seen[pid] = seen.get(pid, 0) + 1
     assert len(seen) == 2, seen
-    healths = {}
-    for _ in range(60):  # after the requests, each front end's own view
-        h = httpx.get(workers_server.url + "/health", timeout=10)
-        assert h.status_code == 200 and int(h.headers["x-rose-worker"]) == h.json()["worker"]["pid"]
-        healths[h.json()["worker"]["pid"]] = h.json()
-        if len(healths) == 2:
-            break
     assert workers_server.proc.pid not in seen and set(seen) <= front_ends  # the parent's own children
-    assert set(healths) == set(seen)
-    assert sorted(h["worker"]["index"] for h in healths.values()) == [0, 1]
-    engine_pids = {h["engines"][0]["pid"] for h in healths.values()}
-    assert len(engine_pids) == 1 and not engine_pids & (set(seen) | {workers_server.proc.pid})
-    assert all(h["engines"][0]["batches"] > 0 for h in healths.values())  # both fed that one engine
+    body = httpx.get(workers_server.url + "/health", timeout=10).json()
+    assert {f["pid"] for f in body["frontends"]} == set(seen)
+    assert sorted(f["index"] for f in body["frontends"]) == [0, 1]
+    (engine,) = body["engines"]
+    assert engine["pid"] not in set(seen) | {workers_server.proc.pid}
+
+
+def test_every_scrape_answers_for_the_whole_server(workers_server):
+    """Whichever front end a scrape reaches, it counts every front end's requests, and /health
+    lists both front ends."""
+    def scrape() -> tuple[int, str]:  # a fresh connection each time, so scrapes reach both front ends
+        r = httpx.get(workers_server.url + "/metrics", timeout=10)
+        assert r.status_code == 200
+        return int(r.headers["x-rose-worker"]), r.text
+
+    _front_ends_once_serving(workers_server.url)
+    time.sleep(1.0)  # every front end has reported what earlier requests did (they report every half second)
+    before = scrape()[1]
+    answered, tokens = set(), 0
+    for i in range(24):
+        r = embed(workers_server.url, {"input": [f"counted {i}", "twice"], "model": MODEL})
+        assert r.status_code == 200, r.text
+        answered.add(int(r.headers["x-rose-worker"]))
+        tokens += r.json()["usage"]["prompt_tokens"]
+    assert len(answered) == 2  # the requests went to both
+    time.sleep(1.0)
+    scraped = set()
+    for n in range(40):
+        pid, text = scrape()
+        scraped.add(pid)
+        for name, grew in ((EMBEDDINGS_200, 24), ("rose_tokens_total", tokens), ("rose_sequences_total", 48)):
+            assert sample(text, name) - sample(before, name) == grew, (name, pid)
+        if n >= 9 and len(scraped) == 2:
+            break
+    assert scraped == answered  # scrapes reached both front ends, and each counted all 24
+    body = httpx.get(workers_server.url + "/health", timeout=10).json()
+    assert body["status"] == "ok"
+    assert [(f["index"], f["state"]) for f in body["frontends"]] == [(0, "serving"), (1, "serving")]
+    assert {f["pid"] for f in body["frontends"]} == answered
 
 
 def test_sigterm_drains_every_front_end_and_leaves_nothing_behind():
@@ -83,6 +111,8 @@ def test_sigterm_drains_every_front_end_and_leaves_nothing_behind():
         assert len(spawned) >= 3  # two front ends and the engine (and multiprocessing's tracker)
         segments = mapped_shared_memory({proc.proc.pid})  # the server's own (other tests may make more)
         assert segments and segments <= shared_memory()  # the slots exist while it serves
+        boards = stats_boards(proc.proc.pid)
+        assert len(boards) == 1
         bodies = [{"input": [f"in flight {i}"] * 4, "model": MODEL} for i in range(6)]
         with ThreadPoolExecutor(6) as pool:
             futures = [pool.submit(embed, proc.url, body) for body in bodies]
@@ -99,6 +129,7 @@ def test_sigterm_drains_every_front_end_and_leaves_nothing_behind():
             time.sleep(0.1)
         assert not [pid for pid in spawned if is_alive(pid)]
         assert not segments & shared_memory()
+        assert not any(board.exists() for board in boards)
     finally:
         proc.stop()
 
@@ -111,11 +142,13 @@ def test_composes_with_data_parallel():
         for i in range(12):
             r = embed(proc.url, {"input": [f"text {j} of {i}" for j in range(16)], "model": MODEL})
             assert r.status_code == 200 and len(r.json()["data"]) == 16
-            body = httpx.get(proc.url + "/health", timeout=10).json()
-            engines[body["worker"]["pid"]] = [(e["index"], e["pid"], e["state"]) for e in body["engines"]]
+            health = httpx.get(proc.url + "/health", timeout=10)
+            engines[health.headers["x-rose-worker"]] = [(e["index"], e["pid"], e["state"])
+                                                        for e in health.json()["engines"]]
         views = list(engines.values())
         assert len(views[0]) == 2 and all(state == "serving" for _, _, state in views[0])
-        assert all(view == views[0] for view in views)  # every front end reaches the same two engines
+        assert all(view == views[0] for view in views)  # every front end says the same of the two engines
+        assert len(health.json()["frontends"]) == 2
     finally:
         proc.stop()
     assert proc.proc.returncode == 0
@@ -134,6 +167,9 @@ def test_front_ends_and_engine_stop_when_the_parent_is_killed(when, flags, num_c
         assert len(spawned) >= num_children, proc.log()
         segments = mapped_shared_memory({proc.proc.pid})  # the server's own (other tests may make more)
         assert segments, "the parent creates every engine's slots before it starts a front end"
+        boards = stats_boards(proc.proc.pid)
+        # One front end runs in the supervisor's process, with no board; several report to one.
+        assert len(boards) == (0 if flags is ONE_FRONT_END else 1), "it is made before a front end starts"
         proc.proc.kill()  # SIGKILL: the parent cannot pass anything on
         proc.proc.wait(5)
         deadline = time.monotonic() + 10  # each child notices within a second, then stops
@@ -141,33 +177,71 @@ def test_front_ends_and_engine_stop_when_the_parent_is_killed(when, flags, num_c
             time.sleep(0.2)
         assert not [pid for pid in spawned if is_alive(pid)], proc.log()
         assert not segments & shared_memory()  # multiprocessing's tracker unlinks them once all are gone
+        assert not any(board.exists() for board in boards)  # an orphaned front end removes it
     finally:
         proc.stop()
 
 
 def test_a_front_end_that_dies_is_restarted_and_the_server_serves_on():
+    """/health says which front end is out (hung, then killed); the dead one's counts stay in /metrics."""
     proc = ServerProcess(*WORKERS)
     try:
-        front_ends = {h["worker"]["index"]: h["worker"]["pid"] for h in _healths(proc.url, 20)}
+        front_ends = _front_ends_once_serving(proc.url)
         assert set(front_ends) == {0, 1}
+        for i in range(8):
+            assert embed(proc.url, {"input": [f"before {i}"], "model": MODEL}).status_code == 200
+        time.sleep(1.0)  # both front ends have reported them (every half second)
+        before = metric(proc.url, EMBEDDINGS_200)
+        assert before >= 8
         victim = front_ends[1]
+        os.kill(victim, signal.SIGSTOP)  # hung first: silent, but not gone, so not restarted yet
+        assert _out(proc.url, victim, "it has not reported for")
         os.kill(victim, signal.SIGKILL)
-        deadline = time.monotonic() + 60
+        deadline, sent = time.monotonic() + 60, 0
         while time.monotonic() < deadline:  # answered by the survivor meanwhile, then by both again
             r = embed(proc.url, {"input": ["still there"] * 4, "model": MODEL})
             assert r.status_code == 200 and len(r.json()["data"]) == 4
-            now = {h["worker"]["index"]: h["worker"]["pid"] for h in _healths(proc.url, 10)}
-            if now.get(1) not in (None, victim):
+            sent += 1
+            health = httpx.get(proc.url + "/health", timeout=10)
+            assert health.status_code == 200  # the other front end serves on
+            now = {f["index"]: f for f in health.json()["frontends"]}
+            if now[1]["pid"] != victim and now[1]["state"] == "serving":
                 break
             time.sleep(0.5)
-        assert now.get(1) not in (None, victim) and now.get(0) == front_ends[0], now
+        assert now[1]["pid"] != victim and now[1]["restarts"] == 1 and now[0]["pid"] == front_ends[0], now
         assert "front end 1 restarted" in proc.log()
+        time.sleep(1.0)
+        for _ in range(6):  # whichever front end answers: the dead one's counts are kept
+            assert metric(proc.url, EMBEDDINGS_200) == before + sent
         assert proc.proc.poll() is None
     finally:
         proc.stop()
     assert proc.proc.returncode == 0
 
 
-def _healths(url: str, count: int) -> list[dict]:
-    """/health on fresh connections, which the kernel spreads over the front ends."""
-    return [httpx.get(url + "/health", timeout=10).json() for _ in range(count)]
+def _out(url: str, victim: int, reason: str) -> bool:
+    """Whether /health, from the other front end, soon names front end 1 (`victim`) out for `reason`
+    (a connection that reaches the victim's socket waits: given up on, and another tried)."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            health = httpx.get(url + "/health", timeout=0.5)
+        except httpx.TimeoutException:
+            continue
+        assert health.status_code == 200  # the other front end serves on
+        (front_end,) = [f for f in health.json()["frontends"] if f["index"] == 1]
+        if front_end["pid"] == victim and front_end["state"] == "out" and front_end["reason"].startswith(reason):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _front_ends_once_serving(url: str) -> dict[int, int]:
+    """Each front end's pid by index, once /health says both serve (the second may start later)."""
+    deadline = time.monotonic() + 60
+    while True:
+        front_ends = httpx.get(url + "/health", timeout=10).json()["frontends"]
+        if [f["state"] for f in front_ends] == ["serving", "serving"]:
+            return {f["index"]: f["pid"] for f in front_ends}
+        assert time.monotonic() < deadline, front_ends
+        time.sleep(0.2)
