@@ -27,7 +27,7 @@ from transformers import BertConfig, RobertaConfig, XLMRobertaConfig
 from engine.config import EngineConfig, ModelOverrides
 from engine.engine import Engine
 from engine.loader import ModelLoadError, load_spec
-from tests.conftest import REPO, ServerProcess, load_texts
+from tests.conftest import REPO, ServerProcess, free_port, load_texts
 from tests.qwen3_checkpoints import tiny_config
 from tests.st_checkpoints import (bert_tokenizer, load_reference, pplx_config, qwen_tokenizer, roberta_tokenizer,
                                   save_hf_model, save_st_model, xlmr_tokenizer)
@@ -311,7 +311,7 @@ def test_pooling_without_the_prompt_is_refused_when_there_are_prompts(tmp_path, 
 def test_server_refuses_an_unknown_module_at_start(tmp_path, bert_dir):
     path = save_st_model(tmp_path / "st", bert_dir, pooling="cls")
     _with_modules(path, lambda ms: [*ms, _entry(2, "sentence_transformers.models.CNN", "2_CNN")])
-    run = subprocess.run([sys.executable, "-m", "server", "serve", "--model", str(path), "--port", "0"],
+    run = subprocess.run([sys.executable, "-m", "server", "serve", "--model", str(path), "--port", str(free_port())],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert run.returncode != 0
     assert "'2_CNN'" in run.stderr and "sentence_transformers.models.CNN" in run.stderr, run.stderr
