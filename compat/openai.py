@@ -21,6 +21,9 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True):
     # prompts; `input_type` is the same under the name Voyage / Cohere / NVIDIA clients send.
     prompt_name: str | None = None
     input_type: str | None = None
+    # Inputs over the model's limit: "truncate", "chunk" or "error" (server/long_inputs.py);
+    # None: the server's --long-inputs.
+    long_inputs: str | None = None
 
 
 class Embedding(msgspec.Struct, kw_only=True):

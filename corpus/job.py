@@ -16,6 +16,7 @@ from corpus.parts import PartStore, parts_dir_for
 from corpus.progress import progress_bar
 from corpus.source import cut_chunks, open_source
 from corpus.stream import embed_chunks, prefetch, tokenized
+from engine.long_inputs import InputTooLongError, fit_texts
 
 DEFAULT_CHUNK_SIZE = 10_000
 
@@ -32,14 +33,18 @@ class CorpusJob:
     id_field: str | None = None
     chunk_size: int = DEFAULT_CHUNK_SIZE
     prompt: str = ""
+    long_inputs: str = "truncate"  # what becomes of a text over the model's limit (engine/long_inputs.py)
     overwrite: bool = False
     quiet: bool = False
 
     def settings(self) -> dict:
         """The settings a resumed run must share with the first (they decide which rows form
         which chunk and what a part file holds)."""
-        return {"text_field": self.text_field, "id_field": self.id_field, "chunk_size": self.chunk_size,
-                "output_format": self.output_format}
+        settings = {"text_field": self.text_field, "id_field": self.id_field, "chunk_size": self.chunk_size,
+                    "output_format": self.output_format}
+        if self.long_inputs != "truncate":  # recorded only when set, so that earlier runs' manifests still match
+            settings["long_inputs"] = self.long_inputs
+        return settings
 
 
 @dataclass(frozen=True)
@@ -127,9 +132,11 @@ def _embed_remaining(engine, job: CorpusJob, parts: PartStore, manifest: Manifes
     # Parts are committed in order, so the finished chunks are always a prefix of the input.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rose-corpus-writer") as writer:
         pending: Future | None = None
-        ahead = prefetch(tokenized(engine, chunks, job.prompt))
+        ahead = prefetch(_fit_long_inputs(engine, tokenized(engine, chunks, job.prompt), job))
         try:
-            for chunk, vectors in embed_chunks(engine, ahead, on_batch=bar.update):
+            for (chunk, fitted), vectors in embed_chunks(engine, ahead, on_batch=bar.update):
+                vectors = fitted.combine(vectors, engine.spec.normalize)
+                bar.update(len(chunk) - len(fitted.seqs))  # the bar counted windows as they landed: texts now
                 if not np.isfinite(vectors).all():
                     raise FloatingPointError(f"chunk {chunk.index} (rows from {chunk.first_row}) gave non-finite "
                                              "vectors; nothing of it was written")
@@ -142,6 +149,19 @@ def _embed_remaining(engine, job: CorpusJob, parts: PartStore, manifest: Manifes
         if pending is not None:
             pending.result()
     return manifest
+
+
+def _fit_long_inputs(engine, items, job: CorpusJob):
+    """Each chunk's sequences with job.long_inputs applied (in chunk mode, an over-long text's
+    windows in its place), and the chunk paired with what combines their vectors again."""
+    for chunk, seqs in items:
+        try:
+            fitted = fit_texts(engine.tokenizer, job.long_inputs, chunk.texts, job.prompt, seqs)
+        except InputTooLongError as exc:
+            raise ValueError(f"text {chunk.first_row + exc.index + 1} of the input (counting from 1) has "
+                             f"{exc.num_tokens} tokens, more than the model's limit of {exc.max_seq_len} "
+                             "(--long-inputs error; truncate or chunk embeds it)") from None
+        yield (chunk, fitted), fitted.seqs
 
 
 def _commit(parts: PartStore, chunk, vectors: np.ndarray, manifest: Manifest) -> None:

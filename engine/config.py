@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 # How a sequence's token states become one vector (engine/layers/pooling.py); "a+b" concatenates.
 POOLING_MODES = ("cls", "mean", "last", "max", "mean_sqrt_len", "weighted_mean")
+# What becomes of an input over the model's limit (engine/long_inputs.py).
+LONG_INPUT_MODES = ("truncate", "chunk", "error")
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import json
+import threading
+from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer, normalizers
@@ -93,6 +93,9 @@ class TextTokenizer:
         self._encode_batch = getattr(
             self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch
         )
+        self._untruncated: Tokenizer | None = None  # built on first use: only over-long texts need it
+        self._untruncated_lock = threading.Lock()
+        self._wrapping: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
     def encode(self, texts: list[str]) -> list[np.ndarray]:
         """Token ids (int32) per text, special tokens added, truncated to max_seq_len.
@@ -106,6 +109,33 @@ class TextTokenizer:
             texts = [t.strip() for t in texts]
         encodings = self._encode_batch(texts, add_special_tokens=True)
         return [np.asarray(e.ids, dtype=np.int32) for e in encodings]
+
+    def encode_untruncated(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
+        """Token ids per text without the length limit, stripped (or not) as `encode` strips them."""
+        with self._untruncated_lock:
+            if self._untruncated is None:
+                # A copy, not the shared tokenizer reconfigured: other threads encode with it meanwhile.
+                untruncated = Tokenizer.from_str(self._tokenizer.to_str())
+                untruncated.no_truncation()
+                self._untruncated = untruncated
+        if self.strip_texts:
+            texts = [t.strip() for t in texts]
+        return [e.ids for e in self._untruncated.encode_batch(texts, add_special_tokens=add_special_tokens)]
+
+    def wrapping(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The special tokens the tokenizer puts before and after one text's own tokens
+        (BERT: ([CLS],), ([SEP],); Qwen3-Embedding: (), (<|endoftext|>,)), read from its
+        post-processor by encoding a probe. ValueError where the text's tokens do not come
+        out as one run between them."""
+        if self._wrapping is None:
+            probe = "a probe of the special tokens"
+            bare, wrapped = (self.encode_untruncated([probe], add)[0] for add in (False, True))
+            starts = [i for i in range(len(wrapped) - len(bare) + 1) if wrapped[i: i + len(bare)] == bare]
+            if not bare or not starts:
+                raise ValueError("the tokenizer's post-processor does not keep a text's tokens in one run, "
+                                 "so its windows cannot be wrapped as a text is")
+            self._wrapping = tuple(wrapped[: starts[0]]), tuple(wrapped[starts[0] + len(bare):])
+        return self._wrapping
 
     def truncate_ids(self, ids: list[int]) -> np.ndarray:
         """Caller-given token ids, used as they are and cut to max_seq_len."""

@@ -15,7 +15,7 @@ import sys
 from dataclasses import replace
 from importlib import metadata
 
-from engine.config import POOLING_MODES, EngineConfig, ModelOverrides
+from engine.config import LONG_INPUT_MODES, POOLING_MODES, EngineConfig, ModelOverrides
 from server.auth import API_KEY_ENV, keys_from_env
 from server import embed_cli, hardening_cli
 from server.cli_help import HelpAll, HelpFormatter, advanced
@@ -72,8 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="least severe log lines shown (debug adds every /health and /metrics request)")
     serve.add_argument("--max-request-tokens", type=positive_int, default=300_000,
                        help="most tokens one request may embed, summed over its inputs (400 above)")
-    serve.add_argument("--no-truncate", dest="truncate", action="store_false",
-                       help="reject inputs longer than the model's limit with OpenAI's 400 (default: truncate them)")
+    serve.add_argument("--long-inputs", choices=LONG_INPUT_MODES, default="truncate",
+                       help="inputs over the model's limit: truncate them, chunk (embed them window by window and "
+                            "average), or error (OpenAI's 400); a request's `long_inputs` overrides it")
     serve.add_argument("--api-key", action="append", default=[], metavar="KEY",
                        help=f"require `Authorization: Bearer KEY` (repeatable; also ${API_KEY_ENV}, comma-separated)")
     serve.add_argument("--token-ids", choices=["cl100k", "model"], default="cl100k",
@@ -138,7 +139,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         engine=engine, host=args.host, port=args.port, served_model_name=args.served_model_name,
         max_queued_tokens=args.max_queued_tokens, tokenizer_workers=args.tokenizer_workers,
         devices=devices, frontend_workers=args.frontend_workers or default_front_ends(devices),
-        log_level=args.log_level, max_request_tokens=args.max_request_tokens, truncate=args.truncate,
+        log_level=args.log_level, max_request_tokens=args.max_request_tokens, long_inputs=args.long_inputs,
         model_aliases=tuple(args.model_alias), api_keys=tuple(dict.fromkeys([*args.api_key, *keys_from_env()])),
         token_ids=args.token_ids, **hardening_cli.config_kwargs(args),
     )

@@ -26,9 +26,11 @@ class ServerConfig:
     # None: one front end, answering for itself.
     stats_dir: str | None = None
     log_level: str = "info"
-    # Wire contract (issue 5): OpenAI's per-request token cap, truncation, aliases, keys.
+    # Wire contract (issue 5): OpenAI's per-request token cap, long inputs, aliases, keys.
     max_request_tokens: int = 300_000
-    truncate: bool = True  # False: over-long inputs get OpenAI's context-length 400
+    # Inputs over the model's limit (engine/long_inputs.py): "truncate", "chunk" (embedded window
+    # by window, the vectors combined) or "error" (OpenAI's context-length 400); a request may override.
+    long_inputs: str = "truncate"
     model_aliases: tuple[str, ...] = ()  # `--model-alias` values, ALIAS or ALIAS=MODEL (server/aliases.py)
     api_keys: tuple[str, ...] = ()  # empty: no authentication
     # Token-id input: "cl100k" reads it as tiktoken cl100k_base ids (OpenAI's, LangChain's) and

@@ -7,7 +7,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from engine.config import POOLING_MODES
+from engine.config import LONG_INPUT_MODES, POOLING_MODES
 from server.cli_values import DTYPES, device, positive_int
 
 _DEFAULT_CHUNK_SIZE = 10_000  # corpus.job.DEFAULT_CHUNK_SIZE, kept here so --help imports no torch
@@ -33,6 +33,9 @@ def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
     embed.add_argument("--chunk-size", type=positive_int, default=_DEFAULT_CHUNK_SIZE,
                        help="rows per committed chunk: the most work an interruption can lose")
     embed.add_argument("--prompt-name", default=None, help="one of the model's prompts (default: the model's default)")
+    embed.add_argument("--long-inputs", choices=LONG_INPUT_MODES, default="truncate",
+                       help="texts over the model's limit: truncate them, chunk (embed them window by window and "
+                            "average), or error (stop, naming the text)")
     embed.add_argument("--overwrite", action="store_true",
                        help="replace OUTPUT and discard an unfinished run of it made with another model or input")
     embed.add_argument("--quiet", action="store_true", help="no progress bar and no summary line")
@@ -78,7 +81,7 @@ def run(args: argparse.Namespace) -> None:
         job = CorpusJob(
             input=args.input, output=args.output, output_format=output_format, input_format=args.input_format,
             text_field=args.text_field, id_field=args.id_field, chunk_size=args.chunk_size,
-            overwrite=args.overwrite, quiet=args.quiet,
+            long_inputs=args.long_inputs, overwrite=args.overwrite, quiet=args.quiet,
         )
         preflight(job)
         engine = build_engine(

@@ -21,13 +21,15 @@ def decode_request(body: bytes) -> EmbeddingRequest:
         raise invalid_request("The JSON body is nested too deeply to parse.") from None
 
 
-def check_input_chars(texts: list[str], max_chars: int) -> None:
+def check_input_chars(texts: list[str], max_chars: int, is_chunked: bool = False) -> None:
     """Reject an over-long text before the tokenizer reads all of it (it truncates only after)."""
+    hint = ("split the text, or start the server with a larger --max-input-chars" if is_chunked
+            else "the model reads only its first tokens anyway: send shorter texts")
     for i, text in enumerate(texts):
         if len(text) > max_chars:
             raise invalid_request(
-                f"'input[{i}]' holds {len(text)} characters; at most {max_chars} are allowed per input "
-                "(the model reads only its first tokens anyway: send shorter texts)", "input", "input_too_long",
+                f"'input[{i}]' holds {len(text)} characters; at most {max_chars} are allowed per input ({hint})",
+                "input", "input_too_long",
             )
 
 

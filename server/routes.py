@@ -15,6 +15,7 @@ from compat.openai import Embedding, EmbeddingRequest, EmbeddingResponse, Model,
 from server.aliases import model_names
 from server.errors import APIError, engine_unavailable, model_not_found, not_ready
 from server.guards import check_finite, check_input_chars, decode_request, request_timeout
+from server.long_inputs import fit_request_texts, fit_request_token_ids, long_inputs_mode
 from server.openapi import EMBEDDINGS_ERROR_RESPONSES, ERROR_RESPONSES, EmbeddingsOperation
 from server.options import check_dimensions, check_encoding_format
 from server.prompts import apply_prompt, resolve_prompt
@@ -105,23 +106,27 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
     inputs = await token_inputs.decode_token_ids(normalise_input(data.input, runtime.config.max_request_inputs))
     spec = runtime.engine.spec
     prompt = resolve_prompt(spec.prompts, spec.default_prompt_name, data.prompt_name, data.input_type)
+    mode = long_inputs_mode(runtime.config.long_inputs, data.long_inputs)
+    tokenizer = runtime.engine.tokenizer
     trace = _trace(request)
     if inputs.texts is not None:
-        check_input_chars(inputs.texts, runtime.config.max_input_chars)
+        check_input_chars(inputs.texts, runtime.config.max_input_chars, is_chunked=mode == "chunk")
         texts = apply_prompt(prompt, inputs.texts)
         trace.texts = inputs.texts if runtime.config.log_inputs else None
         started = time.perf_counter()
         seqs = await runtime.tokenize(texts)
         trace.tokenization_seconds = time.perf_counter() - started
-        await token_inputs.check_context_length(runtime.engine, texts, seqs)
+        fitted = await fit_request_texts(tokenizer, mode, inputs.texts, prompt, seqs)
     else:
-        token_inputs.check_token_ids(inputs.token_ids, runtime.engine.vocab_size, runtime.engine.tokenizer.max_seq_len)
-        seqs = [runtime.engine.tokenizer.truncate_ids(ids) for ids in inputs.token_ids]
-    num_tokens = token_inputs.check_request_tokens(seqs)
-    trace.num_inputs, trace.num_tokens = len(seqs), num_tokens
-    futures = runtime.batcher.submit(seqs, owner=trace)
+        token_inputs.check_token_ids(inputs.token_ids, runtime.engine.vocab_size)
+        fitted = fit_request_token_ids(tokenizer, mode, inputs.token_ids)
+    # Every window counts: the cap, `usage` and the log see what the model reads.
+    num_tokens = token_inputs.check_request_tokens(fitted.seqs)
+    trace.num_inputs, trace.num_tokens = len(inputs), num_tokens
+    futures = runtime.batcher.submit(fitted.seqs, owner=trace)
     trace.submitted = time.perf_counter()
     vectors = np.stack(await _gather_unless_disconnected(request, futures, _time_left(runtime, trace)))
+    vectors = fitted.combine(vectors, spec.normalize)
     check_finite(vectors, trace.request_id)
     embeddings = encode_embeddings(vectors, data.encoding_format, data.dimensions, spec.normalize)
     return EmbeddingResponse(

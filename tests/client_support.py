@@ -82,7 +82,7 @@ def locked_server() -> Iterator[ServerProcess]:
     env_before = os.environ.get("ROSE_EMBED_API_KEY")
     os.environ["ROSE_EMBED_API_KEY"] = API_KEYS[1]
     try:
-        proc = ServerProcess("--api-key", API_KEYS[0], "--no-truncate", "--max-request-tokens", "2000",
+        proc = ServerProcess("--api-key", API_KEYS[0], "--long-inputs", "error", "--max-request-tokens", "2000",
                              "--max-batch-tokens", "512")
     finally:
         if env_before is None:

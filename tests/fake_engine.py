@@ -8,7 +8,7 @@ of the ids: token embeddings from a fixed table, each scaled by a per-position w
 summed and divided by the square root of the length; unit length unless the fake
 quantises (then the raw vector's scale is what int8 reads, as for pplx-embed).
 
-`execute_packed` computes from the packed stream (flat ids, positions, cu_seqlens); `embed`
+`execute_packed` (and `execute`, for the corpus job) computes from the packed stream (flat ids, positions, cu_seqlens); `embed`
 computes the same numbers one text at a time, without packing (both add a sequence's terms
 in token order, so they agree bit for bit). Tests compare the server's answer with `embed`,
 so ordering, packing across requests, encodings, truncation and prompts are really checked,
@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from litestar.testing import TestClient
 
-from engine.batch import PackedBatch
+from engine.batch import PackedBatch, pack
 from engine.config import EngineConfig
 from engine.engine import tokenizer_for, vocab_size_of
 from engine.lazy import LazyResult
@@ -80,6 +80,7 @@ class FakeEngine:
         self.delay = delay
         seed = zlib.crc32(f"{name}/{dim}".encode())  # another fake model, other vectors
         self._tokens, self._positions = _tables(seed, self.vocab_size, self.spec.max_seq_len, dim)
+        self.config = EngineConfig(device="cpu", max_batch_tokens=4096)  # the corpus job cuts batches by it
         self.batches: list[tuple[int, int]] = []  # (sequences, tokens) of every batch computed
         self.num_eager_runs = 0  # read by /metrics: a CPU engine runs every batch eagerly
 
@@ -93,6 +94,10 @@ class FakeEngine:
 
     def tokenize(self, texts: list[str]) -> list[np.ndarray]:
         return self.tokenizer.encode(texts)
+
+    def execute(self, seqs: list[np.ndarray]) -> LazyResult:
+        """One batch, as Engine.execute launches it (the corpus job's loop calls this)."""
+        return self.execute_packed(pack(seqs))
 
     def warm_up(self) -> None:
         self.execute_packed(_pack_one(np.array([101, 102], np.int32))).wait()

@@ -54,7 +54,7 @@ def model_ids(fake):
 @pytest.fixture(scope="module")
 def locked(fake):
     """API keys, no truncation, a small request cap."""
-    config = fake_config(api_keys=API_KEYS, truncate=False, max_request_tokens=2000,
+    config = fake_config(api_keys=API_KEYS, long_inputs="error", max_request_tokens=2000,
                          engine=EngineConfig(device="cpu", max_batch_tokens=512))
     with serve(fake, config) as client:
         yield client
@@ -142,7 +142,7 @@ def test_no_truncate_rejects_longer_token_ids(locked, fake):
 
 
 def test_no_truncate_rejects_longer_model_token_ids(fake):
-    with serve(fake, fake_config(token_ids="model", truncate=False)) as client:
+    with serve(fake, fake_config(token_ids="model", long_inputs="error")) as client:
         r = embed(client, {"input": [[2773] * (MAX_SEQ_LEN + 5)]})
     assert r.status_code == 400
     assert f"however you requested {MAX_SEQ_LEN + 5} tokens" in r.json()["error"]["message"]
