@@ -78,7 +78,7 @@ def model_ids_server() -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="session")
 def locked_server() -> Iterator[ServerProcess]:
-    """API keys (one by flag, one from the environment), no truncation, a small request cap."""
+    """API keys (one by flag, one from the environment), --long-inputs error, a small request cap."""
     env_before = os.environ.get("ROSE_EMBED_API_KEY")
     os.environ["ROSE_EMBED_API_KEY"] = API_KEYS[1]
     try:

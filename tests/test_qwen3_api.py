@@ -14,6 +14,7 @@ import httpx
 import numpy as np
 import pytest
 import torch
+from tokenizers import Tokenizer
 
 from tests.conftest import ServerProcess, load_texts
 from tests.qwen3_checkpoints import QUERY_PROMPT, pplx_embed, qwen3_embedding, reference_pooled, train_tokenizer
@@ -300,3 +301,51 @@ def test_flags_override_the_checkpoint(bidirectional, mixed_texts):
         assert _post(server, input="a", dimensions=32).status_code == 400
     finally:
         server.stop()
+
+
+@torch.no_grad()
+def _reference_chunked(ckpt, text: str, prompt: str, normalize: bool) -> torch.Tensor:
+    """long_inputs chunk by hand on Hugging Face: the text's tokens (no end token, no limit) in
+    windows of prompt + tokens + what the served tokenizer appends (<|endoftext|> for
+    Qwen3-Embedding, nothing for pplx-embed) filling 256, each pooled (normalised where the model
+    normalises), averaged with the text tokens of each window as weights."""
+    bare = Tokenizer.from_str(ckpt.tokenizer.to_str())
+    bare.no_truncation()
+    content = bare.encode(text, add_special_tokens=False).ids
+    prompt_ids = bare.encode(prompt, add_special_tokens=False).ids if prompt else []
+    end = ckpt.tokenizer.encode("x").ids[len(bare.encode("x", add_special_tokens=False).ids):]
+    size = 256 - len(prompt_ids) - len(end)
+    vectors, weights = [], []
+    for lo in range(0, len(content), size):
+        ids = prompt_ids + content[lo: lo + size] + end
+        mask = None if ckpt.is_causal else torch.zeros(1, 1, len(ids), len(ids))
+        hidden = ckpt.reference(input_ids=torch.tensor([ids]), attention_mask=mask).last_hidden_state[0].double()
+        vector = hidden[-1] if ckpt.pooling == "last" else hidden.mean(0)
+        vectors.append(vector / vector.norm() if normalize else vector)
+        weights.append(len(ids) - len(prompt_ids) - len(end))
+    assert len(vectors) >= 3  # the text is what the test needs
+    weights = torch.tensor(weights, dtype=torch.float64)
+    return (torch.stack(vectors) * weights[:, None]).sum(0, keepdim=True) / weights.sum()
+
+
+def test_causal_chunks_long_texts_window_by_window(causal, corpus):
+    """Each window is prompt + text tokens + the end token; last-token pooling reads each window's end."""
+    ckpt, server = causal
+    document = " ".join(corpus[:40])
+    ours, usage = _floats(server, [document, "x"], prompt_name="query", long_inputs="chunk")
+    reference = _reference_chunked(ckpt, document, QUERY_PROMPT, normalize=True)
+    assert _cosines(ours[:1], reference).min() >= COSINE
+    truncated, _ = reference_pooled(ckpt, [document], prompt=QUERY_PROMPT)
+    assert _cosines(ours[:1], truncated).max() < 0.999
+    assert usage["prompt_tokens"] > 3 * 256
+
+
+def test_bidirectional_chunks_quantise_the_raw_weighted_mean(bidirectional, corpus):
+    ckpt, server = bidirectional
+    document = " ".join(corpus[:40])
+    reference = _reference_chunked(ckpt, document, "", normalize=False)
+    ours, _ = _floats(server, [document], long_inputs="chunk")
+    assert _cosines(ours, reference).min() >= COSINE
+    r = _post(server, input=[document], long_inputs="chunk", encoding_format="int8")
+    int8, near = _int8_reference(reference.float())
+    _agree(np.array([d["embedding"] for d in r.json()["data"]]), int8, near)

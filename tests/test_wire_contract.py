@@ -53,7 +53,7 @@ def model_ids(fake):
 
 @pytest.fixture(scope="module")
 def locked(fake):
-    """API keys, no truncation, a small request cap."""
+    """API keys, over-long inputs refused (--long-inputs error), a small request cap."""
     config = fake_config(api_keys=API_KEYS, long_inputs="error", max_request_tokens=2000,
                          engine=EngineConfig(device="cpu", max_batch_tokens=512))
     with serve(fake, config) as client:
@@ -105,7 +105,7 @@ def test_2048_inputs_accepted_in_order(plain, fake):
     assert_vectors(r, fake.embed(texts))
 
 
-# ---- over-long inputs: truncated by default, OpenAI's error with --no-truncate ---------------------
+# ---- over-long inputs: truncated by default, OpenAI's error with --long-inputs error ------------
 
 
 def test_long_input_truncated_by_default(plain, fake):
@@ -115,13 +115,13 @@ def test_long_input_truncated_by_default(plain, fake):
     assert_vectors(r, fake.embed([text_of_tokens(fake, MAX_SEQ_LEN)]))
 
 
-def test_no_truncate_accepts_exactly_the_limit(locked, fake):
+def test_long_inputs_error_accepts_exactly_the_limit(locked, fake):
     text = text_of_tokens(fake, MAX_SEQ_LEN)
     assert_vectors(embed(locked, {"input": text, "encoding_format": "float"}, AUTH), fake.embed([text]))
 
 
 @pytest.mark.parametrize("num_tokens", [MAX_SEQ_LEN + 1, 1000])
-def test_no_truncate_rejects_longer_text(locked, fake, num_tokens):
+def test_long_inputs_error_rejects_longer_text(locked, fake, num_tokens):
     r = embed(locked, {"input": ["short", text_of_tokens(fake, num_tokens)]}, AUTH)
     assert r.status_code == 400
     assert r.json()["error"] == {
@@ -132,7 +132,7 @@ def test_no_truncate_rejects_longer_text(locked, fake, num_tokens):
     }
 
 
-def test_no_truncate_rejects_longer_token_ids(locked, fake):
+def test_long_inputs_error_rejects_longer_token_ids(locked, fake):
     """cl100k ids are counted as the text they decode to is, in the served model's tokens."""
     ids = load_cl100k().encode_ordinary(text_of_tokens(fake, MAX_SEQ_LEN + 5))
     assert len(ids) != MAX_SEQ_LEN + 5
@@ -141,7 +141,7 @@ def test_no_truncate_rejects_longer_token_ids(locked, fake):
     assert f"however you requested {MAX_SEQ_LEN + 5} tokens" in r.json()["error"]["message"]
 
 
-def test_no_truncate_rejects_longer_model_token_ids(fake):
+def test_long_inputs_error_rejects_longer_model_token_ids(fake):
     with serve(fake, fake_config(token_ids="model", long_inputs="error")) as client:
         r = embed(client, {"input": [[2773] * (MAX_SEQ_LEN + 5)]})
     assert r.status_code == 400
