@@ -1,6 +1,7 @@
 """Inputs longer than the model's limit: truncated, refused, or embedded window by window.
 
-Three modes (engine.config.LONG_INPUT_MODES; `--long-inputs` of `serve` and `embed`, and a request's `long_inputs`):
+Three modes (engine.config.LONG_INPUT_MODES: `--long-inputs` of `serve` and `embed`, and a
+request's `long_inputs`):
 
 - truncate: the first tokens that fit, as sentence-transformers does (the default).
 - error: refused with InputTooLongError (the server answers OpenAI's context-length 400).
@@ -66,8 +67,8 @@ def windows(content: Sequence[int], before: Sequence[int], after: Sequence[int],
     max_seq_len long (only the last one shorter)."""
     size = max_seq_len - len(before) - len(after)
     if size < 1:
-        raise CannotWindowError(f"the special and prompt tokens ({len(before) + len(after)}) leave no room for the text "
-                         f"in the model's limit of {max_seq_len} tokens")
+        raise CannotWindowError(f"the special and prompt tokens ({len(before) + len(after)}) leave no room for "
+                                f"the text in the model's limit of {max_seq_len} tokens")
     return [np.asarray([*before, *content[lo: lo + size], *after], dtype=np.int32)
             for lo in range(0, len(content), size)]
 
