@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import httpx
 
@@ -10,6 +11,8 @@ MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # The fault markers are sent as the model's own token ids, which the server takes as they are
 # only with --token-ids model (by default token ids are cl100k_base's, decoded to text).
 PLUGIN = ("--engine-plugin", "tests.fault_plugins:install", "--token-ids", "model")
+# A fenced code block of a Markdown page: its language and its code.
+CODE_BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
 # Things that must never reach a client: a traceback, a source path, an exception's repr.
 _LEAKS = re.compile(r"Traceback|File \"|\.py\b|/secret/|/work/|site-packages")
 
@@ -67,3 +70,8 @@ def _content_length(data: bytes) -> int:
         if name.strip().lower() == b"content-length":
             return int(value)
     return 0
+
+
+def code_blocks(page: Path, language: str) -> list[str]:
+    """The code of a Markdown page's fenced blocks in `language`, in page order."""
+    return [code for lang, code in CODE_BLOCK.findall(page.read_text(encoding="utf-8")) if lang == language]

@@ -8,7 +8,6 @@ the server command, checked against the flags the `docs_server` fixture starts w
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import subprocess
 
@@ -16,14 +15,14 @@ import numpy as np
 import pytest
 from tests.client_support import DOCS_SERVER_FLAGS, assert_same_vectors, reference_vectors
 from tests.conftest import REPO
+from tests.helpers import CODE_BLOCK, code_blocks
 
 DOC = REPO / "docs" / "clients.md"
 DOC_URL = "http://localhost:8000"
-_BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
 
 
 def blocks(language: str) -> list[str]:
-    return [code for lang, code in _BLOCK.findall(DOC.read_text(encoding="utf-8")) if lang == language]
+    return code_blocks(DOC, language)
 
 
 def test_page_has_a_snippet_per_client():
@@ -63,9 +62,9 @@ def test_readme_client_snippets_are_the_tested_ones():
     # The README's "Clients" section shows a subset of this page's snippets, verbatim.
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Clients\n", 1)[1].split("\n## ", 1)[0]
-    shown = [(lang, code) for lang, code in _BLOCK.findall(section)]
+    shown = [(lang, code) for lang, code in CODE_BLOCK.findall(section)]
     assert {lang for lang, _ in shown} >= {"sh", "python", "bash"}
-    tested = {(lang, code) for lang, code in _BLOCK.findall(DOC.read_text(encoding="utf-8"))}
+    tested = {(lang, code) for lang, code in CODE_BLOCK.findall(DOC.read_text(encoding="utf-8"))}
     for lang, code in shown:
         assert (lang, code) in tested, code
     for client in ["from openai import OpenAI", "OpenAIEmbeddings(", "OpenAIEmbedding(", "curl "]:

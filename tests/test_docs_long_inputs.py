@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import subprocess
 
@@ -12,27 +11,23 @@ import pytest
 
 from server.__main__ import build_parser
 from tests.conftest import REPO
+from tests.helpers import code_blocks
 
 pytestmark = pytest.mark.slow  # a real server process
 
 DOC = REPO / "docs" / "long-inputs.md"
 DOC_URL = "http://localhost:8000"
-_BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
-
-
-def blocks(language: str) -> list[str]:
-    return [code for lang, code in _BLOCK.findall(DOC.read_text(encoding="utf-8")) if lang == language]
 
 
 def test_commands_parse():
-    commands = [shlex.split(line) for line in blocks("sh")]
+    commands = [shlex.split(line) for line in code_blocks(DOC, "sh")]
     assert [c[:2] for c in commands] == [["rose-embed", "serve"], ["rose-embed", "embed"]]
     for command in commands:
         assert build_parser().parse_args(command[1:]).long_inputs == "chunk"
 
 
 def test_python_examples(server):
-    sdk, plain = blocks("python")
+    sdk, plain = code_blocks(DOC, "python")
     namespace: dict = {}
     exec(compile(sdk.replace(DOC_URL, server.url), str(DOC), "exec"), namespace)
     response = namespace["response"]
@@ -46,7 +41,7 @@ def test_python_examples(server):
 
 
 def test_curl_example(server, tmp_path):
-    (code,) = blocks("bash")
+    (code,) = code_blocks(DOC, "bash")
     out = subprocess.run(["bash", "-c", code.replace(DOC_URL, server.url)], cwd=tmp_path, capture_output=True,
                          text=True, timeout=60, check=True).stdout
     answer = json.loads(out)
