@@ -1,4 +1,4 @@
-"""Data parallel on one host: engine throughput with one engine and with N, in one run.
+"""Several engines on one host: engine throughput with one engine and with N, in one run.
 
     python3 bench/dp_bench.py --device-count 2 --out bench/results/dp.md        # 2 GPUs
     python3 bench/dp_bench.py --device cpu --device-count 2 --model default \\
@@ -6,11 +6,18 @@
 
 What runs is the server's path below HTTP: the batcher cuts the (tokenized beforehand)
 inputs into full-budget batches in arrival order and feeds the engines, everything queued
-at once so that every engine stays busy. Three set-ups, measured in turn each round:
-  in process    one engine inside this process: what `--data-parallel 1` serves (the baseline)
+at once so that every engine stays busy. This process plays the front end; the engine
+processes are started as the supervisor starts them (engine/engine_host.py: one per
+device) and reached as a front end reaches them (engine/engine_links.py). Three set-ups,
+measured in turn each round:
+  in process    one engine inside this process (an `Engine`, as `rose-embed embed` runs it): the baseline
   1 process     one engine process, batches and vectors through shared memory: the boundary's cost
-  N processes   `--data-parallel N`, one engine process per device, least-loaded dispatch
-The ratio N processes / in process is the figure to judge (target for 2 GPUs: >= 1.9).
+  N processes   one engine process per device, one front end linked to them all, least-loaded
+                dispatch: what `serve --devices cuda:0,...` runs
+The 1-process and N-process set-ups are two front ends of the same engines (engine 0 serves
+both; only one of them sends at a time). The ratio N processes / in process is the figure
+to judge (target for 2 GPUs: >= 1.9). Batches in flight per engine are the server's
+(server/topology.py: 2 on GPUs fed by one front end, 1 on CPUs), for every set-up.
 The model is BERT-base's shape with random weights (bench/tiny_model.py) unless --model
 says otherwise; bf16 on CUDA, every graph captured before timing (--capture-at-start).
 The engines never talk to one another: no torch.distributed, no NCCL (and so no NVLink
@@ -31,7 +38,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # inherited by the engine processes
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -44,8 +50,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import DEFAULT_DATA, load_texts, machine_description, publish  # noqa: E402
 from engine.batcher import Batcher  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
-from engine.data_parallel import EngineGroup  # noqa: E402
 from engine.engine import Engine  # noqa: E402
+from engine.engine_host import EngineHost  # noqa: E402
+from engine.engine_links import EngineLinks  # noqa: E402
+from engine.loader import load_spec  # noqa: E402
+from engine.shm_slots import SlotLayout  # noqa: E402
+from server.topology import batches_in_flight, engine_config_for  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
@@ -106,11 +116,6 @@ def workloads(args: argparse.Namespace, engine: Engine) -> dict[str, list[np.nda
     return out
 
 
-def engines_of(group: EngineGroup, count: int) -> SimpleNamespace:
-    """What a Batcher reads of an engine group, for its first `count` engines."""
-    return SimpleNamespace(spec=group.spec, replicas=group.replicas[:count])
-
-
 @dataclass
 class Run:
     tokens_per_s: float
@@ -151,7 +156,7 @@ def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(((a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))).min())
 
 
-async def measure(args, batchers: dict[str, Batcher], group: EngineGroup, seqs: list[np.ndarray]) -> dict:
+async def measure(args, batchers: dict[str, Batcher], spread: EngineLinks, seqs: list[np.ndarray]) -> dict:
     """Every set-up once untimed (pass count, vectors), then `rounds` timed runs of each in turn."""
     runs: dict[str, list[Run]] = {name: [] for name in batchers}
     passes, vectors = {}, {}
@@ -160,14 +165,14 @@ async def measure(args, batchers: dict[str, Batcher], group: EngineGroup, seqs: 
         vectors[name] = warm.vectors
         passes[name] = max(1, math.ceil(args.seconds * warm.tokens_per_s / sum(len(s) for s in seqs)))
         print(f"  warm pass {name:12s} {warm.tokens_per_s:>14,.0f} tok/s", flush=True)
-    shares = [0] * len(group.replicas)
+    shares = [0] * len(spread.replicas)
     for round_index in range(args.rounds):
         for name, batcher in batchers.items():
-            before = [r.num_tokens for r in group.replicas]
+            before = [r.num_tokens for r in spread.replicas]
             run = await run_pass(batcher, seqs, passes[name])
             runs[name].append(run)
             if name.endswith("processes"):  # how the last set-up's tokens spread over its engines
-                shares = [s + r.num_tokens - b for s, r, b in zip(shares, group.replicas, before)]
+                shares = [s + r.num_tokens - b for s, r, b in zip(shares, spread.replicas, before)]
             print(f"  round {round_index + 1} {name:12s} {run.tokens_per_s:>14,.0f} tok/s, "
                   f"this process {100 * run.cpu_share:.0f}% of a core", flush=True)
     return {"rates": {k: statistics.median(r.tokens_per_s for r in v) for k, v in runs.items()}, "runs": runs,
@@ -229,19 +234,28 @@ async def main_async(args, devices) -> None:
         model = model_path(args.model, Path(scratch))
         config = EngineConfig(model=model, device=devices[0], max_batch_tokens=args.max_batch_tokens,
                               max_batch_seqs=args.max_batch_seqs, capture_at_start=args.device == "cuda")
-        group = EngineGroup(config, devices)
+        spec = load_spec(config.model, config.max_seq_len, config.model_overrides, config.revision)
+        in_flight = batches_in_flight(devices, 1)
+        layout = SlotLayout(in_flight, config.max_batch_tokens, config.max_batch_seqs, spec.embedding_dim)
+        n = len(devices)
+        hosts: list[EngineHost] = []
+        fronts: dict[str, EngineLinks] = {}
         batchers: dict[str, Batcher] = {}
         try:
             # The engine processes load while this one does: they are separate processes (and GPUs).
-            print(f"# starting {len(devices)} engine processes on {', '.join(devices)} and one in process", flush=True)
-            starting = asyncio.create_task(asyncio.to_thread(group.start))
+            print(f"# starting {n} engine processes on {', '.join(devices)} and one in process", flush=True)
+            for index, device in enumerate(devices):
+                hosts.append(EngineHost(index, engine_config_for(config, devices, device), layout))
+            # Front end 0 reaches engine 0 alone; front end 1 every engine.
+            fronts["1 process"] = EngineLinks(config, [hosts[0].connect(0)], [hosts[0].process])
+            fronts[f"{n} processes"] = EngineLinks(config, [h.connect(1) for h in hosts], [h.process for h in hosts])
+            starting = [asyncio.create_task(asyncio.to_thread(links.start)) for links in fronts.values()]
             local = await asyncio.to_thread(Engine, config)
             await asyncio.to_thread(local.warm_up)
-            await starting
-            n = len(devices)
-            setups = {"in process": local, "1 process": engines_of(group, 1), f"{n} processes": engines_of(group, n)}
-            for name, engine in setups.items():
-                batchers[name] = Batcher(engine, config.max_batch_tokens, config.max_batch_seqs)
+            await asyncio.gather(*starting)
+            for name, engine in {"in process": local, **fronts}.items():
+                batchers[name] = Batcher(engine, config.max_batch_tokens, config.max_batch_seqs,
+                                         max_batches_in_flight=in_flight)
                 batchers[name].start()
             loads = workloads(args, local)
             model_name = {"bert-base": "BERT-base shape, random weights", "default": "all-MiniLM-L6-v2"}.get(
@@ -251,12 +265,15 @@ async def main_async(args, devices) -> None:
             results = {}
             for name, seqs in loads.items():
                 print(f"# {name}: {len(seqs)} inputs, {sum(len(s) for s in seqs):,} tokens per pass", flush=True)
-                results[name] = await measure(args, batchers, group, seqs)
+                results[name] = await measure(args, batchers, fronts[f"{n} processes"], seqs)
         finally:
             for batcher in batchers.values():
                 await batcher.stop()
-            group.stop_serving()
-            await asyncio.to_thread(group.shutdown)
+            for links in fronts.values():  # as a front end stops: leave the rotation, tell the engines
+                links.stop_serving()
+                await asyncio.to_thread(links.shutdown)
+            for host in hosts:
+                await asyncio.to_thread(host.stop, 10.0)
     assert not (torch.distributed.is_available() and torch.distributed.is_initialized())
     publish(report(args, devices, model_name, loads, results, setup_seconds), args.out)
 
