@@ -43,7 +43,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--url", default=None, help="attach to a running server instead of starting one "
                                                "(it must serve the same model, device and dtype)")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu",
+                   help="the engine-alone baseline's device (Engine.embed in this process); the server "
+                        "picks its own (every visible GPU, else the CPU), told `--devices cpu` for cpu")
     p.add_argument("--model", default=None, help="model directory or hub id (default: the embedded MiniLM)")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--max-batch-tokens", type=int, default=16384)
@@ -119,8 +121,8 @@ class VectorCheck:
 
 
 def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU time so far of a process and its live descendants (with
-    --frontend-workers or --data-parallel the work is in child processes), all threads (Linux /proc)."""
+    """User + system CPU time so far of a process and its live descendants (the engines, and
+    front ends beyond the first, are child processes of the server), all threads (Linux /proc)."""
     total = 0.0
     for one in [pid, *descendants(pid)]:
         try:

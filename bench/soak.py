@@ -29,8 +29,8 @@ MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def rss_bytes(pid: int) -> int:
-    """The resident set of the server and every process under it (the engine runs in a
-    process of its own on the CPU: --engine-process)."""
+    """The resident set of the server and every process under it (every engine runs in a
+    process of its own: once an option for the CPU engine, now how every engine runs)."""
     return sum(resident_bytes(p) or 0 for p in [pid, *descendants(pid)])
 
 
