@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run a pytest selection N times while two busy loops hold both cores; print each run's tally.
-#   bash bench/busy_repeat.sh 10 tests/test_frontend_workers.py -k killed
+#   bash bench/busy_repeat.sh 10 tests/test_front_ends.py -k killed
 set -u
 runs=$1; shift
 python3 -c "while True: pass" & b1=$!

@@ -219,6 +219,29 @@ def test_a_front_end_that_dies_is_restarted_and_the_server_serves_on():
     assert proc.proc.returncode == 0
 
 
+def test_a_front_end_that_dies_again_soon_after_its_restart_stops_the_server():
+    """A front end that cannot stay up is not restarted for ever: the server exits 1, for the
+    orchestrator to restart it, and leaves nothing behind."""
+    proc = ServerProcess(*WORKERS)
+    try:
+        front_ends = _front_ends_once_serving(proc.url)
+        spawned, segments = children(proc.proc.pid), mapped_shared_memory({proc.proc.pid})
+        boards = stats_boards(proc.proc.pid)
+        os.kill(front_ends[1], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while "front end 1 restarted (pid " not in proc.log() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        restarted = int(proc.log().split("front end 1 restarted (pid ", 1)[1].split(")", 1)[0])
+        os.kill(restarted, signal.SIGKILL)  # well within the 30 s after its restart
+        assert proc.proc.wait(60) == 1, proc.log()
+        assert "front end 1 did not stay up after its restart" in proc.log()
+        assert not [pid for pid in [*spawned, restarted] if is_alive(pid)], proc.log()
+        assert not segments & shared_memory()
+        assert boards and not any(board.exists() for board in boards)
+    finally:
+        proc.stop()
+
+
 def _out(url: str, victim: int, reason: str) -> bool:
     """Whether /health, from the other front end, soon names front end 1 (`victim`) out for `reason`
     (a connection that reaches the victim's socket waits: given up on, and another tried)."""
