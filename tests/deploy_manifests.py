@@ -75,7 +75,7 @@ def server_args(m: Manifests) -> argparse.Namespace:
     command = m.container.get("command") or json.loads(dockerfile_instruction("ENTRYPOINT"))
     argv = [*command, *m.container.get("args", [])]
     assert argv[:2] == ["rose-embed", "serve"], f"the container does not run `rose-embed serve`: {argv}"
-    # The manifests run on a GPU node, where `--device cuda` names a GPU torch sees; the parser
+    # The manifests run on a GPU node, where `--devices cuda` names a GPU torch sees; the parser
     # checks that, so it is shown one here as well (the check itself: tests/test_cli_flags.py).
     try:
         with mock.patch("torch.cuda.is_available", return_value=True), \
@@ -180,7 +180,16 @@ def check_security(m: Manifests) -> None:
     if group:
         assert str(context.get("runAsGroup")) == group, f"runAsGroup {context.get('runAsGroup')}, the image's {group}"
     assert container.get("allowPrivilegeEscalation") is False, "allowPrivilegeEscalation is not off"
+
+
+def check_gpu(m: Manifests) -> None:
+    """The pod holds a GPU and the server names it: with no `--devices` the server would take
+    whatever torch sees, and serve on the CPU on a node without a visible GPU."""
     assert m.container["resources"]["limits"].get("nvidia.com/gpu") in (1, "1"), "the pod must hold one GPU"
+    devices = server_args(m).devices
+    assert devices, "the server does not name its GPU (--devices=cuda): on a node without one it would serve on the CPU"
+    names = [name.strip() for name in devices.split(",") if name.strip()]
+    assert names == ["cuda"] or names == ["cuda:0"], f"the pod holds one GPU, the server asks for {names}"
 
 
 def check_autoscaler(m: Manifests) -> None:

@@ -10,13 +10,13 @@ import pytest
 import yaml
 
 from tests.deploy_manifests import (
-    DEPLOY, Manifests, check_autoscaler, check_probes, check_security, check_service, check_termination,
+    DEPLOY, Manifests, check_autoscaler, check_gpu, check_probes, check_security, check_service, check_termination,
     gauge_names, render,
 )
 
 # The oldest Kubernetes still common in managed clusters, and the newest the package knows.
 KUBERNETES_VERSIONS = ("1.28.0", kubernetes_validate.latest_version())
-CHECKS = (check_probes, check_termination, check_service, check_security, check_autoscaler)
+CHECKS = (check_probes, check_termination, check_service, check_security, check_gpu, check_autoscaler)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,10 @@ BREAKAGES = [
      check_service),
     ("runs as root", _set("p.securityContext.runAsUser", 0), check_security),
     ("another user than the image's", _set("c.securityContext.runAsUser", 1000), check_security),
-    ("no GPU", lambda m: m.container["resources"]["limits"].pop("nvidia.com/gpu"), check_security),
+    ("no GPU", lambda m: m.container["resources"]["limits"].pop("nvidia.com/gpu"), check_gpu),
+    ("GPU not named", lambda m: m.container["args"].remove("--devices=cuda"), check_gpu),
+    ("served on the CPU", lambda m: m.container["args"].append("--devices=cpu"), check_gpu),
+    ("two GPUs asked of one", lambda m: m.container["args"].append("--devices=cuda:0,cuda:1"), check_gpu),
     ("HPA on an unknown metric", _set("HorizontalPodAutoscaler.spec.metrics.0.pods.metric.name", "rose_queue_depth"),
      check_autoscaler),
     ("HPA target past the 429 limit",
