@@ -1,7 +1,7 @@
 """/metrics and /health for the whole server (server/stats_board.py), in process on the fake engine.
 
 Each app here plays one front end of `--frontend-workers`, all reporting to one board
-directory; a scrape of either answers for both. test_frontend_workers.py checks the same
+directory; a scrape of either answers for both. test_front_ends.py checks the same
 across real front-end processes.
 """
 
