@@ -14,7 +14,7 @@ from engine.lazy import LazyResult
 from engine.loader import ModelLoadError, ModelSpec, load_spec, load_state_dict
 from engine.models import MODEL_CLASSES
 from engine.runner import ModelRunner
-from engine.tokenizer import tokenizer_for, vocab_size_of
+from engine.model_view import ModelView
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -44,17 +44,16 @@ def head_for(spec: ModelSpec) -> SentenceHead:
         raise ModelLoadError(f"{spec.path}: the sentence-transformers modules' weights do not load: {exc}") from exc
 
 
-class Engine:
+class Engine(ModelView):
     """The model, its tokenizer and the runner. `execute` belongs to one thread."""
 
     def __init__(self, config: EngineConfig):
         self.config = config
-        self.spec: ModelSpec = load_spec(config.model, config.max_seq_len, config.model_overrides, config.revision)
+        super().__init__(load_spec(config.model, config.max_seq_len, config.model_overrides, config.revision))
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
         if self.device.type == "cpu" and config.num_threads:
             torch.set_num_threads(config.num_threads)
-        self.tokenizer = tokenizer_for(self.spec)
 
         model = MODEL_CLASSES[self.spec.architecture](self.spec.hf_config)
         model.load_hf_weights(load_state_dict(self.spec.path))
@@ -67,17 +66,6 @@ class Engine:
             max_num_tokens=config.max_batch_tokens, max_num_seqs=config.max_batch_seqs,
             max_seqlen=self.spec.max_seq_len, enforce_eager=config.enforce_eager,
         )
-
-    @property
-    def dimensions(self) -> int:
-        return self.spec.embedding_dim
-
-    @property
-    def vocab_size(self) -> int:
-        return vocab_size_of(self.tokenizer, self.spec)
-
-    def tokenize(self, texts: list[str]) -> list[np.ndarray]:
-        return self.tokenizer.encode(texts)
 
     def execute(self, seqs: list[np.ndarray]) -> LazyResult:
         """Launch one batch (within the token budget) and return its lazy vectors."""

@@ -1,25 +1,22 @@
 """EngineLinks: a front end's engines (one link per engine process) and its view of the model.
 
-The front end needs, before any batch, only the model's description and its tokenizer; the
+The front end needs, before any batch, only its view of the model (engine/model_view.py); the
 weights live in the engine processes the supervisor started (engine/engine_host.py). The
-batcher reads `replicas` and sends each batch to the least-loaded engine; the routes read
-`spec`, `tokenizer`, `vocab_size` and `tokenize`, as they would of an in-process Engine.
+batcher reads `replicas` and sends each batch to the least-loaded engine.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 
-import numpy as np
-
 from engine.config import EngineConfig
 from engine.engine_host import EngineEnds
 from engine.engine_link import EngineLink
-from engine.loader import ModelSpec, load_spec
-from engine.tokenizer import tokenizer_for, vocab_size_of
+from engine.loader import load_spec
+from engine.model_view import ModelView
 
 
-class EngineLinks:
+class EngineLinks(ModelView):
     """Built from the supervisor's `EngineEnds`; `start` returns once every engine is warm."""
 
     def __init__(self, config: EngineConfig, ends: list[EngineEnds],
@@ -27,25 +24,13 @@ class EngineLinks:
         if not ends:
             raise ValueError("a front end needs at least one engine")
         self.config = config
-        self.spec: ModelSpec = load_spec(config.model, config.max_seq_len, config.model_overrides, config.revision)
-        self.tokenizer = tokenizer_for(self.spec)
+        super().__init__(load_spec(config.model, config.max_seq_len, config.model_overrides, config.revision))
         self.replicas = [EngineLink(e, p) for e, p in zip(ends, processes or [None] * len(ends))]
         self.dtype: str | None = None  # as the engines report it once warm
 
     @property
     def device(self) -> str:
         return ", ".join(link.device for link in self.replicas)
-
-    @property
-    def dimensions(self) -> int:
-        return self.spec.embedding_dim
-
-    @property
-    def vocab_size(self) -> int:
-        return vocab_size_of(self.tokenizer, self.spec)
-
-    def tokenize(self, texts: list[str]) -> list[np.ndarray]:
-        return self.tokenizer.encode(texts)
 
     def start(self, ready_timeout: float = 900.0) -> None:
         """Block until every engine has loaded and warmed up (they do so side by side)."""

@@ -32,7 +32,7 @@ from litestar.testing import TestClient
 
 from engine.batch import PackedBatch, pack
 from engine.config import EngineConfig
-from engine.engine import tokenizer_for, vocab_size_of
+from engine.model_view import ModelView
 from engine.lazy import LazyResult
 from engine.loader import ModelSpec, load_spec
 from server.app import create_app
@@ -55,7 +55,7 @@ def _tables(seed: int, vocab_size: int, max_seq_len: int, dim: int) -> tuple[np.
     return rng.standard_normal((vocab_size, dim)), rng.uniform(0.5, 1.5, (max_seq_len, dim))
 
 
-class FakeEngine:
+class FakeEngine(ModelView):
     """What the server uses of an Engine (spec, tokenizer, tokenize, execute_packed, ...).
 
     `quantizing` gives a model that defines int8 / binary output (raw vectors, not unit
@@ -70,30 +70,18 @@ class FakeEngine:
                  matryoshka_dims: tuple[int, ...] | None = None, max_seq_len: int | None = None,
                  delay: float = 0.0):
         base = _default_spec()
-        self.spec = replace(
+        super().__init__(replace(
             base, name=name, hidden_size=dim, embedding_dim=dim, head=(), truncate_dim=None,
             prompts=dict(prompts or {}), default_prompt_name=default_prompt_name,
             quantization="tanh" if quantizing else None, normalize=not quantizing, matryoshka_dims=matryoshka_dims,
             max_seq_len=max_seq_len or base.max_seq_len,
-        )
-        self.tokenizer = tokenizer_for(self.spec)
+        ))
         self.delay = delay
         seed = zlib.crc32(f"{name}/{dim}".encode())  # another fake model, other vectors
         self._tokens, self._positions = _tables(seed, self.vocab_size, self.spec.max_seq_len, dim)
         self.config = EngineConfig(device="cpu", max_batch_tokens=4096)  # the corpus job cuts batches by it
         self.batches: list[tuple[int, int]] = []  # (sequences, tokens) of every batch computed
         self.num_eager_runs = 0  # read by /metrics: a CPU engine runs every batch eagerly
-
-    @property
-    def dimensions(self) -> int:
-        return self.spec.embedding_dim
-
-    @property
-    def vocab_size(self) -> int:
-        return vocab_size_of(self.tokenizer, self.spec)
-
-    def tokenize(self, texts: list[str]) -> list[np.ndarray]:
-        return self.tokenizer.encode(texts)
 
     def execute(self, seqs: list[np.ndarray]) -> LazyResult:
         """One batch, as Engine.execute launches it (the corpus job's loop calls this)."""
