@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,9 +15,9 @@ from corpus.manifest import JobMismatchError, Manifest, check_resumable, load_ma
 from corpus.optional import require
 from corpus.parts import PartStore, parts_dir_for
 from corpus.progress import progress_bar
-from corpus.source import cut_chunks, open_source
-from corpus.stream import embed_chunks, prefetch, tokenized
-from engine.long_inputs import InputTooLongError, fit_texts
+from corpus.source import Chunk, cut_chunks, open_source
+from engine.pipeline import embed_stream
+from engine.prefetch import prefetch
 
 DEFAULT_CHUNK_SIZE = 10_000
 
@@ -132,11 +133,11 @@ def _embed_remaining(engine, job: CorpusJob, parts: PartStore, manifest: Manifes
     # Parts are committed in order, so the finished chunks are always a prefix of the input.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rose-corpus-writer") as writer:
         pending: Future | None = None
-        ahead = prefetch(_fit_long_inputs(engine, tokenized(engine, chunks, job.prompt), job))
+        # Chunks are read two ahead, so that the file is read while the device computes.
+        ahead = prefetch(_texts_of(chunks, job.prompt), depth=2, name="rose-corpus-reader")
+        embedded = embed_stream(engine, ahead, on_batch=bar.update)
         try:
-            for (chunk, fitted), vectors in embed_chunks(engine, ahead, on_batch=bar.update):
-                vectors = fitted.combine(vectors, engine.spec.normalize)
-                bar.update(len(chunk) - len(fitted.seqs))  # the bar counted windows as they landed: texts now
+            for chunk, vectors in embedded:
                 if not np.isfinite(vectors).all():
                     raise FloatingPointError(f"chunk {chunk.index} (rows from {chunk.first_row}) gave non-finite "
                                              "vectors; nothing of it was written")
@@ -145,23 +146,16 @@ def _embed_remaining(engine, job: CorpusJob, parts: PartStore, manifest: Manifes
                 manifest = manifest.after_chunk(len(chunk), chunk.digest)
                 pending = writer.submit(_commit, parts, chunk, vectors, manifest)
         finally:
-            ahead.close()  # stops the reader thread, also when a batch failed
+            embedded.close()  # stops the reader and tokenizer threads, also when a batch failed
         if pending is not None:
             pending.result()
     return manifest
 
 
-def _fit_long_inputs(engine, items, job: CorpusJob):
-    """Each chunk's sequences with job.long_inputs applied (in chunk mode, an over-long text's
-    windows in its place), and the chunk paired with what combines their vectors again."""
-    for chunk, seqs in items:
-        try:
-            fitted = fit_texts(engine.tokenizer, job.long_inputs, chunk.texts, job.prompt, seqs)
-        except InputTooLongError as exc:
-            raise ValueError(f"text {chunk.first_row + exc.index + 1} of the input (counting from 1) has "
-                             f"{exc.num_tokens} tokens, more than the model's limit of {exc.max_seq_len} "
-                             "(--long-inputs error; truncate or chunk embeds it)") from None
-        yield (chunk, fitted), fitted.seqs
+def _texts_of(chunks, prompt: str) -> Iterator[tuple[Chunk, list[str]]]:
+    for chunk in chunks:
+        _ = chunk.digest  # hashed here, in the reader thread, rather than on the engine's
+        yield chunk, [prompt + text for text in chunk.texts] if prompt else chunk.texts
 
 
 def _commit(parts: PartStore, chunk, vectors: np.ndarray, manifest: Manifest) -> None:

@@ -32,11 +32,16 @@ class PackedBatch:
 def pack(seqs: list[np.ndarray]) -> PackedBatch:
     """Concatenate sequences; each must hold at least one token."""
     lengths = np.fromiter((len(s) for s in seqs), dtype=np.int32, count=len(seqs))
-    if len(seqs) == 0 or lengths.min() < 1:
+    input_ids = np.concatenate(seqs).astype(np.int32, copy=False) if seqs else np.zeros(0, np.int32)
+    return pack_flat(input_ids, lengths)
+
+
+def pack_flat(input_ids: np.ndarray, lengths: np.ndarray) -> PackedBatch:
+    """Sequences already laid end to end: input_ids [T] int32, lengths [B] int32 summing to T."""
+    if len(lengths) == 0 or lengths.min() < 1:
         raise ValueError("a batch needs at least one sequence, each of at least one token")
-    cu_seqlens = np.zeros(len(seqs) + 1, dtype=np.int32)
+    cu_seqlens = np.zeros(len(lengths) + 1, dtype=np.int32)
     np.cumsum(lengths, out=cu_seqlens[1:])
-    input_ids = np.concatenate(seqs).astype(np.int32, copy=False)
     # Position of each token inside its own sequence: global index minus its sequence start.
     starts = np.repeat(cu_seqlens[:-1], lengths)
     positions = np.arange(len(input_ids), dtype=np.int32) - starts
@@ -45,15 +50,41 @@ def pack(seqs: list[np.ndarray]) -> PackedBatch:
 
 def cut_batches(lengths: list[int], max_tokens: int, max_seqs: int) -> list[tuple[int, int]]:
     """Split a sequence of lengths, in order, into [lo, hi) ranges within both caps."""
-    ranges, lo, tokens = [], 0, 0
-    for i, n in enumerate(lengths):
-        if i > lo and (tokens + n > max_tokens or i - lo >= max_seqs):
-            ranges.append((lo, i))
-            lo, tokens = i, 0
-        tokens += n
-    if lo < len(lengths):
-        ranges.append((lo, len(lengths)))
+    cu_seqlens = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=cu_seqlens[1:])
+    return batch_ranges(cu_seqlens, max_tokens, max_seqs)
+
+
+def batch_ranges(cu_seqlens: np.ndarray, max_tokens: int, max_seqs: int) -> list[tuple[int, int]]:
+    """[lo, hi) ranges of sequences, in order, each within both caps (a longer sequence alone).
+
+    Greedy, as a batch fills: a range ends before the first sequence that would take it past
+    a cap. One search per range, not a Python step per sequence.
+    """
+    num_seqs = len(cu_seqlens) - 1
+    ranges, lo = [], 0
+    while lo < num_seqs:
+        fits = int(np.searchsorted(cu_seqlens, int(cu_seqlens[lo]) + max_tokens, side="right")) - 1
+        hi = min(max(fits, lo + 1), lo + max_seqs, num_seqs)
+        ranges.append((lo, hi))
+        lo = hi
     return ranges
+
+
+def slice_packed(batch: PackedBatch, lo: int, hi: int) -> PackedBatch:
+    """Sequences [lo, hi) of a batch, as a batch of their own (views of its token arrays)."""
+    cu = batch.cu_seqlens[lo : hi + 1]
+    start, end = int(cu[0]), int(cu[-1])
+    return PackedBatch(batch.input_ids[start:end], batch.positions[start:end], (cu - start).astype(np.int32),
+                       int(np.diff(cu).max()))
+
+
+def join_packed(first: PackedBatch, second: PackedBatch) -> PackedBatch:
+    """The sequences of `first`, then those of `second`, as one batch."""
+    return PackedBatch(np.concatenate([first.input_ids, second.input_ids]),
+                       np.concatenate([first.positions, second.positions]),
+                       np.concatenate([first.cu_seqlens, second.cu_seqlens[1:] + first.cu_seqlens[-1]]),
+                       max(first.max_seqlen, second.max_seqlen))
 
 
 def split_packed(batch: PackedBatch, max_tokens: int) -> list[PackedBatch]:
@@ -62,10 +93,4 @@ def split_packed(batch: PackedBatch, max_tokens: int) -> list[PackedBatch]:
     the whole batch's: attention and pooling never cross a sequence boundary."""
     if batch.num_tokens <= max_tokens:
         return [batch]
-    cu = batch.cu_seqlens
-    parts = []
-    for lo, hi in cut_batches(np.diff(cu).tolist(), max_tokens, batch.num_seqs):
-        start, end = int(cu[lo]), int(cu[hi])
-        parts.append(PackedBatch(batch.input_ids[start:end], batch.positions[start:end],
-                                 (cu[lo : hi + 1] - start).astype(np.int32), int(np.diff(cu[lo : hi + 1]).max())))
-    return parts
+    return [slice_packed(batch, lo, hi) for lo, hi in batch_ranges(batch.cu_seqlens, max_tokens, batch.num_seqs)]

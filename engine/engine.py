@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from engine.batch import PackedBatch, cut_batches, pack
+from engine.batch import PackedBatch, pack
 from engine.config import EngineConfig
 from engine.layers import fused
 from engine.layers.attention import make_attention_backend
@@ -13,6 +13,7 @@ from engine.layers.head import SentenceHead
 from engine.lazy import LazyResult
 from engine.loader import ModelLoadError, ModelSpec, load_spec, load_state_dict
 from engine.models import MODEL_CLASSES
+from engine.pipeline import embed_texts
 from engine.runner import ModelRunner
 from engine.model_view import ModelView
 
@@ -92,14 +93,9 @@ class Engine(ModelView):
             self.runner.capture_all()
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        """Synchronous convenience (benchmarks, corpus jobs): texts -> [N, dim] float32."""
-        seqs = self.tokenize(texts)
-        out, pending = [], None
-        for lo, hi in cut_batches([len(s) for s in seqs], self.config.max_batch_tokens, self.config.max_batch_seqs):
-            result = self.execute(seqs[lo:hi])
-            if pending is not None:
-                out.append(pending.wait())
-            pending = result
-        if pending is not None:
-            out.append(pending.wait())
-        return np.concatenate(out) if out else np.zeros((0, self.dimensions), np.float32)
+        """Synchronous convenience (benchmarks, corpus jobs, Ray): texts -> [N, dim] float32.
+
+        Texts are tokenized in threads while the device computes (engine/pipeline.py); the
+        batches are those `cut_batches` cuts from the whole list, one in flight at a time.
+        """
+        return embed_texts(self, texts)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer, normalizers
 from tokenizers.processors import TemplateProcessing
 
+from engine.batch import PackedBatch, pack_flat
 from engine.loader import ModelSpec
 
 # The token Qwen3-Embedding's own tokenizer.json appends (its TemplateProcessing
@@ -105,10 +108,24 @@ class TextTokenizer:
         tokens, and today's references (sentence-transformers >= 5, Qwen's own code) feed
         the text as it is.
         """
+        return [np.asarray(e.ids, dtype=np.int32) for e in self._encodings(texts)]
+
+    def encode_packed(self, texts: Sequence[str]) -> PackedBatch:
+        """The texts' ids as one packed stream, what `pack(encode(texts))` gives.
+
+        Built straight from the encodings' id lists, without an array per text: the lists
+        are what the tokenizer hands out, and one pass over them is the cheapest way to a
+        flat array. Raises ValueError for a text that gives no token at all.
+        """
+        ids = [e.ids for e in self._encodings(texts)]
+        lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
+        flat = np.fromiter(chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
+        return pack_flat(flat, lengths)
+
+    def _encodings(self, texts: Sequence[str]) -> list:
         if self.strip_texts:
             texts = [t.strip() for t in texts]
-        encodings = self._encode_batch(texts, add_special_tokens=True)
-        return [np.asarray(e.ids, dtype=np.int32) for e in encodings]
+        return self._encode_batch(texts, add_special_tokens=True)
 
     def encode_untruncated(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
         """Token ids per text without the length limit, stripped (or not) as `encode` strips them."""

@@ -41,11 +41,11 @@ class _WatchedEngine:
     def __getattr__(self, name):
         return getattr(self._engine, name)
 
-    def execute(self, seqs):
+    def execute_packed(self, batch):
         if self._fail_at is not None and len(self.batches) + 1 == self._fail_at:
             raise _InjectedFault("the machine went away")
-        self.batches.append(len(seqs))
-        return self._engine.execute(seqs)
+        self.batches.append(batch.num_seqs)
+        return self._engine.execute_packed(batch)
 
     @property
     def num_texts(self) -> int:
