@@ -56,8 +56,8 @@ def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
     `engine` gives `tokenizer.encode_packed`, `execute_packed`, `config.max_batch_tokens`,
     `config.max_batch_seqs` and `dimensions`. `items` is iterated in a thread of its own.
     `on_batch` hears of every batch as it lands, with its number of texts. An error of the
-    tokenizer, of `items` or of the device is raised here, in the caller, after the items
-    before it were handed out. Closing the generator (or an exception, Ctrl-C included)
+    tokenizer or of `items` is raised here, in the caller, once the items before it are out;
+    one of the device at once. Closing the generator (or an exception, Ctrl-C included)
     stops the threads: no piece is tokenized after it, beyond those already running.
     """
     num_threads = num_threads or default_num_threads()
@@ -66,11 +66,19 @@ def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
     ahead = prefetch(pieces, depth=2 * num_threads, name="rose-embed-feeder")
     launcher = _Launcher(engine, on_batch)
     try:
-        for entry in ahead:
-            if isinstance(entry, _Item):
+        while True:
+            try:
+                entry = next(ahead, None)
+                tokens = entry.result() if isinstance(entry, Future) else None
+            except Exception:
+                yield from launcher.flush()  # the items before the failure are whole: they go out first
+                raise
+            if entry is None:
+                break
+            if tokens is None:
                 yield from launcher.expect(entry)
             else:
-                yield from launcher.add(entry.result())
+                yield from launcher.add(tokens)
         yield from launcher.flush()
     finally:
         ahead.close()

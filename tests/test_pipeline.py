@@ -1,0 +1,177 @@
+"""The loop behind Engine.embed and the corpus job (engine/pipeline.py): tokenized in threads,
+vectors in input order, batches as a whole-list cut gives them, errors and Ctrl-C in the caller."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from engine.batch import batch_ranges, cut_batches, pack
+from engine.config import EngineConfig
+from engine.pipeline import embed_stream, embed_texts
+from tests.fake_engine import FakeEngine
+
+THREAD_PREFIXES = ("rose-tokenizer", "rose-embed-feeder")
+
+
+class _BudgetedFake(FakeEngine):
+    """The fake engine with the budget the loop reads, its tokenizer slowed at random per piece
+    (so that later pieces are often ready first), and a failure where a text says so."""
+
+    def __init__(self, max_batch_tokens: int, max_batch_seqs: int):
+        super().__init__()
+        self.config = EngineConfig(device="cpu", max_batch_tokens=max_batch_tokens, max_batch_seqs=max_batch_seqs)
+        self.pieces: list[int] = []
+        tokenizer, encode_packed, rng = self.tokenizer, self.tokenizer.encode_packed, random.Random(0)
+
+        def slowed(texts):
+            time.sleep(rng.uniform(0, 0.01))
+            if "poison" in texts:
+                raise UnicodeError("the tokenizer choked on a piece")
+            self.pieces.append(len(texts))
+            return encode_packed(texts)
+
+        tokenizer.encode_packed = slowed
+
+
+def _texts(num: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    words = "the quick brown fox jumps over a lazy dog while seven wizards quietly hex".split()
+    return [" ".join(rng.choices(words, k=rng.randint(1, 40))) for _ in range(num)]
+
+
+def _threads_left() -> list[str]:
+    deadline = time.monotonic() + 5
+    while True:
+        left = [t.name for t in threading.enumerate() if t.name.startswith(THREAD_PREFIXES)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.01)
+
+
+def test_items_come_back_in_order_with_their_own_vectors_and_batches():
+    engine = _BudgetedFake(max_batch_tokens=120, max_batch_seqs=6)
+    items = [(f"item-{i}", _texts(n, seed=i)) for i, n in enumerate([23, 0, 1, 64, 9, 40])]
+    landed: list[int] = []
+    out = list(embed_stream(engine, items, on_batch=landed.append, num_threads=3, piece_texts=5))
+
+    assert [tag for tag, _ in out] == [tag for tag, _ in items]
+    for (_, texts), (_, vectors) in zip(items, out):
+        assert vectors.shape == (len(texts), engine.dimensions) and vectors.dtype == np.float32
+        np.testing.assert_array_equal(vectors, engine.embed(texts) if texts else vectors)
+    assert max(engine.pieces) == 5 and sum(engine.pieces) == sum(len(t) for _, t in items)
+    # Each item is cut as the whole list would be, across its pieces and never across items.
+    expected = [hi - lo for _, texts in items if texts
+                for lo, hi in cut_batches([len(s) for s in engine.tokenize(texts)], 120, 6)]
+    assert [num_seqs for num_seqs, _ in engine.batches] == expected == landed
+    assert _threads_left() == []
+
+
+def test_embed_texts_gives_the_list_s_vectors_and_an_empty_list_none():
+    engine = _BudgetedFake(max_batch_tokens=300, max_batch_seqs=512)
+    texts = _texts(100, seed=7)
+    np.testing.assert_array_equal(embed_texts(engine, texts, num_threads=2, piece_texts=16), engine.embed(texts))
+    assert embed_texts(engine, []).shape == (0, engine.dimensions)
+
+
+def test_a_tokenizer_error_is_raised_in_the_caller_after_the_items_before_it():
+    engine = _BudgetedFake(max_batch_tokens=200, max_batch_seqs=512)
+    items = [(i, _texts(12, seed=i)) for i in range(3)] + [(3, ["fine", "poison"])] + [(4, _texts(12, seed=4))]
+    done = []
+    with pytest.raises(UnicodeError, match="choked"):
+        for tag, _ in embed_stream(engine, items, num_threads=4, piece_texts=4):
+            done.append(tag)
+    assert done == [0, 1, 2]
+    assert _threads_left() == []
+
+
+def test_an_error_of_the_input_itself_is_raised_in_the_caller():
+    def items():
+        yield "a", ["first text"]
+        raise OSError("the disk went away")
+
+    engine = _BudgetedFake(max_batch_tokens=200, max_batch_seqs=512)
+    stream = embed_stream(engine, items(), num_threads=2)
+    assert next(stream)[0] == "a"
+    with pytest.raises(OSError, match="disk went away"):
+        next(stream)
+    assert _threads_left() == []
+
+
+@pytest.mark.parametrize("where", ["device", "progress"])
+def test_ctrl_c_stops_the_threads_and_reaches_the_caller(where):
+    engine = _BudgetedFake(max_batch_tokens=64, max_batch_seqs=4)
+    executed, real = [0], engine.execute_packed
+
+    def execute_packed(batch):
+        executed[0] += 1
+        if where == "device" and executed[0] == 5:
+            raise KeyboardInterrupt
+        return real(batch)
+
+    def on_batch(num_texts):
+        if where == "progress" and executed[0] >= 5:
+            raise KeyboardInterrupt
+
+    engine.execute_packed = execute_packed
+    endless = ((i, _texts(50, seed=i)) for i in range(10**6))  # the interrupt, not the input, ends it
+    with pytest.raises(KeyboardInterrupt):
+        for _ in embed_stream(engine, endless, on_batch=on_batch, num_threads=3, piece_texts=8):
+            pass
+    assert _threads_left() == []
+    assert sum(engine.pieces) < 100 * 8  # tokenizing stopped a few pieces ahead, not at the input's end
+
+
+def test_closing_the_stream_early_stops_the_threads_and_closes_the_input():
+    closed = threading.Event()
+
+    def items():
+        try:
+            for i in range(10**6):
+                yield i, _texts(20, seed=i)
+        finally:
+            closed.set()
+
+    engine = _BudgetedFake(max_batch_tokens=200, max_batch_seqs=512)
+    stream = embed_stream(engine, items(), num_threads=2, piece_texts=10)
+    assert [next(stream)[0] for _ in range(3)] == [0, 1, 2]
+    stream.close()
+    assert _threads_left() == [] and closed.wait(5)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_batch_ranges_cut_as_a_batch_fills(seed):
+    """The search-based cut equals the greedy one, step by step (a longer sequence alone)."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 400, int(rng.integers(1, 300))).tolist()
+    max_tokens, max_seqs = int(rng.integers(1, 1500)), int(rng.integers(1, 40))
+    greedy, lo, tokens = [], 0, 0
+    for i, n in enumerate(lengths):
+        if i > lo and (tokens + n > max_tokens or i - lo >= max_seqs):
+            greedy.append((lo, i))
+            lo, tokens = i, 0
+        tokens += n
+    greedy.append((lo, len(lengths)))
+    assert cut_batches(lengths, max_tokens, max_seqs) == greedy
+    batch = pack([np.ones(n, np.int32) for n in lengths])
+    assert batch_ranges(batch.cu_seqlens, max_tokens, max_seqs) == greedy
+
+
+def test_engine_embed_gives_the_old_path_s_vectors_bit_for_bit(default_engine, texts, monkeypatch):
+    """Tokenize everything, cut the whole list, run batch by batch: what Engine.embed did before
+    its loop overlapped them. Same batches on the CPU, so the same bits."""
+    from dataclasses import replace
+
+    sample = texts[:150] + ["\n\n".join(texts[i : i + 16]) for i in range(1000, 1160, 16)]  # past 256 tokens too
+    monkeypatch.setattr(default_engine, "config", replace(default_engine.config, max_batch_tokens=1024))
+    seqs = default_engine.tokenize(sample)
+    ranges = cut_batches([len(s) for s in seqs], 1024, default_engine.config.max_batch_seqs)
+    assert len(ranges) > 4
+    old = np.concatenate([default_engine.execute(seqs[lo:hi]).wait() for lo, hi in ranges])
+
+    np.testing.assert_array_equal(default_engine.embed(sample), old)
+    np.testing.assert_array_equal(embed_texts(default_engine, sample, num_threads=3, piece_texts=13), old)
