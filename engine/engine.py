@@ -96,6 +96,6 @@ class Engine(ModelView):
         """Synchronous convenience (benchmarks, corpus jobs, Ray): texts -> [N, dim] float32.
 
         Texts are tokenized in threads while the device computes (engine/pipeline.py); the
-        batches are those `cut_batches` cuts from the whole list, one in flight at a time.
+        batches are those `cut_batches` cuts from the whole list.
         """
         return embed_texts(self, texts)

@@ -53,11 +53,12 @@ def _threads_left() -> list[str]:
         time.sleep(0.01)
 
 
-def test_items_come_back_in_order_with_their_own_vectors_and_batches():
+@pytest.mark.parametrize("num_threads", [3, 0])  # 0: tokenized in the caller's thread
+def test_items_come_back_in_order_with_their_own_vectors_and_batches(num_threads):
     engine = _BudgetedFake(max_batch_tokens=120, max_batch_seqs=6)
     items = [(f"item-{i}", _texts(n, seed=i)) for i, n in enumerate([23, 0, 1, 64, 9, 40])]
     landed: list[int] = []
-    out = list(embed_stream(engine, items, on_batch=landed.append, num_threads=3, piece_texts=5))
+    out = list(embed_stream(engine, items, on_batch=landed.append, num_threads=num_threads, piece_texts=5))
 
     assert [tag for tag, _ in out] == [tag for tag, _ in items]
     for (_, texts), (_, vectors) in zip(items, out):
@@ -75,15 +76,19 @@ def test_embed_texts_gives_the_list_s_vectors_and_an_empty_list_none():
     engine = _BudgetedFake(max_batch_tokens=300, max_batch_seqs=512)
     texts = _texts(100, seed=7)
     np.testing.assert_array_equal(embed_texts(engine, texts, num_threads=2, piece_texts=16), engine.embed(texts))
+    started = threading.active_count()
+    np.testing.assert_array_equal(embed_texts(engine, texts), engine.embed(texts))  # one piece: no thread
+    assert threading.active_count() == started and engine.pieces[-1] == 100
     assert embed_texts(engine, []).shape == (0, engine.dimensions)
 
 
-def test_a_tokenizer_error_is_raised_in_the_caller_after_the_items_before_it():
+@pytest.mark.parametrize("num_threads", [4, 0])
+def test_a_tokenizer_error_is_raised_in_the_caller_after_the_items_before_it(num_threads):
     engine = _BudgetedFake(max_batch_tokens=200, max_batch_seqs=512)
     items = [(i, _texts(12, seed=i)) for i in range(3)] + [(3, ["fine", "poison"])] + [(4, _texts(12, seed=4))]
     done = []
     with pytest.raises(UnicodeError, match="choked"):
-        for tag, _ in embed_stream(engine, items, num_threads=4, piece_texts=4):
+        for tag, _ in embed_stream(engine, items, num_threads=num_threads, piece_texts=4):
             done.append(tag)
     assert done == [0, 1, 2]
     assert _threads_left() == []

@@ -1,0 +1,203 @@
+"""Engine.embed on texts against the engine alone on the same texts' ids, one run.
+
+    python bench/embed_pipeline.py                                  # the embedded MiniLM, CPU or GPU
+    python bench/embed_pipeline.py --model /models/bert-base --device cuda --docs 4
+    python bench/embed_pipeline.py --tiny                           # a 1-layer random BERT: the tokenizer side alone
+
+Per round, on the same texts and the same batches:
+  text (pipeline)  `Engine.embed(texts)`: tokenized in threads while the device computes;
+  ids (engine)     the texts' ids tokenized beforehand; only the batches are timed (packed and
+                   launched one after another, one in flight), as `bench/gpu_bench.py` times the engine;
+  text (serial)    the loop `Engine.embed` ran before: tokenize all, then compute.
+Then tokenization alone with 1, 2, 4 threads (pieces of the pipeline's size, in a pool), and
+`Engine.embed` with each thread count. Needs no network: the model is a directory
+(`--model`), the embedded default, or `--tiny` (written to a temporary folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import load_texts, machine_description, publish  # noqa: E402
+from engine.batch import PackedBatch, cut_batches, pack  # noqa: E402
+from engine.config import EngineConfig  # noqa: E402
+from engine.engine import Engine  # noqa: E402
+from engine.pipeline import PIECE_TEXTS, default_num_threads, embed_texts  # noqa: E402
+
+
+def workload(num_texts: int, docs: int) -> list[str]:
+    """The shared paragraphs in file order, cycled past the file's end; `docs` > 1 joins that many
+    consecutive paragraphs into one document."""
+    needed = num_texts * max(1, docs)
+    paragraphs = load_texts(needed)
+    cycled = [paragraphs[i % len(paragraphs)] for i in range(needed)]
+    if docs <= 1:
+        return cycled
+    return ["\n\n".join(cycled[i : i + docs]) for i in range(0, needed, docs)]
+
+
+class SimulatedDevice:
+    """The engine's tokenizer and budget before a stand-in device: a batch takes num_tokens / rate
+    seconds, queued behind those before it, and no CPU (as a GPU's compute takes none); its
+    vectors are zeros. Shows whether this machine's tokenizer side can feed a device that fast."""
+
+    def __init__(self, engine: Engine, tokens_per_s: float):
+        self._engine, self._tokens_per_s, self._free_at = engine, tokens_per_s, 0.0
+
+    def __getattr__(self, name: str):
+        return getattr(self._engine, name)
+
+    def execute(self, seqs: list[np.ndarray]) -> _Done:
+        return self.execute_packed(pack(seqs))
+
+    def execute_packed(self, batch: PackedBatch) -> _Done:
+        self._free_at = max(time.perf_counter(), self._free_at) + batch.num_tokens / self._tokens_per_s
+        return _Done(self._free_at, batch.num_seqs, self._engine.dimensions)
+
+
+class _Done:
+    def __init__(self, at: float, num_seqs: int, dimensions: int):
+        self._at, self._shape = at, (num_seqs, dimensions)
+
+    def wait(self) -> np.ndarray:
+        time.sleep(max(0.0, self._at - time.perf_counter()))
+        return np.zeros(self._shape, np.float32)
+
+
+def serial_embed(engine: Engine, texts: list[str]) -> np.ndarray:
+    """What Engine.embed did before the pipeline: all texts tokenized first, then the batches."""
+    return run_ids(engine, engine.tokenize(texts))
+
+
+def run_ids(engine: Engine, seqs: list[np.ndarray]) -> np.ndarray:
+    """The engine alone: given ids, cut, pack and launch, reading batch N back after N+1 is launched."""
+    out, pending = [], None
+    for lo, hi in cut_batches([len(s) for s in seqs], engine.config.max_batch_tokens, engine.config.max_batch_seqs):
+        result = engine.execute(seqs[lo:hi])
+        if pending is not None:
+            out.append(pending.wait())
+        pending = result
+    out.append(pending.wait())
+    return np.concatenate(out)
+
+
+def tokenize_only(engine: Engine, texts: list[str], num_threads: int) -> int:
+    """The pipeline's tokenizer side: pieces encoded to packed streams by a pool; returns tokens."""
+    with ThreadPoolExecutor(num_threads) as pool:
+        pieces = [pool.submit(engine.tokenizer.encode_packed, texts[lo : lo + PIECE_TEXTS])
+                  for lo in range(0, len(texts), PIECE_TEXTS)]
+        return sum(p.result().num_tokens for p in pieces)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="model directory (default: the embedded all-MiniLM-L6-v2)")
+    parser.add_argument("--tiny", action="store_true", help="a 1-layer, 32-wide random BERT with the default tokenizer")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--num-texts", type=int, default=None,
+                        help="default 2000 on a CPU, 50000 on a GPU (where 2000 texts take milliseconds, and "
+                             "tokenizing the first batch before the device can start weighs on the figure)")
+    parser.add_argument("--docs", type=int, default=1, help="paragraphs per text (1: paragraphs; 4: documents)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-batch-tokens", type=int, default=16384)
+    parser.add_argument("--threads", default="1,2,4", help="tokenizer thread counts to sweep")
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="torch's threads on a CPU (default: torch's own; 1 keeps a tiny model's many small "
+                             "parallel regions from stalling on a busy machine)")
+    parser.add_argument("--simulated-rate", type=float, default=None, metavar="TOKENS_PER_S",
+                        help="replace the model's compute by a device of this speed that takes no CPU (the "
+                             "tokenizer side alone, against a GPU of that speed)")
+    parser.add_argument("--out", type=Path, default=None, help="write the markdown report here")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = args.model
+        if args.tiny:
+            from bench.tiny_model import write_tiny_bert
+
+            model = str(write_tiny_bert(Path(tmp) / "tiny-bert"))
+        engine = Engine(EngineConfig(model=model, device=args.device, max_batch_tokens=args.max_batch_tokens,
+                                     num_threads=args.torch_threads))
+        report = measure(engine if args.simulated_rate is None else SimulatedDevice(engine, args.simulated_rate), args)
+    publish(report, args.out)
+
+
+def measure(engine: Engine | SimulatedDevice, args) -> str:
+    texts = workload(args.num_texts or (2000 if engine.device.type == "cpu" else 50_000), args.docs)
+    seqs = engine.tokenize(texts)
+    num_tokens = sum(len(s) for s in seqs)
+    engine.warm_up()
+    reference = serial_embed(engine, texts)  # also warms every shape these batches take (graphs captured)
+    run_ids(engine, seqs)
+
+    thread_counts = [int(n) for n in args.threads.split(",") if n]
+    paths = {
+        # embed_texts(engine, ...) is what Engine.embed runs; a SimulatedDevice has no Engine.embed of its own.
+        f"text (pipeline, default {default_num_threads()} threads)": lambda: embed_texts(engine, texts),
+        "ids (engine alone)": lambda: run_ids(engine, seqs),
+        "text (serial: tokenize all, then compute)": lambda: serial_embed(engine, texts),
+    }
+    for num_threads in thread_counts:
+        paths[f"text (pipeline, {num_threads} threads)"] = lambda n=num_threads: embed_texts(engine, texts, num_threads=n)
+    for num_threads in thread_counts:
+        paths[f"tokenize only, {num_threads} threads"] = lambda n=num_threads: tokenize_only(engine, texts, n)
+    paths["tokenize only, one call on the whole list (the serial path's)"] = lambda: engine.tokenize(texts)
+
+    # Round by round, every path in turn: a busy machine slows them all alike.
+    seconds: dict[str, list[float]] = {label: [] for label in paths}
+    outputs: dict[str, object] = {}
+    for _ in range(args.rounds):
+        for label, run in paths.items():
+            start = time.perf_counter()
+            outputs[label] = run()
+            seconds[label].append(time.perf_counter() - start)
+    median = {label: statistics.median(v) for label, v in seconds.items()}
+    pipeline, ids, serial = list(paths)[:3]
+    same = np.array_equal(outputs[pipeline], outputs[serial])
+    max_diff = float(np.abs(outputs[pipeline] - reference).max())
+
+    name = engine.spec.path.name if args.tiny or args.model else "all-MiniLM-L6-v2 (embedded)"
+    if args.simulated_rate is not None:
+        name += f" tokenizer, simulated device at {args.simulated_rate / 1e6:g}M tokens/s"
+    workload_name = "paragraphs" if args.docs <= 1 else f"documents of {args.docs} paragraphs"
+    command = " ".join(["python bench/embed_pipeline.py", *sys.argv[1:]])
+    lines = [
+        "# Engine.embed: texts through the pipeline vs ids through the engine alone",
+        "",
+        f"- command: `{command}`",
+        f"- machine: {machine_description()}; device "
+        f"{'simulated' if args.simulated_rate else engine.device}, {str(engine.dtype).removeprefix('torch.')}",
+        f"- date: {datetime.date.today().isoformat()}",
+        f"- model: {name}; workload: {len(texts)} {workload_name} of stdlib_docstrings.jsonl "
+        f"({num_tokens} tokens after truncation), max_batch_tokens {engine.config.max_batch_tokens}; "
+        f"median of {args.rounds} rounds, each running every path in turn",
+        f"- pipeline vs serial vectors: {'identical' if same else 'DIFFERENT'}; "
+        f"max |pipeline - first serial run| {max_diff:.2e}",
+        "",
+        "| path | median s | texts/s | tokens/s | x ids |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for label, s in median.items():
+        lines.append(f"| {label} | {s:.4f} | {len(texts) / s:,.0f} | {num_tokens / s:,.0f} | {median[ids] / s:.2f} |")
+    device = f"simulated:{args.simulated_rate:g}" if args.simulated_rate else engine.device
+    summary = (f"SUMMARY model={name.split()[0]} device={device} texts={len(texts)} tokens={num_tokens} "
+               f"pipeline={num_tokens / median[pipeline] / 1e6:.3f}M tok/s ids={num_tokens / median[ids] / 1e6:.3f}M "
+               f"tok/s serial={num_tokens / median[serial] / 1e6:.3f}M tok/s "
+               f"pipeline/ids={median[ids] / median[pipeline]:.2f} serial/ids={median[ids] / median[serial]:.2f} "
+               f"identical={same}")
+    return "\n".join(lines + ["", summary]) + "\n"
+
+
+if __name__ == "__main__":
+    main()
