@@ -16,6 +16,7 @@ from corpus.optional import require
 from corpus.parts import PartStore, parts_dir_for
 from corpus.progress import progress_bar
 from corpus.source import Chunk, cut_chunks, open_source
+from engine.long_inputs import InputTooLongError
 from engine.pipeline import embed_stream
 from engine.prefetch import prefetch
 
@@ -131,11 +132,12 @@ def _verify_done_chunks(chunks, manifest: Manifest) -> None:
 def _embed_remaining(engine, job: CorpusJob, parts: PartStore, manifest: Manifest, chunks, bar) -> Manifest:
     # One writer thread: a chunk's file and the manifest go to disk while the next chunk computes.
     # Parts are committed in order, so the finished chunks are always a prefix of the input.
+    first_row = manifest.num_rows_done  # the stream's first text is this row of the input
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rose-corpus-writer") as writer:
         pending: Future | None = None
         # Chunks are read two ahead, so that the file is read while the device computes.
-        ahead = prefetch(_texts_of(chunks, job.prompt), depth=2, name="rose-corpus-reader")
-        embedded = embed_stream(engine, ahead, on_batch=bar.update)
+        ahead = prefetch(_texts_of(chunks), depth=2, name="rose-corpus-reader")
+        embedded = embed_stream(engine, ahead, on_batch=bar.update, prompt=job.prompt, long_inputs=job.long_inputs)
         try:
             for chunk, vectors in embedded:
                 if not np.isfinite(vectors).all():
@@ -145,6 +147,10 @@ def _embed_remaining(engine, job: CorpusJob, parts: PartStore, manifest: Manifes
                     pending.result()
                 manifest = manifest.after_chunk(len(chunk), chunk.digest)
                 pending = writer.submit(_commit, parts, chunk, vectors, manifest)
+        except InputTooLongError as exc:
+            raise ValueError(f"text {first_row + exc.index + 1} of the input (counting from 1) has "
+                             f"{exc.num_tokens} tokens, more than the model's limit of {exc.max_seq_len} "
+                             "(--long-inputs error; truncate or chunk embeds it)") from None
         finally:
             embedded.close()  # stops the reader and tokenizer threads, also when a batch failed
         if pending is not None:
@@ -152,10 +158,10 @@ def _embed_remaining(engine, job: CorpusJob, parts: PartStore, manifest: Manifes
     return manifest
 
 
-def _texts_of(chunks, prompt: str) -> Iterator[tuple[Chunk, list[str]]]:
+def _texts_of(chunks) -> Iterator[tuple[Chunk, list[str]]]:
     for chunk in chunks:
         _ = chunk.digest  # hashed here, in the reader thread, rather than on the engine's
-        yield chunk, [prompt + text for text in chunk.texts] if prompt else chunk.texts
+        yield chunk, chunk.texts
 
 
 def _commit(parts: PartStore, chunk, vectors: np.ndarray, manifest: Manifest) -> None:

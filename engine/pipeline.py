@@ -8,6 +8,8 @@ each item, across its pieces, greedily as `cut_batches` cuts a list: an item get
 batches it would get tokenized at once, whatever came before it (so a resumed corpus job
 computes its chunks as an uninterrupted one did). Batches are launched a few ahead of the
 one read back; each item's vectors are handed out, in order, as soon as its last batch lands.
+Texts over the model's limit are truncated, refused or cut into windows as `long_inputs`
+says (engine/long_inputs.py), piece by piece in the tokenizer threads.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
 
-from engine.batch import PackedBatch, batch_ranges, join_packed, slice_packed
+from engine.batch import PackedBatch, batch_ranges, join_packed, pack, slice_packed
 from engine.lazy import LazyResult
+from engine.long_inputs import FittedInputs, InputTooLongError, fit_texts
 from engine.prefetch import close_iterator, prefetch
 
 T = TypeVar("T")
@@ -46,6 +49,19 @@ class _Item:
     num_texts: int
 
 
+@dataclass(frozen=True)
+class _Piece:
+    """A piece's texts as the model takes them: a sequence each, or an over-long text's windows
+    in its place (then `fitted` combines their vectors into one per text)."""
+
+    batch: PackedBatch
+    fitted: FittedInputs | None = None
+
+    @property
+    def num_texts(self) -> int:
+        return self.batch.num_seqs if self.fitted is None else len(self.fitted.num_windows)
+
+
 def embed_texts(engine, texts: Sequence[str], *, num_threads: int | None = None, piece_texts: int = PIECE_TEXTS,
                 max_in_flight: int = MAX_IN_FLIGHT) -> np.ndarray:
     """texts -> [N, dim] float32, through `embed_stream`; texts that make one piece are
@@ -58,23 +74,31 @@ def embed_texts(engine, texts: Sequence[str], *, num_threads: int | None = None,
 
 
 def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
-                 on_batch: Callable[[int], object] = lambda num_texts: None, *,
-                 num_threads: int | None = None, piece_texts: int = PIECE_TEXTS,
+                 on_batch: Callable[[int], object] = lambda num_seqs: None, *, prompt: str = "",
+                 long_inputs: str = "truncate", num_threads: int | None = None, piece_texts: int = PIECE_TEXTS,
                  max_in_flight: int = MAX_IN_FLIGHT) -> Iterator[tuple[T, np.ndarray]]:
     """Yield (tag, vectors [len(texts), dim] float32) per item of (tag, texts), in order.
 
-    `engine` gives `tokenizer.encode_packed`, `execute_packed`, `config.max_batch_tokens`,
-    `config.max_batch_seqs` and `dimensions`. `items` is iterated in a thread of its own, and
-    pieces tokenized by `num_threads` more (default `default_num_threads()`; 0: all of it in
-    the caller's thread, one piece after another).
-    `on_batch` hears of every batch as it lands, with its number of texts. An error of the
-    tokenizer or of `items` is raised here, in the caller, once the items before it are out;
-    one of the device at once. Closing the generator (or an exception, Ctrl-C included)
-    stops the threads: no piece is tokenized after it, beyond those already running.
+    `engine` gives `tokenizer`, `execute_packed`, `config.max_batch_tokens`,
+    `config.max_batch_seqs`, `dimensions` and `spec.normalize`. Every text is embedded as
+    `prompt + text`; `long_inputs` is "truncate", "error" (InputTooLongError, its index
+    counting the texts of every item before) or "chunk". `items` is iterated in a thread of
+    its own, and pieces tokenized by `num_threads` more (default `default_num_threads()`; 0:
+    all of it in the caller's thread, one piece after another).
+
+    `on_batch` hears of every batch as it lands, with its number of sequences, and of each
+    item as it goes out, with its number of texts less its sequences (0 unless texts were
+    cut into windows): the counts add up to the texts handed out. An error of the tokenizer
+    or of `items` is raised here, in the caller, once the items before it are out; one of
+    the device at once. Closing the generator (or an exception, Ctrl-C included) stops the
+    threads: no piece is tokenized after it, beyond those already running.
     """
     num_threads = default_num_threads() if num_threads is None else num_threads
     pool = ThreadPoolExecutor(num_threads, thread_name_prefix="rose-tokenizer") if num_threads > 0 else None
-    tokenize = engine.tokenizer.encode_packed
+
+    def tokenize(texts: Sequence[str], first: int) -> _Piece:
+        return _tokenize(engine.tokenizer, texts, first, prompt, long_inputs)
+
     if pool is None:
         ahead = _submitted(items, _run_now, tokenize, piece_texts)
     else:
@@ -85,16 +109,16 @@ def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
         while True:
             try:
                 entry = next(ahead, None)
-                tokens = entry.result() if isinstance(entry, Future) else None
+                piece = entry.result() if isinstance(entry, Future) else None
             except Exception:
                 yield from launcher.flush()  # the items before the failure are whole: they go out first
                 raise
             if entry is None:
                 break
-            if tokens is None:
+            if piece is None:
                 yield from launcher.expect(entry)
             else:
-                yield from launcher.add(tokens)
+                yield from launcher.add(piece)
         yield from launcher.flush()
     finally:
         ahead.close()
@@ -103,16 +127,33 @@ def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
 
 
 def _submitted(items: Iterable[tuple[Any, Sequence[str]]], submit: Callable[..., Future],
-               tokenize: Callable[[Sequence[str]], PackedBatch], piece_texts: int) -> Iterator[_Item | Future]:
-    """Each item's announcement, then its pieces' tokenization, started (submitted) as they are reached."""
-    iterator = iter(items)
+               tokenize: Callable[[Sequence[str], int], _Piece], piece_texts: int) -> Iterator[_Item | Future]:
+    """Each item's announcement, then its pieces' tokenization, started (submitted) as they are
+    reached; a piece knows where its first text stands in the stream (for an error's index)."""
+    iterator, num_before = iter(items), 0
     try:
         for tag, texts in iterator:
             yield _Item(tag, len(texts))
             for lo in range(0, len(texts), piece_texts):
-                yield submit(tokenize, texts[lo : lo + piece_texts])
+                yield submit(tokenize, texts[lo : lo + piece_texts], num_before + lo)
+            num_before += len(texts)
     finally:
         close_iterator(iterator)
+
+
+def _tokenize(tokenizer, texts: Sequence[str], first: int, prompt: str, long_inputs: str) -> _Piece:
+    """One piece, in a tokenizer thread: packed straight from the encodings where every text
+    fits (the common case), else through long_inputs' fitting of the few that may not."""
+    batch = tokenizer.encode_packed([prompt + text for text in texts] if prompt else texts)
+    if long_inputs == "truncate" or batch.max_seqlen < tokenizer.max_seq_len:
+        return _Piece(batch)
+    cu = batch.cu_seqlens.tolist()
+    seqs = [batch.input_ids[start:end] for start, end in zip(cu, cu[1:])]
+    try:
+        fitted = fit_texts(tokenizer, long_inputs, list(texts), prompt, seqs)
+    except InputTooLongError as exc:
+        raise InputTooLongError(first + exc.index, exc.num_tokens, exc.max_seq_len) from None
+    return _Piece(batch) if len(fitted.seqs) == len(seqs) else _Piece(pack(fitted.seqs), fitted)
 
 
 def _run_now(fn: Callable, *args) -> Future:
@@ -125,30 +166,52 @@ def _run_now(fn: Callable, *args) -> Future:
     return future
 
 
+@dataclass
+class _Pending:
+    """An item whose vectors are not all out: its pieces' numbers of sequences and fittings."""
+
+    tag: Any
+    num_texts: int
+    pieces: list[tuple[int, FittedInputs | None]] = field(default_factory=list)
+    num_texts_in: int = 0  # texts of the pieces in so far
+
+    @property
+    def is_whole(self) -> bool:
+        return self.num_texts_in == self.num_texts
+
+    @property
+    def num_seqs(self) -> int:
+        return sum(num_seqs for num_seqs, _ in self.pieces)
+
+
 class _Launcher:
     """Cuts batches from tokenized pieces and keeps up to `max_in_flight` of them in flight. Its
     steps yield each item's vectors as soon as they have all landed, in order: an item is
     handed out (a corpus chunk committed) before the next batch is launched."""
 
     def __init__(self, engine, on_batch: Callable[[int], object], max_in_flight: int):
+        self._engine = engine
         self._execute: Callable[[PackedBatch], LazyResult] = engine.execute_packed
         self._max_tokens, self._max_seqs = engine.config.max_batch_tokens, engine.config.max_batch_seqs
-        self._dimensions = engine.dimensions
         self._on_batch = on_batch
         self._held: PackedBatch | None = None  # the item's last batch so far, which its next piece may fill
         self._in_flight: deque[LazyResult] = deque()
         self._max_in_flight = max(1, max_in_flight)
-        self._items: deque[_Item] = deque()  # items announced and not yet handed out
+        self._items: deque[_Pending] = deque()  # items announced and not yet handed out
         self._landed: deque[np.ndarray] = deque()  # landed batches' vectors not yet handed out
         self._num_landed = 0
 
     def expect(self, item: _Item) -> Iterator[tuple[Any, np.ndarray]]:
-        """A new item begins: what is held belongs to the one before, and no batch spans two."""
-        yield from self._launch_held()
-        self._items.append(item)
-        yield from self._finished()  # an empty item, where all before it are out
+        self._items.append(_Pending(item.tag, item.num_texts))
+        yield from self._finished()  # an empty item goes out at once, after those before it
 
-    def add(self, tokens: PackedBatch) -> Iterator[tuple[Any, np.ndarray]]:
+    def add(self, piece: _Piece) -> Iterator[tuple[Any, np.ndarray]]:
+        """The current item's next piece. Its last batch is held for the piece after, unless it
+        is full or the item's last: no batch spans two items."""
+        item = self._items[-1]
+        item.pieces.append((piece.batch.num_seqs, piece.fitted))
+        item.num_texts_in += piece.num_texts
+        tokens = piece.batch
         if self._held is not None:
             tokens = join_packed(self._held, tokens)  # less than a batch: a small copy
             self._held = None
@@ -157,22 +220,17 @@ class _Launcher:
             yield from self._launch(slice_packed(tokens, lo, hi))
         lo, hi = ranges[-1]
         last = slice_packed(tokens, lo, hi)
-        if hi - lo >= self._max_seqs or last.num_tokens >= self._max_tokens:
-            yield from self._launch(last)  # full: no next text could join it
+        if item.is_whole or hi - lo >= self._max_seqs or last.num_tokens >= self._max_tokens:
+            yield from self._launch(last)
         else:
             self._held = last
 
     def flush(self) -> Iterator[tuple[Any, np.ndarray]]:
-        """The input has ended: launch what is held and land everything."""
-        yield from self._launch_held()
+        """The input has ended, or failed: land what is in flight; the whole items go out (what
+        is held belongs to an item that failed)."""
         while self._in_flight:
             self._land(self._in_flight.popleft())
         yield from self._finished()
-
-    def _launch_held(self) -> Iterator[tuple[Any, np.ndarray]]:
-        if self._held is not None:
-            held, self._held = self._held, None
-            yield from self._launch(held)
 
     def _launch(self, batch: PackedBatch) -> Iterator[tuple[Any, np.ndarray]]:
         self._in_flight.append(self._execute(batch))
@@ -187,15 +245,28 @@ class _Launcher:
         self._on_batch(len(vectors))
 
     def _finished(self) -> Iterator[tuple[Any, np.ndarray]]:
-        while self._items and self._items[0].num_texts <= self._num_landed:
+        while self._items and self._items[0].is_whole and self._items[0].num_seqs <= self._num_landed:
             item = self._items.popleft()
-            yield item.tag, self._take(item.num_texts)
+            vectors = self._vectors_of(item)
+            if item.num_seqs != item.num_texts:
+                self._on_batch(item.num_texts - item.num_seqs)  # windows were counted as they landed: texts now
+            yield item.tag, vectors
 
-    def _take(self, num_rows: int) -> np.ndarray:
-        """The next item's vectors (its batches': none spans two items), as one array of their own."""
+    def _vectors_of(self, item: _Pending) -> np.ndarray:
+        """The item's vectors, one per text, as one array of their own (no batch spans two items)."""
         parts, taken = [], 0
-        while taken < num_rows:
+        while taken < item.num_seqs:
             parts.append(self._landed.popleft())
             taken += len(parts[-1])
         self._num_landed -= taken
-        return np.concatenate(parts) if parts else np.zeros((0, self._dimensions), np.float32)
+        if not parts:
+            return np.zeros((0, self._engine.dimensions), np.float32)
+        vectors = np.concatenate(parts)
+        if all(fitted is None for _, fitted in item.pieces):
+            return vectors
+        combined, start = [], 0
+        for num_seqs, fitted in item.pieces:
+            piece = vectors[start : start + num_seqs]
+            combined.append(piece if fitted is None else fitted.combine(piece, self._engine.spec.normalize))
+            start += num_seqs
+        return np.concatenate(combined)

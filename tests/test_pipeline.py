@@ -12,6 +12,7 @@ import pytest
 
 from engine.batch import batch_ranges, cut_batches, pack
 from engine.config import EngineConfig
+from engine.long_inputs import InputTooLongError, fit_texts
 from engine.pipeline import embed_stream, embed_texts
 from tests.fake_engine import FakeEngine
 
@@ -146,6 +147,42 @@ def test_closing_the_stream_early_stops_the_threads_and_closes_the_input():
     assert [next(stream)[0] for _ in range(3)] == [0, 1, 2]
     stream.close()
     assert _threads_left() == [] and closed.wait(5)
+
+
+def _long(seed: int) -> str:
+    return " ".join(_texts(60, seed))  # several hundred tokens: past the limit of 256
+
+
+def test_long_inputs_are_cut_into_windows_piece_by_piece_as_for_the_whole_list():
+    """chunk mode: an over-long text's windows are embedded and combined within its piece;
+    the vectors are those of fitting each item at once, and the progress counts texts."""
+    engine = _BudgetedFake(max_batch_tokens=600, max_batch_seqs=512)
+    items = [("a", ["short", _long(1), "another", _long(2), _long(3)]), ("b", []), ("c", [_long(4), "last"])]
+    landed: list[int] = []
+    out = list(embed_stream(engine, items, on_batch=landed.append, prompt="query: ", long_inputs="chunk",
+                            num_threads=3, piece_texts=2))
+    assert [tag for tag, _ in out] == ["a", "b", "c"]
+    for (_, texts), (_, vectors) in zip(items, out):
+        if not texts:
+            assert vectors.shape == (0, engine.dimensions)
+            continue
+        prompted = ["query: " + t for t in texts]
+        fitted = fit_texts(engine.tokenizer, "chunk", texts, "query: ", engine.tokenize(prompted))
+        assert len(fitted.seqs) > len(texts)  # windows really were made
+        np.testing.assert_allclose(vectors, fitted.combine(engine.vectors_of(fitted.seqs), True), atol=1e-6)
+        assert not np.allclose(vectors, engine.embed(prompted), atol=1e-3)  # not what truncation gives
+    assert sum(landed) == sum(len(t) for _, t in items)
+
+
+def test_a_text_too_long_is_refused_with_its_place_in_the_stream():
+    engine = _BudgetedFake(max_batch_tokens=600, max_batch_seqs=512)
+    items = [("a", ["short", "fine"]), ("b", ["ok", "ok", "ok", _long(5)])]
+    done = []
+    with pytest.raises(InputTooLongError) as exc:
+        for tag, vectors in embed_stream(engine, items, long_inputs="error", num_threads=2, piece_texts=3):
+            done.append(tag)
+    assert done == ["a"] and exc.value.index == 5 and exc.value.num_tokens > 256
+    assert _threads_left() == []
 
 
 @pytest.mark.parametrize("seed", range(30))
