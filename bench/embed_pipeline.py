@@ -93,11 +93,13 @@ def run_ids(engine: Engine, seqs: list[np.ndarray]) -> np.ndarray:
 
 
 def tokenize_only(engine: Engine, texts: list[str], num_threads: int) -> int:
-    """The pipeline's tokenizer side: pieces encoded to packed streams by a pool; returns tokens."""
+    """The pipeline's tokenizer side: pieces encoded to packed streams by a pool (0 threads: one
+    piece after another in this thread); returns the number of tokens."""
+    pieces = [texts[lo : lo + PIECE_TEXTS] for lo in range(0, len(texts), PIECE_TEXTS)]
+    if num_threads == 0:
+        return sum(engine.tokenizer.encode_packed(piece).num_tokens for piece in pieces)
     with ThreadPoolExecutor(num_threads) as pool:
-        pieces = [pool.submit(engine.tokenizer.encode_packed, texts[lo : lo + PIECE_TEXTS])
-                  for lo in range(0, len(texts), PIECE_TEXTS)]
-        return sum(p.result().num_tokens for p in pieces)
+        return sum(batch.num_tokens for batch in pool.map(engine.tokenizer.encode_packed, pieces))
 
 
 def main() -> None:
@@ -111,7 +113,8 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=1, help="paragraphs per text (1: paragraphs; 4: documents)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-batch-tokens", type=int, default=16384)
-    parser.add_argument("--threads", default="1,2,4", help="tokenizer thread counts to sweep")
+    parser.add_argument("--threads", default="0,1,2,4",
+                        help="tokenizer thread counts to sweep (0: tokenized in the caller's thread, piece by piece)")
     parser.add_argument("--torch-threads", type=int, default=None,
                         help="torch's threads on a CPU (default: torch's own; 1 keeps a tiny model's many small "
                              "parallel regions from stalling on a busy machine)")

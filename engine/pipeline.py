@@ -33,9 +33,9 @@ T = TypeVar("T")
 # Texts per tokenizer call: small enough that several pieces make one batch (the threads
 # share its tokenization), large enough that a call's fixed cost stays negligible.
 PIECE_TEXTS = 256
-# Batches launched and not yet read back. Two, as the server's batcher keeps: the device has
+# Batches launched and not yet read back. Two, as one front end keeps on a GPU: the device has
 # the next batch queued while the host, which shares the GIL with the tokenizer threads,
-# reads one back and cuts the one after.
+# reads one back and cuts the one after (on a CPU a batch is done when it is launched).
 MAX_IN_FLIGHT = 2
 
 
