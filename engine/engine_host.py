@@ -85,9 +85,6 @@ class EngineHost:
         self._slots[front_end] = slots
         return EngineEnds(self.index, self.device, slots.name, self.layout, task_writer, reply_reader, self.pid)
 
-    def is_alive(self) -> bool:
-        return self.process.is_alive()
-
     def is_ready(self) -> bool:
         """Whether the engine has loaded and warmed up (it says so once, on the control pipe)."""
         try:
@@ -110,12 +107,6 @@ class EngineHost:
         for slots in self._slots.values():
             slots.close()
         self._slots.clear()
-
-    def kill(self) -> None:
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def exit_reason(code: int | None) -> str:

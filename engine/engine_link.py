@@ -169,7 +169,8 @@ class EngineLink(Replica):
         """This front end is done with the engine: tell it, close the pipes and let go of the slots."""
         if self._tasks.closed:
             return
-        self.stop_serving()
+        if self.out_reason is None:  # not yet told (stop_serving tells it once; a dead engine needs nothing)
+            self.stop_serving()
         self._tasks.close()
         self._replies.close()
         self.slots.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.config import EngineConfig
+from server.topology import batches_in_flight
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,4 @@ class ServerConfig:
     @property
     def batches_in_flight(self) -> int:
         """Batches each front end keeps on each engine."""
-        from server.topology import batches_in_flight
-
         return batches_in_flight(self.devices, self.frontend_workers)

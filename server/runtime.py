@@ -111,11 +111,6 @@ class Runtime:
             return None
         return [replica.describe() for replica in self.batcher.replicas]
 
-    @property
-    def engine_thread_busy(self) -> bool:
-        """A batch is still on the engine thread (after `stop`: a stuck one), which exit would wait for."""
-        return self.batcher is not None and self.batcher.stalled_seconds() > 0
-
     async def tokenize(self, texts: list[str]) -> list[np.ndarray]:
         """Tokenize off the event loop (the Rust tokenizer releases the GIL)."""
         loop = asyncio.get_running_loop()
