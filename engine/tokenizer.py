@@ -12,6 +12,7 @@ import numpy as np
 from tokenizers import Tokenizer, normalizers
 from tokenizers.processors import TemplateProcessing
 
+from engine.ascii_wordpiece import AsciiWordPiece
 from engine.batch import PackedBatch, pack_flat
 from engine.loader import ModelSpec
 
@@ -99,6 +100,14 @@ class TextTokenizer:
         self._untruncated: Tokenizer | None = None  # built on first use: only over-long texts need it
         self._untruncated_lock = threading.Lock()
         self._wrapping: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+        self._fast = self._ascii_wordpiece()
+
+    def _ascii_wordpiece(self) -> AsciiWordPiece | None:
+        try:
+            prefix, suffix = self.wrapping()
+        except ValueError:
+            return None
+        return AsciiWordPiece.for_tokenizer(self._tokenizer, prefix, suffix, self.max_seq_len)
 
     def encode(self, texts: list[str]) -> list[np.ndarray]:
         """Token ids (int32) per text, special tokens added, truncated to max_seq_len.
@@ -108,7 +117,7 @@ class TextTokenizer:
         tokens, and today's references (sentence-transformers >= 5, Qwen's own code) feed
         the text as it is.
         """
-        return [np.asarray(e.ids, dtype=np.int32) for e in self._encodings(texts)]
+        return [np.asarray(ids, dtype=np.int32) for ids in self._ids(texts)]
 
     def encode_packed(self, texts: Sequence[str]) -> PackedBatch:
         """The texts' ids as one packed stream, what `pack(encode(texts))` gives.
@@ -117,15 +126,22 @@ class TextTokenizer:
         are what the tokenizer hands out, and one pass over them is the cheapest way to a
         flat array. Raises ValueError for a text that gives no token at all.
         """
-        ids = [e.ids for e in self._encodings(texts)]
+        ids = self._ids(texts)
         lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
         flat = np.fromiter(chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
         return pack_flat(flat, lengths)
 
-    def _encodings(self, texts: Sequence[str]) -> list:
+    def _ids(self, texts: Sequence[str]) -> list[list[int]]:
         if self.strip_texts:
             texts = [t.strip() for t in texts]
-        return self._encode_batch(texts, add_special_tokens=True)
+        if self._fast is None:
+            return [e.ids for e in self._encode_batch(texts, add_special_tokens=True)]
+        ids = [self._fast.encode(text) for text in texts]
+        rest = [i for i, one in enumerate(ids) if one is None]
+        if rest:
+            for i, encoding in zip(rest, self._encode_batch([texts[i] for i in rest], add_special_tokens=True)):
+                ids[i] = encoding.ids
+        return ids
 
     def encode_untruncated(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
         """Token ids per text without the length limit, stripped (or not) as `encode` strips them."""

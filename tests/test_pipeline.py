@@ -77,6 +77,7 @@ def test_embed_texts_gives_the_list_s_vectors_and_an_empty_list_none():
     engine = _BudgetedFake(max_batch_tokens=300, max_batch_seqs=512)
     texts = _texts(100, seed=7)
     np.testing.assert_array_equal(embed_texts(engine, texts, num_threads=2, piece_texts=16), engine.embed(texts))
+    assert _threads_left() == []  # the pool's threads wind down after the call returns
     started = threading.active_count()
     np.testing.assert_array_equal(embed_texts(engine, texts), engine.embed(texts))  # one piece: no thread
     assert threading.active_count() == started and engine.pieces[-1] == 100

@@ -1,4 +1,4 @@
-"""The fast response encoders give the simple implementation's bytes (and exact float32 values)."""
+"""The response encoders: float32-exact shortest decimals, and base64 bytes equal to the simple encoder's."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import json
 import msgspec
 import numpy as np
 import pytest
-import compat.vector_wire as vector_wire
 from compat.encoding import encode_vector
 from compat.openai import Embedding, EmbeddingResponse, Usage
 from compat.vector_wire import base64_fragments, encode_vectors, float_fragments
@@ -34,36 +33,32 @@ def _body(rows: list) -> bytes:
     return msgspec.json.encode(response)
 
 
-@pytest.fixture(params=["orjson", "fallback"])
-def float_encoder(request, monkeypatch) -> str:
-    """Run a test with orjson's fast path and again with the plain fallback."""
-    if request.param == "fallback":
-        monkeypatch.setattr(vector_wire, "orjson", None)
-    elif vector_wire.orjson is None:
-        pytest.skip("orjson is not installed")
-    return request.param
+def _shortest_float32(value: np.float32) -> float:
+    """The reference: numpy's shortest decimal that reads back as this float32 (Dragon4), as a number."""
+    return float(np.format_float_scientific(value, unique=True))
 
 
-def test_float_body_is_byte_identical_to_the_simple_encoder(float_encoder):
+def test_float_text_is_the_shortest_decimal_of_each_float32():
     vectors = _unit_vectors(64, 384)
     vectors[0, :4] = [0.0, -0.0, 1.0, 1e-30]  # zeros, an integral value, a tiny exponent
-    simple = _body([encode_vector(v, "float") for v in vectors])
-    assert _body(float_fragments(vectors)) == simple
+    decoded = json.loads(_body(float_fragments(vectors)))["data"]
+    texts = [d["embedding"] for d in decoded]
+    expected = [[_shortest_float32(x) for x in row] for row in vectors]
+    assert texts == expected  # the same decimal numbers, compared as Python floats
+    # Shorter than the float64 widening's digits: what the wire saves.
+    wide = msgspec.json.encode(vectors.astype(np.float64).tolist())
+    assert len(_body(float_fragments(vectors))) < 0.75 * len(wide)
 
 
-def test_float_text_round_trips_every_float32_exactly(float_encoder):
+def test_float_text_round_trips_every_float32_exactly():
     values = _random_float32(200_000)[:100_000].reshape(1000, 100)
     values[0, :3] = [np.finfo(np.float32).max, np.finfo(np.float32).smallest_subnormal, -3e20]
     decoded = json.loads(_body(float_fragments(values)))["data"]
-    got64 = np.array([d["embedding"] for d in decoded], dtype=np.float64)
-    # Exact in float64 (the text is the float32's own value), so exact in float32 too.
-    assert np.array_equal(got64, values.astype(np.float64))
-    assert np.array_equal(got64.astype(np.float32).view(np.uint32), values.view(np.uint32))
-
-
-def test_float_non_finite_values_match_the_simple_encoder():
-    vectors = np.array([[np.nan, np.inf, -np.inf, 0.5]], dtype=np.float32)
-    assert _body(float_fragments(vectors)) == _body([encode_vector(v, "float") for v in vectors])
+    got = np.array([d["embedding"] for d in decoded], dtype=np.float64).astype(np.float32)
+    assert np.array_equal(got.view(np.uint32), values.view(np.uint32))
+    sample = values[::97, ::13]
+    got_sample = np.array([d["embedding"] for d in decoded], dtype=np.float64)[::97, ::13]
+    assert got_sample.tolist() == [[_shortest_float32(x) for x in row] for row in sample]
 
 
 def test_base64_body_is_byte_identical_to_the_simple_encoder():
@@ -96,4 +91,4 @@ def test_server_answers_float_and_base64_with_the_same_float32_values():
     # The wire must not change a bit of the engine's float32 values, in either format.
     expected = fake.embed(texts)
     assert np.array_equal(b64, expected)
-    assert np.array_equal(floats, expected.astype(np.float64))
+    assert np.array_equal(floats.astype(np.float32), expected)
