@@ -2,9 +2,9 @@
 
 The plan is fixed before any timing: request i holds texts[lo_i:hi_i] (1 to 64 texts, sizes
 drawn from a seeded RNG) and asks for `float` or `base64`. Worker processes (spawned, so
-they carry no torch or CUDA state) each drive a share of the clients with httpx; one Python
-process cannot parse responses as fast as a GPU server produces them, so the client side
-can be spread over several. Bodies are kept as bytes while timing and decoded afterwards, so
+they carry no torch or CUDA state) each drive a share of the clients over keep-alive
+connections of a minimal HTTP client (bench/lean_http.py); one Python process cannot parse
+responses as fast as a GPU server produces them, so the client side can be spread over several. Bodies are kept as bytes while timing and decoded afterwards, so
 the decoding cost of the client never slows the server's clock.
 """
 
@@ -15,9 +15,10 @@ import base64
 import time
 from dataclasses import dataclass
 
-import httpx
 import msgspec
 import numpy as np
+
+from bench.lean_http import AsyncConnection, BlockingConnection
 
 
 @dataclass(frozen=True)
@@ -78,26 +79,27 @@ async def _drive(url: str, texts: list[str], plan: list[PlannedRequest], num_cli
     errors: list[str] = []
     encoder = msgspec.json.Encoder()
 
-    async def client_loop(client: httpx.AsyncClient) -> None:
-        while not queue.empty():
-            request = queue.get_nowait()
-            payload = {"input": texts[request.lo : request.hi], "encoding_format": request.encoding_format}
-            if model:
-                payload["model"] = model
-            t = time.perf_counter()
-            r = await client.post("/v1/embeddings", content=encoder.encode(payload),
-                                  headers={"content-type": "application/json"})
-            latencies.append(time.perf_counter() - t)
-            if r.status_code != 200:
-                errors.append(f"{r.status_code}: {r.text[:200]}")
-            else:
-                bodies.append((request, r.content))
+    async def client_loop() -> None:
+        connection = AsyncConnection(url)
+        try:
+            while not queue.empty():
+                request = queue.get_nowait()
+                payload = {"input": texts[request.lo : request.hi], "encoding_format": request.encoding_format}
+                if model:
+                    payload["model"] = model
+                t = time.perf_counter()
+                status, body = await connection.post("/v1/embeddings", encoder.encode(payload))
+                latencies.append(time.perf_counter() - t)
+                if status != 200:
+                    errors.append(f"{status}: {body[:200].decode(errors='replace')}")
+                else:
+                    bodies.append((request, body))
+        finally:
+            await connection.close()
 
-    limits = httpx.Limits(max_connections=num_clients, max_keepalive_connections=num_clients)
-    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
-        started = time.monotonic()
-        await asyncio.gather(*[client_loop(client) for _ in range(num_clients)])
-        finished = time.monotonic()
+    started = time.monotonic()
+    await asyncio.gather(*[client_loop() for _ in range(num_clients)])
+    finished = time.monotonic()
     return started, finished, latencies, bodies, errors
 
 
@@ -129,21 +131,24 @@ def run_latency(url: str, queries: list[str], model: str | None, encoding_format
     """Single short queries, one at a time on one keep-alive connection: the idle server's latency."""
     latencies, indices, vectors, errors = [], [], [], []
     encoder = msgspec.json.Encoder()
-    with httpx.Client(base_url=url, timeout=60) as client:
+    connection = BlockingConnection(url)
+    try:
         for i, text in enumerate([*queries[:num_warmup], *queries]):
             payload = {"input": text, "encoding_format": encoding_format}
             if model:
                 payload["model"] = model
             content = encoder.encode(payload)
             t = time.perf_counter()
-            r = client.post("/v1/embeddings", content=content, headers={"content-type": "application/json"})
+            status, body = connection.post("/v1/embeddings", content)
             elapsed = time.perf_counter() - t
-            if r.status_code != 200:
-                errors.append(f"{r.status_code}: {r.text[:200]}")
+            if status != 200:
+                errors.append(f"{status}: {body[:200].decode(errors='replace')}")
                 continue
             if i >= num_warmup:
                 latencies.append(elapsed)
                 indices.append(i - num_warmup)
-                vectors.append(decode_body(r.content)[0][1])
+                vectors.append(decode_body(body)[0][1])
+    finally:
+        connection.close()
     stacked = np.stack(vectors) if vectors else np.zeros((0, 0), np.float32)
     return latencies, np.asarray(indices, dtype=np.int64), stacked, errors

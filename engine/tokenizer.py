@@ -109,6 +109,11 @@ class TextTokenizer:
             return None
         return AsciiWordPiece.for_tokenizer(self._tokenizer, prefix, suffix, self.max_seq_len)
 
+    @property
+    def holds_the_gil(self) -> bool:
+        """Whether encoding runs in Python (the ASCII fast path): a thread then buys no parallelism."""
+        return self._fast is not None
+
     def encode(self, texts: list[str]) -> list[np.ndarray]:
         """Token ids (int32) per text, special tokens added, truncated to max_seq_len.
 

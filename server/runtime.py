@@ -24,6 +24,9 @@ from server.plugins import load_engine_plugin
 from server.trace import note_batch
 
 logger = logging.getLogger("rose_embed.server")
+# Up to this many characters a request is tokenized on the event loop (well under a millisecond
+# on the fast path); longer ones go to a thread so that other requests are not held up.
+_INLINE_TOKENIZE_CHARS = 16_384
 
 
 class Runtime:
@@ -112,6 +115,9 @@ class Runtime:
         return [replica.describe() for replica in self.batcher.replicas]
 
     async def tokenize(self, texts: list[str]) -> list[np.ndarray]:
-        """Tokenize off the event loop (the Rust tokenizer releases the GIL)."""
+        """Tokenize off the event loop where that runs in parallel with it (the Rust tokenizer
+        releases the GIL) or would hold it up; a small request in Python is cheaper in place."""
+        if self.engine.tokenizer.holds_the_gil and sum(map(len, texts)) <= _INLINE_TOKENIZE_CHARS:
+            return self.engine.tokenize(texts)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._tokenizer_pool, self.engine.tokenize, texts)

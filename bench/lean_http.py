@@ -1,0 +1,96 @@
+"""A minimal HTTP/1.1 client for the load generator: one keep-alive connection, POST, read the body.
+
+A GPU server answers tens of thousands of texts a second; a general-purpose client (httpx)
+spends more CPU per response than the server does, and the load generator shares the
+machine with the server. This one does only what the benchmark needs: it writes the request
+in one call, reads the status line and headers, and reads a Content-Length (or chunked) body.
+Both an asyncio version (for many concurrent clients) and a blocking one (for latency, where
+the client's own overhead would otherwise be counted as the server's) are here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from urllib.parse import urlsplit
+
+
+def _request_head(host: str, path: str, body: bytes) -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode("ascii")
+
+
+def _parse_head(head: bytes) -> tuple[int, int | None, bool]:
+    """(status, content length or None, chunked) from the status line and headers."""
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    length, chunked = None, False
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        name = name.strip().lower()
+        if name == "content-length":
+            length = int(value)
+        elif name == "transfer-encoding" and "chunked" in value.lower():
+            chunked = True
+    return status, length, chunked
+
+
+def _address(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    return parts.hostname or "127.0.0.1", parts.port or 80
+
+
+class AsyncConnection:
+    def __init__(self, url: str):
+        self.host, self.port = _address(url)
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.open_connection(self.host, self.port, limit=1 << 20)
+        self._writer.write(_request_head(self.host, path, body) + body)
+        status, length, chunked = _parse_head(await self._reader.readuntil(b"\r\n\r\n"))
+        if chunked:
+            parts = []
+            while (size := int((await self._reader.readuntil(b"\r\n"))[:-2].split(b";")[0], 16)) > 0:
+                parts.append(await self._reader.readexactly(size))
+                await self._reader.readexactly(2)
+            await self._reader.readuntil(b"\r\n")  # the empty trailer
+            return status, b"".join(parts)
+        return status, await self._reader.readexactly(length or 0)
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            await self._writer.wait_closed()
+
+
+class BlockingConnection:
+    def __init__(self, url: str, timeout: float = 60.0):
+        self.host, self.port = _address(url)
+        self._sock = socket.create_connection((self.host, self.port), timeout=timeout)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._file = self._sock.makefile("rb")
+
+    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        self._sock.sendall(_request_head(self.host, path, body) + body)
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):
+            line = self._file.readline()
+            if not line:
+                raise ConnectionError("the server closed the connection")
+            head += line
+        status, length, chunked = _parse_head(head[:-4])
+        if not chunked:
+            return status, self._file.read(length or 0)
+        parts = []
+        while (size := int(self._file.readline()[:-2].split(b";")[0], 16)) > 0:
+            parts.append(self._file.read(size))
+            self._file.read(2)
+        self._file.readline()
+        return status, b"".join(parts)
+
+    def close(self) -> None:
+        self._file.close()
+        self._sock.close()
