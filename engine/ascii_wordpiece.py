@@ -8,8 +8,10 @@ That costs microseconds per token, and on a GPU machine it is most of what the f
 On ASCII text with no control characters the pipeline reduces to this: lowercase (if the
 normaliser does), split into runs of letters and digits and single punctuation characters
 (BERT counts every printable non-alphanumeric ASCII character as punctuation), and map each
-word to its WordPiece ids. Words repeat a great deal, so each word's ids are computed once by
-the Rust tokenizer's own WordPiece model and then looked up. Any text outside that case (a
+word to its WordPiece ids. Text is cut at whitespace first (str.split, in C), and each
+whitespace-separated chunk ("value,", "f(x)") maps to the ids of its words; chunks repeat a
+great deal, so each chunk's ids are computed once, with the Rust tokenizer's own WordPiece
+model for each word, and then looked up. Any text outside that case (a
 non-ASCII or control character, or the text of an added token such as "[MASK]", which the
 Rust tokenizer matches before normalising) goes to the Rust tokenizer unchanged, and so does
 any tokenizer whose pipeline is not exactly this one.
@@ -81,13 +83,12 @@ class AsciiWordPiece:
         added = sorted({spelling for t in added for spelling in (t, t.lower())})
         return cls(tokenizer, lowercase, prefix, suffix, max_len, added)
 
-    def _word_ids(self, word: str) -> tuple[int, ...]:
-        ids = self._cache.get(word)
-        if ids is None:
-            ids = tuple(token.id for token in self._model.tokenize(word))
-            if len(self._cache) >= _CACHE_LIMIT:
-                self._cache.clear()
-            self._cache[word] = ids
+    def _chunk_ids(self, chunk: str) -> tuple[int, ...]:
+        tokenize = self._model.tokenize
+        ids = tuple(token.id for word in self._words.findall(chunk) for token in tokenize(word))
+        if len(self._cache) >= _CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[chunk] = ids
         return ids
 
     def encode(self, text: str) -> list[int] | None:
@@ -101,12 +102,12 @@ class AsciiWordPiece:
             return None
         limit = self._content_limit
         content: list[int] = []
-        cache, word_ids = self._cache, self._word_ids
-        # A long text is read word by word so that what lies past the limit is never split.
-        words = self._words.findall(text) if len(text) <= 4 * limit else (m.group() for m in self._words.finditer(text))
-        for word in words:
-            ids = cache.get(word)
-            content += ids if ids is not None else word_ids(word)
+        cache, chunk_ids = self._cache, self._chunk_ids
+        # Every chunk gives at least one token, so the first `limit` chunks reach the limit: what
+        # lies past them stays one unsplit remainder, never read.
+        for chunk in text.split(None, limit):
+            ids = cache.get(chunk)
+            content += ids if ids is not None else chunk_ids(chunk)
             if len(content) >= limit:
                 del content[limit:]
                 break
