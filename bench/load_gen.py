@@ -6,8 +6,9 @@
 
 The server runs with default flags (what users run); `--server-arg=...` adds a variant's flag.
 
-Each round times, in turn and on the same texts: the engine alone (Engine.embed in this
-process, same model/device/dtype/budget as the server), sentence-transformers encode(), and
+Each round times, in turn and on the same texts: the engine alone with the texts' ids
+(tokenized beforehand: the device's own speed), the engine alone on the texts (Engine.embed
+in this process, same model/device/dtype/budget as the server), sentence-transformers encode(), and
 the server over HTTP (many clients, requests of 1 to 64 texts, `float` and `base64` mixed).
 Then a latency mode sends single short queries one at a time. Every vector that comes back
 is checked against the engine's vector for its text (cosine >= --min-cosine); the run
@@ -36,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import (DEFAULT_DATA, ServerProcess, descendants, load_texts, machine_description,  # noqa: E402
                           publish)
 from bench.profile_summary import PySpy, summarize  # noqa: E402
+from bench.embed_pipeline import run_ids  # noqa: E402
 from bench.traffic import PlannedRequest, make_plan, run_latency, run_worker  # noqa: E402
 
 
@@ -168,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                    *(["--model", args.model] if args.model else []), *args.server_arg]
     server = None if args.url else ServerProcess(*server_args)
     url = args.url or server.url
-    names = ["engine alone (Engine.embed, no HTTP)", f"HTTP, {args.clients} clients x 1-{args.max_request_texts} texts"]
+    seqs = engine.tokenize(texts)  # the ids-in path's input, tokenized before any timing
+    names = [IDS_IN, "engine alone (Engine.embed, no HTTP)", f"HTTP, {args.clients} clients x 1-{args.max_request_texts} texts"]
     if st is not None:
         names.insert(0, f"sentence-transformers encode(batch_size={args.st_batch_size})")
     timings: dict[str, list[float]] = {n: [] for n in names}
@@ -190,6 +193,12 @@ def main(argv: list[str] | None = None) -> int:
                 t, cpu = time.perf_counter(), time.process_time()
                 engine.embed(texts)
                 cpu_times[names[-2]].append(time.process_time() - cpu)
+                return time.perf_counter() - t
+
+            def time_ids() -> float:
+                t, cpu = time.perf_counter(), time.process_time()
+                run_ids(engine, seqs)
+                cpu_times[IDS_IN].append(time.process_time() - cpu)
                 return time.perf_counter() - t
 
             def time_st() -> float:
@@ -221,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
 
             for r in range(args.rounds):
                 profile = args.py_spy if server is not None and r == args.rounds - 1 else None
-                paths = {names[-2]: time_engine, names[-1]: lambda: time_http(profile)}
+                paths = {IDS_IN: time_ids, names[-2]: time_engine, names[-1]: lambda: time_http(profile)}
                 if st is not None:
                     paths[names[0]] = time_st
                 # The machine may be shared: rotate the order so no path always runs first or last.
@@ -242,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
                     latencies, check, st_worst, errors, profile_lines, server_args)
     publish(report, args.out)
     return 1 if check.mismatches or errors else 0
+
+
+IDS_IN = "engine alone, ids in (tokenized beforehand, no HTTP)"
 
 
 def render(args, engine, timings, cpu_times, server_cpu, names, num_tokens, num_texts, request_latencies,
@@ -280,12 +292,16 @@ def render(args, engine, timings, cpu_times, server_cpu, names, num_tokens, num_
     lines += ["", f"- **HTTP / engine: {statistics.median(per_round):.3f}x** (median of the per-round ratios "
                   f"{', '.join(f'{x:.2f}' for x in per_round)}; ratio of the medians {median[eng] / median[http]:.3f}x; "
                   "issue 7 target >= 0.9x)"]
+    ids_round = [e / h for e, h in zip(timings[IDS_IN], timings[http])]
+    lines.append(f"- **HTTP / engine alone with ids in: {statistics.median(ids_round):.3f}x** (median of the per-round "
+                 f"ratios {', '.join(f'{x:.2f}' for x in ids_round)}): the device's own speed on these texts, "
+                 "tokenizer and HTTP excluded")
     cpu_round = [e / h for e, h in zip(cpu_times[eng], cpu_times[http])]
     server_round = [e / h for e, h in zip(cpu_times[eng], server_cpu)]
     lines.append(f"- HTTP / engine by CPU time (engine CPU s / CPU s of server + client processes): "
                  f"**{statistics.median(cpu_round):.3f}x**; server process alone: {statistics.median(server_round):.3f}x "
                  f"(per round: {', '.join(f'{x:.2f}' for x in cpu_round)})")
-    if len(names) == 3:
+    if names[0] != IDS_IN:
         st_round = [s / h for s, h in zip(timings[names[0]], timings[http])]
         lines.append(f"- **HTTP / sentence-transformers: {statistics.median(st_round):.2f}x** (median of the per-round "
                      f"ratios; ratio of the medians {median[names[0]] / median[http]:.2f}x)")
