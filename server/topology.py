@@ -4,10 +4,13 @@ many CPU threads a CPU engine uses. Flags may name the devices and the front end
 follows.
 
 The measurements behind the rules (bench/results/, docs/e2e.md):
-- one Python event loop serves about 13,000 short texts/s, while an H200 computes BERT-base
-  paragraphs at over twice that: on a GPU the front end, not the device, sets the speed, so
-  a GPU gets several front ends (one per 4 cores measured best on 16 cores: 4 front ends
-  1.73M tokens/s against 6 at 1.65M and 8 at 1.51M);
+- one Python event loop serves about 14,000 paragraph-sized texts/s (tokenized, batched and
+  answered), while an H200 computes the default model on 200,000 of them a second: on a GPU
+  the front ends, not the device, set the speed, so a GPU gets several. With the tokenizer's
+  ASCII fast path, on 16 cores (the load generator's 8 client processes on the same machine),
+  MiniLM paragraphs went 2.3M tokens/s with 4 front ends, 3.0M with 6 and 3.8M with 8: one
+  front end per 2 cores, at most 8 per GPU. (Before that fast path each front end's Rust
+  tokenizer spread over every core, and more than 4 front ends only fought over them.)
 - on the CPU the engine is the bottleneck, and one front end already reaches the engine's own
   speed (the load generator's HTTP / engine 0.92x), so a CPU server runs one;
 - a GPU fed by one front end keeps two of its batches in flight (one computing, one ready
@@ -22,8 +25,8 @@ from dataclasses import replace
 
 from engine.config import EngineConfig
 
-CORES_PER_FRONT_END = 4
-MAX_FRONT_ENDS_PER_GPU = 4
+CORES_PER_FRONT_END = 2
+MAX_FRONT_ENDS_PER_GPU = 8
 
 
 def available_cores() -> int:

@@ -46,9 +46,10 @@ def test_every_visible_gpu_gets_an_engine_and_front_ends_follow_the_cores(two_gp
 def test_default_front_ends():
     assert default_front_ends(("cpu",), cores=64) == 1
     assert default_front_ends(("cuda:0",), cores=2) == 1
-    assert default_front_ends(("cuda:0",), cores=16) == 4
-    assert default_front_ends(("cuda:0",), cores=64) == 4  # at most 4 per GPU
-    assert default_front_ends(("cuda:0", "cuda:1"), cores=64) == 8
+    assert default_front_ends(("cuda:0",), cores=16) == 8
+    assert default_front_ends(("cuda:0",), cores=6) == 3
+    assert default_front_ends(("cuda:0",), cores=64) == 8  # at most 8 per GPU
+    assert default_front_ends(("cuda:0", "cuda:1"), cores=64) == 16
 
 
 def test_batches_in_flight():
