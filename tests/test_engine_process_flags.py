@@ -37,7 +37,7 @@ def test_every_visible_gpu_gets_an_engine_and_front_ends_follow_the_cores(two_gp
     monkeypatch.setattr("server.topology.available_cores", lambda: 16)
     cfg = config()
     assert cfg.devices == ("cuda:0", "cuda:1")
-    assert cfg.frontend_workers == 4 and cfg.batches_in_flight == 1
+    assert cfg.frontend_workers == 8 and cfg.batches_in_flight == 1
     assert config("--devices", "cuda:1").devices == ("cuda:1",)
     assert config("--devices", "cuda").devices == ("cuda:0",)
     assert config("--frontend-workers", "1").batches_in_flight == 2  # a GPU fed by one front end
