@@ -19,7 +19,7 @@ both; only one of them sends at a time). The ratio N processes / in process is t
 to judge (target for 2 GPUs: >= 1.9). Batches in flight per engine are the server's
 (server/topology.py: 2 on GPUs fed by one front end, 1 on CPUs), for every set-up.
 The model is BERT-base's shape with random weights (bench/tiny_model.py) unless --model
-says otherwise; bf16 on CUDA, every graph captured before timing (--capture-at-start).
+says otherwise; bf16 on CUDA, every graph captured before timing (capture_at_start, as the server does).
 The engines never talk to one another: no torch.distributed, no NCCL (and so no NVLink
 multicast); NCCL_NVLS_ENABLE=0 is set all the same, for any library that might look.
 """

@@ -40,6 +40,6 @@ class EngineConfig:
     attention_backend: str = "auto"
     enforce_eager: bool = False
     fused_kernels: bool = True  # CUDA: Triton kernels between the matmuls (engine/layers/fused.py)
-    capture_at_start: bool = False
+    capture_at_start: bool = False  # the server turns it on (--lazy-capture turns it off); the library captures lazily
     num_threads: int | None = None  # torch intra-op threads on CPU; None: torch's default
     model_overrides: ModelOverrides = field(default_factory=ModelOverrides)

@@ -79,7 +79,7 @@ class Engine(ModelView):
         """Run a small and a full-budget batch so that first requests pay no setup cost.
 
         On CUDA each runs twice: the first run of a graph bucket is eager (library set-up),
-        the second captures its graph. With --capture-at-start every bucket is captured now
+        the second captures its graph. With capture_at_start every bucket is captured now
         (seconds), so no request ever waits for a capture.
         """
         seq = np.full(min(self.spec.max_seq_len, 16), 100, dtype=np.int32)

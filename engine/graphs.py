@@ -176,7 +176,7 @@ class CUDAGraphRunner:
         return self._run(bucket, num_segments, chunk, cu_seqlens.tolist())
 
     def capture_all(self) -> int:
-        """Capture every key a batch can reach (--capture-at-start); return how many."""
+        """Capture every key a batch can reach (capture_at_start); return how many."""
         before = len(self.graphs)
         for bucket in self.buckets:
             for chunk in self.seqlen_buckets(bucket):
@@ -226,7 +226,7 @@ class CUDAGraphRunner:
             self._capture_stream = torch.cuda.Stream()
         # capture_begin/end rather than torch.cuda.graph(): that context manager empties the
         # device and pinned-host caches before every capture, a cost paid hundreds of times
-        # by --capture-at-start, and it would release cached pinned readback buffers.
+        # by capture_at_start, and it would release cached pinned readback buffers.
         graph = torch.cuda.CUDAGraph()
         torch.cuda.synchronize()
         try:

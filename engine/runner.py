@@ -77,7 +77,7 @@ class ModelRunner:
 
     @torch.inference_mode()
     def capture_all(self) -> int:
-        """Capture every graph ahead of traffic (--capture-at-start); return how many."""
+        """Capture every graph ahead of traffic (capture_at_start); return how many."""
         return self.graphs.capture_all() if self.graphs is not None else 0
 
     def _load(self, batch: PackedBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -56,8 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="one engine process per device, comma-separated: cpu, cuda:0,cuda:1, ... "
                             "(default: every visible GPU, else the CPU)")
     serve.add_argument("--frontend-workers", type=positive_int, default=None, metavar="K",
-                       help="front-end processes feeding every engine (default: 1 on a CPU; on GPUs one per 4 "
-                            "cores, at most 4 per GPU)")
+                       help="front-end processes feeding every engine (default: 1 on a CPU; on GPUs one per 2 "
+                            "cores, at most 8 per GPU)")
     serve.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: bfloat16 on a GPU, float32 on the CPU")
     serve.add_argument("--max-batch-tokens", type=positive_int, default=None,
                        help=f"token budget of one batch (default: {DEFAULT_MAX_BATCH_TOKENS}, "
@@ -91,8 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
                                  help="GPU: run every batch eagerly, no CUDA graphs"))
     advanced(tuning.add_argument("--no-fused-kernels", dest="fused_kernels", action="store_false",
                                  help="GPU: plain PyTorch instead of the fused Triton kernels between the matmuls"))
-    advanced(tuning.add_argument("--capture-at-start", action="store_true",
-                                 help="GPU: capture every bucket's CUDA graph before serving, not on its second batch"))
+    advanced(tuning.add_argument("--lazy-capture", action="store_true",
+                                 help="GPU: start serving sooner and capture each CUDA graph on its second batch "
+                                      "instead of all of them before /health turns 200"))
     _add_model_flags(serve)
     hardening_cli.add_arguments(serve)
     embed_cli.add_parser(commands, HelpFormatter)
@@ -129,7 +130,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_batch_seqs=args.max_batch_seqs, max_seq_len=args.max_seq_len, num_threads=args.num_threads,
         attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
         fused_kernels=args.fused_kernels,
-        capture_at_start=args.capture_at_start,
+        capture_at_start=not args.lazy_capture,
         model_overrides=ModelOverrides(
             attention=args.attention, pooling=args.pooling, quantization=args.embedding_quantization,
             default_prompt_name=args.default_prompt_name, matryoshka_dims=args.matryoshka_dims,

@@ -3,7 +3,9 @@ and the fused kernels (the defaults), against sentence-transformers in fp32 on t
 
 Self-contained: each test builds its tiny checkpoint (saved by sentence-transformers) in a
 temporary directory. Tolerances (cosine per vector): bf16 engine vs the fp32 reference
->= 0.999; graph replay vs the eager run of the same padded shapes >= 0.99999 (same
+>= 0.999, or no worse than sentence-transformers' own bf16 on the device where that is below
+0.999 (a tiny random checkpoint with large activations, e.g. EmbeddingGemma's two Dense
+layers after mean pooling, can lose more to bf16 than a trained model); graph replay vs the eager run of the same padded shapes >= 0.99999 (same
 kernels); graphs vs --enforce-eager >= 0.9999 (other GEMM shapes, so bf16 rounding may
 differ a little). Attention a backend cannot run exactly is refused by name.
 """
@@ -31,6 +33,9 @@ def test_bf16_graphs_match_sentence_transformers(checkpoint, texts):
 
     arch, path = checkpoint
     reference = SentenceTransformer(str(path), device="cpu").encode(texts, convert_to_numpy=True)
+    their_bf16 = SentenceTransformer(str(path), device="cuda", model_kwargs={"dtype": torch.bfloat16}).encode(
+        texts, convert_to_numpy=True)
+    bf16_tolerance = min(0.999, float(cosines(their_bf16, reference).min()))
     engine = _engine(path)
     assert engine.spec.architecture == SPECS[arch].architecture and engine.dtype == torch.bfloat16
     assert engine.runner.graphs is not None and engine.runner.attention.name == "varlen"
@@ -41,16 +46,17 @@ def test_bf16_graphs_match_sentence_transformers(checkpoint, texts):
     assert engine.runner.num_graph_replays > 0
     for out in runs:
         assert out.shape == reference.shape
-        assert cosines(out, reference).min() >= 0.999, arch
+        assert cosines(out, reference).min() >= bf16_tolerance, arch
     assert cosines(runs[-1], runs[0]).min() >= 0.99999
     eager = _engine(path, enforce_eager=True).embed(texts)
-    assert cosines(eager, reference).min() >= 0.999
+    assert cosines(eager, reference).min() >= bf16_tolerance
     assert cosines(runs[-1], eager).min() >= 0.9999
     assert np.allclose(np.linalg.norm(runs[-1], axis=1), 1.0, atol=1e-4)
     # The PyTorch references of the fused kernels (--no-fused-kernels) on the device too;
     # last, since the switch is process-wide.
     unfused = _engine(path, fused_kernels=False).embed(texts)
-    assert cosines(unfused, reference).min() >= 0.999
+    assert cosines(unfused, reference).min() >= bf16_tolerance
+    print(f"{arch}: bf16 tolerance {bf16_tolerance:.5f}, ours {cosines(runs[-1], reference).min():.5f}")
 
 
 @pytest.mark.parametrize("arch,refusal", [("mpnet", "relative position bias"), ("modernbert", "sliding-window"),

@@ -130,7 +130,7 @@ def test_help_says_something_of_every_flag_and_no_backwards_default(capsys):
     assert not undocumented
     _help("--help-all")
     text = " ".join(capsys.readouterr().out.split())
-    fused = text[text.index("--no-fused-kernels"):text.index("--capture-at-start")]
+    fused = text[text.index("--no-fused-kernels"):text.index("--lazy-capture")]
     assert "default" not in fused  # "(default: True)" on a flag that switches them off read backwards
     assert "--port PORT TCP port to listen on (1-65535) (default: 8000)" in text
 

@@ -1,9 +1,10 @@
 """The server as a user starts it on a GPU, under concurrent load: every answer a 200, and right.
 
-Default flags (lazy capture: no --capture-at-start), a small random BERT checkpoint, and many
-concurrent clients whose requests vary in size and text length, so that batches land in
-dozens of token buckets that warm-up never captured: each is captured on its second batch
-while other requests' results are being waited on and read back. Before captures ran in
+Default flags (every graph captured before serving), then --lazy-capture: a small random BERT
+checkpoint and many concurrent clients whose requests vary in size and text length, so that
+with lazy capture batches land in dozens of token buckets that warm-up never captured: each
+is captured on its second batch while other requests' results are being waited on and read
+back. Before captures ran in
 thread-local mode, this load answered 500s, and kept answering them once a capture had
 failed. Every vector is checked against Hugging Face in fp32 on the same weights (cosine
 >= 0.999, bf16 engine), with the default front ends and with one.
@@ -24,9 +25,9 @@ from tests.test_gpu import _bert_config, _hf_bert, _hf_reference, _write_model_d
 pytestmark = [needs_cuda, pytest.mark.gpu, pytest.mark.slow]
 
 NUM_REQUESTS, NUM_CLIENTS = 400, 32
-VARIANTS = {  # the defaults (on a many-core GPU machine: several front ends), and one front end
+VARIANTS = {  # the defaults (on a many-core GPU machine: several front ends), and one front end capturing lazily
     "defaults": (),
-    "one-front-end": ("--frontend-workers", "1"),
+    "one-front-end-lazy-capture": ("--frontend-workers", "1", "--lazy-capture"),
 }
 
 
