@@ -15,9 +15,9 @@ Günther et al. 2024). engine/batch.py carries the chunks as pooling segments.
 A document longer than the model's limit is cut at chunk boundaries into windows, each
 wrapped the same way and filled greedily with whole chunks in order. A chunk that does not
 fit in a window by itself follows the long-inputs mode (engine/config.LONG_INPUT_MODES):
-"truncate" keeps its first tokens, "error" raises ChunkTooLongError, "chunk" cuts it across
-consecutive windows and gives it the token-weighted mean of its parts' vectors (as
-engine/long_inputs.py combines a text's windows). A window also holds at most `max_chunks`
+"truncate" keeps its first tokens, "error" raises ChunkTooLongError, "chunk" fills the room
+left in the current window and continues in the next ones, and gets the token-weighted mean
+of its parts' vectors (as engine/long_inputs.py combines a text's windows). A window also holds at most `max_chunks`
 segments: the vectors one batch can pool (the engine's max_batch_seqs).
 
 These functions see token ids and vectors only; the server's route and the corpus job call them.
@@ -167,16 +167,21 @@ def document_windows(chunks: list[list[int]], before: tuple[int, ...], after: tu
         pieces.clear()
 
     for c, chunk in enumerate(chunks):
-        parts = [chunk]
-        if len(chunk) > room:
-            if mode == "error":
-                raise ChunkTooLongError(document, c, len(chunk) + len(before) + len(after), max_seq_len)
-            parts = [chunk[:room]] if mode == "truncate" else [chunk[lo : lo + room] for lo in range(0, len(chunk), room)]
-        for part in parts:
+        if len(chunk) > room and mode == "error":
+            raise ChunkTooLongError(document, c, len(chunk) + len(before) + len(after), max_seq_len)
+        if len(chunk) > room and mode == "truncate":
+            chunk = chunk[:room]
+        # A chunk that fits a window starts a new one where the current one lacks room for it;
+        # a longer one (mode "chunk") fills the current window's room and continues in the next.
+        fits = len(chunk) <= room
+        rest = chunk
+        while rest:
             used = sum(len(p) for _, p in pieces)
-            if pieces and (used + len(part) > room or len(pieces) >= max_chunks):
+            if pieces and (used >= room or len(pieces) >= max_chunks or (fits and used + len(rest) > room)):
                 close()
-            pieces.append((c, part))
+                used = 0
+            pieces.append((c, rest[: room - used]))
+            rest = rest[room - used:]
     if pieces:
         close()
     return out

@@ -81,6 +81,7 @@ class FakeEngine(ModelView):
         self._tokens, self._positions = _tables(seed, self.vocab_size, self.spec.max_seq_len, dim)
         self.config = EngineConfig(device="cpu", max_batch_tokens=4096)  # the corpus job cuts batches by it
         self.batches: list[tuple[int, int]] = []  # (sequences, tokens) of every batch computed
+        self.outputs: list[int] = []  # vectors pooled by every batch computed
         self.num_eager_runs = 0  # read by /metrics: a CPU engine runs every batch eagerly
 
     def execute(self, seqs: list[np.ndarray]) -> LazyResult:
@@ -90,6 +91,7 @@ class FakeEngine(ModelView):
     def warm_up(self) -> None:
         self.execute_packed(_pack_one(np.array([101, 102], np.int32))).wait()
         self.batches.clear()
+        self.outputs.clear()
 
     def execute_packed(self, batch: PackedBatch) -> LazyResult:
         """The batch's vectors from its packed stream: [num_outputs, dim] float32, one per
@@ -108,6 +110,7 @@ class FakeEngine(ModelView):
             lengths = np.bincount(batch.segment_ids[pooled], minlength=batch.num_outputs)
         vectors = self._finish(sums, lengths)
         self.batches.append((batch.num_seqs, batch.num_tokens))
+        self.outputs.append(batch.num_outputs)
         self.num_eager_runs += 1
         return LazyResult(torch.from_numpy(vectors), batch.num_outputs)
 

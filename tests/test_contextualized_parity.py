@@ -85,17 +85,22 @@ def hf_late_chunked(path: Path, documents: list[list[str]], mode: str = "truncat
     room = MAX_SEQ_LEN - len(before) - len(after)
     out, num_tokens, num_windows = [], 0, []
     for document in documents:
-        parts: list[tuple[int, list[int]]] = []  # (chunk, tokens): a chunk past the room in pieces
+        windows, current = [], []  # each window a list of (chunk, its tokens there)
         for c, chunk in enumerate(document):
             ids = tokenizer(chunk, add_special_tokens=False).input_ids
-            pieces = [ids[:room]] if mode == "truncate" else [ids[i: i + room] for i in range(0, len(ids), room)]
-            parts += [(c, piece) for piece in pieces]
-        windows, current = [], []
-        for part in parts:
-            if current and sum(len(p) for _, p in current) + len(part[1]) > room:
-                windows.append(current)
-                current = []
-            current.append(part)
+            if len(ids) <= room or mode == "truncate":  # whole chunks, greedily
+                if current and sum(len(p) for _, p in current) + len(ids[:room]) > room:
+                    windows.append(current)
+                    current = []
+                current.append((c, ids[:room]))
+                continue
+            for token in ids:  # mode "chunk": token by token into the room left, then new windows
+                if sum(len(p) for _, p in current) == room:
+                    windows.append(current)
+                    current = []
+                if not current or current[-1][0] != c:
+                    current.append((c, []))
+                current[-1][1].append(token)
         windows.append(current)
         num_windows.append(len(windows))
         sums = {}  # chunk -> (sum of its pooled vectors weighted by tokens, tokens)
