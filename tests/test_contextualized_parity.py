@@ -1,13 +1,6 @@
 """Late chunking (POST /v1/contextualizedembeddings, the corpus CLI's --chunks-field) against the same
-computation on Hugging Face transformers' AutoModel, fp32 on the CPU, on tiny random checkpoints saved
-by sentence-transformers (tests/st_checkpoints.py).
-
-The reference, written here without the engine's code: each chunk tokenized alone without
-special tokens; a document's chunks laid end to end, greedily into windows of at most the
-model's limit, each window wrapped as the tokenizer wraps one text ([CLS] ... [SEP] for BERT,
-... <|endoftext|> for the Qwen tokenizer); one AutoModel forward per window; each chunk's
-vector the mean of the last hidden states over its own tokens, then the checkpoint's modules
-after pooling (a Dense and a Normalize, run by sentence-transformers itself).
+computation on Hugging Face transformers' AutoModel (tests/late_chunking_reference.py), fp32 on the
+CPU, on tiny random checkpoints saved by sentence-transformers (tests/st_checkpoints.py).
 """
 
 from __future__ import annotations
@@ -19,11 +12,11 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-import torch
 
 from compat.quantize import int8_tanh
 from server.__main__ import main
 from tests.conftest import ServerProcess, load_texts
+from tests.late_chunking_reference import hf_late_chunked, sentences
 from tests.st_checkpoints import bert_tokenizer, load_reference, pplx_config, qwen_tokenizer, save_architecture, \
     save_hf_model, save_st_model
 from tests.qwen3_checkpoints import tiny_config
@@ -39,16 +32,12 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
-def _sentences(text: str) -> list[str]:
-    return [s.strip() + "." for s in text.replace("\n", " ").split(". ") if s.strip()]
-
-
 @pytest.fixture(scope="module")
 def documents() -> list[list[str]]:
     """Documents of 1 to 30-odd chunks: some fit one window, some need several; one chunk is
     longer than a window by itself."""
     texts = load_texts(60)
-    docs = [_sentences(" ".join(texts[lo:hi])) for lo, hi in ((0, 3), (3, 7), (10, 16), (30, 40))]  # 1 to 3 windows
+    docs = [sentences(" ".join(texts[lo:hi])) for lo, hi in ((0, 3), (3, 7), (10, 16), (30, 40))]  # 1 to 3 windows
     docs.append(["a single short chunk"])
     docs.append(["A lead sentence.", " ".join(texts[20:30]), "A closing sentence."])  # a chunk of 306 tokens
     return docs
@@ -69,60 +58,6 @@ def bert_path(tmp_path_factory) -> Path:
                              after=[lambda width: modules.Dense(width, 24), modules.Normalize()])
 
 
-@torch.inference_mode()
-def hf_late_chunked(path: Path, documents: list[list[str]], mode: str = "truncate",
-                    trust_remote_code: bool = False) -> tuple[np.ndarray, int, list[int]]:
-    """(vectors [chunks, dim] after the checkpoint's modules, tokens the model read, windows per document)."""
-    from transformers import AutoModel, AutoTokenizer
-
-    reference = load_reference(path, trust_remote_code)
-    head = list(reference)[2:]
-    model = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code, dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    probe = tokenizer("probe text").input_ids
-    bare = tokenizer("probe text", add_special_tokens=False).input_ids
-    before, after = probe[: probe.index(bare[0])], probe[probe.index(bare[0]) + len(bare):]
-    room = MAX_SEQ_LEN - len(before) - len(after)
-    out, num_tokens, num_windows = [], 0, []
-    for document in documents:
-        windows, current = [], []  # each window a list of (chunk, its tokens there)
-        for c, chunk in enumerate(document):
-            ids = tokenizer(chunk, add_special_tokens=False).input_ids
-            if len(ids) <= room or mode == "truncate":  # whole chunks, greedily
-                if current and sum(len(p) for _, p in current) + len(ids[:room]) > room:
-                    windows.append(current)
-                    current = []
-                current.append((c, ids[:room]))
-                continue
-            for token in ids:  # mode "chunk": token by token into the room left, then new windows
-                if sum(len(p) for _, p in current) == room:
-                    windows.append(current)
-                    current = []
-                if not current or current[-1][0] != c:
-                    current.append((c, []))
-                current[-1][1].append(token)
-        windows.append(current)
-        num_windows.append(len(windows))
-        sums = {}  # chunk -> (sum of its pooled vectors weighted by tokens, tokens)
-        for window in windows:
-            ids = torch.tensor([[*before, *(t for _, p in window for t in p), *after]])
-            num_tokens += ids.shape[1]
-            states = model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state[0].double()
-            start = len(before)
-            for c, piece in window:
-                mean = states[start: start + len(piece)].mean(0)
-                start += len(piece)
-                vector = mean.float()[None]
-                for module in head:
-                    vector = module({"sentence_embedding": vector})["sentence_embedding"]
-                total, count = sums.get(c, (0.0, 0))
-                sums[c] = (total + vector[0].double().numpy() * len(piece), count + len(piece))
-        for c in range(len(document)):
-            total, count = sums[c]
-            out.append(total / count)
-    return np.stack(out), num_tokens, num_windows
-
-
 def _decode(embedding: str, dtype: str) -> np.ndarray:
     return np.frombuffer(base64.b64decode(embedding), dtype=dtype)
 
@@ -139,7 +74,7 @@ def server(bert_path):
 
 
 def test_server_late_chunks_as_transformers_does(server, bert_path, documents):
-    reference, num_tokens, num_windows = hf_late_chunked(bert_path, documents)
+    reference, num_tokens, num_windows = hf_late_chunked(bert_path, documents, MAX_SEQ_LEN)
     assert num_windows == [1, 2, 2, 2, 1, 3]  # what the documents are for
     r = httpx.post(server.url + "/v1/contextualizedembeddings", timeout=120,
                    json={"input": documents, "encoding_format": "base64"})
@@ -161,14 +96,14 @@ def test_server_late_chunks_as_transformers_does(server, bert_path, documents):
 
 
 def test_chunk_mode_splits_a_chunk_past_the_limit_across_windows(server, bert_path, documents):
-    reference, num_tokens, _ = hf_late_chunked(bert_path, documents[-1:], mode="chunk")
+    reference, num_tokens, _ = hf_late_chunked(bert_path, documents[-1:], MAX_SEQ_LEN, mode="chunk")
     r = httpx.post(server.url + "/v1/contextualizedembeddings", timeout=120,
                    json={"inputs": documents[-1:], "output_dtype": "float", "encoding_format": "base64",
                          "long_inputs": "chunk"})
     assert r.status_code == 200, r.text
     assert _cosines(_vectors(r.json()), reference).min() >= MIN_COSINE
     assert r.json()["usage"]["total_tokens"] == num_tokens
-    truncated, _, _ = hf_late_chunked(bert_path, documents[-1:])
+    truncated, _, _ = hf_late_chunked(bert_path, documents[-1:], MAX_SEQ_LEN)
     assert _cosines(truncated, reference)[1] < 0.999  # what the modes are for
     error = httpx.post(server.url + "/v1/contextualizedembeddings", timeout=120,
                        json={"input": documents[-1:], "long_inputs": "error"})
@@ -182,7 +117,7 @@ def test_ordinary_embeddings_beside_contextualized_ones_still_match_sentence_tra
 
     texts = load_texts(40)
     expected = load_reference(bert_path).encode(texts, convert_to_numpy=True)
-    reference, _, _ = hf_late_chunked(bert_path, documents)
+    reference, _, _ = hf_late_chunked(bert_path, documents, MAX_SEQ_LEN)
 
     def ordinary(lo: int) -> np.ndarray:
         r = httpx.post(server.url + "/v1/embeddings", json={"input": texts[lo: lo + 8]}, timeout=120)
@@ -218,7 +153,7 @@ def test_corpus_cli_writes_one_row_per_chunk_as_the_server_embeds_it(server, ber
     assert table.column("id").to_pylist() == [f"doc-{i}" for i, d in enumerate(documents) for _ in d]
     assert table.column("chunk").to_pylist() == [j for d in documents for j in range(len(d))]
     ours = np.array(table.column("embedding").to_pylist())
-    reference, _, _ = hf_late_chunked(bert_path, documents)
+    reference, _, _ = hf_late_chunked(bert_path, documents, MAX_SEQ_LEN)
     assert _cosines(ours, reference).min() >= MIN_COSINE
 
 
@@ -236,9 +171,9 @@ def test_pplx_style_model_late_chunks_with_its_int8_default(tmp_path):
     path = save_st_model(tmp_path / "st", hf, pooling="mean", trust_remote_code=True, max_seq_length=MAX_SEQ_LEN)
     engine = Engine(EngineConfig(model=str(path), device="cpu", max_batch_tokens=max(1024, QWEN_LIMIT)))
     assert (engine.spec.is_causal, engine.spec.quantization, engine.tokenizer.wrapping()[0]) == (False, "tanh", ())
-    documents = [_sentences(t) for t in load_texts(12)[8:12]]
+    documents = [sentences(t) for t in load_texts(12)[8:12]]
     # The model's raw pooled vectors (no Normalize module): what int8 = round(127 tanh(x)) reads.
-    reference, _, _ = hf_late_chunked(path, documents, trust_remote_code=True)
+    reference, _, _ = hf_late_chunked(path, documents, MAX_SEQ_LEN, trust_remote_code=True)
     with serve(engine) as client:
         r = client.post("/v1/contextualizedembeddings", json={"input": documents})
         assert r.status_code == 200, r.text
