@@ -195,3 +195,49 @@ def test_ordinary_batches_pool_bit_for_bit_as_pooling_by_sequence_did():
     for mode in ("max", "mean_sqrt_len", "weighted_mean", "cls+mean"):  # the wrapper by sequence is the same code
         assert torch.equal(pool(hidden, torch.from_numpy(batch.cu_seqlens), mode),
                            pool_segments(hidden, ids, batch.num_seqs, mode))
+
+
+# ---- the padded layout a CUDA graph runs, computed on the CPU -----------------------------------
+
+
+def test_the_padded_graph_layout_pools_the_same_vectors_as_the_batch_alone():
+    """What CUDAGraphRunner feeds a graph: the batch padded to its bucket by dummy sequences whose
+    tokens pool into no segment, and more segment rows than vectors. The model and head run
+    here eagerly on the CPU on those padded inputs; the rows for the batch's vectors must be
+    what the unpadded batch gives."""
+    from transformers import BertConfig, BertModel
+
+    from engine.graphs import CUDAGraphRunner, _fill_padded
+    from engine.layers.attention import make_attention_backend
+    from engine.layers.head import SentenceHead
+    from engine.models import MODEL_CLASSES
+    from engine.runner import ModelRunner
+
+    torch.manual_seed(0)
+    hf = BertModel(BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                              intermediate_size=64, max_position_embeddings=256), add_pooling_layer=False)
+    model = MODEL_CLASSES["bert"](hf.config.to_dict())
+    model.load_hf_weights(hf.state_dict())
+    model.eval()
+    attention = make_attention_backend("sdpa", model.attention_shape(False), torch.device("cpu"))
+    runner = ModelRunner(model, SentenceHead("mean"), attention, torch.device("cpu"), max_num_tokens=512,
+                         max_num_seqs=64, max_seqlen=256)
+    rng = np.random.default_rng(0)
+    window = np.array([CLS, *rng.integers(5, 200, 60), SEP], np.int32)
+    segments = np.array([-1] + [k for k in range(20) for _ in range(3)] + [-1], np.int32)  # 20 chunks of 3
+    seqs = [rng.integers(5, 200, 7).astype(np.int32), window, rng.integers(5, 200, 30).astype(np.int32)]
+    batch = pack(seqs, [None, segments, None])
+    assert (batch.num_seqs, batch.num_outputs) == (3, 22)
+    graphs = CUDAGraphRunner(None, attention, None, max_num_tokens=512, max_num_seqs=64, max_seqlen=256)
+    bucket, num_segments, chunk = graphs.layout(batch.num_tokens, batch.num_seqs, batch.max_seqlen, batch.num_outputs)
+    assert (bucket, num_segments) == (128, 32)  # 22 vectors need 32 rows though 3 sequences + 1 dummy would take 4
+    ids, positions = np.zeros(bucket, np.int32), np.zeros(bucket, np.int32)
+    cu, segment_ids = np.zeros(num_segments + 1, np.int32), np.zeros(bucket, np.int32)
+    _fill_padded(batch, chunk, ids, positions, cu, segment_ids)
+    with torch.inference_mode():
+        meta = attention.prepare(torch.from_numpy(cu), cu.tolist(), chunk)
+        padded = runner._forward(*(torch.from_numpy(a) for a in (ids, positions, cu, segment_ids)), num_segments, meta)
+        alone = runner.execute(batch).wait()
+    assert padded.shape == (num_segments, 32) and alone.shape == (22, 32)
+    np.testing.assert_allclose(padded[:22].numpy(), alone, rtol=0, atol=1e-5)
+    assert not padded[22:].any()  # no token pools into the padding rows
