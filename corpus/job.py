@@ -16,6 +16,7 @@ from corpus.optional import require
 from corpus.parts import PartStore, parts_dir_for
 from corpus.progress import progress_bar
 from corpus.source import Chunk, cut_chunks, open_source
+from engine.late_chunking import ChunkTooLongError, EmptyChunkError
 from engine.long_inputs import InputTooLongError
 from engine.pipeline import embed_stream
 from engine.prefetch import prefetch
@@ -25,7 +26,11 @@ DEFAULT_CHUNK_SIZE = 10_000
 
 @dataclass(frozen=True)
 class CorpusJob:
-    """What to embed and where to put it. `prompt` is the text prefix (engine_setup.prompt_for)."""
+    """What to embed and where to put it. `prompt` is the text prefix (engine_setup.prompt_for).
+
+    `chunks_field`, where given, names the field holding each row's document as the list of
+    its chunks, each embedded in the context of its document (late chunking); the output then
+    has one row per chunk, and `text_field` is not read."""
 
     input: Path
     output: Path
@@ -36,6 +41,7 @@ class CorpusJob:
     chunk_size: int = DEFAULT_CHUNK_SIZE
     prompt: str = ""
     long_inputs: str = "truncate"  # what becomes of a text over the model's limit (engine/long_inputs.py)
+    chunks_field: str | None = None
     overwrite: bool = False
     quiet: bool = False
 
@@ -46,7 +52,13 @@ class CorpusJob:
                     "output_format": self.output_format}
         if self.long_inputs != "truncate":  # recorded only when set, so that earlier runs' manifests still match
             settings["long_inputs"] = self.long_inputs
+        if self.chunks_field is not None:
+            settings["chunks_field"] = self.chunks_field
         return settings
+
+    def source(self):
+        return open_source(self.input, self.input_format, self.chunks_field or self.text_field, self.id_field,
+                           is_documents=self.chunks_field is not None)
 
 
 @dataclass(frozen=True)
@@ -65,7 +77,7 @@ def preflight(job: CorpusJob) -> None:
     existing output, before the caller spends time loading a model."""
     if job.output_format == "parquet":
         require("pyarrow", "writing Parquet")
-    batches = open_source(job.input, job.input_format, job.text_field, job.id_field).batches()
+    batches = job.source().batches()
     next(batches, None)
     batches.close()
     if job.output.exists() and not job.overwrite and load_manifest(parts_dir_for(job.output)) is None:
@@ -82,8 +94,8 @@ def run_job(engine, job: CorpusJob) -> JobReport:
     if job.chunk_size < 1:
         raise ValueError("the chunk size must be at least 1")
     started = time.perf_counter()
-    source = open_source(job.input, job.input_format, job.text_field, job.id_field)
-    parts = PartStore(job.output, job.output_format, job.id_field)
+    source = job.source()
+    parts = PartStore(job.output, job.output_format, job.id_field, with_chunk_index=job.chunks_field is not None)
     fresh = Manifest(
         input_path=str(job.input), input_size=job.input.stat().st_size, settings=job.settings(),
         model=model_fingerprint(engine.spec, str(engine.dtype).removeprefix("torch."), job.prompt),
@@ -137,7 +149,8 @@ def _embed_remaining(engine, job: CorpusJob, parts: PartStore, manifest: Manifes
         pending: Future | None = None
         # Chunks are read two ahead, so that the file is read while the device computes.
         ahead = prefetch(_texts_of(chunks), depth=2, name="rose-corpus-reader")
-        embedded = embed_stream(engine, ahead, on_batch=bar.update, prompt=job.prompt, long_inputs=job.long_inputs)
+        embedded = embed_stream(engine, ahead, on_batch=bar.update, prompt=job.prompt, long_inputs=job.long_inputs,
+                                late_chunking=job.chunks_field is not None)
         try:
             for chunk, vectors in embedded:
                 if not np.isfinite(vectors).all():
@@ -147,6 +160,14 @@ def _embed_remaining(engine, job: CorpusJob, parts: PartStore, manifest: Manifes
                     pending.result()
                 manifest = manifest.after_chunk(len(chunk), chunk.digest)
                 pending = writer.submit(_commit, parts, chunk, vectors, manifest)
+        except ChunkTooLongError as exc:
+            raise ValueError(f"row {first_row + exc.document + 1} of the input (counting from 1): its chunk "
+                             f"{exc.chunk} needs {exc.num_tokens} tokens with the special tokens, more than the "
+                             f"model's limit of {exc.max_seq_len} (--long-inputs error; truncate or chunk embeds "
+                             "it)") from None
+        except EmptyChunkError as exc:
+            raise ValueError(f"row {first_row + exc.document + 1} of the input (counting from 1): its chunk "
+                             f"{exc.chunk} gives no tokens of its own, so it has no vector") from None
         except InputTooLongError as exc:
             raise ValueError(f"text {first_row + exc.index + 1} of the input (counting from 1) has "
                              f"{exc.num_tokens} tokens, more than the model's limit of {exc.max_seq_len} "
@@ -165,7 +186,8 @@ def _texts_of(chunks) -> Iterator[tuple[Chunk, list[str]]]:
 
 
 def _commit(parts: PartStore, chunk, vectors: np.ndarray, manifest: Manifest) -> None:
-    parts.write(chunk.index, vectors, chunk.ids)
+    num_chunks = [len(document) for document in chunk.texts] if parts.with_chunk_index else None
+    parts.write(chunk.index, vectors, chunk.ids, num_chunks)
     save_manifest(parts.dir, manifest)  # after the part: whatever the manifest lists is on disk
 
 

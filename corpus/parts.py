@@ -5,6 +5,9 @@ output in `part-000000.ids.json`) written atomically, so a killed job leaves onl
 parts. Once every chunk is done, the parts are joined into OUTPUT in input order: one
 NumPy array [N, dim] float32 (ids, if any, in OUTPUT's stem + `.ids.jsonl`, one JSON value
 a line), or one Parquet file with a row group per chunk and columns (id field, `embedding`).
+For late-chunked documents (`with_chunk_index`) every vector row is one of a document's
+chunks: its document's id repeats for each, and Parquet has a column `chunk` too (the chunk's
+index in its document).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from corpus.atomic import sync_dir, write_atomic
 
 OUTPUT_FORMATS = ("parquet", "npy")
 EMBEDDING_COLUMN = "embedding"
+CHUNK_COLUMN = "chunk"
 
 
 def output_format_of(path: Path) -> str:
@@ -42,8 +46,9 @@ def ids_path_for(output: Path) -> Path:
 class PartStore:
     """The parts directory of one output."""
 
-    def __init__(self, output: Path, output_format: str, id_field: str | None):
+    def __init__(self, output: Path, output_format: str, id_field: str | None, with_chunk_index: bool = False):
         self.output, self.format, self.id_field = output, output_format, id_field
+        self.with_chunk_index = with_chunk_index
         self.dir = parts_dir_for(output)
 
     def _part(self, index: int, suffix: str) -> Path:
@@ -54,8 +59,16 @@ class PartStore:
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
 
-    def write(self, index: int, vectors: np.ndarray, ids: list[Any] | None) -> None:
-        """Write one chunk's vectors [n, dim] float32 (and ids) as whole files."""
+    def write(self, index: int, vectors: np.ndarray, ids: list[Any] | None,
+              num_chunks: list[int] | None = None) -> None:
+        """Write one chunk's vectors [n, dim] float32 (and ids) as whole files; `num_chunks`:
+        per row, its document's chunks, which the vectors are (with_chunk_index)."""
+        chunk_index = None
+        if num_chunks is not None:
+            if ids is not None:
+                ids = [row_id for row_id, count in zip(ids, num_chunks) for _ in range(count)]
+            chunk_index = np.concatenate([np.arange(n, dtype=np.int32) for n in num_chunks]) if num_chunks else \
+                np.zeros(0, np.int32)
         if self.format == "npy":
             if ids is not None:
                 write_atomic(self._part(index, ".ids.json"), lambda f: f.write(msgspec.json.encode(ids)))
@@ -63,7 +76,7 @@ class PartStore:
             return
         import pyarrow.parquet as pq
 
-        table = _arrow_table(vectors, self.id_field, ids)
+        table = _arrow_table(vectors, self.id_field, ids, chunk_index)
         write_atomic(self._part(index, ".parquet"), lambda f: pq.write_table(table, f, use_dictionary=False))
 
     def assemble(self, num_chunks: int, dimensions: int) -> None:
@@ -107,7 +120,8 @@ class PartStore:
 
         tables = (pq.read_table(self._part(i, ".parquet")) for i in range(num_chunks))
         first = pq.read_schema(self._part(0, ".parquet")) if num_chunks else _arrow_table(
-            np.zeros((0, dimensions), np.float32), self.id_field, [] if self.id_field else None).schema
+            np.zeros((0, dimensions), np.float32), self.id_field, [] if self.id_field else None,
+            np.zeros(0, np.int32) if self.with_chunk_index else None).schema
 
         def write(f) -> None:
             with pq.ParquetWriter(f, first, use_dictionary=False) as writer:
@@ -122,9 +136,12 @@ class PartStore:
         shutil.rmtree(self.dir)
 
 
-def _arrow_table(vectors: np.ndarray, id_field: str | None, ids: list[Any] | None):
+def _arrow_table(vectors: np.ndarray, id_field: str | None, ids: list[Any] | None,
+                 chunk_index: np.ndarray | None = None):
     import pyarrow as pa
 
     embedding = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), vectors.shape[1])
     columns = {id_field: pa.array(ids)} if id_field is not None else {}
+    if chunk_index is not None:
+        columns[CHUNK_COLUMN] = pa.array(chunk_index, pa.int32())
     return pa.table({**columns, EMBEDDING_COLUMN: embedding})

@@ -2,6 +2,9 @@
 
 A chunk is a fixed number of consecutive rows (the last one may be shorter), numbered from
 0, so a restarted job cuts the same file into the same chunks and can skip the finished ones.
+With `is_documents`, each row's field holds a document as the list of its chunks (strings,
+in order) rather than one text: what late chunking embeds (engine/late_chunking.py). The
+word "chunk" alone means the rows; a document's pieces are "its chunks".
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ class Chunk:
 
     index: int
     first_row: int
-    texts: list[str]
+    texts: list  # list[str], or per row a document's chunks (list[list[str]])
     ids: list[Any] | None
 
     def __len__(self) -> int:
@@ -54,11 +57,25 @@ def input_format_of(path: Path) -> str:
     return fmt
 
 
+def _documents_problem(value: Any) -> str | None:
+    """Why a row's value is not a document as its chunks (a non-empty list of non-empty strings)."""
+    if not isinstance(value, list):
+        return "a document's chunks must be a list of strings, not " + (
+            "null" if value is None else type(value).__name__)
+    if not value:
+        return "a document needs at least one chunk"
+    for j, chunk in enumerate(value):
+        if not isinstance(chunk, str) or not chunk:
+            what = "an empty string" if chunk == "" else "null" if chunk is None else type(chunk).__name__
+            return f"its chunk {j} is {what}, not a text"
+    return None
+
+
 class JsonlSource:
     """One JSON object per line (blank lines skipped); plain or gzip-compressed (.gz)."""
 
-    def __init__(self, path: Path, text_field: str, id_field: str | None):
-        self.path, self.text_field, self.id_field = path, text_field, id_field
+    def __init__(self, path: Path, text_field: str, id_field: str | None, is_documents: bool = False):
+        self.path, self.text_field, self.id_field, self.is_documents = path, text_field, id_field, is_documents
         self._decoder = msgspec.json.Decoder()
 
     def _open(self):
@@ -99,7 +116,11 @@ class JsonlSource:
         if not isinstance(record, dict):
             raise CorpusInputError(f"{where}: expected a JSON object")
         text = record.get(self.text_field)
-        if not isinstance(text, str):
+        if self.is_documents:
+            problem = f"has no {self.text_field!r} field" if text is None else _documents_problem(text)
+            if problem is not None:
+                raise CorpusInputError(f"{where}: {self.text_field!r}: {problem} (see --chunks-field)")
+        elif not isinstance(text, str):
             problem = "has no" if text is None else "has a non-string"
             raise CorpusInputError(f"{where} {problem} {self.text_field!r} field (see --text-field)")
         if self.id_field is not None and self.id_field not in record:
@@ -108,15 +129,17 @@ class JsonlSource:
 
 
 class ParquetSource:
-    """A Parquet file with a string column of texts (needs pyarrow: the `corpus` extra)."""
+    """A Parquet file with a string column of texts, or a list<string> column of documents'
+    chunks (needs pyarrow: the `corpus` extra)."""
 
-    def __init__(self, path: Path, text_field: str, id_field: str | None):
+    def __init__(self, path: Path, text_field: str, id_field: str | None, is_documents: bool = False):
         import pyarrow.parquet as pq
 
-        self.path, self.text_field, self.id_field = path, text_field, id_field
+        self.path, self.text_field, self.id_field, self.is_documents = path, text_field, id_field, is_documents
         self._file = pq.ParquetFile(path)
         names = self._file.schema_arrow.names
-        for field, flag in ((text_field, "--text-field"), (id_field, "--id-field")):
+        for field, flag in ((text_field, "--chunks-field" if is_documents else "--text-field"),
+                            (id_field, "--id-field")):
             if field is not None and field not in names:
                 raise CorpusInputError(f"{path.name} has no column {field!r} (see {flag}; columns: {names})")
 
@@ -129,22 +152,28 @@ class ParquetSource:
         for batch in self._file.iter_batches(batch_size=_READ_ROWS, columns=columns):
             texts = batch.column(self.text_field).to_pylist()
             for i, text in enumerate(texts):
-                if not isinstance(text, str):
+                if self.is_documents:
+                    problem = _documents_problem(text)
+                    if problem is not None:
+                        raise CorpusInputError(f"{self.path.name} row {first_row + i}: {self.text_field!r}: {problem}")
+                elif not isinstance(text, str):
                     raise CorpusInputError(f"{self.path.name} row {first_row + i}: {self.text_field!r} "
                                            f"is {'null' if text is None else type(text).__name__}, not a string")
             yield texts, batch.column(self.id_field).to_pylist() if self.id_field else None
             first_row += len(texts)
 
 
-def open_source(path: Path, input_format: str | None, text_field: str, id_field: str | None):
-    """A JsonlSource or ParquetSource for `path` (format from its suffix unless given)."""
+def open_source(path: Path, input_format: str | None, text_field: str, id_field: str | None,
+                is_documents: bool = False):
+    """A JsonlSource or ParquetSource for `path` (format from its suffix unless given);
+    `is_documents`: `text_field` holds each row's document as the list of its chunks."""
     if not path.is_file():
         raise CorpusInputError(f"{path}: no such file")
     fmt = input_format or input_format_of(path)
     if fmt == "parquet":
         require("pyarrow", "reading Parquet")
-        return ParquetSource(path, text_field, id_field)
-    return JsonlSource(path, text_field, id_field)
+        return ParquetSource(path, text_field, id_field, is_documents)
+    return JsonlSource(path, text_field, id_field, is_documents)
 
 
 def cut_chunks(source, chunk_size: int) -> Iterator[Chunk]:

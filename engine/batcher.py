@@ -38,6 +38,8 @@ class _Entry:
     ids: np.ndarray
     future: asyncio.Future
     owner: object  # who asked (a request id), recorded in the batch log for observability
+    segment_ids: np.ndarray | None = None  # a late-chunked window's segments (engine/batch.py's pack)
+    num_outputs: int = 1  # vectors it pools: 1, or its segments
 
 
 @dataclass(eq=False)
@@ -50,7 +52,10 @@ class _Running:
 
 
 class Batcher:
-    """Owns the queue; resolves each entry's future with its vector (float32 [dim]).
+    """Owns the queue; resolves each entry's future with its vector (float32 [dim]), or with
+    its segments' vectors (float32 [segments, dim]) for an entry submitted with segments.
+
+    `max_batch_seqs` caps the vectors a batch pools (its sequences, or their segments).
 
     `engine` is EngineLinks (its `replicas`, one engine process each: the server) or an
     in-process Engine (computed by one thread of this process: tests and embedding programs).
@@ -176,18 +181,27 @@ class Batcher:
         for running in list(self._running):
             _fail(running.entries, error)
 
-    def submit(self, seqs: list[np.ndarray], owner: object = None) -> list[asyncio.Future]:
-        """Queue one request's inputs; each future resolves to that input's vector."""
+    def submit(self, seqs: list[np.ndarray], owner: object = None,
+               segments: list[np.ndarray] | None = None) -> list[asyncio.Future]:
+        """Queue one request's inputs; each future resolves to that input's vector.
+
+        `segments`: per input, its tokens' segment ids (numbered from 0, -1 for none, as
+        engine/batch.py's pack takes them); each future then resolves to the input's
+        segments' vectors [num_segments, dim]. At most max_batch_seqs segments per input.
+        """
         tokens = sum(len(s) for s in seqs)
         if self.fatal_error is not None:
             raise EngineUnavailableError(self.fatal_error)
         if self.max_queued_tokens is not None and self._queued_tokens + tokens > self.max_queued_tokens and self._queue:
             raise QueueFullError(retry_after=self._retry_after_estimate())
+        counts = [1] * len(seqs) if segments is None else [int(ids.max()) + 1 for ids in segments]
+        if max(counts, default=1) > self.max_batch_seqs:
+            raise ValueError(f"an input pools {max(counts)} vectors, more than a batch holds ({self.max_batch_seqs})")
         loop = asyncio.get_running_loop()
         futures = []
-        for ids in seqs:
+        for i, ids in enumerate(seqs):
             future = loop.create_future()
-            self._queue.append(_Entry(ids, future, owner))
+            self._queue.append(_Entry(ids, future, owner, None if segments is None else segments[i], counts[i]))
             futures.append(future)
         self._queued_tokens += tokens
         self._wake.set()
@@ -201,7 +215,7 @@ class Batcher:
         return int(min(60, max(1, self._queued_tokens / rate))) if rate else 1
 
     def _cut(self) -> list[_Entry]:
-        entries, tokens = [], 0
+        entries, tokens, outputs = [], 0, 0
         while self._queue:
             entry = self._queue[0]
             if entry.future.done():  # the client went away (cancelled) before compute
@@ -209,12 +223,14 @@ class Batcher:
                 self._queued_tokens -= len(entry.ids)
                 self.num_cancelled_inputs += 1
                 continue
-            if entries and (tokens + len(entry.ids) > self.max_batch_tokens or len(entries) >= self.max_batch_seqs):
+            if entries and (tokens + len(entry.ids) > self.max_batch_tokens
+                            or outputs + entry.num_outputs > self.max_batch_seqs):
                 break
             self._queue.popleft()
             self._queued_tokens -= len(entry.ids)
             entries.append(entry)
             tokens += len(entry.ids)
+            outputs += entry.num_outputs
         return entries
 
     def least_loaded(self) -> Replica | None:
@@ -263,7 +279,7 @@ class Batcher:
         try:
             if self.fatal_error is not None:
                 raise EngineUnavailableError(self.fatal_error)
-            batch = pack([e.ids for e in entries])
+            batch = pack([e.ids for e in entries], [e.segment_ids for e in entries])
             vectors = await replica.compute(batch, running)
             if vectors is None:
                 self.num_cancelled_inputs += sum(e.future.cancelled() for e in entries)
@@ -294,9 +310,13 @@ class Batcher:
             self.num_failed_batches += 1
             _fail(entries, error)
         else:
-            for entry, vector in zip(entries, vectors):
+            first = 0
+            for entry in entries:
                 if not entry.future.done():
-                    entry.future.set_result(vector)
+                    # An entry of segments gets its rows; an ordinary one its one row, as a vector.
+                    rows = vectors[first : first + entry.num_outputs]
+                    entry.future.set_result(rows if entry.segment_ids is not None else rows[0])
+                first += entry.num_outputs
             for listener in self.listeners:
                 listener(record)
         finally:

@@ -30,7 +30,7 @@ from engine.shm_slots import SharedSlots
 @dataclass(eq=False)
 class _Sent:
     slot: int
-    num_seqs: int
+    num_outputs: int  # the vectors the batch pools
     future: asyncio.Future
     running: object  # the batcher's record of the batch; `started` is set here
 
@@ -98,12 +98,13 @@ class EngineLink(Replica):
         slot = self._free_slots[-1]
         self.slots.write_batch(slot, batch)  # raises (and keeps the slot free) if the batch does not fit
         self._free_slots.pop()
-        sent = _Sent(slot, batch.num_seqs, self._loop.create_future(), running)
+        sent = _Sent(slot, batch.num_outputs, self._loop.create_future(), running)
         self._sent.append(sent)
         if len(self._sent) == 1:  # the engine is idle (as far as this front end knows): it starts now
             running.started = time.perf_counter()
         try:
-            self._tasks.send((slot, batch.num_tokens, batch.num_seqs, batch.max_seqlen))
+            num_outputs = None if batch.cu_segments is None else batch.num_outputs
+            self._tasks.send((slot, batch.num_tokens, batch.num_seqs, batch.max_seqlen, num_outputs))
         except OSError:  # a broken pipe: the process is gone
             self._lost(self._exit_reason())
         return await sent.future
@@ -128,7 +129,7 @@ class EngineLink(Replica):
             if error is not None:
                 sent.future.set_exception(RuntimeError(f"engine {self.index} on {self.device}: {error}"))
             else:  # copied out, as the slot is the next batch's as soon as it is free
-                sent.future.set_result(self.slots.output(slot)[: sent.num_seqs].copy())
+                sent.future.set_result(self.slots.output(slot)[: sent.num_outputs].copy())
         self._free_slots.append(slot)
 
     def _lost(self, reason: str) -> None:

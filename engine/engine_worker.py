@@ -13,7 +13,9 @@ supervisor has closed the control pipe and every front end is done or gone.
 
 Messages on each front end's pipes (small tuples; the arrays themselves live in shared
 memory, engine/shm_slots.py):
-  front end -> engine: (slot, num_tokens, num_seqs, max_seqlen), or None: this front end is done
+  front end -> engine: (slot, num_tokens, num_seqs, max_seqlen, num_outputs), or None: this front end
+                       is done (num_outputs: None for one vector per sequence, else the vectors
+                       the batch's segments pool)
   engine -> front end: ("ready", info) or ("failed", why), once at start; then per task
                        (slot, compute_seconds, error or None, (graph_replays, eager_runs,
                        capture_failures, device_bytes_allocated, device_bytes_reserved))
@@ -84,13 +86,14 @@ def run_engine_worker(config: EngineConfig, control: Connection, parent_pid: int
                 del front_ends[conn]
                 launched.put((front_end, None, 0, None, 0.0))  # closes its ends once its replies are out
                 continue
-            slot, num_tokens, num_seqs, max_seqlen = task
+            slot, num_tokens, num_seqs, max_seqlen, num_outputs = task
             started = time.perf_counter()
             try:
-                lazy = engine.execute_packed(front_end.slots.read_batch(slot, num_tokens, num_seqs, max_seqlen))
+                batch = front_end.slots.read_batch(slot, num_tokens, num_seqs, max_seqlen, num_outputs)
+                lazy = engine.execute_packed(batch)
             except Exception as exc:  # this batch fails; the engine serves on (SystemExit ends the process)
                 lazy = exc
-            launched.put((front_end, slot, num_seqs, lazy, started))
+            launched.put((front_end, slot, num_seqs if num_outputs is None else num_outputs, lazy, started))
     launched.put(None)
     reader.join(10)
 
@@ -139,7 +142,7 @@ def _send_results(engine, launched: queue.SimpleQueue) -> None:
     trimmer = HeapTrimmer() if engine.device.type == "cpu" else None
     stats = _Stats(engine)
     while (item := launched.get()) is not None:
-        front_end, slot, num_seqs, lazy, started = item
+        front_end, slot, num_outputs, lazy, started = item
         if slot is None:  # that front end is done: its replies are all out
             front_end.tasks.close()
             front_end.replies.close()
@@ -150,7 +153,7 @@ def _send_results(engine, launched: queue.SimpleQueue) -> None:
             error = f"{type(lazy).__name__}: {lazy}"
         else:
             try:
-                front_end.slots.output(slot)[:num_seqs] = lazy.wait()
+                front_end.slots.output(slot)[:num_outputs] = lazy.wait()
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
         _send(front_end.replies, (slot, time.perf_counter() - started, error, stats.read()))

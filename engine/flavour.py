@@ -33,9 +33,10 @@ refused     config.json `auto_map` pointing AutoModel (or any AutoModelFor...) a
             engine's layers for that model_type would serve other vectors. Known: pplx-embed's
             `PPLXQwen3Model` (a bidirectional Qwen3) under its own model_type. Named
             specially: pplx-embed-context (`...ContextualModel`), which embeds each chunk in
-            the context of its whole document (chunks joined by separators, late chunking),
-            which independent texts on /v1/embeddings cannot express; its vectors would be
-            pplx-embed-v1's approximately, never its own.
+            the context of its whole document its own way (chunks joined by separators); the
+            engine's late chunking (/v1/contextualizedembeddings, engine/late_chunking.py)
+            runs other mean-pooling models, but would give this one's vectors approximately,
+            never its own.
 """
 
 from __future__ import annotations
@@ -80,9 +81,9 @@ def _refuse_custom_code(hf_config: dict) -> None:
         if class_name.endswith("ContextualModel"):
             raise FlavourError(
                 f"this checkpoint's model is {ref} (config.json auto_map), a contextual embedder such as "
-                "pplx-embed-context: it embeds each chunk within its whole document, which /v1/embeddings, one "
-                "vector per independent text, cannot express. Serve its independent sibling (e.g. "
-                "perplexity-ai/pplx-embed-v1-0.6b) instead"
+                "pplx-embed-context: it embeds each chunk within its whole document by its own code, which "
+                "rose-embed does not reproduce. Serve its independent sibling (e.g. perplexity-ai/pplx-embed-v1-0.6b) "
+                "instead; /v1/contextualizedembeddings late-chunks with it"
             )
         if KNOWN_CUSTOM_MODELS.get(class_name) != model_type:
             known = ", ".join(f"{name} (model_type {kind})" for name, kind in KNOWN_CUSTOM_MODELS.items())

@@ -7,7 +7,11 @@ of two by zero-length segments, and max_seqlen (baked into the attention launch)
 power of two from 128, so that every batch of a key has the same shapes. max_seqlen is part
 of the key because FlashAttention's varlen grid is (max_seqlen / 128) x segments x heads:
 baking the model's limit (512, or 32768 for Qwen3) into every graph would launch mostly
-empty blocks for batches of short texts. Lazy
+empty blocks for batches of short texts. The graph pools one vector per segment of the key
+(engine/batch.py's pooling segments, which the per-token segment ids name; padding tokens
+belong to none), so a batch whose late-chunked documents pool more vectors than it has
+sequences takes a key with enough segments: the count of vectors is bounded as the count of
+sequences is, and the keys are the same. Lazy
 capture: the first batch of a key runs eagerly on the padded shapes (warm-up: cuBLAS
 heuristics, lazy library init), the second is captured, later ones replay. All graphs
 share one memory pool: they never run at the same time, so their activations can overlap.
@@ -66,44 +70,46 @@ class StaticInputs:
     """One device int32 buffer that every batch's inputs are copied into.
 
     A batch of layout (num_tokens T, num_segments S) occupies [ids: T | positions: T |
-    cu_seqlens: S+1] at the buffer's start, so a graph sees the same addresses on every
-    replay, and one asynchronous copy moves all three. The host side is a ring of pinned
+    segment_ids: T | cu_seqlens: S+1] at the buffer's start, so a graph sees the same
+    addresses on every replay, and one asynchronous copy moves all four. The host side is a ring of pinned
     staging buffers: a slot is refilled only once the copy out of it has run (an event),
     which only waits when the host is a full ring of batches ahead of the device.
     """
 
     def __init__(self, max_num_tokens: int, max_num_segments: int, device: torch.device, num_slots: int = 3):
-        self.capacity = 2 * max_num_tokens + max_num_segments + 1
+        self.capacity = 3 * max_num_tokens + max_num_segments + 1
         self.device_buffer = torch.zeros(self.capacity, dtype=torch.int32, device=device)
         self._staging = [torch.zeros(self.capacity, dtype=torch.int32, pin_memory=True) for _ in range(num_slots)]
         self._copied: list[torch.cuda.Event | None] = [None] * num_slots
         self._turn = 0
 
-    def host_views(self, num_tokens: int, num_segments: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(input_ids [T], positions [T], cu_seqlens [S+1]) to fill, in the next staging slot."""
+    @staticmethod
+    def _views(buffer, t: int, num_segments: int) -> tuple:
+        return buffer[:t], buffer[t : 2 * t], buffer[3 * t : 3 * t + num_segments + 1], buffer[2 * t : 3 * t]
+
+    def host_views(self, num_tokens: int, num_segments: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(input_ids [T], positions [T], cu_seqlens [S+1], segment_ids [T]) to fill, in the
+        next staging slot."""
         event = self._copied[self._turn]
         if event is not None and not event.query():
             event.synchronize()  # flow control only: the ring is full
-        host = self._staging[self._turn].numpy()
-        t = num_tokens
-        return host[:t], host[t : 2 * t], host[2 * t : 2 * t + num_segments + 1]
+        return self._views(self._staging[self._turn].numpy(), num_tokens, num_segments)
 
-    def upload(self, num_tokens: int, num_segments: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def upload(self, num_tokens: int, num_segments: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Copy the filled slot to the device (async) and return the device views."""
-        used = 2 * num_tokens + num_segments + 1
+        used = 3 * num_tokens + num_segments + 1
         self.device_buffer[:used].copy_(self._staging[self._turn][:used], non_blocking=True)
         event = torch.cuda.Event()
         event.record()
         self._copied[self._turn] = event
         self._turn = (self._turn + 1) % len(self._staging)
-        t, buf = num_tokens, self.device_buffer
-        return buf[:t], buf[t : 2 * t], buf[2 * t : 2 * t + num_segments + 1]
+        return self._views(self.device_buffer, num_tokens, num_segments)
 
 
 @dataclass(frozen=True)
 class GraphKey:
     num_tokens: int  # the token bucket
-    num_segments: int  # real + padding segments (cu_seqlens has one more entry)
+    num_segments: int  # real + padding segments (cu_seqlens has one more entry); also the vectors pooled
     max_seqlen: int  # longest segment allowed, padding included
     slot: int  # which of the backend's graph slots (FlashInfer alternates two)
 
@@ -114,8 +120,9 @@ class _Captured:
     output: torch.Tensor  # [num_segments, dim] float32, rewritten by each replay
 
 
-# forward(input_ids, positions, cu_seqlens, attention_meta) -> pooled vectors [num_segments, dim]
-ForwardFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, object], torch.Tensor]
+# forward(input_ids, positions, cu_seqlens, segment_ids, num_segments, attention_meta)
+#   -> pooled vectors [num_segments, dim]
+ForwardFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, object], torch.Tensor]
 
 
 class CUDAGraphRunner:
@@ -156,23 +163,27 @@ class CUDAGraphRunner:
         values.append(min(self.max_seqlen, bucket))
         return sorted(set(values))
 
-    def layout(self, num_tokens: int, num_seqs: int, max_seqlen: int) -> tuple[int, int, int] | None:
-        """(token bucket, segment count, max_seqlen) of a batch, or None when it must run eagerly."""
-        if num_seqs > self.max_num_seqs or num_tokens > self.buckets[-1] or max_seqlen > self.max_seqlen:
+    def layout(self, num_tokens: int, num_seqs: int, max_seqlen: int,
+               num_outputs: int | None = None) -> tuple[int, int, int] | None:
+        """(token bucket, segment count, max_seqlen) of a batch that pools `num_outputs` vectors
+        (default: one per sequence), or None when it must run eagerly."""
+        num_outputs = num_seqs if num_outputs is None else num_outputs
+        if max(num_seqs, num_outputs) > self.max_num_seqs or num_tokens > self.buckets[-1] \
+                or max_seqlen > self.max_seqlen:
             return None
         bucket = next(b for b in self.buckets if b >= num_tokens)
         chunk = min(max(MIN_SEQLEN_BUCKET, next_power_of_two(max_seqlen)), self.max_seqlen, bucket)
         num_pad_segments = math.ceil((bucket - num_tokens) / chunk)
-        return bucket, next_power_of_two(num_seqs + num_pad_segments), chunk
+        return bucket, next_power_of_two(max(num_seqs + num_pad_segments, num_outputs)), chunk
 
     def execute(self, batch: PackedBatch) -> tuple[torch.Tensor, int] | None:
-        """Pooled vectors [>= num_seqs, dim] on the device, or None if the batch fits no bucket."""
-        shape = self.layout(batch.num_tokens, batch.num_seqs, batch.max_seqlen)
+        """Pooled vectors [>= num_outputs, dim] on the device, or None if the batch fits no bucket."""
+        shape = self.layout(batch.num_tokens, batch.num_seqs, batch.max_seqlen, batch.num_outputs)
         if shape is None:
             return None
         bucket, num_segments, chunk = shape
-        input_ids, positions, cu_seqlens = self.inputs.host_views(bucket, num_segments)
-        _fill_padded(batch, chunk, input_ids, positions, cu_seqlens)
+        input_ids, positions, cu_seqlens, segment_ids = self.inputs.host_views(bucket, num_segments)
+        _fill_padded(batch, chunk, input_ids, positions, cu_seqlens, segment_ids)
         return self._run(bucket, num_segments, chunk, cu_seqlens.tolist())
 
     def capture_all(self) -> int:
@@ -187,8 +198,9 @@ class CUDAGraphRunner:
                     # Slots take turns, so 2 runs per slot make each run eagerly and then get
                     # captured; a key captured before (by warm-up) just replays.
                     for _ in range(2 * self.num_slots):
-                        input_ids, positions, cu_seqlens = self.inputs.host_views(bucket, num_segments)
+                        input_ids, positions, cu_seqlens, segment_ids = self.inputs.host_views(bucket, num_segments)
                         _fill_dummy(bucket, num_segments, chunk, input_ids, positions, cu_seqlens)
+                        segment_ids[:] = -1
                         self._run(bucket, num_segments, chunk, cu_seqlens.tolist())
                     num_segments *= 2
         torch.cuda.synchronize()
@@ -202,15 +214,15 @@ class CUDAGraphRunner:
         last_run = self._last_run.get(key)
         if last_run is not None and not last_run.query():
             last_run.synchronize()  # flow control: its wrapper is about to be re-planned
-        input_ids, positions, cu_seqlens = self.inputs.upload(bucket, num_segments)
-        meta = self.attention.prepare_graph(key, cu_seqlens, cu_seqlens_host, max_seqlen)
+        inputs = self.inputs.upload(bucket, num_segments)  # input_ids, positions, cu_seqlens, segment_ids
+        meta = self.attention.prepare_graph(key, inputs[2], cu_seqlens_host, max_seqlen)
         captured = self.graphs.get(key)
         if captured is None and key in self._warmed and key not in self._eager_keys:
-            captured = self._capture(key, input_ids, positions, cu_seqlens, meta)
+            captured = self._capture(key, inputs, meta)
         if captured is None:  # the key's warm-up run, or a key whose capture failed
             self._warmed.add(key)
             self.num_eager_runs += 1
-            output = self.forward(input_ids, positions, cu_seqlens, meta)
+            output = self.forward(*inputs, num_segments, meta)
         else:
             captured.graph.replay()
             self.num_replays += 1
@@ -219,7 +231,7 @@ class CUDAGraphRunner:
             self._last_run.setdefault(key, torch.cuda.Event()).record()
         return output, num_segments
 
-    def _capture(self, key: GraphKey, input_ids, positions, cu_seqlens, meta) -> _Captured | None:
+    def _capture(self, key: GraphKey, inputs: tuple, meta) -> _Captured | None:
         """Capture the key's graph; None if the capture failed (the key runs eagerly from now on)."""
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
@@ -233,7 +245,7 @@ class CUDAGraphRunner:
             with torch.cuda.stream(self._capture_stream):
                 graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
                 try:
-                    output = self.forward(input_ids, positions, cu_seqlens, meta)
+                    output = self.forward(*inputs, key.num_segments, meta)
                 finally:
                     graph.capture_end()
         except Exception as exc:
@@ -267,11 +279,14 @@ class CUDAGraphRunner:
 
 
 def _fill_padded(batch: PackedBatch, chunk: int, input_ids: np.ndarray, positions: np.ndarray,
-                 cu_seqlens: np.ndarray) -> None:
-    """Write a batch and its padding: dummy segments of <= chunk tokens, then empty ones."""
+                 cu_seqlens: np.ndarray, segment_ids: np.ndarray) -> None:
+    """Write a batch and its padding: dummy segments of <= chunk tokens, then empty ones; the
+    padding tokens are pooled into no segment."""
     num_tokens, num_seqs, bucket = batch.num_tokens, batch.num_seqs, len(input_ids)
     input_ids[:num_tokens] = batch.input_ids
     positions[:num_tokens] = batch.positions
+    segment_ids[:num_tokens] = batch.pooling_ids()
+    segment_ids[num_tokens:] = -1
     cu_seqlens[: num_seqs + 1] = batch.cu_seqlens
     pad = bucket - num_tokens
     input_ids[num_tokens:] = 0

@@ -14,9 +14,9 @@ class LazyResult:
     the engine thread can launch the next batch at once; `wait` blocks only the caller.
     """
 
-    def __init__(self, vectors: torch.Tensor, num_seqs: int):
-        # vectors [>= num_seqs, dim] float32; rows past num_seqs are padding segments.
-        self._num_seqs = num_seqs
+    def __init__(self, vectors: torch.Tensor, num_rows: int):
+        # vectors [>= num_rows, dim] float32: one row per pooling segment; rows past num_rows are padding.
+        self._num_rows = num_rows
         if vectors.device.type == "cuda":
             self._host = torch.empty(vectors.shape, dtype=vectors.dtype, pin_memory=True)
             self._host.copy_(vectors, non_blocking=True)
@@ -30,7 +30,7 @@ class LazyResult:
         return self._event is None or self._event.query()
 
     def wait(self) -> np.ndarray:
-        """Block until the vectors are on the host; return them as [num_seqs, dim] float32."""
+        """Block until the vectors are on the host; return them as [num_rows, dim] float32."""
         if self._event is not None:
             self._event.synchronize()
-        return self._host[: self._num_seqs].numpy()
+        return self._host[: self._num_rows].numpy()

@@ -45,6 +45,10 @@ class FittedInputs:
     num_windows: list[int]  # per input: 1, or the number of its windows
     weights: list[int]  # per sequence: how many of its input's own tokens it holds
 
+    @property
+    def num_inputs(self) -> int:
+        return len(self.num_windows)
+
     @classmethod
     def one_each(cls, seqs: list[np.ndarray]) -> FittedInputs:
         return cls(seqs, [1] * len(seqs), [len(s) for s in seqs])

@@ -9,7 +9,9 @@ batches it would get tokenized at once, whatever came before it (so a resumed co
 computes its chunks as an uninterrupted one did). Batches are launched a few ahead of the
 one read back; each item's vectors are handed out, in order, as soon as its last batch lands.
 Texts over the model's limit are truncated, refused or cut into windows as `long_inputs`
-says (engine/long_inputs.py), piece by piece in the tokenizer threads.
+says (engine/long_inputs.py), piece by piece in the tokenizer threads. With `late_chunking`,
+each text is a document given as its chunks, and each chunk gets a vector read in the
+context of its document (engine/late_chunking.py): an item's vectors are then one per chunk.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from engine.batch import PackedBatch, batch_ranges, join_packed, pack, slice_packed
+from engine.late_chunking import ChunkTooLongError, EmptyChunkError, LateChunkedDocuments, fit_documents
 from engine.lazy import LazyResult
 from engine.long_inputs import FittedInputs, InputTooLongError, fit_texts
 from engine.prefetch import close_iterator, prefetch
@@ -52,14 +55,15 @@ class _Item:
 @dataclass(frozen=True)
 class _Piece:
     """A piece's texts as the model takes them: a sequence each, or an over-long text's windows
-    in its place (then `fitted` combines their vectors into one per text)."""
+    in its place, or late-chunked documents' windows (then `fitted` combines the vectors of the
+    batch's segments into one per text, or per chunk)."""
 
     batch: PackedBatch
-    fitted: FittedInputs | None = None
+    fitted: FittedInputs | LateChunkedDocuments | None = None
 
     @property
     def num_texts(self) -> int:
-        return self.batch.num_seqs if self.fitted is None else len(self.fitted.num_windows)
+        return self.batch.num_seqs if self.fitted is None else self.fitted.num_inputs
 
 
 def embed_texts(engine, texts: Sequence[str], *, num_threads: int | None = None, piece_texts: int = PIECE_TEXTS,
@@ -75,9 +79,14 @@ def embed_texts(engine, texts: Sequence[str], *, num_threads: int | None = None,
 
 def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
                  on_batch: Callable[[int], object] = lambda num_seqs: None, *, prompt: str = "",
-                 long_inputs: str = "truncate", num_threads: int | None = None, piece_texts: int = PIECE_TEXTS,
-                 max_in_flight: int = MAX_IN_FLIGHT) -> Iterator[tuple[T, np.ndarray]]:
+                 long_inputs: str = "truncate", late_chunking: bool = False, num_threads: int | None = None,
+                 piece_texts: int = PIECE_TEXTS, max_in_flight: int = MAX_IN_FLIGHT) -> Iterator[tuple[T, np.ndarray]]:
     """Yield (tag, vectors [len(texts), dim] float32) per item of (tag, texts), in order.
+
+    With `late_chunking`, every text is a document as a list of its chunks (strings), and an
+    item's vectors are one per chunk, [its chunks, dim], documents in order; `long_inputs`
+    then says what becomes of a chunk too long for a window by itself (ChunkTooLongError in
+    "error" mode, its `document` counting the documents of every item before).
 
     `engine` gives `tokenizer`, `execute_packed`, `config.max_batch_tokens`,
     `config.max_batch_seqs`, `dimensions` and `spec.normalize`. Every text is embedded as
@@ -96,7 +105,9 @@ def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
     num_threads = default_num_threads() if num_threads is None else num_threads
     pool = ThreadPoolExecutor(num_threads, thread_name_prefix="rose-tokenizer") if num_threads > 0 else None
 
-    def tokenize(texts: Sequence[str], first: int) -> _Piece:
+    def tokenize(texts: Sequence, first: int) -> _Piece:
+        if late_chunking:
+            return _tokenize_documents(engine, texts, first, prompt, long_inputs)
         return _tokenize(engine.tokenizer, texts, first, prompt, long_inputs)
 
     if pool is None:
@@ -156,6 +167,17 @@ def _tokenize(tokenizer, texts: Sequence[str], first: int, prompt: str, long_inp
     return _Piece(batch) if len(fitted.seqs) == len(seqs) else _Piece(pack(fitted.seqs), fitted)
 
 
+def _tokenize_documents(engine, documents: Sequence[list[str]], first: int, prompt: str, long_inputs: str) -> _Piece:
+    """One piece of late-chunked documents, in a tokenizer thread: their windows, chunks as segments."""
+    try:
+        fitted = fit_documents(engine.tokenizer, long_inputs, list(documents), prompt, engine.config.max_batch_seqs)
+    except ChunkTooLongError as exc:
+        raise ChunkTooLongError(first + exc.document, exc.chunk, exc.num_tokens, exc.max_seq_len) from None
+    except EmptyChunkError as exc:
+        raise EmptyChunkError(first + exc.document, exc.chunk) from None
+    return _Piece(pack(fitted.seqs, fitted.segments), fitted)
+
+
 def _run_now(fn: Callable, *args) -> Future:
     """`fn(*args)` run here, as a finished future: its result or its error."""
     future: Future = Future()
@@ -168,11 +190,11 @@ def _run_now(fn: Callable, *args) -> Future:
 
 @dataclass
 class _Pending:
-    """An item whose vectors are not all out: its pieces' numbers of sequences and fittings."""
+    """An item whose vectors are not all out: its pieces' numbers of vectors pooled and fittings."""
 
     tag: Any
     num_texts: int
-    pieces: list[tuple[int, FittedInputs | None]] = field(default_factory=list)
+    pieces: list[tuple[int, FittedInputs | LateChunkedDocuments | None]] = field(default_factory=list)
     num_texts_in: int = 0  # texts of the pieces in so far
 
     @property
@@ -180,8 +202,8 @@ class _Pending:
         return self.num_texts_in == self.num_texts
 
     @property
-    def num_seqs(self) -> int:
-        return sum(num_seqs for num_seqs, _ in self.pieces)
+    def num_outputs(self) -> int:
+        return sum(num_outputs for num_outputs, _ in self.pieces)
 
 
 class _Launcher:
@@ -209,18 +231,18 @@ class _Launcher:
         """The current item's next piece. Its last batch is held for the piece after, unless it
         is full or the item's last: no batch spans two items."""
         item = self._items[-1]
-        item.pieces.append((piece.batch.num_seqs, piece.fitted))
+        item.pieces.append((piece.batch.num_outputs, piece.fitted))
         item.num_texts_in += piece.num_texts
         tokens = piece.batch
         if self._held is not None:
             tokens = join_packed(self._held, tokens)  # less than a batch: a small copy
             self._held = None
-        ranges = batch_ranges(tokens.cu_seqlens, self._max_tokens, self._max_seqs)
+        ranges = batch_ranges(tokens.cu_seqlens, self._max_tokens, self._max_seqs, tokens.cu_segments)
         for lo, hi in ranges[:-1]:
             yield from self._launch(slice_packed(tokens, lo, hi))
         lo, hi = ranges[-1]
         last = slice_packed(tokens, lo, hi)
-        if item.is_whole or hi - lo >= self._max_seqs or last.num_tokens >= self._max_tokens:
+        if item.is_whole or last.num_outputs >= self._max_seqs or last.num_tokens >= self._max_tokens:
             yield from self._launch(last)
         else:
             self._held = last
@@ -245,17 +267,18 @@ class _Launcher:
         self._on_batch(len(vectors))
 
     def _finished(self) -> Iterator[tuple[Any, np.ndarray]]:
-        while self._items and self._items[0].is_whole and self._items[0].num_seqs <= self._num_landed:
+        while self._items and self._items[0].is_whole and self._items[0].num_outputs <= self._num_landed:
             item = self._items.popleft()
             vectors = self._vectors_of(item)
-            if item.num_seqs != item.num_texts:
-                self._on_batch(item.num_texts - item.num_seqs)  # windows were counted as they landed: texts now
+            if item.num_outputs != item.num_texts:
+                # windows (or chunks) were counted as they landed: texts now
+                self._on_batch(item.num_texts - item.num_outputs)
             yield item.tag, vectors
 
     def _vectors_of(self, item: _Pending) -> np.ndarray:
-        """The item's vectors, one per text, as one array of their own (no batch spans two items)."""
+        """The item's vectors, one per text (or chunk), as one array of their own (no batch spans two items)."""
         parts, taken = [], 0
-        while taken < item.num_seqs:
+        while taken < item.num_outputs:
             parts.append(self._landed.popleft())
             taken += len(parts[-1])
         self._num_landed -= taken
@@ -265,8 +288,8 @@ class _Launcher:
         if all(fitted is None for _, fitted in item.pieces):
             return vectors
         combined, start = [], 0
-        for num_seqs, fitted in item.pieces:
-            piece = vectors[start : start + num_seqs]
+        for num_outputs, fitted in item.pieces:
+            piece = vectors[start : start + num_outputs]
             combined.append(piece if fitted is None else fitted.combine(piece, self._engine.spec.normalize))
-            start += num_seqs
+            start += num_outputs
         return np.concatenate(combined)

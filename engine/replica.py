@@ -52,7 +52,8 @@ class Replica:
         return True
 
     async def compute(self, batch: PackedBatch, running) -> np.ndarray | None:
-        """The batch's vectors [num_seqs, dim] float32, or None if every input was cancelled first.
+        """The batch's vectors [num_outputs, dim] float32 (one per pooling segment: engine/batch.py),
+        or None if every input was cancelled first.
 
         Sets `running.started` when the engine picks the batch up. Raises ReplicaLostError
         when the replica died; any other exception fails this batch only.

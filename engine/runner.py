@@ -41,27 +41,29 @@ class ModelRunner:
                                               max_num_seqs=max_num_seqs, max_seqlen=max_seqlen)
 
     def _forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cu_seqlens: torch.Tensor,
-                 meta: object) -> torch.Tensor:
-        """Everything a graph holds: the model and the sentence head -> [B, dim] float32."""
-        return self.head(self.model(input_ids, positions, self.attention, meta), cu_seqlens)
+                 segment_ids: torch.Tensor, num_segments: int, meta: object) -> torch.Tensor:
+        """Everything a graph holds: the model and the sentence head -> [num_segments, dim] float32."""
+        return self.head(self.model(input_ids, positions, self.attention, meta), segment_ids, num_segments)
 
     @torch.inference_mode()
     def execute(self, batch: PackedBatch) -> LazyResult:
+        """The batch's vectors, one per pooling segment (per sequence, but for late-chunked documents)."""
+        num_outputs = batch.num_outputs
         if self.graphs is not None:
             ran = self.graphs.execute(batch)
             if ran is not None:
                 vectors, _ = ran
-                return LazyResult(vectors[: batch.num_seqs], batch.num_seqs)
+                return LazyResult(vectors[:num_outputs], num_outputs)
         self._num_eager_runs += 1
         if self.device.type == "cpu":
             parts = [self._run_eager(part) for part in split_packed(batch, CPU_CHUNK_TOKENS)]
-            return LazyResult(parts[0] if len(parts) == 1 else torch.cat(parts), batch.num_seqs)
-        return LazyResult(self._run_eager(batch), batch.num_seqs)
+            return LazyResult(parts[0] if len(parts) == 1 else torch.cat(parts), num_outputs)
+        return LazyResult(self._run_eager(batch), num_outputs)
 
     def _run_eager(self, batch: PackedBatch) -> torch.Tensor:
-        input_ids, positions, cu_seqlens = self._load(batch)
+        input_ids, positions, cu_seqlens, segment_ids = self._load(batch)
         meta = self.attention.prepare(cu_seqlens, batch.cu_seqlens.tolist(), batch.max_seqlen)
-        return self._forward(input_ids, positions, cu_seqlens, meta)
+        return self._forward(input_ids, positions, cu_seqlens, segment_ids, batch.num_outputs, meta)
 
     @property
     def num_graph_replays(self) -> int:
@@ -80,11 +82,13 @@ class ModelRunner:
         """Capture every graph ahead of traffic (capture_at_start); return how many."""
         return self.graphs.capture_all() if self.graphs is not None else 0
 
-    def _load(self, batch: PackedBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        if self.inputs is None or 2 * batch.num_tokens + batch.num_seqs + 1 > self.inputs.capacity:
+    def _load(self, batch: PackedBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(input_ids, positions, cu_seqlens, segment_ids) on the device."""
+        if self.inputs is None or 3 * batch.num_tokens + batch.num_seqs + 1 > self.inputs.capacity:
             # CPU (the numpy arrays are the tensors), or a batch past the budget (never from the batcher).
             return tuple(torch.from_numpy(a).to(self.device) for a in (batch.input_ids, batch.positions,
-                                                                       batch.cu_seqlens))
-        input_ids, positions, cu_seqlens = self.inputs.host_views(batch.num_tokens, batch.num_seqs)
+                                                                       batch.cu_seqlens, batch.pooling_ids()))
+        input_ids, positions, cu_seqlens, segment_ids = self.inputs.host_views(batch.num_tokens, batch.num_seqs)
         input_ids[:], positions[:], cu_seqlens[:] = batch.input_ids, batch.positions, batch.cu_seqlens
+        segment_ids[:] = batch.pooling_ids()
         return self.inputs.upload(batch.num_tokens, batch.num_seqs)

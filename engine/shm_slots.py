@@ -1,8 +1,11 @@
 """Shared-memory slots between the front end and one engine process.
 
-Each slot holds one packed batch on its way in (input_ids, positions, cu_seqlens: int32)
-and its vectors on their way out (float32 [max_seqs, dim]). The front end writes a batch
-into a free slot and sends only (slot, num_tokens, num_seqs, max_seqlen) down a pipe; the
+Each slot holds one packed batch on its way in (input_ids, positions, cu_seqlens: int32,
+and segment_ids, cu_segments where late-chunked documents pool several vectors per
+sequence: engine/batch.py) and its vectors on their way out (float32 [max_seqs, dim]: a
+batch pools at most max_seqs vectors, as it holds at most max_seqs sequences). The front
+end writes a batch into a free slot and sends only (slot, num_tokens, num_seqs, max_seqlen,
+num_outputs) down a pipe, num_outputs None for a batch of one vector per sequence; the
 engine reads the arrays in place and writes the vectors back into the same slot. A slot
 is reused only after its reply came back, so neither side ever waits on a lock.
 """
@@ -29,7 +32,8 @@ class SlotLayout:
 
     @property
     def ints_per_slot(self) -> int:
-        return 2 * self.max_tokens + self.max_seqs + 1  # input_ids, positions, cu_seqlens
+        # input_ids, positions, segment_ids; cu_seqlens, cu_segments
+        return 3 * self.max_tokens + 2 * (self.max_seqs + 1)
 
     @property
     def nbytes(self) -> int:
@@ -60,20 +64,31 @@ class SharedSlots:
     def name(self) -> str:
         return self.shm.name
 
-    def _input_views(self, slot: int, num_tokens: int, num_seqs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        row, t = self._ints[slot], self.layout.max_tokens
-        return row[:num_tokens], row[t : t + num_tokens], row[2 * t : 2 * t + num_seqs + 1]
+    def _input_views(self, slot: int, num_tokens: int, num_seqs: int) -> tuple[np.ndarray, ...]:
+        """(input_ids, positions, cu_seqlens, segment_ids, cu_segments) of the slot."""
+        row, t, s = self._ints[slot], self.layout.max_tokens, self.layout.max_seqs + 1
+        cu = row[3 * t:]
+        return (row[:num_tokens], row[t : t + num_tokens], cu[: num_seqs + 1],
+                row[2 * t : 2 * t + num_tokens], cu[s : s + num_seqs + 1])
 
     def write_batch(self, slot: int, batch: PackedBatch) -> None:
-        if batch.num_tokens > self.layout.max_tokens or batch.num_seqs > self.layout.max_seqs:
-            raise ValueError(f"a batch of {batch.num_tokens} tokens / {batch.num_seqs} sequences does not fit a slot "
-                             f"({self.layout.max_tokens} / {self.layout.max_seqs})")
-        input_ids, positions, cu_seqlens = self._input_views(slot, batch.num_tokens, batch.num_seqs)
-        input_ids[:], positions[:], cu_seqlens[:] = batch.input_ids, batch.positions, batch.cu_seqlens
+        most = max(batch.num_seqs, batch.num_outputs)
+        if batch.num_tokens > self.layout.max_tokens or most > self.layout.max_seqs:
+            raise ValueError(f"a batch of {batch.num_tokens} tokens / {most} sequences or vectors does not fit a "
+                             f"slot ({self.layout.max_tokens} / {self.layout.max_seqs})")
+        views = self._input_views(slot, batch.num_tokens, batch.num_seqs)
+        views[0][:], views[1][:], views[2][:] = batch.input_ids, batch.positions, batch.cu_seqlens
+        if batch.cu_segments is not None:
+            views[3][:], views[4][:] = batch.segment_ids, batch.cu_segments
 
-    def read_batch(self, slot: int, num_tokens: int, num_seqs: int, max_seqlen: int) -> PackedBatch:
-        """The batch as views into the slot (no copy): valid until the slot's reply is sent."""
-        return PackedBatch(*self._input_views(slot, num_tokens, num_seqs), max_seqlen)
+    def read_batch(self, slot: int, num_tokens: int, num_seqs: int, max_seqlen: int,
+                   num_outputs: int | None = None) -> PackedBatch:
+        """The batch as views into the slot (no copy): valid until the slot's reply is sent.
+        `num_outputs` None: one vector per sequence (the segment arrays were not written)."""
+        input_ids, positions, cu_seqlens, segment_ids, cu_segments = self._input_views(slot, num_tokens, num_seqs)
+        if num_outputs is None:
+            return PackedBatch(input_ids, positions, cu_seqlens, max_seqlen)
+        return PackedBatch(input_ids, positions, cu_seqlens, max_seqlen, segment_ids, cu_segments)
 
     def output(self, slot: int) -> np.ndarray:
         """The slot's vector rows, float32 [max_seqs, dim]."""

@@ -17,6 +17,7 @@ from server.docs_page import docs_assets
 from server.errors import error_response
 from server.openapi import openapi_config
 from server.metrics import Metrics, metrics_endpoint
+from server.contextualized import ROUTES as CONTEXTUALIZED_ROUTES
 from server.routes import ROUTES
 from server.runtime import Runtime
 from server.token_inputs import TokenInputs
@@ -44,7 +45,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None) -> Litestar:
             metrics.stop_publishing()
 
     return Litestar(
-        route_handlers=[*ROUTES, metrics_endpoint, docs_assets()],
+        route_handlers=[*ROUTES, *CONTEXTUALIZED_ROUTES, metrics_endpoint, docs_assets()],
         lifespan=[lifespan],
         state=State({"runtime": runtime, "token_inputs": TokenInputs(config), "metrics": metrics}),
         request_max_body_size=config.max_body_bytes,

@@ -28,6 +28,11 @@ def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
     embed.add_argument("--input-format", choices=["jsonl", "parquet"], default=None,
                        help="input format (default: from INPUT's suffix)")
     embed.add_argument("--text-field", default="text", help="the field (JSONL) or column (Parquet) holding the text")
+    embed.add_argument("--chunks-field", default=None, metavar="FIELD",
+                       help="a field (JSONL) or list<string> column (Parquet) holding each row's document as the list "
+                            "of its chunks, in order: every chunk gets its own vector, read in the context of its "
+                            "document (late chunking; the model must be bidirectional with mean pooling); OUTPUT then "
+                            "has one row per chunk (default: none; --text-field holds one text per row)")
     embed.add_argument("--id-field", default=None,
                        help="a field carried into the output beside each vector (default: none; rows keep input order)")
     embed.add_argument("--chunk-size", type=positive_int, default=_DEFAULT_CHUNK_SIZE,
@@ -74,23 +79,30 @@ def run(args: argparse.Namespace) -> None:
     from corpus.parts import output_format_of
     from corpus.source import CorpusInputError
     from engine.config import ModelOverrides
-    from engine.loader import ModelLoadError
+    from engine.late_chunking import late_chunking_problem
+    from engine.loader import ModelLoadError, load_spec
 
     try:
         output_format = args.output_format or output_format_of(args.output)
         job = CorpusJob(
             input=args.input, output=args.output, output_format=output_format, input_format=args.input_format,
             text_field=args.text_field, id_field=args.id_field, chunk_size=args.chunk_size,
-            long_inputs=args.long_inputs, overwrite=args.overwrite, quiet=args.quiet,
+            long_inputs=args.long_inputs, chunks_field=args.chunks_field, overwrite=args.overwrite, quiet=args.quiet,
         )
         preflight(job)
+        overrides = ModelOverrides(attention=args.attention, pooling=args.pooling)
+        if args.chunks_field is not None:  # before the weights load
+            problem = late_chunking_problem(load_spec(args.model, args.max_seq_len, overrides, args.revision))
+            if problem is not None:
+                raise ValueError(f"--chunks-field: this model cannot embed chunks in the context of their "
+                                 f"document: {problem}")
         engine = build_engine(
             model=args.model, revision=args.revision, device=args.device, dtype=args.dtype,
             max_batch_tokens=args.max_batch_tokens,
             max_batch_seqs=args.max_batch_seqs, max_seq_len=args.max_seq_len, num_threads=args.num_threads,
             attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
             fused_kernels=args.fused_kernels,
-            model_overrides=ModelOverrides(attention=args.attention, pooling=args.pooling),
+            model_overrides=overrides,
         )
         if args.engine_plugin:
             from server.plugins import load_engine_plugin

@@ -13,10 +13,10 @@ from server.errors import APIError, invalid_request
 logger = logging.getLogger("rose_embed.guards")
 
 
-def decode_request(body: bytes) -> EmbeddingRequest:
-    """Strict msgspec decoding; a body nested thousands deep is the client's error, not ours."""
+def decode_request(body: bytes, type: type = EmbeddingRequest):
+    """Strict msgspec decoding into `type`; a body nested thousands deep is the client's error, not ours."""
     try:
-        return msgspec.json.decode(body, type=EmbeddingRequest)
+        return msgspec.json.decode(body, type=type)
     except RecursionError:
         raise invalid_request("The JSON body is nested too deeply to parse.") from None
 

@@ -22,6 +22,7 @@ from litestar.openapi.spec import (
     SecurityScheme,
 )
 
+from compat.contextualized import MAX_CHUNKS, MAX_DOCUMENTS
 from compat.encoding import ENCODING_FORMATS
 from compat.inputs import MAX_INPUTS
 from compat.openai import ErrorResponse
@@ -52,6 +53,44 @@ EMBEDDING_REQUEST_SCHEMA = Schema(
         "user": Schema(type=OpenAPIType.STRING, description="Accepted and ignored, as a hint for abuse tracking."),
     },
 )
+
+
+_CHUNKS = Schema(type=OpenAPIType.ARRAY, items=Schema(type=OpenAPIType.STRING, min_length=1), min_items=1,
+                 description="A document's chunks, in order.")
+_DOCUMENTS = Schema(type=OpenAPIType.ARRAY, items=_CHUNKS, min_items=1, max_items=MAX_DOCUMENTS,
+                    description=f"Documents, each an array of its chunks (at most {MAX_DOCUMENTS} documents and "
+                                f"{MAX_CHUNKS} chunks in all; no empty strings).")
+
+CONTEXTUALIZED_REQUEST_SCHEMA = Schema(
+    title="ContextualizedEmbeddingRequest",
+    type=OpenAPIType.OBJECT,
+    description="Perplexity's contract (`input`, `dimensions`, `encoding_format`), or Voyage AI's spelling "
+                "(`inputs`, `output_dimension`, `output_dtype`). One of `input` and `inputs` is required.",
+    properties={
+        "input": _DOCUMENTS,
+        "inputs": _DOCUMENTS,
+        "model": Schema(type=OpenAPIType.STRING, description="The served model's name or one of its aliases."),
+        "dimensions": Schema(type=OpenAPIType.INTEGER, minimum=1, description="Cut vectors to this many dimensions."),
+        "output_dimension": Schema(type=OpenAPIType.INTEGER, minimum=1, description="Voyage's name for `dimensions`."),
+        "encoding_format": Schema(type=OpenAPIType.STRING, description=(
+            "What /v1/embeddings takes (float, base64; a quantising model also int8, uint8, binary, ubinary, "
+            "base64_int8, base64_binary); default: base64_int8 for a quantising model, else float. With "
+            "`output_dtype`: null or base64.")),
+        "output_dtype": Schema(type=OpenAPIType.STRING, enum=["float", "int8", "uint8", "binary", "ubinary"],
+                               description="Voyage's number type."),
+        "input_type": Schema(type=OpenAPIType.STRING, description="A prompt of the model's (query, document)."),
+    },
+)
+
+
+@dataclass
+class ContextualizedOperation(Operation):
+    """The hand-written request body of /v1/contextualizedembeddings (inline, as EmbeddingsOperation's)."""
+
+    def __post_init__(self) -> None:
+        self.request_body = RequestBody(
+            required=True, content={"application/json": OpenAPIMediaType(schema=CONTEXTUALIZED_REQUEST_SCHEMA)}
+        )
 
 
 @dataclass

@@ -81,6 +81,7 @@ class FakeEngine(ModelView):
         self._tokens, self._positions = _tables(seed, self.vocab_size, self.spec.max_seq_len, dim)
         self.config = EngineConfig(device="cpu", max_batch_tokens=4096)  # the corpus job cuts batches by it
         self.batches: list[tuple[int, int]] = []  # (sequences, tokens) of every batch computed
+        self.outputs: list[int] = []  # vectors pooled by every batch computed
         self.num_eager_runs = 0  # read by /metrics: a CPU engine runs every batch eagerly
 
     def execute(self, seqs: list[np.ndarray]) -> LazyResult:
@@ -90,22 +91,39 @@ class FakeEngine(ModelView):
     def warm_up(self) -> None:
         self.execute_packed(_pack_one(np.array([101, 102], np.int32))).wait()
         self.batches.clear()
+        self.outputs.clear()
 
     def execute_packed(self, batch: PackedBatch) -> LazyResult:
-        """The batch's vectors from its packed stream: [num_seqs, dim] float32."""
+        """The batch's vectors from its packed stream: [num_outputs, dim] float32, one per
+        pooling segment (a sequence, or a late-chunked document's chunk, whose terms keep
+        their positions in the whole window)."""
         if self.delay:
             time.sleep(self.delay)
         terms = self._tokens[batch.input_ids] * self._positions[batch.positions]  # [T, dim]
-        sums = np.add.reduceat(terms, batch.cu_seqlens[:-1], axis=0)  # [B, dim]
-        vectors = self._finish(sums, np.diff(batch.cu_seqlens))
+        if batch.segment_ids is None:
+            sums = np.add.reduceat(terms, batch.cu_seqlens[:-1], axis=0)  # [B, dim]
+            lengths = np.diff(batch.cu_seqlens)
+        else:
+            pooled = batch.segment_ids >= 0
+            sums = np.zeros((batch.num_outputs, terms.shape[1]))
+            np.add.at(sums, batch.segment_ids[pooled], terms[pooled])
+            lengths = np.bincount(batch.segment_ids[pooled], minlength=batch.num_outputs)
+        vectors = self._finish(sums, lengths)
         self.batches.append((batch.num_seqs, batch.num_tokens))
+        self.outputs.append(batch.num_outputs)
         self.num_eager_runs += 1
-        return LazyResult(torch.from_numpy(vectors), batch.num_seqs)
+        return LazyResult(torch.from_numpy(vectors), batch.num_outputs)
 
     def vectors_of(self, seqs: list[np.ndarray]) -> np.ndarray:
         """The same computation one sequence at a time (no packing): [N, dim] float32."""
         sums = np.stack([(self._tokens[ids] * self._positions[: len(ids)]).sum(0) for ids in seqs])
         return self._finish(sums, np.array([len(ids) for ids in seqs]))
+
+    def span_vector(self, seq: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """The vector of tokens [lo, hi) of one sequence, at their positions in it (a late chunk): [dim]."""
+        ids = np.asarray(seq[lo:hi])
+        total = (self._tokens[ids] * self._positions[lo:hi]).sum(0)
+        return self._finish(total[None], np.array([hi - lo]))[0]
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """What the server must answer for `texts` (prompt included by the caller)."""

@@ -54,8 +54,11 @@ def test_padding_keeps_real_segments_and_bounds_dummy_ones():
     bucket, chunk, num_segments = 512, 128, 8
     ids, pos = np.full(bucket, -1, np.int32), np.full(bucket, -1, np.int32)
     cu = np.full(num_segments + 1, -1, np.int32)
-    _fill_padded(batch, chunk, ids, pos, cu)
+    seg = np.full(bucket, -7, np.int32)
+    _fill_padded(batch, chunk, ids, pos, cu, seg)
     assert (ids[:110] == batch.input_ids).all() and (pos[:110] == batch.positions).all()
+    # Each real token pools into its own sequence's segment, padding into none.
+    assert list(seg[:110]) == [0] * 3 + [1] * 7 + [2] * 100 and (seg[110:] == -1).all()
     assert list(cu) == [0, 3, 10, 110, 238, 366, 494, 512, 512]
     lengths = np.diff(cu)
     assert lengths.min() >= 0 and lengths.max() <= chunk
@@ -73,6 +76,10 @@ def test_layout_pads_tokens_segments_and_seqlen_to_powers_of_two():
     assert graphs.layout(100, 3, 60) == (128, 4, 128)  # 28 padding tokens, max_seqlen 60 -> 128
     assert graphs.layout(9000, 100, 300) == (9216, 128, 512)  # 216 padding tokens in 1 segment
     assert graphs.layout(9000, 513, 300) is None  # past max_num_seqs: eager
+    # Late-chunked documents pool more vectors than they have sequences: enough segments for them.
+    assert graphs.layout(100, 3, 60, 20) == (128, 32, 128)
+    assert graphs.layout(100, 3, 60, 3) == graphs.layout(100, 3, 60)
+    assert graphs.layout(9000, 100, 300, 513) is None  # more vectors than a batch may pool: eager
     assert graphs.layout(16385, 10, 300) is None  # past the largest bucket: eager
     assert graphs.seqlen_buckets(64) == [64] and graphs.seqlen_buckets(4096) == [128, 256, 512]
     segments = CUDAGraphRunner.max_num_segments(16384, 512)
@@ -91,7 +98,7 @@ def test_capture_all_captures_every_slot_even_after_warm_up(monkeypatch, num_slo
 
         def host_views(self, num_tokens, num_segments):
             b, t = self.buffer, num_tokens
-            return b[:t], b[t : 2 * t], b[2 * t : 2 * t + num_segments + 1]
+            return b[:t], b[t : 2 * t], b[3 * t : 3 * t + num_segments + 1], b[2 * t : 3 * t]
 
     attention = type("Attention", (), {"num_graph_slots": num_slots})()
     graphs = CUDAGraphRunner(None, attention, FakeInputs(), max_num_tokens=2048, max_num_seqs=512, max_seqlen=512)

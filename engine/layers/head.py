@@ -2,8 +2,9 @@
 modules after it (Dense, LayerNorm, Normalize; engine/st_modules.py reads them), truncation to
 truncate_dim, and the final L2 normalisation OpenAI's vectors have.
 
-The head runs in float32 on the pooled [B, H] vectors (a few small matmuls), inside the CUDA
-graph with the model.
+The head runs in float32 on the pooled [S, H] vectors, one per pooling segment (a sequence,
+or a late-chunked document's chunk: engine/batch.py), a few small matmuls inside the CUDA
+graph with the model; every step after pooling applies to each vector alone.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from engine.layers.pooling import normalize, pool
+from engine.layers.pooling import normalize, pool_segments
 from engine.st_modules import Dense, HeadStep, LayerNorm, Normalize
 
 
@@ -76,7 +77,7 @@ def _layer(step: HeadStep) -> nn.Module:
 
 
 class SentenceHead(nn.Module):
-    """hidden [T, H], cu_seqlens [B+1] -> [B, dim] float32; weights load on construction."""
+    """hidden [T, H], segment_ids [T] -> [num_segments, dim] float32; weights load on construction."""
 
     def __init__(self, pooling: str, steps: tuple[HeadStep, ...] = (), truncate_dim: int | None = None,
                  normalize: bool = True):
@@ -84,8 +85,8 @@ class SentenceHead(nn.Module):
         self.pooling, self.truncate_dim, self.normalize = pooling, truncate_dim, normalize
         self.steps = nn.ModuleList(_layer(step) for step in steps)
 
-    def forward(self, hidden: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
-        vectors = pool(hidden, cu_seqlens, self.pooling)
+    def forward(self, hidden: torch.Tensor, segment_ids: torch.Tensor, num_segments: int) -> torch.Tensor:
+        vectors = pool_segments(hidden, segment_ids, num_segments, self.pooling)
         for step in self.steps:
             vectors = step(vectors)
         if self.truncate_dim is not None:
