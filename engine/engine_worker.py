@@ -14,7 +14,8 @@ supervisor has closed the control pipe and every front end is done or gone.
 Messages on each front end's pipes (small tuples; the arrays themselves live in shared
 memory, engine/shm_slots.py):
   front end -> engine: (slot, num_tokens, num_seqs, max_seqlen), or None: this front end is done
-  engine -> front end: ("ready", info) or ("failed", why), once at start; then per task
+  engine -> front end: ("ready", info: pid, dtype, attention table) or ("failed", why), once at
+                       start; then per task
                        (slot, compute_seconds, error or None, (graph_replays, eager_runs,
                        capture_failures, device_bytes_allocated, device_bytes_reserved))
 """
@@ -61,7 +62,8 @@ def run_engine_worker(config: EngineConfig, control: Connection, parent_pid: int
         _refuse_front_ends(control, f"{type(exc).__name__}: {exc}")
         return
     _send(control, "ready")
-    ready = ("ready", {"pid": os.getpid(), "dtype": str(engine.dtype).removeprefix("torch.")})
+    ready = ("ready", {"pid": os.getpid(), "dtype": str(engine.dtype).removeprefix("torch."),
+                       "attention": _attention_table(engine)})
     launched: queue.SimpleQueue = queue.SimpleQueue()
     reader = threading.Thread(target=_send_results, args=(engine, launched), name="rose-readback", daemon=True)
     reader.start()
@@ -93,6 +95,12 @@ def run_engine_worker(config: EngineConfig, control: Connection, parent_pid: int
             launched.put((front_end, slot, num_seqs, lazy, started))
     launched.put(None)
     reader.join(10)
+
+
+def _attention_table(engine) -> list[tuple[str, str, str]]:
+    """The attention backend per class of batch, fixed at warm-up (for /metrics)."""
+    table = getattr(getattr(engine, "runner", None), "attention_table", None)
+    return table() if table is not None else []
 
 
 def _receive_front_end(control: Connection) -> _FrontEnd | None:
