@@ -209,8 +209,8 @@ def _attention_backends(runtime: Runtime) -> GaugeMetricFamily:
     links = getattr(runtime.engine, "replicas", None)
     if links is not None:
         tables = [(str(link.index), link.attention_table) for link in links]
-    else:  # an in-process Engine (fault wrappers may hide its runner)
-        runner = getattr(runtime.engine, "runner", None)
+    else:  # an in-process Engine (fault wrappers may hide its runner, as may a test's fake)
+        runner = getattr(runtime.engine, "runner", runtime.engine)
         tables = [("0", runner.attention_table())] if hasattr(runner, "attention_table") else []
     for engine, rows in tables:
         for bucket, max_seqlen, backend in rows:
