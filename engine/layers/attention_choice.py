@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.graphs import MIN_SEQLEN_BUCKET
+
 logger = logging.getLogger("rose_embed.engine")
 
 # Another backend replaces the default only when it is this much faster: timings of a few
@@ -129,11 +131,14 @@ def pick_fastest(timings: dict[str, float], default: str, margin: float = MARGIN
 
 
 def representative_lengths(num_tokens: int, max_seqlen: int, max_num_seqs: int, seed: int = 0) -> list[int]:
-    """Lengths log-uniform from 8 to max_seqlen (the longest first, so that the class's
-    max_seqlen is reached), as many as fit in num_tokens and max_num_seqs."""
+    """Lengths log-uniform from 8 to max_seqlen, as many as fit in num_tokens and max_num_seqs.
+    Above the smallest max_seqlen bucket the first is max_seqlen itself, so that the batch
+    belongs to the class; the smallest holds every batch of short texts, whose longest may
+    be anything up to it (a single query of the smallest token buckets, say)."""
     rng = np.random.default_rng(seed)
     shortest = min(8, max_seqlen)
-    lengths, total = [max_seqlen], max_seqlen
+    lengths = [max_seqlen] if max_seqlen > MIN_SEQLEN_BUCKET else []
+    total = sum(lengths)
     while len(lengths) < max_num_seqs:
         n = int(round(math.exp(rng.uniform(math.log(shortest), math.log(max_seqlen)))))
         if total + n > num_tokens:

@@ -183,6 +183,8 @@ class PackedAttentionBackend:
         if shape.window is not None or shape.has_position_bias:
             raise ValueError("the packed attention kernel has no sliding windows or position bias; "
                              "use --attention-backend varlen")
+        if shape.head_dim > 256:  # its query tile and accumulator would not fit in registers
+            raise ValueError(f"the packed attention kernel takes head_dim up to 256; this model has {shape.head_dim}")
         from engine.layers.packed_attention import packed_attention
 
         self.shape, self.blocks = shape, blocks
@@ -231,7 +233,7 @@ def auto_candidates(shape: AttentionShape, device: torch.device, dtype: torch.dt
     candidates = [VarlenAttentionBackend(shape)]
     try:
         candidates.append(PackedAttentionBackend(shape))
-    except (ValueError, ImportError):  # a window or a bias, or no Triton
+    except Exception:  # a window or a bias, or no working Triton
         pass
     if shape.head_dim in FLASHINFER_HEAD_DIMS and shape.window is None and not shape.has_position_bias \
             and flashinfer_available():

@@ -96,9 +96,10 @@ def sequence_bounds(cu_seqlens: torch.Tensor, num_tokens: int) -> tuple[torch.Te
 
 
 def default_blocks(head_dim: int) -> tuple[int, int]:
-    """(BLOCK_M, BLOCK_N): 64-row tiles waste little on short texts; wide heads take narrower
-    key blocks to keep q, k, v and the accumulator within the registers of 4 warps."""
-    return 64, (64 if head_dim <= 64 else 32)
+    """(BLOCK_M, BLOCK_N): 64-row tiles (one warpgroup's MMA) waste little on short texts;
+    heads wider than 128 take narrower key blocks to keep the accumulator in registers.
+    bench/gpu_bench.py times the alternatives per model shape."""
+    return 64, (64 if head_dim <= 128 else 32)
 
 
 def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_start: torch.Tensor,
@@ -120,6 +121,6 @@ def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_star
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
         GROUP=num_heads // k.shape[1], HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_M=block_m, BLOCK_N=block_n, IS_CAUSAL=is_causal,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=4,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=4 if block_m <= 64 else 8,
     )
     return out
