@@ -116,3 +116,14 @@ def test_refuses_windows_and_position_bias(kernel, shape):
 
     with pytest.raises(ValueError, match="varlen"):
         PackedAttentionBackend(shape)
+
+
+def test_one_token_and_one_sequence_batches(kernel):
+    """A lone one-token query (an eager run) and one sequence that fills several tiles."""
+    for lengths in ([1], [150]):
+        cu = _cu(lengths)
+        shape = AttentionShape(2, 1, 16, True)
+        q, k, v = _inputs(cu[-1], 2, 1, 16, torch.float32, seed=len(lengths))
+        start, end = kernel.sequence_bounds(torch.tensor(cu, dtype=torch.int32), cu[-1])
+        got = kernel.packed_attention(q, k, v, start, end, shape.scale, True, (64, 32))
+        torch.testing.assert_close(got, _naive(q, k, v, cu, shape, False, None), atol=2e-5, rtol=2e-5)
