@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import torch
 
@@ -16,6 +18,8 @@ from engine.models import MODEL_CLASSES
 from engine.pipeline import embed_texts
 from engine.runner import ModelRunner
 from engine.model_view import ModelView
+
+logger = logging.getLogger("rose_embed.engine")
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -78,10 +82,15 @@ class Engine(ModelView):
     def warm_up(self) -> None:
         """Run a small and a full-budget batch so that first requests pay no setup cost.
 
-        On CUDA each runs twice: the first run of a graph bucket is eager (library set-up),
-        the second captures its graph. With capture_at_start every bucket is captured now
-        (seconds), so no request ever waits for a capture.
+        With attention_backend auto on CUDA the attention backends are timed first, per
+        class of batch (engine/layers/attention_choice.py). On CUDA each batch runs twice:
+        the first run of a graph bucket is eager (library set-up), the second captures its
+        graph. With capture_at_start every bucket is captured now (seconds), so no request
+        ever waits for a capture.
         """
+        choice = self.runner.choose_attention()  # before any graph is captured: it picks their kernels
+        if choice is not None:
+            logger.info("%s", choice)
         seq = np.full(min(self.spec.max_seq_len, 16), 100, dtype=np.int32)
         num = max(1, min(self.config.max_batch_seqs, self.config.max_batch_tokens // len(seq)))
         graphs = self.runner.graphs

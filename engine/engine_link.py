@@ -48,6 +48,7 @@ class EngineLink(Replica):
         self._process = process
         slots, tasks, replies = SharedSlots.attach(ends.shm_name, ends.layout), ends.tasks, ends.replies
         self.dtype: str | None = None
+        self.attention_table: list[tuple[str, str, str]] = []  # (token bucket, max_seqlen bucket, backend)
         self.num_graph_replays = self.num_eager_runs = self.num_capture_failures = 0
         self.device_bytes = {"allocated": 0, "reserved": 0}  # on CUDA, as of the last reply
         self.slots, self._tasks, self._replies = slots, tasks, replies
@@ -82,6 +83,7 @@ class EngineLink(Replica):
         if kind != "ready":
             raise RuntimeError(f"engine {self.index} on {self.device} failed to load: {info}")
         self.pid, self.dtype = info["pid"], info["dtype"]
+        self.attention_table = [tuple(row) for row in info.get("attention", [])]
 
     def attach(self, loop: asyncio.AbstractEventLoop, on_lost) -> None:
         super().attach(loop, on_lost)

@@ -16,7 +16,8 @@ memory, engine/shm_slots.py):
   front end -> engine: (slot, num_tokens, num_seqs, max_seqlen, num_outputs), or None: this front end
                        is done (num_outputs: None for one vector per sequence, else the vectors
                        the batch's segments pool)
-  engine -> front end: ("ready", info) or ("failed", why), once at start; then per task
+  engine -> front end: ("ready", info: pid, dtype, attention table) or ("failed", why), once at
+                       start; then per task
                        (slot, compute_seconds, error or None, (graph_replays, eager_runs,
                        capture_failures, device_bytes_allocated, device_bytes_reserved))
 """
@@ -63,7 +64,8 @@ def run_engine_worker(config: EngineConfig, control: Connection, parent_pid: int
         _refuse_front_ends(control, f"{type(exc).__name__}: {exc}")
         return
     _send(control, "ready")
-    ready = ("ready", {"pid": os.getpid(), "dtype": str(engine.dtype).removeprefix("torch.")})
+    ready = ("ready", {"pid": os.getpid(), "dtype": str(engine.dtype).removeprefix("torch."),
+                       "attention": _attention_table(engine)})
     launched: queue.SimpleQueue = queue.SimpleQueue()
     reader = threading.Thread(target=_send_results, args=(engine, launched), name="rose-readback", daemon=True)
     reader.start()
@@ -96,6 +98,12 @@ def run_engine_worker(config: EngineConfig, control: Connection, parent_pid: int
             launched.put((front_end, slot, num_seqs if num_outputs is None else num_outputs, lazy, started))
     launched.put(None)
     reader.join(10)
+
+
+def _attention_table(engine) -> list[tuple[str, str, str]]:
+    """The attention backend per class of batch, fixed at warm-up (for /metrics)."""
+    table = getattr(getattr(engine, "runner", None), "attention_table", None)
+    return table() if table is not None else []
 
 
 def _receive_front_end(control: Connection) -> _FrontEnd | None:

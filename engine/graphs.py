@@ -1,6 +1,8 @@
 """Whole-model CUDA graphs per token bucket: bucket list, static buffers, pad, copy, replay, slice.
 
-A graph is keyed by its padded shape: (num_tokens, num_segments, max_seqlen[, slot]).
+A graph is keyed by its padded shape: (num_tokens, num_segments, max_seqlen[, slot]), and
+named by the attention backend it runs (--attention-backend auto picks one per
+(num_tokens, max_seqlen) class at warm-up, engine/layers/attention_choice.py).
 Token counts are padded up to a bucket (64, 128, ... 1024, then steps of 1024) by
 trailing dummy segments of at most max_seqlen tokens each, the segment count up to a power
 of two by zero-length segments, and max_seqlen (baked into the attention launch) up to a
@@ -112,6 +114,7 @@ class GraphKey:
     num_segments: int  # real + padding segments (cu_seqlens has one more entry); also the vectors pooled
     max_seqlen: int  # longest segment allowed, padding included
     slot: int  # which of the backend's graph slots (FlashInfer alternates two)
+    backend: str = ""  # the attention backend its graph runs (--attention-backend auto picks per class)
 
 
 @dataclass
@@ -208,9 +211,10 @@ class CUDAGraphRunner:
 
     def _run(self, bucket: int, num_segments: int, max_seqlen: int,
              cu_seqlens_host: list[int]) -> tuple[torch.Tensor, int]:
+        backend, num_slots = self._backend_for(bucket, max_seqlen)
         slot = self._next_slot.get((bucket, num_segments, max_seqlen), 0)
-        self._next_slot[(bucket, num_segments, max_seqlen)] = (slot + 1) % self.num_slots
-        key = GraphKey(bucket, num_segments, max_seqlen, slot)
+        self._next_slot[(bucket, num_segments, max_seqlen)] = (slot + 1) % num_slots
+        key = GraphKey(bucket, num_segments, max_seqlen, slot, backend)
         last_run = self._last_run.get(key)
         if last_run is not None and not last_run.query():
             last_run.synchronize()  # flow control: its wrapper is about to be re-planned
@@ -227,9 +231,20 @@ class CUDAGraphRunner:
             captured.graph.replay()
             self.num_replays += 1
             output = captured.output
-        if self.num_slots > 1:
+        if num_slots > 1:
             self._last_run.setdefault(key, torch.cuda.Event()).record()
         return output, num_segments
+
+    def _backend_for(self, bucket: int, max_seqlen: int) -> tuple[str, int]:
+        """(name, graph slots) of the attention backend that runs this class of batch: the
+        one backend, or the one `auto` chose for it (engine/layers/attention_choice.py)."""
+        backend_for = getattr(self.attention, "backend_for", None)
+        backend = backend_for(bucket, max_seqlen) if backend_for is not None else self.attention
+        return getattr(backend, "name", ""), getattr(backend, "num_graph_slots", 1)
+
+    def graph_classes(self) -> list[tuple[int, int]]:
+        """Every (token bucket, max_seqlen bucket) a batch can be keyed with."""
+        return [(bucket, chunk) for bucket in self.buckets for chunk in self.seqlen_buckets(bucket)]
 
     def _capture(self, key: GraphKey, inputs: tuple, meta) -> _Captured | None:
         """Capture the key's graph; None if the capture failed (the key runs eagerly from now on)."""

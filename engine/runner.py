@@ -3,6 +3,8 @@ eager or graph."""
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from engine.batch import PackedBatch, split_packed
@@ -76,6 +78,29 @@ class ModelRunner:
     @property
     def num_capture_failures(self) -> int:
         return self.graphs.num_capture_failures if self.graphs is not None else 0
+
+    def choose_attention(self) -> str | None:
+        """--attention-backend auto with graphs: time the candidates on every graph class and
+        keep the fastest per class (engine/layers/attention_choice.py); the choice table for
+        the log, or None where there is nothing to choose."""
+        if self.graphs is None or not hasattr(self.attention, "choose"):
+            return None
+        from engine.attention_timing import AttentionTimer
+
+        started = time.perf_counter()
+        timer = AttentionTimer(self.attention.shape, next(self.model.parameters()).dtype, self.device,
+                               self.graphs.buckets[-1], self.graphs.max_num_seqs)
+        self.attention.choose(self.graphs.graph_classes(), timer)
+        del timer
+        torch.cuda.empty_cache()  # the timing graphs' pool and q, k, v
+        return (f"attention backend per batch class, chosen in {time.perf_counter() - started:.1f} s "
+                f"(token bucket; longest sequence: chosen (time per layer of each)):\n{self.attention.describe()}")
+
+    def attention_table(self) -> list[tuple[str, str, str]]:
+        """(token bucket, max_seqlen bucket, backend) rows, as /metrics shows them: the choice of
+        auto per class, or one row for a single backend."""
+        rows = getattr(self.attention, "table_rows", None)
+        return rows() if rows is not None else [("any", "any", self.attention.name)]
 
     @torch.inference_mode()
     def capture_all(self) -> int:

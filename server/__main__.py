@@ -66,8 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="truncate inputs to this many tokens (default: the model's limit)")
     serve.add_argument("--max-queued-tokens", type=positive_int, default=None,
                        help="answer 429 when the queue holds more tokens than this (default: no limit)")
-    serve.add_argument("--attention-backend", default="auto", choices=["auto", "varlen", "flashinfer", "sdpa"],
-                       help="GPU attention kernels (auto: torch's varlen_attn; flashinfer: the gpu extra)")
+    serve.add_argument("--attention-backend", default="auto",
+                       choices=["auto", "varlen", "packed", "flashinfer", "sdpa"],
+                       help="GPU attention kernels (auto: the fastest per batch shape, timed at warm-up; "
+                            "varlen: torch's varlen_attn; packed: short texts share tiles; flashinfer: the gpu extra)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                        help="least severe log lines shown (debug adds every /health and /metrics request)")
     serve.add_argument("--max-request-tokens", type=positive_int, default=300_000,

@@ -153,6 +153,7 @@ class _RuntimeCollector:
                        getattr(runner, "num_capture_failures", 0))
         yield from _per_engine(batcher.replicas)
         yield _device_memory(runtime)
+        yield _attention_backends(runtime)
 
     def describe(self):
         return []  # collected at scrape time only (their presence depends on the runtime)
@@ -198,6 +199,23 @@ def _per_engine(replicas: list) -> list:
         tokens.add_metric(key, replica.num_tokens)
         in_flight.add_metric(key, replica.tokens_in_flight)
     return [serving, batches, tokens, in_flight]
+
+
+def _attention_backends(runtime: Runtime) -> GaugeMetricFamily:
+    """1 for the attention backend each engine runs per class of batch (token bucket, longest
+    sequence's bucket), as chosen at warm-up; "any" where one backend runs everything."""
+    family = GaugeMetricFamily("rose_attention_backend", "Attention backend per class of batch, chosen at warm-up "
+                               "(--attention-backend auto) or forced", labels=["engine", "bucket", "max_seqlen", "backend"])
+    links = getattr(runtime.engine, "replicas", None)
+    if links is not None:
+        tables = [(str(link.index), link.attention_table) for link in links]
+    else:  # an in-process Engine (fault wrappers may hide its runner, as may a test's fake)
+        runner = getattr(runtime.engine, "runner", runtime.engine)
+        tables = [("0", runner.attention_table())] if hasattr(runner, "attention_table") else []
+    for engine, rows in tables:
+        for bucket, max_seqlen, backend in rows:
+            family.add_metric([engine, bucket, max_seqlen, backend], 1.0)
+    return family
 
 
 def _device_memory(runtime: Runtime) -> GaugeMetricFamily:

@@ -5,8 +5,9 @@ How a family combines over the front ends' reports:
   and a front end started in place of one that died carries its predecessor's counts
   (`with_carried`): no sum goes backwards;
 - what an engine process says of itself (graph replays, eager runs, capture failures, device
-  memory) reaches every front end alike: the largest figure any front end relays (device
-  memory: any ready one);
+  memory, its attention backend per class of batch) reaches every front end alike: the
+  largest figure any front end relays (device memory: any ready one; the backend table:
+  any live one);
 - gauges of the present add up over the live front ends (queue, tokens/s, tokens in flight);
 - rose_ready and rose_engine_up are 1 where they are 1 on any live front end;
   rose_engine_serving is 0 where any ready front end has that engine out (one that
@@ -60,6 +61,7 @@ _RULES = {
     "rose_graph_replays": _MAX_ALL,
     "rose_eager_runs": _MAX_ALL,
     "rose_graph_capture_failures": _MAX_ALL,
+    "rose_attention_backend": _MAX_LIVE,
 }
 
 

@@ -55,6 +55,8 @@ def test_log_file_line_and_engine_process_memory(server):
     # Every batch, warm-up included, runs eagerly on the CPU and none replays a graph.
     assert metric(server.url, "rose_eager_runs_total") >= metric(server.url, "rose_batch_sequences_count") + 2
     assert metric(server.url, "rose_graph_replays_total") == 0
+    # The engine process's attention, as it told the front ends when ready: one CPU backend.
+    assert metric(server.url, 'rose_attention_backend{backend="sdpa",bucket="any",engine="0",max_seqlen="any"}') == 1
 
 
 def test_the_suites_server_logs_stay_in_pytests_temporary_folder(server, tmp_path_factory):

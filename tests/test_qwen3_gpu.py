@@ -42,7 +42,7 @@ def _to_cuda(batch):
     return [torch.from_numpy(a).cuda() for a in (batch.input_ids, batch.positions, batch.cu_seqlens)]
 
 
-@pytest.mark.parametrize("backend", ["sdpa", "varlen", "flashinfer"])
+@pytest.mark.parametrize("backend", ["sdpa", "varlen", "packed", "flashinfer"])
 @pytest.mark.parametrize("is_causal,pooling", [(True, "last"), (False, "mean")])
 @torch.no_grad()
 def test_bf16_on_cuda_matches_fp32_reference(backend, is_causal, pooling):
@@ -63,7 +63,7 @@ def test_bf16_on_cuda_matches_fp32_reference(backend, is_causal, pooling):
     assert cos.min().item() >= 0.999, cos
 
 
-@pytest.mark.parametrize("backend", ["sdpa", "varlen"])
+@pytest.mark.parametrize("backend", ["sdpa", "varlen", "packed"])
 @torch.no_grad()
 def test_model_is_capturable_in_a_cuda_graph(backend):
     _, ours = _models(head_dim=HEAD_DIM)

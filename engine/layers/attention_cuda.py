@@ -1,4 +1,5 @@
-"""CUDA attention backends over a packed stream: torch's varlen_attn and FlashInfer's ragged prefill.
+"""CUDA attention backends over a packed stream: torch's varlen_attn, FlashInfer's ragged prefill
+and our packed-tile Triton kernel.
 
 Both take the interface of `engine.layers.attention`: `prepare` once per batch (outside any
 CUDA graph), `forward` once per layer (inside it). For graphs, `prepare_graph(key, ...)`
@@ -134,6 +135,10 @@ class FlashInferAttentionBackend:
         self._plan(wrapper, cu_seqlens_host)
         return wrapper
 
+    def release_graph(self, key: object) -> None:
+        """Forget the wrapper of a graph that is gone (the warm-up's timing graphs)."""
+        self._graph_wrappers.pop(key, None)
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta, local: bool = False,
                 position_bias: torch.Tensor | None = None) -> torch.Tensor:
         return meta.run(q, k, v)  # the constructor refused any shape that would pass local or a bias
@@ -150,15 +155,87 @@ def refuse_for_flashinfer(shape: AttentionShape) -> None:
                          "use --attention-backend varlen (the default)")
 
 
+class PackedMeta:
+    """cu_seqlens, and the per-token sequence bounds the kernel reads, made by the first layer
+    that asks: inside the graph when one is captured (so every replay remakes them from the
+    batch's cu_seqlens), once per batch either way."""
+
+    def __init__(self, cu_seqlens: torch.Tensor):
+        self.cu_seqlens = cu_seqlens
+        self._bounds: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def bounds(self, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._bounds is None:
+            from engine.layers.packed_attention import sequence_bounds
+
+            self._bounds = sequence_bounds(self.cu_seqlens, num_tokens)
+        return self._bounds
+
+
+class PackedAttentionBackend:
+    """Query tiles cut over the packed stream, several short sequences to a tile
+    (engine/layers/packed_attention.py): any head_dim, causal or not, GQA; no windows or bias."""
+
+    name = "packed"
+    num_graph_slots = 1  # nothing is planned on the host
+
+    def __init__(self, shape: AttentionShape, blocks: tuple[int, int] | None = None):
+        if shape.window is not None or shape.has_position_bias:
+            raise ValueError("the packed attention kernel has no sliding windows or position bias; "
+                             "use --attention-backend varlen")
+        if shape.head_dim > 256:  # its query tile and accumulator would not fit in registers
+            raise ValueError(f"the packed attention kernel takes head_dim up to 256; this model has {shape.head_dim}")
+        from engine.layers.packed_attention import packed_attention
+
+        self.shape, self.blocks = shape, blocks
+        self._attention = packed_attention
+
+    def prepare(self, cu_seqlens: torch.Tensor, cu_seqlens_host: list[int], max_seqlen: int) -> PackedMeta:
+        return PackedMeta(cu_seqlens)
+
+    def prepare_graph(self, key: object, cu_seqlens: torch.Tensor, cu_seqlens_host: list[int],
+                      max_seqlen: int) -> PackedMeta:
+        return PackedMeta(cu_seqlens)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: PackedMeta, local: bool = False,
+                position_bias: torch.Tensor | None = None) -> torch.Tensor:
+        seq_start, seq_end = meta.bounds(q.shape[0])
+        return self._attention(q, k, v, seq_start, seq_end, self.shape.scale, self.shape.is_causal, self.blocks)
+
+
 def make_cuda_attention_backend(name: str, shape: AttentionShape, device: torch.device, dtype: torch.dtype):
-    """"auto" is varlen_attn: on the H200 FlashInfer measured within a few percent of it on
-    whole models (bench/results/gpu.md), with higher single-query latency, twice the graphs
-    and minutes of JIT compilation at first start; `flashinfer` asks for it explicitly."""
-    if name in ("auto", "varlen"):
+    """"auto": every backend that runs here and can run the shape exactly, the fastest chosen
+    per class of batch at warm-up (engine/layers/attention_choice.py), varlen where none was
+    timed; any other name forces that backend."""
+    if name == "auto":
+        candidates = auto_candidates(shape, device, dtype)
+        if len(candidates) == 1:
+            return candidates[0]
+        from engine.layers.attention_choice import AutoAttentionBackend
+
+        return AutoAttentionBackend(candidates)
+    if name == "varlen":
         return VarlenAttentionBackend(shape)
+    if name == "packed":
+        return PackedAttentionBackend(shape)
     if name == "flashinfer":
         refuse_for_flashinfer(shape)
         if not flashinfer_available():
             raise ValueError("attention backend flashinfer: the flashinfer package is not installed (pip install 'rose-embed[gpu]')")
         return FlashInferAttentionBackend(shape, device, dtype)
-    raise ValueError(f"unknown attention backend {name!r}; choose auto, varlen, flashinfer (or sdpa on CPU)")
+    raise ValueError(f"unknown attention backend {name!r}; choose auto, varlen, packed, flashinfer (or sdpa on CPU)")
+
+
+def auto_candidates(shape: AttentionShape, device: torch.device, dtype: torch.dtype) -> list:
+    """varlen first (the default), then packed and FlashInfer where they run the shape exactly.
+    FlashInfer only where installed: it compiles its kernels at first use (a minute or more
+    per head_dim, cached under ~/.cache/flashinfer), which the first start then pays."""
+    candidates = [VarlenAttentionBackend(shape)]
+    try:
+        candidates.append(PackedAttentionBackend(shape))
+    except Exception:  # a window or a bias, or no working Triton
+        pass
+    if shape.head_dim in FLASHINFER_HEAD_DIMS and shape.window is None and not shape.has_position_bias \
+            and flashinfer_available():
+        candidates.append(FlashInferAttentionBackend(shape, device, dtype))
+    return candidates

@@ -1,0 +1,126 @@
+"""Attention over a packed stream in query tiles cut from the stream itself, not per sequence (Triton).
+
+FlashAttention's varlen kernels give every sequence at least one query tile of 128 rows
+per head: a batch of 512 queries of 20 tokens launches 512 mostly empty tiles per head,
+and on short texts that costs more than the attention itself. Here the stream's rows are
+cut into tiles of BLOCK_M in order, so one tile holds several short sequences (or one
+piece of a long one). A tile's keys run from the start of its first row's sequence to
+the end of its last row's, and a block-diagonal mask keeps every query inside its own
+sequence (and, for decoder models, at or before itself).
+
+The work per tile is BLOCK_M rows times that key range: for short sequences a little more
+than BLOCK_M keys, for a tile inside one long sequence that sequence's length, as with
+FlashAttention. A tile that straddles two long sequences reads both, which is why the
+engine times this against varlen per bucket rather than always using it (engine/attention_choice.py).
+
+Each row needs the bounds of its sequence: two int32 arrays [T] (`sequence_bounds`), made
+on the device from cu_seqlens with no host sync, so a CUDA graph captures them too.
+Scores and softmax in float32 (exp2 with the scale folded in), fp32 inputs with IEEE
+products; GQA by reading the query head's key/value head. Sliding windows and additive
+position bias are not handled: the backend refuses such shapes.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+_LOG2_E = 1.4426950408889634
+
+
+@triton.jit
+def _packed_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, seq_start_ptr, seq_end_ptr, num_tokens, qk_scale,
+                             q_stride, q_head_stride, k_stride, k_head_stride, v_stride, v_head_stride,
+                             out_stride, out_head_stride,
+                             GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                             PRECISION: tl.constexpr):
+    tile = tl.program_id(0)
+    head = tl.program_id(1)
+    kv_head = head // GROUP
+    first = tile * BLOCK_M
+    last = tl.minimum(first + BLOCK_M, num_tokens) - 1
+    rows = first + tl.arange(0, BLOCK_M)
+    row_ok = rows < num_tokens
+    dims = tl.arange(0, BLOCK_D)
+    dim_ok = dims < HEAD_DIM
+    # Rows past the stream get the empty range [0, 0): no key is allowed for them.
+    row_start = tl.load(seq_start_ptr + rows, mask=row_ok, other=0)
+    row_end = tl.load(seq_end_ptr + rows, mask=row_ok, other=0)
+    lo = tl.load(seq_start_ptr + first)
+    hi = tl.load(seq_end_ptr + last)
+    if IS_CAUSAL:
+        hi = tl.minimum(hi, last + 1)
+    rows64 = rows.to(tl.int64)
+    q = tl.load(q_ptr + rows64[:, None] * q_stride + head * q_head_stride + dims[None, :],
+                mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    denom = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    for key_start in range(lo, hi, BLOCK_N):
+        cols = key_start + tl.arange(0, BLOCK_N)
+        cols64 = cols.to(tl.int64)
+        kv_mask = (cols < hi)[:, None] & dim_ok[None, :]
+        k = tl.load(k_ptr + cols64[:, None] * k_stride + kv_head * k_head_stride + dims[None, :],
+                    mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + cols64[:, None] * v_stride + kv_head * v_head_stride + dims[None, :],
+                    mask=kv_mask, other=0.0)
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        # Same sequence only: the block-diagonal mask (it also bounds the keys by `hi`).
+        allowed = (cols[None, :] >= row_start[:, None]) & (cols[None, :] < row_end[:, None])
+        if IS_CAUSAL:
+            allowed = allowed & (cols[None, :] <= rows[:, None])
+        scores = tl.where(allowed, scores, float("-inf"))
+        m_new = tl.maximum(m, tl.max(scores, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no allowed key yet
+        p = tl.exp2(scores - m_safe[:, None])
+        rescale = tl.exp2(m - m_safe)
+        denom = denom * rescale + tl.sum(p, 1)
+        acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        m = m_new
+    out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
+    tl.store(out_ptr + rows64[:, None] * out_stride + head * out_head_stride + dims[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & dim_ok[None, :])
+
+
+def sequence_bounds(cu_seqlens: torch.Tensor, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per token: (start, end) int32 [T] of the sequence holding it, from cu_seqlens [B+1].
+
+    On the device and without reading anything back, so that a CUDA graph captures it.
+    Empty segments (cu_seqlens repeats a value) hold no token: `right=True` finds, for
+    token t, the last segment starting at or before t, which is the non-empty one."""
+    tokens = torch.arange(num_tokens, dtype=cu_seqlens.dtype, device=cu_seqlens.device)
+    seq = torch.searchsorted(cu_seqlens, tokens, right=True, out_int32=True) - 1
+    return cu_seqlens[seq].to(torch.int32), cu_seqlens[seq + 1].to(torch.int32)
+
+
+def default_blocks(head_dim: int) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_N): 64-row tiles (one warpgroup's MMA) waste little on short texts;
+    heads wider than 128 take narrower key blocks to keep the accumulator in registers.
+    bench/gpu_bench.py times the alternatives per model shape."""
+    return 64, (64 if head_dim <= 128 else 32)
+
+
+def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_start: torch.Tensor,
+                     seq_end: torch.Tensor, scale: float, is_causal: bool,
+                     blocks: tuple[int, int] | None = None) -> torch.Tensor:
+    """q [T, H, D], k / v [T, KV, D] (any token stride, contiguous head_dim), the per-token
+    sequence bounds from `sequence_bounds` -> out [T, H, D] in q's dtype."""
+    num_tokens, num_heads, head_dim = q.shape
+    out = torch.empty(num_tokens, num_heads, head_dim, dtype=q.dtype, device=q.device)
+    if num_tokens == 0:
+        return out
+    for x in (q, k, v):
+        if x.stride(2) != 1:
+            raise ValueError("packed attention needs a contiguous head dimension")
+    block_m, block_n = blocks or default_blocks(head_dim)
+    grid = (triton.cdiv(num_tokens, block_m), num_heads)
+    _packed_attention_kernel[grid](
+        q, k, v, out, seq_start, seq_end, num_tokens, scale * _LOG2_E,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
+        GROUP=num_heads // k.shape[1], HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+        BLOCK_M=block_m, BLOCK_N=block_n, IS_CAUSAL=is_causal,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=4 if block_m <= 64 else 8,
+    )
+    return out
