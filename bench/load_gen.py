@@ -146,8 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     from engine.config import EngineConfig
     from engine.engine import Engine
 
+    # Every graph captured before timing, as the server does by default: the engine-alone paths
+    # never pay a capture inside the window.
     engine = Engine(EngineConfig(model=args.model, device=args.device, dtype=args.dtype,
-                                 max_batch_tokens=args.max_batch_tokens))
+                                 max_batch_tokens=args.max_batch_tokens, capture_at_start=True))
     engine.warm_up()
     min_cosine = args.min_cosine or (0.9999 if str(engine.dtype) == "torch.float32" else 0.999)
     texts = build_texts(args.data, args.num_texts, args.join) * args.repeat
@@ -182,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     check = VectorCheck(min_cosine)
     request_latencies: list[float] = []
     errors: list[str] = []
+    batch_sizes = ""
     profile_lines: list[str] = []
     st_worst = None
     try:
@@ -243,12 +246,15 @@ def main(argv: list[str] | None = None) -> int:
             latencies, lat_indices, lat_vectors, errs = run_latency(url, queries, None)
             errors += errs
             check.add(lat_vectors, engine.embed(queries)[lat_indices])
+        if server is not None:
+            batch_sizes = f"{server_mean_batch_tokens(url):.0f} tokens per batch on the server's engines, " \
+                f"{ids_mean_batch_tokens(engine, seqs):.0f} on the engine alone with ids in"
     finally:
         if server is not None:
             server.stop()
 
     report = render(args, engine, timings, cpu_times, server_cpu, names, num_tokens, len(texts), request_latencies,
-                    latencies, check, st_worst, errors, profile_lines, server_args)
+                    latencies, check, st_worst, errors, profile_lines, server_args, batch_sizes)
     publish(report, args.out)
     return 1 if check.mismatches or errors else 0
 
@@ -256,8 +262,27 @@ def main(argv: list[str] | None = None) -> int:
 IDS_IN = "engine alone, ids in (tokenized beforehand, no HTTP)"
 
 
+def server_mean_batch_tokens(url: str) -> float:
+    """Mean tokens per batch over the server's life (every engine, warm-up requests included)."""
+    import httpx
+
+    totals = {"rose_engine_batches_total": 0.0, "rose_engine_tokens_total": 0.0}
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in totals:
+            totals[name] += float(line.rsplit(" ", 1)[1])
+    return totals["rose_engine_tokens_total"] / max(1.0, totals["rose_engine_batches_total"])
+
+
+def ids_mean_batch_tokens(engine, seqs: list[np.ndarray]) -> float:
+    from engine.batch import cut_batches
+
+    cuts = cut_batches([len(s) for s in seqs], engine.config.max_batch_tokens, engine.config.max_batch_seqs)
+    return sum(len(s) for s in seqs) / len(cuts)
+
+
 def render(args, engine, timings, cpu_times, server_cpu, names, num_tokens, num_texts, request_latencies,
-           latencies, check, st_worst, errors, profile_lines, server_args) -> str:
+           latencies, check, st_worst, errors, profile_lines, server_args, batch_sizes="") -> str:
     median = {n: statistics.median(v) for n, v in timings.items()}
     http, eng = names[-1], names[-2]
     command = "python bench/load_gen.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -305,6 +330,8 @@ def render(args, engine, timings, cpu_times, server_cpu, names, num_tokens, num_
         st_round = [s / h for s, h in zip(timings[names[0]], timings[http])]
         lines.append(f"- **HTTP / sentence-transformers: {statistics.median(st_round):.2f}x** (median of the per-round "
                      f"ratios; ratio of the medians {median[names[0]] / median[http]:.2f}x)")
+    if batch_sizes:
+        lines.append(f"- batches: {batch_sizes}")
     if latencies:
         lines.append(f"- single short query (latency mode, {len(latencies)} queries of 4-16 tokens, one at a time): "
                      f"**p50 {percentile_ms(latencies, 50):.2f} ms, p99 {percentile_ms(latencies, 99):.2f} ms**")
