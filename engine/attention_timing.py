@@ -49,6 +49,9 @@ class AttentionTimer:
                                       dtype=dtype) for _ in range(2))
         self.pool = torch.cuda.graph_pool_handle()  # freed with the timer
         self.stream = torch.cuda.Stream()
+        # Every graph captured lives as long as the timer: once a pool's last graph is gone,
+        # capturing into it again trips the caching allocator's assert (use_count > 0).
+        self._graphs: list[torch.cuda.CUDAGraph] = []
         self._failed_graphs: list[torch.cuda.CUDAGraph] = []
 
     @torch.inference_mode()
@@ -66,6 +69,7 @@ class AttentionTimer:
             torch.cuda.synchronize()
             calls = max(1, min(MAX_CALLS, int(GRAPH_TARGET_S / max(time.perf_counter() - started, 1e-6))))
             graph = self._capture(lambda: [backend.forward(q, k, v, meta) for _ in range(calls)])
+            self._graphs.append(graph)
             graph.replay()
             best = math.inf
             for _ in range(ROUNDS):
@@ -75,7 +79,6 @@ class AttentionTimer:
                 end.record()
                 end.synchronize()
                 best = min(best, start.elapsed_time(end) / 1e3 / calls)
-            del graph
             return best
         finally:
             release = getattr(backend, "release_graph", None)
