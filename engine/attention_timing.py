@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from engine.batch import pack_flat
-from engine.graphs import _fill_padded, next_power_of_two
+from engine.graphs import _fill_padded, gc_paused, next_power_of_two
 from engine.layers.attention import AttentionShape
 from engine.layers.attention_choice import representative_lengths
 
@@ -88,7 +88,7 @@ class AttentionTimer:
     def _capture(self, run) -> torch.cuda.CUDAGraph:
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.stream(self.stream):
+            with torch.cuda.stream(self.stream), gc_paused():
                 graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
                 try:
                     run()

@@ -30,8 +30,11 @@ adds (~1e-7 relative, see layers/pooling.py).
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Callable
 
@@ -257,7 +260,7 @@ class CUDAGraphRunner:
         graph = torch.cuda.CUDAGraph()
         torch.cuda.synchronize()
         try:
-            with torch.cuda.stream(self._capture_stream):
+            with torch.cuda.stream(self._capture_stream), gc_paused():
                 graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
                 try:
                     output = self.forward(*inputs, key.num_segments, meta)
@@ -291,6 +294,20 @@ class CUDAGraphRunner:
         torch.cuda.synchronize()
         logger.warning("CUDA graph capture failed for %s (%s: %s); this shape runs eagerly from now on",
                        key, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No garbage collection during a capture: a collection that frees another graph (of an
+    engine dropped earlier, say) destroys it mid-capture, which CUDA forbids, and the capture
+    fails."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _fill_padded(batch: PackedBatch, chunk: int, input_ids: np.ndarray, positions: np.ndarray,

@@ -6,8 +6,9 @@ temporary directory. Tolerances (cosine per vector): bf16 engine vs the fp32 ref
 >= 0.999, or no worse than sentence-transformers' own bf16 on the device where that is below
 0.999 (a tiny random checkpoint with large activations, e.g. EmbeddingGemma's two Dense
 layers after mean pooling, can lose more to bf16 than a trained model); graph replay vs the eager run of the same padded shapes >= 0.99999 (same
-kernels); graphs vs --enforce-eager >= 0.9999 (other GEMM shapes, so bf16 rounding may
-differ a little). Attention a backend cannot run exactly is refused by name.
+kernels); graphs vs --enforce-eager >= 0.9998 (other GEMM shapes, and under `auto` the
+graphs may run the packed attention kernel where the eager engine runs varlen, so bf16
+rounding differs a little). Attention a backend cannot run exactly is refused by name.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def test_bf16_graphs_match_sentence_transformers(checkpoint, texts):
     assert cosines(runs[-1], runs[0]).min() >= 0.99999
     eager = _engine(path, enforce_eager=True).embed(texts)
     assert cosines(eager, reference).min() >= bf16_tolerance
-    assert cosines(runs[-1], eager).min() >= 0.9999
+    assert cosines(runs[-1], eager).min() >= 0.9998
     assert np.allclose(np.linalg.norm(runs[-1], axis=1), 1.0, atol=1e-4)
     # The PyTorch references of the fused kernels (--no-fused-kernels) on the device too;
     # last, since the switch is process-wide.
