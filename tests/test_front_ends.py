@@ -235,6 +235,11 @@ def test_a_front_end_that_dies_again_soon_after_its_restart_stops_the_server():
         os.kill(restarted, signal.SIGKILL)  # well within the 30 s after its restart
         assert proc.proc.wait(60) == 1, proc.log()
         assert "front end 1 did not stay up after its restart" in proc.log()
+        # multiprocessing's resource tracker exits once it reads the end of its pipe, a moment
+        # after the supervisor itself.
+        deadline = time.monotonic() + 5
+        while any(is_alive(pid) for pid in [*spawned, restarted]) and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert not [pid for pid in [*spawned, restarted] if is_alive(pid)], proc.log()
         assert not segments & shared_memory()
         assert boards and not any(board.exists() for board in boards)
