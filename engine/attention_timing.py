@@ -1,4 +1,4 @@
-"""Timing one attention backend on one class of batch (CUDA), for --attention-backend auto.
+"""Timing one attention backend on one class of batch (CUDA), for attention_backend "auto".
 
 The batch is laid out as the graph runner lays out a real one of that class (token bucket,
 max_seqlen bucket): representative lengths (engine/layers/attention_choice.py), then the

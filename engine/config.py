@@ -12,7 +12,7 @@ LONG_INPUT_MODES = ("truncate", "chunk", "error")
 
 @dataclass(frozen=True)
 class ModelOverrides:
-    """Command-line corrections to what the loader reads from the checkpoint; None keeps
+    """The caller's corrections to what the loader reads from the checkpoint; None keeps
     the checkpoint's own answer (see engine/loader.py for how each is read)."""
 
     attention: str | None = None  # "causal" | "bidirectional"
@@ -40,6 +40,6 @@ class EngineConfig:
     attention_backend: str = "auto"
     enforce_eager: bool = False
     fused_kernels: bool = True  # CUDA: Triton kernels between the matmuls (engine/layers/fused.py)
-    capture_at_start: bool = False  # the server turns it on (--lazy-capture turns it off); the library captures lazily
+    capture_at_start: bool = False  # the server turns it on; the library captures lazily
     num_threads: int | None = None  # torch intra-op threads on CPU; None: torch's default
     model_overrides: ModelOverrides = field(default_factory=ModelOverrides)

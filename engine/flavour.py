@@ -1,22 +1,23 @@
-"""How to run and present a checkpoint, read from its files, with command-line overrides.
+"""How to run and present a checkpoint, read from its files, with the caller's overrides.
 
 One place answers, for every model: causal or bidirectional attention, which pooling,
 whether the model defines quantised (int8 / binary) output, which Matryoshka sizes it
 allows, whether the tokenizer must end each text with the end token, and the default
-prompt. The rules, in order of precedence (first match wins):
+prompt. The rules, in order of precedence (first match wins; an override is the field of
+that name in engine.config.ModelOverrides):
 
-attention   --attention; config.json `use_bidirectional_attention: true` (EmbeddingGemma) or
+attention   override `attention`; config.json `use_bidirectional_attention: true` (EmbeddingGemma) or
             `is_causal: false`, or model_type `bidirectional_pplx_qwen3`
             (pplx-embed) -> bidirectional; other decoders (model_type qwen3, mistral,
             gemma3_text) -> causal; encoders -> bidirectional.
-pooling     --pooling; the sentence-transformers Pooling module (engine/st_modules.py); a
+pooling     override `pooling`; the sentence-transformers Pooling module (engine/st_modules.py); a
             modules.json without one is refused; else last token for causal decoders
             (Qwen3-Embedding), mean otherwise (pplx-embed, BERT).
-quantization --embedding-quantization; a sentence-transformers module of type
+quantization override `quantization`; a sentence-transformers module of type
             `*.FlexibleQuantizer` (pplx-embed's st_quantize) or model_type
             `bidirectional_pplx_qwen3` -> "tanh": int8 = round(127 * tanh(pooled)),
             binary = sign bits. Otherwise none (float and base64 only).
-matryoshka  --matryoshka-dims ("any" | "none" | "64,128,256"); config.json
+matryoshka  override `matryoshka_dims` ("any" | "none" | "64,128,256"); config.json
             `matryoshka_dimensions`; else no declaration, which allows any size from 1
             to the full size (truncate and re-normalise, as OpenAI's `dimensions` does).
             The full size is the model's output size: after its Dense modules and its
@@ -25,7 +26,7 @@ end token   causal last-token pooling reads the end token's hidden state, so a d
             with last-token pooling gets the end token appended if its tokenizer does
             not append one itself (Qwen3-Embedding's later tokenizer.json does, with a
             TemplateProcessing post-processor; older snapshots do not).
-prompt      --default-prompt-name ("" for none); config_sentence_transformers.json
+prompt      override `default_prompt_name` ("" for none); config_sentence_transformers.json
             `default_prompt_name`.
 refused     config.json `auto_map` pointing AutoModel (or any AutoModelFor...) at custom
             model code the engine does not know: the code, not model_type, says what is

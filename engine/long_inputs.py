@@ -1,7 +1,7 @@
 """Inputs longer than the model's limit: truncated, refused, or embedded window by window.
 
-Three modes (engine.config.LONG_INPUT_MODES: `--long-inputs` of `serve` and `embed`, and a
-request's `long_inputs`):
+Three modes (engine.config.LONG_INPUT_MODES; the server and the corpus job take one per
+run, and a request may name its own):
 
 - truncate: the first tokens that fit, as sentence-transformers does (the default).
 - error: refused with InputTooLongError (the server answers OpenAI's context-length 400).
@@ -31,6 +31,9 @@ class InputTooLongError(ValueError):
     def __init__(self, index: int, num_tokens: int, max_seq_len: int):
         super().__init__(f"input {index} has {num_tokens} tokens, more than the model's limit of {max_seq_len}")
         self.index, self.num_tokens, self.max_seq_len = index, num_tokens, max_seq_len
+
+    def __reduce__(self):  # rebuilt from its fields when it crosses from a tokenizer process
+        return type(self), (self.index, self.num_tokens, self.max_seq_len)
 
 
 class CannotWindowError(ValueError):
@@ -112,7 +115,7 @@ def fit_texts(tokenizer, mode: str, texts: list[str], prompt: str, seqs: list[np
 
 
 def fit_token_ids(tokenizer, mode: str, token_ids: list[list[int]]) -> FittedInputs:
-    """The model's own token ids (--token-ids model), used as they are where they fit.
+    """The model's own token ids (the server's `model` token-id mode), used as they are where they fit.
 
     In chunk mode an over-long sequence is read as one text's tokens: the tokenizer's
     special tokens are taken off its ends where it carries them, and every window is

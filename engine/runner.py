@@ -33,7 +33,7 @@ class ModelRunner:
                  *, max_num_tokens: int, max_num_seqs: int, max_seqlen: int, enforce_eager: bool = False):
         self.model, self.head, self.attention, self.device = model, head, attention, device
         self.inputs: StaticInputs | None = None
-        self._num_eager_runs = 0  # batches run outside any graph (CPU, --enforce-eager, no bucket)
+        self._num_eager_runs = 0  # batches run outside any graph (CPU, enforce_eager, no bucket)
         self.graphs: CUDAGraphRunner | None = None
         if device.type == "cuda":
             max_num_segments = CUDAGraphRunner.max_num_segments(max_num_tokens, max_num_seqs)
@@ -80,7 +80,7 @@ class ModelRunner:
         return self.graphs.num_capture_failures if self.graphs is not None else 0
 
     def choose_attention(self) -> str | None:
-        """--attention-backend auto with graphs: time the candidates on every graph class and
+        """attention_backend "auto" with graphs: time the candidates on every graph class and
         keep the fastest per class (engine/layers/attention_choice.py); the choice table for
         the log, or None where there is nothing to choose."""
         if self.graphs is None or not hasattr(self.attention, "choose"):

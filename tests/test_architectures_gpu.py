@@ -1,14 +1,16 @@
 """Every architecture of tests/test_architectures.py on CUDA: bf16, CUDA graphs, the attention
---attention-backend auto picks and the fused kernels (the defaults), against sentence-transformers in fp32 on the same weights.
+that --attention-backend auto picks and the fused kernels (the defaults), against
+sentence-transformers in fp32 on the same weights.
 
 Self-contained: each test builds its tiny checkpoint (saved by sentence-transformers) in a
 temporary directory. Tolerances (cosine per vector): bf16 engine vs the fp32 reference
 >= 0.999, or no worse than sentence-transformers' own bf16 on the device where that is below
 0.999 (a tiny random checkpoint with large activations, e.g. EmbeddingGemma's two Dense
-layers after mean pooling, can lose more to bf16 than a trained model); graph replay vs the eager run of the same padded shapes >= 0.99999 (same
-kernels); graphs vs --enforce-eager >= 0.9998 (other GEMM shapes, and under `auto` the
-graphs may run the packed attention kernel where the eager engine runs varlen, so bf16
-rounding differs a little). Attention a backend cannot run exactly is refused by name.
+layers after mean pooling, can lose more to bf16 than a trained model); graph replay vs the
+eager run of the same padded shapes >= 0.99999 (same kernels); graphs vs --enforce-eager
+>= 0.9998 (other GEMM shapes, and under `auto` the graphs may run the packed attention
+kernel where the eager engine runs varlen, so bf16 rounding differs a little). Attention a
+backend cannot run exactly is refused by name.
 """
 
 from __future__ import annotations

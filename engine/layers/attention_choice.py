@@ -1,4 +1,4 @@
-"""--attention-backend auto on CUDA: the fastest backend per class of batch, chosen by timing at warm-up.
+"""attention_backend "auto" on CUDA: the fastest backend per class of batch, chosen by timing at warm-up.
 
 No backend wins everywhere: varlen (FlashAttention-2) gives every sequence its own query
 tiles, which is right for long texts and wasteful for many short ones; the packed kernel

@@ -115,7 +115,7 @@ class FlashInferAttentionBackend:
     def prepare(self, cu_seqlens: torch.Tensor, cu_seqlens_host: list[int], max_seqlen: int):
         # The eager wrapper is re-planned for every batch: wait until the batches queued so
         # far have run, so that its plan buffers are not rewritten under them. This gives up
-        # host/device overlap, which only --enforce-eager (a debugging mode) uses.
+        # host/device overlap, which only an eager engine (a debugging mode) uses.
         queued = torch.cuda.Event()
         queued.record()
         queued.synchronize()
@@ -149,10 +149,10 @@ def refuse_for_flashinfer(shape: AttentionShape) -> None:
     bias: a model that needs either is refused rather than run approximately."""
     if shape.window is not None:
         raise ValueError("flashinfer cannot run this model's sliding-window layers exactly; "
-                         "use --attention-backend varlen (the default)")
+                         "use the varlen attention backend (the default)")
     if shape.has_position_bias:
         raise ValueError("flashinfer cannot add this model's relative position bias (MPNet); "
-                         "use --attention-backend varlen (the default)")
+                         "use the varlen attention backend (the default)")
 
 
 class PackedMeta:
@@ -182,7 +182,7 @@ class PackedAttentionBackend:
     def __init__(self, shape: AttentionShape, blocks: tuple[int, int] | None = None):
         if shape.window is not None or shape.has_position_bias:
             raise ValueError("the packed attention kernel has no sliding windows or position bias; "
-                             "use --attention-backend varlen")
+                             "use the varlen attention backend")
         if shape.head_dim > 256:  # its query tile and accumulator would not fit in registers
             raise ValueError(f"the packed attention kernel takes head_dim up to 256; this model has {shape.head_dim}")
         from engine.layers.packed_attention import packed_attention
