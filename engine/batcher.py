@@ -24,10 +24,10 @@ import numpy as np
 
 from engine.batch import pack
 from engine.batch_outcomes import BatchFailedError, BatchRecord, EngineUnavailableError, QueueFullError
-from engine.engine import Engine
 from engine.replica import LocalReplica, Replica, ReplicaLostError
 
 if TYPE_CHECKING:
+    from engine.engine import Engine
     from engine.engine_links import EngineLinks
 
 logger = logging.getLogger("rose_embed.batcher")

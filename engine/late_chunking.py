@@ -53,6 +53,9 @@ class ChunkTooLongError(InputTooLongError):
         self.args = (f"chunk {chunk} of document {document} needs {num_tokens} tokens with the special tokens, "
                      f"more than the model's limit of {max_seq_len}",)
 
+    def __reduce__(self):
+        return type(self), (self.document, self.chunk, self.num_tokens, self.max_seq_len)
+
 
 def late_chunking_problem(spec) -> str | None:
     """Why a model (engine/loader.py's ModelSpec) cannot late-chunk, or None when it can."""

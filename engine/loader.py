@@ -11,13 +11,14 @@ import pickle
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
-from safetensors.torch import load_file
+from typing import TYPE_CHECKING
 
 from engine.config import ModelOverrides
 from engine.flavour import PPLX_MODEL_TYPE, FlavourError, read_flavour
 from engine.st_modules import HeadStep, ModuleError, SentenceModules, output_dim, read_modules
+
+if TYPE_CHECKING:  # reading what a model is needs no torch (a front end, the supervisor): only its weights do
+    import torch
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -196,6 +197,8 @@ def load_state_dict(model_dir: Path) -> dict[str, torch.Tensor]:
             break
     else:
         raise ModelLoadError(f"{model_dir} has no weights: neither *.safetensors nor pytorch_model.bin")
+    from safetensors.torch import load_file
+
     state: dict[str, torch.Tensor] = {}
     for file in files:
         state.update(load_file(str(file)) if file.suffix == ".safetensors" else _load_pickled(file))
@@ -214,6 +217,8 @@ def _current_name(name: str) -> str:
 def _load_pickled(file: Path) -> dict[str, torch.Tensor]:
     """A torch.save'd state dict, unpickled with weights_only=True: tensors and plain containers
     only, so that a checkpoint cannot run code while it loads."""
+    import torch
+
     try:
         # mmap needs torch's zip format (torch >= 1.6); older files are read whole.
         state = torch.load(file, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(file))

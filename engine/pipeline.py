@@ -2,8 +2,9 @@
 
 The one loop behind `Engine.embed` and the corpus job. Texts come as items (one list, or a
 corpus's chunks); a pool of threads tokenizes them in pieces, several pieces ahead of the
-device (the Rust tokenizer releases the GIL while it encodes), so that the pieces after
-batch i are tokenized while batch i computes. Batches are cut by the engine's budget within
+device (the Rust tokenizer releases the GIL while it encodes; a tokenizer that encodes in
+Python gets processes instead, where the device is a GPU and the cores are there), so that
+the pieces after batch i are tokenized while batch i computes. Batches are cut by the engine's budget within
 each item, across its pieces, greedily as `cut_batches` cuts a list: an item gets the
 batches it would get tokenized at once, whatever came before it (so a resumed corpus job
 computes its chunks as an uninterrupted one did). Batches are launched a few ahead of the
@@ -25,10 +26,12 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from engine import tokenizer_processes
 from engine.batch import PackedBatch, batch_ranges, join_packed, pack, slice_packed
 from engine.late_chunking import ChunkTooLongError, EmptyChunkError, LateChunkedDocuments, fit_documents
 from engine.lazy import LazyResult
-from engine.long_inputs import FittedInputs, InputTooLongError, fit_texts
+from engine.long_inputs import FittedInputs
+from engine.pieces import Piece, tokenize_piece
 from engine.prefetch import close_iterator, prefetch
 
 T = TypeVar("T")
@@ -52,35 +55,23 @@ class _Item:
     num_texts: int
 
 
-@dataclass(frozen=True)
-class _Piece:
-    """A piece's texts as the model takes them: a sequence each, or an over-long text's windows
-    in its place, or late-chunked documents' windows (then `fitted` combines the vectors of the
-    batch's segments into one per text, or per chunk)."""
-
-    batch: PackedBatch
-    fitted: FittedInputs | LateChunkedDocuments | None = None
-
-    @property
-    def num_texts(self) -> int:
-        return self.batch.num_seqs if self.fitted is None else self.fitted.num_inputs
-
-
-def embed_texts(engine, texts: Sequence[str], *, num_threads: int | None = None, piece_texts: int = PIECE_TEXTS,
+def embed_texts(engine, texts: Sequence[str], *, num_threads: int | None = None,
+                num_processes: int | None = None, piece_texts: int = PIECE_TEXTS,
                 max_in_flight: int = MAX_IN_FLIGHT) -> np.ndarray:
     """texts -> [N, dim] float32, through `embed_stream`; texts that make one piece are
     tokenized in the caller's thread (nothing to overlap: a query pays for no thread)."""
     if len(texts) <= piece_texts:
-        num_threads = 0
-    [(_, vectors)] = embed_stream(engine, [(None, texts)], num_threads=num_threads, piece_texts=piece_texts,
-                                  max_in_flight=max_in_flight)
+        num_threads = num_processes = 0
+    [(_, vectors)] = embed_stream(engine, [(None, texts)], num_threads=num_threads, num_processes=num_processes,
+                                  piece_texts=piece_texts, max_in_flight=max_in_flight)
     return vectors
 
 
 def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
                  on_batch: Callable[[int], object] = lambda num_seqs: None, *, prompt: str = "",
                  long_inputs: str = "truncate", late_chunking: bool = False, num_threads: int | None = None,
-                 piece_texts: int = PIECE_TEXTS, max_in_flight: int = MAX_IN_FLIGHT) -> Iterator[tuple[T, np.ndarray]]:
+                 num_processes: int | None = None, piece_texts: int = PIECE_TEXTS,
+                 max_in_flight: int = MAX_IN_FLIGHT) -> Iterator[tuple[T, np.ndarray]]:
     """Yield (tag, vectors [len(texts), dim] float32) per item of (tag, texts), in order.
 
     With `late_chunking`, every text is a document as a list of its chunks (strings), and an
@@ -93,7 +84,9 @@ def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
     `prompt + text`; `long_inputs` is "truncate", "error" (InputTooLongError, its index
     counting the texts of every item before) or "chunk". `items` is iterated in a thread of
     its own, and pieces tokenized by `num_threads` more (default `default_num_threads()`; 0:
-    all of it in the caller's thread, one piece after another).
+    all of it in the caller's thread, one piece after another), or, where `num_processes` >
+    0, by that many tokenizer processes instead (engine/tokenizer_processes.py; by default
+    where the tokenizer holds the GIL and the device is not the CPU; never for late chunking).
 
     `on_batch` hears of every batch as it lands, with its number of sequences, and of each
     item as it goes out, with its number of texts less its sequences (0 unless texts were
@@ -103,18 +96,34 @@ def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
     threads: no piece is tokenized after it, beyond those already running.
     """
     num_threads = default_num_threads() if num_threads is None else num_threads
-    pool = ThreadPoolExecutor(num_threads, thread_name_prefix="rose-tokenizer") if num_threads > 0 else None
+    if num_processes is None:
+        device = getattr(engine, "device", None)
+        num_processes = tokenizer_processes.default_num_processes(engine.tokenizer, getattr(device, "type", "cpu"))
+    if late_chunking:
+        num_processes = 0
+    pool = ThreadPoolExecutor(num_threads, thread_name_prefix="rose-tokenizer") if num_threads > 0 and not num_processes else None
+    sent: deque[Future] = deque()  # pieces handed to tokenizer processes, cancelled if the stream stops
 
-    def tokenize(texts: Sequence, first: int) -> _Piece:
+    def tokenize(texts: Sequence, first: int) -> Piece:
         if late_chunking:
             return _tokenize_documents(engine, texts, first, prompt, long_inputs)
-        return _tokenize(engine.tokenizer, texts, first, prompt, long_inputs)
+        return tokenize_piece(engine.tokenizer, texts, first, prompt, long_inputs)
 
-    if pool is None:
-        ahead = _submitted(items, _run_now, tokenize, piece_texts)
+    if num_processes:
+        to_processes = tokenizer_processes.submitter(engine.tokenizer, num_processes)
+
+        def start(texts: Sequence, first: int) -> Future:
+            while sent and sent[0].done():
+                sent.popleft()
+            sent.append(to_processes(texts, first, prompt, long_inputs))
+            return sent[-1]
+
+        ahead = prefetch(_submitted(items, start, piece_texts), depth=2 * num_processes, name="rose-embed-feeder")
+    elif pool is None:
+        ahead = _submitted(items, lambda texts, first: _run_now(tokenize, texts, first), piece_texts)
     else:
-        ahead = prefetch(_submitted(items, pool.submit, tokenize, piece_texts), depth=2 * num_threads,
-                         name="rose-embed-feeder")
+        ahead = prefetch(_submitted(items, lambda texts, first: pool.submit(tokenize, texts, first), piece_texts),
+                         depth=2 * num_threads, name="rose-embed-feeder")
     launcher = _Launcher(engine, on_batch, max_in_flight)
     try:
         while True:
@@ -135,39 +144,26 @@ def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
         ahead.close()
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+        for future in sent:
+            future.cancel()
 
 
-def _submitted(items: Iterable[tuple[Any, Sequence[str]]], submit: Callable[..., Future],
-               tokenize: Callable[[Sequence[str], int], _Piece], piece_texts: int) -> Iterator[_Item | Future]:
-    """Each item's announcement, then its pieces' tokenization, started (submitted) as they are
-    reached; a piece knows where its first text stands in the stream (for an error's index)."""
+def _submitted(items: Iterable[tuple[Any, Sequence[str]]], start: Callable[[Sequence[str], int], Future],
+               piece_texts: int) -> Iterator[_Item | Future]:
+    """Each item's announcement, then its pieces' tokenization, started as they are reached; a
+    piece knows where its first text stands in the stream (for an error's index)."""
     iterator, num_before = iter(items), 0
     try:
         for tag, texts in iterator:
             yield _Item(tag, len(texts))
             for lo in range(0, len(texts), piece_texts):
-                yield submit(tokenize, texts[lo : lo + piece_texts], num_before + lo)
+                yield start(texts[lo : lo + piece_texts], num_before + lo)
             num_before += len(texts)
     finally:
         close_iterator(iterator)
 
 
-def _tokenize(tokenizer, texts: Sequence[str], first: int, prompt: str, long_inputs: str) -> _Piece:
-    """One piece, in a tokenizer thread: packed straight from the encodings where every text
-    fits (the common case), else through long_inputs' fitting of the few that may not."""
-    batch = tokenizer.encode_packed([prompt + text for text in texts] if prompt else texts)
-    if long_inputs == "truncate" or batch.max_seqlen < tokenizer.max_seq_len:
-        return _Piece(batch)
-    cu = batch.cu_seqlens.tolist()
-    seqs = [batch.input_ids[start:end] for start, end in zip(cu, cu[1:])]
-    try:
-        fitted = fit_texts(tokenizer, long_inputs, list(texts), prompt, seqs)
-    except InputTooLongError as exc:
-        raise InputTooLongError(first + exc.index, exc.num_tokens, exc.max_seq_len) from None
-    return _Piece(batch) if len(fitted.seqs) == len(seqs) else _Piece(pack(fitted.seqs), fitted)
-
-
-def _tokenize_documents(engine, documents: Sequence[list[str]], first: int, prompt: str, long_inputs: str) -> _Piece:
+def _tokenize_documents(engine, documents: Sequence[list[str]], first: int, prompt: str, long_inputs: str) -> Piece:
     """One piece of late-chunked documents, in a tokenizer thread: their windows, chunks as segments."""
     try:
         fitted = fit_documents(engine.tokenizer, long_inputs, list(documents), prompt, engine.config.max_batch_seqs)
@@ -175,7 +171,7 @@ def _tokenize_documents(engine, documents: Sequence[list[str]], first: int, prom
         raise ChunkTooLongError(first + exc.document, exc.chunk, exc.num_tokens, exc.max_seq_len) from None
     except EmptyChunkError as exc:
         raise EmptyChunkError(first + exc.document, exc.chunk) from None
-    return _Piece(pack(fitted.seqs, fitted.segments), fitted)
+    return Piece(pack(fitted.seqs, fitted.segments), fitted)
 
 
 def _run_now(fn: Callable, *args) -> Future:
@@ -227,7 +223,7 @@ class _Launcher:
         self._items.append(_Pending(item.tag, item.num_texts))
         yield from self._finished()  # an empty item goes out at once, after those before it
 
-    def add(self, piece: _Piece) -> Iterator[tuple[Any, np.ndarray]]:
+    def add(self, piece: Piece) -> Iterator[tuple[Any, np.ndarray]]:
         """The current item's next piece. Its last batch is held for the piece after, unless it
         is full or the item's last: no batch spans two items."""
         item = self._items[-1]

@@ -12,9 +12,13 @@ import numpy as np
 from tokenizers import Tokenizer, normalizers
 from tokenizers.processors import TemplateProcessing
 
+from typing import TYPE_CHECKING
+
 from engine.ascii_wordpiece import AsciiWordPiece
 from engine.batch import PackedBatch, pack_flat
-from engine.loader import ModelSpec
+
+if TYPE_CHECKING:  # the loader imports torch, which a tokenizer process does without
+    from engine.loader import ModelSpec
 
 # The token Qwen3-Embedding's own tokenizer.json appends (its TemplateProcessing
 # post-processor: "$A <|endoftext|>"); note it is not the chat eos <|im_end|>.
@@ -83,6 +87,8 @@ class TextTokenizer:
 
     def __init__(self, model_dir: Path, max_seq_len: int, append_end_token: bool = False, strip_texts: bool = True,
                  lowercase: bool = False):
+        # What builds the same tokenizer again, in another process.
+        self.recipe = (Path(model_dir), max_seq_len, append_end_token, strip_texts, lowercase)
         self.max_seq_len = max_seq_len
         self.strip_texts = strip_texts
         self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))

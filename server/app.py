@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from litestar import Litestar
 from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 
-from engine.engine import Engine
 from engine.memory import HeapTrimmer
 from server.auth import api_key_guard
 from server.config import ServerConfig
@@ -21,6 +21,9 @@ from server.contextualized import ROUTES as CONTEXTUALIZED_ROUTES
 from server.routes import ROUTES
 from server.runtime import Runtime
 from server.token_inputs import TokenInputs
+
+if TYPE_CHECKING:  # a front end that serves engine processes never imports torch
+    from engine.engine import Engine
 
 
 def create_app(config: ServerConfig, engine: Engine | None = None) -> Litestar:

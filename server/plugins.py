@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from engine.engine import Engine
+if TYPE_CHECKING:
+    from engine.engine import Engine
 
 
 def load_engine_plugin(spec: str) -> Callable[[Engine], None]:

@@ -17,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from engine.batcher import Batcher
-from engine.engine import Engine
 from engine.watchdog import Watchdog
 from server.config import ServerConfig
 from server.plugins import load_engine_plugin
@@ -65,6 +64,8 @@ class Runtime:
     async def _load_and_warm_up(self) -> None:
         if self.engine is None:
             logger.info("loading model %s", self.config.engine.model or "(default)")
+            from engine.engine import Engine  # here, not at the top: a front end of engine processes needs no torch
+
             self.engine = await asyncio.to_thread(Engine, self.config.engine)
         if self.has_engine_processes:
             await asyncio.to_thread(self.engine.start)  # each engine process applies the plugin itself

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from pathlib import Path
 
 from engine.config import EngineConfig
 
@@ -34,9 +35,17 @@ def available_cores() -> int:
 
 
 def visible_gpus() -> int:
+    if not _gpu_driver_present():  # torch would find none either, after seconds spent importing it
+        return 0
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _gpu_driver_present() -> bool:
+    """An NVIDIA driver (or ROCm's, which torch.cuda also serves) shows in /proc or /dev."""
+    dev = Path("/dev")
+    return Path("/proc/driver/nvidia").exists() or (dev / "kfd").exists() or any(dev.glob("nvidia[0-9]*"))
 
 
 def default_devices() -> tuple[str, ...]:

@@ -78,7 +78,8 @@ def server_args(m: Manifests) -> argparse.Namespace:
     # The manifests run on a GPU node, where `--devices cuda` names a GPU torch sees; the parser
     # checks that, so it is shown one here as well (the check itself: tests/test_cli_flags.py).
     try:
-        with mock.patch("torch.cuda.is_available", return_value=True), \
+        with mock.patch("server.topology._gpu_driver_present", return_value=True), \
+                mock.patch("torch.cuda.is_available", return_value=True), \
                 mock.patch("torch.cuda.device_count", return_value=1):
             return build_parser().parse_args(argv[1:])
     except SystemExit:

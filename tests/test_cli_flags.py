@@ -69,6 +69,9 @@ def test_a_wrong_embed_flag_is_refused_the_same_way(flags, message, capsys, tmp_
 
 
 def _pretend_gpus(monkeypatch, count: int) -> None:
+    from server import topology
+
+    monkeypatch.setattr(topology, "_gpu_driver_present", lambda: count > 0)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
 

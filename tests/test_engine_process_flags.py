@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from server.__main__ import build_parser, config_from_args
+from server import topology
 from server.topology import batches_in_flight, default_front_ends, parse_devices
 
 
@@ -17,6 +18,7 @@ def config(*flags: str):
 @pytest.fixture
 def two_gpus(monkeypatch):
     """What the CLI makes of a machine where torch sees cuda:0 and cuda:1, on any machine."""
+    monkeypatch.setattr(topology, "_gpu_driver_present", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
 

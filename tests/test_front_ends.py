@@ -10,6 +10,7 @@ import os
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -67,6 +68,10 @@ def test_both_front_ends_answer_and_share_one_engine(workers_server):
     assert sorted(f["index"] for f in body["frontends"]) == [0, 1]
     (engine,) = body["engines"]
     assert engine["pid"] not in set(seen) | {workers_server.proc.pid}
+    # Only the engine computes: the supervisor and the front ends never load torch (it would
+    # cost each seconds to start and a few hundred MB).
+    assert not [pid for pid in [*seen, workers_server.proc.pid] if "libtorch" in Path(f"/proc/{pid}/maps").read_text()]
+    assert "libtorch" in Path(f"/proc/{engine['pid']}/maps").read_text()
 
 
 def test_every_scrape_answers_for_the_whole_server(workers_server):

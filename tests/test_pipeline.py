@@ -218,3 +218,60 @@ def test_engine_embed_gives_the_old_path_s_vectors_bit_for_bit(default_engine, t
 
     np.testing.assert_array_equal(default_engine.embed(sample), old)
     np.testing.assert_array_equal(embed_texts(default_engine, sample, num_threads=3, piece_texts=13), old)
+
+
+def test_tokenizer_processes_give_the_threads_vectors_errors_and_windows():
+    """Pieces tokenized by spawned copies of the tokenizer (as for a GPU where the tokenizer
+    holds the GIL): the same vectors, windows and errors as the threads', the pool kept."""
+    from engine import tokenizer_processes
+
+    engine = FakeEngine()
+    items = [(i, _texts(n, seed=i)) for i, n in enumerate([70, 0, 9, 130])]
+    by_threads = list(embed_stream(engine, items, num_threads=2, num_processes=0, piece_texts=16))
+    by_processes = list(embed_stream(engine, items, num_processes=2, piece_texts=16))
+    assert [tag for tag, _ in by_processes] == [0, 1, 2, 3]
+    for (_, ours), (_, theirs) in zip(by_processes, by_threads):
+        np.testing.assert_array_equal(ours, theirs)
+
+    long_items = [("a", ["short", _long(1), "another"]), ("b", [_long(2), "last"])]
+    chunked = list(embed_stream(engine, long_items, long_inputs="chunk", num_processes=2, piece_texts=2))
+    reference = list(embed_stream(engine, long_items, long_inputs="chunk", num_processes=0, piece_texts=2))
+    for (_, ours), (_, theirs) in zip(chunked, reference):
+        np.testing.assert_array_equal(ours, theirs)
+
+    done = []
+    with pytest.raises(InputTooLongError) as exc:
+        for tag, _ in embed_stream(engine, [("a", ["fine"] * 5), ("b", ["ok", _long(5)])], long_inputs="error",
+                                   num_processes=2, piece_texts=3):
+            done.append(tag)
+    assert done == ["a"] and exc.value.index == 6 and exc.value.num_tokens > 256
+    assert len(tokenizer_processes._pools) == 1  # one pool for the tokenizer, reused by every call
+    tokenizer_processes.close_all()
+    assert not tokenizer_processes._pools
+
+
+def test_processes_only_for_a_gil_holding_tokenizer_before_a_device_with_cores(monkeypatch):
+    from engine import tokenizer_processes
+
+    engine = FakeEngine()
+    assert engine.tokenizer.holds_the_gil  # the default model's WordPiece runs the ASCII fast path
+    monkeypatch.setattr(tokenizer_processes.os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert tokenizer_processes.default_num_processes(engine.tokenizer, "cuda") == 8
+    assert tokenizer_processes.default_num_processes(engine.tokenizer, "cpu") == 0
+    monkeypatch.setattr(tokenizer_processes.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert tokenizer_processes.default_num_processes(engine.tokenizer, "cuda") == 0
+    monkeypatch.setattr(type(engine.tokenizer), "holds_the_gil", property(lambda self: False))
+    monkeypatch.setattr(tokenizer_processes.os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert tokenizer_processes.default_num_processes(engine.tokenizer, "cuda") == 0
+
+
+def test_a_tokenizer_process_imports_no_torch():
+    import subprocess
+    import sys
+
+    from pathlib import Path
+
+    code = "import sys, engine.tokenizer_processes; print('torch' in sys.modules)"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert run.stdout.strip() == "False"
