@@ -9,8 +9,9 @@ Per round, on the same texts and the same batches:
   ids (engine)     the texts' ids tokenized beforehand; only the batches are timed (packed and
                    launched, as many in flight as the pipeline keeps): the engine alone;
   text (serial)    the loop `Engine.embed` ran before: tokenize all, then compute, one in flight.
-Then `Engine.embed`'s loop and tokenization alone (pieces of the pipeline's size, in a pool)
-with each of `--threads` tokenizer threads. Needs no network: the model is a directory
+Then `Engine.embed`'s loop with each of `--threads` tokenizer threads and each of
+`--processes` tokenizer processes, and tokenization alone (pieces of the pipeline's size, in
+a pool) with each of the thread counts. Needs no network: the model is a directory
 (`--model`), the embedded default, or `--tiny` (written to a temporary folder).
 `--simulated-rate` puts a stand-in device of that speed, which takes no CPU, behind the
 model's tokenizer: whether this machine's host side can feed a GPU that fast.
@@ -37,6 +38,7 @@ from engine.batch import PackedBatch, cut_batches, pack  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.engine import Engine  # noqa: E402
 from engine.pipeline import MAX_IN_FLIGHT, PIECE_TEXTS, default_num_threads, embed_texts  # noqa: E402
+from engine.tokenizer_processes import default_num_processes  # noqa: E402
 
 
 def workload(num_texts: int, docs: int) -> list[str]:
@@ -119,6 +121,9 @@ def main() -> None:
     parser.add_argument("--max-batch-tokens", type=int, default=16384)
     parser.add_argument("--threads", default="0,1,2,4",
                         help="tokenizer thread counts to sweep (0: tokenized in the caller's thread, piece by piece)")
+    parser.add_argument("--processes", default="2,4",
+                        help="tokenizer process counts to sweep (engine/tokenizer_processes.py; their start is "
+                             "left out of the timing by a first untimed run, as a long-lived engine's pool is)")
     parser.add_argument("--torch-threads", type=int, default=None,
                         help="torch's threads on a CPU (default: torch's own; 1 keeps a tiny model's many small "
                              "parallel regions from stalling on a busy machine)")
@@ -149,15 +154,23 @@ def measure(engine: Engine | SimulatedDevice, args) -> str:
     run_ids(engine, seqs)
 
     thread_counts = [int(n) for n in args.threads.split(",") if n]
+    process_counts = [int(n) for n in args.processes.split(",") if n]
+    default_processes = default_num_processes(engine.tokenizer, engine.device.type)
+    default_label = (f"{default_processes} tokenizer processes" if default_processes
+                     else f"{default_num_threads()} threads")
     paths = {
         # embed_texts(engine, ...) is what Engine.embed runs; a SimulatedDevice has no Engine.embed of its own.
-        f"text (pipeline, default {default_num_threads()} threads)": lambda: embed_texts(engine, texts),
+        f"text (pipeline, default: {default_label})": lambda: embed_texts(engine, texts),
         "ids (engine alone)": lambda: run_ids(engine, seqs),
         "text (serial: tokenize all, then compute)": lambda: serial_embed(engine, texts),
     }
     for num_threads in thread_counts:
         paths[f"text (pipeline, {num_threads} threads)"] = (
-            lambda n=num_threads: embed_texts(engine, texts, num_threads=n))
+            lambda n=num_threads: embed_texts(engine, texts, num_threads=n, num_processes=0))
+    for num_processes in process_counts:
+        paths[f"text (pipeline, {num_processes} tokenizer processes)"] = (
+            lambda n=num_processes: embed_texts(engine, texts, num_processes=n))
+        embed_texts(engine, texts[: 4 * PIECE_TEXTS], num_processes=num_processes)  # its pool started
     for num_threads in thread_counts:
         paths[f"tokenize only, {num_threads} threads"] = lambda n=num_threads: tokenize_only(engine, texts, n)
     paths["tokenize only, one call on the whole list (the serial path's)"] = lambda: engine.tokenize(texts)
