@@ -4,11 +4,12 @@ The one loop behind `Engine.embed` and the corpus job. Texts come as items (one 
 corpus's chunks); a pool of threads tokenizes them in pieces, several pieces ahead of the
 device (the Rust tokenizer releases the GIL while it encodes; a tokenizer that encodes in
 Python gets processes instead, where the device is a GPU and the cores are there), so that
-the pieces after batch i are tokenized while batch i computes. Batches are cut by the engine's budget within
-each item, across its pieces, greedily as `cut_batches` cuts a list: an item gets the
-batches it would get tokenized at once, whatever came before it (so a resumed corpus job
-computes its chunks as an uninterrupted one did). Batches are launched a few ahead of the
-one read back; each item's vectors are handed out, in order, as soon as its last batch lands.
+the pieces after batch i are tokenized while batch i computes. Batches are cut by the
+engine's budget within each item, across its pieces, greedily as `cut_batches` cuts a
+list: an item gets the batches it would get tokenized at once, whatever came before it (so
+a resumed corpus job computes its chunks as an uninterrupted one did). Batches are launched
+a few ahead of the one read back; each item's vectors are handed out, in order, as soon as
+its last batch lands.
 Texts over the model's limit are truncated, refused or cut into windows as `long_inputs`
 says (engine/long_inputs.py), piece by piece in the tokenizer threads. With `late_chunking`,
 each text is a document given as its chunks, and each chunk gets a vector read in the
@@ -101,7 +102,8 @@ def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
         num_processes = tokenizer_processes.default_num_processes(engine.tokenizer, getattr(device, "type", "cpu"))
     if late_chunking:
         num_processes = 0
-    pool = ThreadPoolExecutor(num_threads, thread_name_prefix="rose-tokenizer") if num_threads > 0 and not num_processes else None
+    use_threads = num_threads > 0 and not num_processes
+    pool = ThreadPoolExecutor(num_threads, thread_name_prefix="rose-tokenizer") if use_threads else None
     sent: deque[Future] = deque()  # pieces handed to tokenizer processes, cancelled if the stream stops
 
     def tokenize(texts: Sequence, first: int) -> Piece:

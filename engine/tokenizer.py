@@ -7,12 +7,11 @@ import threading
 from collections.abc import Sequence
 from itertools import chain
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tokenizers import Tokenizer, normalizers
 from tokenizers.processors import TemplateProcessing
-
-from typing import TYPE_CHECKING
 
 from engine.ascii_wordpiece import AsciiWordPiece
 from engine.batch import PackedBatch, pack_flat

@@ -60,7 +60,8 @@ def _reference(path, texts: list[str]) -> np.ndarray:
         for lo in range(0, len(content), room):
             window = content[lo: lo + room]
             ids = torch.tensor([[tokenizer.cls_token_id, *window, tokenizer.sep_token_id]])
-            features = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
+            features = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                        "token_type_ids": torch.zeros_like(ids)}
             vectors.append(model(features)["sentence_embedding"][0].double().numpy())
             weights.append(len(window))
         mean = np.average(np.stack(vectors), axis=0, weights=weights)

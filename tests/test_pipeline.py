@@ -268,7 +268,6 @@ def test_processes_only_for_a_gil_holding_tokenizer_before_a_device_with_cores(m
 def test_a_tokenizer_process_imports_no_torch():
     import subprocess
     import sys
-
     from pathlib import Path
 
     code = "import sys, engine.tokenizer_processes; print('torch' in sys.modules)"
