@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# One device call on a lent H200: the GPU tests, then every benchmark the open issues cite,
+# with their reports written under $OUT (copy them to bench/results/ afterwards).
+#
+#   bench/gpu_session.sh tests     # the GPU tests (about 4 minutes)
+#   bench/gpu_session.sh engine    # gpu_bench (issue 17) and Engine.embed on text (issue 16)
+#   bench/gpu_session.sh load      # the load generator with default flags, four workloads (issue 16)
+#
+# A device call runs at most 10 minutes: one mode per call.
+#
+# Needs what docs/gpu.md's recipe puts in the git-ignored folders named in the call's carry:
+# .whl/ (wheels) and .carry/minilm + .carry/pkgs (the default model's tokenizer files and
+# a stand-in package). Each step's exit status is printed; a failing step does not stop the rest.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
+export PYTHONPATH=/tmp/site:.carry/pkgs:${PYTHONPATH:-}
+
+step() {  # name, command...
+    local name=$1
+    shift
+    local started=$SECONDS
+    "$@" > "$OUT/$name.log" 2>&1
+    echo "$name: exit $? in $((SECONDS - started)) s; $(tail -n 1 "$OUT/$name.log")"
+}
+
+models() {
+    [ -d /tmp/minilm-random ] || python3 bench/tiny_model.py /tmp/minilm-random --hidden 384 --layers 6 --heads 12 --source .carry/minilm
+    [ -d /tmp/bert-base-random ] || python3 bench/tiny_model.py /tmp/bert-base-random --hidden 768 --layers 12 --source .carry/minilm
+    [ -d /tmp/qwen3-random ] || python3 bench/tiny_model.py /tmp/qwen3-random --arch qwen3-0.6b --source .carry/minilm
+}
+
+load_gen() {  # report name, model, extra flags...
+    local name=$1 model=$2
+    shift 2
+    step "$name" python3 bench/load_gen.py --device cuda --clients 64 --procs 8 --rounds 3 --no-st \
+        --model "$model" --out "$OUT/$name.md" "$@"
+}
+
+case "${1:-tests}" in
+tests)
+    step gpu-tests python3 -m pytest -q -p no:cacheprovider -m gpu \
+        tests/test_gpu.py tests/test_gpu_capture.py tests/test_gpu_stress.py tests/test_qwen3_gpu.py \
+        tests/test_fused_gpu.py tests/test_architectures_gpu.py tests/test_packed_attention_gpu.py \
+        tests/test_st_modules.py tests/test_contextualized_gpu.py tests/test_long_inputs_devices.py
+    ;;
+engine)
+    models >"$OUT/models.log" 2>&1
+    step gpu-bench python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json --out "$OUT/gpu.md"
+    step embed-pipeline python3 bench/embed_pipeline.py --model /tmp/minilm-random --device cuda \
+        --threads 0,4 --processes 4,8 --out "$OUT/embed-pipeline-gpu-minilm.md"
+    ;;
+load)
+    models >"$OUT/models.log" 2>&1
+    load_gen e2e-gpu-minilm /tmp/minilm-random --num-texts 12061 --join 1 --repeat 4 --latency-queries 0
+    load_gen e2e-gpu-bert-base /tmp/bert-base-random --num-texts 12061 --join 1 --repeat 4 --latency-queries 200
+    load_gen e2e-gpu-bert-base-docs /tmp/bert-base-random --num-texts 3000 --join 4 --repeat 4 --latency-queries 0
+    load_gen e2e-gpu-qwen3 /tmp/qwen3-random --num-texts 12061 --repeat 1 --latency-queries 200
+    ;;
+*)
+    echo "usage: $0 tests|engine|load" >&2
+    exit 2
+    ;;
+esac
