@@ -68,7 +68,7 @@ class AttentionTimer:
             backend.forward(q, k, v, meta)
             torch.cuda.synchronize()
             calls = max(1, min(MAX_CALLS, int(GRAPH_TARGET_S / max(time.perf_counter() - started, 1e-6))))
-            graph = self._capture(lambda: [backend.forward(q, k, v, meta) for _ in range(calls)])
+            graph = self._capture(lambda: self._calls(backend, q, k, v, meta, calls))
             self._graphs.append(graph)
             graph.replay()
             best = math.inf
@@ -84,6 +84,13 @@ class AttentionTimer:
             release = getattr(backend, "release_graph", None)
             if release is not None:
                 release(key)
+
+    @staticmethod
+    def _calls(backend, q, k, v, meta, calls: int) -> None:
+        for _ in range(calls):
+            # Each output is dropped before the next call, so that the captured calls reuse one
+            # block of the graphs' pool: a kept graph holds one call's output, not all of them.
+            backend.forward(q, k, v, meta)
 
     def _capture(self, run) -> torch.cuda.CUDAGraph:
         graph = torch.cuda.CUDAGraph()
