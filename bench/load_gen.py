@@ -231,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                 check.add(vectors, reference[indices])
                 return seconds
 
+            batches_before = server_batch_totals(url) if server is not None else None
             for r in range(args.rounds):
                 profile = args.py_spy if server is not None and r == args.rounds - 1 else None
                 paths = {IDS_IN: time_ids, names[-2]: time_engine, names[-1]: lambda: time_http(profile)}
@@ -241,14 +242,15 @@ def main(argv: list[str] | None = None) -> int:
                 for name in order:
                     timings[name].append(paths[name]())
                 print(f"round {r}: " + ", ".join(f"{n}: {v[-1]:.2f} s" for n, v in timings.items()), flush=True)
+            if server is not None:  # the HTTP rounds' batches alone: not warm-up's, nor the latency queries'
+                tokens, batches = (after - before for after, before in zip(server_batch_totals(url), batches_before))
+                batch_sizes = f"{tokens / max(1.0, batches):.0f} tokens per batch on the server's engines " \
+                    f"in the HTTP rounds, {ids_mean_batch_tokens(engine, seqs):.0f} on the engine alone with ids in"
         latencies: list[float] = []
         if queries:
             latencies, lat_indices, lat_vectors, errs = run_latency(url, queries, None)
             errors += errs
             check.add(lat_vectors, engine.embed(queries)[lat_indices])
-        if server is not None:
-            batch_sizes = f"{server_mean_batch_tokens(url):.0f} tokens per batch on the server's engines, " \
-                f"{ids_mean_batch_tokens(engine, seqs):.0f} on the engine alone with ids in"
     finally:
         if server is not None:
             server.stop()
@@ -262,16 +264,16 @@ def main(argv: list[str] | None = None) -> int:
 IDS_IN = "engine alone, ids in (tokenized beforehand, no HTTP)"
 
 
-def server_mean_batch_tokens(url: str) -> float:
-    """Mean tokens per batch over the server's life (every engine, warm-up requests included)."""
+def server_batch_totals(url: str) -> tuple[float, float]:
+    """(tokens, batches) the server's engines have run so far, all of them together."""
     import httpx
 
-    totals = {"rose_engine_batches_total": 0.0, "rose_engine_tokens_total": 0.0}
+    totals = {"rose_engine_tokens_total": 0.0, "rose_engine_batches_total": 0.0}
     for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
         name = line.split("{", 1)[0].split(" ", 1)[0]
         if name in totals:
             totals[name] += float(line.rsplit(" ", 1)[1])
-    return totals["rose_engine_tokens_total"] / max(1.0, totals["rose_engine_batches_total"])
+    return totals["rose_engine_tokens_total"], totals["rose_engine_batches_total"]
 
 
 def ids_mean_batch_tokens(engine, seqs: list[np.ndarray]) -> float:
