@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from server.__main__ import build_parser, config_from_args
 from server import topology
+from server.__main__ import build_parser, config_from_args
 from server.topology import batches_in_flight, default_front_ends, parse_devices
 
 

@@ -70,7 +70,8 @@ def test_both_front_ends_answer_and_share_one_engine(workers_server):
     assert engine["pid"] not in set(seen) | {workers_server.proc.pid}
     # Only the engine computes: the supervisor and the front ends never load torch (it would
     # cost each seconds to start and a few hundred MB).
-    assert not [pid for pid in [*seen, workers_server.proc.pid] if "libtorch" in Path(f"/proc/{pid}/maps").read_text()]
+    maps = {pid: Path(f"/proc/{pid}/maps").read_text() for pid in [*seen, workers_server.proc.pid]}
+    assert not [pid for pid, text in maps.items() if "libtorch" in text]
     assert "libtorch" in Path(f"/proc/{engine['pid']}/maps").read_text()
 
 

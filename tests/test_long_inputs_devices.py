@@ -40,7 +40,7 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def texts() -> list[str]:
-    """Over the limit by 1x to 4x, a short text, and one that fits exactly within a window."""
+    """Over the limit by 1x to 4x, a short text, and a paragraph that fits in one window."""
     paragraphs = load_texts(80)
     return ["\n\n".join(paragraphs[0:6]), "a short text", "\n\n".join(paragraphs[10:30]), paragraphs[40],
             "\n\n".join(paragraphs[50:58])]
@@ -77,7 +77,7 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _chunked(engine, texts: list[str]) -> np.ndarray:
     from engine.pipeline import embed_stream
 
-    [(_, vectors)] = embed_stream(engine, [(None, texts)], long_inputs="chunk", num_threads=0)
+    [(_, vectors)] = embed_stream(engine, [(None, texts)], long_inputs="chunk", num_threads=0, num_processes=0)
     return vectors
 
 
