@@ -246,6 +246,12 @@ def test_tokenizer_processes_give_the_threads_vectors_errors_and_windows():
             done.append(tag)
     assert done == ["a"] and exc.value.index == 6 and exc.value.num_tokens > 256
     assert len(tokenizer_processes._pools) == 1  # one pool for the tokenizer, reused by every call
+
+    # Closed early: the pieces not yet started are cancelled, and the pool serves the next call.
+    stream = embed_stream(engine, [(i, _texts(40, seed=i)) for i in range(20)], num_processes=2, piece_texts=8)
+    assert next(stream)[0] == 0
+    stream.close()
+    np.testing.assert_array_equal(embed_texts(engine, items[3][1], num_processes=2, piece_texts=16), by_threads[3][1])
     tokenizer_processes.close_all()
     assert not tokenizer_processes._pools
 
