@@ -44,6 +44,9 @@ PIECE_TEXTS = 256
 # the next batch queued while the host, which shares the GIL with the tokenizer threads,
 # reads one back and cuts the one after (on a CPU a batch is done when it is launched).
 MAX_IN_FLIGHT = 2
+# Text, in characters, below which `embed_texts` keeps to threads: the tokenizer processes take
+# a second or so to start, about what one thread takes to tokenize this much.
+PROCESSES_MIN_CHARS = 2_000_000
 
 
 def default_num_threads() -> int:
@@ -60,9 +63,12 @@ def embed_texts(engine, texts: Sequence[str], *, num_threads: int | None = None,
                 num_processes: int | None = None, piece_texts: int = PIECE_TEXTS,
                 max_in_flight: int = MAX_IN_FLIGHT) -> np.ndarray:
     """texts -> [N, dim] float32, through `embed_stream`; texts that make one piece are
-    tokenized in the caller's thread (nothing to overlap: a query pays for no thread)."""
+    tokenized in the caller's thread (nothing to overlap: a query pays for no thread), and
+    tokenizer processes are started only for a list long enough to repay their start."""
     if len(texts) <= piece_texts:
         num_threads = num_processes = 0
+    elif num_processes is None and sum(map(len, texts)) < PROCESSES_MIN_CHARS:
+        num_processes = 0
     [(_, vectors)] = embed_stream(engine, [(None, texts)], num_threads=num_threads, num_processes=num_processes,
                                   piece_texts=piece_texts, max_in_flight=max_in_flight)
     return vectors

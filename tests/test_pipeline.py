@@ -271,6 +271,17 @@ def test_processes_only_for_a_gil_holding_tokenizer_before_a_device_with_cores(m
     assert tokenizer_processes.default_num_processes(engine.tokenizer, "cuda") == 0
 
 
+def test_a_short_list_starts_no_tokenizer_processes(monkeypatch):
+    """Their start costs about what a thread takes to tokenize PROCESSES_MIN_CHARS of text."""
+    from engine import tokenizer_processes
+
+    monkeypatch.setattr(tokenizer_processes, "default_num_processes", lambda tokenizer, device_type: 2)
+    engine = FakeEngine()
+    texts = _texts(300, seed=1)  # more than one piece, far less text than the bound
+    np.testing.assert_array_equal(embed_texts(engine, texts), engine.embed(texts))
+    assert not tokenizer_processes._pools
+
+
 def test_a_tokenizer_process_imports_no_torch():
     import subprocess
     import sys
