@@ -11,7 +11,8 @@ K front ends (server/front_end.py) connected to every engine, watches them, and 
 - An engine that dies leaves the others serving; every front end sees it go (its pipes close)
   and /health names it.
 - On SIGTERM, SIGINT or SIGHUP every front end drains its requests within --shutdown-timeout
-  and tells the engines it is done; then the engines exit and the shared memory is freed.
+  and tells the engines it is done; then the engines exit and the shared memory is freed, and
+  the server ends as SIGTERM ends a process (130 after Ctrl-C), whatever K is.
   Every child also watches this process: should it be killed outright, none outlives it by
   more than a second or so (engine/parent_watch.py).
 """
@@ -47,14 +48,15 @@ _CRASH_LOOP_S = 30.0  # a front end that dies this soon after its start is not r
 
 def run_supervisor(config: ServerConfig, spec: ModelSpec, sockets: list[socket.socket]) -> None:
     """Serve on `sockets` (server/listen.py: one per front end, the first listening) until a
-    signal stops the server; exits 1 if the front ends could not be kept up."""
+    signal stops the server, then end by SIGTERM (KeyboardInterrupt after SIGINT); exits 1 if
+    the front ends could not be kept up."""
     plugin = load_engine_plugin(config.engine_plugin) if config.engine_plugin else None
     layout = SlotLayout(config.batches_in_flight, config.engine.max_batch_tokens, config.engine.max_batch_seqs,
                         spec.embedding_dim)
     logger.info("starting %d engine process(es) (%s) and %d front end(s) on port %d", len(config.devices),
                 ", ".join(config.devices), config.frontend_workers, config.port)
     hosts: list[EngineHost] = []
-    terminated = False
+    terminated = interrupted = False
     # uvicorn ends its graceful shutdown by raising the signal that asked for it again; SIGTERM's
     # default action would end this process there, before the engines stop and the shared
     # memory is freed. Raised as an exception instead, it leaves through the cleanup below.
@@ -65,7 +67,9 @@ def run_supervisor(config: ServerConfig, spec: ModelSpec, sockets: list[socket.s
         if config.frontend_workers == 1:
             run_front_end(config, sockets[0], [host.connect(0) for host in hosts], [h.process for h in hosts])
         else:
-            _FrontEnds(config, sockets, hosts).run()
+            # Ended as one front end in this process ends: by SIGTERM, or as Ctrl-C ends a program.
+            stopped_by = _FrontEnds(config, sockets, hosts).run()
+            interrupted, terminated = stopped_by == signal.SIGINT, stopped_by in (signal.SIGTERM, signal.SIGHUP)
     except _Terminated:
         terminated = True
     finally:
@@ -76,6 +80,8 @@ def run_supervisor(config: ServerConfig, spec: ModelSpec, sockets: list[socket.s
     if terminated:  # end as SIGTERM ends a process, so that whoever sent it sees that status
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 class _Terminated(Exception):
@@ -98,10 +104,13 @@ class _FrontEnds:
         self._started: dict[int, float] = {}
         self._restarted: set[int] = set()
         self._stop = threading.Event()
+        self._stopped_by: int | None = None
 
-    def run(self) -> None:
+    def run(self) -> int | None:
+        """Serve until a stop signal, then drain; the signal that stopped it (exits 1 instead
+        if a front end could not be kept up)."""
         for sig in STOP_SIGNALS:
-            signal.signal(sig, lambda *_: self._stop.set())
+            signal.signal(sig, self._on_stop_signal)
         failed = False
         try:
             for index in range(self.config.frontend_workers):
@@ -118,6 +127,12 @@ class _FrontEnds:
             remove_board_dir(self.config.stats_dir)
         if failed:
             sys.exit(1)
+        return self._stopped_by
+
+    def _on_stop_signal(self, signum: int, _frame) -> None:
+        if self._stopped_by is None:
+            self._stopped_by = signum
+        self._stop.set()
 
     def _start(self, index: int) -> None:
         ends = [host.connect(index) for host in self.hosts]
