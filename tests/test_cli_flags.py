@@ -11,7 +11,7 @@ from importlib import metadata
 import pytest
 import torch
 
-from server.__main__ import build_parser, config_from_args, main
+from server.__main__ import build_parser, main
 from tests.conftest import REPO
 
 SERVE_USAGE = "usage: rose-embed serve [flags]"
