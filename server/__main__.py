@@ -16,7 +16,7 @@ from dataclasses import replace
 from importlib import metadata
 
 from engine.config import LONG_INPUT_MODES, POOLING_MODES, EngineConfig, ModelOverrides
-from server.auth import API_KEY_ENV, keys_from_env
+from server.api_keys import API_KEY_ENV, keys_from_env
 from server import embed_cli, hardening_cli
 from server.cli_help import HelpAll, HelpFormatter, advanced
 from server.cli_values import DTYPES, device_list, port_number, positive_int

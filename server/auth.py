@@ -7,24 +7,15 @@ without keys ignores the header, and one with keys answers 401 in OpenAI's envel
 from __future__ import annotations
 
 import hmac
-import os
 
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
 from server.errors import APIError
 
-API_KEY_ENV = "ROSE_EMBED_API_KEY"
-
 # Readiness probes, the metrics scraper and the API docs stay reachable without a key.
 PUBLIC_PATHS = ("/health", "/metrics")
 PUBLIC_PREFIXES = ("/docs",)
-
-
-def keys_from_env(environ: dict[str, str] | None = None) -> list[str]:
-    """ROSE_EMBED_API_KEY may hold one key or several separated by commas."""
-    value = (environ if environ is not None else os.environ).get(API_KEY_ENV, "")
-    return [k.strip() for k in value.split(",") if k.strip()]
 
 
 def _bearer_token(header: str | None) -> str | None:

@@ -149,3 +149,13 @@ def test_help_shows_at_most_28_flags_and_help_all_shows_the_rest(capsys):
     assert {"--max-batch-seqs", "--enforce-eager", "--pooling"} <= every - short
     hidden = {a.option_strings[0] for a in _serve_parser()._actions if a.help == argparse.SUPPRESS}
     assert hidden - every == {"--engine-plugin"}  # fault injection for tests, shown nowhere
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["serve", "--help"], ["embed", "--help"]])
+def test_help_imports_neither_torch_nor_the_web_framework(argv):
+    """`rose-embed --help` answers at once: what it prints needs no model, no framework."""
+    code = ("import sys\nfrom server.__main__ import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print(sorted({'torch', 'litestar', 'transformers', 'uvicorn', 'numpy'} & set(sys.modules)))")
+    run = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True,
+                         cwd=REPO)
+    assert run.stdout.strip().splitlines()[-1] == "[]", run.stdout[-500:]

@@ -18,7 +18,8 @@ from server.errors import APIError
 from server.token_inputs import TokenInputs
 from tests.conftest import REPO
 from server.aliases import AliasError, model_names, parse_alias, resolve_aliases
-from server.auth import _mask, is_valid_key, keys_from_env
+from server.api_keys import keys_from_env
+from server.auth import _mask, is_valid_key
 
 SAMPLES = [
     "Hello, world!", "", "  leading and trailing  ", "line one\nline two\r\n\ttab", "naïve café — ünïcödé",
