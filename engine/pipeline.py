@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 import numpy as np
@@ -86,7 +87,7 @@ def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
     then says what becomes of a chunk too long for a window by itself (ChunkTooLongError in
     "error" mode, its `document` counting the documents of every item before).
 
-    `engine` gives `tokenizer`, `execute_packed`, `config.max_batch_tokens`,
+    `engine` gives `tokenizer`, `device`, `execute_packed`, `config.max_batch_tokens`,
     `config.max_batch_seqs`, `dimensions` and `spec.normalize`. Every text is embedded as
     `prompt + text`; `long_inputs` is "truncate", "error" (InputTooLongError, its index
     counting the texts of every item before) or "chunk". `items` is iterated in a thread of
@@ -103,35 +104,29 @@ def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
     threads: no piece is tokenized after it, beyond those already running.
     """
     num_threads = default_num_threads() if num_threads is None else num_threads
-    if num_processes is None:
-        device = getattr(engine, "device", None)
-        num_processes = tokenizer_processes.default_num_processes(engine.tokenizer, getattr(device, "type", "cpu"))
     if late_chunking:
         num_processes = 0
-    use_threads = num_threads > 0 and not num_processes
-    pool = ThreadPoolExecutor(num_threads, thread_name_prefix="rose-tokenizer") if use_threads else None
-    sent: deque[Future] = deque()  # pieces handed to tokenizer processes, cancelled if the stream stops
+    elif num_processes is None:
+        num_processes = tokenizer_processes.default_num_processes(engine.tokenizer, engine.device.type)
 
     def tokenize(texts: Sequence, first: int) -> Piece:
         if late_chunking:
             return _tokenize_documents(engine, texts, first, prompt, long_inputs)
         return tokenize_piece(engine.tokenizer, texts, first, prompt, long_inputs)
 
+    # How each piece's tokenization starts, how many work on them, and what stops the rest.
     if num_processes:
-        to_processes = tokenizer_processes.submitter(engine.tokenizer, num_processes)
-
-        def start(texts: Sequence, first: int) -> Future:
-            while sent and sent[0].done():
-                sent.popleft()
-            sent.append(to_processes(texts, first, prompt, long_inputs))
-            return sent[-1]
-
-        ahead = prefetch(_submitted(items, start, piece_texts), depth=2 * num_processes, name="rose-embed-feeder")
-    elif pool is None:
-        ahead = _submitted(items, lambda texts, first: _run_now(tokenize, texts, first), piece_texts)
+        start = tokenizer_processes.Submitter(engine.tokenizer, num_processes, prompt, long_inputs)
+        workers, stop = num_processes, start.cancel_pending
+    elif num_threads:
+        pool = ThreadPoolExecutor(num_threads, thread_name_prefix="rose-tokenizer")
+        start, workers = partial(pool.submit, tokenize), num_threads
+        stop = partial(pool.shutdown, wait=False, cancel_futures=True)
     else:
-        ahead = prefetch(_submitted(items, lambda texts, first: pool.submit(tokenize, texts, first), piece_texts),
-                         depth=2 * num_threads, name="rose-embed-feeder")
+        start, workers, stop = partial(_run_now, tokenize), 0, (lambda: None)
+    ahead = _submitted(items, start, piece_texts)
+    if workers:
+        ahead = prefetch(ahead, depth=2 * workers, name="rose-embed-feeder")
     launcher = _Launcher(engine, on_batch, max_in_flight)
     try:
         while True:
@@ -150,10 +145,7 @@ def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
         yield from launcher.flush()
     finally:
         ahead.close()
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
-        for future in sent:
-            future.cancel()
+        stop()
 
 
 def _submitted(items: Iterable[tuple[Any, Sequence[str]]], start: Callable[[Sequence[str], int], Future],

@@ -16,6 +16,7 @@ import atexit
 import multiprocessing
 import os
 import threading
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -35,26 +36,38 @@ _worker_tokenizer: TextTokenizer | None = None
 def default_num_processes(tokenizer: TextTokenizer, device_type: str) -> int:
     """Processes for a device that computes apart from the host (a GPU) where the tokenizer
     holds the GIL and the machine has the cores; 0 (threads suffice) otherwise."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = len(os.sched_getaffinity(0))
     if device_type == "cpu" or not tokenizer.holds_the_gil or cores < _MIN_CORES:
         return 0
     return min(_MAX_PROCESSES, cores // 2)
 
 
-def submitter(tokenizer: TextTokenizer, num_processes: int):
-    """A function (texts, first, prompt, long_inputs) -> Future[Piece] that tokenizes in the
-    pool of `num_processes` copies of `tokenizer`, started on first use."""
-    key = (tokenizer.recipe, num_processes)
+class Submitter:
+    """Starts one stream's pieces in the pool of `num_processes` copies of `tokenizer` (started
+    on first use): `submitter(texts, first)` -> Future[Piece]. `cancel_pending` cancels the
+    pieces not yet started, when the stream stops early."""
 
-    def submit(texts: Sequence[str], first: int, prompt: str, long_inputs: str) -> Future:
+    def __init__(self, tokenizer: TextTokenizer, num_processes: int, prompt: str, long_inputs: str):
+        self._key = (tokenizer.recipe, num_processes)
+        self._prompt, self._long_inputs = prompt, long_inputs
+        self._sent: deque[Future] = deque()
+
+    def __call__(self, texts: Sequence[str], first: int) -> Future:
+        args = (_tokenize_here, list(texts), first, self._prompt, self._long_inputs)
         try:
-            return _pool(key).submit(_tokenize_here, list(texts), first, prompt, long_inputs)
+            future = _pool(self._key).submit(*args)
         except BrokenProcessPool:  # a worker died (its pieces failed with this error): a new pool
             with _pools_lock:
-                _pools.pop(key, None)
-            return _pool(key).submit(_tokenize_here, list(texts), first, prompt, long_inputs)
+                _pools.pop(self._key, None)
+            future = _pool(self._key).submit(*args)
+        while self._sent and self._sent[0].done():
+            self._sent.popleft()
+        self._sent.append(future)
+        return future
 
-    return submit
+    def cancel_pending(self) -> None:
+        for future in self._sent:
+            future.cancel()
 
 
 def _pool(key: tuple) -> ProcessPoolExecutor:
