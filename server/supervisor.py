@@ -56,7 +56,7 @@ def run_supervisor(config: ServerConfig, spec: ModelSpec, sockets: list[socket.s
     logger.info("starting %d engine process(es) (%s) and %d front end(s) on port %d", len(config.devices),
                 ", ".join(config.devices), config.frontend_workers, config.port)
     hosts: list[EngineHost] = []
-    terminated = interrupted = False
+    terminated = False
     # uvicorn ends its graceful shutdown by raising the signal that asked for it again; SIGTERM's
     # default action would end this process there, before the engines stop and the shared
     # memory is freed. Raised as an exception instead, it leaves through the cleanup below.
@@ -67,9 +67,7 @@ def run_supervisor(config: ServerConfig, spec: ModelSpec, sockets: list[socket.s
         if config.frontend_workers == 1:
             run_front_end(config, sockets[0], [host.connect(0) for host in hosts], [h.process for h in hosts])
         else:
-            # Ended as one front end in this process ends: by SIGTERM, or as Ctrl-C ends a program.
-            stopped_by = _FrontEnds(config, sockets, hosts).run()
-            interrupted, terminated = stopped_by == signal.SIGINT, stopped_by in (signal.SIGTERM, signal.SIGHUP)
+            _FrontEnds(config, sockets, hosts).run()
     except _Terminated:
         terminated = True
     finally:
@@ -80,12 +78,10 @@ def run_supervisor(config: ServerConfig, spec: ModelSpec, sockets: list[socket.s
     if terminated:  # end as SIGTERM ends a process, so that whoever sent it sees that status
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
-    if interrupted:
-        raise KeyboardInterrupt
 
 
 class _Terminated(Exception):
-    """SIGTERM, once the front end (if it runs here) has drained."""
+    """SIGTERM (or, with several front ends, SIGHUP), once the front ends have drained."""
 
 
 def _raise_terminated(*_) -> None:
@@ -106,9 +102,10 @@ class _FrontEnds:
         self._stop = threading.Event()
         self._stopped_by: int | None = None
 
-    def run(self) -> int | None:
-        """Serve until a stop signal, then drain; the signal that stopped it (exits 1 instead
-        if a front end could not be kept up)."""
+    def run(self) -> None:
+        """Serve until a stop signal, then drain, and leave as one front end in this process
+        leaves (_Terminated, or KeyboardInterrupt after Ctrl-C); exits 1 instead if a front
+        end could not be kept up."""
         for sig in STOP_SIGNALS:
             signal.signal(sig, self._on_stop_signal)
         failed = False
@@ -127,7 +124,9 @@ class _FrontEnds:
             remove_board_dir(self.config.stats_dir)
         if failed:
             sys.exit(1)
-        return self._stopped_by
+        if self._stopped_by == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise _Terminated
 
     def _on_stop_signal(self, signum: int, _frame) -> None:
         if self._stopped_by is None:
