@@ -29,7 +29,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import (  # noqa: E402
-    REPO, descendants, free_port, load_texts, machine_description, publish, wait_until_healthy,
+    REPO, free_port, load_texts, machine_description, process_cpu_seconds, publish, wait_until_healthy,
 )
 
 
@@ -63,18 +63,6 @@ class _Ready:
 
     def wait(self):
         return self.vectors
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process and everything under it (granian runs a worker process)."""
-    total = 0.0
-    for one in (pid, *descendants(pid)):
-        try:
-            fields = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
 
 
 SERVERS = {
@@ -132,9 +120,9 @@ def main() -> None:
             wait_until_healthy(url, proc)
             asyncio.run(drive(url + "/v1/embeddings", workloads["single short text"][:200], args.clients))
             for workload, bodies in workloads.items():
-                t, cpu = time.perf_counter(), cpu_seconds(proc.pid)
+                t, cpu = time.perf_counter(), process_cpu_seconds(proc.pid)
                 latencies = asyncio.run(drive(url + "/v1/embeddings", bodies, args.clients))
-                elapsed, cpu = time.perf_counter() - t, cpu_seconds(proc.pid) - cpu
+                elapsed, cpu = time.perf_counter() - t, process_cpu_seconds(proc.pid) - cpu
                 num_texts = sum(len(body["input"]) if isinstance(body["input"], list) else 1 for body in bodies)
                 latencies.sort()
                 rows.append((name, workload, len(bodies) / elapsed, statistics.median(latencies) * 1e3,

@@ -59,6 +59,19 @@ def descendants(pid: int) -> list[int]:
     return [d for child in children for d in (child, *descendants(child))]
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time so far of a process and its live descendants (the engines, and
+    front ends beyond the first, are child processes of the server), all threads (Linux /proc)."""
+    total = 0.0
+    for one in [pid, *descendants(pid)]:
+        try:
+            fields = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it exited meanwhile
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -21,7 +21,6 @@ import argparse
 import contextlib
 import datetime
 import multiprocessing
-import os
 import shlex
 import shutil
 import statistics
@@ -34,8 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import (DEFAULT_DATA, ServerProcess, descendants, load_texts, machine_description,  # noqa: E402
-                          publish)
+from bench.common import (DEFAULT_DATA, ServerProcess, load_texts, machine_description,  # noqa: E402
+                          process_cpu_seconds, publish)
 from bench.profile_summary import PySpy, summarize  # noqa: E402
 from bench.embed_pipeline import run_ids  # noqa: E402
 from bench.traffic import PlannedRequest, make_plan, run_latency, run_worker  # noqa: E402
@@ -120,19 +119,6 @@ class VectorCheck:
         self.checked += len(cos)
         self.mismatches += int((cos < self.min_cosine).sum())
         self.worst = min(self.worst, float(cos.min()))
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU time so far of a process and its live descendants (the engines, and
-    front ends beyond the first, are child processes of the server), all threads (Linux /proc)."""
-    total = 0.0
-    for one in [pid, *descendants(pid)]:
-        try:
-            fields = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # it exited meanwhile
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
 
 
 def percentile_ms(values: list[float], q: float) -> float:
