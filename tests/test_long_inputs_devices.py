@@ -4,8 +4,9 @@ into windows that fill the model's limit, each wrapped in [CLS] ... [SEP] and ru
 checkpoint's modules (Transformer, mean Pooling, Dense, Normalize), the window vectors
 averaged weighted by the text tokens each holds, then normalised.
 
-A tiny random checkpoint saved by sentence-transformers, with a Dense module after pooling, so
-that the combination is checked after the whole head. Tolerances (cosine per vector): fp32 on
+The checkpoint is tests/test_contextualized_gpu.py's: tiny, random, saved by
+sentence-transformers with a Dense module after pooling, so that the combination is checked
+after the whole head. Tolerances (cosine per vector): fp32 on
 the CPU >= 0.99999; bf16 on CUDA >= 0.999, and graph replay vs --enforce-eager >= 0.9998.
 """
 
@@ -16,26 +17,10 @@ import pytest
 import torch
 
 from tests.conftest import load_texts
+from tests.test_architectures import cosines
+from tests.test_contextualized_gpu import MAX_SEQ_LEN, bert_path  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.slow  # sentence-transformers and a checkpoint it saves
-
-MAX_SEQ_LEN = 128
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    from sentence_transformers.sentence_transformer import modules
-    from transformers import BertConfig
-
-    from tests.st_checkpoints import bert_tokenizer, save_architecture
-
-    def config(vocab_size: int):
-        return BertConfig(vocab_size=vocab_size, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                          num_attention_heads=2, max_position_embeddings=512)
-
-    return save_architecture(tmp_path_factory.mktemp("chunk") / "bert-dense", bert_tokenizer, config,
-                             pooling="mean", max_seq_length=MAX_SEQ_LEN,
-                             after=[lambda width: modules.Dense(width, 40), modules.Normalize()])
 
 
 @pytest.fixture(scope="module")
@@ -69,11 +54,6 @@ def _reference(path, texts: list[str]) -> np.ndarray:
     return np.stack(out)
 
 
-def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-
-
 def _chunked(engine, texts: list[str]) -> np.ndarray:
     from engine.pipeline import embed_stream
 
@@ -88,22 +68,22 @@ def _engine(path, device: str, **overrides):
     return Engine(EngineConfig(model=str(path), device=device, max_batch_tokens=1024, **overrides))
 
 
-def test_chunk_mode_on_the_cpu_matches_sentence_transformers_window_by_window(checkpoint, texts):
-    reference = _reference(checkpoint, texts)
-    engine = _engine(checkpoint, "cpu")
+def test_chunk_mode_on_the_cpu_matches_sentence_transformers_window_by_window(bert_path, texts):
+    reference = _reference(bert_path, texts)
+    engine = _engine(bert_path, "cpu")
     assert len(engine.tokenize(texts[2:3])[0]) == MAX_SEQ_LEN  # truncated there: windows are what is tested
     ours = _chunked(engine, texts)
     assert ours.shape == reference.shape
-    assert _cosines(ours, reference).min() >= 0.99999
+    assert cosines(ours, reference).min() >= 0.99999
     truncated = engine.embed(texts)
-    assert _cosines(truncated, reference)[[0, 2, 4]].max() < 0.9999  # the windows after the first count
+    assert cosines(truncated, reference)[[0, 2, 4]].max() < 0.9999  # the windows after the first count
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_chunk_mode_on_cuda_in_bf16_with_graphs_matches_sentence_transformers(checkpoint, texts):
-    reference = _reference(checkpoint, texts)
-    engine = _engine(checkpoint, "cuda")
+def test_chunk_mode_on_cuda_in_bf16_with_graphs_matches_sentence_transformers(bert_path, texts):
+    reference = _reference(bert_path, texts)
+    engine = _engine(bert_path, "cuda")
     assert engine.dtype == torch.bfloat16 and engine.runner.graphs is not None
     engine.warm_up()
     replays = engine.runner.num_graph_replays
@@ -112,7 +92,7 @@ def test_chunk_mode_on_cuda_in_bf16_with_graphs_matches_sentence_transformers(ch
     assert engine.runner.num_graph_replays > replays
     for out in runs:
         assert out.shape == reference.shape
-        assert _cosines(out, reference).min() >= 0.999
-    eager = _chunked(_engine(checkpoint, "cuda", enforce_eager=True), texts)
-    assert _cosines(eager, reference).min() >= 0.999
-    assert _cosines(runs[-1], eager).min() >= 0.9998
+        assert cosines(out, reference).min() >= 0.999
+    eager = _chunked(_engine(bert_path, "cuda", enforce_eager=True), texts)
+    assert cosines(eager, reference).min() >= 0.999
+    assert cosines(runs[-1], eager).min() >= 0.9998
