@@ -41,7 +41,7 @@ load_gen() {  # report name, model, extra flags...
 
 case "${1:-tests}" in
 tests)
-    step gpu-tests python3 -m pytest -q -p no:cacheprovider -m gpu \
+    step gpu-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu \
         tests/test_gpu.py tests/test_gpu_capture.py tests/test_gpu_stress.py tests/test_qwen3_gpu.py \
         tests/test_fused_gpu.py tests/test_architectures_gpu.py tests/test_packed_attention_gpu.py \
         tests/test_st_modules.py tests/test_contextualized_gpu.py tests/test_long_inputs_devices.py
