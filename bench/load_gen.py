@@ -27,6 +27,7 @@ import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +38,8 @@ from bench.common import (DEFAULT_DATA, ServerProcess, load_texts, machine_descr
                           process_cpu_seconds, publish)
 from bench.profile_summary import PySpy, summarize  # noqa: E402
 from bench.embed_pipeline import run_ids  # noqa: E402
-from bench.traffic import PlannedRequest, make_plan, run_latency, run_worker  # noqa: E402
+from bench.traffic import (STEADY_WINDOW_LATENCIES, PlannedRequest, make_plan, run_latency,  # noqa: E402
+                           run_worker, steady_window)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -89,21 +91,35 @@ def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-30)
 
 
+@dataclass
+class HttpRound:
+    seconds: float  # from the first send to the last answer
+    window_seconds: float  # the steady window's (bench/traffic.py), 0 if the round had none
+    window_tokens: int  # the tokens of the requests answered inside that window
+    client_cpu: float
+    latencies: list[float]
+    indices: np.ndarray
+    vectors: np.ndarray
+    errors: list[str]
+
+
 def http_round(pool: ProcessPoolExecutor, procs: int, url: str, texts: list[str], plan: list[PlannedRequest],
-               clients: int, model: str | None) -> tuple[float, float, list[float], np.ndarray, np.ndarray, list[str]]:
-    """All client processes start together; the round lasts from the first send to the last answer."""
+               clients: int, model: str | None, token_prefix: np.ndarray) -> HttpRound:
+    """All client processes start together; the whole round lasts from the first send to the
+    last answer, and its steady window is bench/traffic.py's `steady_window`."""
     start_at = time.monotonic() + 0.5
     shares = [plan[i::procs] for i in range(procs)]
     counts = [clients // procs + (i < clients % procs) for i in range(procs)]
     futures = [pool.submit(run_worker, url, texts, share, max(1, n), model, start_at)
                for share, n in zip(shares, counts)]
     results = [f.result() for f in futures]
-    seconds = max(r.finished for r in results) - min(r.started for r in results)
-    latencies = [x for r in results for x in r.latencies]
+    started = min(r.started for r in results)
+    window_seconds, window_tokens = steady_window(results, token_prefix)
     indices = np.concatenate([r.indices for r in results])
     vectors = np.concatenate([r.vectors for r in results if len(r.vectors)]) if len(indices) else np.zeros((0, 0))
-    cpu = sum(r.cpu_seconds for r in results)
-    return seconds, cpu, latencies, indices, vectors, [e for r in results for e in r.errors]
+    return HttpRound(max(r.finished for r in results) - started, window_seconds, window_tokens,
+                     sum(r.cpu_seconds for r in results), [x for r in results for x in r.latencies], indices, vectors,
+                     [e for r in results for e in r.errors])
 
 
 class VectorCheck:
@@ -159,7 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     server = None if args.url else ServerProcess(*server_args)
     url = args.url or server.url
     seqs = engine.tokenize(texts)  # the ids-in path's input, tokenized before any timing
-    names = [IDS_IN, "engine alone (Engine.embed, no HTTP)", f"HTTP, {args.clients} clients x 1-{args.max_request_texts} texts"]
+    token_prefix = np.concatenate([[0], np.cumsum([len(ids) for ids in seqs])])
+    window_rates: list[float] = []  # tokens/s of each HTTP round's window
+    window_shares: list[float] = []  # the share of the workload's tokens answered inside it
+    names = [IDS_IN, "engine alone (Engine.embed, no HTTP)", f"HTTP, {args.clients} clients x 1-{args.max_request_texts} texts, whole round"]
     if st is not None:
         names.insert(0, f"sentence-transformers encode(batch_size={args.st_batch_size})")
     timings: dict[str, list[float]] = {n: [] for n in names}
@@ -202,20 +221,22 @@ def main(argv: list[str] | None = None) -> int:
             def time_http(profile: Path | None) -> float:
                 before = process_cpu_seconds(server.proc.pid) if server is not None else 0.0
                 with PySpy(server.proc.pid, profile) if profile else contextlib.nullcontext():
-                    seconds, client_cpu, lat, indices, vectors, errs = http_round(pool, args.procs, url, texts, plan,
-                                                                                  args.clients, None)
+                    measured = http_round(pool, args.procs, url, texts, plan, args.clients, None, token_prefix)
                 spent = process_cpu_seconds(server.proc.pid) - before if server is not None else float("nan")
                 server_cpu.append(spent)
-                cpu_times[names[-1]].append(spent + client_cpu)
+                cpu_times[names[-1]].append(spent + measured.client_cpu)
                 if profile:
                     profile_lines[:] = summarize(profile)
-                request_latencies.extend(lat)
-                errors.extend(errs)
+                request_latencies.extend(measured.latencies)
+                errors.extend(measured.errors)
                 # Every vector of every round is checked against the engine's for its text.
-                if sorted(indices.tolist()) != list(range(len(texts))):
-                    errors.append(f"{len(indices)} vectors came back for {len(texts)} texts")
-                check.add(vectors, reference[indices])
-                return seconds
+                if sorted(measured.indices.tolist()) != list(range(len(texts))):
+                    errors.append(f"{len(measured.indices)} vectors came back for {len(texts)} texts")
+                check.add(measured.vectors, reference[measured.indices])
+                if measured.window_seconds > 0:
+                    window_rates.append(measured.window_tokens / measured.window_seconds)
+                    window_shares.append(measured.window_tokens / num_tokens)
+                return measured.seconds
 
             batches_before = server_batch_totals(url) if server is not None else None
             for r in range(args.rounds):
@@ -229,8 +250,9 @@ def main(argv: list[str] | None = None) -> int:
                     timings[name].append(paths[name]())
                 print(f"round {r}: " + ", ".join(f"{n}: {v[-1]:.2f} s" for n, v in timings.items()), flush=True)
             if server is not None:  # the HTTP rounds' batches alone: not warm-up's, nor the latency queries'
-                tokens, batches = (after - before for after, before in zip(server_batch_totals(url), batches_before))
-                batch_sizes = f"{tokens / max(1.0, batches):.0f} tokens per batch on the server's engines " \
+                tokens, sent, ran = (after - before for after, before in zip(server_batch_totals(url), batches_before))
+                batch_sizes = f"{tokens / max(1.0, sent):.0f} tokens per batch the front ends sent, " \
+                    f"{tokens / max(1.0, ran):.0f} per batch the engines ran " \
                     f"in the HTTP rounds, {ids_mean_batch_tokens(engine, seqs):.0f} on the engine alone with ids in"
         latencies: list[float] = []
         if queries:
@@ -242,24 +264,31 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
 
     report = render(args, engine, timings, cpu_times, server_cpu, names, num_tokens, len(texts), request_latencies,
-                    latencies, check, st_worst, errors, profile_lines, server_args, batch_sizes)
+                    latencies, check, st_worst, errors, profile_lines, server_args, batch_sizes,
+                    window_rates, window_shares)
     publish(report, args.out)
     return 1 if check.mismatches or errors else 0
 
 
 IDS_IN = "engine alone, ids in (tokenized beforehand, no HTTP)"
+WINDOW = "HTTP, steady window"
 
 
-def server_batch_totals(url: str) -> tuple[float, float]:
-    """(tokens, batches) the server's engines have run so far, all of them together."""
+def server_batch_totals(url: str) -> tuple[float, float, float]:
+    """(tokens, batches the front ends sent, batches the engines ran) so far, all engines together.
+    An engine may join batches of several front ends into one device batch. A front end learns
+    the engine's count from its replies: read it after a request, when the largest is current."""
     import httpx
 
-    totals = {"rose_engine_tokens_total": 0.0, "rose_engine_batches_total": 0.0}
+    time.sleep(1.0)  # every front end has published its counts (they do every half second)
+    totals = dict.fromkeys(("rose_engine_tokens_total", "rose_engine_batches_total", "rose_graph_replays_total",
+                            "rose_eager_runs_total"), 0.0)
     for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
         name = line.split("{", 1)[0].split(" ", 1)[0]
         if name in totals:
             totals[name] += float(line.rsplit(" ", 1)[1])
-    return totals["rose_engine_tokens_total"], totals["rose_engine_batches_total"]
+    return (totals["rose_engine_tokens_total"], totals["rose_engine_batches_total"],
+            totals["rose_graph_replays_total"] + totals["rose_eager_runs_total"])
 
 
 def ids_mean_batch_tokens(engine, seqs: list[np.ndarray]) -> float:
@@ -270,7 +299,8 @@ def ids_mean_batch_tokens(engine, seqs: list[np.ndarray]) -> float:
 
 
 def render(args, engine, timings, cpu_times, server_cpu, names, num_tokens, num_texts, request_latencies,
-           latencies, check, st_worst, errors, profile_lines, server_args, batch_sizes="") -> str:
+           latencies, check, st_worst, errors, profile_lines, server_args, batch_sizes="", window_rates=(),
+           window_shares=()) -> str:
     median = {n: statistics.median(v) for n, v in timings.items()}
     http, eng = names[-1], names[-2]
     command = "python bench/load_gen.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -299,14 +329,30 @@ def render(args, engine, timings, cpu_times, server_cpu, names, num_tokens, num_
         p99 = f"{percentile_ms(request_latencies, 99):.1f}" if n == http else ""
         lines.append(f"| {n} | {median[n]:.3f} | {num_texts / median[n]:.0f} | {num_tokens / median[n]:.0f} "
                      f"| {p50} | {p99} | {statistics.median(cpu_times[n]):.2f} |")
+    if window_rates:
+        rate = statistics.median(window_rates)
+        lines.append(f"| {WINDOW}: every client busy | {num_tokens / rate:.3f} (at its rate) | "
+                     f"{num_texts * rate / num_tokens:.0f} | {rate:.0f} |  |  |  |")
     # Ratios are taken per round (the paths ran back to back) and their median reported: on a
     # shared machine the load drifts between rounds far more than within one.
+    lines.append("")
+    if window_rates and len(window_rates) == len(timings[eng]):
+        for baseline, label in ((eng, "engine alone (Engine.embed)"), (IDS_IN, "engine alone with ids in")):
+            ratios = [w * t / num_tokens for w, t in zip(window_rates, timings[baseline])]
+            lines.append(f"- **{WINDOW} / {label}: {statistics.median(ratios):.3f}x** (median of the per-round "
+                         f"ratios {', '.join(f'{x:.2f}' for x in ratios)})")
+        lines.append(f"- the steady window: from the moment every client had its first answer until the first "
+                     f"client process sent its last request, counting only the requests answered inside it "
+                     f"({statistics.median(window_shares):.0%} of the workload's tokens, median of the rounds); the "
+                     "whole round below adds the filling up from idle and the drain, as clients run out of requests")
+    elif len(window_rates) < len(timings[eng]):
+        lines.append(f"- no steady window in {len(timings[eng]) - len(window_rates)} round(s): too short for one "
+                     f"(it must last {STEADY_WINDOW_LATENCIES} median request latencies); use --repeat")
     per_round = [e / h for e, h in zip(timings[eng], timings[http])]
-    lines += ["", f"- **HTTP / engine: {statistics.median(per_round):.3f}x** (median of the per-round ratios "
-                  f"{', '.join(f'{x:.2f}' for x in per_round)}; ratio of the medians {median[eng] / median[http]:.3f}x; "
-                  "issue 7 target >= 0.9x)"]
+    lines += [f"- **HTTP, whole round / engine: {statistics.median(per_round):.3f}x** (median of the per-round ratios "
+              f"{', '.join(f'{x:.2f}' for x in per_round)}; ratio of the medians {median[eng] / median[http]:.3f}x)"]
     ids_round = [e / h for e, h in zip(timings[IDS_IN], timings[http])]
-    lines.append(f"- **HTTP / engine alone with ids in: {statistics.median(ids_round):.3f}x** (median of the per-round "
+    lines.append(f"- **HTTP, whole round / engine alone with ids in: {statistics.median(ids_round):.3f}x** (median of the per-round "
                  f"ratios {', '.join(f'{x:.2f}' for x in ids_round)}): the device's own speed on these texts, "
                  "tokenizer and HTTP excluded")
     cpu_round = [e / h for e, h in zip(cpu_times[eng], cpu_times[http])]

@@ -39,11 +39,19 @@ def make_plan(num_texts: int, max_request_texts: int, seed: int, formats: tuple[
     return plan
 
 
+# A steady window lasts at least this many median request latencies (see steady_window).
+STEADY_WINDOW_LATENCIES = 10
+
+
 @dataclass
 class WorkerResult:
     started: float  # time.monotonic() (one clock for all processes on Linux)
     finished: float
     latencies: list[float]  # seconds per request
+    answered: list[tuple[int, int, float]]  # (lo, hi, time.monotonic() of the answer) per answered request
+    ramped_up: float  # time.monotonic() when the last of this process's clients got its first answer
+    last_taken: float  # time.monotonic() when this process's last planned request was sent: from then on
+    # its clients fall idle one by one, so the load is no longer the full number of clients
     indices: np.ndarray  # [n] int: which text each vector belongs to
     vectors: np.ndarray  # [n, dim] float32, as decoded from the responses
     errors: list[str]
@@ -70,20 +78,27 @@ def decode_body(body: bytes) -> list[tuple[int, np.ndarray]]:
 
 
 async def _drive(url: str, texts: list[str], plan: list[PlannedRequest], num_clients: int,
-                 model: str | None) -> tuple[float, float, list[float], list[tuple[PlannedRequest, bytes]], list[str]]:
+                 model: str | None) -> tuple[float, float, float, float, list[float],
+                                             list[tuple[PlannedRequest, bytes, float]], list[str]]:
     queue: asyncio.Queue[PlannedRequest] = asyncio.Queue()
     for request in plan:
         queue.put_nowait(request)
     latencies: list[float] = []
-    bodies: list[tuple[PlannedRequest, bytes]] = []
+    bodies: list[tuple[PlannedRequest, bytes, float]] = []
     errors: list[str] = []
     encoder = msgspec.json.Encoder()
+    last_taken = float("inf")
+    first_answers: list[float] = []
 
     async def client_loop() -> None:
+        nonlocal last_taken
+        first = True
         connection = AsyncConnection(url)
         try:
             while not queue.empty():
                 request = queue.get_nowait()
+                if queue.empty():
+                    last_taken = time.monotonic()
                 payload = {"input": texts[request.lo : request.hi], "encoding_format": request.encoding_format}
                 if model:
                     payload["model"] = model
@@ -93,14 +108,18 @@ async def _drive(url: str, texts: list[str], plan: list[PlannedRequest], num_cli
                 if status != 200:
                     errors.append(f"{status}: {body[:200].decode(errors='replace')}")
                 else:
-                    bodies.append((request, body))
+                    bodies.append((request, body, time.monotonic()))
+                if first:
+                    first_answers.append(time.monotonic())
+                    first = False
         finally:
             await connection.close()
 
     started = time.monotonic()
     await asyncio.gather(*[client_loop() for _ in range(num_clients)])
     finished = time.monotonic()
-    return started, finished, latencies, bodies, errors
+    ramped_up = max(first_answers) if len(first_answers) == num_clients else finished
+    return started, finished, ramped_up, min(last_taken, finished), latencies, bodies, errors
 
 
 def run_worker(url: str, texts: list[str], plan: list[PlannedRequest], num_clients: int, model: str | None,
@@ -112,18 +131,40 @@ def run_worker(url: str, texts: list[str], plan: list[PlannedRequest], num_clien
     if delay > 0:
         time.sleep(delay)
     cpu = time.process_time()
-    started, finished, latencies, bodies, errors = uvloop.run(_drive(url, texts, plan, num_clients, model))
+    started, finished, ramped_up, last_taken, latencies, bodies, errors = uvloop.run(_drive(url, texts, plan, num_clients, model))
     cpu = time.process_time() - cpu
     indices, vectors = [], []
-    for request, body in bodies:
+    answered = [(request.lo, request.hi, at) for request, _, at in bodies]
+    for request, body, _ in bodies:
         items = decode_body(body)
         if [i for i, _ in items] != list(range(request.hi - request.lo)):
             errors.append(f"request for texts {request.lo}:{request.hi}: indices out of order or missing")
             continue
         indices += range(request.lo, request.hi)
         vectors += [v for _, v in items]
-    return WorkerResult(started, finished, latencies, np.asarray(indices, dtype=np.int64),
+    return WorkerResult(started, finished, latencies, answered, ramped_up, last_taken, np.asarray(indices, dtype=np.int64),
                         np.stack(vectors) if vectors else np.zeros((0, 0), np.float32), errors, cpu)
+
+
+def steady_window(results: list[WorkerResult], token_prefix: np.ndarray,
+                  min_latencies: float = STEADY_WINDOW_LATENCIES) -> tuple[float, int]:
+    """(seconds, tokens) of the window in which every client was busy in its steady cycle, or
+    (0.0, 0) if the round was too short to have one; token_prefix[i]: the tokens of texts[:i].
+
+    It opens once every client has had its first answer (before that, the server is still
+    filling up from idle) and closes as the first process sends its last planned request
+    (after that, clients run out of requests one by one: a lighter load than asked for).
+    Only requests answered inside it count: at a steady rate, those that straddle its start
+    stand in for those that straddle its end, which holds only for a window many request
+    latencies long, so a shorter one is none."""
+    opened = max(r.ramped_up for r in results)
+    closed = min(r.last_taken for r in results)
+    latencies = [x for r in results for x in r.latencies]
+    if not latencies or closed - opened < min_latencies * float(np.median(latencies)):
+        return 0.0, 0
+    tokens = sum(int(token_prefix[hi] - token_prefix[lo]) for r in results for lo, hi, at in r.answered
+                 if opened < at <= closed)
+    return closed - opened, tokens
 
 
 def run_latency(url: str, queries: list[str], model: str | None, encoding_format: str = "float",

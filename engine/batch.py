@@ -127,18 +127,21 @@ def slice_packed(batch: PackedBatch, lo: int, hi: int) -> PackedBatch:
                        int(np.diff(cu).max()), segment_ids, cu_segments)
 
 
-def join_packed(first: PackedBatch, second: PackedBatch) -> PackedBatch:
-    """The sequences of `first`, then those of `second`, as one batch."""
+def join_packed(*batches: PackedBatch) -> PackedBatch:
+    """The sequences of each batch in turn, as one batch (its vectors are theirs, in order)."""
+    token_offsets = np.cumsum([0] + [b.num_tokens for b in batches[:-1]])
+    cu_seqlens = np.concatenate([batches[0].cu_seqlens[:1]]
+                                + [b.cu_seqlens[1:] + offset for b, offset in zip(batches, token_offsets)])
     segment_ids = cu_segments = None
-    if first.cu_segments is not None or second.cu_segments is not None:
-        offset = first.num_outputs
-        later = second.pooling_ids()
-        segment_ids = np.concatenate([first.pooling_ids(), np.where(later < 0, -1, later + offset)]).astype(np.int32)
-        cu_segments = np.concatenate([_cu_segments(first), _cu_segments(second)[1:] + offset]).astype(np.int32)
-    return PackedBatch(np.concatenate([first.input_ids, second.input_ids]),
-                       np.concatenate([first.positions, second.positions]),
-                       np.concatenate([first.cu_seqlens, second.cu_seqlens[1:] + first.cu_seqlens[-1]]),
-                       max(first.max_seqlen, second.max_seqlen), segment_ids, cu_segments)
+    if any(b.cu_segments is not None for b in batches):
+        output_offsets = np.cumsum([0] + [b.num_outputs for b in batches[:-1]])
+        pooling = [b.pooling_ids() for b in batches]
+        segment_ids = np.concatenate([np.where(ids < 0, -1, ids + offset) for ids, offset in zip(pooling, output_offsets)])
+        cu_segments = np.concatenate([np.zeros(1, np.int32)]
+                                     + [_cu_segments(b)[1:] + offset for b, offset in zip(batches, output_offsets)])
+        segment_ids, cu_segments = segment_ids.astype(np.int32), cu_segments.astype(np.int32)
+    return PackedBatch(np.concatenate([b.input_ids for b in batches]), np.concatenate([b.positions for b in batches]),
+                       cu_seqlens.astype(np.int32), max(b.max_seqlen for b in batches), segment_ids, cu_segments)
 
 
 def _cu_segments(batch: PackedBatch) -> np.ndarray:

@@ -6,9 +6,10 @@ of its own, the control pipe, and hands it each front end's connection over that
 anew, with new slots and pipes. The engine loads and warms up the model, says "ready" to
 every front end attached (and to each one attached later), then serves batches in the order
 they come, from whichever front end sends them (`connection.wait` over all the task pipes),
-so the device stays busy while any front end has work. One thread launches batches and
-another waits for their vectors, so batch N+1 is launched while batch N is read back. Each
-front end gets its replies in the order it sent its tasks. The engine exits once the
+so the device stays busy while any front end has work. The batches waiting together are
+joined into as few device batches as the budget allows (engine/joined_batches.py). One
+thread launches batches and another waits for their vectors, so batch N+1 is launched while
+batch N is read back. Each front end gets its replies in the order it sent its tasks. The engine exits once the
 supervisor has closed the control pipe and every front end is done or gone.
 
 Messages on each front end's pipes (small tuples; the arrays themselves live in shared
@@ -34,6 +35,7 @@ from multiprocessing.connection import Connection, wait
 
 from engine.child_signals import STOP_SIGNALS, unshield
 from engine.config import EngineConfig
+from engine.joined_batches import Task, device_batch, group_tasks, rows_per_task
 from engine.memory import HeapTrimmer
 from engine.parent_watch import exit_with_parent
 from engine.shm_slots import SharedSlots
@@ -70,7 +72,9 @@ def run_engine_worker(config: EngineConfig, control: Connection, parent_pid: int
     reader = threading.Thread(target=_send_results, args=(engine, launched), name="rose-readback", daemon=True)
     reader.start()
     front_ends: dict[Connection, _FrontEnd] = {}  # by task pipe: the front ends still sending
+    budget = (config.max_batch_tokens, config.max_batch_seqs)
     while control is not None or front_ends:
+        waiting: list[Task] = []  # at most one task per front end: each sends its next after a reply
         for conn in wait([*front_ends, *([control] if control is not None else [])]):
             if conn is control:
                 attached = _receive_front_end(control)
@@ -86,18 +90,48 @@ def run_engine_worker(config: EngineConfig, control: Connection, parent_pid: int
                 task = None  # that front end is gone
             if task is None:
                 del front_ends[conn]
-                launched.put((front_end, None, 0, None, 0.0))  # closes its ends once its replies are out
+                launched.put(_Done(front_end))  # closes its ends once its replies are out
                 continue
             slot, num_tokens, num_seqs, max_seqlen, num_outputs = task
-            started = time.perf_counter()
             try:
                 batch = front_end.slots.read_batch(slot, num_tokens, num_seqs, max_seqlen, num_outputs)
-                lazy = engine.execute_packed(batch)
-            except Exception as exc:  # this batch fails; the engine serves on (SystemExit ends the process)
-                lazy = exc
-            launched.put((front_end, slot, num_seqs if num_outputs is None else num_outputs, lazy, started))
+            except Exception as exc:
+                launched.put(_Launched([Task(front_end, slot, None)], exc, time.perf_counter()))
+                continue
+            waiting.append(Task(front_end, slot, batch))
+        for group in group_tasks(waiting, *budget):
+            _launch(engine, group, launched)
     launched.put(None)
     reader.join(10)
+
+
+@dataclass(eq=False)
+class _Launched:
+    """A device batch on its way: the tasks it joins, its lazy vectors (or why it failed)."""
+
+    group: list[Task]
+    lazy: object
+    started: float
+
+
+@dataclass(eq=False)
+class _Done:
+    """A front end that sends nothing more: its ends close once its replies are out."""
+
+    front_end: _FrontEnd
+
+
+def _launch(engine, group: list[Task], launched: queue.SimpleQueue) -> None:
+    started = time.perf_counter()
+    try:
+        lazy = engine.execute_packed(device_batch(group))
+    except Exception as exc:  # this batch fails; the engine serves on (SystemExit ends the process)
+        if len(group) > 1:  # each task alone, so that one that fails fails only its own inputs
+            for task in group:
+                _launch(engine, [task], launched)
+            return
+        lazy = exc
+    launched.put(_Launched(group, lazy, started))
 
 
 def _attention_table(engine) -> list[tuple[str, str, str]]:
@@ -148,23 +182,26 @@ def _load(config: EngineConfig, plugin: Callable | None):
 def _send_results(engine, launched: queue.SimpleQueue) -> None:
     # A CPU engine's activations live in this process's heap: keep it from growing (engine/memory.py).
     trimmer = HeapTrimmer() if engine.device.type == "cpu" else None
-    stats = _Stats(engine)
+    stats_of = _Stats(engine)
     while (item := launched.get()) is not None:
-        front_end, slot, num_outputs, lazy, started = item
-        if slot is None:  # that front end is done: its replies are all out
-            front_end.tasks.close()
-            front_end.replies.close()
-            front_end.slots.close()
+        if isinstance(item, _Done):  # that front end's replies are all out
+            item.front_end.tasks.close()
+            item.front_end.replies.close()
+            item.front_end.slots.close()
             continue
-        error = None
-        if isinstance(lazy, Exception):
-            error = f"{type(lazy).__name__}: {lazy}"
+        error, rows = None, None
+        if isinstance(item.lazy, Exception):
+            error = f"{type(item.lazy).__name__}: {item.lazy}"
         else:
             try:
-                front_end.slots.output(slot)[:num_outputs] = lazy.wait()
+                rows = item.lazy.wait()
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
-        _send(front_end.replies, (slot, time.perf_counter() - started, error, stats.read()))
+        seconds, stats = time.perf_counter() - item.started, stats_of.read()
+        for task, own in (rows_per_task(item.group, rows) if rows is not None else ((t, None) for t in item.group)):
+            if own is not None:
+                task.front_end.slots.output(task.slot)[: len(own)] = own
+            _send(task.front_end.replies, (task.slot, seconds, error, stats))
         if trimmer is not None:
             trimmer.maybe_trim()
 

@@ -188,7 +188,9 @@ def _per_engine(replicas: list) -> list:
     labels = ["engine", "device"]
     serving = GaugeMetricFamily("rose_engine_serving", "1 while this engine is in rotation, 0 once it is out",
                                 labels=labels)
-    batches = CounterMetricFamily("rose_engine_batches", "Batches this engine computed", labels=labels)
+    batches = CounterMetricFamily("rose_engine_batches", "Batches the front ends sent this engine (it runs those "
+                                  "that wait together as one; rose_graph_replays + rose_eager_runs count what it ran)",
+                                  labels=labels)
     tokens = CounterMetricFamily("rose_engine_tokens", "Tokens this engine computed", labels=labels)
     in_flight = GaugeMetricFamily("rose_engine_tokens_in_flight", "Tokens of the batches on this engine now",
                                   labels=labels)

@@ -8,7 +8,7 @@ import msgspec
 import numpy as np
 
 from bench.profile_summary import summarize
-from bench.traffic import decode_body, make_plan
+from bench.traffic import WorkerResult, decode_body, make_plan, steady_window
 
 
 def test_plan_covers_every_text_once_in_requests_of_1_to_64():
@@ -61,3 +61,30 @@ def test_profile_summary_per_process(tmp_path):
     assert "| process 7 | 75.0% |" in text and "| process 5 | 25.0% |" in text
     assert "| process 7 thread (7): rose-engine_0 | 75.0% |" in text
     assert "| forward (c.py) | 75.0% |" in text and "spawn_main()" not in text
+
+
+def _worker(ramped_up, last_taken, answered, latency=0.1):
+    return WorkerResult(100.0, max(at for *_, at in answered), [latency], answered, ramped_up, last_taken,
+                        np.zeros(0, np.int64), np.zeros((0, 0), np.float32), [], 0.0)
+
+
+def test_steady_window_opens_once_every_client_is_answered_and_closes_when_a_process_runs_out():
+    token_prefix = np.arange(0, 101) * 10  # every text is 10 tokens
+    results = [
+        _worker(101.0, 104.0, [(0, 5, 101.0), (5, 10, 103.5), (10, 12, 104.5)]),
+        _worker(102.0, 105.0, [(20, 30, 102.0), (30, 31, 104.0), (31, 40, 105.5)]),
+    ]
+    seconds, tokens = steady_window(results, token_prefix)
+    assert seconds == 2.0  # from the last first answer (102) to the first process's last send (104)
+    assert tokens == (5 + 1) * 10  # answered in (102, 104]: texts 5:10 and 30:31
+
+
+def test_a_round_too_short_for_a_steady_window_has_none():
+    results = [_worker(103.0, 102.5, [(0, 5, 103.0)]), _worker(101.0, 104.0, [(5, 9, 101.0)])]
+    assert steady_window(results, np.arange(0, 11)) == (0.0, 0)
+
+
+def test_a_window_of_few_request_latencies_is_not_steady():
+    results = [_worker(101.0, 104.0, [(0, 5, 102.0)], latency=0.5)]
+    assert steady_window(results, np.arange(0, 11), min_latencies=10)[0] == 0.0  # 3 s < 10 x 0.5 s
+    assert steady_window(results, np.arange(0, 11), min_latencies=5)[0] == 3.0
