@@ -57,7 +57,7 @@ load)
     load_gen e2e-gpu-minilm /tmp/minilm-random --num-texts 12061 --join 1 --repeat 4 --latency-queries 0
     load_gen e2e-gpu-bert-base /tmp/bert-base-random --num-texts 12061 --join 1 --repeat 4 --latency-queries 200
     load_gen e2e-gpu-bert-base-docs /tmp/bert-base-random --num-texts 3000 --join 4 --repeat 4 --latency-queries 0
-    load_gen e2e-gpu-qwen3 /tmp/qwen3-random --num-texts 12061 --repeat 1 --latency-queries 200
+    load_gen e2e-gpu-qwen3 /tmp/qwen3-random --num-texts 12061 --repeat 3 --latency-queries 200
     ;;
 *)
     echo "usage: $0 tests|engine|load" >&2
