@@ -35,7 +35,7 @@ class EngineConfig:
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
     dtype: str = "auto"  # "auto" (fp32 on CPU, bf16 on CUDA) | "float32" | "bfloat16" | "float16"
     max_batch_tokens: int = 16384
-    max_batch_seqs: int = 512
+    max_batch_seqs: int = 1024
     max_seq_len: int | None = None  # None: the model's own limit
     attention_backend: str = "auto"
     enforce_eager: bool = False

@@ -17,7 +17,6 @@ import os
 import signal
 import time
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 
 import numpy as np
 

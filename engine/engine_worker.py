@@ -6,8 +6,9 @@ of its own, the control pipe, and hands it each front end's connection over that
 anew, with new slots and pipes. The engine loads and warms up the model, says "ready" to
 every front end attached (and to each one attached later), then serves batches in the order
 they come, from whichever front end sends them (`connection.wait` over all the task pipes),
-so the device stays busy while any front end has work. The batches waiting together are
-joined into as few device batches as the budget allows (engine/joined_batches.py). One
+so the device stays busy while any front end has work. With two device batches in flight,
+the batches that arrive meanwhile wait, and are then joined into as few device batches as
+the budget allows (engine/joined_batches.py). One
 thread launches batches and another waits for their vectors, so batch N+1 is launched while
 batch N is read back. Each front end gets its replies in the order it sent its tasks. The engine exits once the
 supervisor has closed the control pipe and every front end is done or gone.
@@ -69,45 +70,66 @@ def run_engine_worker(config: EngineConfig, control: Connection, parent_pid: int
     ready = ("ready", {"pid": os.getpid(), "dtype": str(engine.dtype).removeprefix("torch."),
                        "attention": _attention_table(engine)})
     launched: queue.SimpleQueue = queue.SimpleQueue()
-    reader = threading.Thread(target=_send_results, args=(engine, launched), name="rose-readback", daemon=True)
+    room = threading.Semaphore(DEVICE_BATCHES_IN_FLIGHT)  # a place per device batch launched and not read back
+    reader = threading.Thread(target=_send_results, args=(engine, launched, room), name="rose-readback", daemon=True)
     reader.start()
     front_ends: dict[Connection, _FrontEnd] = {}  # by task pipe: the front ends still sending
     budget = (config.max_batch_tokens, config.max_batch_seqs)
     while control is not None or front_ends:
-        waiting: list[Task] = []  # at most one task per front end: each sends its next after a reply
+        tasks, done = [], []
         for conn in wait([*front_ends, *([control] if control is not None else [])]):
-            if conn is control:
-                attached = _receive_front_end(control)
-                if attached is None:
-                    control = None  # the supervisor is done: serve the front ends left, then exit
-                elif _send(attached.replies, ready):
-                    front_ends[attached.tasks] = attached
+            if conn is not control:
+                _receive_task(front_ends, conn, tasks, done)
                 continue
-            front_end = front_ends[conn]
-            try:
-                task = conn.recv()
-            except (EOFError, OSError):
-                task = None  # that front end is gone
-            if task is None:
-                del front_ends[conn]
-                launched.put(_Done(front_end))  # closes its ends once its replies are out
-                continue
-            slot, num_tokens, num_seqs, max_seqlen, num_outputs = task
-            try:
-                batch = front_end.slots.read_batch(slot, num_tokens, num_seqs, max_seqlen, num_outputs)
-            except Exception as exc:
-                launched.put(_Launched([Task(front_end, slot, None)], exc, time.perf_counter()))
-                continue
-            waiting.append(Task(front_end, slot, batch))
-        for group in group_tasks(waiting, *budget):
-            _launch(engine, group, launched)
+            attached = _receive_front_end(control)
+            if attached is None:
+                control = None  # the supervisor is done: serve the front ends left, then exit
+            elif _send(attached.replies, ready):
+                front_ends[attached.tasks] = attached
+        if tasks:
+            room.acquire()  # while the device is busy, what the front ends send meanwhile waits here
+            for conn in wait(list(front_ends), 0):  # ... and joins these
+                _receive_task(front_ends, conn, tasks, done)
+            for n, group in enumerate(group_tasks(tasks, *budget)):
+                if n:
+                    room.acquire()
+                _launch(engine, group, launched, room)
+        for front_end in done:  # after the batches it sent: its ends close once their replies are out
+            launched.put(_Done(front_end))
     launched.put(None)
     reader.join(10)
 
 
+# Device batches launched and not yet read back: one computing and one queued behind it keep
+# the device busy; the batches that arrive meanwhile wait in their pipes, to be joined into the
+# next device batch instead of queuing as many small ones.
+DEVICE_BATCHES_IN_FLIGHT = 2
+
+
+def _receive_task(front_ends: dict[Connection, _FrontEnd], conn: Connection, tasks: list[Task],
+                  done: list[_FrontEnd]) -> None:
+    """The front end's next message: a task (added to `tasks`), or its end (added to `done`)."""
+    front_end = front_ends[conn]
+    try:
+        message = conn.recv()
+    except (EOFError, OSError):
+        message = None  # that front end is gone
+    if message is None:
+        del front_ends[conn]
+        done.append(front_end)
+        return
+    slot, num_tokens, num_seqs, max_seqlen, num_outputs = message
+    try:
+        tasks.append(Task(front_end, slot, front_end.slots.read_batch(slot, num_tokens, num_seqs, max_seqlen,
+                                                                      num_outputs)))
+    except Exception as exc:  # fails this task alone, in its turn
+        tasks.append(Task(front_end, slot, None, exc))
+
+
 @dataclass(eq=False)
 class _Launched:
-    """A device batch on its way: the tasks it joins, its lazy vectors (or why it failed)."""
+    """A device batch on its way: the tasks it joins, its lazy vectors (or why it failed). Each
+    holds one of the device's places until the readback thread has its vectors."""
 
     group: list[Task]
     lazy: object
@@ -121,14 +143,17 @@ class _Done:
     front_end: _FrontEnd
 
 
-def _launch(engine, group: list[Task], launched: queue.SimpleQueue) -> None:
+def _launch(engine, group: list[Task], launched: queue.SimpleQueue, room: threading.Semaphore) -> None:
+    """Launch the group as one device batch, holding one place in `room`."""
     started = time.perf_counter()
     try:
         lazy = engine.execute_packed(device_batch(group))
     except Exception as exc:  # this batch fails; the engine serves on (SystemExit ends the process)
         if len(group) > 1:  # each task alone, so that one that fails fails only its own inputs
-            for task in group:
-                _launch(engine, [task], launched)
+            for n, task in enumerate(group):
+                if n:
+                    room.acquire()
+                _launch(engine, [task], launched, room)
             return
         lazy = exc
     launched.put(_Launched(group, lazy, started))
@@ -179,7 +204,7 @@ def _load(config: EngineConfig, plugin: Callable | None):
     return engine
 
 
-def _send_results(engine, launched: queue.SimpleQueue) -> None:
+def _send_results(engine, launched: queue.SimpleQueue, room: threading.Semaphore) -> None:
     # A CPU engine's activations live in this process's heap: keep it from growing (engine/memory.py).
     trimmer = HeapTrimmer() if engine.device.type == "cpu" else None
     stats_of = _Stats(engine)
@@ -197,6 +222,7 @@ def _send_results(engine, launched: queue.SimpleQueue) -> None:
                 rows = item.lazy.wait()
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
+        room.release()  # the device is done with it
         seconds, stats = time.perf_counter() - item.started, stats_of.read()
         for task, own in (rows_per_task(item.group, rows) if rows is not None else ((t, None) for t in item.group)):
             if own is not None:

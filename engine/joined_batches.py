@@ -25,27 +25,33 @@ class Task:
 
     front_end: object
     slot: int
-    batch: PackedBatch
+    batch: PackedBatch | None
+    error: Exception | None = None  # why its batch could not be read (then it runs alone, and fails)
 
 
 def group_tasks(tasks: list[Task], max_tokens: int, max_seqs: int) -> list[list[Task]]:
     """Consecutive runs of tasks, in order, each within the budget (a task alone always fits:
-    its front end cut it within the same budget)."""
+    its front end cut it within the same budget); a task with an error is a group of its own."""
     groups: list[list[Task]] = []
     tokens = seqs = outputs = 0
     for task in tasks:
         batch = task.batch
-        if not groups or (tokens + batch.num_tokens > max_tokens or seqs + batch.num_seqs > max_seqs
-                          or outputs + batch.num_outputs > max_seqs):
+        joins = (groups and task.error is None and groups[-1][-1].error is None
+                 and tokens + batch.num_tokens <= max_tokens and seqs + batch.num_seqs <= max_seqs
+                 and outputs + batch.num_outputs <= max_seqs)
+        if not joins:
             groups.append([])
             tokens = seqs = outputs = 0
         groups[-1].append(task)
-        tokens, seqs, outputs = tokens + batch.num_tokens, seqs + batch.num_seqs, outputs + batch.num_outputs
+        if batch is not None:
+            tokens, seqs, outputs = tokens + batch.num_tokens, seqs + batch.num_seqs, outputs + batch.num_outputs
     return groups
 
 
 def device_batch(group: list[Task]) -> PackedBatch:
-    """The group as one batch; a lone task's is its slot's own views (no copy)."""
+    """The group as one batch; a lone task's is its slot's own views (no copy). Raises a task's error."""
+    if group[0].error is not None:
+        raise group[0].error
     return group[0].batch if len(group) == 1 else join_packed(*(task.batch for task in group))
 
 

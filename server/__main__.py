@@ -8,7 +8,6 @@ server come after, and a Ctrl-C while they load ends the command without a trace
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import socket
 import sys
@@ -83,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="token-id input: cl100k (OpenAI's ids, as LangChain sends them; re-tokenized) "
                             "or model (the served model's own ids)")
     tuning = serve.add_argument_group("advanced (shown by --help-all)")
-    advanced(tuning.add_argument("--max-batch-seqs", type=positive_int, default=512,
+    advanced(tuning.add_argument("--max-batch-seqs", type=positive_int, default=EngineConfig.max_batch_seqs,
                                  help="most sequences in one batch"))
     advanced(tuning.add_argument("--tokenizer-workers", type=positive_int, default=2,
                                  help="threads of each front end that tokenize requests"))

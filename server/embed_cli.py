@@ -7,7 +7,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from engine.config import LONG_INPUT_MODES, POOLING_MODES
+from engine.config import LONG_INPUT_MODES, POOLING_MODES, EngineConfig
 from server.cli_values import DTYPES, device, positive_int
 
 _DEFAULT_CHUNK_SIZE = 10_000  # corpus.job.DEFAULT_CHUNK_SIZE, kept here so --help imports no torch
@@ -54,7 +54,8 @@ def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
                        help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
     model.add_argument("--max-batch-tokens", type=positive_int, default=None,
                        help="token budget of one batch (default: 16384, or the model's max length where longer)")
-    model.add_argument("--max-batch-seqs", type=positive_int, default=512, help="most sequences in one batch")
+    model.add_argument("--max-batch-seqs", type=positive_int, default=EngineConfig.max_batch_seqs,
+                       help="most sequences in one batch")
     model.add_argument("--max-seq-len", type=positive_int, default=None,
                        help="truncate texts to this many tokens (default: the model's limit)")
     model.add_argument("--num-threads", type=positive_int, default=None,

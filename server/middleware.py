@@ -12,7 +12,6 @@ import time
 from litestar import Litestar
 
 from server.logs import ACCESS_LOGGER
-from server.metrics import Metrics
 from server.trace import SCOPE_KEY, RequestTrace, request_id_from
 
 access_log = logging.getLogger(ACCESS_LOGGER)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from engine.batch import pack
 from engine.joined_batches import Task, device_batch, group_tasks, rows_per_task
@@ -46,3 +47,12 @@ def test_each_task_gets_its_own_rows_back_with_segments_counted():
     handed = {task.front_end: own for task, own in rows_per_task(group, rows)}
     assert np.array_equal(handed["a"], rows[:2]) and np.array_equal(handed["b"], rows[2:4])
     assert np.array_equal(handed["c"], rows[4:])
+
+
+def test_a_task_that_could_not_be_read_is_a_group_of_its_own_and_raises_its_error():
+    unread = Task("b", 1, None, ValueError("a batch of 9999 tokens does not fit a slot"))
+    tasks = [_task([3]), unread, _task([4]), _task([5])]
+    groups = group_tasks(tasks, max_tokens=1024, max_seqs=8)
+    assert [len(g) for g in groups] == [1, 1, 2] and groups[1] == [unread]
+    with pytest.raises(ValueError, match="does not fit"):
+        device_batch([unread])
