@@ -8,10 +8,10 @@ every front end attached (and to each one attached later), then serves batches i
 they come, from whichever front end sends them (`connection.wait` over all the task pipes),
 so the device stays busy while any front end has work. With two device batches in flight,
 the batches that arrive meanwhile wait, and are then joined into as few device batches as
-the budget allows (engine/joined_batches.py). One
-thread launches batches and another waits for their vectors, so batch N+1 is launched while
-batch N is read back. Each front end gets its replies in the order it sent its tasks. The engine exits once the
-supervisor has closed the control pipe and every front end is done or gone.
+the budget allows (engine/joined_batches.py). One thread launches batches and another waits
+for their vectors, so batch N+1 is launched while batch N is read back. Each front end gets
+its replies in the order it sent its tasks. The engine exits once the supervisor has closed
+the control pipe and every front end is done or gone.
 
 Messages on each front end's pipes (small tuples; the arrays themselves live in shared
 memory, engine/shm_slots.py):
@@ -70,7 +70,7 @@ def run_engine_worker(config: EngineConfig, control: Connection, parent_pid: int
     ready = ("ready", {"pid": os.getpid(), "dtype": str(engine.dtype).removeprefix("torch."),
                        "attention": _attention_table(engine)})
     launched: queue.SimpleQueue = queue.SimpleQueue()
-    room = threading.Semaphore(DEVICE_BATCHES_IN_FLIGHT)  # a place per device batch launched and not read back
+    room = threading.Semaphore(DEVICE_BATCHES_IN_FLIGHT)
     reader = threading.Thread(target=_send_results, args=(engine, launched, room), name="rose-readback", daemon=True)
     reader.start()
     front_ends: dict[Connection, _FrontEnd] = {}  # by task pipe: the front ends still sending
