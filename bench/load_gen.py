@@ -178,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     token_prefix = np.concatenate([[0], np.cumsum([len(ids) for ids in seqs])])
     window_rates: list[float] = []  # tokens/s of each HTTP round's window
     window_shares: list[float] = []  # the share of the workload's tokens answered inside it
-    names = [IDS_IN, "engine alone (Engine.embed, no HTTP)", f"HTTP, {args.clients} clients x 1-{args.max_request_texts} texts, whole round"]
+    names = [IDS_IN, "engine alone (Engine.embed, no HTTP)",
+             f"HTTP, {args.clients} clients x 1-{args.max_request_texts} texts, whole round"]
     if st is not None:
         names.insert(0, f"sentence-transformers encode(batch_size={args.st_batch_size})")
     timings: dict[str, list[float]] = {n: [] for n in names}
@@ -352,7 +353,8 @@ def render(args, engine, timings, cpu_times, server_cpu, names, num_tokens, num_
     lines += [f"- **HTTP, whole round / engine: {statistics.median(per_round):.3f}x** (median of the per-round ratios "
               f"{', '.join(f'{x:.2f}' for x in per_round)}; ratio of the medians {median[eng] / median[http]:.3f}x)"]
     ids_round = [e / h for e, h in zip(timings[IDS_IN], timings[http])]
-    lines.append(f"- **HTTP, whole round / engine alone with ids in: {statistics.median(ids_round):.3f}x** (median of the per-round "
+    lines.append(f"- **HTTP, whole round / engine alone with ids in: {statistics.median(ids_round):.3f}x** "
+                 "(median of the per-round "
                  f"ratios {', '.join(f'{x:.2f}' for x in ids_round)}): the device's own speed on these texts, "
                  "tokenizer and HTTP excluded")
     cpu_round = [e / h for e, h in zip(cpu_times[eng], cpu_times[http])]

@@ -50,8 +50,7 @@ class WorkerResult:
     latencies: list[float]  # seconds per request
     answered: list[tuple[int, int, float]]  # (lo, hi, time.monotonic() of the answer) per answered request
     ramped_up: float  # time.monotonic() when the last of this process's clients got its first answer
-    last_taken: float  # time.monotonic() when this process's last planned request was sent: from then on
-    # its clients fall idle one by one, so the load is no longer the full number of clients
+    last_taken: float  # time.monotonic() when this process's last planned request was sent (then its clients idle)
     indices: np.ndarray  # [n] int: which text each vector belongs to
     vectors: np.ndarray  # [n, dim] float32, as decoded from the responses
     errors: list[str]
@@ -131,7 +130,8 @@ def run_worker(url: str, texts: list[str], plan: list[PlannedRequest], num_clien
     if delay > 0:
         time.sleep(delay)
     cpu = time.process_time()
-    started, finished, ramped_up, last_taken, latencies, bodies, errors = uvloop.run(_drive(url, texts, plan, num_clients, model))
+    drive = _drive(url, texts, plan, num_clients, model)
+    started, finished, ramped_up, last_taken, latencies, bodies, errors = uvloop.run(drive)
     cpu = time.process_time() - cpu
     indices, vectors = [], []
     answered = [(request.lo, request.hi, at) for request, _, at in bodies]
@@ -142,7 +142,8 @@ def run_worker(url: str, texts: list[str], plan: list[PlannedRequest], num_clien
             continue
         indices += range(request.lo, request.hi)
         vectors += [v for _, v in items]
-    return WorkerResult(started, finished, latencies, answered, ramped_up, last_taken, np.asarray(indices, dtype=np.int64),
+    return WorkerResult(started, finished, latencies, answered, ramped_up, last_taken,
+                        np.asarray(indices, dtype=np.int64),
                         np.stack(vectors) if vectors else np.zeros((0, 0), np.float32), errors, cpu)
 
 

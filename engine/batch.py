@@ -136,7 +136,8 @@ def join_packed(*batches: PackedBatch) -> PackedBatch:
     if any(b.cu_segments is not None for b in batches):
         output_offsets = np.cumsum([0] + [b.num_outputs for b in batches[:-1]])
         pooling = [b.pooling_ids() for b in batches]
-        segment_ids = np.concatenate([np.where(ids < 0, -1, ids + offset) for ids, offset in zip(pooling, output_offsets)])
+        segment_ids = np.concatenate([np.where(ids < 0, -1, ids + offset)
+                                      for ids, offset in zip(pooling, output_offsets)])
         cu_segments = np.concatenate([np.zeros(1, np.int32)]
                                      + [_cu_segments(b)[1:] + offset for b, offset in zip(batches, output_offsets)])
         segment_ids, cu_segments = segment_ids.astype(np.int32), cu_segments.astype(np.int32)
