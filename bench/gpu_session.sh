@@ -5,6 +5,7 @@
 #   bench/gpu_session.sh tests     # the GPU tests (about 4 minutes)
 #   bench/gpu_session.sh engine    # gpu_bench (issue 17) and Engine.embed on text (issue 16)
 #   bench/gpu_session.sh load      # the load generator with default flags, four workloads (issue 16)
+#   bench/gpu_session.sh profile   # kernel by kernel with the packed attention, and py-spy over the server
 #
 # A device call runs at most 10 minutes: one mode per call.
 #
@@ -47,20 +48,27 @@ tests)
         tests/test_st_modules.py tests/test_contextualized_gpu.py tests/test_long_inputs_devices.py
     ;;
 engine)
-    models >"$OUT/models.log" 2>&1
+    models >/tmp/models.log 2>&1
     step gpu-bench python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json --out "$OUT/gpu.md"
     step embed-pipeline python3 bench/embed_pipeline.py --model /tmp/minilm-random --device cuda \
         --threads 0,4 --processes 4,8 --out "$OUT/embed-pipeline-gpu-minilm.md"
     ;;
 load)
-    models >"$OUT/models.log" 2>&1
+    models >/tmp/models.log 2>&1
     load_gen e2e-gpu-minilm /tmp/minilm-random --num-texts 12061 --join 1 --repeat 4 --latency-queries 0
     load_gen e2e-gpu-bert-base /tmp/bert-base-random --num-texts 12061 --join 1 --repeat 4 --latency-queries 200
     load_gen e2e-gpu-bert-base-docs /tmp/bert-base-random --num-texts 3000 --join 4 --repeat 4 --latency-queries 0
     load_gen e2e-gpu-qwen3 /tmp/qwen3-random --num-texts 12061 --repeat 3 --latency-queries 200
     ;;
+profile)
+    models >/tmp/models.log 2>&1
+    export PATH=/tmp/site/bin:$PATH  # py-spy, from its wheel in .whl/
+    step gpu-profile python3 bench/gpu_profile.py --backend packed --out "$OUT/gpu-profile-packed.md"
+    load_gen e2e-gpu-bert-base-profiled /tmp/bert-base-random --num-texts 12061 --join 1 --repeat 4 \
+        --latency-queries 0 --py-spy "$OUT/e2e-gpu-bert-base.pyspy.txt"
+    ;;
 *)
-    echo "usage: $0 tests|engine|load" >&2
+    echo "usage: $0 tests|engine|load|profile" >&2
     exit 2
     ;;
 esac
