@@ -10,6 +10,8 @@ Each round times, in turn and on the same texts: the engine alone with the texts
 (tokenized beforehand: the device's own speed), the engine alone on the texts (Engine.embed
 in this process, same model/device/dtype/budget as the server), sentence-transformers encode(), and
 the server over HTTP (many clients, requests of 1 to 64 texts, `float` and `base64` mixed).
+The HTTP rate is given for the whole round (first send to last answer) and for its steady
+window, while every client is busy (bench/traffic.py's `steady_window`).
 Then a latency mode sends single short queries one at a time. Every vector that comes back
 is checked against the engine's vector for its text (cosine >= --min-cosine); the run
 fails (exit 1) on any mismatch or error.
