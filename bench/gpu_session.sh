@@ -5,7 +5,8 @@
 #   bench/gpu_session.sh tests     # the GPU tests (about 4 minutes)
 #   bench/gpu_session.sh engine    # gpu_bench (issue 17) and Engine.embed on text (issue 16)
 #   bench/gpu_session.sh load      # the load generator with default flags, four workloads (issue 16)
-#   bench/gpu_session.sh profile   # kernel by kernel with the packed attention, and py-spy over the server
+#   bench/gpu_session.sh profile   # kernel by kernel with the packed attention, GELU in the matmul's
+#                                  # epilogue or not, and py-spy over the server under load
 #
 # A device call runs at most 10 minutes: one mode per call.
 #
@@ -64,6 +65,7 @@ profile)
     models >/tmp/models.log 2>&1
     export PATH=/tmp/site/bin:$PATH  # py-spy, from its wheel in .whl/
     step gpu-profile python3 bench/gpu_profile.py --backend packed --out "$OUT/gpu-profile-packed.md"
+    step mlp-epilogue python3 bench/mlp_epilogue.py --out "$OUT/mlp-epilogue.md"
     load_gen e2e-gpu-bert-base-profiled /tmp/bert-base-random --num-texts 12061 --join 1 --repeat 4 \
         --latency-queries 0 --py-spy "$OUT/e2e-gpu-bert-base.pyspy.txt"
     ;;
