@@ -85,3 +85,32 @@ def test_a_joined_batch_that_raises_fails_only_the_front_end_batch_that_held_the
     assert others and all(r.status_code == 200 for r in others), [r.status_code for r in others]
     time.sleep(1.0)
     assert metric(slow_engine.url, "rose_batches_failed_total") - failed_before == 1
+
+
+def _chunk_vectors(response: httpx.Response) -> np.ndarray:
+    assert response.status_code == 200, response.text
+    return np.asarray([c["embedding"] for d in response.json()["data"] for c in d["data"]], np.float32)
+
+
+def test_late_chunked_documents_joined_with_plain_texts_keep_their_own_chunks(slow_engine):
+    """A contextualized request pools several vectors per sequence: joined with other front
+    ends' batches, each chunk must still get the vector of its own tokens."""
+    documents = [[f"Document {i} opens here.", f"Its middle part, number {i}.", "And it ends."] for i in range(4)]
+    texts = [f"a plain text beside the documents, {i}" for i in range(8)]
+    bodies = [("/v1/contextualizedembeddings", {"input": [d], "model": MODEL}) for d in documents]
+    bodies += [("/v1/embeddings", {"input": [t], "model": MODEL}) for t in texts]
+    with ThreadPoolExecutor(len(bodies) + 1) as pool:
+        blocker = pool.submit(embed, slow_engine.url, {"input": ["keeps the engine busy"], "model": MODEL})
+        time.sleep(0.1)
+        burst = list(pool.map(lambda pair: httpx.post(slow_engine.url + pair[0], json=pair[1], timeout=60), bodies))
+        assert blocker.result().status_code == 200
+    alone = [httpx.post(slow_engine.url + route, json=body, timeout=60) for route, body in bodies]  # one at a time
+    for joined, single in zip(burst, alone):
+        if "contextualized" in str(joined.url):
+            got, want = _chunk_vectors(joined), _chunk_vectors(single)
+        else:
+            got = np.asarray([d["embedding"] for d in joined.json()["data"]], np.float32)
+            want = np.asarray([d["embedding"] for d in single.json()["data"]], np.float32)
+        assert got.shape == want.shape
+        cos = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+        assert cos.min() >= 0.99999
