@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.chunk_reference import window_by_window
 from tests.conftest import load_texts
 from tests.test_architectures import cosines
 from tests.test_contextualized_gpu import MAX_SEQ_LEN, bert_path  # noqa: F401 (a fixture)
@@ -36,22 +37,12 @@ def _reference(path, texts: list[str]) -> np.ndarray:
     from tests.st_checkpoints import load_reference
 
     model = load_reference(path)
-    tokenizer = model.tokenizer
-    room = MAX_SEQ_LEN - 2
-    out = []
-    for text in texts:
-        content = tokenizer(text, add_special_tokens=False)["input_ids"]
-        vectors, weights = [], []
-        for lo in range(0, len(content), room):
-            window = content[lo: lo + room]
-            ids = torch.tensor([[tokenizer.cls_token_id, *window, tokenizer.sep_token_id]])
-            features = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
-                        "token_type_ids": torch.zeros_like(ids)}
-            vectors.append(model(features)["sentence_embedding"][0].double().numpy())
-            weights.append(len(window))
-        mean = np.average(np.stack(vectors), axis=0, weights=weights)
-        out.append(mean / np.linalg.norm(mean))
-    return np.stack(out)
+
+    def window_vector(ids: torch.Tensor) -> np.ndarray:
+        features = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
+        return model(features)["sentence_embedding"][0].double().numpy()
+
+    return window_by_window(model.tokenizer, texts, MAX_SEQ_LEN - 2, window_vector)
 
 
 def _chunked(engine, texts: list[str]) -> np.ndarray:

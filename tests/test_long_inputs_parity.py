@@ -25,31 +25,23 @@ def documents(texts) -> list[str]:
 
 
 def hf_chunked(model_dir, texts: list[str]) -> np.ndarray:
-    """OpenAI's cookbook method on transformers: each text's tokens cut into windows of
-    max_length - 2, each wrapped in [CLS] ... [SEP] and embedded (mean pooling, normalised, as the
-    model's sentence-transformers modules say), the vectors averaged weighted by the text tokens
-    each window holds, then normalised."""
+    """tests/chunk_reference.py's cookbook method on transformers, windows of max_length - 2,
+    each embedded as the model's sentence-transformers modules say: mean pooling, normalised."""
     import torch
     from transformers import AutoModel, AutoTokenizer
 
+    from tests.chunk_reference import window_by_window
+
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModel.from_pretrained(model_dir, dtype=torch.float32).eval()
-    size = 256 - 2
-    out = []
-    for text in texts:
-        content = tokenizer(text, add_special_tokens=False)["input_ids"]
-        vectors, weights = [], []
-        for lo in range(0, len(content), size):
-            window = content[lo: lo + size]
-            ids = torch.tensor([[tokenizer.cls_token_id, *window, tokenizer.sep_token_id]])
-            with torch.no_grad():
-                states = model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state[0]
-            vector = states.mean(0).double().numpy()
-            vectors.append(vector / np.linalg.norm(vector))
-            weights.append(len(window))
-        mean = np.average(np.stack(vectors), axis=0, weights=weights)
-        out.append(mean / np.linalg.norm(mean))
-    return np.stack(out)
+
+    def window_vector(ids: torch.Tensor) -> np.ndarray:
+        with torch.no_grad():
+            states = model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state[0]
+        vector = states.mean(0).double().numpy()
+        return vector / np.linalg.norm(vector)
+
+    return window_by_window(tokenizer, texts, 256 - 2, window_vector)
 
 
 def cosines(ours: np.ndarray, reference: np.ndarray) -> np.ndarray:
