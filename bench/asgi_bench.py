@@ -42,27 +42,18 @@ def app():
     if os.environ.get("ROSE_ASGI_BENCH_ENGINE") != "instant":
         return create_app(ServerConfig())
     import numpy as np
+    import torch
 
+    from engine.lazy import LazyResult
     from tests.fake_engine import FakeEngine
 
     engine = FakeEngine(dim=384)
     table = np.random.default_rng(0).standard_normal((4096, 384)).astype(np.float32)
     table /= np.linalg.norm(table, axis=1, keepdims=True)
-    engine.execute_packed = lambda batch: _Ready(table[np.arange(batch.num_outputs) % len(table)])
+    table = torch.from_numpy(table)  # a CPU LazyResult is ready at once
+    engine.execute_packed = lambda batch: LazyResult(table[torch.arange(batch.num_outputs) % len(table)],
+                                                     batch.num_outputs)
     return create_app(ServerConfig(), engine=engine)
-
-
-class _Ready:
-    """A batch's vectors, ready at once."""
-
-    def __init__(self, vectors):
-        self.vectors = vectors
-
-    def ready(self) -> bool:
-        return True
-
-    def wait(self):
-        return self.vectors
 
 
 SERVERS = {

@@ -35,13 +35,15 @@ def slow_engine():
     proc.stop()
 
 
-def _burst(url: str, bodies: list[dict]) -> list[httpx.Response]:
-    """A request that keeps the engine busy, then every body at once, each on a fresh connection
-    (the kernel spreads connections over the front ends)."""
+def _burst(url: str, bodies: list[dict], routes: list[str] | None = None) -> list[httpx.Response]:
+    """A request that keeps the engine busy, then every body at once (to /v1/embeddings, or to
+    its route in `routes`), each on a fresh connection (the kernel spreads connections over the
+    front ends)."""
+    routes = routes or ["/v1/embeddings"] * len(bodies)
     with ThreadPoolExecutor(len(bodies) + 1) as pool:
         blocker = pool.submit(embed, url, {"input": ["keeps the engine busy"], "model": MODEL})
         time.sleep(0.1)
-        responses = list(pool.map(lambda body: embed(url, body), bodies))
+        responses = list(pool.map(lambda route, body: httpx.post(url + route, json=body, timeout=60), routes, bodies))
         assert blocker.result().status_code == 200
     return responses
 
@@ -97,14 +99,10 @@ def test_late_chunked_documents_joined_with_plain_texts_keep_their_own_chunks(sl
     ends' batches, each chunk must still get the vector of its own tokens."""
     documents = [[f"Document {i} opens here.", f"Its middle part, number {i}.", "And it ends."] for i in range(4)]
     texts = [f"a plain text beside the documents, {i}" for i in range(8)]
-    bodies = [("/v1/contextualizedembeddings", {"input": [d], "model": MODEL}) for d in documents]
-    bodies += [("/v1/embeddings", {"input": [t], "model": MODEL}) for t in texts]
-    with ThreadPoolExecutor(len(bodies) + 1) as pool:
-        blocker = pool.submit(embed, slow_engine.url, {"input": ["keeps the engine busy"], "model": MODEL})
-        time.sleep(0.1)
-        burst = list(pool.map(lambda pair: httpx.post(slow_engine.url + pair[0], json=pair[1], timeout=60), bodies))
-        assert blocker.result().status_code == 200
-    alone = [httpx.post(slow_engine.url + route, json=body, timeout=60) for route, body in bodies]  # one at a time
+    routes = ["/v1/contextualizedembeddings"] * len(documents) + ["/v1/embeddings"] * len(texts)
+    bodies = [{"input": [d], "model": MODEL} for d in documents] + [{"input": [t], "model": MODEL} for t in texts]
+    burst = _burst(slow_engine.url, bodies, routes)
+    alone = [httpx.post(slow_engine.url + route, json=body, timeout=60) for route, body in zip(routes, bodies)]
     for joined, single in zip(burst, alone):
         if "contextualized" in str(joined.url):
             got, want = _chunk_vectors(joined), _chunk_vectors(single)
