@@ -224,7 +224,7 @@ def _send_results(engine, launched: queue.SimpleQueue, room: threading.Semaphore
                 error = f"{type(exc).__name__}: {exc}"
         room.release()  # the device is done with it
         seconds, stats = time.perf_counter() - item.started, stats_of.read()
-        for task, own in (rows_per_task(item.group, rows) if rows is not None else ((t, None) for t in item.group)):
+        for task, own in rows_per_task(item.group, rows):
             if own is not None:
                 task.front_end.slots.output(task.slot)[: len(own)] = own
             _send(task.front_end.replies, (task.slot, seconds, error, stats))

@@ -55,10 +55,14 @@ def device_batch(group: list[Task]) -> PackedBatch:
     return group[0].batch if len(group) == 1 else join_packed(*(task.batch for task in group))
 
 
-def rows_per_task(group: list[Task], rows: np.ndarray) -> Iterator[tuple[Task, np.ndarray]]:
-    """Each task with its own rows of the group's vectors (its batch's, in order)."""
+def rows_per_task(group: list[Task], rows: np.ndarray | None) -> Iterator[tuple[Task, np.ndarray | None]]:
+    """Each task with its own rows of the group's vectors (its batch's, in order); None for
+    every task where the group failed (no rows)."""
     start = 0
     for task in group:
+        if rows is None:
+            yield task, None
+            continue
         end = start + task.batch.num_outputs
         yield task, rows[start:end]
         start = end
