@@ -25,9 +25,16 @@ pytestmark = pytest.mark.slow
 def _start(*flags: str, port: int) -> subprocess.Popen:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    return subprocess.Popen([sys.executable, "-m", "server", "serve", "--port", str(port), *flags], cwd=REPO,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    # A terminal's job takes Ctrl-C. Had this test run been started in the background of a
+    # script, SIGINT would be ignored here, and a child inherits an ignored signal (a handled
+    # one is reset to its default): the server would then rightly ignore Ctrl-C.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen([sys.executable, "-m", "server", "serve", "--port", str(port), *flags], cwd=REPO,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _none_left(session_id: int, timeout: float = 5.0) -> set[int]:
