@@ -3,6 +3,12 @@
 Nothing heavy is imported before argparse has checked the flags, so that --help, --version
 and a wrong flag value answer at once; torch, the model's description, the port and the
 server come after, and a Ctrl-C while they load ends the command without a traceback.
+
+After Ctrl-C the command ends as Ctrl-C ends a process, killed by SIGINT (130 in a shell), so
+that a script running it stops too: it leaves the KeyboardInterrupt uncaught, its traceback
+silenced, and Python ends so after its cleanup. (A caught one and `sys.exit(130)` ended so
+only by chance: whenever the interrupt had come inside code run by `exec`, as the dataclasses
+module runs for each class it makes while the server's modules are imported.)
 """
 
 from __future__ import annotations
@@ -213,8 +219,16 @@ def main(argv: list[str] | None = None) -> None:
             _serve_command(args)
         elif args.command == "embed":
             embed_cli.run(args)
-    except KeyboardInterrupt:  # Ctrl-C while loading, or after the server drained: no traceback
-        sys.exit(130)
+    except KeyboardInterrupt:  # Ctrl-C while loading, or after the server drained
+        sys.excepthook = _silent_about_interrupts(sys.excepthook)
+        raise
+
+
+def _silent_about_interrupts(excepthook):
+    def hook(kind, value, traceback):
+        if not issubclass(kind, KeyboardInterrupt):
+            excepthook(kind, value, traceback)
+    return hook
 
 
 def _serve_command(args: argparse.Namespace) -> None:

@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> None:
         sys.exit(f"rose-embed embed: {exc}{hint}")
     except KeyboardInterrupt:
         print(f"\nrose-embed embed: interrupted; {what_an_interrupt_kept(args.output)}", file=sys.stderr)
-        sys.exit(130)
+        raise
     if not args.quiet:
         resumed = f", {report.num_resumed} of them done by an earlier run" if report.num_resumed else ""
         rate = report.num_computed / report.seconds if report.seconds else 0.0

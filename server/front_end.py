@@ -50,7 +50,7 @@ def run_front_end(config: ServerConfig, sock: socket.socket, ends: list[EngineEn
         timeout_graceful_shutdown=config.shutdown_timeout,
     ))
     # After a graceful shutdown uvicorn re-raises the signal that asked for it: SIGTERM ends the
-    # process with its status, SIGINT arrives as KeyboardInterrupt (the CLI exits 130).
+    # process with its status, SIGINT arrives as KeyboardInterrupt (the CLI then ends by SIGINT).
     server.run(sockets=[sock])
 
 

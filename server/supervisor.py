@@ -12,7 +12,7 @@ K front ends (server/front_end.py) connected to every engine, watches them, and 
   and /health names it.
 - On SIGTERM, SIGINT or SIGHUP every front end drains its requests within --shutdown-timeout
   and tells the engines it is done; then the engines exit and the shared memory is freed, and
-  the server ends as SIGTERM ends a process (130 after Ctrl-C), whatever K is.
+  the server ends as the signal ends a process (SIGINT for Ctrl-C, else SIGTERM), whatever K is.
   Every child also watches this process: should it be killed outright, none outlives it by
   more than a second or so (engine/parent_watch.py).
 """

@@ -79,8 +79,8 @@ def _engine_child(session_id: int, timeout: float = 60.0) -> int:
 
 # Ctrl-C and a closed terminal reach the whole foreground group; `kill` reaches one process.
 @pytest.mark.parametrize("sig, to_group, delay, expected", [
-    (signal.SIGINT, True, 0.0, 130),  # while the engine process imports torch
-    (signal.SIGINT, True, 1.5, 130),  # while it loads the model
+    (signal.SIGINT, True, 0.0, -signal.SIGINT),  # while the engine process imports torch
+    (signal.SIGINT, True, 1.5, -signal.SIGINT),  # while it loads the model
     (signal.SIGHUP, True, 0.0, -signal.SIGTERM),
     (signal.SIGHUP, False, 1.5, -signal.SIGTERM),
     (signal.SIGTERM, False, 0.0, -signal.SIGTERM),
