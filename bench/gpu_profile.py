@@ -1,5 +1,6 @@
 """Where a batch's GPU time goes: kernel-by-kernel profile of one packed batch per model,
-with the fused Triton kernels on and off, next to the dense ceiling.
+with the fused Triton kernels on and off (and, for the BERT family, the GELU in the up
+projection's epilogue), next to the dense ceiling.
 
     python3 bench/gpu_profile.py [--models minilm,bert-base,qwen3-0.6b] [--tokens 16384] [--workload docs|queries] [--out FILE]
 
@@ -10,7 +11,7 @@ For each model shape (random bf16 weights) and each setting of the fused kernels
   - the same batch replayed as a whole-model CUDA graph (ms per batch, tokens/s, fraction of
     the dense ceiling: the model's linear layers alone on 8192 tokens);
   - a 16-token query: graph-replay latency p50 and its kernel count;
-  - agreement of the fused and unfused vectors (min cosine).
+  - agreement of each setting's vectors with the unfused ones (min cosine).
 """
 
 from __future__ import annotations
@@ -97,21 +98,24 @@ def profile_model(name: str, args, out: list[str]) -> None:
     out.append(f"\n## {name}: {len(seqs)} {args.workload}, {num_tokens} tokens; dense ceiling {ceiling:,.0f} tok/s "
                f"({1e3 * num_tokens / ceiling:.2f} ms for this batch's tokens)\n")
     vectors = {}
-    for use_fused in (False, True):
+    settings = [("unfused", False, False), ("fused", True, False)]
+    if arch == "bert":  # an up projection with a GELU of its own (fused.linear_gelu)
+        settings.append(("fused, GELU in the matmul's epilogue", True, True))
+    for label, use_fused, gelu_epilogue in settings:
         fused.set_fused_kernels(use_fused)
+        fused.set_gelu_epilogue(gelu_epilogue)
         attention = make_attention_backend(args.backend, ours.attention_shape(is_causal), torch.device("cuda"),
                                            torch.bfloat16)
         common = dict(max_num_tokens=args.tokens, max_num_seqs=args.max_batch_seqs, max_seqlen=512)
         eager = ModelRunner(ours, SentenceHead(pooling), attention, torch.device("cuda"), enforce_eager=True, **common)
         t0 = time.perf_counter()
-        vectors[use_fused] = eager.execute(pack(seqs)).wait()
+        vectors[label] = eager.execute(pack(seqs)).wait()
         first_s = time.perf_counter() - t0
         rows, total_us, launches = kernel_table(eager, seqs)
         graphs = ModelRunner(ours, SentenceHead(pooling), attention, torch.device("cuda"), **common)
         ms = replay_ms(graphs, seqs)
         p50, p99 = latency_ms(graphs, 16, iters=200)
         _, query_us, query_launches = kernel_table(eager, [np.arange(1000, 1016, dtype=np.int32)])
-        label = "fused" if use_fused else "unfused"
         out.append(f"### {label}: graph replay {ms:.2f} ms/batch = {num_tokens / ms:,.0f}k tok/s = "
                    f"{num_tokens / ms * 1e3 / ceiling:.2f} of ceiling; kernel sum {total_us / 1e3:.2f} ms, "
                    f"{launches} launches/batch; 16-token query p50 {p50:.3f} ms p99 {p99:.3f} ms "
@@ -123,11 +127,14 @@ def profile_model(name: str, args, out: list[str]) -> None:
         print("\n".join(out[-args.top - 4:]), flush=True)
         del eager, graphs, attention
         torch.cuda.empty_cache()
-    a, b = vectors[False], vectors[True]
-    cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-    out.append(f"fused vs unfused vectors: min cosine {cos.min():.6f} over {len(cos)} {args.workload}\n")
-    print(out[-1], flush=True)
+    reference = vectors["unfused"]
+    for label, got in vectors.items():
+        if label != "unfused":
+            cos = (got * reference).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(reference, axis=1))
+            out.append(f"{label} vs unfused vectors: min cosine {cos.min():.6f} over {len(cos)} {args.workload}\n")
+            print(out[-1], flush=True)
     fused.set_fused_kernels(True)
+    fused.set_gelu_epilogue(False)
 
 
 def main() -> None:

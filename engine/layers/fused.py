@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from engine.layers.rotary import RotaryBatch, apply_rotary
 
 _enabled = True
+_gelu_epilogue = False
 
 
 def set_fused_kernels(enabled: bool) -> None:
@@ -33,6 +34,14 @@ def _triton_kernels():
     except Exception:  # ImportError, or a Triton without a working backend
         return None
     return triton_kernels
+
+
+def set_gelu_epilogue(enabled: bool) -> None:
+    """Let linear_gelu fold the GELU into its matmul on CUDA. Off by default until whole models
+    are timed with it on the GPU (bench/gpu_profile.py times the BERT family both ways); with
+    the fused kernels off it is off too. Takes effect as set_fused_kernels does."""
+    global _gelu_epilogue
+    _gelu_epilogue = enabled
 
 
 def uses_triton(x: torch.Tensor) -> bool:
@@ -64,6 +73,25 @@ def add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor
     if uses_triton(x) and x.is_contiguous() and residual.is_contiguous():
         return _triton_kernels().add_layer_norm(x, residual, weight, bias, eps)
     return F.layer_norm(x + residual, weight.shape, weight, bias, eps)
+
+
+def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, approximate: str) -> torch.Tensor:
+    """gelu(x @ weight.T + bias) with the erf GELU (approximate "none") or the tanh one ("tanh"):
+    the BERT family's up projection and its activation.
+
+    Where set_gelu_epilogue allows, on CUDA this is one cuBLASLt matmul whose epilogue applies
+    the GELU to the float32 accumulator before the output's one rounding, instead of a matmul
+    that rounds its [T, 4H] output and a GELU pass that reads it back and rounds again.
+    cuBLASLt's GELU is the tanh form. Its largest gap to the erf form (5e-4) is far below the
+    second rounding it saves in bf16 (a step is 1/128 of the value), so an erf model in bf16
+    lands closer to its float32 self than with two passes (tests/test_fused_gpu.py measures
+    both against float32). In fp16 and float32 the gap is as large as that rounding or larger:
+    there an erf model keeps its own GELU pass.
+    """
+    if (_gelu_epilogue and _enabled and x.is_cuda and x.dim() == 2 and bias is not None
+            and (x.dtype == torch.bfloat16 or approximate == "tanh")):
+        return torch._addmm_activation(bias, x, weight.t(), use_gelu=True)
+    return F.gelu(F.linear(x, weight, bias), approximate=approximate)
 
 
 _ACTIVATIONS = {

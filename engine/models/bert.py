@@ -9,12 +9,8 @@ from torch import nn
 from engine.layers import fused
 from engine.layers.attention import AttentionBackend, AttentionShape
 
-_ACTIVATIONS = {
-    "gelu": lambda x: F.gelu(x),
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "relu": F.relu,
-}
+# hidden_act -> the GELU's `approximate`, or None for ReLU.
+_GELU_FORMS = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "relu": None}
 _ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")
 
 
@@ -28,7 +24,7 @@ class BertLayer(nn.Module):
         self.up_proj = nn.Linear(hidden, intermediate)
         self.down_proj = nn.Linear(intermediate, hidden)
         self.mlp_norm = nn.LayerNorm(hidden, eps=eps)
-        self.act = _ACTIVATIONS[act]
+        self.gelu_form = _GELU_FORMS[act]
 
     def forward(self, x: torch.Tensor, attention: AttentionBackend, meta: object,
                 position_bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -36,7 +32,12 @@ class BertLayer(nn.Module):
         q, k, v = self.qkv_proj(x).view(num_tokens, 3, self.num_heads, self.head_dim).unbind(1)
         attn = attention.forward(q, k, v, meta, position_bias=position_bias).reshape(num_tokens, -1)
         x = _add_norm(self.o_proj(attn), x, self.attention_norm)
-        return _add_norm(self.down_proj(self.act(self.up_proj(x))), x, self.mlp_norm)
+        return _add_norm(self.down_proj(self._up(x)), x, self.mlp_norm)
+
+    def _up(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gelu_form is None:
+            return F.relu(self.up_proj(x))
+        return fused.linear_gelu(x, self.up_proj.weight, self.up_proj.bias, self.gelu_form)
 
 
 def as_bert_names(state: dict[str, torch.Tensor], prefix: str, layer_root: str,
@@ -68,6 +69,9 @@ class BertModel(nn.Module):
 
     def __init__(self, config: dict, position_offset: int | None = None):
         super().__init__()
+        if config.get("hidden_act", "gelu") not in _GELU_FORMS:
+            raise ValueError(f"{config.get('model_type', 'BERT')} with hidden_act {config['hidden_act']!r} "
+                             "is not supported")
         hidden = config["hidden_size"]
         eps = config.get("layer_norm_eps", 1e-12)
         self.num_heads = config["num_attention_heads"]
