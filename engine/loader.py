@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from engine.architecture_support import config_refusal
 from engine.config import ModelOverrides
 from engine.flavour import PPLX_MODEL_TYPE, FlavourError, read_flavour
 from engine.st_modules import HeadStep, ModuleError, SentenceModules, output_dim, read_modules
@@ -141,6 +142,8 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
     if model_type not in ARCHITECTURES:
         raise ModelLoadError(f"model_type {model_type!r} is not supported (supported: {', '.join(sorted(ARCHITECTURES))})")
     architecture = ARCHITECTURES[model_type]
+    if refusal := config_refusal(architecture, hf_config):
+        raise ModelLoadError(refusal)
     # DistilBERT's config calls the hidden size `dim`.
     hidden_size = int(hf_config.get("hidden_size") or hf_config.get("dim") or 0)
 

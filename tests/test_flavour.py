@@ -137,3 +137,25 @@ def test_known_custom_code_and_non_model_entries_load(tmp_path):
 def test_unknown_model_type_is_refused_with_the_supported_ones(tmp_path):
     with pytest.raises(ModelLoadError, match=r"model_type 'nomic_bert' is not supported \(supported: .*distilbert"):
         load_spec(_model(tmp_path, {**BERT, "model_type": "nomic_bert"}))
+
+
+@pytest.mark.parametrize("config,refusal", [
+    ({**BERT, "hidden_act": "gelu_fast"}, "bert with hidden_act 'gelu_fast' is not supported"),
+    ({**BERT, "model_type": "xlm-roberta", "hidden_act": "quick_gelu"},
+     "xlm-roberta with hidden_act 'quick_gelu' is not supported"),
+    ({"model_type": "distilbert", "dim": 32, "max_position_embeddings": 64, "activation": "silu"},
+     "distilbert with activation 'silu' is not supported"),
+    ({"model_type": "modernbert", "hidden_size": 32, "max_position_embeddings": 64, "hidden_activation": "relu"},
+     "ModernBERT with hidden_activation 'relu' is not supported"),
+    ({"model_type": "gemma3_text", "hidden_size": 32, "max_position_embeddings": 64, "attn_logit_softcapping": 50.0},
+     "Gemma3 with attn_logit_softcapping is not supported"),
+    ({**QWEN3, "hidden_act": "gelu"}, "Qwen3 with hidden_act 'gelu' is not supported"),
+    ({**QWEN3, "use_sliding_window": True}, "Qwen3 with sliding-window attention is not supported"),
+    ({"model_type": "mistral", "hidden_size": 64, "max_position_embeddings": 512, "hidden_act": "gelu"},
+     "Mistral with hidden_act 'gelu' is not supported"),
+])
+def test_a_config_the_layers_do_not_compute_is_refused_before_anything_starts(tmp_path, config, refusal):
+    """The model classes refuse these too (engine/architecture_support.py serves both), but only
+    once an engine process builds one: load_spec, in the CLI, refuses them first."""
+    with pytest.raises(ModelLoadError, match=refusal):
+        load_spec(_model(tmp_path, config))

@@ -6,11 +6,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.architecture_support import BERT_GELU_FORMS, config_refusal
 from engine.layers import fused
 from engine.layers.attention import AttentionBackend, AttentionShape
 
-# hidden_act -> the GELU's `approximate`, or None for ReLU.
-_GELU_FORMS = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "relu": None}
 _ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")
 
 
@@ -24,7 +23,7 @@ class BertLayer(nn.Module):
         self.up_proj = nn.Linear(hidden, intermediate)
         self.down_proj = nn.Linear(intermediate, hidden)
         self.mlp_norm = nn.LayerNorm(hidden, eps=eps)
-        self.gelu_form = _GELU_FORMS[act]
+        self.gelu_form = BERT_GELU_FORMS[act]
 
     def forward(self, x: torch.Tensor, attention: AttentionBackend, meta: object,
                 position_bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -69,9 +68,8 @@ class BertModel(nn.Module):
 
     def __init__(self, config: dict, position_offset: int | None = None):
         super().__init__()
-        if config.get("hidden_act", "gelu") not in _GELU_FORMS:
-            raise ValueError(f"{config.get('model_type', 'BERT')} with hidden_act {config['hidden_act']!r} "
-                             "is not supported")
+        if refusal := config_refusal("bert", config):
+            raise ValueError(refusal)
         hidden = config["hidden_size"]
         eps = config.get("layer_norm_eps", 1e-12)
         self.num_heads = config["num_attention_heads"]

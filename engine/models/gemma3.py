@@ -21,10 +21,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from engine.architecture_support import GATED_ACTIVATIONS, config_refusal
 from engine.layers import fused
 from engine.layers.attention import AttentionBackend, AttentionShape
 from engine.layers.rotary import GlobalLocalRotary, RotaryBatch, interleave_rotary_halves, rope_theta
-from engine.models.modernbert import ACTIVATIONS
 from engine.models.weights import bare_tensors, load_exactly
 
 _IGNORED = ("lm_head.",)
@@ -56,7 +56,7 @@ class Gemma3Layer(nn.Module):
         self.num_heads = config["num_attention_heads"]
         self.num_kv_heads = config.get("num_key_value_heads") or self.num_heads
         self.head_dim, self.is_local = head_dim, is_local
-        self.act = ACTIVATIONS[config.get("hidden_activation", "gelu_pytorch_tanh")]
+        self.act = GATED_ACTIVATIONS[config.get("hidden_activation", "gelu_pytorch_tanh")]
         bias = bool(config.get("attention_bias", False))
         self.q_size, kv_size = self.num_heads * head_dim, self.num_kv_heads * head_dim
         self.qkv_proj = nn.Linear(hidden, self.q_size + 2 * kv_size, bias=bias)  # q and k rows in rotary pairs
@@ -87,10 +87,8 @@ class Gemma3TextModel(nn.Module):
 
     def __init__(self, config: dict):
         super().__init__()
-        if config.get("attn_logit_softcapping") is not None:
-            raise ValueError("Gemma3 with attn_logit_softcapping is not supported (no exact attention backend for it)")
-        if config.get("hidden_activation", "gelu_pytorch_tanh") not in ACTIVATIONS:
-            raise ValueError(f"Gemma3 with hidden_activation {config['hidden_activation']!r} is not supported")
+        if refusal := config_refusal("gemma3", config):
+            raise ValueError(refusal)
         rope_theta({"rope_scaling": config.get("rope_scaling")})  # refuses scaled RoPE (4.x configs)
         hidden = config["hidden_size"]
         self.num_heads = config["num_attention_heads"]

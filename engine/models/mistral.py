@@ -13,7 +13,7 @@ from engine.models.qwen3 import Qwen3Model
 
 
 class MistralModel(Qwen3Model):
-    name = "Mistral"
+    name, architecture = "Mistral", "mistral"
 
     def __init__(self, config: dict):
         window = config.get("sliding_window")

@@ -15,12 +15,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from engine.architecture_support import GATED_ACTIVATIONS, config_refusal
 from engine.layers import fused
 from engine.layers.attention import AttentionBackend, AttentionShape
 from engine.layers.rotary import GlobalLocalRotary, RotaryBatch, interleave_rotary_halves
 from engine.models.weights import bare_tensors, load_exactly
 
-ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "silu": "silu"}
 _IGNORED = ("head.", "decoder.", "classifier.")  # heads this engine never runs
 
 
@@ -40,7 +40,7 @@ class ModernBertLayer(nn.Module):
         self.num_heads = config["num_attention_heads"]
         self.head_dim = hidden // self.num_heads
         self.is_local = is_local
-        self.act = ACTIVATIONS[config.get("hidden_activation", "gelu")]
+        self.act = GATED_ACTIVATIONS[config.get("hidden_activation", "gelu")]
         self.attn_norm = None if is_first else nn.LayerNorm(hidden, eps=eps, bias=norm_bias)  # the first has none
         self.qkv_proj = nn.Linear(hidden, 3 * hidden, bias=attention_bias)  # Wqkv, q and k rows in rotary pairs
         self.o_proj = nn.Linear(hidden, hidden, bias=attention_bias)
@@ -61,8 +61,8 @@ class ModernBertModel(nn.Module):
 
     def __init__(self, config: dict):
         super().__init__()
-        if config.get("hidden_activation", "gelu") not in ACTIVATIONS:
-            raise ValueError(f"ModernBERT with hidden_activation {config['hidden_activation']!r} is not supported")
+        if refusal := config_refusal("modernbert", config):
+            raise ValueError(refusal)
         hidden, eps = config["hidden_size"], config.get("norm_eps", 1e-5)
         self.num_heads = config["num_attention_heads"]
         self.head_dim = hidden // self.num_heads

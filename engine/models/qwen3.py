@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from engine.architecture_support import config_refusal
 from engine.layers import fused
 from engine.layers.attention import AttentionBackend, AttentionShape
 from engine.layers.norm import RMSNorm
@@ -94,14 +95,12 @@ class Qwen3Model(nn.Module):
 
     `qk_norm=False` and a causal `window` (every layer local) make it Mistral's."""
 
-    name = "Qwen3"
+    name, architecture = "Qwen3", "qwen3"
 
     def __init__(self, config: dict, qk_norm: bool = True, window: tuple[int, int] | None = None):
         super().__init__()
-        if config.get("hidden_act", "silu") != "silu":
-            raise ValueError(f"{self.name} with hidden_act {config['hidden_act']!r} is not supported")
-        if config.get("use_sliding_window"):
-            raise ValueError("Qwen3 with sliding-window attention is not supported")
+        if refusal := config_refusal(self.architecture, config):
+            raise ValueError(refusal)
         self.num_heads = config["num_attention_heads"]
         self.num_kv_heads = config.get("num_key_value_heads") or self.num_heads
         self.head_dim = config.get("head_dim") or config["hidden_size"] // self.num_heads
