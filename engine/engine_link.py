@@ -26,6 +26,10 @@ from engine.replica import Replica, ReplicaLostError
 from engine.shm_slots import SharedSlots
 
 
+class EngineLoadError(RuntimeError):
+    """An engine process that failed to load, died, or did not warm up in time; the message says which."""
+
+
 @dataclass(eq=False)
 class _Sent:
     slot: int
@@ -74,13 +78,13 @@ class EngineLink(Replica):
         deadline = time.monotonic() + timeout
         while not self._replies.poll(0.25):  # a process that died shows as EOF here, and recv says so
             if time.monotonic() > deadline:
-                raise RuntimeError(f"engine {self.index} on {self.device} was not ready after {timeout:.0f} s")
+                raise EngineLoadError(f"engine {self.index} on {self.device} was not ready after {timeout:.0f} s")
         try:
             kind, info = self._replies.recv()
         except EOFError:
-            raise RuntimeError(f"engine {self.index} on {self.device} did not start: {self._exit_reason()}") from None
+            raise EngineLoadError(f"engine {self.index} on {self.device} did not start: {self._exit_reason()}") from None
         if kind != "ready":
-            raise RuntimeError(f"engine {self.index} on {self.device} failed to load: {info}")
+            raise EngineLoadError(f"engine {self.index} on {self.device} failed to load: {info}")
         self.pid, self.dtype = info["pid"], info["dtype"]
         self.attention_table = [tuple(row) for row in info.get("attention", [])]
 

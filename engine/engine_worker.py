@@ -64,7 +64,9 @@ def run_engine_worker(config: EngineConfig, control: Connection, parent_pid: int
     try:
         engine = _load(config, plugin)
     except Exception as exc:
-        _refuse_front_ends(control, f"{type(exc).__name__}: {exc}")
+        why = f"{type(exc).__name__}: {exc}"
+        _send(control, ("failed", why))  # the supervisor stops the server rather than restart front ends
+        _refuse_front_ends(control, why)
         return
     _send(control, "ready")
     ready = ("ready", {"pid": os.getpid(), "dtype": str(engine.dtype).removeprefix("torch."),

@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from engine.batcher import Batcher
+from engine.engine_link import EngineLoadError
+from engine.loader import ModelLoadError
 from engine.watchdog import Watchdog
 from server.config import ServerConfig
 from server.plugins import load_engine_plugin
@@ -56,6 +58,9 @@ class Runtime:
     async def _load(self) -> None:
         try:
             await self._load_and_warm_up()
+        except (EngineLoadError, ModelLoadError) as exc:  # it says why; the traceback would add nothing
+            logger.error("%s; shutting down", exc)
+            os.kill(os.getpid(), signal.SIGTERM)
         except Exception:
             logger.exception("the model failed to load; shutting down")
             # A server that can never become ready must not linger as a healthy-looking process.

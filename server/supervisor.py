@@ -9,7 +9,9 @@ K front ends (server/front_end.py) connected to every engine, watches them, and 
   again within `_CRASH_LOOP_S` of its restart stops the whole server (exit status 1), so
   that an orchestrator restarts a server that cannot keep a front end up.
 - An engine that dies leaves the others serving; every front end sees it go (its pipes close)
-  and /health names it.
+  and /health names it. An engine that cannot load (its weights do not read, the device has
+  no room) stops the whole server with exit status 1, whatever K is: every front end would fail
+  to start again.
 - On SIGTERM, SIGINT or SIGHUP every front end drains its requests within --shutdown-timeout
   and tells the engines it is done; then the engines exit and the shared memory is freed, and
   the server ends as the signal ends a process (SIGINT for Ctrl-C, else SIGTERM), whatever K is.
@@ -75,6 +77,8 @@ def run_supervisor(config: ServerConfig, spec: ModelSpec, sockets: list[socket.s
             host.stop(_ENGINE_EXIT_TIMEOUT_S)
         for sock in sockets:
             sock.close()
+    if any(host.load_failure for host in hosts):  # the front end stopped itself; what it logged says why
+        sys.exit(1)
     if terminated:  # end as SIGTERM ends a process, so that whoever sent it sees that status
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
@@ -105,7 +109,7 @@ class _FrontEnds:
     def run(self) -> None:
         """Serve until a stop signal, then drain, and leave as one front end in this process
         leaves (_Terminated, or KeyboardInterrupt after Ctrl-C); exits 1 instead if a front
-        end could not be kept up."""
+        end could not be kept up or an engine could not load."""
         for sig in STOP_SIGNALS:
             signal.signal(sig, self._on_stop_signal)
         failed = False
@@ -115,7 +119,7 @@ class _FrontEnds:
             while not self._stop.is_set():
                 by_sentinel = {p.sentinel: i for i, p in self._processes.items()}
                 for sentinel in wait(list(by_sentinel), timeout=0.5):
-                    if self._stop.is_set() or not self._restart(by_sentinel[sentinel]):
+                    if self._stop.is_set() or self._engine_failed() or not self._restart(by_sentinel[sentinel]):
                         failed = not self._stop.is_set()
                         self._stop.set()
                         break
@@ -144,6 +148,15 @@ class _FrontEnds:
             for end in ends:  # the front end holds its own copies now; its exit shows as EOF to the engines
                 end.close()
         self._processes[index], self._started[index] = process, time.monotonic()
+
+    def _engine_failed(self) -> bool:
+        """Whether an engine could not load: a front end restarted would only fail again."""
+        for host in self.hosts:
+            host.is_ready()
+            if host.load_failure:
+                logger.error("engine %d on %s failed to load; stopping the server", host.index, host.device)
+                return True
+        return False
 
     def _restart(self, index: int) -> bool:
         """Restart front end `index`, which has exited; False if it died too soon after a restart."""

@@ -1,4 +1,5 @@
-"""`rose-embed serve` as a process: a taken port, and Ctrl-C, a hang-up or SIGTERM while it starts.
+"""`rose-embed serve` as a process: a taken port, a model that cannot load, and Ctrl-C, a hang-up
+or SIGTERM while it starts.
 
 Each server runs in a session of its own (as a terminal's job would), so that a signal can go
 to its whole process group, as Ctrl-C and a hang-up do, and so that every process it started,
@@ -8,6 +9,7 @@ grandchildren and adopted orphans included, can be found afterwards by its sessi
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -37,6 +39,12 @@ def _start(*flags: str, port: int) -> subprocess.Popen:
         signal.signal(signal.SIGINT, previous)
 
 
+def _left_behind(before: set[str]) -> set[str]:
+    """Shared memory made since `before` that no live process maps (tests running beside may map theirs)."""
+    every_pid = set(map(int, filter(str.isdigit, os.listdir("/proc"))))
+    return shared_memory() - before - mapped_shared_memory(every_pid)
+
+
 def _none_left(session_id: int, timeout: float = 5.0) -> set[int]:
     deadline = time.monotonic() + timeout
     while (left := session_members(session_id)) and time.monotonic() < deadline:
@@ -62,8 +70,35 @@ def test_a_taken_port_is_one_line_and_a_quick_exit_with_nothing_left(flags):
     assert err.splitlines() == [f"rose-embed: cannot listen on 127.0.0.1:{port}: Address already in use"]
     assert out == ""  # no banner: it says where the server listens, and it does not
     assert not _none_left(proc.pid)
-    new = shared_memory() - before
-    assert not new - mapped_shared_memory(set(map(int, filter(str.isdigit, os.listdir("/proc"))))), new
+    assert not _left_behind(before)
+
+
+@pytest.mark.parametrize("frontend_workers", ["1", "2"])
+def test_weights_that_do_not_load_stop_the_server_with_one_line_and_status_1(tmp_path, frontend_workers):
+    """They pass every check made before the port is bound; the engine process finds them broken.
+    Restarting front ends, or ending as if killed by SIGTERM, would only hide that."""
+    from engine.loader import resolve_model_dir
+
+    model = tmp_path / "model"
+    shutil.copytree(resolve_model_dir(None)[0], model)
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    before = shared_memory()
+    proc = _start("--model", str(model), "--devices", "cpu", "--frontend-workers", frontend_workers,
+                  port=free_port())
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 1, err
+    errors = [line for line in err.splitlines() if " ERROR " in line]
+    assert all("engine 0 on cpu failed to load" in line for line in errors), err  # a line per front end, and the supervisor's
+    assert any("failed to load: SafetensorError" in line for line in errors), err
+    assert "Traceback" not in err and "restarted" not in err, err
+    assert not _none_left(proc.pid)
+    assert not _left_behind(before)
 
 
 def _engine_child(session_id: int, timeout: float = 60.0) -> int:
