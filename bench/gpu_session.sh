@@ -65,9 +65,10 @@ profile)
     models >/tmp/models.log 2>&1
     export PATH=/tmp/site/bin:$PATH  # py-spy, from its wheel in .whl/
     step gpu-profile python3 bench/gpu_profile.py --backend packed --out "$OUT/gpu-profile-packed.md"
-    step mlp-epilogue python3 bench/mlp_epilogue.py --out "$OUT/mlp-epilogue.md"
     load_gen e2e-gpu-bert-base-profiled /tmp/bert-base-random --num-texts 12061 --join 1 --repeat 4 \
         --latency-queries 0 --py-spy "$OUT/e2e-gpu-bert-base.pyspy.txt"
+    # Last: torch.compile's autotuning may take minutes, and a call cut short keeps what is written.
+    step mlp-epilogue python3 bench/mlp_epilogue.py --out "$OUT/mlp-epilogue.md"
     ;;
 *)
     echo "usage: $0 tests|engine|load|profile" >&2
