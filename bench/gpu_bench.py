@@ -9,7 +9,8 @@ each workload, side by side on the same GPU:
   (c) ROSE: the engine's ModelRunner (what Engine.embed drives, no HTTP), batches cut in
       arrival order by the token budget, packed, launched ahead and read back lazily, once
       per attention backend: auto (the default: the fastest per graph class, timed at
-      warm-up, whose time is reported) and each backend forced;
+      warm-up, whose time is reported) and each backend forced; with --gelu-epilogue the
+      BERT family's first backend also with the GELU in the up projection's matmul;
   (d) the attention alone per backend (and tile sizes of the packed kernel) on a few graph
       classes, timed as auto times them.
 Tokens/s count real tokens only. Usage:
@@ -34,6 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine.attention_timing import AttentionTimer  # noqa: E402
 from engine.batch import pack  # noqa: E402
 from engine.batch import cut_batches  # noqa: E402
+from engine.config import EngineConfig  # noqa: E402
+from engine.layers import fused  # noqa: E402
 from engine.layers.attention import make_attention_backend  # noqa: E402
 from engine.layers.head import SentenceHead  # noqa: E402
 from engine.models import MODEL_CLASSES  # noqa: E402
@@ -207,7 +210,13 @@ def bench_model(name: str, backends: list[str], loads: dict, args, rows: list[di
 
     attention_rows.extend(attention_alone(name, ours.attention_shape(is_causal), backends, args))
     for backend in backends:
-        for enforce_eager in (False, True) if args.eager and backend == backends[0] else (False,):
+        variants = [("", False, False)]  # mode suffix, enforce_eager, GELU in the up projection's epilogue
+        if backend == backends[0] and args.eager:
+            variants.append(("+eager", True, False))
+        if backend == backends[0] and args.gelu_epilogue and arch == "bert":
+            variants.append(("+gelu-epilogue", False, True))
+        for suffix, enforce_eager, gelu_epilogue in variants:
+            fused.set_gelu_epilogue(gelu_epilogue)
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
@@ -222,7 +231,7 @@ def bench_model(name: str, backends: list[str], loads: dict, args, rows: list[di
             runner = ModelRunner(ours, SentenceHead(pooling), attention, torch.device("cuda"),
                                  max_num_tokens=args.max_batch_tokens, max_num_seqs=args.max_batch_seqs,
                                  max_seqlen=MAX_SEQLEN, enforce_eager=enforce_eager)
-            mode = f"{backend}{'+eager' if enforce_eager else ''}"
+            mode = f"{backend}{suffix}"
             started = time.perf_counter()
             choice = runner.choose_attention()  # auto: what Engine.warm_up does first
             choice_s = time.perf_counter() - started if choice is not None else None
@@ -253,6 +262,7 @@ def bench_model(name: str, backends: list[str], loads: dict, args, rows: list[di
                   f"peak over weights {torch.cuda.max_memory_allocated() - base_alloc:,} B allocated; "
                   f"graphs per backend {graph_backends(runner)}", flush=True)
             del runner, attention
+    fused.set_gelu_epilogue(False)
     del ours
     torch.cuda.empty_cache()
 
@@ -409,10 +419,13 @@ def main() -> None:
     parser.add_argument("--texts", type=Path, default=Path(__file__).resolve().parents[1] / "tests/data/stdlib_docstrings.jsonl")
     parser.add_argument("--tokenizer", type=Path, default=None, help="a BERT tokenizer.json (default: all-MiniLM-L6-v2's)")
     parser.add_argument("--max-batch-tokens", type=int, default=16384)
-    parser.add_argument("--max-batch-seqs", type=int, default=512)
+    parser.add_argument("--max-batch-seqs", type=int, default=EngineConfig.max_batch_seqs)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--hf-repeats", type=int, default=1)
     parser.add_argument("--eager", action="store_true", help="also time --enforce-eager (first backend)")
+    parser.add_argument("--gelu-epilogue", action="store_true",
+                        help="also time the BERT family's first backend with the GELU in the up projection's "
+                             "epilogue (engine/layers/fused.py linear_gelu)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     if args.tokenizer is None:

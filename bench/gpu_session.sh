@@ -50,7 +50,8 @@ tests)
     ;;
 engine)
     models >/tmp/models.log 2>&1
-    step gpu-bench python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json --out "$OUT/gpu.md"
+    step gpu-bench python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json --gelu-epilogue \
+        --out "$OUT/gpu.md"
     step embed-pipeline python3 bench/embed_pipeline.py --model /tmp/minilm-random --device cuda \
         --threads 0,4 --processes 4,8 --out "$OUT/embed-pipeline-gpu-minilm.md"
     ;;
