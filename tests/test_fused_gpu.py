@@ -146,18 +146,28 @@ def test_the_gelu_epilogue_lands_closer_to_float32_than_two_passes(num_tokens, h
     close(epilogue, exact, dtype)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_the_gelu_epilogue_is_the_tanh_gelu(dtype):
+def _linear_gelu_with_epilogue(dtype: torch.dtype, approximate: str):
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(500, 256, device="cuda", generator=g).to(dtype)
     weight = (torch.randn(1024, 256, device="cuda", generator=g) / 16).to(dtype)
     bias = (0.1 * torch.randn(1024, device="cuda", generator=g)).to(dtype)
     fused.set_gelu_epilogue(True)
     try:
-        got = fused.linear_gelu(x, weight, bias, "tanh")
+        return fused.linear_gelu(x, weight, bias, approximate), (x, weight, bias)
     finally:
         fused.set_gelu_epilogue(False)
-    close(got, F.gelu(F.linear(x.float(), weight.float(), bias.float()), approximate="tanh"), dtype)
+
+
+def test_a_tanh_gelu_model_in_bf16_gets_the_epilogue_exact_to_its_rounding():
+    got, (x, weight, bias) = _linear_gelu_with_epilogue(torch.bfloat16, "tanh")
+    close(got, F.gelu(F.linear(x.float(), weight.float(), bias.float()), approximate="tanh"), torch.bfloat16)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_fp16_and_float32_keep_the_gelu_pass(dtype, approximate):
+    got, (x, weight, bias) = _linear_gelu_with_epilogue(dtype, approximate)
+    assert torch.equal(got, fused.linear_gelu(x, weight, bias, approximate))
 
 
 @pytest.mark.parametrize("architecture,gelu_epilogue", [("bert", False), ("bert", True), ("qwen3", False)])
