@@ -7,6 +7,8 @@
 #   bench/gpu_session.sh load      # the load generator with default flags, four workloads (issue 16)
 #   bench/gpu_session.sh profile   # kernel by kernel with the packed attention, GELU in the matmul's
 #                                  # epilogue or not, and py-spy over the server under load
+#   bench/gpu_session.sh fa4-first # FlashAttention 4: the first of two calls (docs/gpu.md's recipe)
+#   bench/gpu_session.sh fa4       # ... the second: FA4 against varlen and packed (bench/fa4_probe.py)
 #
 # A device call runs at most 10 minutes: one mode per call.
 #
@@ -71,8 +73,22 @@ profile)
     # Last: torch.compile's autotuning may take minutes, and a call cut short keeps what is written.
     step mlp-epilogue python3 bench/mlp_epilogue.py --out "$OUT/mlp-epilogue.md"
     ;;
+fa4-first)
+    # The CuTe DSL's CUDA 13 libraries are one 92 MB wheel, more than a call carries: its first
+    # half comes with .whl-fa4/ here and waits on the warm machine for the second.
+    ls -l .whl-fa4/
+    ;;
+fa4)
+    cat .whl-fa4/libs-cu13.part-aa .fa4-second/libs-cu13.part-ab \
+        > /tmp/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-fa4 .whl-fa4/*.whl \
+        /tmp/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
+    # --target skips the wheel's .pth, which puts the DSL's own packages on the path.
+    PYTHONPATH=/tmp/site-fa4:/tmp/site-fa4/nvidia_cutlass_dsl/dsl_packages:.carry/fa4:$PYTHONPATH \
+        step fa4-probe python3 bench/fa4_probe.py --out "$OUT/fa4-probe.md"
+    ;;
 *)
-    echo "usage: $0 tests|engine|load|profile" >&2
+    echo "usage: $0 tests|engine|load|profile|fa4-first|fa4" >&2
     exit 2
     ;;
 esac
