@@ -82,7 +82,8 @@ class EngineLink(Replica):
         try:
             kind, info = self._replies.recv()
         except EOFError:
-            raise EngineLoadError(f"engine {self.index} on {self.device} did not start: {self._exit_reason()}") from None
+            why = self._exit_reason()
+            raise EngineLoadError(f"engine {self.index} on {self.device} did not start: {why}") from None
         if kind != "ready":
             raise EngineLoadError(f"engine {self.index} on {self.device} failed to load: {info}")
         self.pid, self.dtype = info["pid"], info["dtype"]
