@@ -209,6 +209,7 @@ def bench_model(name: str, backends: list[str], loads: dict, args, rows: list[di
     torch.cuda.empty_cache()
 
     attention_rows.extend(attention_alone(name, ours.attention_shape(is_causal), backends, args))
+    default_epilogue = fused.gelu_epilogue_enabled()
     for backend in backends:
         variants = [("", False, False)]  # mode suffix, enforce_eager, GELU in the up projection's epilogue
         if backend == backends[0] and args.eager:
@@ -216,7 +217,7 @@ def bench_model(name: str, backends: list[str], loads: dict, args, rows: list[di
         if backend == backends[0] and args.gelu_epilogue and arch == "bert":
             variants.append(("+gelu-epilogue", False, True))
         for suffix, enforce_eager, gelu_epilogue in variants:
-            fused.set_gelu_epilogue(gelu_epilogue)
+            fused.set_gelu_epilogue(gelu_epilogue or default_epilogue)
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
@@ -262,7 +263,7 @@ def bench_model(name: str, backends: list[str], loads: dict, args, rows: list[di
                   f"peak over weights {torch.cuda.max_memory_allocated() - base_alloc:,} B allocated; "
                   f"graphs per backend {graph_backends(runner)}", flush=True)
             del runner, attention
-    fused.set_gelu_epilogue(False)
+    fused.set_gelu_epilogue(default_epilogue)
     del ours
     torch.cuda.empty_cache()
 

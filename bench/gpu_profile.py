@@ -98,6 +98,7 @@ def profile_model(name: str, args, out: list[str]) -> None:
     out.append(f"\n## {name}: {len(seqs)} {args.workload}, {num_tokens} tokens; dense ceiling {ceiling:,.0f} tok/s "
                f"({1e3 * num_tokens / ceiling:.2f} ms for this batch's tokens)\n")
     vectors = {}
+    default_epilogue = fused.gelu_epilogue_enabled()
     settings = [("unfused", False, False), ("fused", True, False)]
     if arch == "bert":  # an up projection with a GELU of its own (fused.linear_gelu)
         settings.append(("fused, GELU in the matmul's epilogue", True, True))
@@ -134,7 +135,7 @@ def profile_model(name: str, args, out: list[str]) -> None:
             out.append(f"{label} vs unfused vectors: min cosine {cos.min():.6f} over {len(cos)} {args.workload}\n")
             print(out[-1], flush=True)
     fused.set_fused_kernels(True)
-    fused.set_gelu_epilogue(False)
+    fused.set_gelu_epilogue(default_epilogue)
 
 
 def main() -> None:

@@ -136,12 +136,10 @@ def test_the_gelu_epilogue_lands_closer_to_float32_than_two_passes(num_tokens, h
     weight = (torch.randn(4 * hidden, hidden, device="cuda", generator=g) / hidden ** 0.5).to(dtype)
     bias = (0.1 * torch.randn(4 * hidden, device="cuda", generator=g)).to(dtype)
     exact = F.gelu(F.linear(x.float(), weight.float(), bias.float()))
-    two_passes = fused.linear_gelu(x, weight, bias, "none")
-    fused.set_gelu_epilogue(True)
-    try:
+    with fused.gelu_epilogue(False):
+        two_passes = fused.linear_gelu(x, weight, bias, "none")
+    with fused.gelu_epilogue(True):
         epilogue = fused.linear_gelu(x, weight, bias, "none")
-    finally:
-        fused.set_gelu_epilogue(False)
     assert _rms_error(epilogue, exact) < 0.9 * _rms_error(two_passes, exact)
     close(epilogue, exact, dtype)
 
@@ -151,11 +149,8 @@ def _linear_gelu_with_epilogue(dtype: torch.dtype, approximate: str):
     x = torch.randn(500, 256, device="cuda", generator=g).to(dtype)
     weight = (torch.randn(1024, 256, device="cuda", generator=g) / 16).to(dtype)
     bias = (0.1 * torch.randn(1024, device="cuda", generator=g)).to(dtype)
-    fused.set_gelu_epilogue(True)
-    try:
+    with fused.gelu_epilogue(True):
         return fused.linear_gelu(x, weight, bias, approximate), (x, weight, bias)
-    finally:
-        fused.set_gelu_epilogue(False)
 
 
 def test_a_tanh_gelu_model_in_bf16_gets_the_epilogue_exact_to_its_rounding():
@@ -167,7 +162,8 @@ def test_a_tanh_gelu_model_in_bf16_gets_the_epilogue_exact_to_its_rounding():
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 def test_fp16_and_float32_keep_the_gelu_pass(dtype, approximate):
     got, (x, weight, bias) = _linear_gelu_with_epilogue(dtype, approximate)
-    assert torch.equal(got, fused.linear_gelu(x, weight, bias, approximate))
+    with fused.gelu_epilogue(False):
+        assert torch.equal(got, fused.linear_gelu(x, weight, bias, approximate))
 
 
 @pytest.mark.parametrize("architecture,gelu_epilogue", [("bert", False), ("bert", True), ("qwen3", False)])
@@ -205,11 +201,8 @@ def test_whole_model_fused_equals_reference(architecture, gelu_epilogue):
 
     # Graphs where the GELU epilogue is on: its matmul must capture and replay as the others do.
     assert fused.uses_triton(torch.zeros(1, device="cuda")), "Triton kernels unavailable on this CUDA machine"
-    fused.set_gelu_epilogue(gelu_epilogue)
-    try:
+    with fused.gelu_epilogue(gelu_epilogue):
         out = run(eager=not gelu_epilogue)
-    finally:
-        fused.set_gelu_epilogue(False)
     fused.set_fused_kernels(False)
     try:
         ref = run(eager=True)

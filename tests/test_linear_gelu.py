@@ -17,11 +17,8 @@ from engine.models import MODEL_CLASSES
 def test_the_cpu_computes_the_definition(approximate, epilogue):
     g = torch.Generator().manual_seed(0)
     x, weight, bias = torch.randn(37, 64, generator=g), torch.randn(256, 64, generator=g), torch.randn(256, generator=g)
-    fused.set_gelu_epilogue(epilogue)
-    try:
+    with fused.gelu_epilogue(epilogue):
         got = fused.linear_gelu(x, weight, bias, approximate)
-    finally:
-        fused.set_gelu_epilogue(False)
     assert torch.equal(got, F.gelu(F.linear(x, weight, bias), approximate=approximate))
 
 

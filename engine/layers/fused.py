@@ -8,6 +8,7 @@ match it (tests/test_fused_gpu.py checks them against it). `set_fused_kernels(Fa
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
@@ -42,6 +43,21 @@ def set_gelu_epilogue(enabled: bool) -> None:
     the fused kernels off it is off too. Takes effect as set_fused_kernels does."""
     global _gelu_epilogue
     _gelu_epilogue = enabled
+
+
+def gelu_epilogue_enabled() -> bool:
+    return _gelu_epilogue
+
+
+@contextlib.contextmanager
+def gelu_epilogue(enabled: bool):
+    """set_gelu_epilogue(enabled) inside the block, then the setting it had before."""
+    previous = _gelu_epilogue
+    set_gelu_epilogue(enabled)
+    try:
+        yield
+    finally:
+        set_gelu_epilogue(previous)
 
 
 def uses_triton(x: torch.Tensor) -> bool:
