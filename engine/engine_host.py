@@ -57,7 +57,7 @@ class EngineHost:
         # Duplex: the engine says "ready" on it too, so that one still loading can be stopped at once.
         control_reader, self._control = context.Pipe()
         self._ready = False
-        self.load_failure: str | None = None  # why the engine could not load, once it has said so
+        self._load_failure: str | None = None
         # Daemonic: should the supervisor end without stopping it, multiprocessing kills it at exit.
         self.process = context.Process(target=run_engine_worker, name=f"rose-engine-{index}", daemon=True,
                                        args=(config, control_reader, os.getpid(), plugin))
@@ -88,16 +88,21 @@ class EngineHost:
 
     def is_ready(self) -> bool:
         """Whether the engine has loaded and warmed up. It says so once on the control pipe, or
-        says ("failed", why), kept as `load_failure`."""
+        says ("failed", why) instead (see load_failure)."""
         try:
-            while not self._ready and self.load_failure is None and self._control.poll():
+            while not self._ready and self._load_failure is None and self._control.poll():
                 message = self._control.recv()
                 self._ready = message == "ready"
                 if not self._ready:
-                    self.load_failure = message[1]
+                    self._load_failure = message[1]
         except (EOFError, OSError):
             pass
         return self._ready
+
+    def load_failure(self) -> str | None:
+        """Why the engine could not load, once it has said so; None while loading or once ready."""
+        self.is_ready()
+        return self._load_failure
 
     def stop(self, timeout: float) -> None:
         """No more front ends: wait up to `timeout` s for the engine to finish theirs and exit, else

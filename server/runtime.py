@@ -58,11 +58,11 @@ class Runtime:
     async def _load(self) -> None:
         try:
             await self._load_and_warm_up()
-        except (EngineLoadError, ModelLoadError) as exc:  # it says why; the traceback would add nothing
-            logger.error("%s; shutting down", exc)
-            os.kill(os.getpid(), signal.SIGTERM)
-        except Exception:
-            logger.exception("the model failed to load; shutting down")
+        except Exception as exc:
+            if isinstance(exc, (EngineLoadError, ModelLoadError)):  # it says why; a traceback would add nothing
+                logger.error("%s; shutting down", exc)
+            else:
+                logger.exception("the model failed to load; shutting down")
             # A server that can never become ready must not linger as a healthy-looking process.
             os.kill(os.getpid(), signal.SIGTERM)
 

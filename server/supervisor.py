@@ -77,7 +77,7 @@ def run_supervisor(config: ServerConfig, spec: ModelSpec, sockets: list[socket.s
             host.stop(_ENGINE_EXIT_TIMEOUT_S)
         for sock in sockets:
             sock.close()
-    if any(host.load_failure for host in hosts):  # the front end stopped itself; what it logged says why
+    if any(host.load_failure() for host in hosts):  # the front end stopped itself; what it logged says why
         sys.exit(1)
     if terminated:  # end as SIGTERM ends a process, so that whoever sent it sees that status
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -152,8 +152,7 @@ class _FrontEnds:
     def _engine_failed(self) -> bool:
         """Whether an engine could not load: a front end restarted would only fail again."""
         for host in self.hosts:
-            host.is_ready()
-            if host.load_failure:
+            if host.load_failure():
                 logger.error("engine %d on %s failed to load; stopping the server", host.index, host.device)
                 return True
         return False
