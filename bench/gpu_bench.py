@@ -9,8 +9,9 @@ each workload, side by side on the same GPU:
   (c) ROSE: the engine's ModelRunner (what Engine.embed drives, no HTTP), batches cut in
       arrival order by the token budget, packed, launched ahead and read back lazily, once
       per attention backend: auto (the default: the fastest per graph class, timed at
-      warm-up, whose time is reported) and each backend forced; with --gelu-epilogue the
-      BERT family's first backend also with the GELU in the up projection's matmul;
+      warm-up, whose time is reported) and each backend forced; with --gelu-both the
+      BERT family's first backend also with the other GELU setting than the default
+      (the GELU in the up projection's matmul, or as a pass of its own);
   (d) the attention alone per backend (and tile sizes of the packed kernel) on a few graph
       classes, timed as auto times them.
 Tokens/s count real tokens only. Usage:
@@ -211,13 +212,14 @@ def bench_model(name: str, backends: list[str], loads: dict, args, rows: list[di
     attention_rows.extend(attention_alone(name, ours.attention_shape(is_causal), backends, args))
     default_epilogue = fused.gelu_epilogue_enabled()
     for backend in backends:
-        variants = [("", False, False)]  # mode suffix, enforce_eager, GELU in the up projection's epilogue
+        # mode suffix, enforce_eager, GELU in the up projection's epilogue
+        variants = [("", False, default_epilogue)]
         if backend == backends[0] and args.eager:
-            variants.append(("+eager", True, False))
-        if backend == backends[0] and args.gelu_epilogue and arch == "bert":
-            variants.append(("+gelu-epilogue", False, True))
+            variants.append(("+eager", True, default_epilogue))
+        if backend == backends[0] and args.gelu_both and arch == "bert":
+            variants.append(("+gelu-pass" if default_epilogue else "+gelu-epilogue", False, not default_epilogue))
         for suffix, enforce_eager, gelu_epilogue in variants:
-            fused.set_gelu_epilogue(gelu_epilogue or default_epilogue)
+            fused.set_gelu_epilogue(gelu_epilogue)
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
@@ -424,9 +426,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--hf-repeats", type=int, default=1)
     parser.add_argument("--eager", action="store_true", help="also time --enforce-eager (first backend)")
-    parser.add_argument("--gelu-epilogue", action="store_true",
-                        help="also time the BERT family's first backend with the GELU in the up projection's "
-                             "epilogue (engine/layers/fused.py linear_gelu)")
+    parser.add_argument("--gelu-both", action="store_true",
+                        help="also time the BERT family's first backend with the other GELU setting than the "
+                             "default: in the up projection's epilogue or a pass of its own (fused.linear_gelu)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     if args.tokenizer is None:

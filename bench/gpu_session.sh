@@ -6,7 +6,7 @@
 #   bench/gpu_session.sh engine    # gpu_bench (issue 17) and Engine.embed on text (issue 16)
 #   bench/gpu_session.sh load      # the load generator with default flags, four workloads (issue 16)
 #   bench/gpu_session.sh profile   # kernel by kernel with the packed attention, GELU in the matmul's
-#                                  # epilogue or not, and py-spy over the server under load
+#                                  # epilogue or not, py-spy over the server under load, documents
 #   bench/gpu_session.sh fa4-first # FlashAttention 4: the first of two calls (docs/gpu.md's recipe)
 #   bench/gpu_session.sh fa4       # ... the second: FA4 against varlen and packed (bench/fa4_probe.py)
 #
@@ -52,7 +52,7 @@ tests)
     ;;
 engine)
     models >/tmp/models.log 2>&1
-    step gpu-bench python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json --gelu-epilogue \
+    step gpu-bench python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json --gelu-both \
         --out "$OUT/gpu.md"
     step embed-pipeline python3 bench/embed_pipeline.py --model /tmp/minilm-random --device cuda \
         --threads 0,4 --processes 4,8 --out "$OUT/embed-pipeline-gpu-minilm.md"
@@ -70,6 +70,7 @@ profile)
     step gpu-profile python3 bench/gpu_profile.py --backend packed --out "$OUT/gpu-profile-packed.md"
     load_gen e2e-gpu-bert-base-profiled /tmp/bert-base-random --num-texts 12061 --join 1 --repeat 4 \
         --latency-queries 0 --py-spy "$OUT/e2e-gpu-bert-base.pyspy.txt"
+    load_gen e2e-gpu-bert-base-docs /tmp/bert-base-random --num-texts 3000 --join 4 --repeat 4 --latency-queries 0
     # Last: torch.compile's autotuning may take minutes, and a call cut short keeps what is written.
     step mlp-epilogue python3 bench/mlp_epilogue.py --out "$OUT/mlp-epilogue.md"
     ;;

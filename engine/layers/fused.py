@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from engine.layers.rotary import RotaryBatch, apply_rotary
 
 _enabled = True
-_gelu_epilogue = False
+_gelu_epilogue = True
 
 
 def set_fused_kernels(enabled: bool) -> None:
@@ -38,9 +38,9 @@ def _triton_kernels():
 
 
 def set_gelu_epilogue(enabled: bool) -> None:
-    """Let linear_gelu fold the GELU into its matmul on CUDA. Off by default until whole models
-    are timed with it on the GPU (bench/gpu_profile.py times the BERT family both ways); with
-    the fused kernels off it is off too. Takes effect as set_fused_kernels does."""
+    """Let linear_gelu fold the GELU into its matmul on CUDA (the default: whole BERT-family
+    models run faster with it, docs/gpu.md); False keeps the GELU a pass of its own, for
+    comparison. With the fused kernels off it is off too. Takes effect as set_fused_kernels does."""
     global _gelu_epilogue
     _gelu_epilogue = enabled
 
