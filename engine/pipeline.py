@@ -18,6 +18,7 @@ context of its document (engine/late_chunking.py): an item's vectors are then on
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -41,6 +42,11 @@ T = TypeVar("T")
 # Texts per tokenizer call: small enough that several pieces make one batch (the threads
 # share its tokenization), large enough that a call's fixed cost stays negligible.
 PIECE_TEXTS = 256
+# Texts per piece sent to tokenizer processes once each has had its first: a piece's trip
+# through the process pool costs this process far more CPU than the piece's own pickling, and
+# about the same whatever its size, so larger pieces leave this process free to drive the
+# device. The first pieces keep the small size, so that the device starts as soon.
+PROCESS_PIECE_TEXTS = 1024
 # Batches launched and not yet read back. Two, as one front end keeps on a GPU: the device has
 # the next batch queued while the host, which shares the GIL with the tokenizer threads,
 # reads one back and cuts the one after (on a CPU a batch is done when it is launched).
@@ -124,7 +130,7 @@ def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
         stop = partial(pool.shutdown, wait=False, cancel_futures=True)
     else:
         start, workers, stop = partial(_run_now, tokenize), 0, (lambda: None)
-    ahead = _submitted(items, start, piece_texts)
+    ahead = _submitted(items, start, _piece_sizes(piece_texts, num_processes))
     if workers:
         ahead = prefetch(ahead, depth=2 * workers, name="rose-embed-feeder")
     launcher = _Launcher(engine, on_batch, max_in_flight)
@@ -148,16 +154,28 @@ def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
         stop()
 
 
+def _piece_sizes(piece_texts: int, num_processes: int) -> Iterator[int]:
+    """Texts per piece, piece after piece of the stream: `piece_texts`, and with tokenizer
+    processes, once each has had one, PROCESS_PIECE_TEXTS where that is larger."""
+    if not num_processes:
+        return itertools.repeat(piece_texts)
+    return itertools.chain(itertools.repeat(piece_texts, num_processes),
+                           itertools.repeat(max(piece_texts, PROCESS_PIECE_TEXTS)))
+
+
 def _submitted(items: Iterable[tuple[Any, Sequence[str]]], start: Callable[[Sequence[str], int], Future],
-               piece_texts: int) -> Iterator[_Item | Future]:
+               piece_sizes: Iterator[int]) -> Iterator[_Item | Future]:
     """Each item's announcement, then its pieces' tokenization, started as they are reached; a
     piece knows where its first text stands in the stream (for an error's index)."""
     iterator, num_before = iter(items), 0
     try:
         for tag, texts in iterator:
             yield _Item(tag, len(texts))
-            for lo in range(0, len(texts), piece_texts):
-                yield start(texts[lo : lo + piece_texts], num_before + lo)
+            lo = 0
+            while lo < len(texts):
+                hi = lo + next(piece_sizes)
+                yield start(texts[lo:hi], num_before + lo)
+                lo = hi
             num_before += len(texts)
     finally:
         close_iterator(iterator)
