@@ -22,12 +22,17 @@ mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
 export PYTHONPATH=/tmp/site:.carry/pkgs:${PYTHONPATH:-}
 
+# A call brings back at most 8 files from $OUT: a step's log comes back only where the step
+# failed or KEEP_LOGS is set, and a mode writes no more than 8 reports.
 step() {  # name, command...
     local name=$1
     shift
-    local started=$SECONDS
-    "$@" > "$OUT/$name.log" 2>&1
-    echo "$name: exit $? in $((SECONDS - started)) s; $(tail -n 1 "$OUT/$name.log")"
+    local started=$SECONDS log=/tmp/step-logs/$name.log
+    mkdir -p /tmp/step-logs
+    "$@" > "$log" 2>&1
+    local status=$?
+    echo "$name: exit $status in $((SECONDS - started)) s; $(tail -n 1 "$log")"
+    if [ $status -ne 0 ] || [ -n "${KEEP_LOGS:-}" ]; then cp "$log" "$OUT/"; fi
 }
 
 models() {
@@ -45,7 +50,7 @@ load_gen() {  # report name, model, extra flags...
 
 case "${1:-tests}" in
 tests)
-    step gpu-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu \
+    KEEP_LOGS=1 step gpu-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu \
         tests/test_gpu.py tests/test_gpu_capture.py tests/test_gpu_stress.py tests/test_qwen3_gpu.py \
         tests/test_fused_gpu.py tests/test_architectures_gpu.py tests/test_packed_attention_gpu.py \
         tests/test_st_modules.py tests/test_contextualized_gpu.py tests/test_long_inputs_devices.py
