@@ -25,6 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import publish  # noqa: E402
 from engine.attention_timing import AttentionTimer, padded_cu_seqlens  # noqa: E402
 from engine.layers.attention import AttentionShape, make_attention_backend  # noqa: E402
 from engine.layers.attention_cuda import VarlenMeta  # noqa: E402
@@ -120,11 +121,7 @@ def main() -> None:
     ]
     for name in args.models.split(","):
         lines += probe(name, SHAPES[name])
-    report = "\n".join(lines) + "\n"
-    print(report)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(report)
+    publish("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":

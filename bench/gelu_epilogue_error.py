@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import machine_description  # noqa: E402
+from bench.common import machine_description, publish  # noqa: E402
 
 
 def _errors(got: torch.Tensor, exact: torch.Tensor) -> tuple[float, float]:
@@ -70,10 +70,7 @@ def main() -> None:
         "|---|---:|---:|---:|---:|---:|",
         *rows,
     ]
-    report = "\n".join(lines) + "\n"
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(report)
+    publish("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":
