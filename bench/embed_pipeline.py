@@ -37,8 +37,8 @@ from bench.common import load_texts, machine_description, publish  # noqa: E402
 from engine.batch import PackedBatch, cut_batches, pack  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.engine import Engine  # noqa: E402
-from engine.pipeline import MAX_IN_FLIGHT, PIECE_TEXTS, default_num_threads, embed_texts  # noqa: E402
-from engine.tokenizer_processes import default_num_processes  # noqa: E402
+from engine.pipeline import MAX_IN_FLIGHT, PIECE_TEXTS, PROCESS_PIECE_TEXTS, default_num_threads, embed_texts  # noqa: E402
+from engine.tokenizer_processes import Submitter, default_num_processes  # noqa: E402
 
 
 def workload(num_texts: int, docs: int) -> list[str]:
@@ -98,6 +98,14 @@ def run_ids(engine: Engine, seqs: list[np.ndarray], max_in_flight: int = MAX_IN_
     return np.concatenate(out)
 
 
+def tokenize_in_processes(engine: Engine, texts: list[str], num_processes: int, piece_texts: int) -> int:
+    """The tokenizer processes alone: every piece submitted at once, the tokens counted as they
+    come back (how fast the processes tokenize, with nothing else for this process to do)."""
+    submit = Submitter(engine.tokenizer, num_processes, "", "truncate")
+    futures = [submit(texts[lo : lo + piece_texts], lo) for lo in range(0, len(texts), piece_texts)]
+    return sum(future.result().batch.num_tokens for future in futures)
+
+
 def tokenize_only(engine: Engine, texts: list[str], num_threads: int) -> int:
     """The pipeline's tokenizer side: pieces encoded to packed streams by a pool (0 threads: one
     piece after another in this thread); returns the number of tokens."""
@@ -124,6 +132,9 @@ def main() -> None:
     parser.add_argument("--processes", default="2,4",
                         help="tokenizer process counts to sweep (engine/tokenizer_processes.py; their start is "
                              "left out of the timing by a first untimed run, as a long-lived engine's pool is)")
+    parser.add_argument("--process-pieces", default="",
+                        help="texts per piece sent to tokenizer processes after each one's first (default "
+                             f"{PROCESS_PIECE_TEXTS}), other sizes to compare, with the default number of processes")
     parser.add_argument("--torch-threads", type=int, default=None,
                         help="torch's threads on a CPU (default: torch's own; 1 keeps a tiny model's many small "
                              "parallel regions from stalling on a busy machine)")
@@ -170,7 +181,16 @@ def measure(engine: Engine | SimulatedDevice, args) -> str:
     for num_processes in process_counts:
         paths[f"text (pipeline, {num_processes} tokenizer processes)"] = (
             lambda n=num_processes: embed_texts(engine, texts, num_processes=n))
-        embed_texts(engine, texts[: 4 * PIECE_TEXTS], num_processes=num_processes)  # its pool started
+        # Its pool started, every process of it (the pool starts one per piece that finds none idle).
+        embed_texts(engine, texts[: num_processes * PIECE_TEXTS], num_processes=num_processes)
+    if default_processes:
+        embed_texts(engine, texts[: default_processes * PIECE_TEXTS], num_processes=default_processes)
+    for size in [int(n) for n in args.process_pieces.split(",") if n] if default_processes else []:
+        paths[f"text (pipeline, {default_processes} tokenizer processes, pieces of {size} texts)"] = (
+            lambda n=size: embed_texts(engine, texts, num_processes=default_processes, process_piece_texts=n))
+    for num_processes in process_counts:
+        paths[f"tokenize only, {num_processes} processes, pieces of {PROCESS_PIECE_TEXTS}"] = (
+            lambda n=num_processes: tokenize_in_processes(engine, texts, n, PROCESS_PIECE_TEXTS))
     for num_threads in thread_counts:
         paths[f"tokenize only, {num_threads} threads"] = lambda n=num_threads: tokenize_only(engine, texts, n)
     paths["tokenize only, one call on the whole list (the serial path's)"] = lambda: engine.tokenize(texts)

@@ -5,6 +5,8 @@
 #   bench/gpu_session.sh tests     # the GPU tests (about 4 minutes)
 #   bench/gpu_session.sh engine    # gpu_bench (issue 17) and Engine.embed on text (issue 16)
 #   bench/gpu_session.sh load      # the load generator with default flags, four workloads (issue 16)
+#   bench/gpu_session.sh text      # the text side: Engine.embed on text (piece sizes compared), then the
+#                                  # load generator on MiniLM and BERT-base paragraphs (issue 16)
 #   bench/gpu_session.sh profile   # kernel by kernel with the packed attention, GELU in the matmul's
 #                                  # epilogue or not, py-spy over the server under load, documents
 #   bench/gpu_session.sh fa4-first # FlashAttention 4: the first of two calls (docs/gpu.md's recipe)
@@ -69,6 +71,13 @@ load)
     load_gen e2e-gpu-bert-base-docs /tmp/bert-base-random --num-texts 3000 --join 4 --repeat 4 --latency-queries 0
     load_gen e2e-gpu-qwen3 /tmp/qwen3-random --num-texts 12061 --repeat 3 --latency-queries 200
     ;;
+text)
+    models >/tmp/models.log 2>&1
+    step embed-pipeline python3 bench/embed_pipeline.py --model /tmp/minilm-random --device cuda --rounds 5 \
+        --threads 0 --processes 4,8 --process-pieces 256 --out "$OUT/embed-pipeline-gpu-minilm.md"
+    load_gen e2e-gpu-minilm /tmp/minilm-random --num-texts 12061 --join 1 --repeat 4 --latency-queries 0
+    load_gen e2e-gpu-bert-base /tmp/bert-base-random --num-texts 12061 --join 1 --repeat 4 --latency-queries 200
+    ;;
 profile)
     models >/tmp/models.log 2>&1
     export PATH=/tmp/site/bin:$PATH  # py-spy, from its wheel in .whl/
@@ -94,7 +103,7 @@ fa4)
         step fa4-probe python3 bench/fa4_probe.py --out "$OUT/fa4-probe.md"
     ;;
 *)
-    echo "usage: $0 tests|engine|load|profile|fa4-first|fa4" >&2
+    echo "usage: $0 tests|engine|text|load|profile|fa4-first|fa4" >&2
     exit 2
     ;;
 esac

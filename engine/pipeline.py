@@ -68,7 +68,7 @@ class _Item:
 
 def embed_texts(engine, texts: Sequence[str], *, num_threads: int | None = None,
                 num_processes: int | None = None, piece_texts: int = PIECE_TEXTS,
-                max_in_flight: int = MAX_IN_FLIGHT) -> np.ndarray:
+                process_piece_texts: int = PROCESS_PIECE_TEXTS, max_in_flight: int = MAX_IN_FLIGHT) -> np.ndarray:
     """texts -> [N, dim] float32, through `embed_stream`; texts that make one piece are
     tokenized in the caller's thread (nothing to overlap: a query pays for no thread), and
     tokenizer processes are started only for a list long enough to repay their start."""
@@ -77,7 +77,8 @@ def embed_texts(engine, texts: Sequence[str], *, num_threads: int | None = None,
     elif num_processes is None and sum(map(len, texts)) < PROCESSES_MIN_CHARS:
         num_processes = 0
     [(_, vectors)] = embed_stream(engine, [(None, texts)], num_threads=num_threads, num_processes=num_processes,
-                                  piece_texts=piece_texts, max_in_flight=max_in_flight)
+                                  piece_texts=piece_texts, process_piece_texts=process_piece_texts,
+                                  max_in_flight=max_in_flight)
     return vectors
 
 
@@ -85,6 +86,7 @@ def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
                  on_batch: Callable[[int], object] = lambda num_seqs: None, *, prompt: str = "",
                  long_inputs: str = "truncate", late_chunking: bool = False, num_threads: int | None = None,
                  num_processes: int | None = None, piece_texts: int = PIECE_TEXTS,
+                 process_piece_texts: int = PROCESS_PIECE_TEXTS,
                  max_in_flight: int = MAX_IN_FLIGHT) -> Iterator[tuple[T, np.ndarray]]:
     """Yield (tag, vectors [len(texts), dim] float32) per item of (tag, texts), in order.
 
@@ -130,7 +132,7 @@ def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
         stop = partial(pool.shutdown, wait=False, cancel_futures=True)
     else:
         start, workers, stop = partial(_run_now, tokenize), 0, (lambda: None)
-    ahead = _submitted(items, start, _piece_sizes(piece_texts, num_processes))
+    ahead = _submitted(items, start, _piece_sizes(piece_texts, process_piece_texts, num_processes))
     if workers:
         ahead = prefetch(ahead, depth=2 * workers, name="rose-embed-feeder")
     launcher = _Launcher(engine, on_batch, max_in_flight)
@@ -154,13 +156,13 @@ def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
         stop()
 
 
-def _piece_sizes(piece_texts: int, num_processes: int) -> Iterator[int]:
+def _piece_sizes(piece_texts: int, process_piece_texts: int, num_processes: int) -> Iterator[int]:
     """Texts per piece, piece after piece of the stream: `piece_texts`, and with tokenizer
-    processes, once each has had one, PROCESS_PIECE_TEXTS where that is larger."""
+    processes, once each has had one, `process_piece_texts` where that is larger."""
     if not num_processes:
         return itertools.repeat(piece_texts)
     return itertools.chain(itertools.repeat(piece_texts, num_processes),
-                           itertools.repeat(max(piece_texts, PROCESS_PIECE_TEXTS)))
+                           itertools.repeat(max(piece_texts, process_piece_texts)))
 
 
 def _submitted(items: Iterable[tuple[Any, Sequence[str]]], start: Callable[[Sequence[str], int], Future],

@@ -22,6 +22,9 @@ if TYPE_CHECKING:  # the loader imports torch, which a tokenizer process does wi
 # The token Qwen3-Embedding's own tokenizer.json appends (its TemplateProcessing
 # post-processor: "$A <|endoftext|>"); note it is not the chat eos <|im_end|>.
 _QWEN_END_TOKEN = "<|endoftext|>"
+# Below this many texts the fast path goes text by text: its whole-list form costs a few dozen
+# array operations, more than a few texts' own tokenizing.
+_FEW_TEXTS = 16
 
 
 def _end_token(model_dir: Path, tokenizer: Tokenizer) -> str:
@@ -127,6 +130,9 @@ class TextTokenizer:
         tokens, and today's references (sentence-transformers >= 5, Qwen's own code) feed
         the text as it is.
         """
+        if self._fast is not None and len(texts) >= _FEW_TEXTS:
+            flat, lengths = self._fast.encode_packed(self._stripped(texts), self._rust_ids)
+            return np.split(flat, np.cumsum(lengths[:-1]))
         return [np.asarray(ids, dtype=np.int32) for ids in self._ids(texts)]
 
     def encode_packed(self, texts: Sequence[str]) -> PackedBatch:
@@ -136,21 +142,31 @@ class TextTokenizer:
         are what the tokenizer hands out, and one pass over them is the cheapest way to a
         flat array. Raises ValueError for a text that gives no token at all.
         """
+        if self._fast is not None and len(texts) >= _FEW_TEXTS:
+            flat, lengths = self._fast.encode_packed(self._stripped(texts), self._rust_ids)
+            if len(lengths) and lengths.min() < 1:
+                raise ValueError("a batch needs at least one sequence, each of at least one token")
+            return pack_flat(flat, lengths)
         ids = self._ids(texts)
         lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
         flat = np.fromiter(chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
         return pack_flat(flat, lengths)
 
+    def _stripped(self, texts: Sequence[str]) -> Sequence[str]:
+        return [t.strip() for t in texts] if self.strip_texts else texts
+
+    def _rust_ids(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self._encode_batch(texts, add_special_tokens=True)]
+
     def _ids(self, texts: Sequence[str]) -> list[list[int]]:
-        if self.strip_texts:
-            texts = [t.strip() for t in texts]
+        texts = self._stripped(texts)
         if self._fast is None:
-            return [e.ids for e in self._encode_batch(texts, add_special_tokens=True)]
+            return self._rust_ids(texts)
         ids = [self._fast.encode(text) for text in texts]
         rest = [i for i, one in enumerate(ids) if one is None]
         if rest:
-            for i, encoding in zip(rest, self._encode_batch([texts[i] for i in rest], add_special_tokens=True)):
-                ids[i] = encoding.ids
+            for i, rust_ids in zip(rest, self._rust_ids([texts[i] for i in rest])):
+                ids[i] = rust_ids
         return ids
 
     def encode_untruncated(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -81,6 +82,36 @@ _TEXTS = st.lists(st.one_of(st.text(_ASCII, max_size=40), _PIECES), max_size=8).
 @given(st.lists(_TEXTS, min_size=1, max_size=6))
 def test_random_texts(minilm, texts):
     assert _ours(minilm, texts) == _reference(minilm, texts)
+
+
+@functools.cache
+def _minilm_of_length(max_len: int) -> TextTokenizer:
+    return TextTokenizer(MINILM, max_len, strip_texts=True)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_TEXTS, min_size=16, max_size=48), st.sampled_from([256, 8, 3]))
+def test_random_lists_take_the_whole_list_path(texts, max_len):
+    """Sixteen texts and more go through the fast path's whole-list form, with the texts off it
+    (non-ASCII, control characters, added tokens) mixed in among the rest."""
+    tokenizer = _minilm_of_length(max_len)
+    assert _ours(tokenizer, texts) == _reference(tokenizer, texts)
+    nonempty = [t for t in texts if t.strip()]
+    if len(nonempty) >= 16:
+        assert tokenizer.encode_packed(nonempty).input_ids.tolist() == \
+            [i for ids in _reference(tokenizer, nonempty) for i in ids]
+
+
+def test_whole_list_path_with_an_added_token_across_lines(tmp_path):
+    """An added token holding a newline could match across two joined texts: texts are then
+    checked one by one."""
+    def add_token(config):
+        config["added_tokens"].append({"id": 5, "content": "x\ny", "single_word": False, "lstrip": False,
+                                       "rstrip": False, "normalized": False, "special": True})
+    tokenizer = TextTokenizer(_tokenizer_dir(tmp_path, add_token), 64, strip_texts=True)
+    assert tokenizer._fast is not None and tokenizer._fast._added_spans_lines
+    texts = ["ends in x", "y starts", "has x\ny inside", "[MASK] here"] * 5 + load_texts(40)
+    assert _ours(tokenizer, texts) == _reference(tokenizer, texts)
 
 
 def test_cased_tokenizer(tmp_path):

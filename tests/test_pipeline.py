@@ -256,13 +256,12 @@ def test_tokenizer_processes_give_the_threads_vectors_errors_and_windows():
     assert not tokenizer_processes._pools
 
 
-def test_tokenizer_processes_get_one_small_piece_each_then_large_ones(monkeypatch):
+def test_tokenizer_processes_get_one_small_piece_each_then_large_ones():
     """A piece's trip through the process pool costs the caller about the same whatever its
     size: once each process has had a small first piece (the device starts as soon), pieces
-    are PROCESS_PIECE_TEXTS long. The stream's indices and vectors do not change."""
+    are `process_piece_texts` long. The stream's indices and vectors do not change."""
     from engine import pipeline, tokenizer_processes
 
-    monkeypatch.setattr(pipeline, "PROCESS_PIECE_TEXTS", 24)
     started = []
 
     def start(texts, first):
@@ -270,14 +269,14 @@ def test_tokenizer_processes_get_one_small_piece_each_then_large_ones(monkeypatc
         return first
 
     items = [("a", _texts(20, seed=0)), ("b", _texts(70, seed=1))]
-    list(pipeline._submitted(items, start, pipeline._piece_sizes(8, 2)))
+    list(pipeline._submitted(items, start, pipeline._piece_sizes(8, 24, 2)))
     assert started == [(0, 8), (8, 8), (16, 4), (20, 24), (44, 24), (68, 22)]
     started.clear()
-    list(pipeline._submitted(items, start, pipeline._piece_sizes(8, 0)))
+    list(pipeline._submitted(items, start, pipeline._piece_sizes(8, 24, 0)))
     assert [size for _, size in started] == [8, 8, 4] + [8] * 8 + [6]
 
     engine = FakeEngine()
-    by_processes = list(embed_stream(engine, items, num_processes=2, piece_texts=8))
+    by_processes = list(embed_stream(engine, items, num_processes=2, piece_texts=8, process_piece_texts=24))
     by_threads = list(embed_stream(engine, items, num_threads=2, num_processes=0, piece_texts=8))
     for (ours_tag, ours), (theirs_tag, theirs) in zip(by_processes, by_threads, strict=True):
         assert ours_tag == theirs_tag
