@@ -138,15 +138,12 @@ class TextTokenizer:
     def encode_packed(self, texts: Sequence[str]) -> PackedBatch:
         """The texts' ids as one packed stream, what `pack(encode(texts))` gives.
 
-        Built straight from the encodings' id lists, without an array per text: the lists
-        are what the tokenizer hands out, and one pass over them is the cheapest way to a
-        flat array. Raises ValueError for a text that gives no token at all.
+        Built without an array per text: from the fast path's whole-list form where it
+        applies, else straight from the id lists the tokenizer hands out, in one pass.
+        Raises ValueError for a text that gives no token at all.
         """
         if self._fast is not None and len(texts) >= _FEW_TEXTS:
-            flat, lengths = self._fast.encode_packed(self._stripped(texts), self._rust_ids)
-            if len(lengths) and lengths.min() < 1:
-                raise ValueError("a batch needs at least one sequence, each of at least one token")
-            return pack_flat(flat, lengths)
+            return pack_flat(*self._fast.encode_packed(self._stripped(texts), self._rust_ids))
         ids = self._ids(texts)
         lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
         flat = np.fromiter(chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))

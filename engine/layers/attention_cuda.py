@@ -179,7 +179,7 @@ class PackedAttentionBackend:
     name = "packed"
     num_graph_slots = 1  # nothing is planned on the host
 
-    def __init__(self, shape: AttentionShape, blocks: tuple[int, int] | None = None):
+    def __init__(self, shape: AttentionShape, blocks: tuple[int, ...] | None = None):
         if shape.window is not None or shape.has_position_bias:
             raise ValueError("the packed attention kernel has no sliding windows or position bias; "
                              "use the varlen attention backend")

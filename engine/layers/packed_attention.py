@@ -105,9 +105,10 @@ def default_blocks(head_dim: int) -> tuple[int, int]:
 
 def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_start: torch.Tensor,
                      seq_end: torch.Tensor, scale: float, is_causal: bool,
-                     blocks: tuple[int, int] | None = None) -> torch.Tensor:
+                     blocks: tuple[int, ...] | None = None) -> torch.Tensor:
     """q [T, H, D], k / v [T, KV, D] (any token stride, contiguous head_dim), the per-token
-    sequence bounds from `sequence_bounds` -> out [T, H, D] in q's dtype."""
+    sequence bounds from `sequence_bounds` -> out [T, H, D] in q's dtype. `blocks`:
+    (BLOCK_M, BLOCK_N), or with Triton's num_warps and num_stages after them, to compare."""
     num_tokens, num_heads, head_dim = q.shape
     out = torch.empty(num_tokens, num_heads, head_dim, dtype=q.dtype, device=q.device)
     if num_tokens == 0:
@@ -115,13 +116,15 @@ def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_star
     for x in (q, k, v):
         if x.stride(2) != 1:
             raise ValueError("packed attention needs a contiguous head dimension")
-    block_m, block_n = blocks or default_blocks(head_dim)
+    block_m, block_n, *launch = blocks or default_blocks(head_dim)
+    num_warps, num_stages = launch or (4 if block_m <= 64 else 8, None)
     grid = (triton.cdiv(num_tokens, block_m), num_heads)
     _packed_attention_kernel[grid](
         q, k, v, out, seq_start, seq_end, num_tokens, scale * _LOG2_E,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
         GROUP=num_heads // k.shape[1], HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_M=block_m, BLOCK_N=block_n, IS_CAUSAL=is_causal,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=4 if block_m <= 64 else 8,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=num_warps,
+        **({} if num_stages is None else {"num_stages": num_stages}),
     )
     return out

@@ -1,0 +1,103 @@
+"""The packed attention kernel's launch settings, swept on the H200: tile sizes, warps, stages.
+
+    python3 bench/attention_tiles.py --out bench/results/attention-tiles.md
+
+For each model shape (MiniLM, BERT-base, the Qwen3-0.6B shape) and each class of batch that
+`auto` times (16,384 and 2,048 tokens; sequences of up to 128 and 512), one layer's attention
+in microseconds per call, timed as `auto` times it (engine/attention_timing.py: CUDA graphs of
+many calls, best of several replays). The default's row is marked; the fastest setting per
+class is in bold. Only the launch changes: the outputs are checked equal to the default's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import publish  # noqa: E402
+from engine.attention_timing import AttentionTimer, padded_cu_seqlens  # noqa: E402
+from engine.layers.attention import AttentionShape  # noqa: E402
+from engine.layers.attention_cuda import PackedAttentionBackend  # noqa: E402
+from engine.layers.packed_attention import default_blocks  # noqa: E402
+
+SHAPES = {
+    "minilm": AttentionShape(num_heads=12, num_kv_heads=12, head_dim=32, is_causal=False),
+    "bert-base": AttentionShape(num_heads=12, num_kv_heads=12, head_dim=64, is_causal=False),
+    "qwen3-0.6b": AttentionShape(num_heads=16, num_kv_heads=8, head_dim=128, is_causal=True),
+}
+CLASSES = [(16384, 128), (16384, 512), (2048, 128), (2048, 512)]
+TILES = [(64, 64), (64, 32), (128, 64), (128, 32)]
+WARPS = [4, 8]
+STAGES = [2, 3, 4]
+MAX_SEQS = 1024
+
+
+def same_output(shape: AttentionShape, settings: tuple[int, ...], reference: tuple[int, ...]) -> bool:
+    cu_host = padded_cu_seqlens(2048, 512, MAX_SEQS)
+    cu = torch.tensor(cu_host, dtype=torch.int32, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q = torch.randn(2048, shape.num_heads, shape.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(2048, shape.num_kv_heads, shape.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
+            for _ in range(2))
+    outs = []
+    for blocks in (settings, reference):
+        backend = PackedAttentionBackend(shape, blocks=blocks)
+        outs.append(backend.forward(q, k, v, backend.prepare(cu, cu_host, 512)).float())
+    return bool(torch.allclose(outs[0], outs[1], atol=2e-2, rtol=0))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    lines = ["# The packed attention kernel's launch settings", "",
+             f"- command: `python3 bench/attention_tiles.py {' '.join(sys.argv[1:])}`",
+             f"- GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; date {datetime.date.today()}",
+             "- bf16; us per layer call as `auto` times it; (BLOCK_M, BLOCK_N, num_warps, num_stages); "
+             "`stages -`: Triton's default; `*`: the engine's default setting; bold: the fastest per class", ""]
+    for name, shape in SHAPES.items():
+        block_m, block_n = default_blocks(shape.head_dim)
+        default = (block_m, block_n, 4 if block_m <= 64 else 8, None)
+        settings = [default] + [(m, n, w, s) for (m, n), w, s in itertools.product(TILES, WARPS, STAGES)]
+        timer = AttentionTimer(shape, torch.bfloat16, torch.device("cuda"), 16384, MAX_SEQS)
+        times: dict[tuple, list[float | None]] = {}
+        for setting in settings:
+            blocks = setting if setting[3] is not None else setting[:2]
+            row = []
+            for num_tokens, max_seqlen in CLASSES:
+                try:
+                    row.append(timer(PackedAttentionBackend(shape, blocks=blocks), num_tokens, max_seqlen))
+                except Exception as exc:  # a setting that does not compile or fit: left out, not fatal
+                    print(f"{name} {setting}: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
+                    row.append(None)
+            times[setting] = row
+            print(name, setting, [None if t is None else round(1e6 * t, 1) for t in row], flush=True)
+        del timer
+        best = [min((t[i] for t in times.values() if t[i] is not None), default=None) for i in range(len(CLASSES))]
+        lines += [f"## {name} (head_dim {shape.head_dim}, {shape.num_heads} heads, {shape.num_kv_heads} kv heads"
+                  f"{', causal' if shape.is_causal else ''})", "",
+                  "| setting | " + " | ".join(f"{t} tok, <= {s}" for t, s in CLASSES) + " | sum | output = default's |",
+                  "| --- |" + " ---: |" * (len(CLASSES) + 1) + " --- |"]
+        ranked = sorted(times.items(), key=lambda item: sum(t if t is not None else 1.0 for t in item[1]))
+        for setting, row in ranked[:12] + ([(default, times[default])] if default not in dict(ranked[:12]) else []):
+            cells = ["-" if t is None else (f"**{1e6 * t:.1f}**" if t == best[i] else f"{1e6 * t:.1f}")
+                     for i, t in enumerate(row)]
+            total = "-" if None in row else f"{1e6 * sum(row):.1f}"
+            label = f"{setting[0]}x{setting[1]}, warps {setting[2]}, stages {setting[3] or '-'}"
+            check = "yes" if setting == default else ("yes" if same_output(shape, setting, default[:2]) else "NO")
+            lines.append(f"| {label}{' *' if setting == default else ''} | " + " | ".join(cells)
+                         + f" | {total} | {check} |")
+        lines.append("")
+        torch.cuda.empty_cache()
+    publish("\n".join(lines) + "\n", args.out)
+
+
+if __name__ == "__main__":
+    main()
