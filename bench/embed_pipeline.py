@@ -10,8 +10,9 @@ Per round, on the same texts and the same batches:
                    launched, as many in flight as the pipeline keeps): the engine alone;
   text (serial)    the loop `Engine.embed` ran before: tokenize all, then compute, one in flight.
 Then `Engine.embed`'s loop with each of `--threads` tokenizer threads and each of
-`--processes` tokenizer processes, and tokenization alone (pieces of the pipeline's size, in
-a pool) with each of the thread counts. Needs no network: the model is a directory
+`--processes` tokenizer processes (and the default processes fed the `--process-pieces`
+sizes), and tokenization alone: in each of the numbers of processes, every piece sent at
+once, and in a pool of each of the thread counts (pieces of the pipeline's size). Needs no network: the model is a directory
 (`--model`), the embedded default, or `--tiny` (written to a temporary folder).
 `--simulated-rate` puts a stand-in device of that speed, which takes no CPU, behind the
 model's tokenizer: whether this machine's host side can feed a GPU that fast.

@@ -99,7 +99,8 @@ def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
     `config.max_batch_seqs`, `dimensions` and `spec.normalize`. Every text is embedded as
     `prompt + text`; `long_inputs` is "truncate", "error" (InputTooLongError, its index
     counting the texts of every item before) or "chunk". `items` is iterated in a thread of
-    its own, and pieces tokenized by `num_threads` more (default `default_num_threads()`; 0:
+    its own, and pieces (of `piece_texts` texts; to tokenizer processes, `process_piece_texts`
+    once each has had one) tokenized by `num_threads` more (default `default_num_threads()`; 0:
     all of it in the caller's thread, one piece after another), or, where `num_processes` >
     0, by that many tokenizer processes instead (engine/tokenizer_processes.py; by default
     where the tokenizer holds the GIL and the device is not the CPU; never for late chunking).
