@@ -9,7 +9,8 @@ For each model shape (random bf16 weights) and each setting of the fused kernels
     eagerly under torch.profiler; the table lists its kernels grouped by name, with time per
     batch and launches per batch, and the sum of all kernel time;
   - the same batch replayed as a whole-model CUDA graph (ms per batch, tokens/s, fraction of
-    the dense ceiling: the model's linear layers alone on 8192 tokens);
+    the dense ceiling: the model's linear layers alone on 8192 tokens), and the graph alone
+    on the device (CUDA events around its replay: kernels and the gaps between them);
   - a 16-token query: graph-replay latency p50 and its kernel count;
   - agreement of each setting's vectors with the unfused ones (min cosine).
 """
@@ -83,6 +84,25 @@ def replay_ms(runner: ModelRunner, seqs: list[np.ndarray], iters: int = 20) -> f
     return 1e3 * statistics.median(times)
 
 
+def graph_device_ms(runner: ModelRunner, iters: int = 20) -> float | None:
+    """The runner's one captured graph replayed alone, timed by CUDA events: its kernels and the
+    gaps between them inside the graph, without the host's packing, copies and readback (which
+    overlap the device's work when batches are in flight). None unless exactly one graph."""
+    captured = list(runner.graphs.graphs.values()) if runner.graphs is not None else []
+    if len(captured) != 1:
+        return None
+    graph = captured[0].graph
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
 def profile_model(name: str, args, out: list[str]) -> None:
     arch, shape = SHAPES[name]
     is_causal, pooling = (True, "last") if arch == "qwen3" else (False, "mean")
@@ -115,12 +135,17 @@ def profile_model(name: str, args, out: list[str]) -> None:
         rows, total_us, launches = kernel_table(eager, seqs)
         graphs = ModelRunner(ours, SentenceHead(pooling), attention, torch.device("cuda"), **common)
         ms = replay_ms(graphs, seqs)
+        device_ms = graph_device_ms(graphs)
         p50, p99 = latency_ms(graphs, 16, iters=200)
         _, query_us, query_launches = kernel_table(eager, [np.arange(1000, 1016, dtype=np.int32)])
         out.append(f"### {label}: graph replay {ms:.2f} ms/batch = {num_tokens / ms:,.0f}k tok/s = "
                    f"{num_tokens / ms * 1e3 / ceiling:.2f} of ceiling; kernel sum {total_us / 1e3:.2f} ms, "
                    f"{launches} launches/batch; 16-token query p50 {p50:.3f} ms p99 {p99:.3f} ms "
                    f"({query_launches} launches, kernel sum {query_us:.0f} us); first eager run {first_s:.1f} s\n")
+        if device_ms is not None:
+            out.append(f"the graph alone on the device (CUDA events around its replay): {device_ms:.2f} ms, "
+                       f"{device_ms - total_us / 1e3:.2f} ms more than its kernels' sum (the gaps inside the "
+                       f"graph); the host's part of the replay above: {ms - device_ms:.2f} ms\n")
         out.append("| kernel | us/batch | % | launches/batch |\n|---|---:|---:|---:|")
         for kernel, us, count in rows[: args.top]:
             out.append(f"| `{kernel}` | {us:,.0f} | {100 * us / total_us:.1f} | {count:g} |")
@@ -153,8 +178,8 @@ def main() -> None:
            f"command: `python3 bench/gpu_profile.py {' '.join(sys.argv[1:])}`"]
     for name in args.models.split(","):
         profile_model(name, args, out)
-    if args.out:
-        args.out.write_text("\n".join(out) + "\n")
+        if args.out:  # after each model: a call cut short keeps the models done
+            args.out.write_text("\n".join(out) + "\n")
 
 
 if __name__ == "__main__":
