@@ -59,6 +59,27 @@ def kernel_table(runner: ModelRunner, seqs: list[np.ndarray], runs: int = 3) -> 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(runs):
             runner.execute(batch).wait()
+    return _grouped(prof, runs)
+
+
+def graph_kernel_table(runner: ModelRunner, runs: int = 3) -> tuple[list[tuple], float, int] | None:
+    """kernel_table's rows for the runner's one captured graph, replayed alone (None unless one graph)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    captured = list(runner.graphs.graphs.values()) if runner.graphs is not None else []
+    if len(captured) != 1:
+        return None
+    graph = captured[0].graph
+    graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(runs):
+            graph.replay()
+        torch.cuda.synchronize()
+    return _grouped(prof, runs)
+
+
+def _grouped(prof, runs: int) -> tuple[list[tuple], float, int]:
     totals: dict[str, list[float]] = {}
     for event in prof.events():
         if event.device_type != torch.autograd.DeviceType.CUDA:
@@ -136,6 +157,7 @@ def profile_model(name: str, args, out: list[str]) -> None:
         graphs = ModelRunner(ours, SentenceHead(pooling), attention, torch.device("cuda"), **common)
         ms = replay_ms(graphs, seqs)
         device_ms = graph_device_ms(graphs)
+        in_graph = graph_kernel_table(graphs)
         p50, p99 = latency_ms(graphs, 16, iters=200)
         _, query_us, query_launches = kernel_table(eager, [np.arange(1000, 1016, dtype=np.int32)])
         out.append(f"### {label}: graph replay {ms:.2f} ms/batch = {num_tokens / ms:,.0f}k tok/s = "
@@ -146,6 +168,19 @@ def profile_model(name: str, args, out: list[str]) -> None:
             out.append(f"the graph alone on the device (CUDA events around its replay): {device_ms:.2f} ms, "
                        f"{device_ms - total_us / 1e3:.2f} ms more than its kernels' sum (the gaps inside the "
                        f"graph); the host's part of the replay above: {ms - device_ms:.2f} ms\n")
+        if in_graph is not None and in_graph[2]:
+            graph_us = {kernel: us for kernel, us, _ in in_graph[0]}
+            eager_us = {kernel: us for kernel, us, _ in rows}
+            out.append(f"the same kernels inside the graph (profiled replays): sum {in_graph[1] / 1e3:.2f} ms, "
+                       f"{in_graph[2]} launches/batch; where they differ most from eager:\n")
+            out.append("| kernel | eager us/batch | in the graph us/batch |\n|---|---:|---:|")
+            names = sorted(set(graph_us) | set(eager_us),
+                           key=lambda k: -abs(graph_us.get(k, 0.0) - eager_us.get(k, 0.0)))
+            for kernel in names[:8]:
+                out.append(f"| `{kernel}` | {eager_us.get(kernel, 0.0):,.0f} | {graph_us.get(kernel, 0.0):,.0f} |")
+            out.append("")
+        elif in_graph is not None:
+            out.append("the profiler recorded no kernels inside the graph's replays\n")
         out.append("| kernel | us/batch | % | launches/batch |\n|---|---:|---:|---:|")
         for kernel, us, count in rows[: args.top]:
             out.append(f"| `{kernel}` | {us:,.0f} | {100 * us / total_us:.1f} | {count:g} |")
