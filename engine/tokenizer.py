@@ -155,7 +155,7 @@ class TextTokenizer:
     def _rust_ids(self, texts: list[str]) -> list[list[int]]:
         return [e.ids for e in self._encode_batch(texts, add_special_tokens=True)]
 
-    def _ids(self, texts: Sequence[str]) -> list[list[int]]:
+    def _ids(self, texts: Sequence[str]) -> list[Sequence[int]]:
         texts = self._stripped(texts)
         if self._fast is None:
             return self._rust_ids(texts)
