@@ -1,4 +1,5 @@
-"""The packed attention kernel's launch settings, swept on the H200: tile sizes, warps, stages.
+"""The packed attention kernel's launch settings, swept on the H200: tile sizes, warps, stages,
+and whether key blocks inside every row's sequence skip the mask.
 
     python3 bench/attention_tiles.py --out bench/results/attention-tiles.md
 
@@ -15,6 +16,7 @@ import argparse
 import datetime
 import itertools
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -25,7 +27,7 @@ from bench.common import publish  # noqa: E402
 from engine.attention_timing import AttentionTimer, padded_cu_seqlens  # noqa: E402
 from engine.layers.attention import AttentionShape  # noqa: E402
 from engine.layers.attention_cuda import PackedAttentionBackend  # noqa: E402
-from engine.layers.packed_attention import default_blocks  # noqa: E402
+from engine.layers.packed_attention import Tiles, default_tiles  # noqa: E402
 
 SHAPES = {
     "minilm": AttentionShape(num_heads=12, num_kv_heads=12, head_dim=32, is_causal=False),
@@ -33,13 +35,15 @@ SHAPES = {
     "qwen3-0.6b": AttentionShape(num_heads=16, num_kv_heads=8, head_dim=128, is_causal=True),
 }
 CLASSES = [(16384, 128), (16384, 512), (2048, 128), (2048, 512)]
-TILES = [(64, 64), (64, 32), (128, 64), (128, 32)]
-WARPS = [4, 8]
-STAGES = [2, 3, 4]
+# (BLOCK_M, BLOCK_N). Tiles of 16 and 32 rows span fewer sequences: a tile's rows each see only
+# their own sequence's keys, but the tile computes scores for every key of all its sequences.
+TILES = [(16, 32), (16, 64), (32, 32), (32, 64), (64, 64), (64, 32), (128, 64), (128, 32)]
+WARPS = {16: [1, 2], 32: [2, 4], 64: [4, 8], 128: [4, 8]}  # per BLOCK_M
+STAGES = [3, 4]  # 2 was slower everywhere in the first sweep
 MAX_SEQS = 1024
 
 
-def same_output(shape: AttentionShape, settings: tuple[int, ...], reference: tuple[int, ...]) -> bool:
+def same_output(shape: AttentionShape, tiles: Tiles, reference: Tiles) -> bool:
     cu_host = padded_cu_seqlens(2048, 512, MAX_SEQS)
     cu = torch.tensor(cu_host, dtype=torch.int32, device="cuda")
     g = torch.Generator(device="cuda").manual_seed(1)
@@ -47,10 +51,15 @@ def same_output(shape: AttentionShape, settings: tuple[int, ...], reference: tup
     k, v = (torch.randn(2048, shape.num_kv_heads, shape.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
             for _ in range(2))
     outs = []
-    for blocks in (settings, reference):
-        backend = PackedAttentionBackend(shape, blocks=blocks)
+    for setting in (tiles, reference):
+        backend = PackedAttentionBackend(shape, tiles=setting)
         outs.append(backend.forward(q, k, v, backend.prepare(cu, cu_host, 512)).float())
     return bool(torch.allclose(outs[0], outs[1], atol=2e-2, rtol=0))
+
+
+def label(tiles: Tiles) -> str:
+    return (f"{tiles.block_m}x{tiles.block_n}, warps {tiles.num_warps or '-'}, stages {tiles.num_stages or '-'}"
+            + ("" if tiles.mask_inner_blocks else ", inner masks skipped"))
 
 
 def main() -> None:
@@ -60,25 +69,26 @@ def main() -> None:
     lines = ["# The packed attention kernel's launch settings", "",
              f"- command: `python3 bench/attention_tiles.py {' '.join(sys.argv[1:])}`",
              f"- GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; date {datetime.date.today()}",
-             "- bf16; us per layer call as `auto` times it; (BLOCK_M, BLOCK_N, num_warps, num_stages); "
-             "`stages -`: Triton's default; `*`: the engine's default setting; bold: the fastest per class", ""]
+             "- bf16; us per layer call as `auto` times it; BLOCK_M x BLOCK_N, num_warps, num_stages (`-`: the "
+             "launcher's default), and whether key blocks inside every row's sequence skip the mask; `*`: the "
+             "engine's default setting; bold: the fastest per class", ""]
     for name, shape in SHAPES.items():
-        block_m, block_n = default_blocks(shape.head_dim)
-        default = (block_m, block_n, 4 if block_m <= 64 else 8, None)
-        settings = [default] + [(m, n, w, s) for (m, n), w, s in itertools.product(TILES, WARPS, STAGES)]
+        default = default_tiles(shape.head_dim)
+        settings = [default, replace(default, mask_inner_blocks=False)] + [
+            Tiles(m, n, w, stages, mask) for (m, n), stages, mask in itertools.product(TILES, STAGES, (True, False))
+            for w in WARPS[m]]
         timer = AttentionTimer(shape, torch.bfloat16, torch.device("cuda"), 16384, MAX_SEQS)
-        times: dict[tuple, list[float | None]] = {}
-        for setting in settings:
-            blocks = setting if setting[3] is not None else setting[:2]
+        times: dict[Tiles, list[float | None]] = {}
+        for tiles in settings:
             row = []
             for num_tokens, max_seqlen in CLASSES:
                 try:
-                    row.append(timer(PackedAttentionBackend(shape, blocks=blocks), num_tokens, max_seqlen))
+                    row.append(timer(PackedAttentionBackend(shape, tiles=tiles), num_tokens, max_seqlen))
                 except Exception as exc:  # a setting that does not compile or fit: left out, not fatal
-                    print(f"{name} {setting}: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
+                    print(f"{name} {label(tiles)}: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
                     row.append(None)
-            times[setting] = row
-            print(name, setting, [None if t is None else round(1e6 * t, 1) for t in row], flush=True)
+            times[tiles] = row
+            print(name, label(tiles), [None if t is None else round(1e6 * t, 1) for t in row], flush=True)
         del timer
         best = [min((t[i] for t in times.values() if t[i] is not None), default=None) for i in range(len(CLASSES))]
         lines += [f"## {name} (head_dim {shape.head_dim}, {shape.num_heads} heads, {shape.num_kv_heads} kv heads"
@@ -86,13 +96,14 @@ def main() -> None:
                   "| setting | " + " | ".join(f"{t} tok, <= {s}" for t, s in CLASSES) + " | sum | output = default's |",
                   "| --- |" + " ---: |" * (len(CLASSES) + 1) + " --- |"]
         ranked = sorted(times.items(), key=lambda item: sum(t if t is not None else 1.0 for t in item[1]))
-        for setting, row in ranked[:12] + ([(default, times[default])] if default not in dict(ranked[:12]) else []):
+        shown = dict(ranked[:12])
+        shown.setdefault(default, times[default])
+        for tiles, row in shown.items():
             cells = ["-" if t is None else (f"**{1e6 * t:.1f}**" if t == best[i] else f"{1e6 * t:.1f}")
                      for i, t in enumerate(row)]
             total = "-" if None in row else f"{1e6 * sum(row):.1f}"
-            label = f"{setting[0]}x{setting[1]}, warps {setting[2]}, stages {setting[3] or '-'}"
-            check = "yes" if setting == default else ("yes" if same_output(shape, setting, default[:2]) else "NO")
-            lines.append(f"| {label}{' *' if setting == default else ''} | " + " | ".join(cells)
+            check = "yes" if tiles == default else ("yes" if same_output(shape, tiles, default) else "NO")
+            lines.append(f"| {label(tiles)}{' *' if tiles == default else ''} | " + " | ".join(cells)
                          + f" | {total} | {check} |")
         lines.append("")
         torch.cuda.empty_cache()

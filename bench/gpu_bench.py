@@ -296,7 +296,9 @@ def attention_alone(name: str, shape, backends: list[str], args) -> list[dict]:
         if backend == "auto":
             continue
         if backend == "packed":
-            candidates += [(f"packed {m}x{n}", PackedAttentionBackend(shape, blocks=(m, n))) for m, n in PACKED_TILES]
+            from engine.layers.packed_attention import Tiles
+
+            candidates += [(f"packed {m}x{n}", PackedAttentionBackend(shape, tiles=Tiles(m, n))) for m, n in PACKED_TILES]
             continue
         try:
             candidates.append((backend, make_attention_backend(backend, shape, torch.device("cuda"), torch.bfloat16)))

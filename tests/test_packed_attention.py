@@ -62,17 +62,19 @@ def test_sequence_bounds_skip_empty_segments(kernel):
     assert start.dtype == end.dtype == torch.int32
 
 
+@pytest.mark.parametrize("mask_inner_blocks", [True, False], ids=["mask-every-block", "skip-inner-masks"])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["bidirectional", "causal"])
 @pytest.mark.parametrize("num_kv_heads", [2, 1], ids=["mha", "gqa"])
-def test_matches_the_definition_with_small_tiles(kernel, is_causal, num_kv_heads):
-    """Tiles of 16 rows: most hold several sequences, and the 70-token one spans five."""
+def test_matches_the_definition_with_small_tiles(kernel, is_causal, num_kv_heads, mask_inner_blocks):
+    """Tiles of 16 rows: most hold several sequences, and the 70-token one spans five (and with
+    16-key blocks, its middle tiles see key blocks inside it, which may skip the mask)."""
     from engine.layers.attention_cuda import PackedAttentionBackend
 
     cu = _cu(LENGTHS)
     shape = AttentionShape(2, num_kv_heads, 32, is_causal)
     q, k, v = _inputs(cu[-1], 2, num_kv_heads, 32, torch.float32)
     want = _naive(q, k, v, cu, shape, False, None)
-    backend = PackedAttentionBackend(shape, blocks=(16, 16))
+    backend = PackedAttentionBackend(shape, tiles=kernel.Tiles(16, 16, mask_inner_blocks=mask_inner_blocks))
     # As a graph lays the batch out: the real sequences, then empty segments.
     cu_padded = torch.tensor(cu + [cu[-1]] * 5, dtype=torch.int32)
     meta = backend.prepare(cu_padded, cu_padded.tolist(), max(LENGTHS))
@@ -104,7 +106,7 @@ def test_strided_views_of_a_fused_projection(kernel):
     q, k, v = qkv.unbind(1)
     want = _naive(q.contiguous(), k.contiguous(), v.contiguous(), cu, shape, False, None)
     start, end = kernel.sequence_bounds(torch.tensor(cu, dtype=torch.int32), cu[-1])
-    got = kernel.packed_attention(q, k, v, start, end, shape.scale, False, (16, 16))
+    got = kernel.packed_attention(q, k, v, start, end, shape.scale, False, kernel.Tiles(16, 16))
     torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
 
 
@@ -125,5 +127,5 @@ def test_one_token_and_one_sequence_batches(kernel):
         shape = AttentionShape(2, 1, 16, True)
         q, k, v = _inputs(cu[-1], 2, 1, 16, torch.float32, seed=len(lengths))
         start, end = kernel.sequence_bounds(torch.tensor(cu, dtype=torch.int32), cu[-1])
-        got = kernel.packed_attention(q, k, v, start, end, shape.scale, True, (64, 32))
+        got = kernel.packed_attention(q, k, v, start, end, shape.scale, True, kernel.Tiles(64, 32))
         torch.testing.assert_close(got, _naive(q, k, v, cu, shape, False, None), atol=2e-5, rtol=2e-5)

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from engine.layers.attention import AttentionShape
+
+if TYPE_CHECKING:  # the kernel's module imports Triton, which a machine without CUDA may lack
+    from engine.layers.packed_attention import Tiles
 
 FLASHINFER_HEAD_DIMS = (64, 128, 256)
 
@@ -179,7 +183,7 @@ class PackedAttentionBackend:
     name = "packed"
     num_graph_slots = 1  # nothing is planned on the host
 
-    def __init__(self, shape: AttentionShape, blocks: tuple[int, ...] | None = None):
+    def __init__(self, shape: AttentionShape, tiles: Tiles | None = None):
         if shape.window is not None or shape.has_position_bias:
             raise ValueError("the packed attention kernel has no sliding windows or position bias; "
                              "use the varlen attention backend")
@@ -187,7 +191,7 @@ class PackedAttentionBackend:
             raise ValueError(f"the packed attention kernel takes head_dim up to 256; this model has {shape.head_dim}")
         from engine.layers.packed_attention import packed_attention
 
-        self.shape, self.blocks = shape, blocks
+        self.shape, self.tiles = shape, tiles
         self._attention = packed_attention
 
     def prepare(self, cu_seqlens: torch.Tensor, cu_seqlens_host: list[int], max_seqlen: int) -> PackedMeta:
@@ -200,7 +204,7 @@ class PackedAttentionBackend:
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: PackedMeta, local: bool = False,
                 position_bias: torch.Tensor | None = None) -> torch.Tensor:
         seq_start, seq_end = meta.bounds(q.shape[0])
-        return self._attention(q, k, v, seq_start, seq_end, self.shape.scale, self.shape.is_causal, self.blocks)
+        return self._attention(q, k, v, seq_start, seq_end, self.shape.scale, self.shape.is_causal, self.tiles)
 
 
 def make_cuda_attention_backend(name: str, shape: AttentionShape, device: torch.device, dtype: torch.dtype):

@@ -22,6 +22,8 @@ position bias are not handled: the backend refuses such shapes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -30,12 +32,22 @@ _LOG2_E = 1.4426950408889634
 
 
 @triton.jit
+def _same_sequence_only(scores, cols, rows, row_start, row_end, IS_CAUSAL: tl.constexpr):
+    """The block-diagonal mask: each row's scores outside its own sequence (and, for decoder
+    models, past itself) become -inf; it also bounds the keys by the tile's `hi`."""
+    allowed = (cols[None, :] >= row_start[:, None]) & (cols[None, :] < row_end[:, None])
+    if IS_CAUSAL:
+        allowed = allowed & (cols[None, :] <= rows[:, None])
+    return tl.where(allowed, scores, float("-inf"))
+
+
+@triton.jit
 def _packed_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, seq_start_ptr, seq_end_ptr, num_tokens, qk_scale,
                              q_stride, q_head_stride, k_stride, k_head_stride, v_stride, v_head_stride,
                              out_stride, out_head_stride,
                              GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                             PRECISION: tl.constexpr):
+                             PRECISION: tl.constexpr, MASK_INNER_BLOCKS: tl.constexpr):
     tile = tl.program_id(0)
     head = tl.program_id(1)
     kv_head = head // GROUP
@@ -52,6 +64,12 @@ def _packed_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, seq_start_ptr, seq_en
     hi = tl.load(seq_end_ptr + last)
     if IS_CAUSAL:
         hi = tl.minimum(hi, last + 1)
+    if not MASK_INNER_BLOCKS:
+        # Keys every row of the tile may see: a key block inside [inner_lo, inner_hi) needs no mask.
+        inner_lo = tl.max(tl.where(row_ok, row_start, lo))
+        inner_hi = tl.min(tl.where(row_ok, row_end, hi))
+        if IS_CAUSAL:
+            inner_hi = tl.minimum(inner_hi, first + 1)
     rows64 = rows.to(tl.int64)
     q = tl.load(q_ptr + rows64[:, None] * q_stride + head * q_head_stride + dims[None, :],
                 mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
@@ -67,11 +85,10 @@ def _packed_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, seq_start_ptr, seq_en
         v = tl.load(v_ptr + cols64[:, None] * v_stride + kv_head * v_head_stride + dims[None, :],
                     mask=kv_mask, other=0.0)
         scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-        # Same sequence only: the block-diagonal mask (it also bounds the keys by `hi`).
-        allowed = (cols[None, :] >= row_start[:, None]) & (cols[None, :] < row_end[:, None])
-        if IS_CAUSAL:
-            allowed = allowed & (cols[None, :] <= rows[:, None])
-        scores = tl.where(allowed, scores, float("-inf"))
+        if MASK_INNER_BLOCKS:
+            scores = _same_sequence_only(scores, cols, rows, row_start, row_end, IS_CAUSAL)
+        elif (key_start < inner_lo) | (key_start + BLOCK_N > inner_hi):
+            scores = _same_sequence_only(scores, cols, rows, row_start, row_end, IS_CAUSAL)
         m_new = tl.maximum(m, tl.max(scores, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no allowed key yet
         p = tl.exp2(scores - m_safe[:, None])
@@ -95,20 +112,32 @@ def sequence_bounds(cu_seqlens: torch.Tensor, num_tokens: int) -> tuple[torch.Te
     return cu_seqlens[seq].to(torch.int32), cu_seqlens[seq + 1].to(torch.int32)
 
 
-def default_blocks(head_dim: int) -> tuple[int, int]:
-    """(BLOCK_M, BLOCK_N): 64-row tiles (one warpgroup's MMA) waste little on short texts.
-    Heads wider than 64 take 32-key blocks: at head_dim 128 they were faster on the classes
-    that carry most tokens, and wider heads need them to keep the accumulator in registers.
-    bench/gpu_bench.py times the alternatives per model shape (its attention table)."""
-    return 64, (64 if head_dim <= 64 else 32)
+@dataclass(frozen=True)
+class Tiles:
+    """How the kernel is launched: `block_m` query rows per tile and `block_n` keys per step,
+    Triton's warps and pipeline stages (None: 4 warps for up to 64 rows, else 8; Triton's own
+    stages), and whether key blocks that every row of the tile may see are masked all the
+    same (the mask is then a no-op; skipping it saves its compares)."""
+
+    block_m: int
+    block_n: int
+    num_warps: int | None = None
+    num_stages: int | None = None
+    mask_inner_blocks: bool = True
+
+
+def default_tiles(head_dim: int) -> Tiles:
+    """64-row tiles (one warpgroup's MMA) waste little on short texts. Heads wider than 64 take
+    32-key blocks: at head_dim 128 they were faster on the classes that carry most tokens, and
+    wider heads need them to keep the accumulator in registers. bench/gpu_bench.py (its
+    attention table) and bench/attention_tiles.py time the alternatives per model shape."""
+    return Tiles(64, 64 if head_dim <= 64 else 32)
 
 
 def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_start: torch.Tensor,
-                     seq_end: torch.Tensor, scale: float, is_causal: bool,
-                     blocks: tuple[int, ...] | None = None) -> torch.Tensor:
+                     seq_end: torch.Tensor, scale: float, is_causal: bool, tiles: Tiles | None = None) -> torch.Tensor:
     """q [T, H, D], k / v [T, KV, D] (any token stride, contiguous head_dim), the per-token
-    sequence bounds from `sequence_bounds` -> out [T, H, D] in q's dtype. `blocks`:
-    (BLOCK_M, BLOCK_N), or with Triton's num_warps and num_stages after them, to compare."""
+    sequence bounds from `sequence_bounds` -> out [T, H, D] in q's dtype."""
     num_tokens, num_heads, head_dim = q.shape
     out = torch.empty(num_tokens, num_heads, head_dim, dtype=q.dtype, device=q.device)
     if num_tokens == 0:
@@ -116,15 +145,16 @@ def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_star
     for x in (q, k, v):
         if x.stride(2) != 1:
             raise ValueError("packed attention needs a contiguous head dimension")
-    block_m, block_n, *launch = blocks or default_blocks(head_dim)
-    num_warps, num_stages = launch or (4 if block_m <= 64 else 8, None)
+    tiles = tiles or default_tiles(head_dim)
+    block_m, block_n = tiles.block_m, tiles.block_n
     grid = (triton.cdiv(num_tokens, block_m), num_heads)
     _packed_attention_kernel[grid](
         q, k, v, out, seq_start, seq_end, num_tokens, scale * _LOG2_E,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
         GROUP=num_heads // k.shape[1], HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_M=block_m, BLOCK_N=block_n, IS_CAUSAL=is_causal,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=num_warps,
-        **({} if num_stages is None else {"num_stages": num_stages}),
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", MASK_INNER_BLOCKS=tiles.mask_inner_blocks,
+        num_warps=tiles.num_warps or (4 if block_m <= 64 else 8),
+        **({} if tiles.num_stages is None else {"num_stages": tiles.num_stages}),
     )
     return out
