@@ -1,5 +1,6 @@
 """The packed attention kernel's launch settings, swept on the H200: tile sizes, warps, stages,
-and whether key blocks inside every row's sequence skip the mask.
+whether key blocks inside every row's sequence skip the mask, and (GQA) whether a tile serves
+every query head of a key/value head.
 
     python3 bench/attention_tiles.py --out bench/results/attention-tiles.md
 
@@ -59,7 +60,8 @@ def same_output(shape: AttentionShape, tiles: Tiles, reference: Tiles) -> bool:
 
 def label(tiles: Tiles) -> str:
     return (f"{tiles.block_m}x{tiles.block_n}, warps {tiles.num_warps or '-'}, stages {tiles.num_stages or '-'}"
-            + ("" if tiles.mask_inner_blocks else ", inner masks skipped"))
+            + ("" if tiles.mask_inner_blocks else ", inner masks skipped")
+            + (", kv heads shared" if tiles.share_kv_heads else ""))
 
 
 def main() -> None:
@@ -74,8 +76,10 @@ def main() -> None:
              "engine's default setting; bold: the fastest per class", ""]
     for name, shape in SHAPES.items():
         default = default_tiles(shape.head_dim)
+        shares = (False, True) if shape.num_kv_heads < shape.num_heads else (False,)
         settings = [default, replace(default, mask_inner_blocks=False)] + [
-            Tiles(m, n, w, stages, mask) for (m, n), stages, mask in itertools.product(TILES, STAGES, (True, False))
+            Tiles(m, n, w, stages, mask, share)
+            for (m, n), stages, mask, share in itertools.product(TILES, STAGES, (True, False), shares)
             for w in WARPS[m]]
         timer = AttentionTimer(shape, torch.bfloat16, torch.device("cuda"), 16384, MAX_SEQS)
         times: dict[Tiles, list[float | None]] = {}

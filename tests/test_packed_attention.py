@@ -62,10 +62,12 @@ def test_sequence_bounds_skip_empty_segments(kernel):
     assert start.dtype == end.dtype == torch.int32
 
 
-@pytest.mark.parametrize("mask_inner_blocks", [True, False], ids=["mask-every-block", "skip-inner-masks"])
+@pytest.mark.parametrize("mask_inner_blocks,share_kv_heads", [(True, False), (False, False), (True, True)],
+                         ids=["mask-every-block", "skip-inner-masks", "kv-heads-shared"])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["bidirectional", "causal"])
 @pytest.mark.parametrize("num_kv_heads", [2, 1], ids=["mha", "gqa"])
-def test_matches_the_definition_with_small_tiles(kernel, is_causal, num_kv_heads, mask_inner_blocks):
+def test_matches_the_definition_with_small_tiles(kernel, is_causal, num_kv_heads, mask_inner_blocks,
+                                                  share_kv_heads):
     """Tiles of 16 rows: most hold several sequences, and the 70-token one spans five (and with
     16-key blocks, its middle tiles see key blocks inside it, which may skip the mask)."""
     from engine.layers.attention_cuda import PackedAttentionBackend
@@ -74,7 +76,8 @@ def test_matches_the_definition_with_small_tiles(kernel, is_causal, num_kv_heads
     shape = AttentionShape(2, num_kv_heads, 32, is_causal)
     q, k, v = _inputs(cu[-1], 2, num_kv_heads, 32, torch.float32)
     want = _naive(q, k, v, cu, shape, False, None)
-    backend = PackedAttentionBackend(shape, tiles=kernel.Tiles(16, 16, mask_inner_blocks=mask_inner_blocks))
+    tiles = kernel.Tiles(16, 16, mask_inner_blocks=mask_inner_blocks, share_kv_heads=share_kv_heads)
+    backend = PackedAttentionBackend(shape, tiles=tiles)
     # As a graph lays the batch out: the real sequences, then empty segments.
     cu_padded = torch.tensor(cu + [cu[-1]] * 5, dtype=torch.int32)
     meta = backend.prepare(cu_padded, cu_padded.tolist(), max(LENGTHS))

@@ -36,12 +36,13 @@ def _cu(lengths: list[int]) -> list[int]:
     return np.concatenate([[0], np.cumsum(lengths)]).astype(int).tolist()
 
 
-@pytest.mark.parametrize("mask_inner_blocks", [True, False], ids=["mask-every-block", "skip-inner-masks"])
+@pytest.mark.parametrize("variant", [{}, {"mask_inner_blocks": False}, {"share_kv_heads": True}],
+                         ids=["default", "skip-inner-masks", "kv-heads-shared"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["bidirectional", "causal"])
 @pytest.mark.parametrize("heads,kv_heads,head_dim", [(12, 12, 32), (12, 12, 64), (16, 8, 128)],
                          ids=["minilm", "bert-base", "qwen3"])
-def test_kernel_matches_the_definition(dtype, is_causal, heads, kv_heads, head_dim, mask_inner_blocks):
+def test_kernel_matches_the_definition(dtype, is_causal, heads, kv_heads, head_dim, variant):
     from engine.layers.packed_attention import default_tiles, packed_attention, sequence_bounds
 
     cu = _cu(_lengths(head_dim))
@@ -52,7 +53,7 @@ def test_kernel_matches_the_definition(dtype, is_causal, heads, kv_heads, head_d
     want = _naive(q, k, v, cu, shape, False, None)
     cu_cuda = torch.tensor(cu + [cu[-1]] * 3, dtype=torch.int32, device="cuda")  # with empty segments, as graphs pad
     start, end = sequence_bounds(cu_cuda, cu[-1])
-    tiles = replace(default_tiles(head_dim), mask_inner_blocks=mask_inner_blocks)
+    tiles = replace(default_tiles(head_dim), **variant)
     got = packed_attention(*(x.to("cuda", dtype) for x in (q, k, v)), start, end, shape.scale, is_causal, tiles)
     torch.testing.assert_close(got.float().cpu(), want, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
 

@@ -47,13 +47,22 @@ def _packed_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, seq_start_ptr, seq_en
                              out_stride, out_head_stride,
                              GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                             PRECISION: tl.constexpr, MASK_INNER_BLOCKS: tl.constexpr):
+                             PRECISION: tl.constexpr, MASK_INNER_BLOCKS: tl.constexpr,
+                             HEADS_PER_TILE: tl.constexpr):
     tile = tl.program_id(0)
-    head = tl.program_id(1)
-    kv_head = head // GROUP
     first = tile * BLOCK_M
     last = tl.minimum(first + BLOCK_M, num_tokens) - 1
-    rows = first + tl.arange(0, BLOCK_M)
+    if HEADS_PER_TILE == 1:
+        heads = tl.program_id(1)
+        kv_head = heads // GROUP
+        rows = first + tl.arange(0, BLOCK_M)
+    else:
+        # The tile's tokens once per query head of one key/value head, stacked: one MMA for all
+        # of them, and the key/value blocks read once.
+        kv_head = tl.program_id(1)
+        stacked = tl.arange(0, HEADS_PER_TILE * BLOCK_M)
+        heads = kv_head * GROUP + stacked // BLOCK_M
+        rows = first + stacked % BLOCK_M
     row_ok = rows < num_tokens
     dims = tl.arange(0, BLOCK_D)
     dim_ok = dims < HEAD_DIM
@@ -71,11 +80,11 @@ def _packed_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, seq_start_ptr, seq_en
         if IS_CAUSAL:
             inner_hi = tl.minimum(inner_hi, first + 1)
     rows64 = rows.to(tl.int64)
-    q = tl.load(q_ptr + rows64[:, None] * q_stride + head * q_head_stride + dims[None, :],
-                mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
-    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    denom = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    q_rows = rows64 * q_stride + heads * q_head_stride
+    q = tl.load(q_ptr + q_rows[:, None] + dims[None, :], mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
+    m = tl.full([HEADS_PER_TILE * BLOCK_M], float("-inf"), tl.float32)
+    denom = tl.zeros([HEADS_PER_TILE * BLOCK_M], tl.float32)
+    acc = tl.zeros([HEADS_PER_TILE * BLOCK_M, BLOCK_D], tl.float32)
     for key_start in range(lo, hi, BLOCK_N):
         cols = key_start + tl.arange(0, BLOCK_N)
         cols64 = cols.to(tl.int64)
@@ -97,8 +106,9 @@ def _packed_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, seq_start_ptr, seq_en
         acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m = m_new
     out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
-    tl.store(out_ptr + rows64[:, None] * out_stride + head * out_head_stride + dims[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & dim_ok[None, :])
+    out_rows = rows64 * out_stride + heads * out_head_stride
+    tl.store(out_ptr + out_rows[:, None] + dims[None, :], out.to(out_ptr.dtype.element_ty),
+             mask=row_ok[:, None] & dim_ok[None, :])
 
 
 def sequence_bounds(cu_seqlens: torch.Tensor, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,14 +126,17 @@ def sequence_bounds(cu_seqlens: torch.Tensor, num_tokens: int) -> tuple[torch.Te
 class Tiles:
     """How the kernel is launched: `block_m` query rows per tile and `block_n` keys per step,
     Triton's warps and pipeline stages (None: 4 warps for up to 64 rows, else 8; Triton's own
-    stages), and whether key blocks that every row of the tile may see are masked all the
-    same (the mask is then a no-op; skipping it saves its compares)."""
+    stages), whether key blocks that every row of the tile may see are masked all the same
+    (the mask is then a no-op; skipping it saves its compares), and whether a tile serves every
+    query head of one key/value head (GQA with a power-of-two group: the key/value blocks are
+    read once for the group, in an MMA of group x block_m rows)."""
 
     block_m: int
     block_n: int
     num_warps: int | None = None
     num_stages: int | None = None
     mask_inner_blocks: bool = True
+    share_kv_heads: bool = False
 
 
 def default_tiles(head_dim: int) -> Tiles:
@@ -147,14 +160,16 @@ def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_star
             raise ValueError("packed attention needs a contiguous head dimension")
     tiles = tiles or default_tiles(head_dim)
     block_m, block_n = tiles.block_m, tiles.block_n
-    grid = (triton.cdiv(num_tokens, block_m), num_heads)
+    group = num_heads // k.shape[1]
+    heads_per_tile = group if tiles.share_kv_heads and group & (group - 1) == 0 else 1
+    grid = (triton.cdiv(num_tokens, block_m), num_heads // heads_per_tile)
     _packed_attention_kernel[grid](
         q, k, v, out, seq_start, seq_end, num_tokens, scale * _LOG2_E,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
-        GROUP=num_heads // k.shape[1], HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_M=block_m, BLOCK_N=block_n, IS_CAUSAL=is_causal,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", MASK_INNER_BLOCKS=tiles.mask_inner_blocks,
-        num_warps=tiles.num_warps or (4 if block_m <= 64 else 8),
+        HEADS_PER_TILE=heads_per_tile, num_warps=tiles.num_warps or (4 if heads_per_tile * block_m <= 64 else 8),
         **({} if tiles.num_stages is None else {"num_stages": tiles.num_stages}),
     )
     return out
