@@ -7,6 +7,8 @@
 #   bench/gpu_session.sh load      # the load generator with default flags, four workloads (issue 16)
 #   bench/gpu_session.sh text      # the text side: Engine.embed on text (piece sizes compared), then the
 #                                  # load generator on MiniLM and BERT-base paragraphs (issue 16)
+#   bench/gpu_session.sh leads     # issue 17's open leads: the packed attention's tiles and options swept,
+#                                  # the matmuls at the sizes around the top bucket, the profile at the graph's size
 #   bench/gpu_session.sh profile   # kernel by kernel with the packed attention, GELU in the matmul's
 #                                  # epilogue or not, py-spy over the server under load, documents
 #   bench/gpu_session.sh fa4-first # FlashAttention 4: the first of two calls (docs/gpu.md's recipe)
@@ -78,6 +80,12 @@ text)
     load_gen e2e-gpu-minilm /tmp/minilm-random --num-texts 12061 --join 1 --repeat 4 --latency-queries 0
     load_gen e2e-gpu-bert-base /tmp/bert-base-random --num-texts 12061 --join 1 --repeat 4 --latency-queries 200
     ;;
+leads)
+    step attention-tiles python3 bench/attention_tiles.py --out "$OUT/attention-tiles.md"
+    step matmul-sizes python3 bench/matmul_sizes.py --out "$OUT/matmul-sizes.md"
+    step gpu-profile-filled python3 bench/gpu_profile.py --backend packed --models bert-base,qwen3-0.6b --fill \
+        --out "$OUT/gpu-profile-filled.md"
+    ;;
 profile)
     models >/tmp/models.log 2>&1
     export PATH=/tmp/site/bin:$PATH  # py-spy, from its wheel in .whl/
@@ -103,7 +111,7 @@ fa4)
         step fa4-probe python3 bench/fa4_probe.py --out "$OUT/fa4-probe.md"
     ;;
 *)
-    echo "usage: $0 tests|engine|text|load|profile|fa4-first|fa4" >&2
+    echo "usage: $0 tests|engine|text|load|leads|profile|fa4-first|fa4" >&2
     exit 2
     ;;
 esac
