@@ -81,10 +81,11 @@ text)
     load_gen e2e-gpu-bert-base /tmp/bert-base-random --num-texts 12061 --join 1 --repeat 4 --latency-queries 200
     ;;
 leads)
-    step attention-tiles python3 bench/attention_tiles.py --out "$OUT/attention-tiles.md"
+    # The two short ones first: the sweep may take minutes, and writes its report shape by shape.
     step matmul-sizes python3 bench/matmul_sizes.py --out "$OUT/matmul-sizes.md"
     step gpu-profile-filled python3 bench/gpu_profile.py --backend packed --models bert-base,qwen3-0.6b --fill \
         --out "$OUT/gpu-profile-filled.md"
+    step attention-tiles python3 bench/attention_tiles.py --out "$OUT/attention-tiles.md"
     ;;
 profile)
     models >/tmp/models.log 2>&1
