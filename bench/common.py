@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmarks: the workload, a server process, the machine's description."""
+"""Helpers shared by the benchmarks: the workload, a server process, the machine's description, a CUDA timer."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -25,6 +26,24 @@ def load_texts(n: int, path: Path = DEFAULT_DATA) -> list[str]:
             if len(texts) == n:
                 break
     return texts
+
+
+def cuda_event_ms(fn, repeats: int, warmups: int = 3) -> float:
+    """Median milliseconds of fn() on the current CUDA stream, timed by CUDA events around each
+    call, after `warmups` untimed calls."""
+    import torch
+
+    for _ in range(warmups):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
 
 
 def publish(report: str, out: Path | None) -> None:

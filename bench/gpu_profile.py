@@ -28,6 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import cuda_event_ms  # noqa: E402
 from bench.gpu_bench import SHAPES, dense_ceiling, hf_model, latency_ms  # noqa: E402
 from engine.batch import pack  # noqa: E402
 from engine.batch import cut_batches  # noqa: E402
@@ -66,10 +67,9 @@ def graph_kernel_table(runner: ModelRunner, runs: int = 3) -> tuple[list[tuple],
     """kernel_table's rows for the runner's one captured graph, replayed alone (None unless one graph)."""
     from torch.profiler import ProfilerActivity, profile
 
-    captured = list(runner.graphs.graphs.values()) if runner.graphs is not None else []
-    if len(captured) != 1:
+    graph = _only_graph(runner)
+    if graph is None:
         return None
-    graph = captured[0].graph
     graph.replay()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -109,19 +109,14 @@ def graph_device_ms(runner: ModelRunner, iters: int = 20) -> float | None:
     """The runner's one captured graph replayed alone, timed by CUDA events: its kernels and the
     gaps between them inside the graph, without the host's packing, copies and readback (which
     overlap the device's work when batches are in flight). None unless exactly one graph."""
+    graph = _only_graph(runner)
+    return None if graph is None else cuda_event_ms(graph.replay, iters, warmups=0)
+
+
+def _only_graph(runner: ModelRunner) -> torch.cuda.CUDAGraph | None:
+    """The runner's captured graph where it has exactly one (the profiled batch's), else None."""
     captured = list(runner.graphs.graphs.values()) if runner.graphs is not None else []
-    if len(captured) != 1:
-        return None
-    graph = captured[0].graph
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return captured[0].graph if len(captured) == 1 else None
 
 
 def profile_model(name: str, args, out: list[str]) -> None:

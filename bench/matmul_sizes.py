@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import statistics
 import sys
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import publish  # noqa: E402
+from bench.common import cuda_event_ms, publish  # noqa: E402
 from engine.layers import fused  # noqa: E402
 
 # (in, out) per linear of one layer, and which one takes the GELU (the BERT family's up projection).
@@ -50,18 +49,6 @@ def layer_step(shape: list[tuple[int, int]], gelu_at: int | None, num_tokens: in
     return step
 
 
-def timed_ms(run) -> float:
-    times = []
-    for _ in range(ITERS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def gemm_kernels(run) -> list[str]:
     from torch.profiler import ProfilerActivity, profile
 
@@ -77,9 +64,7 @@ def measure(name: str) -> list[str]:
     rows = []
     for num_tokens in TOKENS:
         step = layer_step(shape, gelu_at, num_tokens)
-        for _ in range(3):
-            step()
-        eager = timed_ms(step)
+        eager = cuda_event_ms(step, ITERS)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -88,8 +73,7 @@ def measure(name: str) -> list[str]:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             step()
-        graph.replay()
-        captured = timed_ms(graph.replay)
+        captured = cuda_event_ms(graph.replay, ITERS)
         same = gemm_kernels(step) == gemm_kernels(graph.replay)
         rows.append(f"| {num_tokens} | {1e3 * eager:.1f} | {1e3 * captured:.1f} | "
                     f"{num_tokens / eager / 1e3:.2f} | {num_tokens / captured / 1e3:.2f} | "

@@ -17,27 +17,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import statistics
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import cuda_event_ms, publish  # noqa: E402
+
 SHAPES = {"minilm": 384, "bert-base": 768, "bert-large": 1024}
-
-
-def _time_ms(fn, repeats: int) -> float:
-    import torch
-
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         paths.append(("cuBLASLt GELU epilogue", epilogue, "cuBLASLt's"))
         base = None
         for label, fn, gelu in paths:
-            ms = _time_ms(fn, args.repeats)
+            ms = cuda_event_ms(fn, args.repeats)
             base = base or ms
             error = (fn().float() - exact).abs().max().item()
             rows.append(f"| {name} ({args.tokens} x {hidden} -> {4 * hidden}) | {label} | {ms:.3f} | "
@@ -92,9 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *rows,
     ]) + "\n"
-    if args.out:
-        args.out.write_text(report)
-    print(report)
+    publish(report, args.out)
     return 0
 
 
