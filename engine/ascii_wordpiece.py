@@ -35,14 +35,16 @@ from tokenizers import Tokenizer
 
 # Control characters the normaliser removes (and that Rust and Python disagree on as
 # whitespace); tab, newline and carriage return are whitespace to both.
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_CONTROL_CHARS = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f"
+_CONTROL = re.compile(f"[{_CONTROL_CHARS}]")
+# What the Rust tokenizer decides: a control character or any non-ASCII one. To find where they
+# are; whether a text has any is `isascii` and _CONTROL, the faster test.
+_OFF_PATH = re.compile(rf"[{_CONTROL_CHARS}]|[^\x00-\x7f]")
 _WORDS = {
     True: re.compile(r"[a-z0-9]+|[^a-z0-9\s]"),
     False: re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9\s]"),
 }
 _CACHE_LIMIT = 1 << 20  # distinct words kept; a vocabulary of real text stays far below it
-# Any character but tab, newline, carriage return and printable ASCII: the Rust tokenizer decides.
-_OFF_PATH = re.compile(r"[^\t\n\r\x20-\x7e]")
 # Joins a piece's texts: a chunk of its own (spaces around it) that no text on the fast path holds
 # (a control character), looked up as a token id no vocabulary has. Ids are cached as int32 bytes,
 # which join into one array without a Python object per id.

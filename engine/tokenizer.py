@@ -130,8 +130,9 @@ class TextTokenizer:
         tokens, and today's references (sentence-transformers >= 5, Qwen's own code) feed
         the text as it is.
         """
-        if self._fast is not None and len(texts) >= _FEW_TEXTS:
-            flat, lengths = self._fast.encode_packed(self._stripped(texts), self._rust_ids)
+        whole = self._whole_list(texts)
+        if whole is not None:
+            flat, lengths = whole
             return np.split(flat, np.cumsum(lengths[:-1]))
         return [np.asarray(ids, dtype=np.int32) for ids in self._ids(texts)]
 
@@ -142,12 +143,19 @@ class TextTokenizer:
         applies, else straight from the id lists the tokenizer hands out, in one pass.
         Raises ValueError for a text that gives no token at all.
         """
-        if self._fast is not None and len(texts) >= _FEW_TEXTS:
-            return pack_flat(*self._fast.encode_packed(self._stripped(texts), self._rust_ids))
+        whole = self._whole_list(texts)
+        if whole is not None:
+            return pack_flat(*whole)
         ids = self._ids(texts)
         lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
         flat = np.fromiter(chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
         return pack_flat(flat, lengths)
+
+    def _whole_list(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
+        """The fast path's whole-list form, (flat ids, lengths), where it applies; else None."""
+        if self._fast is None or len(texts) < _FEW_TEXTS:
+            return None
+        return self._fast.encode_packed(self._stripped(texts), self._rust_ids)
 
     def _stripped(self, texts: Sequence[str]) -> Sequence[str]:
         return [t.strip() for t in texts] if self.strip_texts else texts
