@@ -75,7 +75,7 @@ def main() -> None:
              "launcher's default), and whether key blocks inside every row's sequence skip the mask; `*`: the "
              "engine's default setting; bold: the fastest per class", ""]
     for name, shape in SHAPES.items():
-        default = default_tiles(shape.head_dim)
+        default = default_tiles(shape.head_dim, shape.num_heads // shape.num_kv_heads)
         shares = (False, True) if shape.num_kv_heads < shape.num_heads else (False,)
         settings = [default, replace(default, mask_inner_blocks=False)] + [
             Tiles(m, n, w, stages, mask, share)

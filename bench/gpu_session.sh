@@ -9,6 +9,9 @@
 #                                  # load generator on MiniLM and BERT-base paragraphs (issue 16)
 #   bench/gpu_session.sh leads     # issue 17's open leads: the packed attention's tiles and options swept,
 #                                  # the matmuls at the sizes around the top bucket, the profile at the graph's size
+#   bench/gpu_session.sh kernels   # issue 17: the attention's GPU tests, then each pass of a layer against
+#                                  # its hardware floor (bench/kernel_floors.py)
+#   bench/gpu_session.sh ratios    # gpu_bench alone: ours against the ceiling and Hugging Face (issue 17)
 #   bench/gpu_session.sh profile   # kernel by kernel with the packed attention, GELU in the matmul's
 #                                  # epilogue or not, py-spy over the server under load, documents
 #   bench/gpu_session.sh fa4-first # FlashAttention 4: the first of two calls (docs/gpu.md's recipe)
@@ -87,6 +90,15 @@ leads)
         --out "$OUT/gpu-profile-filled.md"
     step attention-tiles python3 bench/attention_tiles.py --out "$OUT/attention-tiles.md"
     ;;
+kernels)
+    KEEP_LOGS=1 step attention-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu \
+        tests/test_packed_attention_gpu.py tests/test_qwen3_gpu.py tests/test_architectures_gpu.py
+    step kernel-floors python3 bench/kernel_floors.py --out "$OUT/kernel-floors.md"
+    ;;
+ratios)
+    step gpu-bench python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json --gelu-both \
+        --out "$OUT/gpu.md"
+    ;;
 profile)
     models >/tmp/models.log 2>&1
     export PATH=/tmp/site/bin:$PATH  # py-spy, from its wheel in .whl/
@@ -112,7 +124,7 @@ fa4)
         step fa4-probe python3 bench/fa4_probe.py --out "$OUT/fa4-probe.md"
     ;;
 *)
-    echo "usage: $0 tests|engine|text|load|leads|profile|fa4-first|fa4" >&2
+    echo "usage: $0 tests|engine|text|load|leads|kernels|ratios|profile|fa4-first|fa4" >&2
     exit 2
     ;;
 esac

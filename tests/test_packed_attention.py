@@ -86,9 +86,11 @@ def test_matches_the_definition_with_small_tiles(kernel, is_causal, num_kv_heads
     assert meta.bounds(cu[-1]) is meta.bounds(cu[-1])  # made once per batch, for every layer
 
 
-@pytest.mark.parametrize("dtype,head_dim,is_causal", [(torch.float32, 24, False), (torch.float16, 64, True)])
+@pytest.mark.parametrize("dtype,head_dim,is_causal", [(torch.float32, 24, False), (torch.float16, 64, True),
+                                                      (torch.float16, 128, True)])
 def test_default_tiles_other_head_dims_and_fp16(kernel, dtype, head_dim, is_causal):
-    """The launcher's own tile sizes; a head_dim that is not a power of two is padded and masked."""
+    """The launcher's own tile sizes (at head_dim 128, with the GQA group of two, the stacked
+    heads); a head_dim that is not a power of two is padded and masked."""
     lengths = [3] * 30 + [100]  # 30 short sequences in the first tile, then a long one
     cu = _cu(lengths)
     shape = AttentionShape(2, 1, head_dim, is_causal)

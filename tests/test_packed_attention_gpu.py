@@ -36,13 +36,14 @@ def _cu(lengths: list[int]) -> list[int]:
     return np.concatenate([[0], np.cumsum(lengths)]).astype(int).tolist()
 
 
-@pytest.mark.parametrize("variant", [{}, {"mask_inner_blocks": False}, {"share_kv_heads": True}],
-                         ids=["default", "skip-inner-masks", "kv-heads-shared"])
+@pytest.mark.parametrize("flipped", [None, "mask_inner_blocks", "share_kv_heads"],
+                         ids=["default", "inner-masks-flipped", "kv-head-sharing-flipped"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["bidirectional", "causal"])
 @pytest.mark.parametrize("heads,kv_heads,head_dim", [(12, 12, 32), (12, 12, 64), (16, 8, 128)],
                          ids=["minilm", "bert-base", "qwen3"])
-def test_kernel_matches_the_definition(dtype, is_causal, heads, kv_heads, head_dim, variant):
+def test_kernel_matches_the_definition(dtype, is_causal, heads, kv_heads, head_dim, flipped):
+    """The default launch for the shape, and the default with each option turned the other way."""
     from engine.layers.packed_attention import default_tiles, packed_attention, sequence_bounds
 
     cu = _cu(_lengths(head_dim))
@@ -53,7 +54,9 @@ def test_kernel_matches_the_definition(dtype, is_causal, heads, kv_heads, head_d
     want = _naive(q, k, v, cu, shape, False, None)
     cu_cuda = torch.tensor(cu + [cu[-1]] * 3, dtype=torch.int32, device="cuda")  # with empty segments, as graphs pad
     start, end = sequence_bounds(cu_cuda, cu[-1])
-    tiles = replace(default_tiles(head_dim), **variant)
+    tiles = default_tiles(head_dim, heads // kv_heads)
+    if flipped:
+        tiles = replace(tiles, **{flipped: not getattr(tiles, flipped)})
     got = packed_attention(*(x.to("cuda", dtype) for x in (q, k, v)), start, end, shape.scale, is_causal, tiles)
     torch.testing.assert_close(got.float().cpu(), want, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
 

@@ -139,12 +139,22 @@ class Tiles:
     share_kv_heads: bool = False
 
 
-def default_tiles(head_dim: int) -> Tiles:
-    """64-row tiles (one warpgroup's MMA) waste little on short texts. Heads wider than 64 take
-    32-key blocks: at head_dim 128 they were faster on the classes that carry most tokens, and
-    wider heads need them to keep the accumulator in registers. bench/gpu_bench.py (its
-    attention table) and bench/attention_tiles.py time the alternatives per model shape."""
-    return Tiles(64, 64 if head_dim <= 64 else 32)
+def default_tiles(head_dim: int, group: int = 1) -> Tiles:
+    """The fastest setting per shape in bench/attention_tiles.py's sweep on the H200, where it
+    led on the classes that carry most tokens (bench/gpu_bench.py's attention table times the
+    backends per model). 64-row tiles (one warpgroup's MMA) waste little on short texts.
+    Heads of 64 skip the mask on key blocks every row may see: that pays on long texts and
+    costs little on short ones, while at head_dim 32 the check cost more than the mask.
+    Wider heads take 32-key blocks, which keep the accumulator in registers; with GQA groups
+    of two, 32-row tiles stacked per key/value head fill the same 64-row MMA and read each
+    key/value block once for both query heads."""
+    if head_dim <= 32:
+        return Tiles(64, 64)
+    if head_dim <= 64:
+        return Tiles(64, 64, mask_inner_blocks=False)
+    if group == 2:
+        return Tiles(32, 32, num_warps=4, num_stages=3, share_kv_heads=True)
+    return Tiles(64, 32)
 
 
 def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_start: torch.Tensor,
@@ -158,9 +168,9 @@ def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_star
     for x in (q, k, v):
         if x.stride(2) != 1:
             raise ValueError("packed attention needs a contiguous head dimension")
-    tiles = tiles or default_tiles(head_dim)
-    block_m, block_n = tiles.block_m, tiles.block_n
     group = num_heads // k.shape[1]
+    tiles = tiles or default_tiles(head_dim, group)
+    block_m, block_n = tiles.block_m, tiles.block_n
     heads_per_tile = group if tiles.share_kv_heads and group & (group - 1) == 0 else 1
     grid = (triton.cdiv(num_tokens, block_m), num_heads // heads_per_tile)
     _packed_attention_kernel[grid](

@@ -1,0 +1,192 @@
+"""Each pass of one layer against its hardware floor, on the H200: which part of a batch is at
+the limit of the GPU and which is not.
+
+    python3 bench/kernel_floors.py --out bench/results/kernel-floors.md
+
+For MiniLM, BERT-base and the Qwen3-0.6B shape at the top bucket (16,384 tokens), every pass
+the engine's graph runs per layer is timed alone with the engine's own functions (the
+matmuls with their weights' shapes, GELU in the up projection's epilogue as the engine runs
+it, the fused Triton norms and activations, the packed attention at its default launch on
+`auto`'s two classes of texts). Each is set against its floor: the bytes it must read and
+write at the copy bandwidth measured in the same run, or its FLOPs at the rate of a large
+square matmul measured in the same run, whichever is longer. "x floor" is how far above
+that a pass runs; a pass near 1 cannot get faster on its own, only by being folded into
+another. Timed by CUDA events around a CUDA graph of many calls (bench.common.cuda_event_ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import cuda_event_ms, publish  # noqa: E402
+from engine.attention_timing import AttentionTimer, padded_cu_seqlens  # noqa: E402
+from engine.layers import fused  # noqa: E402
+from engine.layers.attention import AttentionShape  # noqa: E402
+from engine.layers.attention_cuda import PackedAttentionBackend  # noqa: E402
+
+TOKENS = 16384
+CALLS_PER_GRAPH = 20
+DTYPE = torch.bfloat16
+BYTES = 2  # per bf16 element
+
+
+@dataclass(frozen=True)
+class Shape:
+    hidden: int
+    intermediate: int
+    layers: int
+    attention: AttentionShape
+    decoder: bool  # pre-norm SwiGLU with q/k norm and rotary (Qwen3) or post-norm GELU (BERT)
+
+
+SHAPES = {
+    "minilm": Shape(384, 1536, 6, AttentionShape(12, 12, 32, False), False),
+    "bert-base": Shape(768, 3072, 12, AttentionShape(12, 12, 64, False), False),
+    "qwen3-0.6b": Shape(1024, 3072, 28, AttentionShape(16, 8, 128, True), True),
+}
+ATTENTION_CLASSES = [128, 512]  # the longest text of the batch, as `auto` classes batches
+
+
+def graph_ms(fn) -> float:
+    """Milliseconds per call of fn, replayed as a CUDA graph of CALLS_PER_GRAPH calls."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()  # compiles and allocates outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(CALLS_PER_GRAPH):
+            fn()
+    return cuda_event_ms(graph.replay, repeats=10) / CALLS_PER_GRAPH
+
+
+def measured_peaks() -> tuple[float, float]:
+    """(bytes/s of a device-to-device copy that both reads and writes 1 GiB, FLOP/s of a bf16
+    8192-cubed matmul): the floors' two rates, from this GPU in this run."""
+    src = torch.empty(2**29, dtype=DTYPE, device="cuda")
+    dst = torch.empty_like(src)
+    copy_s = graph_ms(lambda: dst.copy_(src)) / 1e3
+    a = torch.randn(8192, 8192, dtype=DTYPE, device="cuda")
+    b = torch.randn(8192, 8192, dtype=DTYPE, device="cuda")
+    matmul_s = graph_ms(lambda: a @ b) / 1e3
+    return 2 * 2**29 * BYTES / copy_s, 2 * 8192**3 / matmul_s
+
+
+def passes(shape: Shape) -> list[tuple[str, object, int, int]]:
+    """(name, call, bytes it must move, FLOPs) for every pass of one layer except attention."""
+    t, h, i = TOKENS, shape.hidden, shape.intermediate
+    a = shape.attention
+    qkv_width = (a.num_heads + 2 * a.num_kv_heads) * a.head_dim
+    attn_width = a.num_heads * a.head_dim
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def rand(*size):
+        return torch.randn(*size, generator=g, device="cuda", dtype=DTYPE) * 0.05
+
+    def matmul(k: int, n: int, bias: bool, gelu: bool = False):
+        x, w, b = rand(t, k), rand(n, k), rand(n) if bias else None
+        call = (lambda: fused.linear_gelu(x, w, b, "none")) if gelu else (lambda: torch.nn.functional.linear(x, w, b))
+        return call, (t * k + k * n + t * n) * BYTES, 2 * t * k * n
+
+    x, residual, weight, bias = rand(t, h), rand(t, h), rand(h), rand(h)
+    rows = [("qkv projection", *matmul(h, qkv_width, not shape.decoder)),
+            ("output projection", *matmul(attn_width, h, not shape.decoder))]
+    if shape.decoder:
+        qkv, gate_up = rand(t, qkv_width), rand(t, 2 * i)
+        positions = torch.arange(t, device="cuda") % 512
+        cos, sin = rand(4096, a.head_dim // 2), rand(4096, a.head_dim // 2)
+        norm_w = rand(a.head_dim)
+        kernels = fused._triton_kernels()
+        rows += [
+            ("q/k norm + rotary + v split", lambda: kernels.qk_norm_rope(
+                qkv, positions, cos, sin, norm_w, norm_w, a.num_heads, a.num_kv_heads, a.head_dim, 1e-6),
+             2 * t * qkv_width * BYTES, 0),
+            ("add + RMSNorm (x2)", lambda: fused.rms_norm(x, weight, 1e-6, residual), 4 * t * h * BYTES, 0),
+            ("gate/up projection", *matmul(h, 2 * i, False)),
+            ("SiLU and multiply", lambda: fused.act_and_mul(gate_up), 3 * t * i * BYTES, 0),
+            ("down projection", *matmul(i, h, False)),
+        ]
+    else:
+        rows += [
+            ("add + LayerNorm (x2)", lambda: fused.add_layer_norm(x, residual, weight, bias, 1e-12), 3 * t * h * BYTES,
+             0),
+            ("up projection + GELU epilogue", *matmul(h, i, True, gelu=True)),
+            ("down projection", *matmul(i, h, True)),
+        ]
+    return rows
+
+
+def attention_rows(shape: Shape) -> list[tuple[str, float, int, int]]:
+    """(name, ms, bytes, FLOPs) of the packed attention at its default launch, per class."""
+    a = shape.attention
+    timer = AttentionTimer(a, DTYPE, torch.device("cuda"), TOKENS, 1024)
+    rows = []
+    for max_seqlen in ATTENTION_CLASSES:
+        cu = np.asarray(padded_cu_seqlens(TOKENS, max_seqlen, 1024))
+        lengths = np.diff(cu).astype(np.int64)
+        # Scores and the weighted sum: 2 matmuls of 2 FLOPs per (query, key, dim); causal: half the pairs.
+        pairs = int((lengths * (lengths + 1) // 2).sum() if a.is_causal else (lengths**2).sum())
+        flops = 4 * pairs * a.head_dim * a.num_heads
+        moved = TOKENS * (2 * a.num_heads + 2 * a.num_kv_heads) * a.head_dim * BYTES  # q, k, v in; out
+        seconds = timer(PackedAttentionBackend(a), TOKENS, max_seqlen)
+        rows.append((f"attention, texts <= {max_seqlen} (mean {lengths[lengths > 0].mean():.0f})", 1e3 * seconds,
+                     moved, flops))
+    return rows
+
+
+def floor_table(shape: Shape, bandwidth: float, flop_rate: float) -> list[str]:
+    measured = [(name, graph_ms(call), moved, flops) for name, call, moved, flops in passes(shape)]
+    measured += attention_rows(shape)
+    lines = ["| pass | us | floor us | bound by | GB/s | TFLOP/s | x floor |", "| --- | ---: | ---: | --- | ---: | ---: | ---: |"]
+    total = floor_total = 0.0
+    for name, ms, moved, flops in measured:
+        memory_ms, compute_ms = 1e3 * moved / bandwidth, 1e3 * flops / flop_rate
+        floor_ms = max(memory_ms, compute_ms)
+        times = 2 if "(x2)" in name else 1
+        if not name.startswith("attention") or name.startswith(f"attention, texts <= {ATTENTION_CLASSES[0]} "):
+            total += times * ms
+            floor_total += times * floor_ms
+        lines.append(f"| {name} | {1e3 * ms:.1f} | {1e3 * floor_ms:.1f} | "
+                     f"{'memory' if memory_ms >= compute_ms else 'compute'} | {moved / ms / 1e6:,.0f} | "
+                     f"{flops / ms / 1e9:.0f} | {ms / floor_ms:.2f} |")
+    lines += ["", f"One layer (attention on texts <= {ATTENTION_CLASSES[0]}, the norm twice): {1e3 * total:.0f} us, "
+              f"its floor {1e3 * floor_total:.0f} us; x {shape.layers} layers: {shape.layers * total:.2f} ms "
+              f"against {shape.layers * floor_total:.2f} ms.", ""]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=",".join(SHAPES))
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    bandwidth, flop_rate = measured_peaks()
+    lines = ["# Each pass of one layer against its hardware floor", "",
+             f"- command: `python3 bench/kernel_floors.py {' '.join(sys.argv[1:])}`",
+             f"- GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; date {datetime.date.today()}",
+             f"- bf16, {TOKENS:,} tokens (the top bucket), random weights; floors at this run's copy bandwidth "
+             f"{bandwidth / 1e9:,.0f} GB/s (read + write) and 8192-cubed matmul rate {flop_rate / 1e12:.0f} TFLOP/s",
+             "- GB/s and TFLOP/s: the bytes the pass must move and its FLOPs over its time", ""]
+    with torch.inference_mode():
+        for name in args.models.split(","):
+            shape = SHAPES[name]
+            lines += [f"## {name}: hidden {shape.hidden}, intermediate {shape.intermediate}, {shape.layers} layers, "
+                      f"heads {shape.attention.num_heads}/{shape.attention.num_kv_heads} x {shape.attention.head_dim}",
+                      ""] + floor_table(shape, bandwidth, flop_rate)
+            torch.cuda.empty_cache()
+    publish("\n".join(lines), args.out)
+
+
+if __name__ == "__main__":
+    main()
