@@ -67,19 +67,24 @@ def label(tiles: Tiles) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--models", default=",".join(SHAPES), help="comma-separated, of " + ", ".join(SHAPES))
+    parser.add_argument("--tiles", default=None,
+                        help="BLOCK_MxBLOCK_N settings to sweep, comma-separated (default: all of TILES)")
     args = parser.parse_args()
+    tiles_swept = TILES if args.tiles is None else [tuple(int(x) for x in t.split("x")) for t in args.tiles.split(",")]
     lines = ["# The packed attention kernel's launch settings", "",
              f"- command: `python3 bench/attention_tiles.py {' '.join(sys.argv[1:])}`",
              f"- GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; date {datetime.date.today()}",
              "- bf16; us per layer call as `auto` times it; BLOCK_M x BLOCK_N, num_warps, num_stages (`-`: the "
              "launcher's default), and whether key blocks inside every row's sequence skip the mask; `*`: the "
              "engine's default setting; bold: the fastest per class", ""]
-    for name, shape in SHAPES.items():
+    for name in args.models.split(","):
+        shape = SHAPES[name]
         default = default_tiles(shape.head_dim, shape.num_heads // shape.num_kv_heads)
         shares = (False, True) if shape.num_kv_heads < shape.num_heads else (False,)
         settings = [default, replace(default, mask_inner_blocks=False)] + [
             Tiles(m, n, w, stages, mask, share)
-            for (m, n), stages, mask, share in itertools.product(TILES, STAGES, (True, False), shares)
+            for (m, n), stages, mask, share in itertools.product(tiles_swept, STAGES, (True, False), shares)
             for w in WARPS[m]]
         timer = AttentionTimer(shape, torch.bfloat16, torch.device("cuda"), 16384, MAX_SEQS)
         times: dict[Tiles, list[float | None]] = {}
