@@ -94,6 +94,7 @@ kernels)
     KEEP_LOGS=1 step attention-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu \
         tests/test_packed_attention_gpu.py tests/test_qwen3_gpu.py tests/test_architectures_gpu.py
     step kernel-floors python3 bench/kernel_floors.py --out "$OUT/kernel-floors.md"
+    step kernel-floors-cold python3 bench/kernel_floors.py --cold --out "$OUT/kernel-floors-cold.md"
     ;;
 ratios)
     step gpu-bench python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json --gelu-both \

@@ -12,7 +12,12 @@ the bytes it must read and write at the H200's data-sheet bandwidth, or its FLOP
 data-sheet dense bf16 rate, whichever is longer. "x floor" is how far above that a pass
 runs. What the hardware gives in practice is below the data sheet; the report also gives
 this run's rates of a large copy and of a large square matmul for scale. A pass near the
-practical rate cannot get faster on its own, only by being folded into another. Timed by CUDA events around a CUDA graph of many calls (bench.common.cuda_event_ms).
+practical rate cannot get faster on its own, only by being folded into another. Timed by
+CUDA events around a CUDA graph of many calls (bench.common.cuda_event_ms).
+
+A pass called again and again on the same inputs may find its weights and part of its
+inputs still in L2, which a whole model, whose every layer has its own, does not:
+`--cold` gives each pass several sets of inputs and weights taken in turn.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ from engine.layers.attention_choice import representative_lengths  # noqa: E402
 from engine.layers.attention_cuda import PackedAttentionBackend  # noqa: E402
 
 TOKENS = 16384
-CALLS_PER_GRAPH = 20
+CALLS_PER_GRAPH = 24
+COLD_COPIES = 8  # input sets per pass with --cold: together several times the H200's 60 MB of L2
 DTYPE = torch.bfloat16
 BYTES = 2  # per bf16 element
 # The H200 SXM's data sheet: HBM3e bandwidth, dense bf16 tensor-core rate.
@@ -59,18 +65,21 @@ SHAPES = {
 }
 
 
-def graph_ms(fn) -> float:
-    """Milliseconds per call of fn, replayed as a CUDA graph of CALLS_PER_GRAPH calls."""
+def graph_ms(fns) -> float:
+    """Milliseconds per call, replayed as a CUDA graph of CALLS_PER_GRAPH calls that take the
+    callables of `fns` (one, or a list of the same pass on other inputs) in turn."""
+    fns = fns if isinstance(fns, list) else [fns]
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        fn()  # compiles and allocates outside the capture
+        for fn in fns:
+            fn()  # compiles and allocates outside the capture
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(CALLS_PER_GRAPH):
-            fn()
+        for i in range(CALLS_PER_GRAPH):
+            fns[i % len(fns)]()
     return cuda_event_ms(graph.replay, repeats=10) / CALLS_PER_GRAPH
 
 
@@ -141,19 +150,21 @@ def attention_workloads() -> dict[str, np.ndarray]:
             "documents": docs}
 
 
-def attention_rows(shape: Shape) -> list[tuple[str, float, int, int]]:
+def attention_rows(shape: Shape, copies: int) -> list[tuple[str, float, int, int]]:
     """(name, ms, bytes, FLOPs) of the packed attention at its default launch, per workload,
     on q, k and v as the model hands them over (views into the fused projection; the
-    decoder's come contiguous out of its q/k norm)."""
+    decoder's come contiguous out of its q/k norm), taking `copies` sets of them in turn."""
     a = shape.attention
     rows = []
     for name, lengths in attention_workloads().items():
         lengths = lengths.astype(np.int64)
         num_tokens = int(lengths.sum())
         widths = [a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim, a.num_kv_heads * a.head_dim]
-        qkv = torch.randn(num_tokens, sum(widths), device="cuda", dtype=DTYPE)
-        q, k, v = (x.contiguous() if shape.decoder else x for x in
-                   (t.view(num_tokens, -1, a.head_dim) for t in qkv.split(widths, dim=-1)))
+        inputs = []
+        for _ in range(copies):
+            qkv = torch.randn(num_tokens, sum(widths), device="cuda", dtype=DTYPE)
+            inputs.append([x.contiguous() if shape.decoder else x for x in
+                           (t.view(num_tokens, -1, a.head_dim) for t in qkv.split(widths, dim=-1))])
         cu_host = np.concatenate([[0], np.cumsum(lengths)]).tolist()
         cu = torch.tensor(cu_host, dtype=torch.int32, device="cuda")
         backend = PackedAttentionBackend(a)
@@ -162,14 +173,17 @@ def attention_rows(shape: Shape) -> list[tuple[str, float, int, int]]:
         pairs = int((lengths * (lengths + 1) // 2).sum() if a.is_causal else (lengths**2).sum())
         flops = 4 * pairs * a.head_dim * a.num_heads
         moved = num_tokens * (2 * a.num_heads + 2 * a.num_kv_heads) * a.head_dim * BYTES  # q, k, v in; out
-        ms = graph_ms(lambda: backend.forward(q, k, v, meta))
+        ms = graph_ms([lambda q=q, k=k, v=v: backend.forward(q, k, v, meta) for q, k, v in inputs])
         rows.append((f"attention, {name} ({num_tokens:,} tokens, mean {lengths.mean():.0f})", ms, moved, flops))
     return rows
 
 
-def floor_table(shape: Shape) -> list[str]:
-    measured = [(name, graph_ms(call), moved, flops) for name, call, moved, flops in passes(shape)]
-    measured += attention_rows(shape)
+def floor_table(shape: Shape, copies: int) -> list[str]:
+    sets = [passes(shape) for _ in range(copies)]
+    measured = [(name, graph_ms([s[j][1] for s in sets]), moved, flops)
+                for j, (name, _, moved, flops) in enumerate(sets[0])]
+    del sets
+    measured += attention_rows(shape, copies)
     lines = ["| pass | us | floor us | bound by | GB/s | TFLOP/s | x floor |", "| --- | ---: | ---: | --- | ---: | ---: | ---: |"]
     total = floor_total = 0.0
     for name, ms, moved, flops in measured:
@@ -192,7 +206,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(SHAPES))
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--cold", action="store_true",
+                        help=f"each pass takes {COLD_COPIES} sets of inputs and weights in turn, so that none is "
+                             "still in L2 from its last call, as in a whole model where every layer has its own")
     args = parser.parse_args()
+    copies = COLD_COPIES if args.cold else 1
     bandwidth, flop_rate = measured_peaks()
     lines = ["# Each pass of one layer against its hardware floor", "",
              f"- command: `python3 bench/kernel_floors.py {' '.join(sys.argv[1:])}`",
@@ -201,13 +219,15 @@ def main() -> None:
              f"{PEAK_BYTES_PER_S / 1e9:,.0f} GB/s and {PEAK_FLOP_PER_S / 1e12:.0f} TFLOP/s; in this run a 1 GiB copy "
              f"moved {bandwidth / 1e9:,.0f} GB/s (read + write) and an 8192-cubed matmul ran at "
              f"{flop_rate / 1e12:.0f} TFLOP/s",
-             "- GB/s and TFLOP/s: the bytes the pass must move and its FLOPs over its time", ""]
+             "- GB/s and TFLOP/s: the bytes the pass must move and its FLOPs over its time",
+             f"- inputs and weights: {f'{COLD_COPIES} sets taken in turn (--cold)' if args.cold else 'one set, called again and again'}",
+             ""]
     with torch.inference_mode():
         for name in args.models.split(","):
             shape = SHAPES[name]
             lines += [f"## {name}: hidden {shape.hidden}, intermediate {shape.intermediate}, {shape.layers} layers, "
                       f"heads {shape.attention.num_heads}/{shape.attention.num_kv_heads} x {shape.attention.head_dim}",
-                      ""] + floor_table(shape)
+                      ""] + floor_table(shape, copies)
             torch.cuda.empty_cache()
     publish("\n".join(lines), args.out)
 
