@@ -1,8 +1,9 @@
 """The packed attention kernel's launch settings, swept on the H200: tile sizes, warps, stages,
-whether key blocks inside every row's sequence skip the mask, and (GQA) whether a tile serves
-every query head of a key/value head.
+whether key blocks inside every row's sequence skip the mask, (GQA) whether a tile serves
+every query head of a key/value head, and whether the softmax rescales lazily.
 
     python3 bench/attention_tiles.py --out bench/results/attention-tiles.md
+    python3 bench/attention_tiles.py --models bert-base --tiles 64x64,64x128 --lazy-rescale both
 
 For each model shape (MiniLM, BERT-base, the Qwen3-0.6B shape) and each class of batch that
 `auto` times (16,384 and 2,048 tokens; sequences of up to 128 and 512), one layer's attention
@@ -61,7 +62,8 @@ def same_output(shape: AttentionShape, tiles: Tiles, reference: Tiles) -> bool:
 def label(tiles: Tiles) -> str:
     return (f"{tiles.block_m}x{tiles.block_n}, warps {tiles.num_warps or '-'}, stages {tiles.num_stages or '-'}"
             + ("" if tiles.mask_inner_blocks else ", inner masks skipped")
-            + (", kv heads shared" if tiles.share_kv_heads else ""))
+            + (", kv heads shared" if tiles.share_kv_heads else "")
+            + (", lazy rescale" if tiles.lazy_rescale else ""))
 
 
 def main() -> None:
@@ -70,7 +72,10 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(SHAPES), help="comma-separated, of " + ", ".join(SHAPES))
     parser.add_argument("--tiles", default=None,
                         help="BLOCK_MxBLOCK_N settings to sweep, comma-separated (default: all of TILES)")
+    parser.add_argument("--lazy-rescale", default="off", choices=["off", "on", "both"],
+                        help="the lazy rescaling option in the swept settings (the default's row flips it anyway)")
     args = parser.parse_args()
+    args.lazy_rescale = {"off": (False,), "on": (True,), "both": (False, True)}[args.lazy_rescale]
     tiles_swept = TILES if args.tiles is None else [tuple(int(x) for x in t.split("x")) for t in args.tiles.split(",")]
     lines = ["# The packed attention kernel's launch settings", "",
              f"- command: `python3 bench/attention_tiles.py {' '.join(sys.argv[1:])}`",
@@ -82,9 +87,11 @@ def main() -> None:
         shape = SHAPES[name]
         default = default_tiles(shape.head_dim, shape.num_heads // shape.num_kv_heads)
         shares = (False, True) if shape.num_kv_heads < shape.num_heads else (False,)
-        settings = [default, replace(default, mask_inner_blocks=False)] + [
-            Tiles(m, n, w, stages, mask, share)
-            for (m, n), stages, mask, share in itertools.product(tiles_swept, STAGES, (True, False), shares)
+        settings = [default, replace(default, mask_inner_blocks=not default.mask_inner_blocks),
+                    replace(default, lazy_rescale=not default.lazy_rescale)] + [
+            Tiles(m, n, w, stages, mask, share, lazy)
+            for (m, n), stages, mask, share, lazy in itertools.product(tiles_swept, STAGES, (True, False), shares,
+                                                                       args.lazy_rescale)
             for w in WARPS[m]]
         timer = AttentionTimer(shape, torch.bfloat16, torch.device("cuda"), 16384, MAX_SEQS)
         times: dict[Tiles, list[float | None]] = {}

@@ -62,12 +62,13 @@ def test_sequence_bounds_skip_empty_segments(kernel):
     assert start.dtype == end.dtype == torch.int32
 
 
-@pytest.mark.parametrize("mask_inner_blocks,share_kv_heads", [(True, False), (False, False), (True, True)],
-                         ids=["mask-every-block", "skip-inner-masks", "kv-heads-shared"])
+@pytest.mark.parametrize("mask_inner_blocks,share_kv_heads,lazy_rescale",
+                         [(True, False, False), (False, False, False), (True, True, False), (False, True, True)],
+                         ids=["mask-every-block", "skip-inner-masks", "kv-heads-shared", "all-options"])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["bidirectional", "causal"])
 @pytest.mark.parametrize("num_kv_heads", [2, 1], ids=["mha", "gqa"])
 def test_matches_the_definition_with_small_tiles(kernel, is_causal, num_kv_heads, mask_inner_blocks,
-                                                  share_kv_heads):
+                                                  share_kv_heads, lazy_rescale):
     """Tiles of 16 rows: most hold several sequences, and the 70-token one spans five (and with
     16-key blocks, its middle tiles see key blocks inside it, which may skip the mask)."""
     from engine.layers.attention_cuda import PackedAttentionBackend
@@ -76,7 +77,8 @@ def test_matches_the_definition_with_small_tiles(kernel, is_causal, num_kv_heads
     shape = AttentionShape(2, num_kv_heads, 32, is_causal)
     q, k, v = _inputs(cu[-1], 2, num_kv_heads, 32, torch.float32)
     want = _naive(q, k, v, cu, shape, False, None)
-    tiles = kernel.Tiles(16, 16, mask_inner_blocks=mask_inner_blocks, share_kv_heads=share_kv_heads)
+    tiles = kernel.Tiles(16, 16, mask_inner_blocks=mask_inner_blocks, share_kv_heads=share_kv_heads,
+                         lazy_rescale=lazy_rescale)
     backend = PackedAttentionBackend(shape, tiles=tiles)
     # As a graph lays the batch out: the real sequences, then empty segments.
     cu_padded = torch.tensor(cu + [cu[-1]] * 5, dtype=torch.int32)
@@ -100,6 +102,26 @@ def test_default_tiles_other_head_dims_and_fp16(kernel, dtype, head_dim, is_caus
     got = kernel.packed_attention(*(x.to(dtype) for x in (q, k, v)), start, end, shape.scale, is_causal)
     assert got.dtype == dtype
     tolerance = 2e-5 if dtype == torch.float32 else 2e-3
+    torch.testing.assert_close(got.float(), want, atol=tolerance, rtol=tolerance)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+def test_lazy_rescale_follows_maxima_that_grow_and_shrink(kernel, dtype):
+    """Keys whose scores rise far past the headroom block after block (and fall again), so
+    that the running maxima must move on some blocks and may stay stale on others; with a
+    mixed causal batch, rows meet their first allowed key on different blocks."""
+    lengths = [90, 5, 40]
+    cu = _cu(lengths)
+    shape = AttentionShape(2, 1, 16, True)
+    q, k, v = _inputs(cu[-1], 2, 1, 16, torch.float32, seed=7)
+    # Key norms from 0.2 up to 12 and back: scores spread over tens of log2 units.
+    ramp = torch.cat([torch.linspace(0.2, 12.0, 60), torch.linspace(12.0, 0.5, cu[-1] - 60)])
+    k = (k * ramp[:, None, None]).to(dtype).float()
+    want = _naive(q, k, v, cu, shape, False, None)
+    start, end = kernel.sequence_bounds(torch.tensor(cu, dtype=torch.int32), cu[-1])
+    got = kernel.packed_attention(*(x.to(dtype) for x in (q, k, v)), start, end, shape.scale, True,
+                                  kernel.Tiles(16, 16, lazy_rescale=True))
+    tolerance = 2e-5 if dtype == torch.float32 else 1e-2  # fp16: the rounding of p before p @ v
     torch.testing.assert_close(got.float(), want, atol=tolerance, rtol=tolerance)
 
 

@@ -29,6 +29,9 @@ import triton
 import triton.language as tl
 
 _LOG2_E = 1.4426950408889634
+# Lazy rescaling's headroom, in log2: a stale running maximum lets p reach 2^8, which bf16
+# holds with its usual relative precision and float32 sums without loss.
+_LAZY_HEADROOM = tl.constexpr(8.0)
 
 
 @triton.jit
@@ -48,7 +51,7 @@ def _packed_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, seq_start_ptr, seq_en
                              GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
                              PRECISION: tl.constexpr, MASK_INNER_BLOCKS: tl.constexpr,
-                             HEADS_PER_TILE: tl.constexpr):
+                             HEADS_PER_TILE: tl.constexpr, LAZY_RESCALE: tl.constexpr):
     tile = tl.program_id(0)
     first = tile * BLOCK_M
     last = tl.minimum(first + BLOCK_M, num_tokens) - 1
@@ -93,18 +96,37 @@ def _packed_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, seq_start_ptr, seq_en
                     mask=kv_mask, other=0.0)
         v = tl.load(v_ptr + cols64[:, None] * v_stride + kv_head * v_head_stride + dims[None, :],
                     mask=kv_mask, other=0.0)
-        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        if LAZY_RESCALE:
+            # Unscaled scores: the scale goes into the exponent's FMA below, one op per score.
+            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        else:
+            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
         if MASK_INNER_BLOCKS:
             scores = _same_sequence_only(scores, cols, rows, row_start, row_end, IS_CAUSAL)
         elif (key_start < inner_lo) | (key_start + BLOCK_N > inner_hi):
             scores = _same_sequence_only(scores, cols, rows, row_start, row_end, IS_CAUSAL)
-        m_new = tl.maximum(m, tl.max(scores, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no allowed key yet
-        p = tl.exp2(scores - m_safe[:, None])
-        rescale = tl.exp2(m - m_safe)
-        denom = denom * rescale + tl.sum(p, 1)
-        acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m = m_new
+        if LAZY_RESCALE:
+            m_new = tl.maximum(m, tl.max(scores, 1) * qk_scale)
+            # The running maxima move only when one grew past 2^LAZY_HEADROOM: a stale one still
+            # bounds every p by that, and the accumulator is not rescaled on most key blocks. A
+            # row's first allowed key always moves it (m + headroom stays -inf until then).
+            if tl.max((m_new > m + _LAZY_HEADROOM).to(tl.int32)) > 0:
+                rescale = tl.exp2(m - tl.where(m_new == float("-inf"), 0.0, m_new))
+                denom = denom * rescale
+                acc = acc * rescale[:, None]
+                m = m_new
+            m_safe = tl.where(m == float("-inf"), 0.0, m)  # a row with no allowed key yet
+            p = tl.exp2(tl.fma(scores, qk_scale, -m_safe[:, None]))
+            denom = denom + tl.sum(p, 1)
+            acc = acc + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        else:
+            m_new = tl.maximum(m, tl.max(scores, 1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no allowed key yet
+            p = tl.exp2(scores - m_safe[:, None])
+            rescale = tl.exp2(m - m_safe)
+            denom = denom * rescale + tl.sum(p, 1)
+            acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+            m = m_new
     out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
     out_rows = rows64 * out_stride + heads * out_head_stride
     tl.store(out_ptr + out_rows[:, None] + dims[None, :], out.to(out_ptr.dtype.element_ty),
@@ -129,7 +151,10 @@ class Tiles:
     stages), whether key blocks that every row of the tile may see are masked all the same
     (the mask is then a no-op; skipping it saves its compares), and whether a tile serves every
     query head of one key/value head (GQA with a power-of-two group: the key/value blocks are
-    read once for the group, in an MMA of group x block_m rows)."""
+    read once for the group, in an MMA of group x block_m rows), and whether the softmax
+    rescales its accumulator only when a row's maximum grew by more than 2^8, with the scale
+    folded into the exponent (FlashAttention 4's trick: less float32 work per score, which
+    bounds the kernel on short heads)."""
 
     block_m: int
     block_n: int
@@ -137,6 +162,7 @@ class Tiles:
     num_stages: int | None = None
     mask_inner_blocks: bool = True
     share_kv_heads: bool = False
+    lazy_rescale: bool = False
 
 
 def default_tiles(head_dim: int, group: int = 1) -> Tiles:
@@ -179,7 +205,7 @@ def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_star
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_M=block_m, BLOCK_N=block_n, IS_CAUSAL=is_causal,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", MASK_INNER_BLOCKS=tiles.mask_inner_blocks,
-        HEADS_PER_TILE=heads_per_tile, num_warps=tiles.num_warps or (4 if heads_per_tile * block_m <= 64 else 8),
+        HEADS_PER_TILE=heads_per_tile, LAZY_RESCALE=tiles.lazy_rescale, num_warps=tiles.num_warps or (4 if heads_per_tile * block_m <= 64 else 8),
         **({} if tiles.num_stages is None else {"num_stages": tiles.num_stages}),
     )
     return out
