@@ -11,6 +11,8 @@
 #                                  # the matmuls at the sizes around the top bucket, the profile at the graph's size
 #   bench/gpu_session.sh kernels   # issue 17: the attention's GPU tests, then each pass of a layer against
 #                                  # its hardware floor (bench/kernel_floors.py)
+#   bench/gpu_session.sh sweep     # issue 17: the packed attention's sweep narrowed to the open questions
+#                                  # (128-key blocks, lazy rescaling), about 4 minutes
 #   bench/gpu_session.sh ratios    # gpu_bench alone: ours against the ceiling and Hugging Face (issue 17)
 #   bench/gpu_session.sh profile   # kernel by kernel with the packed attention, GELU in the matmul's
 #                                  # epilogue or not, py-spy over the server under load, documents
@@ -96,6 +98,10 @@ kernels)
     step kernel-floors python3 bench/kernel_floors.py --out "$OUT/kernel-floors.md"
     step kernel-floors-cold python3 bench/kernel_floors.py --cold --out "$OUT/kernel-floors-cold.md"
     ;;
+sweep)
+    step attention-tiles python3 bench/attention_tiles.py --models bert-base,qwen3-0.6b,minilm \
+        --tiles 64x64,64x128,32x32,32x128 --lazy-rescale both --out "$OUT/attention-tiles.md"
+    ;;
 ratios)
     step gpu-bench python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json --gelu-both \
         --out "$OUT/gpu.md"
@@ -125,7 +131,7 @@ fa4)
         step fa4-probe python3 bench/fa4_probe.py --out "$OUT/fa4-probe.md"
     ;;
 *)
-    echo "usage: $0 tests|engine|text|load|leads|kernels|ratios|profile|fa4-first|fa4" >&2
+    echo "usage: $0 tests|engine|text|load|leads|kernels|sweep|ratios|profile|fa4-first|fa4" >&2
     exit 2
     ;;
 esac
