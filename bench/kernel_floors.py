@@ -197,7 +197,8 @@ def floor_table(shape: Shape, copies: int) -> list[str]:
                 for j, (name, _, moved, flops) in enumerate(sets[0])]
     del sets
     measured += attention_rows(shape, copies)
-    lines = ["| pass | us | floor us | bound by | GB/s | TFLOP/s | x floor |", "| --- | ---: | ---: | --- | ---: | ---: | ---: |"]
+    lines = ["| pass | us | floor us | bound by | GB/s | TFLOP/s | x floor |",
+             "| --- | ---: | ---: | --- | ---: | ---: | ---: |"]
     total = floor_total = 0.0
     for name, ms, moved, flops in measured:
         memory_ms, compute_ms = 1e3 * moved / PEAK_BYTES_PER_S, 1e3 * flops / PEAK_FLOP_PER_S
@@ -233,7 +234,8 @@ def main() -> None:
              f"moved {bandwidth / 1e9:,.0f} GB/s (read + write) and an 8192-cubed matmul ran at "
              f"{flop_rate / 1e12:.0f} TFLOP/s",
              "- GB/s and TFLOP/s: the bytes the pass must move and its FLOPs over its time",
-             f"- inputs and weights: {f'{COLD_COPIES} sets taken in turn (--cold)' if args.cold else 'one set, called again and again'}",
+             "- inputs and weights: " + (f"{COLD_COPIES} sets taken in turn (--cold)" if args.cold
+                                         else "one set, called again and again"),
              ""]
     with torch.inference_mode():
         for name in args.models.split(","):

@@ -107,9 +107,9 @@ def _packed_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, seq_start_ptr, seq_en
             scores = _same_sequence_only(scores, cols, rows, row_start, row_end, IS_CAUSAL)
         if LAZY_RESCALE:
             m_new = tl.maximum(m, tl.max(scores, 1) * qk_scale)
-            # The running maxima move only when one grew past 2^LAZY_HEADROOM: a stale one still
-            # bounds every p by that, and the accumulator is not rescaled on most key blocks. A
-            # row's first allowed key always moves it (m + headroom stays -inf until then).
+            # The running maxima move only when one grew by more than the headroom: a stale one
+            # still bounds every p by 2^headroom, and the accumulator is not rescaled on most key
+            # blocks. A row's first allowed key always moves it (m + headroom stays -inf until then).
             if tl.max((m_new > m + _LAZY_HEADROOM).to(tl.int32)) > 0:
                 rescale = tl.exp2(m - tl.where(m_new == float("-inf"), 0.0, m_new))
                 denom = denom * rescale
@@ -153,8 +153,8 @@ class Tiles:
     query head of one key/value head (GQA with a power-of-two group: the key/value blocks are
     read once for the group, in an MMA of group x block_m rows), and whether the softmax
     rescales its accumulator only when a row's maximum grew by more than 2^8, with the scale
-    folded into the exponent (FlashAttention 4's trick: less float32 work per score, which
-    bounds the kernel on short heads)."""
+    folded into the exponent (FlashAttention 4's trick: less float32 work per score, which by
+    an estimate in docs/gpu.md is what bounds the kernel on short heads)."""
 
     block_m: int
     block_n: int
@@ -205,7 +205,8 @@ def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_star
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_M=block_m, BLOCK_N=block_n, IS_CAUSAL=is_causal,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", MASK_INNER_BLOCKS=tiles.mask_inner_blocks,
-        HEADS_PER_TILE=heads_per_tile, LAZY_RESCALE=tiles.lazy_rescale, num_warps=tiles.num_warps or (4 if heads_per_tile * block_m <= 64 else 8),
+        HEADS_PER_TILE=heads_per_tile, LAZY_RESCALE=tiles.lazy_rescale,
+        num_warps=tiles.num_warps or (4 if heads_per_tile * block_m <= 64 else 8),
         **({} if tiles.num_stages is None else {"num_stages": tiles.num_stages}),
     )
     return out
