@@ -28,6 +28,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.layers.online_softmax import online_softmax_step
+
 _LOG2_E = 1.4426950408889634
 # Lazy rescaling's headroom, in log2: a stale running maximum lets p reach 2^8, which bf16
 # holds with its usual relative precision and float32 sums without loss.
@@ -120,13 +122,7 @@ def _packed_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, seq_start_ptr, seq_en
             denom = denom + tl.sum(p, 1)
             acc = acc + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         else:
-            m_new = tl.maximum(m, tl.max(scores, 1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no allowed key yet
-            p = tl.exp2(scores - m_safe[:, None])
-            rescale = tl.exp2(m - m_safe)
-            denom = denom * rescale + tl.sum(p, 1)
-            acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-            m = m_new
+            m, denom, acc = online_softmax_step(scores, v, m, denom, acc, PRECISION, True)
     out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
     out_rows = rows64 * out_stride + heads * out_head_stride
     tl.store(out_ptr + out_rows[:, None] + dims[None, :], out.to(out_ptr.dtype.element_ty),

@@ -18,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.layers.online_softmax import online_softmax_step
+
 
 @triton.jit
 def _biased_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, cu_ptr, bias_ptr, scale, radius, bias_stride,
@@ -74,13 +76,7 @@ def _biased_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, cu_ptr, bias_ptr, sca
         if WINDOW_RIGHT >= 0:
             allowed = allowed & (offset <= WINDOW_RIGHT)
         scores = tl.where(allowed, scores, float("-inf"))
-        m_new = tl.maximum(m, tl.max(scores, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no allowed key yet
-        p = tl.exp(scores - m_safe[:, None])
-        rescale = tl.exp(m - m_safe)
-        denom = denom * rescale + tl.sum(p, 1)
-        acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m = m_new
+        m, denom, acc = online_softmax_step(scores, v, m, denom, acc, PRECISION, False)
     out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
     tl.store(out_ptr + (start + rows)[:, None] * out_stride + head * out_head_stride + dims[None, :],
              out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & dim_ok[None, :])
