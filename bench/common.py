@@ -46,6 +46,23 @@ def cuda_event_ms(fn, repeats: int, warmups: int = 3) -> float:
     return statistics.median(times)
 
 
+def capture_graph(fn, warmups: int = 1):
+    """A CUDA graph of fn(), captured after `warmups` calls on a side stream, so that kernels
+    compile, memory is allocated and cuBLAS picks its algorithms outside the capture."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmups):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
 def publish(report: str, out: Path | None) -> None:
     """Print a benchmark's markdown report and, when asked, write it where results are kept."""
     print(report)

@@ -34,6 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import capture_graph  # noqa: E402
 from engine.attention_timing import AttentionTimer  # noqa: E402
 from engine.batch import pack  # noqa: E402
 from engine.batch import cut_batches  # noqa: E402
@@ -147,15 +148,7 @@ def dense_ceiling(model: torch.nn.Module, repeats: int, num_tokens: int = CEILIN
         for m, x in zip(linears, inputs):
             m(x)
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph = capture_graph(step, warmups=3)
     for _ in range(3):
         graph.replay()
     seconds = cuda_time(lambda: [graph.replay() for _ in range(10)], repeats) / 10

@@ -37,7 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import cuda_event_ms, publish  # noqa: E402
+from bench.common import capture_graph, cuda_event_ms, publish  # noqa: E402
 from engine.layers import fused  # noqa: E402
 from engine.layers.attention import AttentionShape  # noqa: E402
 from engine.layers.attention_choice import representative_lengths  # noqa: E402
@@ -74,18 +74,12 @@ def graph_ms(fns) -> float:
     """Milliseconds per call, replayed as a CUDA graph of CALLS_PER_GRAPH calls that take the
     callables of `fns` (one, or a list of the same pass on other inputs) in turn."""
     fns = fns if isinstance(fns, list) else [fns]
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for fn in fns:
-            fn()  # compiles and allocates outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+
+    def calls():
         for i in range(CALLS_PER_GRAPH):
             fns[i % len(fns)]()
-    return cuda_event_ms(graph.replay, repeats=10) / CALLS_PER_GRAPH
+
+    return cuda_event_ms(capture_graph(calls).replay, repeats=10) / CALLS_PER_GRAPH
 
 
 def measured_peaks() -> tuple[float, float]:

@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import cuda_event_ms, publish  # noqa: E402
+from bench.common import capture_graph, cuda_event_ms, publish  # noqa: E402
 from engine.layers import fused  # noqa: E402
 
 # (in, out) per linear of one layer, and which one takes the GELU (the BERT family's up projection).
@@ -65,14 +65,7 @@ def measure(name: str) -> list[str]:
     for num_tokens in TOKENS:
         step = layer_step(shape, gelu_at, num_tokens)
         eager = cuda_event_ms(step, ITERS)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            step()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step()
+        graph = capture_graph(step)
         captured = cuda_event_ms(graph.replay, ITERS)
         same = gemm_kernels(step) == gemm_kernels(graph.replay)
         rows.append(f"| {num_tokens} | {1e3 * eager:.1f} | {1e3 * captured:.1f} | "
