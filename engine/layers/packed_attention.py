@@ -98,11 +98,9 @@ def _packed_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, seq_start_ptr, seq_en
                     mask=kv_mask, other=0.0)
         v = tl.load(v_ptr + cols64[:, None] * v_stride + kv_head * v_head_stride + dims[None, :],
                     mask=kv_mask, other=0.0)
-        if LAZY_RESCALE:
-            # Unscaled scores: the scale goes into the exponent's FMA below, one op per score.
-            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        else:
-            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        if not LAZY_RESCALE:  # lazily, the scale goes into the exponent's FMA below, one op per score
+            scores = scores * qk_scale
         if MASK_INNER_BLOCKS:
             scores = _same_sequence_only(scores, cols, rows, row_start, row_end, IS_CAUSAL)
         elif (key_start < inner_lo) | (key_start + BLOCK_N > inner_hi):
