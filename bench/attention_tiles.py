@@ -1,9 +1,11 @@
 """The packed attention kernel's launch settings, swept on the H200: tile sizes, warps, stages,
 whether key blocks inside every row's sequence skip the mask, (GQA) whether a tile serves
-every query head of a key/value head, and whether the softmax rescales lazily.
+every query head of a key/value head, whether the softmax's scale goes into the exponent's
+FMA, and a cap on the registers per thread (how many tiles an SM holds at once).
 
     python3 bench/attention_tiles.py --out bench/results/attention-tiles.md
-    python3 bench/attention_tiles.py --models bert-base --tiles 64x64,64x128 --lazy-rescale both
+    python3 bench/attention_tiles.py --models bert-base --tiles 64x64,64x128 --fold-scale both
+    python3 bench/attention_tiles.py --around-default --stages 2,3 --max-registers none,128,96 --fold-scale both
 
 For each model shape (MiniLM, BERT-base, the Qwen3-0.6B shape) and each class of batch that
 `auto` times (16,384 and 2,048 tokens; sequences of up to 128 and 512), one layer's attention
@@ -41,7 +43,7 @@ CLASSES = [(16384, 128), (16384, 512), (2048, 128), (2048, 512)]
 # their own sequence's keys, but the tile computes scores for every key of all its sequences.
 TILES = [(16, 32), (16, 64), (32, 32), (32, 64), (64, 64), (64, 32), (128, 64), (128, 32)]
 WARPS = {16: [1, 2], 32: [2, 4], 64: [4, 8], 128: [4, 8]}  # per BLOCK_M
-STAGES = [3, 4]  # 2 was slower everywhere in the first sweep
+STAGES = "3,4"  # 2 was slower everywhere in the first sweep (before register caps)
 MAX_SEQS = 1024
 
 
@@ -63,7 +65,8 @@ def label(tiles: Tiles) -> str:
     return (f"{tiles.block_m}x{tiles.block_n}, warps {tiles.num_warps or '-'}, stages {tiles.num_stages or '-'}"
             + ("" if tiles.mask_inner_blocks else ", inner masks skipped")
             + (", kv heads shared" if tiles.share_kv_heads else "")
-            + (", lazy rescale" if tiles.lazy_rescale else ""))
+            + (", scale folded" if tiles.fold_scale else "")
+            + (f", at most {tiles.max_registers} registers" if tiles.max_registers else ""))
 
 
 def main() -> None:
@@ -72,10 +75,18 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(SHAPES), help="comma-separated, of " + ", ".join(SHAPES))
     parser.add_argument("--tiles", default=None,
                         help="BLOCK_MxBLOCK_N settings to sweep, comma-separated (default: all of TILES)")
-    parser.add_argument("--lazy-rescale", default="off", choices=["off", "on", "both"],
-                        help="the lazy rescaling option in the swept settings (the default's row flips it anyway)")
+    parser.add_argument("--fold-scale", default="off", choices=["off", "on", "both"],
+                        help="the scale folded into the exponent, in the swept settings (the default's row flips it anyway)")
+    parser.add_argument("--stages", default=STAGES, help="num_stages values swept, comma-separated")
+    parser.add_argument("--max-registers", default="none",
+                        help="register caps per thread swept (Triton's maxnreg), comma-separated; none: the compiler's")
+    parser.add_argument("--around-default", action="store_true",
+                        help="keep the default's tile, warps, mask and head sharing; sweep only stages, register "
+                             "caps and scale folding")
     args = parser.parse_args()
-    args.lazy_rescale = {"off": (False,), "on": (True,), "both": (False, True)}[args.lazy_rescale]
+    folds = {"off": (False,), "on": (True,), "both": (False, True)}[args.fold_scale]
+    stages_swept = [int(x) for x in args.stages.split(",")]
+    caps = [None if x == "none" else int(x) for x in args.max_registers.split(",")]
     tiles_swept = TILES if args.tiles is None else [tuple(int(x) for x in t.split("x")) for t in args.tiles.split(",")]
     lines = ["# The packed attention kernel's launch settings", "",
              f"- command: `python3 bench/attention_tiles.py {' '.join(sys.argv[1:])}`",
@@ -88,11 +99,16 @@ def main() -> None:
         default = default_tiles(shape.head_dim, shape.num_heads // shape.num_kv_heads)
         shares = (False, True) if shape.num_kv_heads < shape.num_heads else (False,)
         settings = [default, replace(default, mask_inner_blocks=not default.mask_inner_blocks),
-                    replace(default, lazy_rescale=not default.lazy_rescale)] + [
-            Tiles(m, n, w, stages, mask, share, lazy)
-            for (m, n), stages, mask, share, lazy in itertools.product(tiles_swept, STAGES, (True, False), shares,
-                                                                       args.lazy_rescale)
-            for w in WARPS[m]]
+                    replace(default, fold_scale=not default.fold_scale)]
+        if args.around_default:
+            settings += [replace(default, num_stages=stages, fold_scale=fold, max_registers=cap)
+                         for stages, fold, cap in itertools.product(stages_swept, folds, caps)]
+        else:
+            settings += [Tiles(m, n, w, stages, mask, share, fold, cap)
+                         for (m, n), stages, mask, share, fold, cap in itertools.product(
+                             tiles_swept, stages_swept, (True, False), shares, folds, caps)
+                         for w in WARPS[m]]
+        settings = list(dict.fromkeys(settings))  # the default's own row once
         timer = AttentionTimer(shape, torch.bfloat16, torch.device("cuda"), 16384, MAX_SEQS)
         times: dict[Tiles, list[float | None]] = {}
         for tiles in settings:
@@ -112,7 +128,7 @@ def main() -> None:
                   "| setting | " + " | ".join(f"{t} tok, <= {s}" for t, s in CLASSES) + " | sum | output = default's |",
                   "| --- |" + " ---: |" * (len(CLASSES) + 1) + " --- |"]
         ranked = sorted(times.items(), key=lambda item: sum(t if t is not None else 1.0 for t in item[1]))
-        shown = dict(ranked[:12])
+        shown = dict(ranked[:16])
         shown.setdefault(default, times[default])
         for tiles, row in shown.items():
             cells = ["-" if t is None else (f"**{1e6 * t:.1f}**" if t == best[i] else f"{1e6 * t:.1f}")

@@ -11,8 +11,8 @@
 #                                  # the matmuls at the sizes around the top bucket, the profile at the graph's size
 #   bench/gpu_session.sh kernels   # issue 17: the attention's GPU tests, then each pass of a layer against
 #                                  # its hardware floor (bench/kernel_floors.py)
-#   bench/gpu_session.sh sweep     # issue 17: the packed attention's sweep narrowed to the open questions
-#                                  # (128-key blocks, lazy rescaling), about 4 minutes
+#   bench/gpu_session.sh sweep     # issue 17: the packed attention's GPU tests, then its default launches
+#                                  # swept over stages, register caps and scale folding, about 5 minutes
 #   bench/gpu_session.sh ratios    # gpu_bench alone: ours against the ceiling and Hugging Face (issue 17)
 #   bench/gpu_session.sh profile   # kernel by kernel with the packed attention, GELU in the matmul's
 #                                  # epilogue or not, py-spy over the server under load, documents
@@ -99,8 +99,9 @@ kernels)
     step kernel-floors-cold python3 bench/kernel_floors.py --cold --out "$OUT/kernel-floors-cold.md"
     ;;
 sweep)
-    step attention-tiles python3 bench/attention_tiles.py --models bert-base,qwen3-0.6b,minilm \
-        --tiles 64x64,64x128,32x32,32x128 --lazy-rescale both --out "$OUT/attention-tiles.md"
+    KEEP_LOGS=1 step attention-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_packed_attention_gpu.py
+    step attention-tiles python3 bench/attention_tiles.py --models bert-base,qwen3-0.6b,minilm --around-default \
+        --stages 2,3 --max-registers none,128,112,96 --fold-scale both --out "$OUT/attention-tiles.md"
     ;;
 ratios)
     step gpu-bench python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json --gelu-both \

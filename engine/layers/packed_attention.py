@@ -31,9 +31,6 @@ import triton.language as tl
 from engine.layers.online_softmax import online_softmax_step
 
 _LOG2_E = 1.4426950408889634
-# Lazy rescaling's headroom, in log2: a stale running maximum lets p reach 2^8, which bf16
-# holds with its usual relative precision and float32 sums without loss.
-_LAZY_HEADROOM = tl.constexpr(8.0)
 
 
 @triton.jit
@@ -53,7 +50,7 @@ def _packed_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, seq_start_ptr, seq_en
                              GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
                              PRECISION: tl.constexpr, MASK_INNER_BLOCKS: tl.constexpr,
-                             HEADS_PER_TILE: tl.constexpr, LAZY_RESCALE: tl.constexpr):
+                             HEADS_PER_TILE: tl.constexpr, FOLD_SCALE: tl.constexpr):
     tile = tl.program_id(0)
     first = tile * BLOCK_M
     last = tl.minimum(first + BLOCK_M, num_tokens) - 1
@@ -99,28 +96,13 @@ def _packed_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, seq_start_ptr, seq_en
         v = tl.load(v_ptr + cols64[:, None] * v_stride + kv_head * v_head_stride + dims[None, :],
                     mask=kv_mask, other=0.0)
         scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        if not LAZY_RESCALE:  # lazily, the scale goes into the exponent's FMA below, one op per score
+        if not FOLD_SCALE:  # folded, the scale goes into the exponent's FMA instead
             scores = scores * qk_scale
         if MASK_INNER_BLOCKS:
             scores = _same_sequence_only(scores, cols, rows, row_start, row_end, IS_CAUSAL)
         elif (key_start < inner_lo) | (key_start + BLOCK_N > inner_hi):
             scores = _same_sequence_only(scores, cols, rows, row_start, row_end, IS_CAUSAL)
-        if LAZY_RESCALE:
-            m_new = tl.maximum(m, tl.max(scores, 1) * qk_scale)
-            # The running maxima move only when one grew by more than the headroom: a stale one
-            # still bounds every p by 2^headroom, and the accumulator is not rescaled on most key
-            # blocks. A row's first allowed key always moves it (m + headroom stays -inf until then).
-            if tl.max((m_new > m + _LAZY_HEADROOM).to(tl.int32)) > 0:
-                rescale = tl.exp2(m - tl.where(m_new == float("-inf"), 0.0, m_new))
-                denom = denom * rescale
-                acc = acc * rescale[:, None]
-                m = m_new
-            m_safe = tl.where(m == float("-inf"), 0.0, m)  # a row with no allowed key yet
-            p = tl.exp2(tl.fma(scores, qk_scale, -m_safe[:, None]))
-            denom = denom + tl.sum(p, 1)
-            acc = acc + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        else:
-            m, denom, acc = online_softmax_step(scores, v, m, denom, acc, PRECISION, True)
+        m, denom, acc = online_softmax_step(scores, v, m, denom, acc, qk_scale, PRECISION, True, FOLD_SCALE)
     out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
     out_rows = rows64 * out_stride + heads * out_head_stride
     tl.store(out_ptr + out_rows[:, None] + dims[None, :], out.to(out_ptr.dtype.element_ty),
@@ -145,10 +127,10 @@ class Tiles:
     stages), whether key blocks that every row of the tile may see are masked all the same
     (the mask is then a no-op; skipping it saves its compares), and whether a tile serves every
     query head of one key/value head (GQA with a power-of-two group: the key/value blocks are
-    read once for the group, in an MMA of group x block_m rows), and whether the softmax
-    rescales its accumulator only when a row's maximum grew by more than 2^8, with the scale
-    folded into the exponent (FlashAttention 4's trick: less float32 work per score, which by
-    an estimate in docs/gpu.md is what bounds the kernel on short heads)."""
+    read once for the group, in an MMA of group x block_m rows), whether the softmax's scale
+    goes into the exponent's FMA (one float32 multiply per score less), and a cap on the
+    registers per thread (Triton's `maxnreg`; None: the compiler's count), which decides how
+    many tiles an SM holds at once where registers, not shared memory, run out first."""
 
     block_m: int
     block_n: int
@@ -156,7 +138,8 @@ class Tiles:
     num_stages: int | None = None
     mask_inner_blocks: bool = True
     share_kv_heads: bool = False
-    lazy_rescale: bool = False
+    fold_scale: bool = False
+    max_registers: int | None = None
 
 
 def default_tiles(head_dim: int, group: int = 1) -> Tiles:
@@ -199,8 +182,9 @@ def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_star
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_M=block_m, BLOCK_N=block_n, IS_CAUSAL=is_causal,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", MASK_INNER_BLOCKS=tiles.mask_inner_blocks,
-        HEADS_PER_TILE=heads_per_tile, LAZY_RESCALE=tiles.lazy_rescale,
+        HEADS_PER_TILE=heads_per_tile, FOLD_SCALE=tiles.fold_scale,
         num_warps=tiles.num_warps or (4 if heads_per_tile * block_m <= 64 else 8),
         **({} if tiles.num_stages is None else {"num_stages": tiles.num_stages}),
+        **({} if tiles.max_registers is None else {"maxnreg": tiles.max_registers}),
     )
     return out

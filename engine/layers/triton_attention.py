@@ -76,7 +76,7 @@ def _biased_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, cu_ptr, bias_ptr, sca
         if WINDOW_RIGHT >= 0:
             allowed = allowed & (offset <= WINDOW_RIGHT)
         scores = tl.where(allowed, scores, float("-inf"))
-        m, denom, acc = online_softmax_step(scores, v, m, denom, acc, PRECISION, False)
+        m, denom, acc = online_softmax_step(scores, v, m, denom, acc, 1.0, PRECISION, False, False)
     out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
     tl.store(out_ptr + (start + rows)[:, None] * out_stride + head * out_head_stride + dims[None, :],
              out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & dim_ok[None, :])
