@@ -100,7 +100,7 @@ kernels)
     ;;
 sweep)
     KEEP_LOGS=1 step attention-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_packed_attention_gpu.py \
-        tests/test_fused_gpu.py -k "packed or kernel_matches or graph or biased"
+        tests/test_fused_gpu.py -k "kernel_matches or graph or auto_chooses or biased"
     step attention-tiles python3 bench/attention_tiles.py --models bert-base,qwen3-0.6b,minilm --around-default \
         --stages 2,3 --max-registers none,128,112,96 --fold-scale both --out "$OUT/attention-tiles.md"
     ;;
