@@ -13,6 +13,8 @@
 #                                  # its hardware floor (bench/kernel_floors.py)
 #   bench/gpu_session.sh sweep     # issue 17: the packed attention's GPU tests, then its default launches
 #                                  # swept over stages, register caps and scale folding, about 5 minutes
+#   bench/gpu_session.sh stalls    # issue 17: where the packed attention's warps wait (Nsight Compute's
+#                                  # counters, bench/attention_stalls.py) and the clocks under load
 #   bench/gpu_session.sh ratios    # gpu_bench alone: ours against the ceiling and Hugging Face (issue 17)
 #   bench/gpu_session.sh profile   # kernel by kernel with the packed attention, GELU in the matmul's
 #                                  # epilogue or not, py-spy over the server under load, documents
@@ -104,6 +106,19 @@ sweep)
     step attention-tiles python3 bench/attention_tiles.py --models bert-base,qwen3-0.6b,minilm --around-default \
         --stages 2,3 --max-registers none,128,112,96 --fold-scale both --out "$OUT/attention-tiles.md"
     ;;
+stalls)
+    # Where the packed attention's warps wait (Nsight Compute, if the machine has it), and the
+    # clocks under sustained load (whole models run their kernels slower than alone).
+    NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+    echo "ncu: ${NCU:-none}"
+    for model in bert-base qwen3-0.6b minilm; do
+        [ -n "$NCU" ] && KEEP_LOGS=1 step "stalls-$model" "$NCU" --kernel-name regex:_packed_attention_kernel --launch-skip 3 \
+            --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+            --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+            python3 bench/attention_stalls.py --model "$model"
+    done
+    KEEP_LOGS=1 step clocks bash -c 'nvidia-smi -q -d CLOCK,PERFORMANCE,POWER; python3 bench/kernel_floors.py --out /tmp/floors.md & for i in 1 2 3 4 5 6; do sleep 1; nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,clocks_throttle_reasons.active --format=csv,noheader; done; wait'
+    ;;
 ratios)
     step gpu-bench python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json --gelu-both \
         --out "$OUT/gpu.md"
@@ -133,7 +148,7 @@ fa4)
         step fa4-probe python3 bench/fa4_probe.py --out "$OUT/fa4-probe.md"
     ;;
 *)
-    echo "usage: $0 tests|engine|text|load|leads|kernels|sweep|ratios|profile|fa4-first|fa4" >&2
+    echo "usage: $0 tests|engine|text|load|leads|kernels|sweep|stalls|ratios|profile|fa4-first|fa4" >&2
     exit 2
     ;;
 esac
