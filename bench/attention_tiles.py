@@ -66,7 +66,8 @@ def label(tiles: Tiles) -> str:
             + ("" if tiles.mask_inner_blocks else ", inner masks skipped")
             + (", kv heads shared" if tiles.share_kv_heads else "")
             + (", scale folded" if tiles.fold_scale else "")
-            + (f", at most {tiles.max_registers} registers" if tiles.max_registers else ""))
+            + (f", at most {tiles.max_registers} registers" if tiles.max_registers else "")
+            + (", TMA loads" if tiles.tma_loads else ""))
 
 
 def main() -> None:
@@ -77,6 +78,8 @@ def main() -> None:
                         help="BLOCK_MxBLOCK_N settings to sweep, comma-separated (default: all of TILES)")
     parser.add_argument("--fold-scale", default="off", choices=["off", "on", "both"],
                         help="the scale folded into the exponent, in the swept settings (the default's row flips it anyway)")
+    parser.add_argument("--tma-loads", default="off", choices=["off", "on", "both"],
+                        help="key/value blocks through TMA descriptors, in the swept settings (the default's row flips it anyway)")
     parser.add_argument("--stages", default=STAGES, help="num_stages values swept, comma-separated")
     parser.add_argument("--max-registers", default="none",
                         help="register caps per thread swept (Triton's maxnreg), comma-separated; none: the compiler's")
@@ -84,7 +87,8 @@ def main() -> None:
                         help="keep the default's tile, warps, mask and head sharing; sweep only stages, register "
                              "caps and scale folding")
     args = parser.parse_args()
-    folds = {"off": (False,), "on": (True,), "both": (False, True)}[args.fold_scale]
+    choice = {"off": (False,), "on": (True,), "both": (False, True)}
+    folds, tmas = choice[args.fold_scale], choice[args.tma_loads]
     stages_swept = [int(x) for x in args.stages.split(",")]
     caps = [None if x == "none" else int(x) for x in args.max_registers.split(",")]
     tiles_swept = TILES if args.tiles is None else [tuple(int(x) for x in t.split("x")) for t in args.tiles.split(",")]
@@ -99,14 +103,15 @@ def main() -> None:
         default = default_tiles(shape.head_dim, shape.num_heads // shape.num_kv_heads)
         shares = (False, True) if shape.num_kv_heads < shape.num_heads else (False,)
         settings = [default, replace(default, mask_inner_blocks=not default.mask_inner_blocks),
-                    replace(default, fold_scale=not default.fold_scale)]
+                    replace(default, fold_scale=not default.fold_scale),
+                    replace(default, tma_loads=not default.tma_loads)]
         if args.around_default:
-            settings += [replace(default, num_stages=stages, fold_scale=fold, max_registers=cap)
-                         for stages, fold, cap in itertools.product(stages_swept, folds, caps)]
+            settings += [replace(default, num_stages=stages, fold_scale=fold, max_registers=cap, tma_loads=tma)
+                         for stages, fold, cap, tma in itertools.product(stages_swept, folds, caps, tmas)]
         else:
-            settings += [Tiles(m, n, w, stages, mask, share, fold, cap)
-                         for (m, n), stages, mask, share, fold, cap in itertools.product(
-                             tiles_swept, stages_swept, (True, False), shares, folds, caps)
+            settings += [Tiles(m, n, w, stages, mask, share, fold, cap, tma)
+                         for (m, n), stages, mask, share, fold, cap, tma in itertools.product(
+                             tiles_swept, stages_swept, (True, False), shares, folds, caps, tmas)
                          for w in WARPS[m]]
         settings = list(dict.fromkeys(settings))  # the default's own row once
         timer = AttentionTimer(shape, torch.bfloat16, torch.device("cuda"), 16384, MAX_SEQS)

@@ -12,7 +12,7 @@
 #   bench/gpu_session.sh kernels   # issue 17: the attention's GPU tests, then each pass of a layer against
 #                                  # its hardware floor (bench/kernel_floors.py)
 #   bench/gpu_session.sh sweep     # issue 17: the packed attention's GPU tests, then its default launches
-#                                  # swept over stages, register caps and scale folding, about 5 minutes
+#                                  # swept over register caps, scale folding and TMA loads, about 3 minutes
 #   bench/gpu_session.sh stalls    # issue 17: where the packed attention's warps wait (Nsight Compute's
 #                                  # counters, bench/attention_stalls.py) and the clocks under load
 #   bench/gpu_session.sh ratios    # gpu_bench alone: ours against the ceiling and Hugging Face (issue 17)
@@ -104,7 +104,7 @@ sweep)
     KEEP_LOGS=1 step attention-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_packed_attention_gpu.py \
         tests/test_fused_gpu.py -k "kernel_matches or graph or auto_chooses or biased"
     step attention-tiles python3 bench/attention_tiles.py --models bert-base,qwen3-0.6b,minilm --around-default \
-        --stages 2,3 --max-registers none,128,112,96 --fold-scale both --out "$OUT/attention-tiles.md"
+        --stages 3 --max-registers none,128 --fold-scale both --tma-loads both --out "$OUT/attention-tiles.md"
     ;;
 stalls)
     # Where the packed attention's warps wait (Nsight Compute, if the machine has it), and the

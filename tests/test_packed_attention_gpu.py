@@ -36,8 +36,9 @@ def _cu(lengths: list[int]) -> list[int]:
     return np.concatenate([[0], np.cumsum(lengths)]).astype(int).tolist()
 
 
-@pytest.mark.parametrize("flipped", [None, "mask_inner_blocks", "share_kv_heads", "fold_scale"],
-                         ids=["default", "inner-masks-flipped", "kv-head-sharing-flipped", "scale-folding-flipped"])
+@pytest.mark.parametrize("flipped", [None, "mask_inner_blocks", "share_kv_heads", "fold_scale", "tma_loads"],
+                         ids=["default", "inner-masks-flipped", "kv-head-sharing-flipped", "scale-folding-flipped",
+                              "tma-loads-flipped"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["bidirectional", "causal"])
 @pytest.mark.parametrize("heads,kv_heads,head_dim", [(12, 12, 32), (12, 12, 64), (16, 8, 128)],

@@ -50,7 +50,8 @@ def _packed_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, seq_start_ptr, seq_en
                              GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
                              PRECISION: tl.constexpr, MASK_INNER_BLOCKS: tl.constexpr,
-                             HEADS_PER_TILE: tl.constexpr, FOLD_SCALE: tl.constexpr):
+                             HEADS_PER_TILE: tl.constexpr, FOLD_SCALE: tl.constexpr,
+                             TMA_LOADS: tl.constexpr):
     tile = tl.program_id(0)
     first = tile * BLOCK_M
     last = tl.minimum(first + BLOCK_M, num_tokens) - 1
@@ -89,12 +90,19 @@ def _packed_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, seq_start_ptr, seq_en
     acc = tl.zeros([HEADS_PER_TILE * BLOCK_M, BLOCK_D], tl.float32)
     for key_start in range(lo, hi, BLOCK_N):
         cols = key_start + tl.arange(0, BLOCK_N)
-        cols64 = cols.to(tl.int64)
-        kv_mask = (cols < hi)[:, None] & dim_ok[None, :]
-        k = tl.load(k_ptr + cols64[:, None] * k_stride + kv_head * k_head_stride + dims[None, :],
-                    mask=kv_mask, other=0.0)
-        v = tl.load(v_ptr + cols64[:, None] * v_stride + kv_head * v_head_stride + dims[None, :],
-                    mask=kv_mask, other=0.0)
+        if TMA_LOADS:
+            # k_ptr and v_ptr are descriptors of [T, KV * HEAD_DIM]: the copy engine fetches the
+            # block, with no address per element; keys past `hi` are read but the mask drops
+            # them, and rows past the stream come back as zeros.
+            k = k_ptr.load([key_start, kv_head * HEAD_DIM])
+            v = v_ptr.load([key_start, kv_head * HEAD_DIM])
+        else:
+            cols64 = cols.to(tl.int64)
+            kv_mask = (cols < hi)[:, None] & dim_ok[None, :]
+            k = tl.load(k_ptr + cols64[:, None] * k_stride + kv_head * k_head_stride + dims[None, :],
+                        mask=kv_mask, other=0.0)
+            v = tl.load(v_ptr + cols64[:, None] * v_stride + kv_head * v_head_stride + dims[None, :],
+                        mask=kv_mask, other=0.0)
         scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         if not FOLD_SCALE:  # folded, the scale goes into the exponent's FMA instead
             scores = scores * qk_scale
@@ -130,7 +138,10 @@ class Tiles:
     read once for the group, in an MMA of group x block_m rows), whether the softmax's scale
     goes into the exponent's FMA (one float32 multiply per score less), and a cap on the
     registers per thread (Triton's `maxnreg`; None: the compiler's count), which decides how
-    many tiles an SM holds at once where registers, not shared memory, run out first."""
+    many tiles an SM holds at once where registers, not shared memory, run out first, and
+    whether key/value blocks come through the copy engine (TMA descriptors, Hopper and later;
+    no address arithmetic per element; used where the head_dim is a power of two and the
+    tensors are 16-byte aligned, else plain loads)."""
 
     block_m: int
     block_n: int
@@ -140,6 +151,7 @@ class Tiles:
     share_kv_heads: bool = False
     fold_scale: bool = False
     max_registers: int | None = None
+    tma_loads: bool = False
 
 
 def default_tiles(head_dim: int, group: int = 1) -> Tiles:
@@ -176,15 +188,33 @@ def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_star
     block_m, block_n = tiles.block_m, tiles.block_n
     heads_per_tile = group if tiles.share_kv_heads and group & (group - 1) == 0 else 1
     grid = (triton.cdiv(num_tokens, block_m), num_heads // heads_per_tile)
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    tma = tiles.tma_loads and block_d == head_dim and all(_tma_ready(x) for x in (k, v))
+    k_arg, v_arg = (_block_descriptor(x, block_n) for x in (k, v)) if tma else (k, v)
     _packed_attention_kernel[grid](
-        q, k, v, out, seq_start, seq_end, num_tokens, scale * _LOG2_E,
+        q, k_arg, v_arg, out, seq_start, seq_end, num_tokens, scale * _LOG2_E,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
-        GROUP=group, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_D=block_d,
         BLOCK_M=block_m, BLOCK_N=block_n, IS_CAUSAL=is_causal,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", MASK_INNER_BLOCKS=tiles.mask_inner_blocks,
-        HEADS_PER_TILE=heads_per_tile, FOLD_SCALE=tiles.fold_scale,
+        HEADS_PER_TILE=heads_per_tile, FOLD_SCALE=tiles.fold_scale, TMA_LOADS=tma,
         num_warps=tiles.num_warps or (4 if heads_per_tile * block_m <= 64 else 8),
         **({} if tiles.num_stages is None else {"num_stages": tiles.num_stages}),
         **({} if tiles.max_registers is None else {"maxnreg": tiles.max_registers}),
     )
     return out
+
+
+def _tma_ready(x: torch.Tensor) -> bool:
+    """Heads side by side in each token's row, and the addresses a descriptor needs aligned."""
+    return (x.is_cuda and torch.cuda.get_device_capability(x.device)[0] >= 9 and x.stride(1) == x.shape[2]
+            and x.data_ptr() % 16 == 0 and (x.stride(0) * x.element_size()) % 16 == 0)
+
+
+def _block_descriptor(x: torch.Tensor, block_n: int):
+    """x [T, KV, D] as a [T, KV * D] matrix read in blocks of block_n tokens by one head."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    num_tokens, heads, head_dim = x.shape
+    return TensorDescriptor(x, [num_tokens, heads * head_dim], [x.stride(0), 1], [block_n, head_dim])
+
