@@ -162,14 +162,16 @@ def default_tiles(head_dim: int, group: int = 1) -> Tiles:
     costs little on short ones, while at head_dim 32 the check cost more than the mask.
     Wider heads take 32-key blocks, which keep the accumulator in registers; with GQA groups
     of two, 32-row tiles stacked per key/value head fill the same 64-row MMA and read each
-    key/value block once for both query heads."""
+    key/value block once for both query heads. Every shape loads key/value blocks through
+    TMA where it can: the kernel is bound by the instructions it issues, and the copy engine
+    takes the per-element address arithmetic off the warps."""
     if head_dim <= 32:
-        return Tiles(64, 64)
+        return Tiles(64, 64, tma_loads=True)
     if head_dim <= 64:
-        return Tiles(64, 64, mask_inner_blocks=False)
+        return Tiles(64, 64, mask_inner_blocks=False, tma_loads=True)
     if group == 2:
-        return Tiles(32, 32, num_warps=4, num_stages=3, share_kv_heads=True)
-    return Tiles(64, 32)
+        return Tiles(32, 32, num_warps=4, num_stages=3, share_kv_heads=True, tma_loads=True)
+    return Tiles(64, 32, tma_loads=True)
 
 
 def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_start: torch.Tensor,
