@@ -1,7 +1,8 @@
 """The packed attention kernel's launch settings, swept on the H200: tile sizes, warps, stages,
 whether key blocks inside every row's sequence skip the mask, (GQA) whether a tile serves
 every query head of a key/value head, whether the softmax's scale goes into the exponent's
-FMA, and a cap on the registers per thread (how many tiles an SM holds at once).
+FMA, a cap on the registers per thread (how many tiles an SM holds at once), and whether
+key/value blocks come through TMA descriptors.
 
     python3 bench/attention_tiles.py --out bench/results/attention-tiles.md
     python3 bench/attention_tiles.py --models bert-base --tiles 64x64,64x128 --fold-scale both
@@ -85,7 +86,7 @@ def main() -> None:
                         help="register caps per thread swept (Triton's maxnreg), comma-separated; none: the compiler's")
     parser.add_argument("--around-default", action="store_true",
                         help="keep the default's tile, warps, mask and head sharing; sweep only stages, register "
-                             "caps and scale folding")
+                             "caps, scale folding and TMA loads")
     args = parser.parse_args()
     choice = {"off": (False,), "on": (True,), "both": (False, True)}
     folds, tmas = choice[args.fold_scale], choice[args.tma_loads]

@@ -101,7 +101,7 @@ def test_default_tiles_other_head_dims_and_fp16(kernel, dtype, head_dim, is_caus
     start, end = kernel.sequence_bounds(torch.tensor(cu, dtype=torch.int32), cu[-1])
     got = kernel.packed_attention(*(x.to(dtype) for x in (q, k, v)), start, end, shape.scale, is_causal)
     assert got.dtype == dtype
-    tolerance = 2e-5 if dtype == torch.float32 else 1e-2  # fp16: p rounded before p @ v, on scores this spread
+    tolerance = 2e-5 if dtype == torch.float32 else 2e-3
     torch.testing.assert_close(got.float(), want, atol=tolerance, rtol=tolerance)
 
 

@@ -219,4 +219,3 @@ def _block_descriptor(x: torch.Tensor, block_n: int):
 
     num_tokens, heads, head_dim = x.shape
     return TensorDescriptor(x, [num_tokens, heads * head_dim], [x.stride(0), 1], [block_n, head_dim])
-
