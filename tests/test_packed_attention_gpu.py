@@ -62,6 +62,27 @@ def test_kernel_matches_the_definition(dtype, is_causal, heads, kv_heads, head_d
     torch.testing.assert_close(got.float().cpu(), want, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["views-of-one-projection", "own-tensors"])
+@pytest.mark.parametrize("kv_heads,head_dim", [(12, 32), (12, 64), (8, 128)], ids=["minilm", "bert-base", "qwen3"])
+def test_the_models_layouts_take_the_tma_loads(fused, kv_heads, head_dim):
+    """The default launches read key/value blocks through TMA on Hopper, and the layouts the
+    models hand over qualify: the BERT family's views into one fused projection, and the
+    Qwen3 family's own tensors out of its q/k norm. Otherwise the kernel would fall back to
+    plain loads without a word, and the sweep's gain would be gone."""
+    from engine.layers.packed_attention import _tma_ready, default_tiles
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("TMA needs Hopper or later")
+    assert default_tiles(head_dim, 2 if head_dim == 128 else 1).tma_loads
+    num_tokens = 1000
+    if fused:
+        qkv = torch.empty(num_tokens, 3 * kv_heads * head_dim, device="cuda", dtype=torch.bfloat16)
+        k = qkv.view(num_tokens, 3, kv_heads, head_dim).unbind(1)[1]
+    else:
+        k = torch.empty(num_tokens, kv_heads, head_dim, device="cuda", dtype=torch.bfloat16)
+    assert _tma_ready(k)
+
+
 @torch.inference_mode()
 def test_a_graph_remakes_the_bounds_from_each_batch():
     """Bounds made inside the graph: a replay on another batch of the same layout (same token

@@ -22,6 +22,7 @@ position bias are not handled: the backend refuses such shapes.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -208,9 +209,19 @@ def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_star
 
 
 def _tma_ready(x: torch.Tensor) -> bool:
-    """Heads side by side in each token's row, and the addresses a descriptor needs aligned."""
-    return (x.is_cuda and torch.cuda.get_device_capability(x.device)[0] >= 9 and x.stride(1) == x.shape[2]
-            and x.data_ptr() % 16 == 0 and (x.stride(0) * x.element_size()) % 16 == 0)
+    """A Triton with host-side descriptors, a GPU with TMA (Hopper and later), heads side by
+    side in each token's row, and the addresses a descriptor needs aligned."""
+    return (x.is_cuda and _has_tensor_descriptors() and torch.cuda.get_device_capability(x.device)[0] >= 9
+            and x.stride(1) == x.shape[2] and x.data_ptr() % 16 == 0 and (x.stride(0) * x.element_size()) % 16 == 0)
+
+
+@functools.cache
+def _has_tensor_descriptors() -> bool:
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401
+    except ImportError:  # Tritons before 3.3 (torch 2.6): plain loads
+        return False
+    return True
 
 
 def _block_descriptor(x: torch.Tensor, block_n: int):
