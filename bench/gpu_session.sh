@@ -15,6 +15,8 @@
 #                                  # swept over register caps, scale folding and TMA loads, about 3 minutes
 #   bench/gpu_session.sh stalls    # issue 17: where the packed attention's warps wait (Nsight Compute's
 #                                  # counters, bench/attention_stalls.py) and the clocks under load
+#   bench/gpu_session.sh flashinfer # issue 17: FlashInfer's tests, then every attention backend side by
+#                                  # side per class (bench/attention_backends.py); carry .whl-fi alone
 #   bench/gpu_session.sh ratios    # gpu_bench alone: ours against the ceiling and Hugging Face (issue 17)
 #   bench/gpu_session.sh profile   # kernel by kernel with the packed attention, GELU in the matmul's
 #                                  # epilogue or not, py-spy over the server under load, documents
@@ -31,6 +33,8 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
+# FlashInfer's wheel travels alone, in a call after one that brought .whl/ (docs/gpu.md).
+[ -d .whl-fi ] && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl-fi/*.whl >/dev/null 2>&1
 export PYTHONPATH=/tmp/site:.carry/pkgs:${PYTHONPATH:-}
 
 # A call brings back at most 8 files from $OUT: a step's log comes back only where the step
@@ -119,6 +123,14 @@ stalls)
     done
     KEEP_LOGS=1 step clocks bash -c 'nvidia-smi -q -d CLOCK,PERFORMANCE,POWER; python3 bench/kernel_floors.py --out /tmp/floors.md & for i in 1 2 3 4 5 6; do sleep 1; nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,clocks_throttle_reasons.active --format=csv,noheader; done; wait'
     ;;
+flashinfer)
+    # Carry .whl-fi alone, after a call that carried .whl and .carry, on the same warm machine.
+    python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)"
+    KEEP_LOGS=1 step flashinfer-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_gpu.py \
+        tests/test_qwen3_gpu.py tests/test_contextualized_gpu.py -k flashinfer
+    KEEP_LOGS=1 step attention-backends python3 bench/attention_backends.py --models bert-base,qwen3-0.6b \
+        --out "$OUT/attention-backends.md"
+    ;;
 ratios)
     step gpu-bench python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json --gelu-both \
         --out "$OUT/gpu.md"
@@ -148,7 +160,7 @@ fa4)
         step fa4-probe python3 bench/fa4_probe.py --out "$OUT/fa4-probe.md"
     ;;
 *)
-    echo "usage: $0 tests|engine|text|load|leads|kernels|sweep|stalls|ratios|profile|fa4-first|fa4" >&2
+    echo "usage: $0 tests|engine|text|load|leads|kernels|sweep|stalls|flashinfer|ratios|profile|fa4-first|fa4" >&2
     exit 2
     ;;
 esac
