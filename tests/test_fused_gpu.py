@@ -73,6 +73,24 @@ def test_silu_and_mul_matches_reference(dtype, num_tokens, intermediate):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("workload", ["documents", "queries"])
+def test_segment_sums_match_reference(dtype, workload):
+    """The pooling's per-segment sums at a full bucket: documents (runs across many 64-token
+    tiles) or queries (several to a tile), tokens no segment reads sent to the extra row and
+    padding segments with none, as engine/layers/pooling.py lays them out; both sum in float32."""
+    g = torch.Generator(device="cuda").manual_seed(11)
+    high = 512 if workload == "documents" else 32
+    lengths = torch.randint(1, high, (16384 // (high // 2),), device="cuda", generator=g)
+    lengths = lengths[: int((lengths.cumsum(0) <= 16384).sum())]
+    num_segments = len(lengths) + 5
+    index = torch.repeat_interleave(torch.arange(len(lengths), device="cuda"), lengths)
+    index = torch.where(torch.rand(len(index), device="cuda", generator=g) < 0.02, num_segments, index)
+    values = torch.randn(len(index), 768, device="cuda", generator=g).to(dtype)
+    out, ref = both(lambda: fused.segment_sums(values, index, num_segments + 1))
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("activation", ["gelu", "gelu_tanh"])
 def test_geglu_matches_reference(dtype, activation):
     g = torch.Generator(device="cuda").manual_seed(5)

@@ -10,24 +10,16 @@ not faithful, so bf16 is checked on the GPU (tests/test_packed_attention_gpu.py)
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 import torch
 
 from engine.layers.attention import AttentionShape
 from tests.test_attention_cpu import _naive
+from tests.triton_interpreter import SKIP_REASON, use_interpreter
 
-# Triton decides at its own import whether its library functions (tl.max, tl.sum, ...) are
-# interpreted, so interpreter mode must be on before anything imports it; on a machine
-# without CUDA nothing else runs Triton kernels, so the whole session may have it.
-_INTERPRETED = not torch.cuda.is_available() and "triton" not in sys.modules
-if _INTERPRETED:
-    os.environ["TRITON_INTERPRET"] = "1"
+_INTERPRETED = use_interpreter()
 pytest.importorskip("triton")
-pytestmark = pytest.mark.skipif(not _INTERPRETED, reason="CUDA present (tests/test_packed_attention_gpu.py tests "
-                                "the compiled kernel), or Triton was imported before interpreter mode was set")
+pytestmark = pytest.mark.skipif(not _INTERPRETED, reason=SKIP_REASON)
 
 LENGTHS = [1, 3, 5, 2, 17, 9, 70, 4, 4, 1, 33]  # 149 tokens
 

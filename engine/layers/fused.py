@@ -153,3 +153,15 @@ def qk_norm_rope(qkv: torch.Tensor, rope: RotaryBatch, q_weight: torch.Tensor | 
 def rope_kernel_fits(head_dim: int, x: torch.Tensor) -> bool:
     """Whether qk_norm_rope's Triton kernel serves this shape (its tiles need a power-of-two head_dim)."""
     return uses_triton(x) and head_dim >= 4 and head_dim & (head_dim - 1) == 0
+
+
+def segment_sums(values: torch.Tensor, index: torch.Tensor, num_rows: int) -> torch.Tensor:
+    """values [T, H], index [T] in [0, num_rows) -> [num_rows, H] float32 sums by index: the
+    pooling's per-segment sums. On CUDA one Triton pass that reads the activations as they
+    are and adds a tile's rows of one segment together before its atomic adds; the
+    reference is index_add_ in float32."""
+    if uses_triton(values) and values.dim() == 2 and values.stride(1) == 1:
+        return _triton_kernels().segment_sums(values, index, num_rows)
+    sums = torch.zeros(num_rows, values.shape[1], dtype=torch.float32, device=values.device)
+    return sums.index_add_(0, index, values.float())
+

@@ -6,9 +6,9 @@ costing more than the matmuls themselves (see docs/gpu.md). Imported only where 
 Triton are present; `engine/layers/fused.py` chooses between these and the PyTorch
 reference, which defines what each kernel must compute.
 
-Rows are tokens: every kernel runs one program per token, which keeps the launch grid
-independent of anything but T, so one compiled kernel serves every token bucket and
-every CUDA graph.
+Rows are tokens: every kernel runs one program per token (the pooling's segment sums, one
+per tile of tokens), which keeps the launch grid independent of anything but T, so one
+compiled kernel serves every token bucket and every CUDA graph.
 """
 
 from __future__ import annotations
@@ -186,3 +186,47 @@ def qk_norm_rope(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, 
         num_warps=4,
     )
     return q, k, v
+
+
+@triton.jit
+def _segment_sums_kernel(x_ptr, index_ptr, sums_ptr, num_tokens, n_cols, x_stride,
+                         BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr):
+    # A tile of BLOCK_T tokens by BLOCK_H columns. Segments are runs of tokens, so a tile's
+    # first and last rows name the segments most of its rows belong to: those rows are
+    # summed in the tile and added with one atomic row each; any other row (a segment
+    # wholly inside the tile) is added row by row. Any index is summed right; runs are only
+    # what makes it fast.
+    tile = tl.program_id(0)
+    rows = tile * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    row_ok = rows < num_tokens
+    col_ok = cols < n_cols
+    index = tl.load(index_ptr + rows, mask=row_ok, other=0).to(tl.int64)
+    x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * x_stride + cols[None, :],
+                mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+    first = tl.load(index_ptr + tile * BLOCK_T).to(tl.int64)
+    last = tl.load(index_ptr + tl.minimum(tile * BLOCK_T + BLOCK_T, num_tokens) - 1).to(tl.int64)
+    in_first = row_ok & (index == first)
+    tl.atomic_add(sums_ptr + first * n_cols + cols, tl.sum(tl.where(in_first[:, None], x, 0.0), axis=0), mask=col_ok)
+    if last != first:
+        in_last = row_ok & (index == last)
+        tl.atomic_add(sums_ptr + last * n_cols + cols, tl.sum(tl.where(in_last[:, None], x, 0.0), axis=0),
+                      mask=col_ok)
+        inside = row_ok & ~in_first & ~in_last
+        tl.atomic_add(sums_ptr + index[:, None] * n_cols + cols[None, :], x, mask=inside[:, None] & col_ok[None, :])
+
+
+def segment_sums(values: torch.Tensor, index: torch.Tensor, num_rows: int) -> torch.Tensor:
+    """values [T, H] (any float dtype, unit column stride), index [T] in [0, num_rows) ->
+    [num_rows, H] float32: row r the sum of the values whose index is r (float32 atomic adds:
+    their order, and so the last bits, may vary from run to run, as index_add_'s do)."""
+    num_tokens, n_cols = values.shape
+    sums = torch.zeros(num_rows, n_cols, dtype=torch.float32, device=values.device)
+    if num_tokens == 0:
+        return sums
+    block_h = min(128, max(16, triton.next_power_of_2(n_cols)))
+    block_t = 64
+    _segment_sums_kernel[(triton.cdiv(num_tokens, block_t), triton.cdiv(n_cols, block_h))](
+        values, index, sums, num_tokens, n_cols, values.stride(0), BLOCK_T=block_t, BLOCK_H=block_h, num_warps=4,
+    )
+    return sums

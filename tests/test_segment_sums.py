@@ -1,0 +1,72 @@
+"""The pooling's segment-sum kernel against index_add_, on the CPU through Triton's interpreter.
+
+Indices as the pooling hands them over (engine/layers/pooling.py): runs of tokens per
+segment, long ones across several tiles and short ones several to a tile, padding segments
+with no token, and tokens no segment reads (late chunking's special tokens) sent to one
+extra row; also indices in no order at all, which the kernel must sum right too.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.triton_interpreter import SKIP_REASON, use_interpreter
+
+_INTERPRETED = use_interpreter()
+pytest.importorskip("triton")
+pytestmark = pytest.mark.skipif(not _INTERPRETED, reason=SKIP_REASON)
+
+
+def _runs(lengths: list[int]) -> torch.Tensor:
+    return torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+
+
+def _reference(values: torch.Tensor, index: torch.Tensor, num_rows: int) -> torch.Tensor:
+    return torch.zeros(num_rows, values.shape[1], dtype=torch.float64).index_add_(0, index, values.double())
+
+
+def _check(values: torch.Tensor, index: torch.Tensor, num_rows: int) -> None:
+    from engine.layers.triton_kernels import segment_sums
+
+    got = segment_sums(values, index, num_rows)
+    assert got.dtype == torch.float32 and got.shape == (num_rows, values.shape[1])
+    torch.testing.assert_close(got.double(), _reference(values, index, num_rows), rtol=1e-6, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
+def test_documents_across_tiles(dtype):
+    """Runs longer than a tile, ending mid-tile; 301 tokens (not a whole number of tiles) by 200
+    columns (not a whole number of column blocks)."""
+    lengths = [1, 3, 70, 150, 5, 64, 8]
+    index = _runs(lengths)
+    values = torch.randn(len(index), 200, generator=torch.Generator().manual_seed(0)).to(dtype)
+    _check(values, index, len(lengths))
+
+
+def test_short_texts_padding_segments_and_dropped_tokens():
+    """Queries of 1-12 tokens, several to a tile; tokens no segment reads (index = the extra
+    row) at the ends of some texts; padding segments that hold no token."""
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.randint(1, 13, (40,), generator=g).tolist()
+    index = _runs(lengths)
+    num_segments = len(lengths) + 3  # three padding segments
+    dropped = torch.rand(len(index), generator=g) < 0.1
+    index = torch.where(dropped, num_segments, index)
+    values = torch.randn(len(index), 48, generator=g)
+    _check(values, index, num_segments + 1)
+
+
+def test_any_order_of_indices():
+    g = torch.Generator().manual_seed(2)
+    index = torch.randint(0, 9, (150,), generator=g)
+    _check(torch.randn(150, 33, generator=g), index, 9)
+
+
+def test_a_view_with_a_row_stride_and_one_column():
+    """The hidden states as a view (row stride > columns), and the [T, 1] ones the lengths use."""
+    g = torch.Generator().manual_seed(3)
+    index = _runs([10, 90, 4])
+    wide = torch.randn(len(index), 80, generator=g)
+    _check(wide[:, 16:56], index, 3)
+    _check(torch.ones(len(index), 1), index, 3)
