@@ -17,7 +17,8 @@ CUDA events around a CUDA graph of many calls (bench.common.cuda_event_ms).
 
 Rows marked "(not in the engine)" time another way of a pass, for a decision yet to make
 (the Qwen3 shape's residual added in the down projection's cuBLAS epilogue, and the norm
-after it reading one tensor instead of two); they are left out of the layer's sum.
+after it reading one tensor instead of two); they are left out of the layer's sum. Once per
+batch, the mean pooling's per-segment sums are timed too, the Triton pass against index_add_.
 
 A pass called again and again on the same inputs may find its weights and part of its
 inputs still in L2, which a whole model, whose every layer has its own, does not:
@@ -210,6 +211,32 @@ def floor_table(shape: Shape, copies: int) -> list[str]:
     return lines
 
 
+def pooling_table(shape: Shape) -> list[str]:
+    """Once per batch, not per layer: mean pooling's per-segment sums over the top bucket, the
+    Triton pass against index_add_ (the reference, and the engine's path before it), on the
+    documents' and the short texts' segment layouts."""
+    lines = ["Once per batch: mean pooling's per-segment sums (float32), us", "",
+             "| segments | Triton pass | index_add_ | floor |", "| --- | ---: | ---: | ---: |"]
+    for name, lengths in attention_workloads().items():
+        if name == "texts <= 512":
+            continue
+        lengths = torch.as_tensor(lengths, device="cuda")
+        num_tokens = int(lengths.sum())
+        hidden = torch.randn(num_tokens, shape.hidden, device="cuda", dtype=DTYPE)
+        index = torch.repeat_interleave(torch.arange(len(lengths), device="cuda"), lengths)
+        rows = len(lengths) + 1
+        fused_ms = graph_ms(lambda: fused.segment_sums(hidden, index, rows))
+        fused.set_fused_kernels(False)
+        try:
+            reference_ms = graph_ms(lambda: fused.segment_sums(hidden, index, rows))
+        finally:
+            fused.set_fused_kernels(True)
+        floor_ms = 1e3 * (hidden.numel() * BYTES + index.numel() * 8) / PEAK_BYTES_PER_S
+        lines.append(f"| {name} ({len(lengths)} of them) | {1e3 * fused_ms:.1f} | {1e3 * reference_ms:.1f} | "
+                     f"{1e3 * floor_ms:.1f} |")
+    return lines + [""]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(SHAPES))
@@ -236,7 +263,7 @@ def main() -> None:
             shape = SHAPES[name]
             lines += [f"## {name}: hidden {shape.hidden}, intermediate {shape.intermediate}, {shape.layers} layers, "
                       f"heads {shape.attention.num_heads}/{shape.attention.num_kv_heads} x {shape.attention.head_dim}",
-                      ""] + floor_table(shape, copies)
+                      ""] + floor_table(shape, copies) + pooling_table(shape)
             torch.cuda.empty_cache()
     publish("\n".join(lines), args.out)
 
