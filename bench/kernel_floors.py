@@ -15,9 +15,9 @@ this run's rates of a large copy and of a large square matmul for scale. A pass 
 practical rate cannot get faster on its own, only by being folded into another. Timed by
 CUDA events around a CUDA graph of many calls (bench.common.cuda_event_ms).
 
-Rows marked "(not in the engine)" time another way of a pass, for a decision yet to make
-(the Qwen3 shape's residual added in the down projection's cuBLAS epilogue, and the norm
-after it reading one tensor instead of two); they are left out of the layer's sum. Once per
+Rows marked "(not in the engine)" time another way of a pass (the Qwen3 shape's residual
+added in the down projection's cuBLAS epilogue, and the norm after it reading one tensor
+instead of two: it lost, docs/gpu.md); they are left out of the layer's sum. Once per
 batch, the mean pooling's per-segment sums are timed too, the Triton pass against index_add_.
 
 A pass called again and again on the same inputs may find its weights and part of its
