@@ -164,4 +164,3 @@ def segment_sums(values: torch.Tensor, index: torch.Tensor, num_rows: int) -> to
         return _triton_kernels().segment_sums(values, index, num_rows)
     sums = torch.zeros(num_rows, values.shape[1], dtype=torch.float32, device=values.device)
     return sums.index_add_(0, index, values.float())
-
