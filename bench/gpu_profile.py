@@ -10,7 +10,8 @@ For each model shape (random bf16 weights) and each setting of the fused kernels
     batch and launches per batch, and the sum of all kernel time;
   - the same batch replayed as a whole-model CUDA graph (ms per batch, tokens/s, fraction of
     the dense ceiling: the model's linear layers alone on 8192 tokens), and the graph alone
-    on the device (CUDA events around its replay: kernels and the gaps between them);
+    on the device (CUDA events around its replay: kernels and the gaps between them), with
+    the largest gaps by the pair of kernels around them;
   - a 16-token query: graph-replay latency p50 and its kernel count;
   - agreement of each setting's vectors with the unfused ones (min cosine).
 """
@@ -63,8 +64,9 @@ def kernel_table(runner: ModelRunner, seqs: list[np.ndarray], runs: int = 3) -> 
     return _grouped(prof, runs)
 
 
-def graph_kernel_table(runner: ModelRunner, runs: int = 3) -> tuple[list[tuple], float, int] | None:
-    """kernel_table's rows for the runner's one captured graph, replayed alone (None unless one graph)."""
+def graph_kernel_table(runner: ModelRunner, runs: int = 3) -> tuple[list[tuple], float, int, list[tuple]] | None:
+    """kernel_table's rows for the runner's one captured graph, replayed alone (None unless one
+    graph), and the gaps between its kernels (`_gaps`)."""
     from torch.profiler import ProfilerActivity, profile
 
     graph = _only_graph(runner)
@@ -76,7 +78,25 @@ def graph_kernel_table(runner: ModelRunner, runs: int = 3) -> tuple[list[tuple],
         for _ in range(runs):
             graph.replay()
         torch.cuda.synchronize()
-    return _grouped(prof, runs)
+    return (*_grouped(prof, runs), _gaps(prof, runs))
+
+
+def _gaps(prof, runs: int) -> list[tuple[str, str, float, float]]:
+    """The idle time between consecutive kernels of the replays, summed per (kernel before,
+    kernel after) pair: [(before, after, us per batch, times per batch)], largest first. The
+    gap before each replay's first kernel (the host's launch of the next replay) is left out."""
+    events = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                    key=lambda e: e.time_range.start)
+    per_replay = max(1, len(events) // runs)
+    pairs: dict[tuple[str, str], list[float]] = {}
+    for i in range(1, len(events)):
+        if i % per_replay == 0:
+            continue
+        before, after = events[i - 1], events[i]
+        slot = pairs.setdefault((before.name[:60], after.name[:60]), [0.0, 0])
+        slot[0] += max(0.0, after.time_range.start - before.time_range.end)
+        slot[1] += 1
+    return sorted(((b, a, us / runs, n / runs) for (b, a), (us, n) in pairs.items()), key=lambda r: -r[2])
 
 
 def _grouped(prof, runs: int) -> tuple[list[tuple], float, int]:
@@ -176,6 +196,13 @@ def profile_model(name: str, args, out: list[str]) -> None:
                            key=lambda k: -abs(graph_us.get(k, 0.0) - eager_us.get(k, 0.0)))
             for kernel in names[:8]:
                 out.append(f"| `{kernel}` | {eager_us.get(kernel, 0.0):,.0f} | {graph_us.get(kernel, 0.0):,.0f} |")
+            out.append("")
+            gaps = in_graph[3]
+            out.append(f"the gaps between the graph's kernels (profiled replays): {sum(g[2] for g in gaps):,.0f} "
+                       "us per batch; the largest, by the pair of kernels around them:\n")
+            out.append("| kernel before | kernel after | us per batch | times per batch |\n|---|---|---:|---:|")
+            for before, after, us, count in gaps[:8]:
+                out.append(f"| `{before}` | `{after}` | {us:,.1f} | {count:g} |")
             out.append("")
         elif in_graph is not None:
             out.append("the profiler recorded no kernels inside the graph's replays\n")
