@@ -73,6 +73,21 @@ def test_silu_and_mul_matches_reference(dtype, num_tokens, intermediate):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("num_tokens,hidden,token_type,offset", [(1, 384, True, 0), (300, 768, True, 0),
+                                                                 (4096, 768, False, 2), (77, 1000, True, 0)])
+def test_embed_layer_norm_matches_reference(dtype, num_tokens, hidden, token_type, offset):
+    """The BERT family's embeddings: word + position (+ token type) then LayerNorm, in one pass."""
+    g = torch.Generator(device="cuda").manual_seed(hidden)
+    word, position = (torch.randn(n, hidden, device="cuda", generator=g).to(dtype) for n in (30522, 514))
+    row = torch.randn(hidden, device="cuda", generator=g).to(dtype) if token_type else None
+    weight, bias = (torch.randn(hidden, device="cuda", generator=g).to(dtype) for _ in range(2))
+    ids = torch.randint(0, 30522, (num_tokens,), device="cuda", generator=g)
+    positions = torch.randint(0, 512, (num_tokens,), device="cuda", generator=g)
+    out, ref = both(lambda: fused.embed_layer_norm(ids, positions, word, position, row, offset, weight, bias, 1e-12))
+    close(out, ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("workload", ["documents", "queries"])
 def test_segment_sums_match_reference(dtype, workload):
     """The pooling's per-segment sums at a full bucket: documents (runs across many 64-token

@@ -83,6 +83,20 @@ def _rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float, weigh
     return F.rms_norm(x, weight.shape, weight, eps)
 
 
+def embed_layer_norm(input_ids: torch.Tensor, positions: torch.Tensor, word: torch.Tensor, position: torch.Tensor,
+                     token_type: torch.Tensor | None, position_offset: int, weight: torch.Tensor, bias: torch.Tensor,
+                     eps: float) -> torch.Tensor:
+    """The BERT family's embeddings: layer_norm(word[input_ids] + position[positions + offset]
+    (+ the token-type row)), adding in the tables' dtype as nn.Embedding's sums do."""
+    if uses_triton(word) and word.is_contiguous() and position.is_contiguous() and bias is not None:
+        return _triton_kernels().embed_layer_norm(input_ids, positions, word, position, token_type, position_offset,
+                                                  weight, bias, eps)
+    x = F.embedding(input_ids, word) + F.embedding(positions + position_offset, position)
+    if token_type is not None:
+        x = x + token_type
+    return F.layer_norm(x, (word.shape[1],), weight, bias, eps)
+
+
 def add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                    eps: float) -> torch.Tensor:
     """layer_norm(x + residual): BERT's post-norm after attention and after the MLP."""

@@ -84,6 +84,47 @@ def add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor
     return out
 
 
+@triton.jit
+def _embed_layer_norm_kernel(ids_ptr, positions_ptr, word_ptr, position_ptr, type_ptr, weight_ptr, bias_ptr, out_ptr,
+                             n_cols, position_offset, eps, HAS_TYPE: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    token = tl.load(ids_ptr + row).to(tl.int64)
+    position = tl.load(positions_ptr + row).to(tl.int64) + position_offset
+    word = tl.load(word_ptr + token * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    where = tl.load(position_ptr + position * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    # The reference adds in the activation dtype, rounding after each add, then normalises.
+    h = (word + where).to(out_ptr.dtype.element_ty).to(tl.float32)
+    if HAS_TYPE:
+        h = (h + tl.load(type_ptr + cols, mask=mask, other=0.0).to(tl.float32)).to(out_ptr.dtype.element_ty)
+        h = h.to(tl.float32)
+    mean = tl.sum(h, axis=0) / n_cols
+    centred = tl.where(mask, h - mean, 0.0)
+    inv_std = tl.rsqrt(tl.sum(centred * centred, axis=0) / n_cols + eps)
+    w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * n_cols + cols, (centred * inv_std * w + b).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def embed_layer_norm(input_ids: torch.Tensor, positions: torch.Tensor, word: torch.Tensor, position: torch.Tensor,
+                     token_type: torch.Tensor | None, position_offset: int, weight: torch.Tensor, bias: torch.Tensor,
+                     eps: float) -> torch.Tensor:
+    """layer_norm(word[ids] + position[positions + offset] (+ token_type)) * weight + bias -> [T, H]
+    in the tables' dtype: the BERT family's embeddings in one pass."""
+    n_cols = word.shape[1]
+    out = torch.empty(input_ids.shape[0], n_cols, dtype=word.dtype, device=word.device)
+    if input_ids.numel() == 0:
+        return out
+    block = triton.next_power_of_2(n_cols)
+    _embed_layer_norm_kernel[(input_ids.shape[0],)](
+        input_ids, positions, word, position, token_type if token_type is not None else word, weight, bias, out,
+        n_cols, position_offset, eps, HAS_TYPE=token_type is not None, BLOCK=block,
+        num_warps=min(16, max(1, block // 256)),
+    )
+    return out
+
+
 ACTIVATIONS = {"silu": 0, "gelu": 1, "gelu_tanh": 2}
 
 

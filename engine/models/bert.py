@@ -97,10 +97,10 @@ class BertModel(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend, meta: object
     ) -> torch.Tensor:
-        x = self.word_embeddings(input_ids) + self.position_embeddings(positions + self.position_offset)
-        if self.token_type_embeddings is not None:
-            x = x + self.token_type_embeddings.weight[0]
-        x = self.embedding_norm(x)
+        norm = self.embedding_norm
+        token_type = None if self.token_type_embeddings is None else self.token_type_embeddings.weight[0]
+        x = fused.embed_layer_norm(input_ids, positions, self.word_embeddings.weight, self.position_embeddings.weight,
+                                   token_type, self.position_offset, norm.weight, norm.bias, norm.eps)
         for layer in self.layers:
             x = layer(x, attention, meta, self.relative_bias)
         return x

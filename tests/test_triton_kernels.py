@@ -1,9 +1,12 @@
-"""The pooling's segment-sum kernel against index_add_, on the CPU through Triton's interpreter.
+"""Kernels of engine/layers/triton_kernels.py against their references (engine/layers/fused.py),
+on the CPU through Triton's interpreter; tests/test_fused_gpu.py checks them compiled.
 
-Indices as the pooling hands them over (engine/layers/pooling.py): runs of tokens per
-segment, long ones across several tiles and short ones several to a tile, padding segments
-with no token, and tokens no segment reads (late chunking's special tokens) sent to one
-extra row; also indices in no order at all, which the kernel must sum right too.
+The pooling's segment sums take indices as the pooling hands them over
+(engine/layers/pooling.py): runs of tokens per segment, long ones across several tiles and
+short ones several to a tile, padding segments with no token, and tokens no segment reads
+(late chunking's special tokens) sent to one extra row; also indices in no order at all,
+which the kernel must sum right too. The embeddings' kernel is checked in float32 and
+float16 (the interpreter's bfloat16 arithmetic is numpy's float32 rounded, not the GPU's).
 """
 
 from __future__ import annotations
@@ -70,3 +73,25 @@ def test_a_view_with_a_row_stride_and_one_column():
     wide = torch.randn(len(index), 80, generator=g)
     _check(wide[:, 16:56], index, 3)
     _check(torch.ones(len(index), 1), index, 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("token_type,offset", [(True, 0), (False, 2)], ids=["bert", "roberta-like"])
+def test_embeddings_and_their_norm(dtype, token_type, offset):
+    """word + position (+ the token-type row) then LayerNorm, as BertModel's embeddings: a hidden
+    size that is not a power of two, positions from an offset (RoBERTa counts from 2)."""
+    from engine.layers import fused
+    from engine.layers.triton_kernels import embed_layer_norm
+
+    g = torch.Generator().manual_seed(4)
+    hidden, num_tokens = 200, 37
+    word, position = (torch.randn(n, hidden, generator=g).to(dtype) for n in (50, 40))
+    row = torch.randn(hidden, generator=g).to(dtype) if token_type else None
+    weight, bias = (torch.randn(hidden, generator=g).to(dtype) for _ in range(2))
+    ids = torch.randint(0, 50, (num_tokens,), generator=g)
+    positions = torch.randint(0, 40 - offset, (num_tokens,), generator=g).to(torch.int32)
+    got = embed_layer_norm(ids, positions, word, position, row, offset, weight, bias, 1e-12)
+    want = fused.embed_layer_norm(ids, positions.long(), word, position, row, offset, weight, bias, 1e-12)  # the CPU's
+    assert got.dtype == dtype and got.shape == (num_tokens, hidden)
+    tolerance = 1e-5 if dtype == torch.float32 else 4e-3  # fp16: an ulp or two of the output
+    torch.testing.assert_close(got.float(), want.float(), rtol=tolerance, atol=tolerance)
