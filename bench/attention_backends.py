@@ -20,9 +20,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.attention_tiles import CLASSES, MAX_SEQS, SHAPES  # noqa: E402
+from bench.attention_tiles import CLASSES, MAX_SEQS, SHAPES, check_batch  # noqa: E402
 from bench.common import publish  # noqa: E402
-from engine.attention_timing import AttentionTimer, padded_cu_seqlens  # noqa: E402
+from engine.attention_timing import AttentionTimer  # noqa: E402
 from engine.layers.attention import AttentionShape  # noqa: E402
 from engine.layers.attention_cuda import (  # noqa: E402
     FlashInferAttentionBackend,
@@ -44,12 +44,7 @@ def backends(shape: AttentionShape) -> dict[str, object]:
 
 def largest_difference(shape: AttentionShape, found: dict[str, object]) -> dict[str, float]:
     """max |backend - varlen| on a batch of 2,048 tokens of texts up to 512."""
-    cu_host = padded_cu_seqlens(2048, 512, MAX_SEQS)
-    cu = torch.tensor(cu_host, dtype=torch.int32, device="cuda")
-    g = torch.Generator(device="cuda").manual_seed(1)
-    q = torch.randn(2048, shape.num_heads, shape.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
-    k, v = (torch.randn(2048, shape.num_kv_heads, shape.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
-            for _ in range(2))
+    cu, cu_host, q, k, v = check_batch(shape)
     outs = {}
     for name, backend in found.items():
         meta = backend.prepare(cu, cu_host, 512)

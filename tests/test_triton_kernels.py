@@ -95,3 +95,15 @@ def test_embeddings_and_their_norm(dtype, token_type, offset):
     assert got.dtype == dtype and got.shape == (num_tokens, hidden)
     tolerance = 1e-5 if dtype == torch.float32 else 4e-3  # fp16: an ulp or two of the output
     torch.testing.assert_close(got.float(), want.float(), rtol=tolerance, atol=tolerance)
+
+
+def test_add_layer_norm():
+    """BERT's post-norm, whose LayerNorm the embeddings' kernel shares."""
+    from engine.layers import fused
+    from engine.layers.triton_kernels import add_layer_norm
+
+    g = torch.Generator().manual_seed(5)
+    x, residual = (torch.randn(23, 200, generator=g) for _ in range(2))
+    weight, bias = (torch.randn(200, generator=g) for _ in range(2))
+    torch.testing.assert_close(add_layer_norm(x, residual, weight, bias, 1e-12),
+                               fused.add_layer_norm(x, residual, weight, bias, 1e-12), rtol=1e-5, atol=1e-5)

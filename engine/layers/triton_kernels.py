@@ -62,12 +62,19 @@ def _add_layer_norm_kernel(x_ptr, residual_ptr, weight_ptr, bias_ptr, out_ptr, n
     r = tl.load(residual_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
     # The reference adds in the activation dtype, then normalises that rounded sum.
     h = (x + r).to(out_ptr.dtype.element_ty).to(tl.float32)
+    _store_layer_norm(h, cols, mask, n_cols, eps, weight_ptr, bias_ptr, out_ptr + row * n_cols)
+
+
+@triton.jit
+def _store_layer_norm(h, cols, mask, n_cols, eps, weight_ptr, bias_ptr, out_row_ptr):
+    """layer_norm(h) * weight + bias of one row h (float32, zero past n_cols), stored in the
+    output's dtype."""
     mean = tl.sum(h, axis=0) / n_cols
     centred = tl.where(mask, h - mean, 0.0)
     inv_std = tl.rsqrt(tl.sum(centred * centred, axis=0) / n_cols + eps)
     w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     b = tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * n_cols + cols, (centred * inv_std * w + b).to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_row_ptr + cols, (centred * inv_std * w + b).to(out_row_ptr.dtype.element_ty), mask=mask)
 
 
 def add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
@@ -99,12 +106,7 @@ def _embed_layer_norm_kernel(ids_ptr, positions_ptr, word_ptr, position_ptr, typ
     if HAS_TYPE:
         h = (h + tl.load(type_ptr + cols, mask=mask, other=0.0).to(tl.float32)).to(out_ptr.dtype.element_ty)
         h = h.to(tl.float32)
-    mean = tl.sum(h, axis=0) / n_cols
-    centred = tl.where(mask, h - mean, 0.0)
-    inv_std = tl.rsqrt(tl.sum(centred * centred, axis=0) / n_cols + eps)
-    w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    b = tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * n_cols + cols, (centred * inv_std * w + b).to(out_ptr.dtype.element_ty), mask=mask)
+    _store_layer_norm(h, cols, mask, n_cols, eps, weight_ptr, bias_ptr, out_ptr + row * n_cols)
 
 
 def embed_layer_norm(input_ids: torch.Tensor, positions: torch.Tensor, word: torch.Tensor, position: torch.Tensor,
