@@ -48,20 +48,13 @@ STAGES = "3,4"  # 2 was slower everywhere in the first sweep (before register ca
 MAX_SEQS = 1024
 
 
-def check_batch(shape: AttentionShape):
-    """(cu_seqlens, its host copy, q, k, v): 2,048 tokens of texts up to 512, random bf16, on
-    which outputs are compared."""
+def same_output(shape: AttentionShape, tiles: Tiles, reference: Tiles) -> bool:
     cu_host = padded_cu_seqlens(2048, 512, MAX_SEQS)
     cu = torch.tensor(cu_host, dtype=torch.int32, device="cuda")
     g = torch.Generator(device="cuda").manual_seed(1)
     q = torch.randn(2048, shape.num_heads, shape.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(2048, shape.num_kv_heads, shape.head_dim, generator=g, device="cuda", dtype=torch.bfloat16)
             for _ in range(2))
-    return cu, cu_host, q, k, v
-
-
-def same_output(shape: AttentionShape, tiles: Tiles, reference: Tiles) -> bool:
-    cu, cu_host, q, k, v = check_batch(shape)
     outs = []
     for setting in (tiles, reference):
         backend = PackedAttentionBackend(shape, tiles=setting)

@@ -280,8 +280,9 @@ def graph_backends(runner: ModelRunner) -> str:
 
 
 def attention_alone(name: str, shape, backends: list[str], args) -> list[dict]:
-    """The attention of one layer per backend (the packed kernel at several tile sizes) on
-    ATTENTION_CLASSES, each as auto times it: microseconds per call."""
+    """The attention of one layer per backend (the packed kernel at its default launch, which the
+    engine runs, and at several fixed tile sizes) on ATTENTION_CLASSES, each as auto times it:
+    microseconds per call."""
     from engine.layers.attention_cuda import PackedAttentionBackend
 
     candidates = []
@@ -291,6 +292,7 @@ def attention_alone(name: str, shape, backends: list[str], args) -> list[dict]:
         if backend == "packed":
             from engine.layers.packed_attention import Tiles
 
+            candidates.append(("packed", PackedAttentionBackend(shape)))
             candidates += [(f"packed {m}x{n}", PackedAttentionBackend(shape, tiles=Tiles(m, n))) for m, n in PACKED_TILES]
             continue
         try:

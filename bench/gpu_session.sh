@@ -15,8 +15,8 @@
 #                                  # swept over register caps, scale folding and TMA loads, about 3 minutes
 #   bench/gpu_session.sh stalls    # issue 17: where the packed attention's warps wait (Nsight Compute's
 #                                  # counters, bench/attention_stalls.py) and the clocks under load
-#   bench/gpu_session.sh flashinfer # issue 17: FlashInfer's tests, then every attention backend side by
-#                                  # side per class (bench/attention_backends.py); carry .whl-fi alone
+#   bench/gpu_session.sh flashinfer # issue 17: FlashInfer's tests, then gpu_bench with varlen, packed and
+#                                  # FlashInfer side by side (whole models and each class's attention); carry .whl-fi alone
 #   bench/gpu_session.sh ratios    # gpu_bench alone: ours against the ceiling and Hugging Face (issue 17)
 #   bench/gpu_session.sh profile   # kernel by kernel with the packed attention, GELU in the matmul's
 #                                  # epilogue or not, py-spy over the server under load, documents
@@ -128,8 +128,8 @@ flashinfer)
     python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)"
     KEEP_LOGS=1 step flashinfer-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_gpu.py \
         tests/test_qwen3_gpu.py tests/test_contextualized_gpu.py -k flashinfer
-    KEEP_LOGS=1 step attention-backends python3 bench/attention_backends.py --models bert-base,qwen3-0.6b \
-        --out "$OUT/attention-backends.md"
+    step gpu-bench-flashinfer python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json \
+        --models bert-base,qwen3-0.6b --backends varlen,packed,flashinfer --out "$OUT/gpu-flashinfer.md"
     ;;
 ratios)
     step gpu-bench python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json --gelu-both \
