@@ -66,6 +66,15 @@ def test_any_order_of_indices():
     _check(torch.randn(150, 33, generator=g), index, 9)
 
 
+def test_a_tile_that_starts_and_ends_in_one_segment_with_others_between():
+    """Late chunking's layout: a text's special tokens (no segment reads them: the extra row)
+    at both ends of a 64-token tile, its chunks between; and a tile that starts and ends in
+    the extra row with a padding-free run of one segment inside."""
+    extra = 4
+    index = torch.tensor([extra] + [0] * 30 + [1] * 32 + [extra] + [extra] * 2 + [2] * 60 + [extra] * 2)
+    _check(torch.randn(len(index), 40, generator=torch.Generator().manual_seed(5)), index, extra + 1)
+
+
 def test_a_view_with_a_row_stride_and_one_column():
     """The hidden states as a view (row stride > columns), and the [T, 1] ones the lengths use."""
     g = torch.Generator().manual_seed(3)

@@ -238,7 +238,9 @@ def _segment_sums_kernel(x_ptr, index_ptr, sums_ptr, num_tokens, n_cols, x_strid
     # first and last rows name the segments most of its rows belong to: those rows are
     # summed in the tile and added with one atomic row each; any other row (a segment
     # wholly inside the tile) is added row by row. Any index is summed right; runs are only
-    # what makes it fast.
+    # what makes it fast. The first and last rows may name one segment with others between
+    # them (tokens no segment reads sit at both ends of a text), so the test for other rows
+    # looks at every row.
     tile = tl.program_id(0)
     rows = tile * BLOCK_T + tl.arange(0, BLOCK_T)
     cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -251,11 +253,12 @@ def _segment_sums_kernel(x_ptr, index_ptr, sums_ptr, num_tokens, n_cols, x_strid
     last = tl.load(index_ptr + tl.minimum(tile * BLOCK_T + BLOCK_T, num_tokens) - 1).to(tl.int64)
     in_first = row_ok & (index == first)
     tl.atomic_add(sums_ptr + first * n_cols + cols, tl.sum(tl.where(in_first[:, None], x, 0.0), axis=0), mask=col_ok)
-    if last != first:
-        in_last = row_ok & (index == last)
+    others = row_ok & ~in_first
+    if tl.max(others.to(tl.int32), axis=0) > 0:
+        in_last = others & (index == last)
         tl.atomic_add(sums_ptr + last * n_cols + cols, tl.sum(tl.where(in_last[:, None], x, 0.0), axis=0),
                       mask=col_ok)
-        inside = row_ok & ~in_first & ~in_last
+        inside = others & ~in_last
         tl.atomic_add(sums_ptr + index[:, None] * n_cols + cols[None, :], x, mask=inside[:, None] & col_ok[None, :])
 
 
