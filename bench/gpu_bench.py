@@ -398,7 +398,9 @@ def summary(rows: list[dict], attention_rows: list[dict]) -> str:
     lines += ["", "## Targets (the default, auto, where measured)", ""]
     for name in SHAPES:
         measured = [r for r in rows if r.get("model") == name and "note" not in r and "+eager" not in r["backend"]]
-        mine = [r for r in measured if r["backend"] == "auto"] or measured
+        # Without auto, the first backend timed stands in: one backend's rows, never a mix.
+        backend = "auto" if any(r["backend"] == "auto" for r in measured) else (measured[0]["backend"] if measured else None)
+        mine = [r for r in measured if r["backend"] == backend]
         if not mine:
             lines.append(f"- {name}: not measured")
             continue
