@@ -138,9 +138,23 @@ def run_ours(runner: ModelRunner, seqs: list[np.ndarray], max_batch_tokens: int,
     return np.concatenate(out)
 
 
+def sustained_rate(fn, tokens_per_call: int, seconds: float) -> float:
+    """Tokens/s of fn() (ending synced) called back to back for at least `seconds`: long enough
+    for the GPU to reach its power limit, as it does under a server's steady load, where a
+    burst of a few calls may still run at the boost clock."""
+    torch.cuda.synchronize()
+    start, calls = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        fn()
+        calls += 1
+    torch.cuda.synchronize()
+    return tokens_per_call * calls / (time.perf_counter() - start)
+
+
 @torch.inference_mode()
-def dense_ceiling(model: torch.nn.Module, repeats: int, num_tokens: int = CEILING_TOKENS) -> float:
-    """Tokens/s of the model's linear layers alone on `num_tokens` packed tokens, as one CUDA graph."""
+def dense_ceiling(model: torch.nn.Module, repeats: int, num_tokens: int = CEILING_TOKENS, seconds: float = 0) -> float:
+    """Tokens/s of the model's linear layers alone on `num_tokens` packed tokens, as one CUDA graph:
+    the median of `repeats` bursts, or with `seconds` replayed back to back for that long."""
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     inputs = [torch.randn(num_tokens, m.in_features, device="cuda", dtype=torch.bfloat16) for m in linears]
 
@@ -151,9 +165,12 @@ def dense_ceiling(model: torch.nn.Module, repeats: int, num_tokens: int = CEILIN
     graph = capture_graph(step, warmups=3)
     for _ in range(3):
         graph.replay()
-    seconds = cuda_time(lambda: [graph.replay() for _ in range(10)], repeats) / 10
+    if seconds:
+        rate = sustained_rate(lambda: [graph.replay() for _ in range(10)], 10 * num_tokens, seconds)
+    else:
+        rate = num_tokens / (cuda_time(lambda: [graph.replay() for _ in range(10)], repeats) / 10)
     del graph, inputs
-    return num_tokens / seconds
+    return rate
 
 
 def latency_ms(runner: ModelRunner, num_tokens: int, iters: int = 300) -> tuple[float, float]:
@@ -191,6 +208,9 @@ def bench_model(name: str, backends: list[str], loads: dict, args, rows: list[di
     ceiling_at_budget = dense_ceiling(ours, args.repeats, args.max_batch_tokens)
     print(f"# {name}: dense ceiling {ceiling:,.0f} tok/s ({ceiling_at_budget:,.0f} at {args.max_batch_tokens} tokens), "
           f"weights {weight_bytes / 2**30:.2f} GiB", flush=True)
+    ceiling_sustained = dense_ceiling(ours, args.repeats, seconds=args.sustained) if args.sustained else None
+    if ceiling_sustained:
+        print(f"# {name}: dense ceiling sustained for {args.sustained:g} s {ceiling_sustained:,.0f} tok/s", flush=True)
 
     hf_tps = {}
     for workload, seqs in loads.items():
@@ -248,6 +268,13 @@ def bench_model(name: str, backends: list[str], loads: dict, args, rows: list[di
                 seconds = cuda_time(lambda: run_ours(runner, seqs, args.max_batch_tokens, args.max_batch_seqs),
                                     args.repeats)
                 tps = num_tokens / seconds
+                sustained = None
+                if ceiling_sustained and workload == "docs" and not suffix and backend == backends[0]:
+                    sustained = sustained_rate(
+                        lambda: run_ours(runner, seqs, args.max_batch_tokens, args.max_batch_seqs), num_tokens,
+                        args.sustained)
+                    print(f"  {mode:16s} docs sustained for {args.sustained:g} s {sustained:,.0f} tok/s, "
+                          f"{sustained / ceiling_sustained:.2f} of the sustained ceiling", flush=True)
                 rows.append(dict(
                     model=name, backend=mode, workload=workload, num_tokens=num_tokens, ours=tps,
                     hf32=hf_tps[workload, 32], hf256=hf_tps[workload, 256], ceiling=ceiling,
@@ -257,6 +284,7 @@ def bench_model(name: str, backends: list[str], loads: dict, args, rows: list[di
                     peak_reserved=torch.cuda.max_memory_reserved() - base_reserved,
                     num_graphs=len(runner.graphs.graphs) if runner.graphs else 0,
                     choice_s=choice_s, graph_backends=graph_backends(runner),
+                    sustained=sustained, ceiling_sustained=ceiling_sustained,
                 ))
                 print(f"  {mode:16s} {workload:8s} {tps:>12,.0f} tok/s  x{tps / hf_tps[workload, 256]:.2f} hf256  "
                       f"{tps / ceiling:.2f} of ceiling", flush=True)
@@ -395,6 +423,17 @@ def summary(rows: list[dict], attention_rows: list[dict]) -> str:
         for r in attention_rows:
             cells = [f"{1e6 * r['times'][label]:.1f}" if label in r["times"] else "-" for label in labels]
             lines.append(f"| {r['model']} | {r['num_tokens']} | {r['max_seqlen']} | " + " | ".join(cells) + " |")
+    held = [r for r in rows if r.get("sustained")]
+    if held:
+        lines += ["", "## Sustained load: docs and the ceiling each timed back to back for --sustained seconds", "",
+                  "The GPU reaches its power limit within about a second of dense matmuls and lowers its clock; "
+                  "the columns above time bursts, which may run at the boost clock.", "",
+                  "| model | backend | ceiling burst tok/s | ceiling sustained | ours burst | ours sustained | "
+                  "ours/ceiling burst | sustained |", "|---|---|---|---|---|---|---|---|"]
+        for r in held:
+            lines.append(f"| {r['model']} | {r['backend']} | {r['ceiling']:,.0f} | {r['ceiling_sustained']:,.0f} | "
+                         f"{r['ours']:,.0f} | {r['sustained']:,.0f} | {r['ours'] / r['ceiling']:.2f} | "
+                         f"{r['sustained'] / r['ceiling_sustained']:.2f} |")
     lines += ["", "## Targets (the default, auto, where measured)", ""]
     for name in SHAPES:
         measured = [r for r in rows if r.get("model") == name and "note" not in r and "+eager" not in r["backend"]]
@@ -438,6 +477,9 @@ def main() -> None:
     parser.add_argument("--gelu-both", action="store_true",
                         help="also time the BERT family's first backend with the other GELU setting than the "
                              "default: in the up projection's epilogue or a pass of its own (fused.linear_gelu)")
+    parser.add_argument("--sustained", type=float, default=0, metavar="SECONDS",
+                        help="also time the docs (first backend) and the ceiling back to back for this long each, "
+                             "at the power limit a steady load reaches")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     if args.tokenizer is None:

@@ -15,9 +15,12 @@
 #                                  # swept over register caps, scale folding and TMA loads, about 3 minutes
 #   bench/gpu_session.sh stalls    # issue 17: where the packed attention's warps wait (Nsight Compute's
 #                                  # counters, bench/attention_stalls.py) and the clocks under load
+#   bench/gpu_session.sh clocks    # issue 17: clocks, power and throttle reasons while BERT-base's whole model
+#                                  # and its dense ceiling run (bench/clock_phases.py reads the samples)
 #   bench/gpu_session.sh flashinfer # issue 17: FlashInfer's tests, then gpu_bench with varlen, packed and
 #                                  # FlashInfer side by side (whole models and each class's attention); carry .whl-fi alone
 #   bench/gpu_session.sh ratios    # gpu_bench alone: ours against the ceiling and Hugging Face (issue 17)
+#   bench/gpu_session.sh sustained # gpu_bench on the default backend, bursts and 5 s back to back (the power limit)
 #   bench/gpu_session.sh profile   # kernel by kernel with the packed attention, GELU in the matmul's
 #                                  # epilogue or not, py-spy over the server under load, documents
 #   bench/gpu_session.sh fa4-first # FlashAttention 4: the first of two calls (docs/gpu.md's recipe)
@@ -123,6 +126,19 @@ stalls)
     done
     KEEP_LOGS=1 step clocks bash -c 'nvidia-smi -q -d CLOCK,PERFORMANCE,POWER; python3 bench/kernel_floors.py --out /tmp/floors.md & for i in 1 2 3 4 5 6; do sleep 1; nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,clocks_throttle_reasons.active --format=csv,noheader; done; wait'
     ;;
+clocks)
+    # The SM clock, power and throttle reasons sampled every 100 ms while gpu_bench times
+    # BERT-base's whole model and its dense ceiling (more repeats than usual, so each phase
+    # spans many samples); gpu_bench's lines carry the time they were printed, to match.
+    nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+        --format=csv -lms 100 > "$OUT/clocks.csv" &
+    sampler=$!
+    python3 -u bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json --models bert-base --backends auto \
+        --repeats 20 --out "$OUT/gpu-clocks.md" 2>&1 | while IFS= read -r line; do echo "$(date +%H:%M:%S.%N) $line"; done \
+        > "$OUT/gpu-clocks.log"
+    kill $sampler
+    tail -n 3 "$OUT/gpu-clocks.log"
+    ;;
 flashinfer)
     # Carry .whl-fi alone, after a call that carried .whl and .carry, on the same warm machine.
     python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)"
@@ -132,8 +148,14 @@ flashinfer)
         --models bert-base,qwen3-0.6b --backends varlen,packed,flashinfer --out "$OUT/gpu-flashinfer.md"
     ;;
 ratios)
-    step gpu-bench python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json --gelu-both \
+    step gpu-bench python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json --gelu-both --sustained 5 \
         --out "$OUT/gpu.md"
+    ;;
+sustained)
+    # The default backend only, each model's docs and its ceiling also timed for 5 s back to back.
+    step gpu-bench python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json --backends auto \
+        --sustained 5 --out "$OUT/gpu-sustained.md"
+    grep -A 6 "^## Sustained" "$OUT/gpu-sustained.md"
     ;;
 profile)
     models >/tmp/models.log 2>&1
@@ -160,7 +182,7 @@ fa4)
         step fa4-probe python3 bench/fa4_probe.py --out "$OUT/fa4-probe.md"
     ;;
 *)
-    echo "usage: $0 tests|engine|text|load|leads|kernels|sweep|stalls|flashinfer|ratios|profile|fa4-first|fa4" >&2
+    echo "usage: $0 tests|engine|text|load|leads|kernels|sweep|stalls|clocks|sustained|flashinfer|ratios|profile|fa4-first|fa4" >&2
     exit 2
     ;;
 esac
