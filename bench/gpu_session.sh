@@ -17,6 +17,8 @@
 #                                  # counters, bench/attention_stalls.py) and the clocks under load
 #   bench/gpu_session.sh clocks    # issue 17: clocks, power and throttle reasons while BERT-base's whole model
 #                                  # and its dense ceiling run (bench/clock_phases.py reads the samples)
+#   bench/gpu_session.sh gemm      # issue 17: a Triton GEMM against cuBLAS, plain and with SwiGLU in its
+#                                  # epilogue (bench/gemm_epilogue_probe.py)
 #   bench/gpu_session.sh flashinfer # issue 17: FlashInfer's tests, then gpu_bench with varlen, packed and
 #                                  # FlashInfer side by side (whole models and each class's attention); carry .whl-fi alone
 #   bench/gpu_session.sh ratios    # gpu_bench alone: ours against the ceiling and Hugging Face (issue 17)
@@ -139,6 +141,11 @@ clocks)
     kill $sampler
     tail -n 3 "$OUT/gpu-clocks.log"
     ;;
+gemm)
+    # Whether a Triton GEMM keeps pace with cuBLAS on the layers' shapes, plain and with the
+    # Qwen3 shape's SwiGLU in its epilogue (about a minute).
+    step gemm-epilogue-probe python3 bench/gemm_epilogue_probe.py --out "$OUT/gemm-epilogue-probe.md"
+    ;;
 flashinfer)
     # Carry .whl-fi alone, after a call that carried .whl and .carry, on the same warm machine.
     python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)"
@@ -182,7 +189,7 @@ fa4)
         step fa4-probe python3 bench/fa4_probe.py --out "$OUT/fa4-probe.md"
     ;;
 *)
-    echo "usage: $0 tests|engine|text|load|leads|kernels|sweep|stalls|clocks|sustained|flashinfer|ratios|profile|fa4-first|fa4" >&2
+    echo "usage: $0 tests|engine|text|load|leads|kernels|sweep|stalls|clocks|sustained|gemm|flashinfer|ratios|profile|fa4-first|fa4" >&2
     exit 2
     ;;
 esac
