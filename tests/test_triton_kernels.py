@@ -68,8 +68,8 @@ def test_any_order_of_indices():
 
 def test_a_tile_that_starts_and_ends_in_one_segment_with_others_between():
     """Late chunking's layout: a text's special tokens (no segment reads them: the extra row)
-    at both ends of a 64-token tile, its chunks between; and a tile that starts and ends in
-    the extra row with a padding-free run of one segment inside."""
+    at both ends of a 64-token tile with its two chunks between, then a tile that starts and
+    ends in the extra row with one chunk's run between."""
     extra = 4
     index = torch.tensor([extra] + [0] * 30 + [1] * 32 + [extra] + [extra] * 2 + [2] * 60 + [extra] * 2)
     _check(torch.randn(len(index), 40, generator=torch.Generator().manual_seed(5)), index, extra + 1)
