@@ -1,8 +1,8 @@
 """The SM clock and power of each phase of a gpu_bench run (`gpu_session.sh clocks`).
 
 Each line gpu_bench printed closes a phase that began at the line before it; this prints,
-for each phase, the samples nvidia-smi took inside it: the SM clock's median and minimum,
-the power's median and maximum, and every throttle reason raised.
+for each phase, the samples nvidia-smi took inside it while the GPU was not idle: the SM
+clock's median and minimum, the power's median and maximum, and every throttle reason raised.
 
     python3 bench/clock_phases.py clocks.csv gpu-clocks.log
 """
@@ -44,7 +44,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     start = samples[0][0] if samples else dt.time()
     for end, text in phases:
-        inside = [s for s in samples if start <= s[0] < end]
+        # Samples with the idle reason alone (0x1) are the GPU waiting on the host: left out.
+        inside = [s for s in samples if start <= s[0] < end and int(s[3], 16) != 1]
         start = end
         if not inside:
             continue
