@@ -84,8 +84,12 @@ def run_supervisor(config: ServerConfig, spec: ModelSpec, sockets: list[socket.s
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-class _Terminated(Exception):
-    """SIGTERM (or, with several front ends, SIGHUP), once the front ends have drained."""
+class _Terminated(BaseException):
+    """SIGTERM (or, with several front ends, SIGHUP), once the front ends have drained.
+
+    A BaseException, as KeyboardInterrupt is: the handler raises it at whatever line the main
+    thread is on, and library code's `except Exception` there would turn it into another error
+    (enum, building ssl's classes while uvicorn imports, makes it a TypeError)."""
 
 
 def _raise_terminated(*_) -> None:
