@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 
 from engine.child_signals import unshield
 from engine.engine_host import EngineEnds
@@ -28,27 +29,30 @@ logger = logging.getLogger("rose_embed.server")
 
 
 def run_front_end(config: ServerConfig, sock: socket.socket, ends: list[EngineEnds],
-                  processes: list[multiprocessing.process.BaseProcess] | None = None) -> None:
+                  processes: list[multiprocessing.process.BaseProcess] | None = None,
+                  pending_stop: Callable[[], int | None] | None = None) -> None:
     """Serve until a signal stops uvicorn (it drains in-flight requests, then tells the engines
     this front end is done). `processes`: the engines' Process objects where they are children of
-    this process, so that an engine's exit can be told by its status."""
+    this process, so that an engine's exit can be told by its status. `pending_stop`: a stop
+    signal that came before uvicorn took the signals over (server/stop_signal.py)."""
     import uvicorn
 
     from compat.tiktoken_ids import TiktokenUnavailableError
     from engine.engine_links import EngineLinks
     from server.app import create_app
     from server.middleware import ObservedApp
+    from server.pending_stop_server import uvicorn_server
 
     try:
         app = create_app(config, EngineLinks(config.engine, ends, processes))
     except TiktokenUnavailableError as exc:
         sys.exit(f"rose-embed: {exc}")
     worker_pid = os.getpid() if config.frontend_workers > 1 else None
-    server = uvicorn.Server(uvicorn.Config(
+    server = uvicorn_server(uvicorn.Config(
         ObservedApp(app, log_inputs=config.log_inputs, worker_pid=worker_pid), loop="uvloop", http="httptools",
         log_level=config.log_level, access_log=False, log_config=None,
         timeout_graceful_shutdown=config.shutdown_timeout,
-    ))
+    ), pending_stop)
     # After a graceful shutdown uvicorn re-raises the signal that asked for it: SIGTERM ends the
     # process with its status, SIGINT arrives as KeyboardInterrupt (the CLI then ends by SIGINT).
     server.run(sockets=[sock])

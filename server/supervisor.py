@@ -29,6 +29,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import wait
 
@@ -40,6 +41,7 @@ from server.config import ServerConfig
 from server.front_end import run_front_end, run_front_end_process
 from server.plugins import load_engine_plugin
 from server.stats_board import create_board_dir, remove_board_dir
+from server.stop_signal import StopSignal, Terminated
 from server.topology import engine_config_for
 
 logger = logging.getLogger("rose_embed.server")
@@ -62,15 +64,19 @@ def run_supervisor(config: ServerConfig, spec: ModelSpec, sockets: list[socket.s
     # uvicorn ends its graceful shutdown by raising the signal that asked for it again; SIGTERM's
     # default action would end this process there, before the engines stop and the shared
     # memory is freed. Raised as an exception instead, it leaves through the cleanup below.
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    stop = StopSignal()
+    stop.install()
     try:
-        for index, device in enumerate(config.devices):
-            hosts.append(EngineHost(index, engine_config_for(config.engine, config.devices, device), layout, plugin))
+        with stop.deferred():  # a spawn cut short would leave its child a traceback
+            for index, device in enumerate(config.devices):
+                hosts.append(EngineHost(index, engine_config_for(config.engine, config.devices, device), layout,
+                                        plugin))
         if config.frontend_workers == 1:
-            run_front_end(config, sockets[0], [host.connect(0) for host in hosts], [h.process for h in hosts])
+            run_front_end(config, sockets[0], [host.connect(0) for host in hosts], [h.process for h in hosts],
+                          pending_stop=stop.pending)
         else:
-            _FrontEnds(config, sockets, hosts).run()
-    except _Terminated:
+            _FrontEnds(config, sockets, hosts, stop.pending).run()
+    except Terminated:
         terminated = True
     finally:
         for host in hosts:
@@ -84,22 +90,11 @@ def run_supervisor(config: ServerConfig, spec: ModelSpec, sockets: list[socket.s
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-class _Terminated(BaseException):
-    """SIGTERM (or, with several front ends, SIGHUP), once the front ends have drained.
-
-    A BaseException, as KeyboardInterrupt is: the handler raises it at whatever line the main
-    thread is on, and library code's `except Exception` there would turn it into another error
-    (enum, building ssl's classes while uvicorn imports, makes it a TypeError)."""
-
-
-def _raise_terminated(*_) -> None:
-    raise _Terminated
-
-
 class _FrontEnds:
     """K front-end processes: started, restarted when one dies, drained on a stop signal."""
 
-    def __init__(self, config: ServerConfig, sockets: list[socket.socket], hosts: list[EngineHost]):
+    def __init__(self, config: ServerConfig, sockets: list[socket.socket], hosts: list[EngineHost],
+                 pending_stop: Callable[[], int | None]):
         # Where the front ends report to each other, so that each answers /metrics and /health for all.
         self.config = replace(config, stats_dir=create_board_dir())
         self.sockets, self.hosts = sockets, hosts
@@ -109,13 +104,16 @@ class _FrontEnds:
         self._restarted: set[int] = set()
         self._stop = threading.Event()
         self._stopped_by: int | None = None
+        self._pending_stop = pending_stop
 
     def run(self) -> None:
         """Serve until a stop signal, then drain, and leave as one front end in this process
-        leaves (_Terminated, or KeyboardInterrupt after Ctrl-C); exits 1 instead if a front
+        leaves (Terminated, or KeyboardInterrupt after Ctrl-C); exits 1 instead if a front
         end could not be kept up or an engine could not load."""
         for sig in STOP_SIGNALS:
             signal.signal(sig, self._on_stop_signal)
+        if self._pending_stop() is not None:  # one that came before, its raise swallowed on the way
+            self._on_stop_signal(self._pending_stop(), None)
         failed = False
         try:
             for index in range(self.config.frontend_workers):
@@ -134,7 +132,7 @@ class _FrontEnds:
             sys.exit(1)
         if self._stopped_by == signal.SIGINT:
             raise KeyboardInterrupt
-        raise _Terminated
+        raise Terminated
 
     def _on_stop_signal(self, signum: int, _frame) -> None:
         if self._stopped_by is None:

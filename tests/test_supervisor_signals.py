@@ -1,25 +1,41 @@
-"""The supervisor's SIGTERM handler raises its stop at whatever line the main thread is on, in
-library code too; the stop must reach the supervisor as itself, whatever that code catches."""
+"""SIGTERM while the server starts (server/stop_signal.py, server/pending_stop_server.py): the
+handler raises its stop at whatever line the main thread is on, in library code too; the stop
+must reach the supervisor as itself, not at all while a spawn is being written, and still
+stop uvicorn where code on the way swallowed the raise."""
 
 from __future__ import annotations
 
 import enum
+import gc
+import os
+import signal
+import socket
+import threading
 
 import pytest
 
-from server.supervisor import _raise_terminated, _Terminated
+from server.stop_signal import StopSignal, Terminated
 
 
-def test_a_stop_inside_enum_machinery_is_not_turned_into_a_type_error():
+@pytest.fixture
+def stop():
+    previous = signal.getsignal(signal.SIGTERM)
+    handler = StopSignal()
+    handler.install()
+    yield handler
+    signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_stop_inside_enum_machinery_is_not_turned_into_a_type_error(stop):
     """A SIGTERM while `import uvicorn` imports ssl lands inside enum's building of ssl.Purpose,
     which turns any Exception from a member's value type into a TypeError: the server then
     printed a traceback instead of stopping cleanly."""
 
     class ValueTypeHitBySignal(int):
         def __new__(cls, *args):
-            _raise_terminated()
+            stop.handle(signal.SIGTERM, None)
 
-    with pytest.raises(_Terminated):
+    with pytest.raises(Terminated):
 
         class Purpose(ValueTypeHitBySignal, enum.Enum):
             def __new__(cls, value):
@@ -28,9 +44,64 @@ def test_a_stop_inside_enum_machinery_is_not_turned_into_a_type_error():
             SERVER_AUTH = 1
 
 
-def test_a_stop_passes_through_except_exception():
-    with pytest.raises(_Terminated):
+def test_a_stop_passes_through_except_exception(stop):
+    with pytest.raises(Terminated):
         try:
-            _raise_terminated()
+            os.kill(os.getpid(), signal.SIGTERM)
         except Exception:  # what library code does
             pytest.fail("the stop was caught as an ordinary error")
+
+
+def test_a_deferred_stop_is_raised_when_the_block_ends(stop):
+    reached_the_end = False
+    with pytest.raises(Terminated):
+        with stop.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            reached_the_end = True
+    assert reached_the_end and stop.pending() == signal.SIGTERM
+
+
+def test_no_stop_no_raise(stop):
+    with stop.deferred():
+        pass
+    assert stop.pending() is None
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the finaliser's, on purpose
+def test_a_stop_swallowed_on_the_way_still_stops_uvicorn(stop):
+    """The raise lands in a finaliser, which only prints it; uvicorn, started afterwards with
+    the noted stop, shuts down at once and raises SIGTERM again, which reaches the handler."""
+    import uvicorn
+
+    from server.pending_stop_server import uvicorn_server
+
+    class Finalised:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    Finalised()  # its __del__ runs here; what the handler raised is printed, not propagated
+    gc.collect()
+    assert stop.pending() == signal.SIGTERM
+
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn_server(uvicorn.Config(app, log_config=None, lifespan="on"), stop.pending)
+    # Should the noted stop not reach it, the server ends anyway, and the test fails, not hangs.
+    watchdog = threading.Timer(10.0, lambda: setattr(server, "should_exit", True))
+    watchdog.start()
+    try:
+        with pytest.raises(Terminated):
+            server.run(sockets=[sock])
+    finally:
+        watchdog.cancel()
+        sock.close()
