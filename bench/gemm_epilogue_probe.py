@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             paths.append(("Triton" + (", SwiGLU in the epilogue" if swiglu else ""),
                           lambda c=config: triton_gemm(x, weight, n, swiglu, c), config))
         if swiglu:  # the plain product too: Triton's rate on this shape without the epilogue
+            paths.append(("cuBLAS, plain [T, 2I]", lambda: F.linear(x, weight), "-"))
             for config in CONFIGS:
                 paths.append(("Triton, plain [T, 2I]", lambda c=config: triton_gemm(x, weight, width, False, c), config))
         timed = []
