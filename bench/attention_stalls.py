@@ -19,8 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.kernel_floors import DTYPE, SHAPES, attention_workloads  # noqa: E402
-from engine.layers.attention_cuda import PackedAttentionBackend  # noqa: E402
+from bench.kernel_floors import SHAPES, attention_workloads, model_qkv, packed_backend  # noqa: E402
 
 
 def main() -> None:
@@ -30,17 +29,10 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=5)
     args = parser.parse_args()
     shape = SHAPES[args.model]
-    a = shape.attention
     lengths = attention_workloads()[args.workload].astype(np.int64)
     num_tokens = int(lengths.sum())
-    widths = [a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim, a.num_kv_heads * a.head_dim]
-    qkv = torch.randn(num_tokens, sum(widths), device="cuda", dtype=DTYPE)
-    q, k, v = [x.contiguous() if shape.decoder else x
-               for x in (t.view(num_tokens, -1, a.head_dim) for t in qkv.split(widths, dim=-1))]
-    cu_host = np.concatenate([[0], np.cumsum(lengths)]).tolist()
-    cu = torch.tensor(cu_host, dtype=torch.int32, device="cuda")
-    backend = PackedAttentionBackend(a)
-    meta = backend.prepare(cu, cu_host, int(lengths.max()))
+    q, k, v = model_qkv(shape, num_tokens)
+    backend, meta = packed_backend(shape, lengths)
     for _ in range(args.calls):
         backend.forward(q, k, v, meta)
     torch.cuda.synchronize()

@@ -158,25 +158,34 @@ def attention_workloads() -> dict[str, np.ndarray]:
             "documents": docs}
 
 
+def model_qkv(shape: Shape, num_tokens: int) -> list[torch.Tensor]:
+    """q, k and v as the model hands them to the attention: views into the fused projection
+    (the decoder's come contiguous out of its q/k norm)."""
+    a = shape.attention
+    widths = [a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim, a.num_kv_heads * a.head_dim]
+    qkv = torch.randn(num_tokens, sum(widths), device="cuda", dtype=DTYPE)
+    return [x.contiguous() if shape.decoder else x
+            for x in (t.view(num_tokens, -1, a.head_dim) for t in qkv.split(widths, dim=-1))]
+
+
+def packed_backend(shape: Shape, lengths: np.ndarray) -> tuple[PackedAttentionBackend, object]:
+    """The packed attention at its default launch, prepared for one batch of these lengths."""
+    cu_host = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+    cu = torch.tensor(cu_host, dtype=torch.int32, device="cuda")
+    backend = PackedAttentionBackend(shape.attention)
+    return backend, backend.prepare(cu, cu_host, int(lengths.max()))
+
+
 def attention_rows(shape: Shape, copies: int) -> list[tuple[str, float, int, int]]:
     """(name, ms, bytes, FLOPs) of the packed attention at its default launch, per workload,
-    on q, k and v as the model hands them over (views into the fused projection; the
-    decoder's come contiguous out of its q/k norm), taking `copies` sets of them in turn."""
+    on q, k and v as the model hands them over (`model_qkv`), taking `copies` sets of them in turn."""
     a = shape.attention
     rows = []
     for name, lengths in attention_workloads().items():
         lengths = lengths.astype(np.int64)
         num_tokens = int(lengths.sum())
-        widths = [a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim, a.num_kv_heads * a.head_dim]
-        inputs = []
-        for _ in range(copies):
-            qkv = torch.randn(num_tokens, sum(widths), device="cuda", dtype=DTYPE)
-            inputs.append([x.contiguous() if shape.decoder else x for x in
-                           (t.view(num_tokens, -1, a.head_dim) for t in qkv.split(widths, dim=-1))])
-        cu_host = np.concatenate([[0], np.cumsum(lengths)]).tolist()
-        cu = torch.tensor(cu_host, dtype=torch.int32, device="cuda")
-        backend = PackedAttentionBackend(a)
-        meta = backend.prepare(cu, cu_host, int(lengths.max()))
+        inputs = [model_qkv(shape, num_tokens) for _ in range(copies)]
+        backend, meta = packed_backend(shape, lengths)
         # Scores and the weighted sum: 2 matmuls of 2 FLOPs per (query, key, dim); causal: half the pairs.
         pairs = int((lengths * (lengths + 1) // 2).sum() if a.is_causal else (lengths**2).sum())
         flops = 4 * pairs * a.head_dim * a.num_heads
