@@ -112,8 +112,9 @@ class _FrontEnds:
         end could not be kept up or an engine could not load."""
         for sig in STOP_SIGNALS:
             signal.signal(sig, self._on_stop_signal)
-        if self._pending_stop() is not None:  # one that came before, its raise swallowed on the way
-            self._on_stop_signal(self._pending_stop(), None)
+        pending = self._pending_stop()  # one that came before, its raise swallowed on the way
+        if pending is not None:
+            self._on_stop_signal(pending, None)
         failed = False
         try:
             for index in range(self.config.frontend_workers):
