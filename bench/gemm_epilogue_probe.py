@@ -5,7 +5,8 @@
 The Qwen3 shape's goal needs the passes between its matmuls folded into the matmuls
 (docs/gpu.md, "Where a batch's time goes"), and cuBLAS's epilogues have none of them. This
 times, at the top bucket's 16,384 tokens in bf16, one Triton GEMM (TMA loads, wgmma on sm_90,
-a few tile configurations, the best kept) against cuBLAS on the layers' own shapes:
+a few tile configurations, the best kept; one program a tile, and persistent: one program an
+SM) against cuBLAS on the layers' own shapes:
   - plain: the same product as cuBLAS, to read Triton's rate against cuBLAS's;
   - SwiGLU in the epilogue (the Qwen3 shape's gate-up projection): two accumulators, one for
     the gate's columns and one for the up's, and silu(gate) * up stored, [T, I] instead of the
@@ -43,19 +44,19 @@ CONFIGS = [(128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 256, 64, 8, 3), (25
 
 
 @triton.jit
-def _gemm_kernel(a_desc, b_desc, c_desc, M, N, K, UP_OFFSET,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                 SWIGLU: tl.constexpr, NUM_STAGES: tl.constexpr):
-    # C [M, N] = A [M, K] @ B[:N]^T, B in nn.Linear's layout [out, in]. With SWIGLU, B holds the
-    # gate's rows then the up's (from UP_OFFSET) and C = silu(A @ gate^T) * (A @ up^T).
-    pid = tl.program_id(0)
-    num_m, num_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+def _tile_origin(tile, num_m, num_n, GROUP_M: tl.constexpr):
     # Tiles in groups of GROUP_M rows, so that neighbouring programs share B's blocks in L2.
-    group = pid // (GROUP_M * num_n)
+    group = tile // (GROUP_M * num_n)
     first_m = group * GROUP_M
     size_m = tl.minimum(num_m - first_m, GROUP_M)
-    m0 = (first_m + (pid % (GROUP_M * num_n)) % size_m) * BLOCK_M
-    n0 = ((pid % (GROUP_M * num_n)) // size_m) * BLOCK_N
+    return first_m + (tile % (GROUP_M * num_n)) % size_m, (tile % (GROUP_M * num_n)) // size_m
+
+
+@triton.jit
+def _gemm_tile(a_desc, b_desc, c_desc, m0, n0, K, UP_OFFSET, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_K: tl.constexpr, SWIGLU: tl.constexpr, NUM_STAGES: tl.constexpr):
+    # C [M, N] = A [M, K] @ B[:N]^T, B in nn.Linear's layout [out, in]. With SWIGLU, B holds the
+    # gate's rows then the up's (from UP_OFFSET) and C = silu(A @ gate^T) * (A @ up^T).
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     if SWIGLU:
         up = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
@@ -69,7 +70,31 @@ def _gemm_kernel(a_desc, b_desc, c_desc, M, N, K, UP_OFFSET,
     c_desc.store([m0, n0], acc.to(c_desc.dtype))
 
 
-def triton_gemm(x, weight, out_features: int, swiglu: bool, config) -> "torch.Tensor":
+@triton.jit
+def _gemm_kernel(a_desc, b_desc, c_desc, M, N, K, UP_OFFSET,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                 SWIGLU: tl.constexpr, NUM_STAGES: tl.constexpr):
+    # One program a tile.
+    pm, pn = _tile_origin(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    _gemm_tile(a_desc, b_desc, c_desc, pm * BLOCK_M, pn * BLOCK_N, K, UP_OFFSET, BLOCK_M, BLOCK_N, BLOCK_K, SWIGLU,
+               NUM_STAGES)
+
+
+@triton.jit
+def _persistent_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, UP_OFFSET,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                            GROUP_M: tl.constexpr, SWIGLU: tl.constexpr, NUM_STAGES: tl.constexpr,
+                            NUM_PROGRAMS: tl.constexpr):
+    # One program an SM, taking tiles in turn: Triton's form of a persistent GEMM on Hopper
+    # (its warp specialisation needs Blackwell), where one tile's loads overlap the last's epilogue.
+    num_m, num_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    for tile in tl.range(tl.program_id(0), num_m * num_n, NUM_PROGRAMS):
+        pm, pn = _tile_origin(tile, num_m, num_n, GROUP_M)
+        _gemm_tile(a_desc, b_desc, c_desc, pm * BLOCK_M, pn * BLOCK_N, K, UP_OFFSET, BLOCK_M, BLOCK_N, BLOCK_K,
+                   SWIGLU, NUM_STAGES)
+
+
+def triton_gemm(x, weight, out_features: int, swiglu: bool, config, persistent: bool = False) -> "torch.Tensor":
     """x [M, K] @ weight^T -> [M, out_features]; with swiglu, weight is [2 * out_features, K]."""
     import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -80,10 +105,16 @@ def triton_gemm(x, weight, out_features: int, swiglu: bool, config) -> "torch.Te
     a_desc = TensorDescriptor(x, [m, k], [x.stride(0), 1], [block_m, block_k])
     b_desc = TensorDescriptor(weight, list(weight.shape), [weight.stride(0), 1], [block_n, block_k])
     c_desc = TensorDescriptor(out, [m, out_features], [out.stride(0), 1], [block_m, block_n])
-    grid = (triton.cdiv(m, block_m) * triton.cdiv(out_features, block_n),)
-    _gemm_kernel[grid](a_desc, b_desc, c_desc, m, out_features, k, out_features if swiglu else 0,
-                       BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, SWIGLU=swiglu,
-                       NUM_STAGES=num_stages, num_warps=num_warps)
+    tiles = triton.cdiv(m, block_m) * triton.cdiv(out_features, block_n)
+    options = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, SWIGLU=swiglu,
+                   NUM_STAGES=num_stages, num_warps=num_warps)
+    up_offset = out_features if swiglu else 0
+    if persistent:
+        programs = min(tiles, torch.cuda.get_device_properties(x.device).multi_processor_count)
+        _persistent_gemm_kernel[(programs,)](a_desc, b_desc, c_desc, m, out_features, k, up_offset,
+                                             NUM_PROGRAMS=programs, **options)
+    else:
+        _gemm_kernel[(tiles,)](a_desc, b_desc, c_desc, m, out_features, k, up_offset, **options)
     return out
 
 
@@ -121,13 +152,16 @@ def main(argv: list[str] | None = None) -> int:
             return fused.silu_and_mul(out) if swiglu else out
 
         paths = [("cuBLAS" + (" + SiLU-and-mul pass" if swiglu else ""), cublas_path, "-")]
-        for config in CONFIGS:
-            paths.append(("Triton" + (", SwiGLU in the epilogue" if swiglu else ""),
-                          lambda c=config: triton_gemm(x, weight, n, swiglu, c), config))
+        for persistent in (False, True):
+            for config in CONFIGS:
+                paths.append(("Triton" + (" persistent" if persistent else "") + (", SwiGLU in the epilogue" if swiglu else ""),
+                              lambda c=config, p=persistent: triton_gemm(x, weight, n, swiglu, c, p), config))
         if swiglu:  # the plain product too: Triton's rate on this shape without the epilogue
             paths.append(("cuBLAS, plain [T, 2I]", lambda: F.linear(x, weight), "-"))
-            for config in CONFIGS:
-                paths.append(("Triton, plain [T, 2I]", lambda c=config: triton_gemm(x, weight, width, False, c), config))
+            for persistent in (False, True):
+                for config in CONFIGS:
+                    paths.append(("Triton" + (" persistent" if persistent else "") + ", plain [T, 2I]",
+                                  lambda c=config, p=persistent: triton_gemm(x, weight, width, False, c, p), config))
         timed = []
         for label, fn, config in paths:
             try:
