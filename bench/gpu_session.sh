@@ -22,6 +22,7 @@
 #   bench/gpu_session.sh flashinfer # issue 17: FlashInfer's tests, then gpu_bench with varlen, packed and
 #                                  # FlashInfer side by side (whole models and each class's attention); carry .whl-fi alone
 #   bench/gpu_session.sh ratios    # gpu_bench alone: ours against the ceiling and Hugging Face (issue 17)
+#   bench/gpu_session.sh queries   # MiniLM's queries/docs, 32,768 queries against 4,096, twice each (about 3 minutes)
 #   bench/gpu_session.sh sustained # gpu_bench on the default backend, bursts and 5 s back to back (the power limit)
 #   bench/gpu_session.sh profile   # kernel by kernel with the packed attention, GELU in the matmul's
 #                                  # epilogue or not, py-spy over the server under load, documents
@@ -154,6 +155,17 @@ flashinfer)
     step gpu-bench-flashinfer python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json \
         --models bert-base,qwen3-0.6b --backends varlen,packed,flashinfer --out "$OUT/gpu-flashinfer.md"
     ;;
+queries)
+    # Whether the pass's first upload and last readback, not the batches, moved MiniLM's
+    # queries/docs between runs: the two workload sizes taken in turn on one machine.
+    for round in 1 2; do
+        for queries in 32768 4096; do
+            step "gpu-bench-minilm-q$queries-$round" python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json \
+                --models minilm --backends auto --queries "$queries" --out "$OUT/gpu-minilm-q$queries-$round.md"
+            grep -A3 '^## Per backend' "$OUT/gpu-minilm-q$queries-$round.md" | tail -n 1
+        done
+    done
+    ;;
 ratios)
     step gpu-bench python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json --gelu-both --sustained 5 \
         --out "$OUT/gpu.md"
@@ -189,7 +201,7 @@ fa4)
         step fa4-probe python3 bench/fa4_probe.py --out "$OUT/fa4-probe.md"
     ;;
 *)
-    echo "usage: $0 tests|engine|text|load|leads|kernels|sweep|stalls|clocks|sustained|gemm|flashinfer|ratios|profile|fa4-first|fa4" >&2
+    echo "usage: $0 tests|engine|text|load|leads|kernels|sweep|stalls|clocks|sustained|gemm|flashinfer|queries|ratios|profile|fa4-first|fa4" >&2
     exit 2
     ;;
 esac
