@@ -61,9 +61,9 @@ ATTENTION_CLASSES = [(16384, 128), (16384, 512), (2048, 128), (2048, 512)]
 PACKED_TILES = [(64, 64), (64, 32), (128, 64)]  # (BLOCK_M, BLOCK_N) of the packed kernel
 MAX_SEQLEN = 512
 CEILING_TOKENS = 8192
-# As many queries as the docs' tokens (about 660k): both workloads then run about 40 full batches
-# a pass. With 4096 queries (5 batches) the pass's first upload and last readback, when the
-# GPU waits on the host, weighed eight times more than on the docs, and queries/docs moved
+# About as many query tokens as the docs hold, so that both workloads run as many full batches
+# a pass: with a few batches of queries, a pass's first upload and last readback (the GPU
+# waiting on the host) weighed several times more than over the docs, and queries/docs moved
 # with the lent machine's CPU.
 NUM_QUERIES = 32768
 
