@@ -151,17 +151,16 @@ def main(argv: list[str] | None = None) -> int:
             out = F.linear(x, weight)
             return fused.silu_and_mul(out) if swiglu else out
 
-        paths = [("cuBLAS" + (" + SiLU-and-mul pass" if swiglu else ""), cublas_path, "-")]
-        for persistent in (False, True):
-            for config in CONFIGS:
-                paths.append(("Triton" + (" persistent" if persistent else "") + (", SwiGLU in the epilogue" if swiglu else ""),
-                              lambda c=config, p=persistent: triton_gemm(x, weight, n, swiglu, c, p), config))
+        def triton_paths(out_features: int, epilogue: bool, suffix: str) -> list:
+            return [("Triton" + (" persistent" if persistent else "") + suffix,
+                     lambda c=config, p=persistent: triton_gemm(x, weight, out_features, epilogue, c, p), config)
+                    for persistent in (False, True) for config in CONFIGS]
+
+        paths = [("cuBLAS" + (" + SiLU-and-mul pass" if swiglu else ""), cublas_path, "-"),
+                 *triton_paths(n, swiglu, ", SwiGLU in the epilogue" if swiglu else "")]
         if swiglu:  # the plain product too: Triton's rate on this shape without the epilogue
-            paths.append(("cuBLAS, plain [T, 2I]", lambda: F.linear(x, weight), "-"))
-            for persistent in (False, True):
-                for config in CONFIGS:
-                    paths.append(("Triton" + (" persistent" if persistent else "") + ", plain [T, 2I]",
-                                  lambda c=config, p=persistent: triton_gemm(x, weight, width, False, c, p), config))
+            paths += [("cuBLAS, plain [T, 2I]", lambda: F.linear(x, weight), "-"),
+                      *triton_paths(width, False, ", plain [T, 2I]")]
         timed = []
         for label, fn, config in paths:
             try:
