@@ -23,6 +23,8 @@
 #                                  # FlashInfer side by side (whole models and each class's attention); carry .whl-fi alone
 #   bench/gpu_session.sh ratios    # gpu_bench alone: ours against the ceiling and Hugging Face (issue 17)
 #   bench/gpu_session.sh queries   # MiniLM's queries/docs, 32,768 queries against 4,096, twice each (about 3 minutes)
+#   bench/gpu_session.sh timeline  # MiniLM and BERT-base passes batch by batch: the device's busy and idle
+#                                  # time, the host's per batch, kernels side by side (bench/pass_timeline.py)
 #   bench/gpu_session.sh sustained # gpu_bench on the default backend, bursts and 5 s back to back (the power limit)
 #   bench/gpu_session.sh profile   # kernel by kernel with the packed attention, GELU in the matmul's
 #                                  # epilogue or not, py-spy over the server under load, documents
@@ -162,9 +164,15 @@ queries)
         for queries in 32768 4096; do
             step "gpu-bench-minilm-q$queries-$round" python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json \
                 --models minilm --backends auto --queries "$queries" --out "$OUT/gpu-minilm-q$queries-$round.md"
-            grep -A3 '^## Per backend' "$OUT/gpu-minilm-q$queries-$round.md" | tail -n 1
+            grep -A4 '^## Per backend' "$OUT/gpu-minilm-q$queries-$round.md" | tail -n 1
         done
     done
+    ;;
+timeline)
+    # Why MiniLM's queries run slower per token than its documents: a pass batch by batch, the
+    # device's busy and idle time, the host's, and the kernels side by side (BERT-base beside it).
+    step pass-timeline python3 bench/pass_timeline.py --models minilm,bert-base --out "$OUT/pass-timeline.md"
+    cat "$OUT/pass-timeline.md"
     ;;
 ratios)
     step gpu-bench python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json --gelu-both --sustained 5 \
@@ -201,7 +209,7 @@ fa4)
         step fa4-probe python3 bench/fa4_probe.py --out "$OUT/fa4-probe.md"
     ;;
 *)
-    echo "usage: $0 tests|engine|text|load|leads|kernels|sweep|stalls|clocks|sustained|gemm|flashinfer|queries|ratios|profile|fa4-first|fa4" >&2
+    echo "usage: $0 tests|engine|text|load|leads|kernels|sweep|stalls|clocks|sustained|gemm|flashinfer|queries|timeline|ratios|profile|fa4-first|fa4" >&2
     exit 2
     ;;
 esac
