@@ -64,9 +64,8 @@ PACKED_TILES = [(64, 64), (64, 32), (128, 64)]  # (BLOCK_M, BLOCK_N) of the pack
 MAX_SEQLEN = 512
 CEILING_TOKENS = 8192
 # About as many query tokens as the docs hold, so that both workloads run as many full batches
-# a pass: with a few batches of queries, a pass's first upload and last readback (the GPU
-# waiting on the host) weighed several times more than over the docs, and queries/docs moved
-# with the lent machine's CPU.
+# a pass: over a few batches, a pass's first upload and last readback (the GPU waiting on the
+# host) weigh more than over the docs.
 NUM_QUERIES = 32768
 
 
@@ -142,8 +141,8 @@ def run_ours(runner: ModelRunner, seqs: list[np.ndarray], max_batch_tokens: int,
     """The engine's loop: launch batch N+1 before reading back batch N, whose vectors land in
     their rows of `out` [len(seqs), dim] (made here when not given). A timed pass passes the
     buffer its warm-up made, as the server lands every batch in shared memory made once: a
-    fresh array per pass would time the host faulting in its pages (tens of MB for 32k
-    queries), which no server pays per batch."""
+    fresh array per pass would time the host faulting in its pages, a cost that grows with
+    the vectors, not the tokens, and that no server pays per batch."""
     pending = None
     for lo, hi in cut_batches([len(s) for s in seqs], max_batch_tokens, max_batch_seqs):
         result = runner.execute(pack(seqs[lo:hi]))

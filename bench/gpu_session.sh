@@ -24,7 +24,8 @@
 #   bench/gpu_session.sh ratios    # gpu_bench alone: ours against the ceiling and Hugging Face (issue 17)
 #   bench/gpu_session.sh queries   # MiniLM's queries/docs, 32,768 queries against 4,096, twice each (about 3 minutes)
 #   bench/gpu_session.sh timeline  # MiniLM and BERT-base passes batch by batch: the device's busy and idle
-#                                  # time, the host's per batch, kernels side by side (bench/pass_timeline.py)
+#                                  # time, the host's per batch, kernels side by side, where vectors land
+#                                  # (bench/pass_timeline.py, under a minute)
 #   bench/gpu_session.sh sustained # gpu_bench on the default backend, bursts and 5 s back to back (the power limit)
 #   bench/gpu_session.sh profile   # kernel by kernel with the packed attention, GELU in the matmul's
 #                                  # epilogue or not, py-spy over the server under load, documents
@@ -158,8 +159,8 @@ flashinfer)
         --models bert-base,qwen3-0.6b --backends varlen,packed,flashinfer --out "$OUT/gpu-flashinfer.md"
     ;;
 queries)
-    # Whether the pass's first upload and last readback, not the batches, moved MiniLM's
-    # queries/docs between runs: the two workload sizes taken in turn on one machine.
+    # MiniLM's queries/docs on both sizes of the queries workload, taken in turn on one machine:
+    # whether it holds from run to run.
     for round in 1 2; do
         for queries in 32768 4096; do
             step "gpu-bench-minilm-q$queries-$round" python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json \
@@ -169,8 +170,8 @@ queries)
     done
     ;;
 timeline)
-    # Why MiniLM's queries run slower per token than its documents: a pass batch by batch, the
-    # device's busy and idle time, the host's, and the kernels side by side (BERT-base beside it).
+    # Where a pass's time goes, per workload: batch by batch, the device's busy and idle time,
+    # the host's, the kernels side by side, and what landing the vectors costs.
     step pass-timeline python3 bench/pass_timeline.py --models minilm,bert-base --out "$OUT/pass-timeline.md"
     cat "$OUT/pass-timeline.md"
     ;;

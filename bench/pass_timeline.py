@@ -14,7 +14,8 @@ gpu_bench times them (run_ours: batch N+1 launched before batch N is read back),
   - the kernels grouped by name, time per batch, each workload side by side;
   - a pass's median wall time three ways: vectors dropped as they land (the split above),
     landed in one buffer reused from pass to pass (gpu_bench's run_ours), and kept per
-    batch then concatenated into a fresh array (run_ours before).
+    batch then concatenated into a fresh array (what gpu_bench timed until it
+    landed them in one buffer).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def host_split_pass(runner: ModelRunner, seqs: list[np.ndarray], max_tokens: int
 
 
 def concatenated_pass(runner: ModelRunner, seqs: list[np.ndarray], max_tokens: int, max_seqs: int) -> np.ndarray:
-    """run_ours as it was: each batch's vectors kept, then concatenated into a fresh array."""
+    """The engine's loop with each batch's vectors kept, then concatenated into a fresh array."""
     out, pending = [], None
     for lo, hi in cut_batches([len(s) for s in seqs], max_tokens, max_seqs):
         result = runner.execute(pack(seqs[lo:hi]))
