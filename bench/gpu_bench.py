@@ -101,6 +101,28 @@ def hf_model(arch: str, shape: dict):
     return model.eval(), config
 
 
+def shape_head(arch: str) -> tuple[bool, str]:
+    """(is_causal, pooling) of a shape: the decoder pools its last token, the encoders the mean."""
+    return (True, "last") if arch == "qwen3" else (False, "mean")
+
+
+def ours_from_hf(arch: str, hf, config) -> torch.nn.Module:
+    """The engine's model of `arch` on the GPU in bf16, with the Hugging Face model's weights."""
+    with torch.device("cuda"):  # 0.6B parameters initialise slowly on the host
+        ours = MODEL_CLASSES[arch](config.to_dict())
+    ours.load_hf_weights(dict(hf.state_dict()))
+    return ours.to(device="cuda", dtype=torch.bfloat16).eval()
+
+
+def ours_model(name: str) -> tuple[torch.nn.Module, bool, str]:
+    """(the engine's model, is_causal, pooling) of a shape in SHAPES, random weights, no HF model kept."""
+    arch, shape = SHAPES[name]
+    hf, config = hf_model(arch, shape)
+    ours = ours_from_hf(arch, hf, config)
+    del hf
+    return ours, *shape_head(arch)
+
+
 def cuda_time(fn, repeats: int, min_seconds: float = 0.0) -> float:
     """Median wall seconds of fn() (which must end with its results on the host or synced), over
     `repeats` calls or as many more as fill `min_seconds`: a pass of a few milliseconds (the
@@ -217,12 +239,9 @@ def bench_model(name: str, backends: list[str], loads: dict, args, rows: list[di
         print(f"# {name}: engine/models/{arch}.py is not on this branch; skipped", flush=True)
         rows.append({"model": name, "note": f"skipped: no engine/models/{arch}.py on this branch"})
         return
-    is_causal, pooling = (True, "last") if arch == "qwen3" else (False, "mean")
+    is_causal, pooling = shape_head(arch)
     hf, config = hf_model(arch, shape)
-    with torch.device("cuda"):  # 0.6B parameters initialise slowly on the host
-        ours = MODEL_CLASSES[arch](config.to_dict())
-    ours.load_hf_weights({k: v for k, v in hf.state_dict().items()})
-    ours = ours.to(device="cuda", dtype=torch.bfloat16).eval()
+    ours = ours_from_hf(arch, hf, config)
     weight_bytes = sum(p.numel() * p.element_size() for p in ours.parameters())
     weight_bytes += sum(b.numel() * b.element_size() for b in ours.buffers())
     ceiling = dense_ceiling(ours, args.repeats)

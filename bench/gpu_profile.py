@@ -30,13 +30,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import cuda_event_ms  # noqa: E402
-from bench.gpu_bench import SHAPES, dense_ceiling, hf_model, latency_ms  # noqa: E402
+from bench.gpu_bench import SHAPES, dense_ceiling, latency_ms, ours_model  # noqa: E402
 from engine.batch import pack  # noqa: E402
 from engine.batch import cut_batches  # noqa: E402
 from engine.layers import fused  # noqa: E402
 from engine.layers.attention import make_attention_backend  # noqa: E402
 from engine.layers.head import SentenceHead  # noqa: E402
-from engine.models import MODEL_CLASSES  # noqa: E402
 from engine.runner import ModelRunner  # noqa: E402
 
 
@@ -140,14 +139,7 @@ def _only_graph(runner: ModelRunner) -> torch.cuda.CUDAGraph | None:
 
 
 def profile_model(name: str, args, out: list[str]) -> None:
-    arch, shape = SHAPES[name]
-    is_causal, pooling = (True, "last") if arch == "qwen3" else (False, "mean")
-    hf, config = hf_model(arch, shape)
-    with torch.device("cuda"):
-        ours = MODEL_CLASSES[arch](config.to_dict())
-    ours.load_hf_weights(dict(hf.state_dict()))
-    del hf
-    ours = ours.to(device="cuda", dtype=torch.bfloat16).eval()
+    ours, is_causal, pooling = ours_model(name)
     ceiling = dense_ceiling(ours, 3)
     seqs = first_batch(args.workload, args.tokens, args.max_batch_seqs)
     if args.fill:  # sequences of filler tokens up to the bucket: the eager run's matmuls take the graph's sizes
@@ -159,7 +151,7 @@ def profile_model(name: str, args, out: list[str]) -> None:
     vectors = {}
     default_epilogue = fused.gelu_epilogue_enabled()
     settings = [("unfused", False, False), ("fused", True, False)]
-    if arch == "bert":  # an up projection with a GELU of its own (fused.linear_gelu)
+    if SHAPES[name][0] == "bert":  # an up projection with a GELU of its own (fused.linear_gelu)
         settings.append(("fused, GELU in the matmul's epilogue", True, True))
     for label, use_fused, gelu_epilogue in settings:
         fused.set_fused_kernels(use_fused)

@@ -32,12 +32,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.gpu_bench import MAX_SEQLEN, SHAPES, cuda_time, hf_model, run_ours, workloads  # noqa: E402
+from bench.gpu_bench import MAX_SEQLEN, cuda_time, ours_model, run_ours, workloads  # noqa: E402
 from engine.batch import cut_batches, pack  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.layers.attention import make_attention_backend  # noqa: E402
 from engine.layers.head import SentenceHead  # noqa: E402
-from engine.models import MODEL_CLASSES  # noqa: E402
 from engine.runner import ModelRunner  # noqa: E402
 
 
@@ -121,14 +120,7 @@ def kernel_times(intervals: list[tuple[float, float, str]], num_batches: int) ->
 def profile_model(name: str, loads: dict[str, list[np.ndarray]], args, out: list[str]) -> None:
     from torch.profiler import ProfilerActivity, profile
 
-    arch, shape = SHAPES[name]
-    is_causal, pooling = (True, "last") if arch == "qwen3" else (False, "mean")
-    hf, config = hf_model(arch, shape)
-    with torch.device("cuda"):
-        ours = MODEL_CLASSES[arch](config.to_dict())
-    ours.load_hf_weights(dict(hf.state_dict()))
-    del hf
-    ours = ours.to(device="cuda", dtype=torch.bfloat16).eval()
+    ours, is_causal, pooling = ours_model(name)
     attention = make_attention_backend("auto", ours.attention_shape(is_causal), torch.device("cuda"), torch.bfloat16)
     runner = ModelRunner(ours, SentenceHead(pooling), attention, torch.device("cuda"),
                          max_num_tokens=args.max_batch_tokens, max_num_seqs=args.max_batch_seqs,
