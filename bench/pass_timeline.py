@@ -135,23 +135,23 @@ def profile_model(name: str, loads: dict[str, list[np.ndarray]], args, out: list
                     "| workload | dropped ms | one reused buffer ms | concatenated into a fresh array ms |",
                     "|---|---:|---:|---:|"]
     per_kernel, gap_lines = {}, []
+    caps = (args.max_batch_tokens, args.max_batch_seqs)
     for workload, seqs in loads.items():
         num_tokens = sum(len(s) for s in seqs)
-        num_batches = len(cut_batches([len(s) for s in seqs], args.max_batch_tokens, args.max_batch_seqs))
+        num_batches = len(cut_batches([len(s) for s in seqs], *caps))
         for _ in range(3):  # eager, capture, replay of every key
-            host_split_pass(runner, seqs, args.max_batch_tokens, args.max_batch_seqs)
+            host_split_pass(runner, seqs, *caps)
         splits = []
         while len(splits) < args.passes or sum(s["wall"] for s in splits) < args.min_seconds:
-            splits.append(host_split_pass(runner, seqs, args.max_batch_tokens, args.max_batch_seqs))
+            splits.append(host_split_pass(runner, seqs, *caps))
         middle = sorted(splits, key=lambda s: s["wall"])[len(splits) // 2]
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            host_split_pass(runner, seqs, args.max_batch_tokens, args.max_batch_seqs)
+            host_split_pass(runner, seqs, *caps)
         intervals = device_intervals(prof)
         summary = timeline_summary(intervals, num_batches)
         per_kernel[workload] = kernel_times(intervals, num_batches)
         wall = statistics.median(s["wall"] for s in splits)
-        landing = run_ours(runner, seqs, args.max_batch_tokens, args.max_batch_seqs)
-        caps = (args.max_batch_tokens, args.max_batch_seqs)
+        landing = run_ours(runner, seqs, *caps)
         reused = cuda_time(functools.partial(run_ours, runner, seqs, *caps, landing), args.passes, args.min_seconds)
         fresh = cuda_time(functools.partial(concatenated_pass, runner, seqs, *caps), args.passes, args.min_seconds)
         landing_rows.append(f"| {workload} | {1e3 * wall:.2f} | {1e3 * reused:.2f} | {1e3 * fresh:.2f} |")
