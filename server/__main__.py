@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--served-model-name", default=None,
                        help="the name clients send as `model` and /v1/models lists (default: the model's name)")
     serve.add_argument("--model-alias", action="append", default=[], metavar="ALIAS[=MODEL]",
-                       help="another name clients may send as `model`, e.g. text-embedding-3-small (repeatable)")
+                       help="another name clients may send as `model`, e.g. my-embedder (repeatable; OpenAI's "
+                            "embedding names are answered already unless --strict-model-names)")
     serve.add_argument("--devices", type=device_list, default=None, metavar="LIST",
                        help="one engine process per device, comma-separated: cpu, cuda:0,cuda:1, ... "
                             "(default: every visible GPU, else the CPU)")
@@ -88,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="token-id input: cl100k (OpenAI's ids, as LangChain sends them; re-tokenized) "
                             "or model (the served model's own ids)")
     tuning = serve.add_argument_group("advanced (shown by --help-all)")
+    advanced(tuning.add_argument("--strict-model-names", action="store_true",
+                                 help="answer OpenAI's embedding model names (text-embedding-3-small, ...) with a "
+                                      "404 unless given by --model-alias, instead of with the served model"))
     advanced(tuning.add_argument("--max-batch-seqs", type=positive_int, default=EngineConfig.max_batch_seqs,
                                  help="most sequences in one batch"))
     advanced(tuning.add_argument("--tokenizer-workers", type=positive_int, default=2,
@@ -148,7 +152,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_queued_tokens=args.max_queued_tokens, tokenizer_workers=args.tokenizer_workers,
         devices=devices, frontend_workers=args.frontend_workers or default_front_ends(devices),
         log_level=args.log_level, max_request_tokens=args.max_request_tokens, long_inputs=args.long_inputs,
-        model_aliases=tuple(args.model_alias), api_keys=tuple(dict.fromkeys([*args.api_key, *keys_from_env()])),
+        model_aliases=tuple(args.model_alias), strict_model_names=args.strict_model_names,
+        api_keys=tuple(dict.fromkeys([*args.api_key, *keys_from_env()])),
         token_ids=args.token_ids, **hardening_cli.config_kwargs(args),
     )
 

@@ -1,11 +1,24 @@
-"""Model aliases: extra names a client may send as `model` (e.g. `text-embedding-3-small`).
+"""The names a client may send as `model`, and which model answers to each.
 
-Clients written for OpenAI hard-code OpenAI's model names, and some (LlamaIndex's
-`OpenAIEmbedding`) only accept those; an alias lets them run unchanged against the one
-model this server serves.
+Clients written for OpenAI hard-code OpenAI's model names: LangChain's `OpenAIEmbeddings()`
+sends `text-embedding-ada-002` unless told otherwise, LlamaIndex's `OpenAIEmbedding()` one of
+OpenAI's names and nothing else. So a server hosting one embedding model answers OpenAI's
+embedding names with it by default (`--strict-model-names` turns that off), and
+`--model-alias` adds any other name.
+
+Whichever name was asked for, a response's `model` is the served model's name: it says which
+model really computed the vectors, as OpenAI's answers name the model that served.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from server.errors import model_not_found
+
+# OpenAI's embedding models, as their clients name them by default.
+OPENAI_EMBEDDING_NAMES = ("text-embedding-ada-002", "text-embedding-3-small", "text-embedding-3-large")
 
 
 class AliasError(ValueError):
@@ -39,14 +52,43 @@ def resolve_aliases(values: tuple[str, ...], served_name: str) -> tuple[str, ...
     return tuple(names)
 
 
-def model_names(served_name: str, alias_values: tuple[str, ...]) -> list[str]:
-    """Every name a request may use, the served name first (as /v1/models lists them).
+@dataclass(frozen=True)
+class ModelNames:
+    """Which names the served model answers to: its own, the `--model-alias` ones, OpenAI's defaults."""
 
-    `alias_values` are the `--model-alias` values as given; their targets were checked at start-up.
+    served: str
+    aliases: tuple[str, ...] = ()  # `--model-alias` names, without targets
+    implicit: tuple[str, ...] = ()  # OpenAI's names, answered unless --strict-model-names
+
+    def resolve(self, asked: str | None) -> str:
+        """The served model's name for a request's `model` (None: not given); model_not_found otherwise."""
+        if asked is None or asked == self.served or asked in self.aliases or asked in self.implicit:
+            return self.served
+        raise model_not_found(asked, self.listed())
+
+    def listed(self) -> list[str]:
+        """What /v1/models lists: the served name first, then the aliases an operator chose.
+
+        OpenAI's default names are left out: they are a courtesy to clients that hard-code them,
+        not models of their own, and a list of four names for one model would read as four
+        models to a user picking one (and to a client that takes the first it is shown).
+        """
+        return [self.served, *self.aliases]
+
+
+def model_names(served_name: str, alias_values: tuple[str, ...], is_strict: bool = False) -> ModelNames:
+    """The names of a server that hosts one embedding model; `alias_values` as `--model-alias` gives them.
+
+    The alias targets were checked at start-up (`resolve_aliases`). OpenAI's names stand for
+    whichever single model is served; with several they would be ambiguous, so a server of
+    several models must build its names with `is_strict=True` or choose one per name.
     """
-    names = [served_name]
-    for value in alias_values:
-        alias, _ = parse_alias(value)
-        if alias not in names:
-            names.append(alias)
-    return names
+    return _model_names(served_name, tuple(alias_values), is_strict)
+
+
+@lru_cache(maxsize=8)  # built once per configuration, then looked up on every request
+def _model_names(served_name: str, alias_values: tuple[str, ...], is_strict: bool) -> ModelNames:
+    aliases = tuple(dict.fromkeys(alias for alias, _ in map(parse_alias, alias_values) if alias != served_name))
+    taken = {served_name, *aliases}
+    implicit = () if is_strict else tuple(name for name in OPENAI_EMBEDDING_NAMES if name not in taken)
+    return ModelNames(served_name, aliases, implicit)

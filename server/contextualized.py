@@ -32,7 +32,7 @@ from compat.openai import Embedding, Usage
 from engine.late_chunking import ChunkTooLongError, EmptyChunkError, LateChunkedDocuments, fit_documents, \
     late_chunking_problem
 from engine.long_inputs import CannotWindowError
-from server.errors import invalid_request, model_not_found
+from server.errors import invalid_request
 from server.guards import check_finite, decode_request
 from server.long_inputs import context_length_error, long_inputs_mode
 from server.openapi import EMBEDDINGS_ERROR_RESPONSES, ContextualizedOperation
@@ -52,9 +52,7 @@ def default_encoding_format(spec) -> str:
 async def create_contextualized_embeddings(request: Request, state: State) -> ContextualizedEmbeddingResponse:
     runtime = _runtime(state)
     data = decode_request(await request.body(), ContextualizedEmbeddingRequest)
-    names = _model_names(runtime)
-    if data.model is not None and data.model not in names:
-        raise model_not_found(data.model, names)
+    served = _model_names(runtime).resolve(data.model)
     spec = runtime.engine.spec
     problem = late_chunking_problem(spec)
     if problem is not None:
@@ -89,7 +87,7 @@ async def create_contextualized_embeddings(request: Request, state: State) -> Co
                                                      for j in range(count)]))
         first += count
     return ContextualizedEmbeddingResponse(
-        data=out, model=data.model or runtime.served_model_name,
+        data=out, model=served,
         usage=Usage(prompt_tokens=num_tokens, total_tokens=num_tokens),
     )
 

@@ -12,8 +12,8 @@ from litestar.datastructures import State
 from compat.encoding import encode_embeddings
 from compat.inputs import normalise_input
 from compat.openai import Embedding, EmbeddingRequest, EmbeddingResponse, Model, ModelList, Usage
-from server.aliases import model_names
-from server.errors import APIError, engine_unavailable, model_not_found, not_ready
+from server.aliases import ModelNames, model_names
+from server.errors import APIError, engine_unavailable, not_ready
 from server.guards import check_finite, check_input_chars, decode_request, request_timeout
 from server.long_inputs import fit_request_texts, fit_request_token_ids, long_inputs_mode
 from server.openapi import EMBEDDINGS_ERROR_RESPONSES, ERROR_RESPONSES, EmbeddingsOperation
@@ -36,16 +36,16 @@ def _runtime(state: State) -> Runtime:
     return runtime
 
 
-def _model_names(runtime: Runtime) -> list[str]:
-    return model_names(runtime.served_model_name, runtime.config.model_aliases)
+def _model_names(runtime: Runtime) -> ModelNames:
+    return model_names(runtime.served_model_name, runtime.config.model_aliases, runtime.config.strict_model_names)
 
 
-def _check_options(runtime: Runtime, data: EmbeddingRequest) -> None:
-    names = _model_names(runtime)
-    if data.model is not None and data.model not in names:
-        raise model_not_found(data.model, names)
+def _check_options(runtime: Runtime, data: EmbeddingRequest) -> str:
+    """The served model's name (a request may ask for it by another); raises on an option it cannot serve."""
+    served = _model_names(runtime).resolve(data.model)
     check_encoding_format(runtime.engine.spec, data.encoding_format)
     check_dimensions(runtime.engine.spec, data.dimensions)
+    return served
 
 
 async def _wait_for_disconnect(request: Request) -> None:
@@ -101,7 +101,7 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
     runtime = _runtime(state)
     # Decoded here, strictly: Litestar's own decoding would turn "8" into 8 for an int field.
     data = decode_request(await request.body())
-    _check_options(runtime, data)
+    served = _check_options(runtime, data)
     token_inputs: TokenInputs = state.token_inputs
     inputs = await token_inputs.decode_token_ids(normalise_input(data.input, runtime.config.max_request_inputs))
     spec = runtime.engine.spec
@@ -131,7 +131,7 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
     embeddings = encode_embeddings(vectors, data.encoding_format, data.dimensions, spec.normalize)
     return EmbeddingResponse(
         data=[Embedding(index=i, embedding=e) for i, e in enumerate(embeddings)],
-        model=data.model or runtime.served_model_name,  # OpenAI echoes the name asked for (an alias too)
+        model=served,  # the model that computed the vectors, whichever name was asked (server/aliases.py)
         usage=Usage(prompt_tokens=num_tokens, total_tokens=num_tokens),
     )
 
@@ -139,7 +139,7 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
 @get(["/v1/models", "/models"], summary="List the served model and its aliases", responses=ERROR_RESPONSES)
 async def list_models(state: State) -> ModelList:
     runtime = _runtime(state)
-    return ModelList(data=[Model(id=name, created=_STARTED) for name in _model_names(runtime)])
+    return ModelList(data=[Model(id=name, created=_STARTED) for name in _model_names(runtime).listed()])
 
 
 @get(["/v1/models/{model_id:path}", "/models/{model_id:path}"], summary="Describe one model",
@@ -147,9 +147,7 @@ async def list_models(state: State) -> ModelList:
 async def get_model(model_id: str, state: State) -> Model:
     runtime = _runtime(state)
     model_id = model_id.lstrip("/")
-    names = _model_names(runtime)
-    if model_id not in names:
-        raise model_not_found(model_id, names)
+    _model_names(runtime).resolve(model_id)  # a name a request may use is described, listed or not
     return Model(id=model_id, created=_STARTED)
 
 

@@ -119,7 +119,7 @@ def test_resolve_aliases_checks_targets():
     assert resolve_aliases(("a", "b=served", "a", "served"), "served") == ("a", "b")
     with pytest.raises(AliasError, match="serves 'served'"):
         resolve_aliases(("a=other",), "served")
-    assert model_names("served", ("a", "b=served", "a")) == ["served", "a", "b"]
+    assert model_names("served", ("a", "b=served", "a")).listed() == ["served", "a", "b"]
 
 
 def test_api_keys():
