@@ -44,7 +44,7 @@ def app():
     import numpy as np
     import torch
 
-    from engine.lazy import LazyResult
+    from engine.rose.lazy import LazyResult
     from tests.fake_engine import FakeEngine
 
     engine = FakeEngine(dim=384)

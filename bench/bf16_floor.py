@@ -16,7 +16,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.config import EngineConfig  # noqa: E402
-from engine.engine import Engine  # noqa: E402
+from engine.rose.engine import Engine  # noqa: E402
 from tests.conftest import load_texts  # noqa: E402
 from tests.test_architectures import SPECS, cosines  # noqa: E402
 

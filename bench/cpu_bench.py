@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import ServerProcess, load_texts, machine_description, publish  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
-from engine.engine import Engine  # noqa: E402
+from engine.rose.engine import Engine  # noqa: E402
 
 
 async def http_embed(url: str, texts: list[str], num_clients: int, request_size: int) -> np.ndarray:

@@ -7,8 +7,8 @@
 What runs is the server's path below HTTP: the batcher cuts the (tokenized beforehand)
 inputs into full-budget batches in arrival order and feeds the engines, everything queued
 at once so that every engine stays busy. This process plays the front end; the engine
-processes are started as the supervisor starts them (engine/engine_host.py: one per
-device) and reached as a front end reaches them (engine/engine_links.py). Three set-ups,
+processes are started as the supervisor starts them (server/engine_host.py: one per
+device) and reached as a front end reaches them (server/engine_links.py). Three set-ups,
 measured in turn each round:
   in process    one engine inside this process (an `Engine`, as `rose-embed embed` runs it): the baseline
   1 process     one engine process, batches and vectors through shared memory: the boundary's cost
@@ -48,12 +48,12 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import DEFAULT_DATA, load_texts, machine_description, publish  # noqa: E402
-from engine.batcher import Batcher  # noqa: E402
+from server.batcher import Batcher  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
-from engine.engine import Engine  # noqa: E402
-from engine.engine_host import EngineHost  # noqa: E402
-from engine.engine_links import EngineLinks  # noqa: E402
-from engine.loader import load_spec  # noqa: E402
+from engine.rose.engine import Engine  # noqa: E402
+from server.engine_host import EngineHost  # noqa: E402
+from server.engine_links import EngineLinks  # noqa: E402
+from engine.model_files.loader import load_spec  # noqa: E402
 from engine.shm_slots import SlotLayout  # noqa: E402
 from server.topology import batches_in_flight, engine_config_for  # noqa: E402
 

@@ -35,11 +35,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import load_texts, machine_description, publish  # noqa: E402
-from engine.batch import PackedBatch, cut_batches, pack  # noqa: E402
+from engine.rose.batch import PackedBatch, cut_batches, pack  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
-from engine.engine import Engine  # noqa: E402
-from engine.pipeline import MAX_IN_FLIGHT, PIECE_TEXTS, PROCESS_PIECE_TEXTS, default_num_threads, embed_texts  # noqa: E402
-from engine.tokenizer_processes import Submitter, default_num_processes  # noqa: E402
+from engine.rose.engine import Engine  # noqa: E402
+from engine.rose.pipeline import MAX_IN_FLIGHT, PIECE_TEXTS, PROCESS_PIECE_TEXTS, default_num_threads, embed_texts  # noqa: E402
+from engine.rose.tokenizer_processes import Submitter, default_num_processes  # noqa: E402
 
 
 def workload(num_texts: int, docs: int) -> list[str]:
@@ -131,7 +131,7 @@ def main() -> None:
     parser.add_argument("--threads", default="0,1,2,4",
                         help="tokenizer thread counts to sweep (0: tokenized in the caller's thread, piece by piece)")
     parser.add_argument("--processes", default="2,4",
-                        help="tokenizer process counts to sweep (engine/tokenizer_processes.py; their start is "
+                        help="tokenizer process counts to sweep (engine/rose/tokenizer_processes.py; their start is "
                              "left out of the timing by a first untimed run, as a long-lived engine's pool is)")
     parser.add_argument("--process-pieces", default="",
                         help="texts per piece sent to tokenizer processes after each one's first (default "

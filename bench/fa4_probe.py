@@ -5,7 +5,7 @@ beat the engine's attention backends on the batches the engine serves?
 
 For the attention of each model shape (MiniLM 12 x 32, BERT-base 12 x 64, Qwen3-0.6B 16 / 8 x
 128 causal) and each graph class (16,384 or 2,048 tokens; longest sequence 128 or 512), on the
-batch that `auto` times (engine/attention_timing.py):
+batch that `auto` times (engine/rose/attention_timing.py):
   - FA4's `flash_attn_varlen_func` against varlen's output on the same q, k, v (max abs difference);
   - FA4, varlen and the packed kernel each timed as `auto` times a backend: captured in a CUDA
     graph, best replay, microseconds per layer call.
@@ -26,9 +26,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import publish  # noqa: E402
-from engine.attention_timing import AttentionTimer, padded_cu_seqlens  # noqa: E402
-from engine.layers.attention import AttentionShape, make_attention_backend  # noqa: E402
-from engine.layers.attention_cuda import VarlenMeta  # noqa: E402
+from engine.rose.attention_timing import AttentionTimer, padded_cu_seqlens  # noqa: E402
+from engine.rose.layers.attention import AttentionShape, make_attention_backend  # noqa: E402
+from engine.rose.layers.attention_cuda import VarlenMeta  # noqa: E402
 
 SHAPES = {
     "minilm": AttentionShape(12, 12, 32, False),

@@ -6,7 +6,7 @@ Emulated on the CPU, where float32 stands in for the GPU matmul's accumulator.
 For x [T, H] and weights of the BERT family's up projection (H -> 4H) rounded to bf16 or fp16:
   - two passes (what the engine runs without the epilogue): the matmul's output rounded to the
     dtype, then the erf GELU, rounded again;
-  - cuBLASLt's epilogue (engine/layers/fused.py linear_gelu): the tanh GELU on the float32
+  - cuBLASLt's epilogue (engine/rose/layers/fused.py linear_gelu): the tanh GELU on the float32
     accumulator, rounded once;
   - an erf epilogue, for scale: the erf GELU on the accumulator, rounded once.
 Each against the erf GELU of the float32 product: relative RMS error and max abs error.

@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.nn.functional as F
 
-    from engine.layers import fused
+    from engine.rose.layers import fused
 
     if not torch.cuda.is_available():
         sys.exit("gemm_epilogue_probe: needs a CUDA device")

@@ -37,15 +37,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import capture_graph  # noqa: E402
-from engine.attention_timing import AttentionTimer  # noqa: E402
-from engine.batch import pack  # noqa: E402
-from engine.batch import cut_batches  # noqa: E402
+from engine.rose.attention_timing import AttentionTimer  # noqa: E402
+from engine.rose.batch import pack  # noqa: E402
+from engine.rose.batch import cut_batches  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
-from engine.layers import fused  # noqa: E402
-from engine.layers.attention import make_attention_backend  # noqa: E402
-from engine.layers.head import SentenceHead  # noqa: E402
-from engine.models import MODEL_CLASSES  # noqa: E402
-from engine.runner import ModelRunner  # noqa: E402
+from engine.rose.layers import fused  # noqa: E402
+from engine.rose.layers.attention import make_attention_backend  # noqa: E402
+from engine.rose.layers.head import SentenceHead  # noqa: E402
+from engine.rose.models import MODEL_CLASSES  # noqa: E402
+from engine.rose.runner import ModelRunner  # noqa: E402
 
 SHAPES = {
     "minilm": ("bert", dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)),
@@ -236,8 +236,8 @@ def bench_model(name: str, backends: list[str], loads: dict, args, rows: list[di
                 attention_rows: list[dict]) -> None:
     arch, shape = SHAPES[name]
     if arch not in MODEL_CLASSES:
-        print(f"# {name}: engine/models/{arch}.py is not on this branch; skipped", flush=True)
-        rows.append({"model": name, "note": f"skipped: no engine/models/{arch}.py on this branch"})
+        print(f"# {name}: engine/rose/models/{arch}.py is not on this branch; skipped", flush=True)
+        rows.append({"model": name, "note": f"skipped: no engine/rose/models/{arch}.py on this branch"})
         return
     is_causal, pooling = shape_head(arch)
     hf, config = hf_model(arch, shape)
@@ -350,14 +350,14 @@ def attention_alone(name: str, shape, backends: list[str], args) -> list[dict]:
     """The attention of one layer per backend (the packed kernel at its default launch, which the
     engine runs, and at several fixed tile sizes) on ATTENTION_CLASSES, each as auto times it:
     microseconds per call."""
-    from engine.layers.attention_cuda import PackedAttentionBackend
+    from engine.rose.layers.attention_cuda import PackedAttentionBackend
 
     candidates = []
     for backend in backends:
         if backend == "auto":
             continue
         if backend == "packed":
-            from engine.layers.packed_attention import Tiles
+            from engine.rose.layers.packed_attention import Tiles
 
             candidates.append(("packed", PackedAttentionBackend(shape)))
             candidates += [(f"packed {m}x{n}", PackedAttentionBackend(shape, tiles=Tiles(m, n))) for m, n in PACKED_TILES]

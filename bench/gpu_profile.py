@@ -31,12 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import cuda_event_ms  # noqa: E402
 from bench.gpu_bench import SHAPES, dense_ceiling, latency_ms, ours_model  # noqa: E402
-from engine.batch import pack  # noqa: E402
-from engine.batch import cut_batches  # noqa: E402
-from engine.layers import fused  # noqa: E402
-from engine.layers.attention import make_attention_backend  # noqa: E402
-from engine.layers.head import SentenceHead  # noqa: E402
-from engine.runner import ModelRunner  # noqa: E402
+from engine.rose.batch import pack  # noqa: E402
+from engine.rose.batch import cut_batches  # noqa: E402
+from engine.rose.layers import fused  # noqa: E402
+from engine.rose.layers.attention import make_attention_backend  # noqa: E402
+from engine.rose.layers.head import SentenceHead  # noqa: E402
+from engine.rose.runner import ModelRunner  # noqa: E402
 
 
 def first_batch(workload: str, num_tokens: int, max_seqs: int) -> list[np.ndarray]:

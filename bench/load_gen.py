@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.py_spy is not None and shutil.which("py-spy") is None:
         sys.exit("load_gen: --py-spy needs py-spy on PATH (pip install py-spy), or leave the flag out")
     from engine.config import EngineConfig
-    from engine.engine import Engine
+    from engine.rose.engine import Engine
 
     # Every graph captured before timing, as the server does by default: the engine-alone paths
     # never pay a capture inside the window.
@@ -295,7 +295,7 @@ def server_batch_totals(url: str) -> tuple[float, float, float]:
 
 
 def ids_mean_batch_tokens(engine, seqs: list[np.ndarray]) -> float:
-    from engine.batch import cut_batches
+    from engine.rose.batch import cut_batches
 
     cuts = cut_batches([len(s) for s in seqs], engine.config.max_batch_tokens, engine.config.max_batch_seqs)
     return sum(len(s) for s in seqs) / len(cuts)

@@ -38,7 +38,7 @@ def reference_vectors(texts: list[str], max_batch_tokens: int) -> tuple[np.ndarr
     mix-up of rows, requests or batches shows as a wrong vector.
     """
     from engine.config import EngineConfig
-    from engine.engine import Engine
+    from engine.rose.engine import Engine
 
     engine = Engine(EngineConfig(max_batch_tokens=max_batch_tokens))
     return engine.embed(texts), [len(s) for s in engine.tokenize(texts)]

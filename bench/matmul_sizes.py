@@ -23,7 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import capture_graph, cuda_event_ms, publish  # noqa: E402
-from engine.layers import fused  # noqa: E402
+from engine.rose.layers import fused  # noqa: E402
 
 # (in, out) per linear of one layer, and which one takes the GELU (the BERT family's up projection).
 LAYERS = {

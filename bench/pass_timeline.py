@@ -33,11 +33,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.gpu_bench import MAX_SEQLEN, cuda_time, ours_model, run_ours, workloads  # noqa: E402
-from engine.batch import cut_batches, pack  # noqa: E402
+from engine.rose.batch import cut_batches, pack  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
-from engine.layers.attention import make_attention_backend  # noqa: E402
-from engine.layers.head import SentenceHead  # noqa: E402
-from engine.runner import ModelRunner  # noqa: E402
+from engine.rose.layers.attention import make_attention_backend  # noqa: E402
+from engine.rose.layers.head import SentenceHead  # noqa: E402
+from engine.rose.runner import ModelRunner  # noqa: E402
 
 
 def host_split_pass(runner: ModelRunner, seqs: list[np.ndarray], max_tokens: int, max_seqs: int) -> dict[str, float]:

@@ -39,7 +39,7 @@ class ContextualizedEmbeddingRequest(msgspec.Struct, kw_only=True):
     output_dtype: str | None = None  # Voyage: float, int8, uint8, binary, ubinary
     input_type: str | None = None  # Voyage's query / document: a prompt of the model's, if it has prompts
     prompt_name: str | None = None
-    # A chunk too long for a window by itself: "truncate", "chunk" or "error" (engine/late_chunking.py);
+    # A chunk too long for a window by itself: "truncate", "chunk" or "error" (engine/text/late_chunking.py);
     # None: the server's --long-inputs.
     long_inputs: str | None = None
     user: str | None = None

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import fields
 
 from engine.config import EngineConfig, ModelOverrides
-from engine.engine import Engine
-from engine.loader import ModelSpec, load_spec
+from engine.rose.engine import Engine
+from engine.model_files.loader import ModelSpec, load_spec
 
 
 def build_engine(**options) -> Engine:

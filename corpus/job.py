@@ -16,10 +16,10 @@ from corpus.optional import require
 from corpus.parts import PartStore, parts_dir_for
 from corpus.progress import progress_bar
 from corpus.source import Chunk, cut_chunks, open_source
-from engine.late_chunking import ChunkTooLongError, EmptyChunkError
-from engine.long_inputs import InputTooLongError
-from engine.pipeline import embed_stream
-from engine.prefetch import prefetch
+from engine.text.late_chunking import ChunkTooLongError, EmptyChunkError
+from engine.text.long_inputs import InputTooLongError
+from engine.rose.pipeline import embed_stream
+from engine.rose.prefetch import prefetch
 
 DEFAULT_CHUNK_SIZE = 10_000
 
@@ -40,7 +40,7 @@ class CorpusJob:
     id_field: str | None = None
     chunk_size: int = DEFAULT_CHUNK_SIZE
     prompt: str = ""
-    long_inputs: str = "truncate"  # what becomes of a text over the model's limit (engine/long_inputs.py)
+    long_inputs: str = "truncate"  # what becomes of a text over the model's limit (engine/text/long_inputs.py)
     chunks_field: str | None = None
     overwrite: bool = False
     quiet: bool = False

@@ -3,7 +3,7 @@
 A chunk is a fixed number of consecutive rows (the last one may be shorter), numbered from
 0, so a restarted job cuts the same file into the same chunks and can skip the finished ones.
 With `is_documents`, each row's field holds a document as the list of its chunks (strings,
-in order) rather than one text: what late chunking embeds (engine/late_chunking.py). The
+in order) rather than one text: what late chunking embeds (engine/text/late_chunking.py). The
 word "chunk" alone means the rows; a document's pieces are "its chunks".
 """
 

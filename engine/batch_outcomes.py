@@ -1,6 +1,6 @@
 """What a batch comes to: its record once computed, or the error each of its inputs gets.
 
-The batcher (engine/batcher.py) produces them; the server maps the errors to HTTP statuses
+The batcher (server/batcher.py) produces them; the server maps the errors to HTTP statuses
 (server/errors.py) and reads the records for metrics and request timing.
 """
 

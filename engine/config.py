@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# How a sequence's token states become one vector (engine/layers/pooling.py); "a+b" concatenates.
+# How a sequence's token states become one vector (engine/rose/layers/pooling.py); "a+b" concatenates.
 POOLING_MODES = ("cls", "mean", "last", "max", "mean_sqrt_len", "weighted_mean")
-# What becomes of an input over the model's limit (engine/long_inputs.py).
+# What becomes of an input over the model's limit (engine/text/long_inputs.py).
 LONG_INPUT_MODES = ("truncate", "chunk", "error")
 
 
 @dataclass(frozen=True)
 class ModelOverrides:
     """The caller's corrections to what the loader reads from the checkpoint; None keeps
-    the checkpoint's own answer (see engine/loader.py for how each is read)."""
+    the checkpoint's own answer (see engine/model_files/loader.py for how each is read)."""
 
     attention: str | None = None  # "causal" | "bidirectional"
     pooling: str | None = None  # one of POOLING_MODES
@@ -39,7 +39,7 @@ class EngineConfig:
     max_seq_len: int | None = None  # None: the model's own limit
     attention_backend: str = "auto"
     enforce_eager: bool = False
-    fused_kernels: bool = True  # CUDA: Triton kernels between the matmuls (engine/layers/fused.py)
+    fused_kernels: bool = True  # CUDA: Triton kernels between the matmuls (engine/rose/layers/fused.py)
     capture_at_start: bool = False  # the server turns it on; the library captures lazily
     num_threads: int | None = None  # torch intra-op threads on CPU; None: torch's default
     model_overrides: ModelOverrides = field(default_factory=ModelOverrides)

@@ -8,7 +8,7 @@ large tensor got its own mapping, kept the resident set flat but made the engine
 slower (fresh mappings fault in and zero every page of every activation, on every batch).
 
 Now the heap keeps glibc's defaults, so that the pieces of a batch (the CPU runner cuts
-batches into pieces of at most 2,048 tokens, engine/runner.py) and the batches after it
+batches into pieces of at most 2,048 tokens, engine/rose/runner.py) and the batches after it
 reuse the same memory, and `malloc_trim(0)` hands the free pages inside the arenas back
 to the system only when the resident set has grown by more than `max_growth` past its
 level over the first batches served (their largest: by then the pieces' working set is

@@ -2,7 +2,7 @@
 
 Each slot holds one packed batch on its way in (input_ids, positions, cu_seqlens: int32,
 and segment_ids, cu_segments where late-chunked documents pool several vectors per
-sequence: engine/batch.py) and its vectors on their way out (float32 [max_seqs, dim]: a
+sequence: engine/rose/batch.py) and its vectors on their way out (float32 [max_seqs, dim]: a
 batch pools at most max_seqs vectors, as it holds at most max_seqs sequences). The front
 end writes a batch into a free slot and sends only (slot, num_tokens, num_seqs, max_seqlen,
 num_outputs) down a pipe, num_outputs None for a batch of one vector per sequence; the
@@ -17,7 +17,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from engine.batch import PackedBatch
+from engine.rose.batch import PackedBatch
 from engine.child_signals import start_resource_tracker
 
 

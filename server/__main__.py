@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_model_flags(serve: argparse.ArgumentParser) -> None:
-    """Overrides of what the checkpoint says about itself (engine/flavour.py has the rules)."""
+    """Overrides of what the checkpoint says about itself (engine/model_files/flavour.py has the rules)."""
     group = serve.add_argument_group("model flavour (default: read from the checkpoint)")
     advanced(group.add_argument("--attention", choices=["causal", "bidirectional"], default=None,
                                 help="attention mask (default: bidirectional for pplx-embed or "
@@ -164,7 +164,7 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
     Everything that can be refused is refused before the port is bound, and the port is bound
     before anything starts: no engine process, no shared memory, no banner before it holds.
     """
-    from engine.loader import ModelLoadError, load_spec
+    from engine.model_files.loader import ModelLoadError, load_spec
     from server.aliases import AliasError, resolve_aliases
     from server.logs import configure_logging
 

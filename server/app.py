@@ -23,7 +23,7 @@ from server.runtime import Runtime
 from server.token_inputs import TokenInputs
 
 if TYPE_CHECKING:  # a front end that serves engine processes never imports torch
-    from engine.engine import Engine
+    from engine.rose.engine import Engine
 
 
 def create_app(config: ServerConfig, engine: Engine | None = None) -> Litestar:

@@ -29,7 +29,7 @@ class ServerConfig:
     log_level: str = "info"
     # Wire contract (issue 5): OpenAI's per-request token cap, long inputs, aliases, keys.
     max_request_tokens: int = 300_000
-    # Inputs over the model's limit (engine/long_inputs.py): "truncate", "chunk" (embedded window
+    # Inputs over the model's limit (engine/text/long_inputs.py): "truncate", "chunk" (embedded window
     # by window, the vectors combined) or "error" (OpenAI's context-length 400); a request may override.
     long_inputs: str = "truncate"
     model_aliases: tuple[str, ...] = ()  # `--model-alias` values, ALIAS or ALIAS=MODEL (server/aliases.py)

@@ -1,7 +1,7 @@
 """POST /v1/contextualizedembeddings: one vector per chunk, each chunk read in its document's context.
 
 The wire is compat/contextualized.py's (Perplexity's contract, Voyage AI's spelling too); the
-computation engine/late_chunking.py's: each document runs as one sequence (or, past the
+computation engine/text/late_chunking.py's: each document runs as one sequence (or, past the
 model's limit, as windows cut at chunk boundaries) and every chunk's vector is the mean of
 its own tokens' states. Only a model with bidirectional attention and mean pooling can do
 that; any other gets a 400 that says why. The windows go through the batcher with every
@@ -29,9 +29,9 @@ from compat.contextualized import (
 )
 from compat.encoding import encode_embeddings
 from compat.openai import Embedding, Usage
-from engine.late_chunking import ChunkTooLongError, EmptyChunkError, LateChunkedDocuments, fit_documents, \
+from engine.text.late_chunking import ChunkTooLongError, EmptyChunkError, LateChunkedDocuments, fit_documents, \
     late_chunking_problem
-from engine.long_inputs import CannotWindowError
+from engine.text.long_inputs import CannotWindowError
 from server.errors import invalid_request
 from server.guards import check_finite, decode_request
 from server.long_inputs import context_length_error, long_inputs_mode

@@ -80,8 +80,8 @@ def run(args: argparse.Namespace) -> None:
     from corpus.parts import output_format_of
     from corpus.source import CorpusInputError
     from engine.config import ModelOverrides
-    from engine.late_chunking import late_chunking_problem
-    from engine.loader import ModelLoadError, load_spec
+    from engine.text.late_chunking import late_chunking_problem
+    from engine.model_files.loader import ModelLoadError, load_spec
 
     try:
         output_format = args.output_format or output_format_of(args.output)

@@ -1,5 +1,5 @@
 """One front end: HTTP, validation, tokenization, the batcher and response encoding, served on
-a socket the supervisor bound, over links to every engine process (engine/engine_links.py).
+a socket the supervisor bound, over links to every engine process (server/engine_links.py).
 
 With one front end it runs in the supervisor's own process (`run_front_end`); with several,
 each runs in a spawned process of its own (`run_front_end_process`), all on the one port
@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 
 from engine.child_signals import unshield
-from engine.engine_host import EngineEnds
+from server.engine_host import EngineEnds
 from engine.parent_watch import exit_with_parent
 from server.config import ServerConfig
 from server.stats_board import remove_board_dir
@@ -38,7 +38,7 @@ def run_front_end(config: ServerConfig, sock: socket.socket, ends: list[EngineEn
     import uvicorn
 
     from compat.tiktoken_ids import TiktokenUnavailableError
-    from engine.engine_links import EngineLinks
+    from server.engine_links import EngineLinks
     from server.app import create_app
     from server.middleware import ObservedApp
     from server.pending_stop_server import uvicorn_server

@@ -1,4 +1,4 @@
-"""A request's over-long inputs: which mode applies, and the route's side of engine/long_inputs.py.
+"""A request's over-long inputs: which mode applies, and the route's side of engine/text/long_inputs.py.
 
 The server's `--long-inputs` is the default; a request's `long_inputs` field overrides it.
 "error" answers OpenAI's context-length 400, as OpenAI does for any over-long input.
@@ -13,7 +13,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from engine.config import LONG_INPUT_MODES
-from engine.long_inputs import CannotWindowError, FittedInputs, InputTooLongError, fit_texts, fit_token_ids
+from engine.text.long_inputs import CannotWindowError, FittedInputs, InputTooLongError, fit_texts, fit_token_ids
 from server.errors import APIError, invalid_request
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from compat.encoding import encoding_formats
-from engine.loader import ModelSpec
+from engine.model_files.loader import ModelSpec
 from server.errors import invalid_request
 
 

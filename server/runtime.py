@@ -1,7 +1,7 @@
 """The server's long-lived parts (engines, batcher, tokenizer workers) and their lifecycle.
 
 In the server the engines are processes the supervisor started (server/supervisor.py), and
-the runtime is handed their links (engine/engine_links.py). An in-process engine object (an
+the runtime is handed their links (server/engine_links.py). An in-process engine object (an
 `Engine`, or a test's fake) may be passed instead, or loaded here when none is: what tests and
 programs that embed the app use; the batcher then drives it from one thread of this process.
 """
@@ -16,10 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from engine.batcher import Batcher
-from engine.engine_link import EngineLoadError
-from engine.loader import ModelLoadError
-from engine.watchdog import Watchdog
+from server.batcher import Batcher
+from server.engine_link import EngineLoadError
+from engine.model_files.loader import ModelLoadError
+from server.watchdog import Watchdog
 from server.config import ServerConfig
 from server.plugins import load_engine_plugin
 from server.trace import note_batch
@@ -69,7 +69,7 @@ class Runtime:
     async def _load_and_warm_up(self) -> None:
         if self.engine is None:
             logger.info("loading model %s", self.config.engine.model or "(default)")
-            from engine.engine import Engine  # here, not at the top: a front end of engine processes needs no torch
+            from engine.rose.engine import Engine  # here, not at the top: a front end of engine processes needs no torch
 
             self.engine = await asyncio.to_thread(Engine, self.config.engine)
         if self.has_engine_processes:

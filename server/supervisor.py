@@ -34,8 +34,8 @@ from dataclasses import replace
 from multiprocessing.connection import wait
 
 from engine.child_signals import STOP_SIGNALS, start_shielded
-from engine.engine_host import EngineHost
-from engine.loader import ModelSpec
+from server.engine_host import EngineHost
+from engine.model_files.loader import ModelSpec
 from engine.shm_slots import SlotLayout
 from server.config import ServerConfig
 from server.front_end import run_front_end, run_front_end_process

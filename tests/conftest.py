@@ -47,7 +47,7 @@ def _fast_tier_stays_fast(request: pytest.FixtureRequest, monkeypatch: pytest.Mo
     GPU tests are exempt: they are their own tier, skipped without CUDA."""
     if request.node.get_closest_marker("slow") is not None or request.node.get_closest_marker("gpu") is not None:
         return
-    from engine.engine import Engine
+    from engine.rose.engine import Engine
 
     def refuse(*_, **__):
         raise UnmarkedSlowTestError(f"{request.node.nodeid} loads a real model or starts a server: mark it slow")
@@ -78,7 +78,7 @@ def texts() -> list[str]:
 @pytest.fixture(scope="session")
 def default_engine():
     from engine.config import EngineConfig
-    from engine.engine import Engine
+    from engine.rose.engine import Engine
 
     return Engine(EngineConfig(max_batch_tokens=4096))
 

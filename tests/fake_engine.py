@@ -1,7 +1,7 @@
 """A fake engine for the fast tier, and the app served in process around it.
 
 The fake computes no model, but everything the server sees of it is real: the default
-model's own tokenizer (engine/tokenizer.py on its tokenizer.json), a ModelSpec read by the
+model's own tokenizer (engine/text/tokenizer.py on its tokenizer.json), a ModelSpec read by the
 loader and adjusted per test (dimensions, prompts, quantisation, Matryoshka sizes), and
 vectors that depend on every token id and its position. A vector is a random projection
 of the ids: token embeddings from a fixed table, each scaled by a per-position weight,
@@ -30,11 +30,11 @@ import numpy as np
 import torch
 from litestar.testing import TestClient
 
-from engine.batch import PackedBatch, pack
+from engine.rose.batch import PackedBatch, pack
 from engine.config import EngineConfig
-from engine.model_view import ModelView
-from engine.lazy import LazyResult
-from engine.loader import ModelSpec, load_spec
+from engine.model_files.model_view import ModelView
+from engine.rose.lazy import LazyResult
+from engine.model_files.loader import ModelSpec, load_spec
 from server.app import create_app
 from server.config import ServerConfig
 from server.middleware import ObservedApp

@@ -43,7 +43,7 @@ def install(engine) -> None:
             time.sleep(delay)
         ids = batch.input_ids
         if (ids == RAISE_ID).any():
-            raise RuntimeError("injected fault in /secret/path/engine/runner.py")
+            raise RuntimeError("injected fault in /secret/path/engine/rose/runner.py")
         if (ids == DIE_ID).any():
             raise SystemExit("injected: the engine thread dies")
         if (ids == STALL_ID).any():

@@ -111,7 +111,7 @@ def _dense(out_features: int) -> ModuleSpec:
 class Spec:
     """One architecture's tiny checkpoint and the sentence-transformers modules around it."""
 
-    architecture: str  # the engine's name for it (a key of engine.models.MODEL_CLASSES)
+    architecture: str  # the engine's name for it (a key of engine.rose.models.MODEL_CLASSES)
     config: Callable  # vocabulary size -> a tiny Hugging Face config
     tokenizer: Callable[[Path], int]  # writes the tokenizer files, returns the vocabulary size
     pooling: str  # sentence-transformers' pooling mode
@@ -169,7 +169,7 @@ def test_engine_matches_sentence_transformers(checkpoint, texts):
     from sentence_transformers import SentenceTransformer
 
     from engine.config import EngineConfig
-    from engine.engine import Engine
+    from engine.rose.engine import Engine
 
     arch, path = checkpoint
     engine = Engine(EngineConfig(model=str(path), device="cpu", max_batch_tokens=2048))
@@ -195,7 +195,7 @@ def test_end_token_is_appended_after_what_the_template_adds(tmp_path, corpus):
 
     from tokenizers.processors import TemplateProcessing
 
-    from engine.tokenizer import ensure_end_token
+    from engine.text.tokenizer import ensure_end_token
     from tests.qwen3_checkpoints import train_tokenizer
 
     tok = train_tokenizer(corpus[:100], special_tokens=("<unk>", "<s>", "</s>"))
@@ -214,8 +214,8 @@ def test_modernbert_reads_hub_configs_as_transformers_does():
     and rope_parameters. Both must give the layer kinds and rotary bases transformers gives."""
     from transformers import ModernBertConfig
 
-    from engine.layers.rotary import layer_type_rope_theta
-    from engine.models.modernbert import layer_types
+    from engine.rose.layers.rotary import layer_type_rope_theta
+    from engine.rose.models.modernbert import layer_types
 
     legacy = dict(num_hidden_layers=22, global_attn_every_n_layers=3, global_rope_theta=160000.0,
                   local_rope_theta=10000.0, local_attention=128)
@@ -234,8 +234,8 @@ def test_gemma3_reads_hub_configs_as_transformers_does(bidirectional):
     kinds, rotary bases and window (|key - query| < its loaded sliding_window)."""
     from transformers import Gemma3TextConfig
 
-    from engine.layers.rotary import layer_type_rope_theta
-    from engine.models.gemma3 import Gemma3TextModel, layer_types
+    from engine.rose.layers.rotary import layer_type_rope_theta
+    from engine.rose.models.gemma3 import Gemma3TextModel, layer_types
 
     legacy = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=7, num_attention_heads=2,
                   num_key_value_heads=1, head_dim=16, max_position_embeddings=2048, sliding_window=512,

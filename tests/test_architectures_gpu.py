@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 def _engine(path, **overrides):
     from engine.config import EngineConfig
-    from engine.engine import Engine
+    from engine.rose.engine import Engine
 
     return Engine(EngineConfig(model=str(path), device="cuda", max_batch_tokens=2048, **overrides))
 

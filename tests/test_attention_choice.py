@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from engine.graphs import CUDAGraphRunner, GraphKey
-from engine.layers.attention_choice import AutoAttentionBackend, pick_fastest, representative_lengths
+from engine.rose.graphs import CUDAGraphRunner, GraphKey
+from engine.rose.layers.attention_choice import AutoAttentionBackend, pick_fastest, representative_lengths
 
 
 class FakeBackend:
@@ -117,7 +117,7 @@ def test_graphs_of_a_class_run_its_backend_with_its_slots():
 def test_a_class_is_timed_on_a_batch_of_that_class(num_tokens, max_seqlen, max_num_seqs):
     """Lengths from 8 up to the class's longest, laid out as the graph runner lays out a real
     batch of the class (same token bucket, max_seqlen bucket and segment count)."""
-    from engine.attention_timing import padded_cu_seqlens
+    from engine.rose.attention_timing import padded_cu_seqlens
 
     lengths = representative_lengths(num_tokens, max_seqlen, max_num_seqs)
     assert max(lengths) == max_seqlen if max_seqlen > 128 else max(lengths) <= max_seqlen
@@ -172,8 +172,8 @@ def test_front_ends_relaying_the_same_table_merge_into_one():
 def test_cpu_runner_reports_its_one_backend():
     import torch
 
-    from engine.layers.attention import AttentionShape, make_attention_backend
-    from engine.runner import ModelRunner
+    from engine.rose.layers.attention import AttentionShape, make_attention_backend
+    from engine.rose.runner import ModelRunner
 
     attention = make_attention_backend("auto", AttentionShape(2, 2, 8, False), torch.device("cpu"))
     runner = ModelRunner(torch.nn.Linear(1, 1), None, attention, torch.device("cpu"), max_num_tokens=64,

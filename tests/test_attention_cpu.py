@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.layers.attention import AttentionShape, SDPAPerSequenceBackend
-from engine.layers.attention_cpu import GroupedSDPABackend
+from engine.rose.layers.attention import AttentionShape, SDPAPerSequenceBackend
+from engine.rose.layers.attention_cpu import GroupedSDPABackend
 
 
 @pytest.mark.parametrize("is_causal", [False, True])

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from engine.batcher import Batcher, BatchFailedError, EngineUnavailableError, QueueFullError
-from engine.watchdog import Watchdog
+from server.batcher import Batcher, BatchFailedError, EngineUnavailableError, QueueFullError
+from server.watchdog import Watchdog
 
 DIM = 4
 
@@ -185,7 +185,7 @@ def test_queue_full_gives_an_integer_retry_after_of_at_most_60():
     async def main():
         batcher = Batcher(FakeEngine(), max_batch_tokens=8, max_batch_seqs=8, max_queued_tokens=10)
         # A slow history: 10 tokens per 100 s, so the estimate would be far above 60 s.
-        from engine.batcher import BatchRecord
+        from server.batcher import BatchRecord
 
         batcher.batch_log.append(BatchRecord(1, 10, (), 100.0))
         batcher.submit([seq(1, 8)])

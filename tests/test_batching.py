@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import uvicorn
 
-from engine.batch import cut_batches
+from engine.rose.batch import cut_batches
 from engine.config import EngineConfig
 from server.app import create_app
 from server.config import ServerConfig
@@ -104,7 +104,7 @@ def test_real_engine_vectors_do_not_depend_on_batch_neighbours(default_engine, t
 @pytest.mark.parametrize("budget", [300, 1000])
 def test_engine_embed_matches_across_budgets(default_engine, texts, budget):
     # The same text gives the same vector whatever batch it lands in.
-    from engine.engine import Engine
+    from engine.rose.engine import Engine
 
     small = Engine(EngineConfig(max_batch_tokens=budget))
     sample = texts[:64]

@@ -77,7 +77,7 @@ def test_a_taken_port_is_one_line_and_a_quick_exit_with_nothing_left(flags):
 def test_weights_that_do_not_load_stop_the_server_with_one_line_and_status_1(tmp_path, frontend_workers):
     """They pass every check made before the port is bound; the engine process finds them broken.
     Restarting front ends, or ending as if killed by SIGTERM, would only hide that."""
-    from engine.loader import resolve_model_dir
+    from engine.model_files.loader import resolve_model_dir
 
     model = tmp_path / "model"
     shutil.copytree(resolve_model_dir(None)[0], model)

@@ -4,7 +4,7 @@ The fake's tokenizer is the default model's (limit 256: [CLS] + 254 word pieces 
 vector of a span of tokens depends on every id and on each token's position in its window,
 so windows, positions and which tokens each chunk pools are all checked. Every expected vector
 is built here from an untruncated tokenizer of our own and the fake's `span_vector`, not from
-engine/late_chunking.py.
+engine/text/late_chunking.py.
 """
 
 from __future__ import annotations

@@ -161,7 +161,7 @@ def test_pplx_style_model_late_chunks_with_its_int8_default(tmp_path):
     """A bidirectional Qwen3 under pplx-embed's model_type (quantising, mean pooling; the tokenizer
     only appends <|endoftext|>), in process: the default encoding is base64_int8, Perplexity's."""
     from engine.config import EngineConfig
-    from engine.engine import Engine
+    from engine.rose.engine import Engine
     from tests.fake_engine import serve
     from tests.qwen3_checkpoints import MAX_SEQ_LEN as QWEN_LIMIT
 

@@ -1,4 +1,4 @@
-"""The CPU runs a batch in pieces of at most CPU_CHUNK_TOKENS tokens (engine/runner.py):
+"""The CPU runs a batch in pieces of at most CPU_CHUNK_TOKENS tokens (engine/rose/runner.py):
 the pieces must cover the batch exactly, and their vectors must be the whole batch's."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import engine.runner
-from engine.batch import pack, split_packed
+import engine.rose.runner
+from engine.rose.batch import pack, split_packed
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -30,9 +30,9 @@ def test_split_packed_covers_the_batch_in_order_within_the_cap(seed):
 
 def test_a_batch_in_pieces_gives_the_vectors_of_the_whole(default_engine, texts, monkeypatch):
     seqs = default_engine.tokenize(texts[:120])
-    monkeypatch.setattr(engine.runner, "CPU_CHUNK_TOKENS", 10**9)
+    monkeypatch.setattr(engine.rose.runner, "CPU_CHUNK_TOKENS", 10**9)
     whole = default_engine.runner.execute(pack(seqs)).wait().copy()
-    monkeypatch.setattr(engine.runner, "CPU_CHUNK_TOKENS", 300)
+    monkeypatch.setattr(engine.rose.runner, "CPU_CHUNK_TOKENS", 300)
     assert len(split_packed(pack(seqs), 300)) > 5
     pieces = default_engine.runner.execute(pack(seqs)).wait()
     assert pieces.shape == whole.shape

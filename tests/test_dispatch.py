@@ -10,11 +10,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from engine.batch import pack
-from engine.batcher import Batcher, BatchFailedError, EngineUnavailableError
-from engine.replica import Replica, ReplicaLostError
+from engine.rose.batch import pack
+from server.batcher import Batcher, BatchFailedError, EngineUnavailableError
+from server.replica import Replica, ReplicaLostError
 from engine.shm_slots import SharedSlots, SlotLayout
-from engine.watchdog import Watchdog
+from server.watchdog import Watchdog
 
 DIE, STUCK = 666, 777  # first token ids that make a fake replica die or hang
 

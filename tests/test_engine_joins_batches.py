@@ -1,5 +1,5 @@
 """An engine process joins the batches that several front ends sent it meanwhile into one
-device batch (engine/joined_batches.py), hands each front end its own vectors, and still fails
+device batch (engine/queue/joined_batches.py), hands each front end its own vectors, and still fails
 only the batch that raised."""
 
 from __future__ import annotations

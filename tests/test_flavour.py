@@ -1,5 +1,5 @@
 """How a checkpoint's files (and the flags) decide attention, pooling, quantisation,
-Matryoshka sizes, the end token and the default prompt (engine/flavour.py)."""
+Matryoshka sizes, the end token and the default prompt (engine/model_files/flavour.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.config import ModelOverrides
-from engine.loader import ModelLoadError, load_spec
+from engine.model_files.loader import ModelLoadError, load_spec
 
 QWEN3 = {"model_type": "qwen3", "hidden_size": 64, "max_position_embeddings": 512, "vocab_size": 100}
 
@@ -155,7 +155,7 @@ def test_unknown_model_type_is_refused_with_the_supported_ones(tmp_path):
      "Mistral with hidden_act 'gelu' is not supported"),
 ])
 def test_a_config_the_layers_do_not_compute_is_refused_before_anything_starts(tmp_path, config, refusal):
-    """The model classes refuse these too (engine/architecture_support.py serves both), but only
+    """The model classes refuse these too (engine/model_files/architecture_support.py serves both), but only
     once an engine process builds one: load_spec, in the CLI, refuses them first."""
     with pytest.raises(ModelLoadError, match=refusal):
         load_spec(_model(tmp_path, config))

@@ -1,5 +1,5 @@
-"""The fused Triton kernels (engine/layers/triton_kernels.py) against their PyTorch references
-(engine/layers/fused.py), kernel by kernel and through whole models. Needs CUDA and Triton."""
+"""The fused Triton kernels (engine/rose/layers/triton_kernels.py) against their PyTorch references
+(engine/rose/layers/fused.py), kernel by kernel and through whole models. Needs CUDA and Triton."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.layers import fused
-from engine.layers.rotary import RotaryEmbedding, interleave_rotary_halves
+from engine.rose.layers import fused
+from engine.rose.layers.rotary import RotaryEmbedding, interleave_rotary_halves
 
 pytestmark = [
     pytest.mark.gpu,
@@ -92,7 +92,7 @@ def test_embed_layer_norm_matches_reference(dtype, num_tokens, hidden, token_typ
 def test_segment_sums_match_reference(dtype, workload):
     """The pooling's per-segment sums at a full bucket: documents (runs across many 64-token
     tiles) or queries (several to a tile), tokens no segment reads sent to the extra row and
-    padding segments with none, as engine/layers/pooling.py lays them out; both sum in float32."""
+    padding segments with none, as engine/rose/layers/pooling.py lays them out; both sum in float32."""
     g = torch.Generator(device="cuda").manual_seed(11)
     high = 512 if workload == "documents" else 32
     lengths = torch.randint(1, high, (16384 // (high // 2),), device="cuda", generator=g)
@@ -202,11 +202,11 @@ def test_fp16_and_float32_keep_the_gelu_pass(dtype, approximate):
 @pytest.mark.parametrize("architecture,gelu_epilogue", [("bert", False), ("bert", True), ("qwen3", False)])
 @torch.inference_mode()
 def test_whole_model_fused_equals_reference(architecture, gelu_epilogue):
-    from engine.batch import pack
-    from engine.layers.attention import make_attention_backend
-    from engine.models import MODEL_CLASSES
-    from engine.layers.head import SentenceHead
-    from engine.runner import ModelRunner
+    from engine.rose.batch import pack
+    from engine.rose.layers.attention import make_attention_backend
+    from engine.rose.models import MODEL_CLASSES
+    from engine.rose.layers.head import SentenceHead
+    from engine.rose.runner import ModelRunner
 
     if architecture == "bert":
         config = dict(vocab_size=1000, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
@@ -251,8 +251,8 @@ def test_whole_model_fused_equals_reference(architecture, gelu_epilogue):
 def test_biased_attention_matches_its_definition(dtype, is_causal, local, num_kv_heads, head_dim):
     """The Triton kernel behind MPNet's relative position bias against the scores, mask and
     softmax written out (tests/test_attention_cpu.py), on sequences longer than its blocks."""
-    from engine.layers.attention import AttentionShape
-    from engine.layers.triton_attention import varlen_attention_with_bias
+    from engine.rose.layers.attention import AttentionShape
+    from engine.rose.layers.triton_attention import varlen_attention_with_bias
     from tests.test_attention_cpu import _naive
 
     g = torch.Generator().manual_seed(head_dim)

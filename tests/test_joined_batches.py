@@ -1,12 +1,12 @@
-"""Joining the batches waiting at an engine into device batches (engine/joined_batches.py)."""
+"""Joining the batches waiting at an engine into device batches (engine/queue/joined_batches.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from engine.batch import pack
-from engine.joined_batches import Task, device_batch, group_tasks, rows_per_task
+from engine.rose.batch import pack
+from engine.queue.joined_batches import Task, device_batch, group_tasks, rows_per_task
 
 
 def _task(lengths: list[int], front_end: str = "a", segments=None) -> Task:

@@ -1,6 +1,6 @@
 """The pieces of late chunking, each against a computation written here: windows cut at chunk
-boundaries (engine/late_chunking.py), batches that pool several vectors per sequence
-(engine/batch.py), and pooling by segment (engine/layers/pooling.py), whose ordinary case must
+boundaries (engine/text/late_chunking.py), batches that pool several vectors per sequence
+(engine/rose/batch.py), and pooling by segment (engine/rose/layers/pooling.py), whose ordinary case must
 equal pooling by sequence bit for bit."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from engine.batch import batch_ranges, join_packed, pack, slice_packed, split_packed
-from engine.late_chunking import ChunkTooLongError, EmptyChunkError, LateChunkedDocuments, document_windows, \
+from engine.rose.batch import batch_ranges, join_packed, pack, slice_packed, split_packed
+from engine.text.late_chunking import ChunkTooLongError, EmptyChunkError, LateChunkedDocuments, document_windows, \
     fit_documents, late_chunking_problem
-from engine.layers.pooling import pool, pool_segments
-from engine.long_inputs import CannotWindowError, combine_windows
+from engine.rose.layers.pooling import pool, pool_segments
+from engine.text.long_inputs import CannotWindowError, combine_windows
 from tests.fake_engine import FakeEngine
 
 CLS, SEP = 101, 102
@@ -207,11 +207,11 @@ def test_the_padded_graph_layout_pools_the_same_vectors_as_the_batch_alone():
     what the unpadded batch gives."""
     from transformers import BertConfig, BertModel
 
-    from engine.graphs import CUDAGraphRunner, _fill_padded
-    from engine.layers.attention import make_attention_backend
-    from engine.layers.head import SentenceHead
-    from engine.models import MODEL_CLASSES
-    from engine.runner import ModelRunner
+    from engine.rose.graphs import CUDAGraphRunner, _fill_padded
+    from engine.rose.layers.attention import make_attention_backend
+    from engine.rose.layers.head import SentenceHead
+    from engine.rose.models import MODEL_CLASSES
+    from engine.rose.runner import ModelRunner
 
     torch.manual_seed(0)
     hf = BertModel(BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,

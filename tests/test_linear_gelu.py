@@ -1,4 +1,4 @@
-"""The BERT family's up projection and GELU (engine/layers/fused.py linear_gelu) on the CPU:
+"""The BERT family's up projection and GELU (engine/rose/layers/fused.py linear_gelu) on the CPU:
 the definition itself, whatever the GELU-epilogue switch says (the switch concerns CUDA only;
 tests/test_fused_gpu.py covers it there), and a hidden_act the engine does not compute refused by name."""
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.layers import fused
-from engine.models import MODEL_CLASSES
+from engine.rose.layers import fused
+from engine.rose.models import MODEL_CLASSES
 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from engine.config import EngineConfig
-from engine.engine import Engine
-from engine.loader import ModelLoadError, load_spec, resolve_model_dir
+from engine.rose.engine import Engine
+from engine.model_files.loader import ModelLoadError, load_spec, resolve_model_dir
 
 TEXTS = ["a short one", "", "and a somewhat longer sentence, with punctuation and numbers 12345.",
          " padded with spaces  ", "x " * 200]

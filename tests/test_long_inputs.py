@@ -3,7 +3,7 @@
 Served in process on the fake engine (tests/fake_engine.py), whose tokenizer is the default
 model's (limit 256: [CLS] + 254 word pieces + [SEP]). Every expected vector is built here
 window by window, from an untruncated tokenizer of our own and the fake's per-sequence
-computation, not from engine/long_inputs.py, whose pure functions are tested apart first.
+computation, not from engine/text/long_inputs.py, whose pure functions are tested apart first.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from compat.quantize import int8_tanh
 from compat.tiktoken_ids import load_cl100k
 from corpus.job import CorpusJob, run_job
 from engine.config import EngineConfig
-from engine.long_inputs import FittedInputs, InputTooLongError, combine_windows, fit_texts, windows
-from engine.tokenizer import TextTokenizer
+from engine.text.long_inputs import FittedInputs, InputTooLongError, combine_windows, fit_texts, windows
+from engine.text.tokenizer import TextTokenizer
 from server.__main__ import build_parser, config_from_args
 from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, serve
 

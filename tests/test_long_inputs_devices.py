@@ -46,7 +46,7 @@ def _reference(path, texts: list[str]) -> np.ndarray:
 
 
 def _chunked(engine, texts: list[str]) -> np.ndarray:
-    from engine.pipeline import embed_stream
+    from engine.rose.pipeline import embed_stream
 
     [(_, vectors)] = embed_stream(engine, [(None, texts)], long_inputs="chunk", num_threads=0, num_processes=0)
     return vectors
@@ -54,7 +54,7 @@ def _chunked(engine, texts: list[str]) -> np.ndarray:
 
 def _engine(path, device: str, **overrides):
     from engine.config import EngineConfig
-    from engine.engine import Engine
+    from engine.rose.engine import Engine
 
     return Engine(EngineConfig(model=str(path), device=device, max_batch_tokens=1024, **overrides))
 

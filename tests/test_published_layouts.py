@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from engine.config import EngineConfig
-from engine.engine import Engine
-from engine.loader import ModelLoadError, load_spec
+from engine.rose.engine import Engine
+from engine.model_files.loader import ModelLoadError, load_spec
 from tests.conftest import load_texts
 from tests.qwen3_checkpoints import pplx_embed, qwen3_embedding, reference_pooled, train_tokenizer
 

@@ -6,7 +6,7 @@ Hugging Face model, Pooling, Dense, LayerNorm, Normalize, ...) and saved with
 `SentenceTransformer(path).encode` on the same files: cosine >= 0.99999 in fp32, same size.
 The same holds for the layouts older versions wrote (2.x-5.x module paths, legacy pooling
 flags, Dense weights in pytorch_model.bin), and every module the engine cannot run is refused
-by name (engine/st_modules.py).
+by name (engine/model_files/st_modules.py).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from safetensors.torch import load_file
 from transformers import BertConfig, RobertaConfig, XLMRobertaConfig
 
 from engine.config import EngineConfig, ModelOverrides
-from engine.engine import Engine
-from engine.loader import ModelLoadError, load_spec
+from engine.rose.engine import Engine
+from engine.model_files.loader import ModelLoadError, load_spec
 from tests.conftest import REPO, ServerProcess, free_port, load_texts
 from tests.qwen3_checkpoints import tiny_config
 from tests.st_checkpoints import (bert_tokenizer, load_reference, pplx_config, qwen_tokenizer, roberta_tokenizer,

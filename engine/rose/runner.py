@@ -1,0 +1,119 @@
+"""ModelRunner: a packed batch -> device -> model -> sentence head (pooling, Dense, normalisation) -> vectors,
+eager or graph."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from engine.rose.batch import PackedBatch, split_packed
+from engine.rose.graphs import CUDAGraphRunner, StaticInputs
+from engine.rose.layers.attention import AttentionBackend
+from engine.rose.layers.head import SentenceHead
+from engine.rose.lazy import LazyResult
+
+
+# The CPU runs a batch in pieces of at most this many tokens: matmuls are as fast on 2,048
+# rows as on 16,384, while activations 8x smaller keep the heap small and reusable (see
+# engine/memory.py); measured at 2,048 and 4,096 within noise of each other and of 16,384.
+CPU_CHUNK_TOKENS = 2048
+
+
+class ModelRunner:
+    """Runs one batch at a time; call it from one thread only (the engine thread).
+
+    On CUDA, inputs go through one static device buffer (pinned staging, one async copy),
+    and batches run as whole-model CUDA graphs per token bucket unless `enforce_eager`;
+    the eager path is the one `if` below. Results come back as LazyResults, so launching a
+    batch never waits for the device.
+    """
+
+    def __init__(self, model: torch.nn.Module, head: SentenceHead, attention: AttentionBackend, device: torch.device,
+                 *, max_num_tokens: int, max_num_seqs: int, max_seqlen: int, enforce_eager: bool = False):
+        self.model, self.head, self.attention, self.device = model, head, attention, device
+        self.inputs: StaticInputs | None = None
+        self._num_eager_runs = 0  # batches run outside any graph (CPU, enforce_eager, no bucket)
+        self.graphs: CUDAGraphRunner | None = None
+        if device.type == "cuda":
+            max_num_segments = CUDAGraphRunner.max_num_segments(max_num_tokens, max_num_seqs)
+            self.inputs = StaticInputs(max_num_tokens, max_num_segments, device)
+            if not enforce_eager and hasattr(attention, "prepare_graph"):
+                self.graphs = CUDAGraphRunner(self._forward, attention, self.inputs, max_num_tokens=max_num_tokens,
+                                              max_num_seqs=max_num_seqs, max_seqlen=max_seqlen)
+
+    def _forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cu_seqlens: torch.Tensor,
+                 segment_ids: torch.Tensor, num_segments: int, meta: object) -> torch.Tensor:
+        """Everything a graph holds: the model and the sentence head -> [num_segments, dim] float32."""
+        return self.head(self.model(input_ids, positions, self.attention, meta), segment_ids, num_segments)
+
+    @torch.inference_mode()
+    def execute(self, batch: PackedBatch) -> LazyResult:
+        """The batch's vectors, one per pooling segment (per sequence, but for late-chunked documents)."""
+        num_outputs = batch.num_outputs
+        if self.graphs is not None:
+            ran = self.graphs.execute(batch)
+            if ran is not None:
+                vectors, _ = ran
+                return LazyResult(vectors[:num_outputs], num_outputs)
+        self._num_eager_runs += 1
+        if self.device.type == "cpu":
+            parts = [self._run_eager(part) for part in split_packed(batch, CPU_CHUNK_TOKENS)]
+            return LazyResult(parts[0] if len(parts) == 1 else torch.cat(parts), num_outputs)
+        return LazyResult(self._run_eager(batch), num_outputs)
+
+    def _run_eager(self, batch: PackedBatch) -> torch.Tensor:
+        input_ids, positions, cu_seqlens, segment_ids = self._load(batch)
+        meta = self.attention.prepare(cu_seqlens, batch.cu_seqlens.tolist(), batch.max_seqlen)
+        return self._forward(input_ids, positions, cu_seqlens, segment_ids, batch.num_outputs, meta)
+
+    @property
+    def num_graph_replays(self) -> int:
+        return self.graphs.num_replays if self.graphs is not None else 0
+
+    @property
+    def num_eager_runs(self) -> int:
+        return self._num_eager_runs + (self.graphs.num_eager_runs if self.graphs is not None else 0)
+
+    @property
+    def num_capture_failures(self) -> int:
+        return self.graphs.num_capture_failures if self.graphs is not None else 0
+
+    def choose_attention(self) -> str | None:
+        """attention_backend "auto" with graphs: time the candidates on every graph class and
+        keep the fastest per class (engine/rose/layers/attention_choice.py); the choice table for
+        the log, or None where there is nothing to choose."""
+        if self.graphs is None or not hasattr(self.attention, "choose"):
+            return None
+        from engine.rose.attention_timing import AttentionTimer
+
+        started = time.perf_counter()
+        timer = AttentionTimer(self.attention.shape, next(self.model.parameters()).dtype, self.device,
+                               self.graphs.buckets[-1], self.graphs.max_num_seqs)
+        self.attention.choose(self.graphs.graph_classes(), timer)
+        del timer
+        torch.cuda.empty_cache()  # the timing graphs' pool and q, k, v
+        return (f"attention backend per batch class, chosen in {time.perf_counter() - started:.1f} s "
+                f"(token bucket; longest sequence: chosen (time per layer of each)):\n{self.attention.describe()}")
+
+    def attention_table(self) -> list[tuple[str, str, str]]:
+        """(token bucket, max_seqlen bucket, backend) rows, as /metrics shows them: the choice of
+        auto per class, or one row for a single backend."""
+        rows = getattr(self.attention, "table_rows", None)
+        return rows() if rows is not None else [("any", "any", self.attention.name)]
+
+    @torch.inference_mode()
+    def capture_all(self) -> int:
+        """Capture every graph ahead of traffic (capture_at_start); return how many."""
+        return self.graphs.capture_all() if self.graphs is not None else 0
+
+    def _load(self, batch: PackedBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(input_ids, positions, cu_seqlens, segment_ids) on the device."""
+        if self.inputs is None or 3 * batch.num_tokens + batch.num_seqs + 1 > self.inputs.capacity:
+            # CPU (the numpy arrays are the tensors), or a batch past the budget (never from the batcher).
+            return tuple(torch.from_numpy(a).to(self.device) for a in (batch.input_ids, batch.positions,
+                                                                       batch.cu_seqlens, batch.pooling_ids()))
+        input_ids, positions, cu_seqlens, segment_ids = self.inputs.host_views(batch.num_tokens, batch.num_seqs)
+        input_ids[:], positions[:], cu_seqlens[:] = batch.input_ids, batch.positions, batch.cu_seqlens
+        segment_ids[:] = batch.pooling_ids()
+        return self.inputs.upload(batch.num_tokens, batch.num_seqs)

@@ -1,0 +1,229 @@
+"""Text -> token ids, truncated to the model's limit the way sentence-transformers does it."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from itertools import chain
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from tokenizers import Tokenizer, normalizers
+from tokenizers.processors import TemplateProcessing
+
+from engine.text.ascii_wordpiece import AsciiWordPiece
+from engine.rose.batch import PackedBatch, pack_flat
+
+if TYPE_CHECKING:  # the loader imports torch, which a tokenizer process does without
+    from engine.model_files.loader import ModelSpec
+
+# The token Qwen3-Embedding's own tokenizer.json appends (its TemplateProcessing
+# post-processor: "$A <|endoftext|>"); note it is not the chat eos <|im_end|>.
+_QWEN_END_TOKEN = "<|endoftext|>"
+# Below this many texts the fast path goes text by text: its whole-list form costs a few dozen
+# array operations, more than a few texts' own tokenizing.
+_FEW_TEXTS = 16
+
+
+def _end_token(model_dir: Path, tokenizer: Tokenizer) -> str:
+    """<|endoftext|> where the vocabulary has it, else tokenizer_config.json's eos_token."""
+    if tokenizer.token_to_id(_QWEN_END_TOKEN) is not None:
+        return _QWEN_END_TOKEN
+    path = model_dir / "tokenizer_config.json"
+    eos = json.loads(path.read_text(encoding="utf-8")).get("eos_token") if path.is_file() else None
+    if isinstance(eos, dict):  # {"content": "</s>", ...} in older files
+        eos = eos.get("content")
+    if not eos or tokenizer.token_to_id(eos) is None:
+        raise ValueError("last-token pooling needs an end token, and the tokenizer defines none")
+    return eos
+
+
+def ensure_end_token(model_dir: Path, tokenizer: Tokenizer) -> None:
+    """Make the tokenizer end every text with the end token, the way Qwen3-Embedding's
+    tokenizer.json does, unless its post-processor already appends a special token.
+
+    Installing a post-processor (rather than appending ids afterwards) keeps truncation
+    right: the fast tokenizer reserves room for the added token when it truncates. What a
+    template post-processor already adds stays (a Llama / Mistral tokenizer's leading <s>).
+    """
+    probe = "end token probe"
+    with_special = tokenizer.encode(probe, add_special_tokens=True)
+    if len(with_special.ids) > len(tokenizer.encode(probe, add_special_tokens=False).ids) and with_special.special_tokens_mask[-1]:
+        return
+    token = _end_token(model_dir, tokenizer)
+    single, specials = "$A:0", {token: tokenizer.token_to_id(token)}
+    current = json.loads(tokenizer.to_str()).get("post_processor") or {}
+    if current.get("type") == "TemplateProcessing":
+        single = " ".join(_template_piece(piece) for piece in current["single"])
+        specials.update({name: spec["ids"][0] for name, spec in current["special_tokens"].items() if len(spec["ids"]) == 1})
+    tokenizer.post_processor = TemplateProcessing(
+        single=f"{single} {token}:0", pair=f"$A:0 {token}:0 $B:1 {token}:1", special_tokens=list(specials.items()),
+    )
+
+
+def _template_piece(piece: dict) -> str:
+    """One item of a serialised TemplateProcessing template, back in its string form."""
+    if "SpecialToken" in piece:
+        return f"{piece['SpecialToken']['id']}:{piece['SpecialToken']['type_id']}"
+    return f"${piece['Sequence']['id']}:{piece['Sequence']['type_id']}"
+
+
+def lowercase_first(tokenizer: Tokenizer) -> None:
+    """Lowercase texts before the tokenizer's own normaliser, as sentence-transformers does for a
+    Transformer module with do_lower_case, unless a Lowercase normaliser is already there."""
+    current = tokenizer.normalizer
+    steps = list(current) if isinstance(current, normalizers.Sequence) else [current] if current else []
+    if any(isinstance(step, normalizers.Lowercase) for step in steps):
+        return
+    tokenizer.normalizer = normalizers.Sequence([normalizers.Lowercase(), *steps])
+
+
+class TextTokenizer:
+    """A fast (Rust) tokenizer configured for embedding: truncation on, padding off.
+
+    `encode` is safe to call from several threads at once; the Rust batch encoder
+    releases the GIL and spreads one batch over the machine's cores.
+    """
+
+    def __init__(self, model_dir: Path, max_seq_len: int, append_end_token: bool = False, strip_texts: bool = True,
+                 lowercase: bool = False):
+        # What builds the same tokenizer again, in another process.
+        self.recipe = (Path(model_dir), max_seq_len, append_end_token, strip_texts, lowercase)
+        self.max_seq_len = max_seq_len
+        self.strip_texts = strip_texts
+        self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        if lowercase:
+            lowercase_first(self._tokenizer)
+        if append_end_token:
+            ensure_end_token(model_dir, self._tokenizer)
+        self._tokenizer.no_padding()
+        self._tokenizer.enable_truncation(max_length=max_seq_len)
+        self.vocab_size = self._tokenizer.get_vocab_size(with_added_tokens=True)
+        # Skipping offsets makes batch encoding noticeably faster where available.
+        self._encode_batch = getattr(
+            self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch
+        )
+        self._untruncated: Tokenizer | None = None  # built on first use: only over-long texts need it
+        self._untruncated_lock = threading.Lock()
+        self._wrapping: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+        self._fast = self._ascii_wordpiece()
+
+    def _ascii_wordpiece(self) -> AsciiWordPiece | None:
+        try:
+            prefix, suffix = self.wrapping()
+        except ValueError:
+            return None
+        return AsciiWordPiece.for_tokenizer(self._tokenizer, prefix, suffix, self.max_seq_len)
+
+    @property
+    def holds_the_gil(self) -> bool:
+        """Whether encoding runs in Python (the ASCII fast path): a thread then buys no parallelism."""
+        return self._fast is not None
+
+    def encode(self, texts: list[str]) -> list[np.ndarray]:
+        """Token ids (int32) per text, special tokens added, truncated to max_seq_len.
+
+        Texts are stripped first, as sentence-transformers (before v5) does before tokenizing,
+        unless `strip_texts` is off: byte-level BPE tokenizers (Qwen) keep whitespace as
+        tokens, and today's references (sentence-transformers >= 5, Qwen's own code) feed
+        the text as it is.
+        """
+        whole = self._whole_list(texts)
+        if whole is not None:
+            flat, lengths = whole
+            return np.split(flat, np.cumsum(lengths[:-1]))
+        return [np.asarray(ids, dtype=np.int32) for ids in self._ids(texts)]
+
+    def encode_packed(self, texts: Sequence[str]) -> PackedBatch:
+        """The texts' ids as one packed stream, what `pack(encode(texts))` gives.
+
+        Built without an array per text: from the fast path's whole-list form where it
+        applies, else straight from the id lists the tokenizer hands out, in one pass.
+        Raises ValueError for a text that gives no token at all.
+        """
+        whole = self._whole_list(texts)
+        if whole is not None:
+            return pack_flat(*whole)
+        ids = self._ids(texts)
+        lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
+        flat = np.fromiter(chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
+        return pack_flat(flat, lengths)
+
+    def _whole_list(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
+        """The fast path's whole-list form, (flat ids, lengths), where it applies; else None."""
+        if self._fast is None or len(texts) < _FEW_TEXTS:
+            return None
+        return self._fast.encode_packed(self._stripped(texts), self._rust_ids)
+
+    def _stripped(self, texts: Sequence[str]) -> Sequence[str]:
+        return [t.strip() for t in texts] if self.strip_texts else texts
+
+    def _rust_ids(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self._encode_batch(texts, add_special_tokens=True)]
+
+    def _ids(self, texts: Sequence[str]) -> list[Sequence[int]]:
+        texts = self._stripped(texts)
+        if self._fast is None:
+            return self._rust_ids(texts)
+        ids = [self._fast.encode(text) for text in texts]
+        rest = [i for i, one in enumerate(ids) if one is None]
+        if rest:
+            for i, rust_ids in zip(rest, self._rust_ids([texts[i] for i in rest])):
+                ids[i] = rust_ids
+        return ids
+
+    def encode_untruncated(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
+        """Token ids per text without the length limit, stripped (or not) as `encode` strips them."""
+        with self._untruncated_lock:
+            if self._untruncated is None:
+                # A copy, not the shared tokenizer reconfigured: other threads encode with it meanwhile.
+                untruncated = Tokenizer.from_str(self._tokenizer.to_str())
+                untruncated.no_truncation()
+                self._untruncated = untruncated
+        if self.strip_texts:
+            texts = [t.strip() for t in texts]
+        return [e.ids for e in self._untruncated.encode_batch(texts, add_special_tokens=add_special_tokens)]
+
+    def wrapping(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The special tokens the tokenizer puts before and after one text's own tokens
+        (BERT: ([CLS],), ([SEP],); Qwen3-Embedding: (), (<|endoftext|>,)), read from its
+        post-processor by encoding a probe. ValueError where the text's tokens do not come
+        out as one run between them."""
+        if self._wrapping is None:
+            probe = "a probe of the special tokens"
+            bare, wrapped = (self.encode_untruncated([probe], add)[0] for add in (False, True))
+            starts = [i for i in range(len(wrapped) - len(bare) + 1) if wrapped[i: i + len(bare)] == bare]
+            if not bare or not starts:
+                raise ValueError("the tokenizer's post-processor does not keep a text's tokens in one run, "
+                                 "so its windows cannot be wrapped as a text is")
+            self._wrapping = tuple(wrapped[: starts[0]]), tuple(wrapped[starts[0] + len(bare):])
+        return self._wrapping
+
+    def truncate_ids(self, ids: list[int]) -> np.ndarray:
+        """Caller-given token ids, used as they are and cut to max_seq_len."""
+        return np.asarray(ids[: self.max_seq_len], dtype=np.int32)
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tokenizer.decode(ids)
+
+
+# Model types whose tokenizers split on whitespace (WordPiece), where stripping a text changes
+# nothing a reference computes. For byte-level BPE (RoBERTa, XLM-R's SentencePiece, Qwen3,
+# ModernBERT, Gemma3, Mistral) whitespace is content, and sentence-transformers 6 feeds the
+# text as it is.
+_STRIPPED_MODEL_TYPES = {"bert", "distilbert", "mpnet"}
+
+
+def tokenizer_for(spec: ModelSpec) -> TextTokenizer:
+    return TextTokenizer(
+        spec.path, spec.max_seq_len, spec.append_end_token,
+        strip_texts=spec.hf_config.get("model_type") in _STRIPPED_MODEL_TYPES,
+        lowercase=spec.lowercase,
+    )
+
+
+def vocab_size_of(tokenizer: TextTokenizer, spec: ModelSpec) -> int:
+    """Token ids below this are valid input (the embedding table may be larger than the tokenizer)."""
+    return max(tokenizer.vocab_size, int(spec.hf_config.get("vocab_size", 0)))
