@@ -55,6 +55,37 @@ def test_default_config_sends_tiktoken_ids(docs_server, tiktoken_offline):
     assert_same_vectors(vectors, expected)
 
 
+def test_no_model_named_against_a_server_started_with_no_flags(server, tiktoken_offline):
+    """`OpenAIEmbeddings(base_url=..., api_key=...)`: LangChain asks for text-embedding-ada-002, which the
+    server answers with the model it serves. `tiktoken_offline` only stands in for the network: LangChain
+    fetches tiktoken's cl100k_base file once to count tokens (or pass check_embedding_ctx_length=False)."""
+    embeddings = langchain_openai.OpenAIEmbeddings(base_url=server.url + "/v1", api_key="unused")
+    bodies = sent_bodies(embeddings)
+    texts = load_texts(20)
+    vectors = embeddings.embed_documents(texts)
+    assert bodies[0]["model"] == "text-embedding-ada-002"
+    assert_same_vectors(vectors, reference_vectors(server.url, texts))
+    query = "How do I read a file line by line?"
+    assert_same_vectors([embeddings.embed_query(query)], reference_vectors(server.url, [query]))
+
+
+def test_no_model_named_and_no_tiktoken(server):
+    """check_embedding_ctx_length=False sends text and needs no tiktoken file: nothing else to name."""
+    embeddings = langchain_openai.OpenAIEmbeddings(base_url=server.url + "/v1", api_key="unused",
+                                                   check_embedding_ctx_length=False)
+    texts = load_texts(20)
+    assert_same_vectors(embeddings.embed_documents(texts), reference_vectors(server.url, texts))
+
+
+def test_no_model_named_against_a_strict_server_is_a_404(strict_server):
+    embeddings = langchain_openai.OpenAIEmbeddings(base_url=strict_server.url + "/v1", api_key="unused",
+                                                   check_embedding_ctx_length=False, max_retries=0)
+    with pytest.raises(openai.NotFoundError) as info:
+        embeddings.embed_query("hi")
+    assert info.value.code == "model_not_found"
+    assert "text-embedding-ada-002" in info.value.message and MODEL in info.value.message
+
+
 def test_default_config_query_and_async(server, tiktoken_offline):
     """Against a server started with no flag at all that concerns token ids or names."""
     embeddings = langchain_openai.OpenAIEmbeddings(model=MODEL, base_url=server.url + "/v1", api_key="unused")

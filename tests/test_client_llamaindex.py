@@ -6,6 +6,7 @@ import asyncio
 import json
 
 import httpx
+import openai
 import pytest
 from llama_index.embeddings import openai as openai_embedding
 from llama_index.embeddings import openai_like
@@ -39,6 +40,27 @@ def test_openai_embedding_model_name(docs_server, name):
     assert_same_vectors(embed_model.get_text_embedding_batch(texts), reference_vectors(docs_server.url, texts))
     query = "sort a list in place"
     assert_same_vectors([embed_model.get_query_embedding(query)], reference_vectors(docs_server.url, [query]))
+
+
+def test_openai_embedding_with_no_model_named(server):
+    """`OpenAIEmbedding(api_base=..., api_key=...)` asks for OpenAI's default name, answered by the served model."""
+    texts = load_texts(30)
+    http, _ = counting_client()
+    models: list[str] = []
+    http.event_hooks["request"].append(lambda request: models.append(json.loads(request.content)["model"]))
+    embed_model = openai_embedding.OpenAIEmbedding(api_base=server.url + "/v1", api_key="unused", http_client=http)
+    assert_same_vectors(embed_model.get_text_embedding_batch(texts), reference_vectors(server.url, texts))
+    query = "sort a list in place"
+    assert_same_vectors([embed_model.get_query_embedding(query)], reference_vectors(server.url, [query]))
+    assert set(models) == {"text-embedding-ada-002"}
+
+
+def test_openai_embedding_with_no_model_named_against_a_strict_server(strict_server):
+    embed_model = openai_embedding.OpenAIEmbedding(api_base=strict_server.url + "/v1", api_key="unused",
+                                                   max_retries=0)
+    with pytest.raises(openai.NotFoundError) as info:
+        embed_model.get_query_embedding("hi")
+    assert info.value.code == "model_not_found"
 
 
 def test_openai_embedding_default_batch_of_100(docs_server):

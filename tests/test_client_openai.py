@@ -47,6 +47,15 @@ def test_default_call_sends_base64_and_decodes_it(server):
     assert response.usage.prompt_tokens == response.usage.total_tokens > len(texts)
 
 
+@pytest.mark.parametrize("name", ["text-embedding-ada-002", "text-embedding-3-small", "text-embedding-3-large"])
+def test_openai_names_are_answered_by_the_served_model(server, name):
+    """The answer's `model` says which model computed the vectors, not the name that was asked."""
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    response = client.embeddings.create(model=name, input=["one", "two"])
+    assert response.model == MODEL
+    assert_same_vectors([d.embedding for d in response.data], reference_vectors(server.url, ["one", "two"]))
+
+
 def test_float_format(server):
     texts = load_texts(5)
     client, sent = recording_client(server.url + "/v1")

@@ -39,7 +39,7 @@ def plain(fake):
 
 @pytest.fixture(scope="module")
 def aliased(fake):
-    """As docs/clients.md starts the server: default flags and an OpenAI model alias."""
+    """An OpenAI model name given by --model-alias, as an operator may (it is answered anyway)."""
     with serve(fake, fake_config(model_aliases=(ALIAS,))) as client:
         yield client
 
