@@ -26,7 +26,7 @@ import time
 import httpx
 import numpy as np
 
-from tests.conftest import ServerProcess, load_texts
+from bench.common import ServerProcess, load_texts
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -154,7 +154,7 @@ def main() -> None:
     server = None
     if args.url is None:
         server = ServerProcess("--max-batch-tokens", str(args.max_batch_tokens),
-                               "--max-queued-tokens", str(args.max_queued_tokens), "--log-level", "warning")
+                               "--max-queued-tokens", str(args.max_queued_tokens))
     try:
         tally, seconds = asyncio.run(drive(args.url or server.url, args, pool, refs, tokens))
     finally:

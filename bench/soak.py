@@ -21,9 +21,8 @@ import time
 
 import httpx
 
-from bench.common import descendants
+from bench.common import ServerProcess, descendants, load_texts
 from engine.memory import resident_bytes
-from tests.conftest import ServerProcess, load_texts
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -86,7 +85,7 @@ def main() -> None:
     args = p.parse_args()
 
     words = sorted({w for t in load_texts(500) for w in t.split() if w.isalpha()})
-    server = ServerProcess("--max-batch-tokens", "4096", "--log-level", "warning")
+    server = ServerProcess("--max-batch-tokens", "4096")
     try:
         summary = asyncio.run(run(server.url, server.proc.pid, args, words))
     finally:
