@@ -13,12 +13,19 @@ ubinary) with `encoding_format` null or "base64"; it reads the same answer.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
 from compat.inputs import InvalidInputError
-from compat.openai import Embedding, Usage
+from compat.openai import (
+    INPUT_TYPE_DESCRIPTION,
+    MODEL_FIELD_DESCRIPTION,
+    PROMPT_NAME_DESCRIPTION,
+    Embedding,
+    Usage,
+    documented,
+)
 
 MAX_DOCUMENTS = 512
 MAX_CHUNKS = 16_000
@@ -27,22 +34,38 @@ _VOYAGE_BASE64 = {"float": "base64", "int8": "base64_int8", "ubinary": "base64_b
 VOYAGE_DTYPES = ("float", "int8", "uint8", "binary", "ubinary")
 
 
-class ContextualizedEmbeddingRequest(msgspec.Struct, kw_only=True):
-    """Either spelling; unknown fields are ignored, as clients may add some."""
+_CHUNKS = {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1,
+           "description": "A document's chunks, in order."}
+_DOCUMENTS = documented(
+    f"Documents, each an array of its chunks (at most {MAX_DOCUMENTS} documents and {MAX_CHUNKS} chunks in all; "
+    "no empty strings). One of `input` and `inputs` is required.",
+    type="array", items=_CHUNKS, minItems=1, maxItems=MAX_DOCUMENTS)
 
-    input: Any = None  # list[list[str]]; checked by `documents_of`, which names the field
-    inputs: Any = None  # Voyage's name for `input`
-    model: str | None = None
-    dimensions: int | None = None
-    output_dimension: int | None = None  # Voyage's name for `dimensions`
-    encoding_format: str | None = None  # None: the model's own default (`default_encoding_format`)
-    output_dtype: str | None = None  # Voyage: float, int8, uint8, binary, ubinary
-    input_type: str | None = None  # Voyage's query / document: a prompt of the model's, if it has prompts
-    prompt_name: str | None = None
-    # A chunk too long for a window by itself: "truncate", "chunk" or "error" (engine/text/late_chunking.py);
-    # None: the server's --long-inputs.
-    long_inputs: str | None = None
-    user: str | None = None
+
+class ContextualizedEmbeddingRequest(msgspec.Struct, kw_only=True):
+    """Perplexity's contract (`input`, `dimensions`, `encoding_format`), or Voyage AI's spelling
+    (`inputs`, `output_dimension`, `output_dtype`). One of `input` and `inputs` is required;
+    unknown fields are ignored, as clients may add some."""
+
+    # list[list[str]]; checked by `documents_of`, which names the field in its 400
+    input: Annotated[Any, _DOCUMENTS] = None
+    inputs: Annotated[Any, _DOCUMENTS] = None  # Voyage's name for `input`
+    model: Annotated[str | None, documented(MODEL_FIELD_DESCRIPTION)] = None
+    dimensions: Annotated[int | None, documented("Cut vectors to this many dimensions.", minimum=1)] = None
+    output_dimension: Annotated[int | None, documented("Voyage's name for `dimensions`.", minimum=1)] = None
+    # None: the model's own default (`default_encoding_format`)
+    encoding_format: Annotated[str | None, documented(
+        "What /v1/embeddings takes (float, base64; a quantising model also int8, uint8, binary, ubinary, "
+        "base64_int8, base64_binary); default: base64_int8 for a quantising model, else float. With "
+        "`output_dtype`: null or base64.")] = None
+    output_dtype: Annotated[str | None, documented("Voyage's number type.", enum=[*VOYAGE_DTYPES, None])] = None
+    input_type: Annotated[str | None, documented(INPUT_TYPE_DESCRIPTION)] = None
+    prompt_name: Annotated[str | None, documented(PROMPT_NAME_DESCRIPTION)] = None
+    # engine/text/late_chunking.py reads it
+    long_inputs: Annotated[str | None, documented(
+        "A chunk too long for a window by itself: truncate, chunk or error; default: the server's "
+        "--long-inputs.")] = None
+    user: Annotated[str | None, documented("Accepted and ignored.")] = None
 
 
 class DocumentEmbeddings(msgspec.Struct, kw_only=True):

@@ -1,10 +1,31 @@
-"""msgspec Structs for OpenAI's /embeddings and /models wire format."""
+"""msgspec Structs for OpenAI's /embeddings and /models wire format.
+
+The request Structs are the OpenAPI document's source too (server/openapi.py reads their JSON
+Schema), so each field's description lives on its type. Those annotations only document: no
+constraint is declared there, so decoding stays as strict as the bare types, and the checks
+that name a field in their 400 stay where they are.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
+
+from compat.encoding import ENCODING_FORMATS
+from compat.inputs import MAX_INPUTS
+
+
+def documented(description: str, **json_schema: Any) -> msgspec.Meta:
+    """A field's description (and further JSON Schema) for the OpenAPI document, with no constraint."""
+    return msgspec.Meta(description=description, extra_json_schema=json_schema or None)
+
+
+_TOKEN_IDS = {"type": "array", "items": {"type": "integer"}, "minItems": 1}
+MODEL_FIELD_DESCRIPTION = ("The served model's name or one of its aliases; with one model served, OpenAI's embedding "
+                           "model names too. The answer's `model` is the served model's name.")
+PROMPT_NAME_DESCRIPTION = "A prompt of the model's (its config_sentence_transformers.json prompts) put before each text."
+INPUT_TYPE_DESCRIPTION = "The same as `prompt_name`, as Voyage, Cohere and NVIDIA clients spell it (query, document)."
 
 
 class EmbeddingRequest(msgspec.Struct, kw_only=True):
@@ -12,18 +33,29 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True):
 
     # str | list[str] | list[int] | list[list[int]]; msgspec cannot express a union of
     # several array types, so compat.inputs checks the shape.
-    input: Any
-    model: str | None = None
-    encoding_format: str = "float"
-    dimensions: int | None = None
-    user: str | None = None
+    input: Annotated[Any, documented(
+        "Text or token ids to embed: a string, an array of strings, an array of token ids, or an array of "
+        f"token-id arrays (at most {MAX_INPUTS} items).",
+        oneOf=[{"type": "string"},
+               {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": MAX_INPUTS},
+               _TOKEN_IDS,
+               {"type": "array", "items": _TOKEN_IDS, "minItems": 1, "maxItems": MAX_INPUTS}])]
+    model: Annotated[str | None, documented(MODEL_FIELD_DESCRIPTION)] = None
+    # A model that quantises (pplx-embed) takes more formats (compat/encoding.py); OpenAI's are listed.
+    encoding_format: Annotated[str, documented("float or base64 (little-endian float32).",
+                                               enum=list(ENCODING_FORMATS))] = "float"
+    dimensions: Annotated[int | None, documented("Cut vectors to this many dimensions (re-normalised).",
+                                                 minimum=1)] = None
+    user: Annotated[str | None, documented("Accepted and ignored, as a hint for abuse tracking.")] = None
     # Prompts (server/prompts.py): a name from the model's config_sentence_transformers.json
     # prompts; `input_type` is the same under the name Voyage / Cohere / NVIDIA clients send.
-    prompt_name: str | None = None
-    input_type: str | None = None
+    prompt_name: Annotated[str | None, documented(PROMPT_NAME_DESCRIPTION)] = None
+    input_type: Annotated[str | None, documented(INPUT_TYPE_DESCRIPTION)] = None
     # Inputs over the model's limit: "truncate", "chunk" or "error" (server/long_inputs.py);
     # None: the server's --long-inputs.
-    long_inputs: str | None = None
+    long_inputs: Annotated[str | None, documented(
+        "Inputs over the model's limit: truncate, chunk (embedded window by window, the vectors averaged) or "
+        "error (OpenAI's context-length 400); default: the server's --long-inputs.")] = None
 
 
 class Embedding(msgspec.Struct, kw_only=True):

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import re
 
+import msgspec
 import pytest
 
+from compat.contextualized import ContextualizedEmbeddingRequest
+from compat.openai import EmbeddingRequest
 from tests.client_support import API_KEYS
 from tests.fake_engine import FakeEngine, fake_config, serve
 
 OPERATIONS = [
     ("/v1/embeddings", "post"), ("/embeddings", "post"), ("/v1/models", "get"), ("/models", "get"),
     ("/v1/models/{model_id}", "get"), ("/models/{model_id}", "get"), ("/health", "get"),
+]
+# Each route that decodes its body itself, and the Struct it decodes it with.
+DECODED_BODIES = [
+    ("/v1/embeddings", EmbeddingRequest), ("/embeddings", EmbeddingRequest),
+    ("/v1/contextualizedembeddings", ContextualizedEmbeddingRequest),
+    ("/contextualizedembeddings", ContextualizedEmbeddingRequest),
 ]
 
 
@@ -40,13 +49,43 @@ def test_embeddings_request_and_response(schema, path):
     body = operation["requestBody"]
     assert body["required"] is True
     request = _resolve(schema, body["content"]["application/json"]["schema"])
-    assert set(request["properties"]) == {"input", "model", "encoding_format", "dimensions", "user"}
+    assert {"input", "model", "encoding_format", "dimensions", "user", "prompt_name", "long_inputs"} <= set(
+        request["properties"])
     assert request["required"] == ["input"]
+    assert request["properties"]["dimensions"]["minimum"] == 1
+    assert "truncate" in request["properties"]["long_inputs"]["description"]
     forms = request["properties"]["input"]["oneOf"]
     assert [f["type"] for f in forms] == ["string", "array", "array", "array"]
     assert request["properties"]["encoding_format"]["enum"] == ["float", "base64"]
     response = _resolve(schema, operation["responses"]["200"]["content"]["application/json"]["schema"])
     assert set(response["properties"]) == {"data", "model", "usage", "object"}
+
+
+def _request_schema(schema: dict, path: str) -> dict:
+    return _resolve(schema, schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"])
+
+
+@pytest.mark.parametrize("path,struct", DECODED_BODIES)
+def test_every_field_the_server_decodes_is_in_the_document(schema, path, struct):
+    """Generated clients can send whatever the server accepts: each decoded field, described."""
+    properties = _request_schema(schema, path)["properties"]
+    assert list(properties) == list(struct.__struct_fields__)
+    described = [name for name, field in properties.items() if not field.get("description")]
+    assert not described, f"{path}: fields without a description: {described}"
+
+
+@pytest.mark.parametrize("path,struct", DECODED_BODIES)
+def test_required_fields_match_the_struct(schema, path, struct):
+    required = [field.name for field in msgspec.structs.fields(struct) if field.required]
+    assert _request_schema(schema, path).get("required", []) == required
+
+
+def test_contextualized_documents_shape(schema):
+    properties = _request_schema(schema, "/v1/contextualizedembeddings")["properties"]
+    for name in ("input", "inputs"):
+        assert properties[name]["type"] == "array"
+        assert properties[name]["items"]["items"] == {"type": "string", "minLength": 1}
+    assert "ubinary" in properties["output_dtype"]["enum"]
 
 
 @pytest.mark.parametrize("path,method", OPERATIONS)
@@ -94,7 +133,8 @@ def test_security_scheme_declared_with_keys():
 
 
 def test_request_schema_follows_openais_contract(schema):
-    """The shared contract is OpenAI's own description; ours may relax `model`, not change fields."""
+    """The shared contract is OpenAI's own description: ours has its fields first, as they are (it may
+    relax `model`), then the server's own (prompts, long inputs)."""
     import yaml
     from tests.conftest import REPO
 
@@ -102,7 +142,7 @@ def test_request_schema_follows_openais_contract(schema):
     theirs = contract["components"]["schemas"]["CreateEmbeddingRequest"]
     ours = _resolve(schema, schema["paths"]["/v1/embeddings"]["post"]["requestBody"]["content"]["application/json"]
                     ["schema"])
-    assert list(ours["properties"]) == list(theirs["properties"])
+    assert list(ours["properties"])[:len(theirs["properties"])] == list(theirs["properties"])
     assert ours["properties"]["encoding_format"]["enum"] == theirs["properties"]["encoding_format"]["enum"]
     forms = [(f["type"], f.get("items", {}).get("type")) for f in theirs["properties"]["input"]["oneOf"]]
     assert [(f["type"], f.get("items", {}).get("type")) for f in ours["properties"]["input"]["oneOf"]] == forms

@@ -1,0 +1,50 @@
+"""A msgspec Struct's JSON Schema as Litestar's OpenAPI `Schema`: the request bodies the server
+decodes itself are published from the very Structs it decodes them with, so a field added to
+one is in the document without a second description to keep in step.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+from litestar.openapi.spec import OpenAPIType, Schema
+
+_LITESTAR_NAMES = {"not": "schema_not", "if": "schema_if", "else": "schema_else"}
+_NESTED_ONE = {"items", "schema_not", "additional_properties", "contains"}
+_NESTED_LIST = {"one_of", "any_of", "all_of", "prefix_items"}
+
+
+def struct_schema(struct: type[msgspec.Struct]) -> Schema:
+    """The Struct's schema, inline: Litestar rebuilds `components.schemas` from its own registry,
+    so a component added beside it would be dropped and a reference to it would dangle."""
+    (ref,), components = msgspec.json.schema_components([struct], ref_template="#/$defs/{name}")
+    return _to_schema(_inline(ref, components))
+
+
+def _inline(node: Any, components: dict[str, dict]) -> Any:
+    if isinstance(node, dict):
+        if "$ref" in node:
+            return _inline(components[node["$ref"].rsplit("/", 1)[1]], components)
+        return {key: _inline(value, components) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_inline(value, components) for value in node]
+    return node
+
+
+def _to_schema(node: dict[str, Any]) -> Schema:
+    """JSON Schema's camelCase keys as Schema's fields; an unknown key raises (TypeError) rather than vanish."""
+    fields: dict[str, Any] = {}
+    for key, value in node.items():
+        name = _LITESTAR_NAMES.get(key) or re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+        if name == "properties":
+            value = {field: _to_schema(schema) for field, schema in value.items()}
+        elif name in _NESTED_ONE and isinstance(value, dict):
+            value = _to_schema(value)
+        elif name in _NESTED_LIST:
+            value = [_to_schema(schema) for schema in value]
+        elif name == "type":
+            value = [OpenAPIType(t) for t in value] if isinstance(value, list) else OpenAPIType(value)
+        fields[name] = value
+    return Schema(**fields)
