@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from tests.client_support import DOCS_SERVER_FLAGS, assert_same_vectors, reference_vectors
 from tests.conftest import REPO
-from tests.helpers import CODE_BLOCK, code_blocks
+from tests.helpers import code_blocks
 
 DOC = REPO / "docs" / "clients.md"
 DOC_URL = "http://localhost:8000"
@@ -57,15 +57,3 @@ def test_bash_snippet(docs_server, code):
     vectors = [d["embedding"] for d in json.loads(out)["data"]]
     assert_same_vectors(vectors, reference_vectors(docs_server.url, body["input"]))
 
-
-def test_readme_client_snippets_are_the_tested_ones():
-    # The README's "Clients" section shows a subset of this page's snippets, verbatim.
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Clients\n", 1)[1].split("\n## ", 1)[0]
-    shown = [(lang, code) for lang, code in CODE_BLOCK.findall(section)]
-    assert {lang for lang, _ in shown} >= {"sh", "python", "bash"}
-    tested = {(lang, code) for lang, code in CODE_BLOCK.findall(DOC.read_text(encoding="utf-8"))}
-    for lang, code in shown:
-        assert (lang, code) in tested, code
-    for client in ["from openai import OpenAI", "OpenAIEmbeddings(", "OpenAIEmbedding(", "curl "]:
-        assert any(client in code for _, code in shown), client

@@ -1,4 +1,4 @@
-"""The README's flag tables name every flag of `serve`, one line each: the first table what
+"""docs/serve.md's flag tables name every flag of `serve`, one line each: the first table what
 `--help` shows, the second the advanced ones that only `--help-all` shows."""
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ import re
 from server.__main__ import build_parser
 from server.cli_help import _FULL_HELP
 from tests.conftest import REPO
+
+PAGE = REPO / "docs" / "serve.md"
 
 
 def _serve_parser() -> argparse.ArgumentParser:
@@ -29,9 +31,9 @@ def _parser_flags() -> tuple[list[str], list[str]]:
     return shown, advanced
 
 
-def _readme_tables() -> list[list[list[str]]]:
-    """The tables of the README's Flags section: each row's flags (the spellings in its first cell)."""
-    section = REPO.joinpath("README.md").read_text(encoding="utf-8").split("\n## Flags\n", 1)[1].split("\n## ", 1)[0]
+def _page_tables() -> list[list[list[str]]]:
+    """The tables of docs/serve.md's Flags section: each row's flags (the spellings in its first cell)."""
+    section = PAGE.read_text(encoding="utf-8").split("\n## Flags\n", 1)[1].split("\n## ", 1)[0]
     tables, rows = [], None
     for line in section.splitlines():
         if not line.startswith("|"):
@@ -48,16 +50,16 @@ def _readme_tables() -> list[list[list[str]]]:
     return tables
 
 
-def test_readme_has_one_line_per_flag_in_help_and_help_all_tables():
+def test_page_has_one_line_per_flag_in_help_and_help_all_tables():
     shown, advanced = _parser_flags()
-    tables = _readme_tables()
-    assert len(tables) == 2, "the README has two flag tables: --help's, then the advanced ones"
+    tables = _page_tables()
+    assert len(tables) == 2, "docs/serve.md has two flag tables: --help's, then the advanced ones"
     for table, flags, name in zip(tables, (shown, advanced), ("--help", "--help-all")):
         assert all(table), f"a row of the {name} table names no flag"
         named = [max(row, key=len) for row in table]
         several = [row for row in table if len(row) > 1 and row != ["-h", "--help"]]
         assert not several, f"a row of the {name} table names several flags: {several}"
         assert sorted(named) == sorted(flags), (
-            f"the README's {name} table differs from the parser: missing {sorted(set(flags) - set(named))}, "
+            f"docs/serve.md's {name} table differs from the parser: missing {sorted(set(flags) - set(named))}, "
             f"extra {sorted(set(named) - set(flags))}")
     assert len(shown) <= 28, f"`serve --help` shows {len(shown)} flags"
