@@ -23,7 +23,7 @@ from importlib import metadata
 from engine.config import LONG_INPUT_MODES, POOLING_MODES, EngineConfig, ModelOverrides
 from server.api_keys import API_KEY_ENV, keys_from_env
 from server import embed_cli, hardening_cli
-from server.cli_help import HelpAll, HelpFormatter, advanced
+from server.cli_help import HelpAll, HelpFormatter, advanced, hidden_alias
 from server.cli_values import DTYPES, device_list, port_number, positive_int
 from server.config import ServerConfig
 from server.listen import ListenError, bind_sockets
@@ -58,9 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--model-alias", action="append", default=[], metavar="ALIAS[=MODEL]",
                        help="another name clients may send as `model`, e.g. my-embedder (repeatable; OpenAI's "
                             "embedding names are answered already unless --strict-model-names)")
-    serve.add_argument("--devices", type=device_list, default=None, metavar="LIST",
-                       help="one engine process per device, comma-separated: cpu, cuda:0,cuda:1, ... "
-                            "(default: every visible GPU, else the CPU)")
+    devices = serve.add_argument("--devices", type=device_list, default=None, metavar="LIST",
+                                 help="one engine process per device, comma-separated: cpu, cuda:0,cuda:1, ... "
+                                      "(default: every visible GPU, else the CPU)")
+    hidden_alias(serve, "--device", devices)  # embed's spelling before both took --devices
     serve.add_argument("--frontend-workers", type=positive_int, default=None, metavar="K",
                        help="front-end processes feeding every engine (default: 1 on a CPU; on GPUs one per 2 "
                             "cores, at most 8 per GPU)")

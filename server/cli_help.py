@@ -30,6 +30,14 @@ def advanced(action: argparse.Action) -> argparse.Action:
     return action
 
 
+def hidden_alias(container, flag: str, action: argparse.Action) -> argparse.Action:
+    """`flag` as another spelling of `action`'s, accepted but shown by no help: a concept has one
+    documented spelling across the commands, and the other still works for those who type it.
+    An error names the spelling that was typed."""
+    return container.add_argument(flag, dest=action.dest, type=action.type, metavar=action.metavar,
+                                  default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
 class HelpAll(argparse.Action):
     """--help-all: the help with the advanced flags too."""
 

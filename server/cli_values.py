@@ -41,6 +41,8 @@ def seconds_or_zero(value: str) -> float:
 
 def device(value: str) -> str:
     """auto, cpu, cuda or cuda:N, where a named GPU must be visible to torch."""
+    if "," in value:
+        raise argparse.ArgumentTypeError(f"takes one device (this command runs one engine); got {value!r}")
     if value != "auto" and not _DEVICE.fullmatch(value):
         raise argparse.ArgumentTypeError(f"must be auto, cpu, cuda or cuda:N; got {value!r}")
     _check_visible((value,))

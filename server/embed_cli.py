@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.config import LONG_INPUT_MODES, POOLING_MODES, EngineConfig
+from server.cli_help import hidden_alias
 from server.cli_values import DTYPES, device, positive_int
 
 _DEFAULT_CHUNK_SIZE = 10_000  # corpus.job.DEFAULT_CHUNK_SIZE, kept here so --help imports no torch
@@ -49,7 +50,10 @@ def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
                        help="local model directory or Hugging Face hub id (default: the embedded all-MiniLM-L6-v2)")
     model.add_argument("--revision", default=None,
                        help="a hub id's branch, tag or commit hash (default: its default branch)")
-    model.add_argument("--device", type=device, default="auto", help="auto, cpu, cuda or cuda:N")
+    # Spelt as serve's flag, though embed runs one engine and so takes one device.
+    devices = model.add_argument("--devices", dest="device", type=device, default="auto", metavar="DEVICE",
+                                 help="the one device the engine runs on: auto, cpu, cuda or cuda:N")
+    hidden_alias(model, "--device", devices)
     model.add_argument("--dtype", choices=DTYPES, default="auto",
                        help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
     model.add_argument("--max-batch-tokens", type=positive_int, default=None,

@@ -4,6 +4,7 @@ starts; --version, and help that reads right."""
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from importlib import metadata
@@ -57,6 +58,8 @@ def test_a_wrong_serve_flag_is_one_line_naming_it_and_status_2(flags, message, c
 
 @pytest.mark.parametrize("flags, message", [
     (["--device", "gpu"], "argument --device: must be auto, cpu, cuda or cuda:N; got 'gpu'"),
+    (["--devices", "gpu"], "argument --devices: must be auto, cpu, cuda or cuda:N; got 'gpu'"),
+    (["--devices", "cpu,cpu"], "argument --devices: takes one device (this command runs one engine); got 'cpu,cpu'"),
     (["--chunk-size", "0"], "argument --chunk-size: must be at least 1; got 0"),
     (["--max-batch-seqs", "0"], "argument --max-batch-seqs: must be at least 1; got 0"),
     (["--dtype", "half"], "argument --dtype: invalid choice: 'half'"),
@@ -148,7 +151,21 @@ def test_help_shows_at_most_28_flags_and_help_all_shows_the_rest(capsys):
     assert len(short) <= 28 and short < every
     assert {"--max-batch-seqs", "--enforce-eager", "--pooling"} <= every - short
     hidden = {a.option_strings[0] for a in _serve_parser()._actions if a.help == argparse.SUPPRESS}
-    assert hidden - every == {"--engine-plugin"}  # fault injection for tests, shown nowhere
+    # Fault injection for tests, and the other spelling of --devices: shown nowhere.
+    assert hidden - every == {"--engine-plugin", "--device"}
+
+
+@pytest.mark.parametrize("command", [["serve"], ["embed", "in.jsonl", "-o", "out.npy"]])
+def test_devices_is_the_one_spelling_help_shows_and_device_still_works(command, capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([command[0], "--help-all" if command == ["serve"] else "--help"])
+    text = capsys.readouterr().out
+    assert "--devices" in text and not re.search(r"--device\b", text)
+    parse = build_parser().parse_args
+    dest = "devices" if command == ["serve"] else "device"
+    assert getattr(parse([*command, "--device", "cpu"]), dest) == getattr(parse([*command, "--devices", "cpu"]), dest)
+    assert getattr(parse([*command, "--device", "cpu"]), dest) == "cpu"
+    assert getattr(parse(command), dest) == ("auto" if dest == "device" else None)  # the alias sets no default
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["serve", "--help"], ["embed", "--help"]])
