@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmarks: the workload, a server process, the machine's description, a CUDA timer."""
+"""Helpers shared by the benchmarks: the workload, a check of vectors against the engine's, a server
+process, the machine's description, a CUDA timer. Measures nothing itself."""
 
 from __future__ import annotations
 
@@ -26,6 +27,35 @@ def load_texts(n: int, path: Path = DEFAULT_DATA) -> list[str]:
             if len(texts) == n:
                 break
     return texts
+
+
+def build_texts(path: Path, num_texts: int, join: int) -> list[str]:
+    """num_texts texts of `join` consecutive paragraphs each (4: document-sized texts)."""
+    paragraphs = load_texts(num_texts * join, path)
+    return ["\n\n".join(paragraphs[i : i + join]) for i in range(0, len(paragraphs), join)][:num_texts]
+
+
+def cosine_rows(a, b):
+    import numpy as np
+
+    return (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-30)
+
+
+class VectorCheck:
+    """Counts received vectors whose cosine to the engine's reference is below the bar."""
+
+    def __init__(self, min_cosine: float):
+        self.min_cosine, self.checked, self.mismatches, self.worst = min_cosine, 0, 0, 1.0
+
+    def add(self, got, want) -> None:
+        import numpy as np
+
+        if len(got) == 0:
+            return
+        cos = cosine_rows(got.astype(np.float32), want)
+        self.checked += len(cos)
+        self.mismatches += int((cos < self.min_cosine).sum())
+        self.worst = min(self.worst, float(cos.min()))
 
 
 def cuda_event_ms(fn, repeats: int, warmups: int = 3) -> float:
@@ -83,6 +113,16 @@ def machine_description() -> str:
     import torch
 
     return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, torch {torch.__version__}"
+
+
+def hardware(device) -> str:
+    """The machine, and the GPU's name where the benchmark ran on one."""
+    text = machine_description()
+    if str(device).startswith("cuda"):
+        import torch
+
+        text += f"; {torch.cuda.get_device_name()}"
+    return text
 
 
 def descendants(pid: int) -> list[int]:

@@ -4,8 +4,14 @@ A GPU server answers tens of thousands of texts a second; a general-purpose clie
 spends more CPU per response than the server does, and the load generator shares the
 machine with the server. This one does only what the benchmark needs: it writes the request
 in one call, reads the status line and headers, and reads a Content-Length (or chunked) body.
-Both an asyncio version (for many concurrent clients) and a blocking one (for latency, where
-the client's own overhead would otherwise be counted as the server's) are here.
+Both an asyncio version (for many concurrent clients) and a blocking one (for latency and
+bulk clients, where the client's own overhead would otherwise be counted as the server's)
+are here.
+
+A request lost below HTTP (connection refused or reset, broken pipe, the connection closed
+before a whole response came) raises TransportError: the load generator counts it as a
+failed request, as a user's client would see it, not as a crash of the benchmark. The
+connection is dropped with it, and the next post opens a fresh one.
 """
 
 from __future__ import annotations
@@ -13,6 +19,10 @@ from __future__ import annotations
 import asyncio
 import socket
 from urllib.parse import urlsplit
+
+
+class TransportError(ConnectionError):
+    """The request got no complete HTTP response: reset, broken pipe, closed early, timed out."""
 
 
 def _request_head(host: str, path: str, body: bytes) -> bytes:
@@ -40,6 +50,12 @@ def _address(url: str) -> tuple[str, int]:
     return parts.hostname or "127.0.0.1", parts.port or 80
 
 
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, EOFError):  # asyncio.IncompleteReadError is one
+        return "connection closed without a complete response"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 class AsyncConnection:
     def __init__(self, url: str):
         self.host, self.port = _address(url)
@@ -47,6 +63,13 @@ class AsyncConnection:
         self._writer: asyncio.StreamWriter | None = None
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        try:
+            return await self._post(path, body)
+        except (OSError, EOFError, asyncio.LimitOverrunError, ValueError) as exc:
+            self._drop()
+            raise TransportError(_describe(exc)) from exc
+
+    async def _post(self, path: str, body: bytes) -> tuple[int, bytes]:
         if self._writer is None:
             self._reader, self._writer = await asyncio.open_connection(self.host, self.port, limit=1 << 20)
         self._writer.write(_request_head(self.host, path, body) + body)
@@ -60,37 +83,66 @@ class AsyncConnection:
             return status, b"".join(parts)
         return status, await self._reader.readexactly(length or 0)
 
+    def _drop(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+
     async def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
-            await self._writer.wait_closed()
+            try:
+                await self._writer.wait_closed()
+            except OSError:  # already reset by the server: nothing left to close
+                pass
+        self._reader = self._writer = None
 
 
 class BlockingConnection:
     def __init__(self, url: str, timeout: float = 60.0):
         self.host, self.port = _address(url)
-        self._sock = socket.create_connection((self.host, self.port), timeout=timeout)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._file = self._sock.makefile("rb")
+        self.timeout = timeout
+        self._sock: socket.socket | None = None
+        self._file = None
 
     def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        try:
+            return self._post(path, body)
+        except (OSError, EOFError, ValueError) as exc:  # socket.timeout is an OSError
+            self.close()
+            raise TransportError(_describe(exc)) from exc
+
+    def _post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        if self._sock is None:
+            self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._file = self._sock.makefile("rb")
         self._sock.sendall(_request_head(self.host, path, body) + body)
         head = b""
         while not head.endswith(b"\r\n\r\n"):
             line = self._file.readline()
             if not line:
-                raise ConnectionError("the server closed the connection")
+                raise EOFError
             head += line
         status, length, chunked = _parse_head(head[:-4])
         if not chunked:
-            return status, self._file.read(length or 0)
+            return status, self._read(length or 0)
         parts = []
         while (size := int(self._file.readline()[:-2].split(b";")[0], 16)) > 0:
-            parts.append(self._file.read(size))
-            self._file.read(2)
+            parts.append(self._read(size))
+            self._read(2)
         self._file.readline()
         return status, b"".join(parts)
 
+    def _read(self, n: int) -> bytes:
+        data = self._file.read(n)
+        if len(data) < n:
+            raise EOFError
+        return data
+
     def close(self) -> None:
-        self._file.close()
-        self._sock.close()
+        if self._file is not None:
+            self._file.close()
+        if self._sock is not None:
+            self._sock.close()
+        self._sock = self._file = None

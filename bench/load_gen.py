@@ -36,10 +36,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import (DEFAULT_DATA, ServerProcess, load_texts, machine_description,  # noqa: E402
-                          process_cpu_seconds, publish)
-from bench.profile_summary import PySpy, summarize  # noqa: E402
-from bench.embed_pipeline import run_ids  # noqa: E402
+# Only light imports at the top: the spawned client processes import this module again.
+from bench.common import (DEFAULT_DATA, ServerProcess, VectorCheck, build_texts, cosine_rows,  # noqa: E402
+                          hardware, load_texts, process_cpu_seconds, publish)
 from bench.traffic import (STEADY_WINDOW_LATENCIES, PlannedRequest, make_plan, run_latency,  # noqa: E402
                            run_worker, steady_window)
 
@@ -74,12 +73,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--py-spy", type=Path, default=None, help="record the server with py-spy in the last HTTP "
                                                              "round (raw stacks here, summary in the report)")
     p.add_argument("--out", type=Path, default=None, help="write the markdown report here")
+    bulk = p.add_argument_group("the bulk pattern (--pattern bulk, bench/bulk.py)")
+    bulk.add_argument("--pattern", choices=("many", "bulk"), default="many",
+                      help="many: many clients, small mixed requests (the default); bulk: a few clients, each "
+                           "sending large requests back to back")
+    bulk.add_argument("--bulk-clients", default="1,2,4,8", help="client processes, one measurement per count")
+    bulk.add_argument("--request-texts", default="1000,100",
+                      help="texts per request, one measurement per size (LangChain sends 1,000, LlamaIndex 100)")
+    bulk.add_argument("--window", type=float, default=5.0, help="seconds of the timed window per measurement")
+    bulk.add_argument("--warmup", type=float, default=1.0, help="seconds the clients send before the window opens")
     return p.parse_args(argv)
 
 
-def build_texts(path: Path, num_texts: int, join: int) -> list[str]:
-    paragraphs = load_texts(num_texts * join, path)
-    return ["\n\n".join(paragraphs[i : i + join]) for i in range(0, len(paragraphs), join)][:num_texts]
+def server_flags(args: argparse.Namespace) -> list[str]:
+    """The server's own defaults pick its devices (every visible GPU, else the CPU); only a CPU run
+    on a machine with a GPU names the CPU."""
+    devices = ["--devices", "cpu"] if args.device == "cpu" else []
+    return [*devices, "--dtype", args.dtype, "--max-batch-tokens", str(args.max_batch_tokens),
+            *(["--model", args.model] if args.model else []), *args.server_arg]
 
 
 def short_queries(path: Path, engine, n: int) -> list[str]:
@@ -89,20 +100,18 @@ def short_queries(path: Path, engine, n: int) -> list[str]:
     return [t for t, k in zip(pool, lengths) if 4 <= k <= 16][:n]
 
 
-def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-30)
-
-
 @dataclass
 class HttpRound:
     seconds: float  # from the first send to the last answer
     window_seconds: float  # the steady window's (bench/traffic.py), 0 if the round had none
     window_tokens: int  # the tokens of the requests answered inside that window
     client_cpu: float
+    client_shares: list[float]  # each client process's CPU share of a core while sending
     latencies: list[float]
     indices: np.ndarray
     vectors: np.ndarray
-    errors: list[str]
+    errors: list[str]  # failed requests, transport errors included
+    transport_errors: int
 
 
 def http_round(pool: ProcessPoolExecutor, procs: int, url: str, texts: list[str], plan: list[PlannedRequest],
@@ -120,23 +129,9 @@ def http_round(pool: ProcessPoolExecutor, procs: int, url: str, texts: list[str]
     indices = np.concatenate([r.indices for r in results])
     vectors = np.concatenate([r.vectors for r in results if len(r.vectors)]) if len(indices) else np.zeros((0, 0))
     return HttpRound(max(r.finished for r in results) - started, window_seconds, window_tokens,
-                     sum(r.cpu_seconds for r in results), [x for r in results for x in r.latencies], indices, vectors,
-                     [e for r in results for e in r.errors])
-
-
-class VectorCheck:
-    """Counts received vectors whose cosine to the engine's reference is below the bar."""
-
-    def __init__(self, min_cosine: float):
-        self.min_cosine, self.checked, self.mismatches, self.worst = min_cosine, 0, 0, 1.0
-
-    def add(self, got: np.ndarray, want: np.ndarray) -> None:
-        if len(got) == 0:
-            return
-        cos = cosine_rows(got.astype(np.float32), want)
-        self.checked += len(cos)
-        self.mismatches += int((cos < self.min_cosine).sum())
-        self.worst = min(self.worst, float(cos.min()))
+                     sum(r.cpu_seconds for r in results), [r.cpu_share for r in results],
+                     [x for r in results for x in r.latencies], indices, vectors,
+                     [e for r in results for e in r.errors], sum(r.transport_errors for r in results))
 
 
 def percentile_ms(values: list[float], q: float) -> float:
@@ -156,6 +151,19 @@ def main(argv: list[str] | None = None) -> int:
                                  max_batch_tokens=args.max_batch_tokens, capture_at_start=True))
     engine.warm_up()
     min_cosine = args.min_cosine or (0.9999 if str(engine.dtype) == "torch.float32" else 0.999)
+    if args.pattern == "bulk":
+        from bench.bulk import run_bulk
+
+        return run_bulk(args, engine, min_cosine, server_flags(args))
+    return run_many(args, engine, min_cosine)
+
+
+def run_many(args: argparse.Namespace, engine, min_cosine: float) -> int:
+    """Many clients, requests of 1 to --max-request-texts texts, against the engine alone and
+    sentence-transformers, round after round."""
+    from bench.embed_pipeline import run_ids
+    from bench.profile_summary import PySpy, summarize
+
     texts = build_texts(args.data, args.num_texts, args.join) * args.repeat
     num_tokens = sum(len(ids) for ids in engine.tokenize(texts))
     plan = make_plan(len(texts), args.max_request_texts, args.seed, tuple(args.formats.split(",")))
@@ -169,11 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         st = SentenceTransformer(str(engine.spec.path), device=str(engine.device), model_kwargs={"dtype": engine.dtype})
         st.encode(texts[:256], batch_size=args.st_batch_size)
 
-    # The server's own defaults pick its devices (every visible GPU, else the CPU); only a CPU run
-    # on a machine with a GPU names the CPU.
-    devices = ["--devices", "cpu"] if args.device == "cpu" else []
-    server_args = [*devices, "--dtype", args.dtype, "--max-batch-tokens", str(args.max_batch_tokens),
-                   *(["--model", args.model] if args.model else []), *args.server_arg]
+    server_args = server_flags(args)
     server = None if args.url else ServerProcess(*server_args)
     url = args.url or server.url
     seqs = engine.tokenize(texts)  # the ids-in path's input, tokenized before any timing
@@ -192,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     check = VectorCheck(min_cosine)
     request_latencies: list[float] = []
     errors: list[str] = []
+    client_shares: list[float] = []  # every client process of every HTTP round
+    transport_errors = 0
     batch_sizes = ""
     profile_lines: list[str] = []
     st_worst = None
@@ -222,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                 return seconds
 
             def time_http(profile: Path | None) -> float:
+                nonlocal transport_errors
                 before = process_cpu_seconds(server.proc.pid) if server is not None else 0.0
                 with PySpy(server.proc.pid, profile) if profile else contextlib.nullcontext():
                     measured = http_round(pool, args.procs, url, texts, plan, args.clients, None, token_prefix)
@@ -232,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
                     profile_lines[:] = summarize(profile)
                 request_latencies.extend(measured.latencies)
                 errors.extend(measured.errors)
+                client_shares.extend(measured.client_shares)
+                transport_errors += measured.transport_errors
                 # Every vector of every round is checked against the engine's for its text.
                 if sorted(measured.indices.tolist()) != list(range(len(texts))):
                     errors.append(f"{len(measured.indices)} vectors came back for {len(texts)} texts")
@@ -268,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
 
     report = render(args, engine, timings, cpu_times, server_cpu, names, num_tokens, len(texts), request_latencies,
                     latencies, check, st_worst, errors, profile_lines, server_args, batch_sizes,
-                    window_rates, window_shares)
+                    window_rates, window_shares, client_shares, transport_errors)
     publish(report, args.out)
     return 1 if check.mismatches or errors else 0
 
@@ -303,7 +312,7 @@ def ids_mean_batch_tokens(engine, seqs: list[np.ndarray]) -> float:
 
 def render(args, engine, timings, cpu_times, server_cpu, names, num_tokens, num_texts, request_latencies,
            latencies, check, st_worst, errors, profile_lines, server_args, batch_sizes="", window_rates=(),
-           window_shares=()) -> str:
+           window_shares=(), client_shares=(), transport_errors=0) -> str:
     median = {n: statistics.median(v) for n, v in timings.items()}
     http, eng = names[-1], names[-2]
     command = "python bench/load_gen.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -311,7 +320,7 @@ def render(args, engine, timings, cpu_times, server_cpu, names, num_tokens, num_
         "# End-to-end load test",
         "",
         f"- command: `{command}`",
-        f"- hardware: {machine_description()}" + (f"; {_gpu_name()}" if engine.device.type == "cuda" else ""),
+        f"- hardware: {hardware(engine.device)}",
         f"- date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- model: {engine.spec.name} on {engine.device} ({engine.dtype}); server flags: "
         + (f"`{' '.join(server_args)}`" if not args.url else f"those of the server at {args.url} (attached)"),
@@ -322,7 +331,13 @@ def render(args, engine, timings, cpu_times, server_cpu, names, num_tokens, num_
         f"- correctness: {check.checked} vectors received and checked against the engine's vector for their text, "
         f"**{check.mismatches} mismatches** (cosine < {check.min_cosine}); worst cosine {check.worst:.7f}"
         + (f"; sentence-transformers vs engine worst cosine {st_worst:.7f}" if st_worst is not None else "")
-        + (f"; **{len(errors)} errors**, first: {errors[0]}" if errors else "; no errors"),
+        + (f"; **{len(errors)} failed requests** ({transport_errors} transport errors: reset, broken pipe or "
+           f"closed without a response), first: {errors[0]}" if errors else "; no failed requests, none at the "
+           "transport level either"),
+        f"- load generator: {args.procs} client process(es) of lean clients (bench/lean_http.py, bodies encoded "
+        f"beforehand, responses read as bytes), CPU share of a core each while sending: "
+        + (f"max {max(client_shares):.1%}, mean {statistics.mean(client_shares):.1%}" if client_shares else "-")
+        + " (a process near 100 % measures itself, not the server)",
         "",
         "| path | median s | texts/s | tokens/s | request p50 ms | request p99 ms | median CPU s |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -381,11 +396,6 @@ def render(args, engine, timings, cpu_times, server_cpu, names, num_tokens, num_
         lines += ["", f"## Server profile (py-spy, last HTTP round; raw stacks: {args.py_spy})", "", *profile_lines]
     return "\n".join(lines) + "\n"
 
-
-def _gpu_name() -> str:
-    import torch
-
-    return torch.cuda.get_device_name()
 
 
 if __name__ == "__main__":

@@ -4,8 +4,11 @@ The plan is fixed before any timing: request i holds texts[lo_i:hi_i] (1 to 64 t
 drawn from a seeded RNG) and asks for `float` or `base64`. Worker processes (spawned, so
 they carry no torch or CUDA state) each drive a share of the clients over keep-alive
 connections of a minimal HTTP client (bench/lean_http.py); one Python process cannot parse
-responses as fast as a GPU server produces them, so the client side can be spread over several. Bodies are kept as bytes while timing and decoded afterwards, so
-the decoding cost of the client never slows the server's clock.
+responses as fast as a GPU server produces them, so the client side can be spread over
+several, and each reports its CPU share of a core (one near 100 % measures itself, not the
+server). Bodies are kept as bytes while timing and decoded afterwards, so the decoding cost
+of the client never slows the server's clock. A request lost below HTTP (reset, broken
+pipe, closed without a response) is a failed request like a non-200 status.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
-from bench.lean_http import AsyncConnection, BlockingConnection
+from bench.lean_http import AsyncConnection, BlockingConnection, TransportError
 
 
 @dataclass(frozen=True)
@@ -53,8 +56,14 @@ class WorkerResult:
     last_taken: float  # time.monotonic() when this process's last planned request was sent (then its clients idle)
     indices: np.ndarray  # [n] int: which text each vector belongs to
     vectors: np.ndarray  # [n, dim] float32, as decoded from the responses
-    errors: list[str]
+    errors: list[str]  # failed requests: non-200 statuses and transport errors, one line each
     cpu_seconds: float  # this client process's CPU time while sending (its cost on a shared machine)
+    transport_errors: int = 0  # of the errors, the requests that got no complete HTTP response
+
+    @property
+    def cpu_share(self) -> float:
+        """CPU seconds per wall second while sending: a share of one core."""
+        return self.cpu_seconds / max(self.finished - self.started, 1e-9)
 
 
 class _Item(msgspec.Struct):
@@ -76,33 +85,48 @@ def decode_body(body: bytes) -> list[tuple[int, np.ndarray]]:
     return out
 
 
-async def _drive(url: str, texts: list[str], plan: list[PlannedRequest], num_clients: int,
-                 model: str | None) -> tuple[float, float, float, float, list[float],
-                                             list[tuple[PlannedRequest, bytes, float]], list[str]]:
-    queue: asyncio.Queue[PlannedRequest] = asyncio.Queue()
+def encode_plan(texts: list[str], plan: list[PlannedRequest], model: str | None) -> list[tuple[PlannedRequest, bytes]]:
+    """Each planned request's JSON body, encoded before the clock starts: the client's JSON work
+    is not the server's time."""
+    encoder = msgspec.json.Encoder()
+    out = []
     for request in plan:
-        queue.put_nowait(request)
+        payload = {"input": texts[request.lo : request.hi], "encoding_format": request.encoding_format}
+        if model:
+            payload["model"] = model
+        out.append((request, encoder.encode(payload)))
+    return out
+
+
+async def _drive(url: str, encoded: list[tuple[PlannedRequest, bytes]], num_clients: int
+                 ) -> tuple[float, float, float, float, list[float], list[tuple[PlannedRequest, bytes, float]],
+                            list[str], int]:
+    queue: asyncio.Queue[tuple[PlannedRequest, bytes]] = asyncio.Queue()
+    for item in encoded:
+        queue.put_nowait(item)
     latencies: list[float] = []
     bodies: list[tuple[PlannedRequest, bytes, float]] = []
     errors: list[str] = []
-    encoder = msgspec.json.Encoder()
     last_taken = float("inf")
     first_answers: list[float] = []
+    transport_errors = 0
 
     async def client_loop() -> None:
-        nonlocal last_taken
+        nonlocal last_taken, transport_errors
         first = True
         connection = AsyncConnection(url)
         try:
             while not queue.empty():
-                request = queue.get_nowait()
+                request, content = queue.get_nowait()
                 if queue.empty():
                     last_taken = time.monotonic()
-                payload = {"input": texts[request.lo : request.hi], "encoding_format": request.encoding_format}
-                if model:
-                    payload["model"] = model
                 t = time.perf_counter()
-                status, body = await connection.post("/v1/embeddings", encoder.encode(payload))
+                try:
+                    status, body = await connection.post("/v1/embeddings", content)
+                except TransportError as exc:
+                    transport_errors += 1
+                    errors.append(f"transport: {exc} (texts {request.lo}:{request.hi})")
+                    continue
                 latencies.append(time.perf_counter() - t)
                 if status != 200:
                     errors.append(f"{status}: {body[:200].decode(errors='replace')}")
@@ -118,7 +142,7 @@ async def _drive(url: str, texts: list[str], plan: list[PlannedRequest], num_cli
     await asyncio.gather(*[client_loop() for _ in range(num_clients)])
     finished = time.monotonic()
     ramped_up = max(first_answers) if len(first_answers) == num_clients else finished
-    return started, finished, ramped_up, min(last_taken, finished), latencies, bodies, errors
+    return started, finished, ramped_up, min(last_taken, finished), latencies, bodies, errors, transport_errors
 
 
 def run_worker(url: str, texts: list[str], plan: list[PlannedRequest], num_clients: int, model: str | None,
@@ -126,12 +150,13 @@ def run_worker(url: str, texts: list[str], plan: list[PlannedRequest], num_clien
     """One process's share: wait for the common start, send, then decode what came back."""
     import uvloop
 
+    encoded = encode_plan(texts, plan, model)
     delay = start_at - time.monotonic()
     if delay > 0:
         time.sleep(delay)
     cpu = time.process_time()
-    drive = _drive(url, texts, plan, num_clients, model)
-    started, finished, ramped_up, last_taken, latencies, bodies, errors = uvloop.run(drive)
+    drive = _drive(url, encoded, num_clients)
+    started, finished, ramped_up, last_taken, latencies, bodies, errors, transport_errors = uvloop.run(drive)
     cpu = time.process_time() - cpu
     indices, vectors = [], []
     answered = [(request.lo, request.hi, at) for request, _, at in bodies]
@@ -144,7 +169,7 @@ def run_worker(url: str, texts: list[str], plan: list[PlannedRequest], num_clien
         vectors += [v for _, v in items]
     return WorkerResult(started, finished, latencies, answered, ramped_up, last_taken,
                         np.asarray(indices, dtype=np.int64),
-                        np.stack(vectors) if vectors else np.zeros((0, 0), np.float32), errors, cpu)
+                        np.stack(vectors) if vectors else np.zeros((0, 0), np.float32), errors, cpu, transport_errors)
 
 
 def steady_window(results: list[WorkerResult], token_prefix: np.ndarray,
@@ -181,7 +206,11 @@ def run_latency(url: str, queries: list[str], model: str | None, encoding_format
                 payload["model"] = model
             content = encoder.encode(payload)
             t = time.perf_counter()
-            status, body = connection.post("/v1/embeddings", content)
+            try:
+                status, body = connection.post("/v1/embeddings", content)
+            except TransportError as exc:
+                errors.append(f"transport: {exc} (query {i - num_warmup})")
+                continue
             elapsed = time.perf_counter() - t
             if status != 200:
                 errors.append(f"{status}: {body[:200].decode(errors='replace')}")
