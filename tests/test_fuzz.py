@@ -18,6 +18,7 @@ import schemathesis
 import yaml
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
+from schemathesis.config import SchemathesisConfig
 from schemathesis.checks import not_a_server_error, response_schema_conformance
 
 from tests.fake_engine import BASE_URL, FAKE_MODEL, FakeEngine, serve
@@ -33,7 +34,9 @@ def _contract():
     props = raw["components"]["schemas"]["CreateEmbeddingRequest"]["properties"]
     props["model"] = {"type": "string", "enum": [FAKE_MODEL]}
     props["encoding_format"] = {"type": "string", "enum": ["float"]}
-    return schemathesis.openapi.from_dict(raw)
+    # Schemathesis keeps its cache and crash reports under `.schemathesis/` in the working
+    # directory unless told otherwise; a test run must leave the checkout as it found it.
+    return schemathesis.openapi.from_dict(raw, config=SchemathesisConfig.from_dict({"cache": {"enabled": False}}))
 
 
 SCHEMA = _contract()
