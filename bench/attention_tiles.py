@@ -13,6 +13,12 @@ For each model shape (MiniLM, BERT-base, the Qwen3-0.6B shape) and each class of
 in microseconds per call, timed as `auto` times it (engine/rose/attention_timing.py: CUDA graphs of
 many calls, best of several replays). The default's row is marked; the fastest setting per
 class is in bold. Only the launch changes: the outputs are checked equal to the default's.
+
+Results in bench/results/ (`bench/gpu_session.sh sweep` runs the second):
+  attention-tiles.md                  python3 bench/attention_tiles.py
+  attention-tiles-around-defaults.md  python3 bench/attention_tiles.py --models bert-base,qwen3-0.6b,minilm
+                                          --around-default --stages 3 --max-registers none,128 --fold-scale both
+                                          --tma-loads both
 """
 
 from __future__ import annotations

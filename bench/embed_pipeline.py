@@ -16,6 +16,13 @@ once, and in a pool of each of the thread counts (pieces of the pipeline's size)
 (`--model`), the embedded default, or `--tiny` (written to a temporary folder).
 `--simulated-rate` puts a stand-in device of that speed, which takes no CPU, behind the
 model's tokenizer: whether this machine's host side can feed a GPU that fast.
+
+Results in bench/results/:
+  embed-pipeline-gpu-minilm.md  python bench/embed_pipeline.py --model /tmp/minilm-random --device cuda --rounds 5
+                                    --threads 0 --processes 4,8 --process-pieces 256   (bench/gpu_session.sh engine)
+  embed-pipeline-simulated-6M-processes.md
+                                python bench/embed_pipeline.py --simulated-rate 6e6 --num-texts 16000 --rounds 5
+                                    --threads 0,2 --processes 2
 """
 
 from __future__ import annotations

@@ -18,6 +18,16 @@ each workload, side by side on the same GPU:
       classes, timed as auto times them.
 Tokens/s count real tokens only. Usage:
   python3 bench/gpu_bench.py --out bench/results/gpu.md [--models minilm,bert-base,qwen3-0.6b]
+
+Results in bench/results/ (`bench/gpu_session.sh ratios|sustained|queries|flashinfer` run them
+on a lent H200; TOK is .carry/minilm/tokenizer.json there):
+  gpu.md, gpu-earlier-run.md  python3 bench/gpu_bench.py --tokenizer TOK --gelu-both --sustained 5
+  gpu-sustained.md            python3 bench/gpu_bench.py --tokenizer TOK --models bert-base,qwen3-0.6b,minilm
+                                  --backends auto --sustained 5
+  gpu-minilm-queries.md       python3 bench/gpu_bench.py --tokenizer TOK --models minilm --backends auto
+                                  --queries N   (N = 32768 and 4096, twice each)
+  gpu-flashinfer.md           python3 bench/gpu_bench.py --tokenizer TOK --models bert-base,qwen3-0.6b
+                                  --backends varlen,packed,flashinfer
 """
 
 from __future__ import annotations

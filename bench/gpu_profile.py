@@ -14,6 +14,13 @@ For each model shape (random bf16 weights) and each setting of the fused kernels
     the largest gaps by the pair of kernels around them;
   - a 16-token query: graph-replay latency p50 and its kernel count;
   - agreement of each setting's vectors with the unfused ones (min cosine).
+
+Results in bench/results/ (`bench/gpu_session.sh profile` runs the second):
+  gpu-profile.md                python3 bench/gpu_profile.py --models qwen3-0.6b,bert-base,minilm
+  gpu-profile-packed.md         python3 bench/gpu_profile.py --backend packed
+  gpu-profile-device-time.md    python3 bench/gpu_profile.py --backend packed --models bert-base,qwen3-0.6b,minilm
+  gpu-profile-in-graph.md       python3 bench/gpu_profile.py --backend packed --models bert-base,qwen3-0.6b
+  gpu-profile-filled.md         python3 bench/gpu_profile.py --backend packed --models bert-base,qwen3-0.6b --fill
 """
 
 from __future__ import annotations

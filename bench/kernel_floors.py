@@ -23,6 +23,10 @@ batch, the mean pooling's per-segment sums are timed too, the Triton pass agains
 A pass called again and again on the same inputs may find its weights and part of its
 inputs still in L2, which a whole model, whose every layer has its own, does not:
 `--cold` gives each pass several sets of inputs and weights taken in turn.
+
+Results in bench/results/ (`bench/gpu_session.sh kernels` runs both):
+  kernel-floors.md       python3 bench/kernel_floors.py --out bench/results/kernel-floors.md
+  kernel-floors-cold.md  python3 bench/kernel_floors.py --cold --out bench/results/kernel-floors-cold.md
 """
 
 from __future__ import annotations

@@ -1,20 +1,43 @@
 """End-to-end load generator: the real server under realistic traffic, with its baselines in one run.
 
-    python bench/load_gen.py --device cpu --num-texts 600 --clients 16 --rounds 3 --out bench/results/e2e-cpu.md
-    python bench/load_gen.py --device cuda --model DIR --num-texts 12061 --repeat 8 --clients 64 --procs 8 \
+    python bench/load_gen.py --device cpu --num-texts 400 --rounds 9 --clients 16 --out bench/results/e2e-cpu.md
+    python bench/load_gen.py --device cuda --model DIR --num-texts 12061 --repeat 4 --clients 96 --procs 8 \
         --out bench/results/e2e-gpu.md
+    python bench/load_gen.py --pattern bulk --device cuda --model DIR --num-texts 12000 --out FILE
 
 The server runs with default flags (what users run); `--server-arg=...` adds a variant's flag.
+Clients are lean (bench/lean_http.py: raw HTTP/1.1, bodies encoded beforehand, responses read
+as bytes) in spawned processes, each reporting its CPU share of a core; a request lost below
+HTTP (reset, broken pipe, closed without a response) is a failed request like a non-200.
 
-Each round times, in turn and on the same texts: the engine alone with the texts' ids
-(tokenized beforehand: the device's own speed), the engine alone on the texts (Engine.embed
-in this process, same model/device/dtype/budget as the server), sentence-transformers encode(), and
-the server over HTTP (many clients, requests of 1 to 64 texts, `float` and `base64` mixed).
-The HTTP rate is given for the whole round (first send to last answer) and for its steady
-window, while every client is busy (bench/traffic.py's `steady_window`).
-Then a latency mode sends single short queries one at a time. Every vector that comes back
-is checked against the engine's vector for its text (cosine >= --min-cosine); the run
-fails (exit 1) on any mismatch or error.
+Two patterns of traffic:
+- `many` (the default; bench/traffic.py): many clients, requests of 1 to 64 texts, `float`
+  and `base64` mixed. Each round times, in turn and on the same texts: the engine alone with
+  the texts' ids (tokenized beforehand: the device's own speed), the engine alone on the
+  texts (Engine.embed in this process, same model/device/dtype/budget as the server),
+  sentence-transformers encode(), and the server over HTTP. The HTTP rate is given for the
+  whole round (first send to last answer) and for its steady window, while every client is
+  busy (bench/traffic.py's `steady_window`). Then a latency mode sends single short queries
+  one at a time. Every vector that comes back is checked against the engine's vector for
+  its text (cosine >= --min-cosine).
+- `bulk` (bench/bulk.py): 1, 2, 4, 8 client processes each sending 1,000-text (or 100-text)
+  requests back to back, a timed window, against the engine alone with ids.
+The run fails (exit 1) on any mismatch or failed request.
+
+Results in bench/results/ (the GPU ones on a lent H200 with random weights of each shape,
+bench/tiny_model.py; `bench/gpu_session.sh paragraphs|bulk|profile` runs them there):
+  cpu.md            python bench/load_gen.py --device cpu --num-texts 1000 --clients 8 --max-request-texts 32
+                        --rounds 3 --latency-queries 0
+  e2e-cpu.md        python bench/load_gen.py --device cpu --num-texts 400 --rounds 9 --clients 16 --latency-queries 200
+  e2e-gpu-bert-base.md, e2e-gpu-bert-base-topology.md, e2e-gpu-minilm.md, e2e-gpu-minilm-topology.md, e2e-gpu-qwen3.md
+                    python bench/load_gen.py --device cuda --clients 64 --procs 8 --rounds 3 --no-st
+                        --model /tmp/<shape>-random --num-texts 12061 --repeat 4 (qwen3: 3) --latency-queries 200 (minilm: 0)
+  e2e-gpu-minilm-k4.md, -k6.md, -k8.md
+                    the same for MiniLM with --rounds 2 --latency-queries 0 --server-arg=--frontend-workers=K
+  e2e-gpu-bert-base-docs.md, e2e-gpu-bert-base-docs-epilogue-off.md (the GELU as a pass of its own then)
+                    the same for BERT-base with --num-texts 3000 --join 4 --repeat 4 --latency-queries 0
+  e2e-gpu-bert-base-profiled.md, e2e-gpu-bert-base.pyspy.txt
+                    the same for BERT-base paragraphs with --latency-queries 0 --py-spy e2e-gpu-bert-base.pyspy.txt
 """
 
 from __future__ import annotations
