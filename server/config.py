@@ -44,6 +44,12 @@ class ServerConfig:
     request_timeout: float | None = 120.0  # seconds from the parsed body to the response; None: none
     engine_stall_timeout: float = 120.0  # a batch running longer marks the engine stuck
     shutdown_timeout: float = 30.0  # SIGTERM: seconds to finish in-flight requests
+    # Seconds an idle keep-alive connection stays open. A server that closes an idle connection
+    # while a client reuses it loses that request (a reset, or closed without a response; a POST is
+    # not retried), so the client must always close first: longer than clients' pool expiry (httpx
+    # 5 s, aiohttp 15 s) and proxies' idle timeouts (AWS ALB 60 s, which asks its targets to hold
+    # longer); 75 s is nginx's own default. An idle connection costs only a socket.
+    keep_alive_timeout: float = 75.0
     log_format: str = "text"  # "text" | "json"
     log_inputs: bool = False  # put input texts in the request log (off: they may be private)
     cors_origins: tuple[str, ...] = ()  # empty: no CORS headers at all

@@ -51,7 +51,7 @@ def run_front_end(config: ServerConfig, sock: socket.socket, ends: list[EngineEn
     server = uvicorn_server(uvicorn.Config(
         ObservedApp(app, log_inputs=config.log_inputs, worker_pid=worker_pid), loop="uvloop", http="httptools",
         log_level=config.log_level, access_log=False, log_config=None,
-        timeout_graceful_shutdown=config.shutdown_timeout,
+        timeout_graceful_shutdown=config.shutdown_timeout, timeout_keep_alive=config.keep_alive_timeout,
     ), pending_stop)
     # After a graceful shutdown uvicorn re-raises the signal that asked for it: SIGTERM ends the
     # process with its status, SIGINT arrives as KeyboardInterrupt (the CLI then ends by SIGINT).

@@ -24,6 +24,9 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
                                 help="a batch running longer marks the engine stuck: /health and requests get 503"))
     serve.add_argument("--shutdown-timeout", type=seconds_or_zero, default=_DEFAULTS.shutdown_timeout,
                        help="on SIGTERM, seconds to finish requests in flight before exiting")
+    advanced(serve.add_argument("--keep-alive-timeout", type=positive_seconds, default=_DEFAULTS.keep_alive_timeout,
+                                help="seconds an idle keep-alive connection stays open; longer than the clients' "
+                                     "and proxies' idle timeouts, so that they close first"))
     serve.add_argument("--log-format", choices=["text", "json"], default=_DEFAULTS.log_format,
                        help="log lines as text or one JSON object each")
     advanced(serve.add_argument("--log-inputs", action="store_true",
@@ -39,6 +42,7 @@ def config_kwargs(args: argparse.Namespace) -> dict:
         max_body_bytes=args.max_body_bytes, max_input_chars=args.max_input_chars,
         max_request_inputs=args.max_request_inputs,
         request_timeout=args.request_timeout or None, engine_stall_timeout=args.engine_stall_timeout,
-        shutdown_timeout=args.shutdown_timeout, log_format=args.log_format, log_inputs=args.log_inputs,
+        shutdown_timeout=args.shutdown_timeout, keep_alive_timeout=args.keep_alive_timeout,
+        log_format=args.log_format, log_inputs=args.log_inputs,
         cors_origins=tuple(args.cors_origin), engine_plugin=args.engine_plugin,
     )
