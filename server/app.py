@@ -10,7 +10,6 @@ from litestar import Litestar
 from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 
-from engine.memory import HeapTrimmer
 from server.auth import api_key_guard
 from server.config import ServerConfig
 from server.docs_page import docs_assets
@@ -18,20 +17,24 @@ from server.errors import error_response
 from server.openapi import openapi_config
 from server.metrics import Metrics, metrics_endpoint
 from server.contextualized import ROUTES as CONTEXTUALIZED_ROUTES
+from server.embeddings_route import ROUTES as EMBEDDINGS_ROUTES
 from server.routes import ROUTES
 from server.runtime import Runtime
 from server.token_inputs import TokenInputs
 
 if TYPE_CHECKING:  # a front end that serves engine processes never imports torch
+    from engine.model_files.model_view import ModelView
     from engine.rose.engine import Engine
+    from server.engine_links import EngineLinks
 
 
-def create_app(config: ServerConfig, engine: Engine | None = None) -> Litestar:
-    """Build the app; the model loads in the lifespan unless an engine is passed in."""
-    runtime = Runtime(config, engine)
+def create_app(config: ServerConfig, engine: Engine | None = None, *, engines: EngineLinks | None = None,
+               model: ModelView | None = None) -> Litestar:
+    """Build the app. `engines` and `model`: the engine processes' links and the model's view (the
+    server's front ends); else `engine`, an engine object served in this process (loaded in the
+    lifespan when None)."""
+    runtime = Runtime(config, engine, engines, model)
     metrics = Metrics(runtime)
-    runtime.batch_listeners.append(metrics.observe_batch)
-    runtime.batch_listeners.append(HeapTrimmer().maybe_trim)  # see engine/memory.py
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -48,7 +51,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None) -> Litestar:
             metrics.stop_publishing()
 
     return Litestar(
-        route_handlers=[*ROUTES, *CONTEXTUALIZED_ROUTES, metrics_endpoint, docs_assets()],
+        route_handlers=[*ROUTES, *EMBEDDINGS_ROUTES, *CONTEXTUALIZED_ROUTES, metrics_endpoint, docs_assets()],
         lifespan=[lifespan],
         state=State({"runtime": runtime, "token_inputs": TokenInputs(config), "metrics": metrics}),
         request_max_body_size=config.max_body_bytes,

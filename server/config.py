@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.config import EngineConfig
-from server.topology import batches_in_flight
 
 
 @dataclass(frozen=True)
@@ -54,8 +53,3 @@ class ServerConfig:
     log_inputs: bool = False  # put input texts in the request log (off: they may be private)
     cors_origins: tuple[str, ...] = ()  # empty: no CORS headers at all
     engine_plugin: str | None = None  # "module:function" wrapping the engine (fault injection in tests)
-
-    @property
-    def batches_in_flight(self) -> int:
-        """Batches each front end keeps on each engine."""
-        return batches_in_flight(self.devices, self.frontend_workers)

@@ -4,18 +4,16 @@ The wire is compat/contextualized.py's (Perplexity's contract, Voyage AI's spell
 computation engine/text/late_chunking.py's: each document runs as one sequence (or, past the
 model's limit, as windows cut at chunk boundaries) and every chunk's vector is the mean of
 its own tokens' states. Only a model with bidirectional attention and mean pooling can do
-that; any other gets a 400 that says why. The windows go through the batcher with every
-other request's inputs, each carrying its chunks as pooling segments.
+that; any other gets a 400 that says why. The windows go through the request pipeline
+(server/request_pipeline.py) as one part, each window carrying its chunks as pooling segments.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import numpy as np
 from litestar import Request, post
 from litestar.datastructures import State
 
@@ -38,7 +36,8 @@ from server.long_inputs import context_length_error, long_inputs_mode
 from server.openapi import EMBEDDINGS_ERROR_RESPONSES, ContextualizedOperation
 from server.options import check_dimensions, check_encoding_format
 from server.prompts import resolve_prompt
-from server.routes import _gather_unless_disconnected, _model_names, _runtime, _time_left, _trace
+from server.request_pipeline import ReadyPart
+from server.route_support import compute_parts, model_names_of, runtime_of, trace_of
 
 
 def default_encoding_format(spec) -> str:
@@ -50,10 +49,10 @@ def default_encoding_format(spec) -> str:
       summary="Create contextualized chunk embeddings (late chunking)", operation_class=ContextualizedOperation,
       responses=EMBEDDINGS_ERROR_RESPONSES)
 async def create_contextualized_embeddings(request: Request, state: State) -> ContextualizedEmbeddingResponse:
-    runtime = _runtime(state)
+    runtime = runtime_of(state)
     data = decode_request(await request.body(), ContextualizedEmbeddingRequest)
-    served = _model_names(runtime).resolve(data.model)
-    spec = runtime.engine.spec
+    served = model_names_of(runtime).resolve(data.model)
+    spec = runtime.model.spec
     problem = late_chunking_problem(spec)
     if problem is not None:
         raise _cannot_late_chunk(problem)
@@ -65,20 +64,21 @@ async def create_contextualized_embeddings(request: Request, state: State) -> Co
     prompt = resolve_prompt(spec.prompts, spec.default_prompt_name, data.prompt_name, data.input_type)
     mode = long_inputs_mode(runtime.config.long_inputs, data.long_inputs)
     _check_chunk_chars(documents, param, runtime.config.max_input_chars)
-    trace = _trace(request)
+    trace = trace_of(request)
     trace.texts = [chunk for document in documents for chunk in document] if runtime.config.log_inputs else None
-    started = time.perf_counter()
-    with _as_api_errors(param):
-        fitted: LateChunkedDocuments = await asyncio.to_thread(
-            fit_documents, runtime.engine.tokenizer, mode, documents, prompt, runtime.config.engine.max_batch_seqs)
-    trace.tokenization_seconds = time.perf_counter() - started
+
+    async def make_ready() -> ReadyPart:
+        with _as_api_errors(param):
+            fitted: LateChunkedDocuments = await asyncio.to_thread(
+                fit_documents, runtime.model.tokenizer, mode, documents, prompt, runtime.config.engine.max_batch_seqs)
+        trace.num_inputs = sum(fitted.num_chunks)
+        return ReadyPart(fitted.seqs, lambda vectors: (fitted, fitted.combine(vectors, spec.normalize)),
+                         fitted.segments)
+
     # Every window counts, its special and prompt tokens too: what the model reads.
-    num_tokens = state.token_inputs.check_request_tokens(fitted.seqs)
-    trace.num_inputs, trace.num_tokens = sum(fitted.num_chunks), num_tokens
-    futures = runtime.batcher.submit(fitted.seqs, owner=trace, segments=fitted.segments)
-    trace.submitted = time.perf_counter()
-    parts = await _gather_unless_disconnected(request, futures, _time_left(runtime, trace))
-    vectors = fitted.combine(np.concatenate(parts), spec.normalize)
+    outcome = await compute_parts(request, runtime, trace, [make_ready])
+    fitted, vectors = outcome.answers[0]
+    num_tokens = outcome.num_tokens
     check_finite(vectors, trace.request_id)
     embeddings = encode_embeddings(vectors, encoding_format, dimensions, spec.normalize)
     out, first = [], 0

@@ -1,14 +1,15 @@
 """EngineHost: the supervisor's handle on one engine process, and EngineEnds, a front end's way in.
 
 The supervisor (server/supervisor.py) starts one engine process per device and connects
-every front end to every engine: for each (engine, front end) pair a set of shared-memory
-slots and a pair of pipes (engine/shm_slots.py, server/engine_link.py). The engine's side
-of a pair travels to the engine process over its control pipe; the front end's side
-(`EngineEnds`) goes to the front end, in the supervisor's own process or in a spawned one.
-A front end that is restarted is connected anew, with new slots and pipes.
+every front end to every engine: for each (engine, front end) pair a shared-memory arena
+and a pair of pipes (engine/arena.py, server/engine_link.py). The engine's side of a pair
+travels to the engine process over its control pipe (engine/messages.py's Attach); the
+front end's side (`EngineEnds`) goes to the front end, in the supervisor's own process or in
+a spawned one. A front end that is restarted is connected anew, with a new arena and pipes.
+Every engine also has a board (engine/board.py) that it writes and every front end reads.
 
 Who owns what: the supervisor creates and unlinks the shared memory and starts, stops and
-(if it must) kills the engine process; a front end only attaches to its slots and, when it
+(if it must) kills the engine process; a front end only attaches to its arena and, when it
 stops, tells the engine it is done. The engine exits once the control pipe is closed and
 every front end is done or gone.
 """
@@ -17,50 +18,35 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import signal
 from collections.abc import Callable
-from dataclasses import dataclass
-from multiprocessing.connection import Connection
 
+from engine.arena import Arena, ArenaLayout
+from engine.board import EngineBoard
 from engine.child_signals import start_shielded
 from engine.config import EngineConfig
-from engine.queue.engine_worker import run_engine_worker
-from engine.shm_slots import SharedSlots, SlotLayout
-
-
-@dataclass
-class EngineEnds:
-    """What one front end needs to reach one engine; picklable into a spawned process."""
-
-    index: int  # the engine's index (its device's position in the device list)
-    device: str
-    shm_name: str
-    layout: SlotLayout
-    tasks: Connection
-    replies: Connection
-    pid: int  # the engine process's
-
-    def close(self) -> None:
-        """The supervisor's copies, once the front end that uses them holds its own."""
-        self.tasks.close()
-        self.replies.close()
+from engine.messages import Attach
+from engine.queue.engine_process import run_engine_process
+from server.engine_ends import EngineEnds
 
 
 class EngineHost:
     """In the supervisor: one engine process, started at once (it loads in the background)."""
 
-    def __init__(self, index: int, config: EngineConfig, layout: SlotLayout, plugin: Callable | None = None):
+    def __init__(self, index: int, config: EngineConfig, layout: ArenaLayout, max_queued_tokens: int | None = None,
+                 plugin: Callable | None = None):
         context = multiprocessing.get_context("spawn")  # a forked CUDA context is unusable
         self.index, self.device, self.layout = index, config.device, layout
         self._context = context
-        self._slots: dict[int, SharedSlots] = {}  # by front end: the slots of its latest connection
+        self._arenas: dict[int, Arena] = {}  # by front end: the arena of its latest connection
+        self.board = EngineBoard.create()
         # Duplex: the engine says "ready" on it too, so that one still loading can be stopped at once.
         control_reader, self._control = context.Pipe()
         self._ready = False
         self._load_failure: str | None = None
         # Daemonic: should the supervisor end without stopping it, multiprocessing kills it at exit.
-        self.process = context.Process(target=run_engine_worker, name=f"rose-engine-{index}", daemon=True,
-                                       args=(config, control_reader, os.getpid(), plugin))
+        self.process = context.Process(target=run_engine_process, name=f"rose-engine-{index}", daemon=True,
+                                       args=(config, control_reader, self.board.name, max_queued_tokens, os.getpid(),
+                                             plugin))
         try:
             start_shielded(self.process)
         finally:
@@ -68,23 +54,24 @@ class EngineHost:
         self.pid = self.process.pid
 
     def connect(self, front_end: int) -> EngineEnds:
-        """New slots and pipes between this engine and front end `front_end` (replacing any it had)."""
-        slots = SharedSlots.create(self.layout)
+        """A new arena and pipes between this engine and front end `front_end` (replacing any it had)."""
+        arena = Arena.create(self.layout)
         task_reader, task_writer = self._context.Pipe(duplex=False)
         reply_reader, reply_writer = self._context.Pipe(duplex=False)
         try:
-            self._control.send(("attach", front_end, slots.name, self.layout, task_reader, reply_writer))
+            self._control.send(Attach(front_end, arena.name, self.layout, task_reader, reply_writer))
         except OSError:  # the engine is gone; the front end will see its pipes closed
             pass
         finally:
             # The engine holds its own copies now; without ours, either side's exit shows as EOF.
             task_reader.close()
             reply_writer.close()
-        previous = self._slots.pop(front_end, None)
+        previous = self._arenas.pop(front_end, None)
         if previous is not None:  # the engine keeps its mapping until it is done with the old front end
             previous.close()
-        self._slots[front_end] = slots
-        return EngineEnds(self.index, self.device, slots.name, self.layout, task_writer, reply_reader, self.pid)
+        self._arenas[front_end] = arena
+        return EngineEnds(self.index, self.device, arena.name, self.layout, self.board.name, task_writer, reply_reader,
+                          self.pid)
 
     def is_ready(self) -> bool:
         """Whether the engine has loaded and warmed up. It says so once on the control pipe, or
@@ -114,18 +101,7 @@ class EngineHost:
         if self.process.is_alive():
             self.process.kill()
             self.process.join(5)
-        for slots in self._slots.values():
-            slots.close()
-        self._slots.clear()
-
-
-def exit_reason(code: int | None) -> str:
-    """A process's exit code in words (None: it closed its pipe but has not exited yet)."""
-    if code is None:
-        return "its process closed its pipe"
-    if code < 0:
-        try:
-            return f"its process was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"its process was killed by signal {-code}"
-    return f"its process exited with status {code}"
+        for arena in self._arenas.values():
+            arena.close()
+        self._arenas.clear()
+        self.board.close()

@@ -1,77 +1,85 @@
-"""EngineLink: a front end's connection to an engine process, seen by the batcher as a replica.
+"""EngineLink: a front end's connection to one engine, through an arena and two pipes.
 
-A link is a set of shared-memory slots (engine/shm_slots.py) and two pipes, made by the
-supervisor (server/engine_host.py) and handed to the front end as `EngineEnds`: tasks go
-down one pipe as small tuples, replies come back on the other and are read on the event
-loop (`add_reader`, no thread), in the order the batches were sent. The engine's exit, for
-whatever reason (killed, crashed, out of memory), shows as the reply pipe's end of file:
-its batches in flight fail, it leaves the rotation, and the other engines serve on.
+The supervisor makes the arena and the pipes (server/engine_host.py) and hands the front
+end its ends (`EngineEnds`). A piece is written into the arena (space taken by this front
+end's allocator, waited for when the arena is full), announced by a Piece message, and
+answered once: its vectors are in its rows (PieceDone), it was refused (the queue is full)
+or dropped (the request was cancelled). Only then is its space given back. Replies are read
+on the event loop (`add_reader`, no thread). The engine's exit, for whatever reason, shows
+as the reply pipe's end of file: what this front end had on it fails, and it leaves the
+rotation for good.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import multiprocessing
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
+from engine import messages
+from engine.arena import Allocator, Arena
+from engine.board import EngineBoard
+from engine.interface import PieceVectors, QueueFullError
 from engine.rose.batch import PackedBatch
-from server.engine_host import EngineEnds, exit_reason
-from server.replica import Replica, ReplicaLostError
-from engine.shm_slots import SharedSlots
+from server.engine_ends import EngineEnds, exit_reason
 
 
 class EngineLoadError(RuntimeError):
-    """An engine process that failed to load, died, or did not warm up in time; the message says which."""
+    """An engine that failed to load, died, or did not warm up in time; the message says which."""
+
+
+class EngineLostError(RuntimeError):
+    """The engine can compute nothing more (its process died, or it was retired as stuck)."""
+
+
+class PieceFailedError(RuntimeError):
+    """The engine could not compute the piece's batch; it serves on."""
 
 
 @dataclass(eq=False)
-class _Sent:
-    slot: int
-    num_outputs: int  # the vectors the batch pools
+class _Pending:
     future: asyncio.Future
-    running: object  # the batcher's record of the batch; `started` is set here
+    offset: int
+    num_ints: int
+    first_row: int
+    num_rows: int
+    num_tokens: int
 
 
-class EngineLink(Replica):
-    """One front end's link to one engine process."""
+class EngineLink:
+    """One front end's link to one engine."""
 
-    can_retire = True
-
-    def __init__(self, ends: EngineEnds, process: multiprocessing.process.BaseProcess | None = None):
-        """`process`: the engine's Process object where it is this process's child (one front end,
-        in the supervisor), so that its exit status can be told; None in a spawned front end."""
-        super().__init__(ends.index, ends.device)
-        self.pid = ends.pid
+    def __init__(self, ends: EngineEnds, process: multiprocessing.process.BaseProcess | None = None,
+                 can_retire: bool = True):
+        """`process`: the engine's Process object where it is this process's child (one front
+        end, in the supervisor), so that its exit status can be told. `can_retire`: False for an
+        engine in a thread of this process, which cannot be killed when it is stuck."""
+        self.index, self.device, self.pid = ends.index, ends.device, ends.pid
+        self.can_retire = can_retire
         self._process = process
-        slots, tasks, replies = SharedSlots.attach(ends.shm_name, ends.layout), ends.tasks, ends.replies
-        self.dtype: str | None = None
-        self.attention_table: list[tuple[str, str, str]] = []  # (token bucket, max_seqlen bucket, backend)
-        self.num_graph_replays = self.num_eager_runs = self.num_capture_failures = 0
-        self.device_bytes = {"allocated": 0, "reserved": 0}  # on CUDA, as of the last reply
-        self.slots, self._tasks, self._replies = slots, tasks, replies
-        self._free_slots = list(range(slots.layout.num_slots))
-        self._sent: collections.deque[_Sent] = collections.deque()
+        self.arena = Arena.attach(ends.arena, ends.layout)
+        self.board = EngineBoard.attach(ends.board)
+        self._tasks, self._replies = ends.tasks, ends.replies
+        self._ints, self._rows = Allocator(ends.layout.num_ints), Allocator(ends.layout.num_rows)
+        self._pending: dict[tuple[int, int], _Pending] = {}
+        self._refused: set[int] = set()  # requests the engine refused: a Cancel clears its note of them
+        self._space: asyncio.Condition | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._on_lost: Callable[[EngineLink], None] | None = None
+        self.out_reason: str | None = None  # set once the engine is out of rotation, for good
+        self.dtype: str | None = None
+        self.attention_table: list[tuple[str, str, str]] = []
+        self.tokens_outstanding = 0  # of this front end's pieces, not yet answered
+        self.num_pieces = 0
+        self._last_board: dict[str, float] = {}
 
-    def _exit_reason(self) -> str:
-        """Why the engine is gone, as /health and the errors say it."""
-        if self._process is None:
-            return f"its process (pid {self.pid}) closed its pipe"
-        self._process.join(1.0)  # its pipe closes as it exits; the exit code follows at once
-        return exit_reason(self._process.exitcode)
-
-    def _kill(self) -> None:
-        """Kill the engine process (a stuck kernel would never return); every front end sees it go."""
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    @property
+    def is_serving(self) -> bool:
+        return self.out_reason is None
 
     def wait_ready(self, timeout: float) -> None:
         """Block (off the event loop) until the engine is warm; raise if it failed or died meanwhile."""
@@ -80,104 +88,178 @@ class EngineLink(Replica):
             if time.monotonic() > deadline:
                 raise EngineLoadError(f"engine {self.index} on {self.device} was not ready after {timeout:.0f} s")
         try:
-            kind, info = self._replies.recv()
+            reply = messages.decode_to_front_end(self._replies.recv_bytes())
         except EOFError:
-            why = self._exit_reason()
-            raise EngineLoadError(f"engine {self.index} on {self.device} did not start: {why}") from None
-        if kind != "ready":
-            raise EngineLoadError(f"engine {self.index} on {self.device} failed to load: {info}")
-        self.pid, self.dtype = info["pid"], info["dtype"]
-        self.attention_table = [tuple(row) for row in info.get("attention", [])]
+            raise EngineLoadError(f"engine {self.index} on {self.device} did not start: {self._exit_reason()}") from None
+        if not isinstance(reply, messages.Ready):
+            raise EngineLoadError(f"engine {self.index} on {self.device} failed to load: {reply.why}")
+        self.pid, self.dtype, self.attention_table = reply.pid, reply.dtype, [tuple(r) for r in reply.attention]
 
-    def attach(self, loop: asyncio.AbstractEventLoop, on_lost) -> None:
-        super().attach(loop, on_lost)
-        self._loop = loop
+    def attach(self, loop: asyncio.AbstractEventLoop, on_lost: Callable[[EngineLink], None]) -> None:
+        """Start reading replies on `loop`; `on_lost` runs there if the engine goes out."""
+        self._loop, self._on_lost = loop, on_lost
+        self._space = asyncio.Condition()
         loop.add_reader(self._replies.fileno(), self._read_replies)
 
-    def has_room(self) -> bool:
-        # A batch whose waiter was cancelled still holds its slot until the engine replies.
-        return bool(self._free_slots)
+    def load(self) -> float:
+        """Tokens ahead of a new piece: the engine's whole queue, and this front end's pieces not yet answered."""
+        return self.board["queued_tokens"] + self.tokens_outstanding
 
-    async def compute(self, batch: PackedBatch, running) -> np.ndarray:
+    def has_pending(self, request: int) -> bool:
+        return request in self._refused or any(key[0] == request for key in self._pending)
+
+    async def compute(self, request: int, index: int, opens_request: bool, batch: PackedBatch) -> PieceVectors:
         if self.out_reason is not None:
-            raise ReplicaLostError(self.out_reason)
-        slot = self._free_slots[-1]
-        self.slots.write_batch(slot, batch)  # raises (and keeps the slot free) if the batch does not fit
-        self._free_slots.pop()
-        sent = _Sent(slot, batch.num_outputs, self._loop.create_future(), running)
-        self._sent.append(sent)
-        if len(self._sent) == 1:  # the engine is idle (as far as this front end knows): it starts now
-            running.started = time.perf_counter()
+            raise EngineLostError(self.out_reason)
+        is_segmented = batch.cu_segments is not None
+        num_ints = messages.ints_for(batch.num_tokens, batch.num_seqs, is_segmented)
+        offset, first_row = await self._take(num_ints, batch.num_outputs)
+        self.arena.write_piece(offset, batch)
+        future = self._loop.create_future()
+        self._pending[(request, index)] = _Pending(future, offset, num_ints, first_row, batch.num_outputs,
+                                                   batch.num_tokens)
+        self.tokens_outstanding += batch.num_tokens
+        message = messages.Piece(request, index, offset, batch.num_tokens, batch.num_seqs, batch.max_seqlen,
+                                 first_row, batch.num_outputs, is_segmented, opens_request)
         try:
-            num_outputs = None if batch.cu_segments is None else batch.num_outputs
-            self._tasks.send((slot, batch.num_tokens, batch.num_seqs, batch.max_seqlen, num_outputs))
-        except OSError:  # a broken pipe: the process is gone
+            self._tasks.send_bytes(messages.encode(message))
+        except OSError:  # a broken pipe: the engine is gone
             self._lost(self._exit_reason())
-        return await sent.future
+        self.num_pieces += 1
+        return await future
+
+    async def _take(self, num_ints: int, num_rows: int) -> tuple[int, int]:
+        """Arena space for a piece, waiting while earlier pieces hold it."""
+        async with self._space:
+            while True:
+                if self.out_reason is not None:
+                    raise EngineLostError(self.out_reason)
+                offset = self._ints.take(num_ints)
+                if offset is not None:
+                    first_row = self._rows.take(num_rows)
+                    if first_row is not None:
+                        return offset, first_row
+                    self._ints.give_back(offset, num_ints)
+                await self._space.wait()
+
+    def cancel(self, request: int) -> None:
+        """The request is over: the engine drops what of it has not run (its answers free the space)."""
+        self._refused.discard(request)
+        self._send(messages.Cancel(request))
+
+    def _send(self, message) -> None:
+        if self.out_reason is None:
+            try:
+                self._tasks.send_bytes(messages.encode(message))
+            except OSError:
+                self._lost(self._exit_reason())
 
     def _read_replies(self) -> None:
         try:
             while self._replies.poll():
-                self._on_reply(*self._replies.recv())
+                self._on_reply(messages.decode_to_front_end(self._replies.recv_bytes()))
         except (EOFError, OSError):
             self._lost(self._exit_reason())
 
-    def _on_reply(self, slot: int, seconds: float, error: str | None, stats: tuple) -> None:
-        if not self._sent or self._sent[0].slot != slot:
-            self.retire(f"it replied for slot {slot} out of turn")  # nothing it says can be trusted now
+    def _on_reply(self, reply) -> None:
+        pending = self._pending.pop((reply.request, reply.index), None)
+        if pending is None:
+            self.retire(f"it answered a piece it was not given ({reply.request}, {reply.index})")
             return
-        sent = self._sent.popleft()
-        self.num_graph_replays, self.num_eager_runs, self.num_capture_failures = stats[:3]
-        self.device_bytes = {"allocated": stats[3], "reserved": stats[4]}
-        if self._sent and self._sent[0].running.started is None:
-            self._sent[0].running.started = time.perf_counter()  # the engine moves on to the next batch
-        if not sent.future.done():
-            if error is not None:
-                sent.future.set_exception(RuntimeError(f"engine {self.index} on {self.device}: {error}"))
-            else:  # copied out, as the slot is the next batch's as soon as it is free
-                sent.future.set_result(self.slots.output(slot)[: sent.num_outputs].copy())
-        self._free_slots.append(slot)
+        future = pending.future
+        if not future.done():
+            if isinstance(reply, messages.PieceDone):
+                if reply.error is None:  # copied out: the rows are the next piece's once given back
+                    vectors = self.arena.rows[pending.first_row : pending.first_row + pending.num_rows].copy()
+                    future.set_result(PieceVectors(vectors, reply.started, reply.finished))
+                else:
+                    future.set_exception(PieceFailedError(f"engine {self.index} on {self.device}: {reply.error}"))
+            elif isinstance(reply, messages.PieceRefused):
+                self._refused.add(reply.request)
+                future.set_exception(QueueFullError(reply.retry_after))
+            else:
+                future.cancel()
+        self._give_back(pending)
+
+    def _give_back(self, pending: _Pending) -> None:
+        self._ints.give_back(pending.offset, pending.num_ints)
+        self._rows.give_back(pending.first_row, pending.num_rows)
+        self.tokens_outstanding -= pending.num_tokens
+        self._loop.create_task(self._notify_space())
+
+    async def _notify_space(self) -> None:
+        async with self._space:
+            self._space.notify_all()
+
+    def _exit_reason(self) -> str:
+        """Why the engine is gone, as /health and the errors say it."""
+        if self._process is None:
+            return f"its process (pid {self.pid}) closed its pipe" if self.can_retire else "its thread ended"
+        self._process.join(1.0)  # its pipe closes as it exits; the exit code follows at once
+        return exit_reason(self._process.exitcode)
+
+    def fail_pending(self, error: BaseException) -> None:
+        """Fail every piece waiting on this engine (a stuck engine that cannot be killed)."""
+        for pending in self._pending.values():
+            if not pending.future.done():
+                pending.future.set_exception(error)
 
     def _lost(self, reason: str) -> None:
-        self._detach()
-        self._go_out(reason)
-        sent, self._sent = self._sent, collections.deque()
-        for item in sent:
-            if not item.future.done():
-                item.future.set_exception(ReplicaLostError(f"engine {self.index} on {self.device}: {reason}"))
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(self._replies.fileno())
+        first = self.out_reason is None
+        if first:
+            self.out_reason = reason
+        self.fail_pending(EngineLostError(f"engine {self.index} on {self.device}: {reason}"))
+        self._pending.clear()
+        if self._space is not None and self._loop is not None and not self._loop.is_closed():
+            self._loop.create_task(self._notify_space())  # waiters for space see the engine is gone
+        if first and self._on_lost is not None and reason != "stopped":
+            self._on_lost(self)
 
     def retire(self, reason: str) -> None:
         """Out of rotation now; the process is killed (a stuck kernel would never return)."""
         self._lost(reason)
-        self._kill()
-
-    def _detach(self) -> None:
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.remove_reader(self._replies.fileno())
-        self._loop = None
-
-    def ask_to_stop(self) -> None:
-        """Tell the engine that this front end sends nothing more (a dead one is not asked)."""
-        if not self._tasks.closed:
+        if self.can_retire:
             try:
-                self._tasks.send(None)
-            except OSError:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
                 pass
 
     def stop_serving(self) -> None:
         """On the event loop: leave the rotation quietly (the server is going down), fail what is
-        in flight and ask the engine to stop. `shutdown` (off the loop) then waits for it."""
+        in flight and tell the engine this front end is done."""
         if self.out_reason is None:
-            self.out_reason = "stopped"  # not lost: nobody is told
-        self._lost(self.out_reason)
-        self.ask_to_stop()
+            self._send(messages.Goodbye())
+            self._lost("stopped")
 
-    def shutdown(self, timeout: float = 5.0) -> None:
-        """This front end is done with the engine: tell it, close the pipes and let go of the slots."""
+    def shutdown(self) -> None:
+        """Done with the engine: close the pipes and let go of the shared memory."""
         if self._tasks.closed:
             return
-        if self.out_reason is None:  # not yet told (stop_serving tells it once; a dead engine needs nothing)
+        if self.out_reason is None:
             self.stop_serving()
         self._tasks.close()
         self._replies.close()
-        self.slots.close()
+        self.arena.close()
+        self._last_board = self.board.snapshot()
+        self.board.close()
+
+    def board_histogram(self, kind: str) -> tuple[list[tuple[str, float]], float]:
+        """The engine's histogram of batch `kind` ("tokens" or "sequences"); empty once shut down."""
+        return ([], 0.0) if self._tasks.closed else self.board.histogram(kind)
+
+    def board_snapshot(self) -> dict[str, float]:
+        """The engine's board as it reads now (as it last read, once this link is shut down)."""
+        return self._last_board if self._tasks.closed else self.board.snapshot()
+
+    def describe(self) -> dict:
+        """The engine as /health lists it."""
+        state = {"index": self.index, "device": self.device, "pid": self.pid,
+                 "state": "serving" if self.is_serving else "out"}
+        if self.out_reason is not None:
+            state["reason"] = self.out_reason
+        board = self.board_snapshot()
+        state.update(batches=int(board.get("batches", 0)), tokens=int(board.get("tokens", 0)),
+                     queued_tokens=int(board.get("queued_tokens", 0)), pieces_sent=self.num_pieces)
+        return state

@@ -11,7 +11,7 @@ from litestar.exceptions import HTTPException
 
 from compat.inputs import InvalidInputError
 from compat.openai import ErrorDetail, ErrorResponse
-from engine.batch_outcomes import BatchFailedError, EngineUnavailableError, QueueFullError
+from engine.interface import BatchFailedError, EngineUnavailableError, QueueFullError
 
 logger = logging.getLogger("rose_embed.errors")
 

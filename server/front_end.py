@@ -1,5 +1,6 @@
-"""One front end: HTTP, validation, tokenization, the batcher and response encoding, served on
-a socket the supervisor bound, over links to every engine process (server/engine_links.py).
+"""One front end: HTTP, validation, templating, tokenization, splitting a request into pieces and
+encoding the answers, served on a socket the supervisor bound, over links to every engine
+process (server/engine_links.py).
 
 With one front end it runs in the supervisor's own process (`run_front_end`); with several,
 each runs in a spawned process of its own (`run_front_end_process`), all on the one port
@@ -20,7 +21,7 @@ import sys
 from collections.abc import Callable
 
 from engine.child_signals import unshield
-from server.engine_host import EngineEnds
+from server.engine_ends import EngineEnds
 from engine.parent_watch import exit_with_parent
 from server.config import ServerConfig
 from server.stats_board import remove_board_dir
@@ -38,13 +39,18 @@ def run_front_end(config: ServerConfig, sock: socket.socket, ends: list[EngineEn
     import uvicorn
 
     from compat.tiktoken_ids import TiktokenUnavailableError
-    from server.engine_links import EngineLinks
+    from engine.model_files.loader import load_spec
+    from engine.model_files.model_view import ModelView
     from server.app import create_app
+    from server.engine_links import EngineLinks
     from server.middleware import ObservedApp
     from server.pending_stop_server import uvicorn_server
 
+    engine = config.engine
+    model = ModelView(load_spec(engine.model, engine.max_seq_len, engine.model_overrides, engine.revision))
+    engines = EngineLinks(ends, processes, stall_timeout=config.engine_stall_timeout)
     try:
-        app = create_app(config, EngineLinks(config.engine, ends, processes))
+        app = create_app(config, engines=engines, model=model)
     except TiktokenUnavailableError as exc:
         sys.exit(f"rose-embed: {exc}")
     worker_pid = os.getpid() if config.frontend_workers > 1 else None

@@ -1,9 +1,10 @@
-"""The server's long-lived parts (engines, batcher, tokenizer workers) and their lifecycle.
+"""The server's long-lived parts (the model's view, the engines, tokenizer threads) and their lifecycle.
 
 In the server the engines are processes the supervisor started (server/supervisor.py), and
-the runtime is handed their links (server/engine_links.py). An in-process engine object (an
-`Engine`, or a test's fake) may be passed instead, or loaded here when none is: what tests and
-programs that embed the app use; the batcher then drives it from one thread of this process.
+the runtime is handed their links (server/engine_links.py) and the model's view. An engine
+object (an `Engine`, or a test's fake) may be passed instead, or loaded here when none is:
+what tests and programs that embed the app use; it is then served by a thread of this
+process (server/in_process_engine.py), through the same links.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from server.batcher import Batcher
-from server.engine_link import EngineLoadError
+from engine.memory import HeapTrimmer
 from engine.model_files.loader import ModelLoadError
-from server.watchdog import Watchdog
+from engine.model_files.model_view import ModelView
 from server.config import ServerConfig
+from server.engine_link import EngineLoadError
+from server.engine_links import EngineLinks
+from server.in_process_engine import InProcessEngine
 from server.plugins import load_engine_plugin
-from server.trace import note_batch
 
 logger = logging.getLogger("rose_embed.server")
 # Up to this many characters a request is tokenized on the event loop (well under a millisecond
@@ -31,21 +33,28 @@ _INLINE_TOKENIZE_CHARS = 16_384
 
 
 class Runtime:
-    """Created with the app; `start` (in the lifespan) loads, warms up and starts batching."""
+    """Created with the app; `start` (in the lifespan) loads, warms up and connects to the engines.
 
-    def __init__(self, config: ServerConfig, engine=None):
+    `engines` and `model`: the engine processes' links and the model's view (the server);
+    else `engine`: an engine object to serve in this process (None: load one from the config).
+    """
+
+    def __init__(self, config: ServerConfig, engine=None, engines: EngineLinks | None = None,
+                 model: ModelView | None = None):
         self.config = config
-        self.engine = engine
-        self.batcher: Batcher | None = None
-        self.watchdog: Watchdog | None = None
-        self.batch_listeners = [note_batch]  # called with each computed batch's record
+        self.model: ModelView | None = model if engines is not None else engine
+        self.engines = engines
+        self._engine = engine
+        self._in_process: InProcessEngine | None = None
         self.is_ready = False
         self._load_task: asyncio.Task | None = None
-        self._tokenizer_pool = ThreadPoolExecutor(config.tokenizer_workers, thread_name_prefix="rose-tokenize")
+        # A request's answer is built in this process's heap: keep it from growing (engine/memory.py).
+        self.heap_trimmer = HeapTrimmer()
+        self.tokenizer_pool = ThreadPoolExecutor(config.tokenizer_workers, thread_name_prefix="rose-tokenize")
 
     @property
     def served_model_name(self) -> str:
-        return self.config.served_model_name or self.engine.spec.name
+        return self.config.served_model_name or self.model.spec.name
 
     def start(self) -> None:
         """Load in the background so that the port opens at once and /health says 503 meanwhile."""
@@ -67,63 +76,51 @@ class Runtime:
             os.kill(os.getpid(), signal.SIGTERM)
 
     async def _load_and_warm_up(self) -> None:
-        if self.engine is None:
+        if self.engines is None:
+            self.engines = await asyncio.to_thread(self._serve_in_process)
+        await asyncio.to_thread(self.engines.start)  # each engine process applies the plugin itself
+        self.engines.attach(asyncio.get_running_loop())
+        self.is_ready = True
+        logger.info("model %s ready on %s (%s)", self.served_model_name, self.engines.device, self.engines.dtype)
+
+    def _serve_in_process(self) -> EngineLinks:
+        if self._engine is None:
             logger.info("loading model %s", self.config.engine.model or "(default)")
             from engine.rose.engine import Engine  # here, not at the top: a front end of engine processes needs no torch
 
-            self.engine = await asyncio.to_thread(Engine, self.config.engine)
-        if self.has_engine_processes:
-            await asyncio.to_thread(self.engine.start)  # each engine process applies the plugin itself
-        else:
-            await asyncio.to_thread(self.engine.warm_up)
-            if self.config.engine_plugin:  # after warm-up, so that injected faults hit requests only
-                load_engine_plugin(self.config.engine_plugin)(self.engine)
-        self.batcher = Batcher(
-            self.engine,
-            max_batch_tokens=self.config.engine.max_batch_tokens,
-            max_batch_seqs=self.config.engine.max_batch_seqs,
-            max_queued_tokens=self.config.max_queued_tokens,
-            max_batches_in_flight=self.config.batches_in_flight,
-        )
-        self.batcher.listeners.extend(self.batch_listeners)
-        self.batcher.start()
-        self.watchdog = Watchdog(self.batcher, self.config.engine_stall_timeout)
-        self.watchdog.start()
-        self.is_ready = True
-        logger.info("model %s ready on %s (%s)", self.served_model_name, self.engine.device, self.engine.dtype)
+            self._engine = Engine(self.config.engine)
+            self.model = self._engine
+        self._engine.warm_up()
+        if self.config.engine_plugin:  # after warm-up, so that injected faults hit requests only
+            load_engine_plugin(self.config.engine_plugin)(self._engine)
+        budget = (self.config.engine.max_batch_tokens, self.config.engine.max_batch_seqs)
+        self._in_process = InProcessEngine(self._engine, budget, self.config.max_queued_tokens)
+        self._in_process.start()
+        return EngineLinks([self._in_process.ends], stall_timeout=self.config.engine_stall_timeout, in_process=True)
 
     async def stop(self) -> None:
         self.is_ready = False
         if not self._load_task.done():
             self._load_task.cancel()
-        if self.watchdog is not None:
-            self.watchdog.stop()
-        if self.batcher is not None:
-            # In-flight requests have finished (or been cut off) by now; a stuck batch is not waited for.
-            await self.batcher.stop(timeout=min(5.0, self.config.shutdown_timeout))
-        if self.has_engine_processes:
-            self.engine.stop_serving()  # on this loop, where the engines' pipes are read
-            await asyncio.to_thread(self.engine.shutdown)
-        self._tokenizer_pool.shutdown(wait=False, cancel_futures=True)
+        if self.engines is not None:
+            self.engines.stop_serving()  # on this loop, where the engines' pipes are read
+            await asyncio.to_thread(self.engines.shutdown)
+        if self._in_process is not None:
+            await asyncio.to_thread(self._in_process.close, min(5.0, self.config.shutdown_timeout))
+        self.tokenizer_pool.shutdown(wait=False, cancel_futures=True)
 
     def engine_problem(self) -> str | None:
-        """Why the engine cannot serve (dead or stuck), or None."""
-        return self.watchdog.problem() if self.watchdog is not None else None
+        """Why the engines cannot serve (dead or stuck), or None."""
+        return self.engines.problem() if self.is_ready else None
 
-    @property
-    def has_engine_processes(self) -> bool:
-        return hasattr(self.engine, "replicas")
-
-    def engine_states(self) -> list[dict] | None:
-        """Each engine process as /health lists it (None: an in-process engine)."""
-        if not self.has_engine_processes or self.batcher is None:
-            return None
-        return [replica.describe() for replica in self.batcher.replicas]
+    def engine_states(self) -> list[dict]:
+        """Each engine as /health lists it."""
+        return self.engines.describe() if self.engines is not None else []
 
     async def tokenize(self, texts: list[str]) -> list[np.ndarray]:
         """Tokenize off the event loop where that runs in parallel with it (the Rust tokenizer
         releases the GIL) or would hold it up; a small request in Python is cheaper in place."""
-        if self.engine.tokenizer.holds_the_gil and sum(map(len, texts)) <= _INLINE_TOKENIZE_CHARS:
-            return self.engine.tokenize(texts)
+        if self.model.tokenizer.holds_the_gil and sum(map(len, texts)) <= _INLINE_TOKENIZE_CHARS:
+            return self.model.tokenize(texts)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._tokenizer_pool, self.engine.tokenize, texts)
+        return await loop.run_in_executor(self.tokenizer_pool, self.model.tokenize, texts)

@@ -9,18 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client.core import Metric
-
 from server.errors import engine_unavailable, not_ready
 from server.stats_board import Report, front_end_state, is_live
 
 
-def server_health(reports: list[Report], merged: list[Metric], now: float) -> dict:
+def server_health(reports: list[Report], now: float) -> dict:
     """The body of a 200; raises the 503 where the server cannot serve."""
     front_ends = [_front_end(report, now) for report in reports]
     # A front end that stops takes every engine out of its own rotation: only the ready ones' views count.
     views = [r.engines for r in reports if r.engines is not None and r.ready and is_live(r, now)]
-    engines = _engines(views, _per_engine(merged, "rose_engine_batches"), _per_engine(merged, "rose_engine_tokens"))
+    engines = _engines(views)
     if not any(f["state"] == "serving" for f in front_ends):
         problems = [r.problem for r in reports if r.ready and r.problem is not None and is_live(r, now)]
         raise engine_unavailable(problems[0]) if problems else not_ready()
@@ -40,9 +38,9 @@ def _front_end(report: Report, now: float) -> dict:
     return entry
 
 
-def _engines(views: list[list[dict]], batches: dict[str, float], tokens: dict[str, float]) -> list[dict]:
-    """Each engine as the ready front ends see it: out where any of them has it out; its batches and
-    tokens are every front end's (the counters'); what is in flight, the ready ones'."""
+def _engines(views: list[list[dict]]) -> list[dict]:
+    """Each engine as the ready front ends see it: out where any of them has it out; its figures
+    are its board's, the same in every view (the latest taken)."""
     seen: dict[int, list[dict]] = {}
     for view in views:
         for engine in view:
@@ -51,21 +49,12 @@ def _engines(views: list[list[dict]], batches: dict[str, float], tokens: dict[st
     for index in sorted(seen):
         views_of_it = seen[index]
         out = [engine for engine in views_of_it if engine["state"] != "serving"]
-        first = views_of_it[0]
-        entry: dict[str, Any] = {"index": index, "device": first["device"], "pid": first["pid"],
+        latest = max(views_of_it, key=lambda e: e["batches"])
+        entry: dict[str, Any] = {"index": index, "device": latest["device"], "pid": latest["pid"],
                                  "state": out[0]["state"] if out else "serving"}
         if out:
             entry["reason"] = out[0].get("reason")
-        entry.update(batches=int(batches.get(str(index), 0)), tokens=int(tokens.get(str(index), 0)),
-                     batches_in_flight=sum(e["batches_in_flight"] for e in views_of_it),
-                     tokens_in_flight=sum(e["tokens_in_flight"] for e in views_of_it))
+        entry.update(batches=latest["batches"], tokens=latest["tokens"], queued_tokens=latest["queued_tokens"],
+                     pieces_sent=sum(e["pieces_sent"] for e in views_of_it))
         engines.append(entry)
     return engines
-
-
-def _per_engine(merged: list[Metric], family: str) -> dict[str, float]:
-    """A per-engine counter's values by engine index."""
-    for metric in merged:
-        if metric.name == family:
-            return {s.labels["engine"]: s.value for s in metric.samples if s.name.endswith("_total")}
-    return {}

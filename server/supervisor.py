@@ -36,7 +36,7 @@ from multiprocessing.connection import wait
 from engine.child_signals import STOP_SIGNALS, start_shielded
 from server.engine_host import EngineHost
 from engine.model_files.loader import ModelSpec
-from engine.shm_slots import SlotLayout
+from engine.arena import ArenaLayout
 from server.config import ServerConfig
 from server.front_end import run_front_end, run_front_end_process
 from server.plugins import load_engine_plugin
@@ -55,8 +55,7 @@ def run_supervisor(config: ServerConfig, spec: ModelSpec, sockets: list[socket.s
     signal stops the server, then end by SIGTERM (KeyboardInterrupt after SIGINT); exits 1 if
     the front ends could not be kept up."""
     plugin = load_engine_plugin(config.engine_plugin) if config.engine_plugin else None
-    layout = SlotLayout(config.batches_in_flight, config.engine.max_batch_tokens, config.engine.max_batch_seqs,
-                        spec.embedding_dim)
+    layout = ArenaLayout.for_budget(config.engine.max_batch_tokens, config.engine.max_batch_seqs, spec.embedding_dim)
     logger.info("starting %d engine process(es) (%s) and %d front end(s) on port %d", len(config.devices),
                 ", ".join(config.devices), config.frontend_workers, config.port)
     hosts: list[EngineHost] = []
@@ -70,7 +69,7 @@ def run_supervisor(config: ServerConfig, spec: ModelSpec, sockets: list[socket.s
         with stop.deferred():  # a spawn cut short would leave its child a traceback
             for index, device in enumerate(config.devices):
                 hosts.append(EngineHost(index, engine_config_for(config.engine, config.devices, device), layout,
-                                        plugin))
+                                        config.max_queued_tokens, plugin))
         if config.frontend_workers == 1:
             run_front_end(config, sockets[0], [host.connect(0) for host in hosts], [h.process for h in hosts],
                           pending_stop=stop.pending)

@@ -156,12 +156,6 @@ def default_front_ends(devices: tuple[str, ...], cores: int | None = None) -> in
     return max(1, min(cores // CORES_PER_FRONT_END, MAX_FRONT_ENDS_PER_GPU * num_gpus))
 
 
-def batches_in_flight(devices: tuple[str, ...], front_ends: int) -> int:
-    """Batches each front end keeps on each engine."""
-    on_gpu = all(d.startswith("cuda") for d in devices)
-    return 2 if on_gpu and front_ends == 1 else 1
-
-
 def engine_config_for(config: EngineConfig, devices: tuple[str, ...], device: str) -> EngineConfig:
     """One engine's configuration among `devices`: its device, and on the CPU its share of the cores."""
     if device != "cpu" or config.num_threads:

@@ -1,8 +1,7 @@
 """Per-request trace: an id and the timings of its phases, for headers, metrics and the log.
 
-The HTTP middleware makes one per request; the route fills in sizes and tokenization time;
-the batcher's listener fills in when the request's batches ran (the trace is the batcher's
-`owner` of each of the request's inputs).
+The HTTP middleware makes one per request; the route fills in sizes and tokenization time,
+and the request pipeline when the request's pieces ran (as the engines report them).
 """
 
 from __future__ import annotations
@@ -11,8 +10,6 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
-
-from engine.batch_outcomes import BatchRecord
 
 # An incoming x-request-id is echoed only when it is short and plain, so that a log line or a
 # header never carries whatever a client chose to put there.
@@ -33,16 +30,14 @@ def request_id_from(headers: list[tuple[bytes, bytes]]) -> str:
 class RequestTrace:
     request_id: str
     started: float = field(default_factory=time.perf_counter)
-    submitted: float | None = None  # inputs handed to the batcher
+    # time.monotonic() from here on, as the engines report when a piece ran
+    submitted: float | None = None  # the first piece handed to the engines
     first_batch_started: float | None = None
     last_batch_finished: float | None = None
     tokenization_seconds: float | None = None
     num_inputs: int | None = None
     num_tokens: int | None = None
     texts: list[str] | None = None  # kept only with --log-inputs
-
-    def __repr__(self) -> str:  # the batch log prints owners
-        return self.request_id
 
     def add_batch(self, started: float, finished: float) -> None:
         if self.first_batch_started is None or started < self.first_batch_started:
@@ -69,10 +64,3 @@ class RequestTrace:
         out = {"queue": self.queue_seconds, "tokenization": self.tokenization_seconds,
                "inference": self.inference_seconds}
         return {k: v for k, v in out.items() if v is not None}
-
-
-def note_batch(record: BatchRecord) -> None:
-    """Batcher listener: tell each request in the batch when the batch ran."""
-    for owner in set(record.owners):
-        if isinstance(owner, RequestTrace):
-            owner.add_batch(record.started, record.finished)

@@ -8,8 +8,6 @@ batch each class is timed on, and the table in /metrics (one engine, several, me
 
 from __future__ import annotations
 
-import os
-import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -136,37 +134,20 @@ def test_a_class_is_timed_on_a_batch_of_that_class(num_tokens, max_seqlen, max_n
     assert list(np.diff(cu)[: len(lengths)]) == lengths and np.diff(cu).max() <= max_seqlen
 
 
-def test_attention_table_in_metrics_from_an_engine_and_from_engine_processes():
+def test_attention_table_travels_from_the_engine_to_metrics():
     from prometheus_client import generate_latest
 
+    from engine.queue.engine_loop import _attention_table
     from server.metrics import _attention_backends, _Fixed
 
-    def text(engine) -> str:
-        return generate_latest(_Fixed([_attention_backends(SimpleNamespace(engine=engine))])).decode()
-
-    in_process = SimpleNamespace(runner=SimpleNamespace(attention_table=lambda: [("1024", "128", "packed")]))
-    assert 'rose_attention_backend{backend="packed",bucket="1024",engine="0",max_seqlen="128"} 1.0' in text(in_process)
-    links = SimpleNamespace(replicas=[SimpleNamespace(index=0, attention_table=[("any", "any", "varlen")]),
-                                      SimpleNamespace(index=1, attention_table=[("64", "64", "packed")])])
-    out = text(links)
+    engine = SimpleNamespace(runner=SimpleNamespace(attention_table=lambda: [["1024", "128", "packed"]]))
+    assert _attention_table(engine) == [("1024", "128", "packed")]  # what the Ready message carries
+    assert _attention_table(SimpleNamespace()) == []  # a fake engine with no runner
+    links = [SimpleNamespace(index=0, attention_table=[("any", "any", "varlen")]),
+             SimpleNamespace(index=1, attention_table=[("64", "64", "packed")])]
+    out = generate_latest(_Fixed([_attention_backends(links)])).decode()
     assert 'rose_attention_backend{backend="varlen",bucket="any",engine="0",max_seqlen="any"} 1.0' in out
     assert 'rose_attention_backend{backend="packed",bucket="64",engine="1",max_seqlen="64"} 1.0' in out
-    assert "rose_attention_backend{" not in text(SimpleNamespace())  # a fake engine with no runner
-
-
-def test_front_ends_relaying_the_same_table_merge_into_one():
-    from server.metrics import _attention_backends
-    from server.metrics_merge import families_of, merge
-    from server.stats_board import Report
-
-    engine = SimpleNamespace(replicas=[SimpleNamespace(index=0, attention_table=[("1024", "128", "packed")])])
-    families = families_of([_attention_backends(SimpleNamespace(engine=engine))])
-    now = time.time()
-    reports = [Report(index=i, pid=os.getpid(), updated=now, ready=True, was_ready=True, problem=None, restarts=0,
-                      engines=None, families=families) for i in range(3)]
-    (family,) = [m for m in merge(reports, now) if m.name == "rose_attention_backend"]
-    assert [(s.labels, s.value) for s in family.samples] == [
-        ({"engine": "0", "bucket": "1024", "max_seqlen": "128", "backend": "packed"}, 1.0)]
 
 
 def test_cpu_runner_reports_its_one_backend():

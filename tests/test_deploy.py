@@ -44,7 +44,7 @@ def test_manifests_agree_with_the_server(manifests, check):
 
 def test_gauges_are_read_from_server_metrics():
     gauges = gauge_names()
-    assert {"rose_queue_tokens", "rose_queue_inputs", "rose_ready"} <= gauges
+    assert {"rose_queue_tokens", "rose_queue_pieces", "rose_ready"} <= gauges
     assert "rose_tokens" not in gauges  # a counter: an HPA target on it would only ever grow
 
 

@@ -8,7 +8,7 @@ import torch
 
 from server import topology
 from server.__main__ import build_parser, config_from_args
-from server.topology import batches_in_flight, default_front_ends, parse_devices
+from server.topology import default_front_ends, parse_devices
 
 
 def config(*flags: str):
@@ -31,7 +31,7 @@ def no_gpu(monkeypatch):
 
 def test_a_machine_without_gpus_serves_one_cpu_engine_and_one_front_end(no_gpu):
     cfg = config()
-    assert cfg.devices == ("cpu",) and cfg.frontend_workers == 1 and cfg.batches_in_flight == 1
+    assert cfg.devices == ("cpu",) and cfg.frontend_workers == 1
     assert cfg.engine.device == "cpu"
 
 
@@ -39,10 +39,10 @@ def test_every_visible_gpu_gets_an_engine_and_front_ends_follow_the_cores(two_gp
     monkeypatch.setattr("server.topology.available_cores", lambda: 16)
     cfg = config()
     assert cfg.devices == ("cuda:0", "cuda:1")
-    assert cfg.frontend_workers == 8 and cfg.batches_in_flight == 1
+    assert cfg.frontend_workers == 8
     assert config("--devices", "cuda:1").devices == ("cuda:1",)
     assert config("--devices", "cuda").devices == ("cuda:0",)
-    assert config("--frontend-workers", "1").batches_in_flight == 2  # a GPU fed by one front end
+    assert config("--frontend-workers", "1").frontend_workers == 1
 
 
 def test_default_front_ends():
@@ -52,21 +52,3 @@ def test_default_front_ends():
     assert default_front_ends(("cuda:0",), cores=6) == 3
     assert default_front_ends(("cuda:0",), cores=64) == 8  # at most 8 per GPU
     assert default_front_ends(("cuda:0", "cuda:1"), cores=64) == 16
-
-
-def test_batches_in_flight():
-    assert batches_in_flight(("cuda:0",), 1) == 2
-    assert batches_in_flight(("cuda:0",), 4) == 1
-    assert batches_in_flight(("cpu",), 1) == 1
-    assert batches_in_flight(("cpu", "cpu"), 1) == 1
-
-
-def test_several_cpu_engines_share_the_cores(no_gpu, monkeypatch):
-    from server.topology import engine_config_for
-
-    monkeypatch.setattr("server.topology.available_cores", lambda: 8)
-    cfg = config("--devices", "cpu,cpu")
-    assert cfg.devices == ("cpu", "cpu") == parse_devices("cpu, cpu")
-    assert engine_config_for(cfg.engine, cfg.devices, "cpu").num_threads == 4
-    assert engine_config_for(config("--devices", "cpu,cpu", "--num-threads", "3").engine, cfg.devices,
-                             "cpu").num_threads == 3

@@ -92,16 +92,16 @@ def test_metrics_content(client, fake):
     assert "/no/such" not in text  # unknown paths share one label
     for phase in ("queue", "tokenization", "inference", "total"):
         assert sample(text, f'rose_request_phase_seconds_count{{phase="{phase}"}}') >= 1
-    # Every batch the batcher ran is observed once; the fake counts the warm-up's batch too.
+    # Every batch the engine ran is observed once; the fake counts the warm-up's batch too.
     assert sample(text, "rose_batch_sequences_count") == sample(text, "rose_batch_tokens_count") == len(fake.batches)
     assert sample(text, "rose_eager_runs_total") == fake.num_eager_runs == len(fake.batches) + 1
-    for name in ("rose_queue_tokens", "rose_queue_inputs", "rose_tokens_per_second", "rose_graph_replays_total",
-                 "rose_graph_capture_failures_total", "rose_inputs_cancelled_total", "rose_batches_failed_total"):
+    for name in ("rose_queue_tokens", "rose_queue_pieces", "rose_tokens_per_second", "rose_graph_replays_total",
+                 "rose_graph_capture_failures_total", "rose_pieces_cancelled_total", "rose_batches_failed_total"):
         assert re.search(rf"^{name} \d", text, re.M), name
     assert sample(text, "rose_ready") == 1 and sample(text, "rose_engine_up") == 1
     assert sample(text, 'rose_engine_serving{device="cpu",engine="0"}') == 1
     assert sample(text, "rose_graph_replays_total") == 0
-    assert sample(text, 'rose_device_memory_bytes{device="cpu",kind="resident"}') > 10e6
+    assert sample(text, 'rose_device_memory_bytes{device="cpu",engine="0",kind="resident"}') > 10e6
     assert sample(text, "process_resident_memory_bytes") > 10e6
 
 

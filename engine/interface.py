@@ -1,0 +1,69 @@
+"""The one interface through which the server reaches its engines, and what a piece can end in.
+
+A front end opens a request, computes its pieces (each a packed batch of a few of the
+request's tokenized inputs) and closes the request; each piece's vectors come back as soon
+as they are ready, whichever engine computed them. The server's implementation is
+server/engine_links.py (engine processes, or an engine in a thread of the front end's own
+process, over the same messages: engine/messages.py). The server never asks which kind of
+engine it has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from engine.rose.batch import PackedBatch
+
+
+class QueueFullError(RuntimeError):
+    """The engine's queue holds more tokens than allowed; the caller should retry later."""
+
+    def __init__(self, retry_after: int):
+        super().__init__(f"the server is busy; retry in {retry_after} s")
+        self.retry_after = retry_after
+
+
+class BatchFailedError(RuntimeError):
+    """Computing the batch that held this piece failed; other batches are unaffected."""
+
+
+class EngineUnavailableError(RuntimeError):
+    """No engine can compute (dead, or stuck): nothing runs until one recovers or the server restarts."""
+
+
+@dataclass(frozen=True)
+class PieceVectors:
+    """A piece's vectors [num_outputs, dim] float32, one per sequence (or per segment), in order;
+    `started` / `finished`: time.monotonic() of its first batch's launch and its last batch's end."""
+
+    vectors: np.ndarray
+    started: float
+    finished: float
+
+
+class Request(Protocol):
+    """One client request's pieces, as one unit: admitted or refused together, cancelled together."""
+
+    async def compute(self, piece: PackedBatch) -> PieceVectors:
+        """The piece's vectors. Raises QueueFullError (refused: the request is over),
+        BatchFailedError (its batch failed; a retry may succeed) or EngineUnavailableError."""
+
+    def close(self) -> None:
+        """Done with the request (answered, failed or abandoned): what of it has not run is dropped."""
+
+
+class Engines(Protocol):
+    """The server's engines: one per device, each with its own first-come-first-served queue."""
+
+    dtype: str | None
+
+    def open_request(self) -> Request: ...
+
+    def problem(self) -> str | None:
+        """Why no engine can serve now (all dead or stuck), or None."""
+
+    def describe(self) -> list[dict]:
+        """Each engine as /health lists it."""

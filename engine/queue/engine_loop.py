@@ -1,0 +1,315 @@
+"""The engine's loop: every front end's pieces through one queue (Tulip) onto one model (ROSE).
+
+One thread (the caller's) owns the queue and the device: it reads every front end's pipe
+as messages come (`connection.wait` over all of them), queues the pieces, and launches a
+batch cut from the queue whenever the device has room. Two device batches are kept in
+flight, one computing and one queued behind it; what arrives meanwhile waits in the queue
+and goes into the next batch, which is then as large as the budget allows. A second thread
+waits for each batch's vectors, writes them into the rows of the pieces they belong to and
+tells the first thread, which answers each piece once nothing of it is left to run.
+
+A batch that fails fails its pieces; one that held several pieces is run again piece by
+piece first, so that only the piece that holds the fault fails. The loop ends once the
+control pipe is closed and every front end has said goodbye or gone.
+
+In the server this runs in an engine process of its own (engine/queue/engine_process.py);
+an in-process engine (tests, programs that embed the app) runs it in a thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+
+from engine import messages
+from engine.arena import Arena
+from engine.board import EngineBoard
+from engine.memory import HeapTrimmer
+from engine.messages import Attach, Cancel, Goodbye, Piece
+from engine.queue.piece_queue import Batch, PieceQueue, QueuedPiece
+
+# Device batches launched and not yet read back: one computing and one queued behind it keep
+# the device busy; what arrives meanwhile is joined into the next batch.
+DEVICE_BATCHES_IN_FLIGHT = 2
+_RATE_WINDOW_S = 10.0
+_MEMORY_EVERY_S = 0.5  # torch.cuda.memory_allocated builds the allocator's whole statistics dict
+
+
+@dataclass(eq=False)
+class FrontEnd:
+    """One attached front end, as the engine sees it."""
+
+    index: int
+    arena: Arena
+    tasks: Connection
+    replies: Connection
+
+    def send(self, message) -> bool:
+        try:
+            self.replies.send_bytes(messages.encode(message))
+            return True
+        except OSError:  # that front end is gone
+            return False
+
+
+@dataclass(eq=False)
+class _Landed:
+    """The readback thread's word on a batch: its vectors are in the pieces' rows (error None), or not."""
+
+    batch: Batch
+    error: str | None
+    finished: float
+
+
+class EngineLoop:
+    def __init__(self, engine, control: Connection | None, board: EngineBoard, budget: tuple[int, int],
+                 max_queued_tokens: int | None = None, front_ends: tuple[Attach, ...] = ()):
+        """`budget`: a batch's most tokens and vectors. `control`: where the supervisor attaches front
+        ends (None: only `front_ends`, given now)."""
+        self.engine, self.control, self.board = engine, control, board
+        self.queue = PieceQueue(*budget, max_queued_tokens)
+        self.front_ends: dict[Connection, FrontEnd] = {}  # by task pipe
+        self._ready = messages.Ready(os.getpid(), str(engine.dtype).removeprefix("torch."), _attention_table(engine))
+        self._launched: queue.SimpleQueue = queue.SimpleQueue()
+        self._landed: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake_reader, self._wake_writer = _wake_pipe()
+        self._num_in_flight = 0
+        self._reader = threading.Thread(target=self._read_back, name="rose-readback", daemon=True)
+        for attach in front_ends:
+            self._attach(attach)
+
+    def run(self) -> None:
+        self._reader.start()
+        try:
+            while self.control is not None or self.front_ends:
+                busy = self.queue and self._num_in_flight < DEVICE_BATCHES_IN_FLIGHT
+                ready = wait([*self.front_ends, self._wake_reader, *([self.control] if self.control else [])],
+                             0 if busy else None)
+                for conn in ready:
+                    if conn is self.control:
+                        self._on_control()
+                    elif conn is self._wake_reader:
+                        self._on_landed()
+                    else:
+                        self._on_messages(self.front_ends[conn])
+                self._publish_queue()
+                while self.queue and self._num_in_flight < DEVICE_BATCHES_IN_FLIGHT:
+                    self._launch(self.queue.cut())
+                self._publish_queue()
+            while self._num_in_flight:  # the front ends are gone; let the device finish
+                wait([self._wake_reader])
+                self._on_landed()
+        finally:
+            self._launched.put(None)
+            self._reader.join(10)
+
+    # -- messages --------------------------------------------------------------------------
+
+    def _on_control(self) -> None:
+        try:
+            attach: Attach = self.control.recv()
+        except (EOFError, OSError):
+            self.control = None  # the supervisor is done: serve the front ends left, then end
+            return
+        self._attach(attach)
+
+    def _attach(self, attach: Attach) -> None:
+        front_end = FrontEnd(attach.front_end, Arena.attach(attach.arena, attach.layout), attach.tasks,
+                             attach.replies)
+        if front_end.send(self._ready):
+            self.front_ends[front_end.tasks] = front_end
+
+    def _on_messages(self, front_end: FrontEnd) -> None:
+        """Everything the front end has sent: a cancel that came behind a piece is seen before the
+        next batch is cut, and the pieces that wait together are joined."""
+        while front_end.tasks in self.front_ends:
+            try:
+                if not front_end.tasks.poll():
+                    return
+                message = messages.decode_to_engine(front_end.tasks.recv_bytes())
+            except (EOFError, OSError):
+                message = Goodbye()  # that front end is gone
+            self._on_message(front_end, message)
+
+    def _on_message(self, front_end: FrontEnd, message) -> None:
+        if isinstance(message, Piece):
+            self._on_piece(front_end, message)
+        elif isinstance(message, Cancel):
+            self._answer_settled(self.queue.cancel(front_end, message.request))
+        else:
+            del self.front_ends[front_end.tasks]
+            self._answer_settled(self.queue.forget(front_end))
+            self._close_when_answered(front_end)
+
+    def _on_piece(self, front_end: FrontEnd, message: Piece) -> None:
+        try:
+            batch = front_end.arena.read_piece(message)
+        except Exception as exc:  # a piece that cannot be read fails alone
+            front_end.send(messages.PieceDone(message.request, message.index, f"{type(exc).__name__}: {exc}", 0.0, 0.0))
+            return
+        if not self.queue.offer(QueuedPiece(front_end, message, batch)):
+            self.board.add("pieces_refused", 1)
+            front_end.send(messages.PieceRefused(message.request, message.index, self._retry_after()))
+
+    def _retry_after(self) -> int:
+        rate = self.board["tokens_per_second"]
+        return int(min(60, max(1, self.queue.queued_tokens / rate))) if rate > 0 else 1
+
+    def _answer_settled(self, pieces: list[QueuedPiece]) -> None:
+        for piece in pieces:
+            self._answer(piece)
+
+    def _answer(self, piece: QueuedPiece) -> None:
+        message = piece.message
+        if piece.is_cancelled and piece.error is None:
+            self.board.add("pieces_cancelled", 1)
+            piece.front_end.send(messages.Cancelled(message.request, message.index))
+        else:
+            piece.front_end.send(messages.PieceDone(message.request, message.index, piece.error, piece.started,
+                                                    piece.finished))
+
+    def _close_when_answered(self, front_end: FrontEnd) -> None:
+        """A front end that said goodbye: its ends close once nothing of its is on the device."""
+        self._launched.put(front_end)
+
+    # -- the device ------------------------------------------------------------------------
+
+    def _launch(self, batch: Batch) -> None:
+        started = time.monotonic()
+        if self._num_in_flight == 0:
+            self.board["busy_since"] = started
+        for piece in batch.pieces:
+            if not piece.started:
+                piece.started = started
+        self._num_in_flight += 1
+        try:
+            lazy = self.engine.execute_packed(batch.packed)
+        except Exception as exc:  # this batch fails; the engine serves on (SystemExit ends the loop)
+            self._num_in_flight -= 1
+            self._fail(batch, f"{type(exc).__name__}: {exc}")
+            return
+        self._launched.put((batch, lazy, started))
+
+    def _fail(self, batch: Batch, error: str) -> None:
+        """A batch of several pieces runs again piece by piece, so that only the faulty one fails."""
+        self.board.add("batches_failed", 1)
+        if len(batch.slices) == 1:
+            self._settle(batch, error, time.monotonic())
+            return
+        for one in batch.slices:
+            self._launch(Batch((one,), one.piece.batch if (one.lo, one.hi) == (0, one.piece.batch.num_seqs)
+                               else _slice(one)))
+
+    def _on_landed(self) -> None:
+        self._wake_reader.recv_bytes()
+        landed: _Landed = self._landed.get()
+        self._num_in_flight -= 1
+        self.board["busy_since"] = time.monotonic() if self._num_in_flight else 0.0
+        if landed.error is not None:
+            self._fail(landed.batch, landed.error)
+        else:
+            self._settle(landed.batch, None, landed.finished)
+
+    def _settle(self, batch: Batch, error: str | None, finished: float) -> None:
+        for piece in dict.fromkeys(batch.pieces):  # a piece is in a batch once, unless rerun alone
+            piece.num_landed += 1
+            piece.finished = max(piece.finished, finished)
+            if error is not None and piece.error is None:
+                piece.error = error
+            if piece.is_settled:
+                self._answer(piece)
+
+    def _publish_queue(self) -> None:
+        self.board["queued_tokens"] = self.queue.queued_tokens
+        self.board["queued_pieces"] = self.queue.num_pieces
+
+    def _read_back(self) -> None:
+        """The second thread: each batch's vectors into its pieces' rows, in launch order."""
+        trimmer = HeapTrimmer() if getattr(self.engine.device, "type", "cpu") == "cpu" else None
+        recent: collections.deque[tuple[float, int]] = collections.deque()
+        memory_read = float("-inf")
+        while (item := self._launched.get()) is not None:
+            if isinstance(item, FrontEnd):  # launched before: everything of its has landed
+                item.tasks.close()
+                item.replies.close()
+                item.arena.close()
+                continue
+            batch, lazy, started = item
+            error = None
+            try:
+                rows = lazy.wait()
+                first = 0
+                for one in batch.slices:
+                    row = one.piece.message.first_row + one.first_row
+                    one.piece.front_end.arena.rows[row : row + one.num_rows] = rows[first : first + one.num_rows]
+                    first += one.num_rows
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            finished = time.monotonic()
+            if error is None:
+                packed = batch.packed
+                self.board.record_batch(packed.num_tokens, packed.num_seqs, finished - started)
+                recent.append((finished, packed.num_tokens))
+                while recent and finished - recent[0][0] > _RATE_WINDOW_S:
+                    recent.popleft()
+                self.board["tokens_per_second"] = sum(n for _, n in recent) / _RATE_WINDOW_S
+            self._record_runner()
+            if finished - memory_read >= _MEMORY_EVERY_S:
+                memory_read = finished
+                self._record_memory()
+            self._landed.put(_Landed(batch, error, finished))
+            self._wake_writer.send_bytes(b"")
+            if trimmer is not None:
+                trimmer.maybe_trim()
+
+    def _record_runner(self) -> None:
+        runner = getattr(self.engine, "runner", self.engine)  # a test's fake engine counts for itself
+        for field, name in (("graph_replays", "num_graph_replays"), ("eager_runs", "num_eager_runs"),
+                            ("capture_failures", "num_capture_failures")):
+            self.board[field] = getattr(runner, name, 0)
+
+    def _record_memory(self) -> None:
+        device = getattr(self.engine, "device", None)
+        if getattr(device, "type", None) == "cuda":
+            import torch
+
+            self.board["device_allocated"] = torch.cuda.memory_allocated(device)
+            self.board["device_reserved"] = torch.cuda.memory_reserved(device)
+
+
+def _slice(one) -> object:
+    from engine.rose.batch import slice_packed
+
+    return slice_packed(one.piece.batch, one.lo, one.hi)
+
+
+def _wake_pipe() -> tuple[Connection, Connection]:
+    from multiprocessing import Pipe
+
+    return Pipe(duplex=False)
+
+
+def _attention_table(engine) -> list[tuple[str, str, str]]:
+    """The attention backend per class of batch, fixed at warm-up (for /metrics)."""
+    table = getattr(getattr(engine, "runner", None), "attention_table", None)
+    return [tuple(row) for row in table()] if table is not None else []
+
+
+def refuse_front_ends(control: Connection, why: str) -> None:
+    """The model failed to load: tell every front end the supervisor attaches, until it stops."""
+    while True:
+        try:
+            attach: Attach = control.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            attach.replies.send_bytes(messages.encode(messages.LoadFailed(why)))
+        except OSError:
+            pass
+        attach.tasks.close()
+        attach.replies.close()

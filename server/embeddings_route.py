@@ -1,0 +1,81 @@
+"""POST /v1/embeddings (and /embeddings): OpenAI's embeddings, through the request pipeline.
+
+The inputs are cut into parts of a few dozen; each part is tokenized (with the prompt, and
+its over-long inputs truncated, windowed or refused as `long_inputs` says) and computed as
+soon as it is ready, and its vectors are encoded as soon as they land.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+from litestar import Request, post
+from litestar.datastructures import State
+
+from compat.encoding import encode_embeddings
+from compat.inputs import normalise_input
+from compat.openai import Embedding, EmbeddingResponse, Usage
+from server.guards import check_finite, check_input_chars, decode_request
+from server.long_inputs import fit_request_texts, fit_request_token_ids, long_inputs_mode
+from server.openapi import EMBEDDINGS_ERROR_RESPONSES, EmbeddingsOperation
+from server.options import check_dimensions, check_encoding_format
+from server.prompts import apply_prompt, resolve_prompt
+from server.request_pipeline import ReadyPart, part_bounds
+from server.route_support import compute_parts, model_names_of, runtime_of, trace_of
+from server.runtime import Runtime
+from server.token_inputs import TokenInputs
+
+
+@post(["/v1/embeddings", "/embeddings"], status_code=200, summary="Create embeddings",
+      operation_class=EmbeddingsOperation, responses=EMBEDDINGS_ERROR_RESPONSES)
+async def create_embeddings(request: Request, state: State) -> EmbeddingResponse:
+    runtime = runtime_of(state)
+    # Decoded here, strictly: Litestar's own decoding would turn "8" into 8 for an int field.
+    data = decode_request(await request.body())
+    served = model_names_of(runtime).resolve(data.model)
+    spec = runtime.model.spec
+    check_encoding_format(spec, data.encoding_format)
+    check_dimensions(spec, data.dimensions)
+    token_inputs: TokenInputs = state.token_inputs
+    inputs = await token_inputs.decode_token_ids(normalise_input(data.input, runtime.config.max_request_inputs))
+    prompt = resolve_prompt(spec.prompts, spec.default_prompt_name, data.prompt_name, data.input_type)
+    mode = long_inputs_mode(runtime.config.long_inputs, data.long_inputs)
+    trace = trace_of(request)
+    trace.num_inputs = len(inputs)
+
+    def finish(vectors: np.ndarray) -> list:
+        check_finite(vectors, trace.request_id)
+        return encode_embeddings(vectors, data.encoding_format, data.dimensions, spec.normalize)
+
+    if inputs.texts is not None:
+        check_input_chars(inputs.texts, runtime.config.max_input_chars, is_chunked=mode == "chunk")
+        trace.texts = inputs.texts if runtime.config.log_inputs else None
+        parts = [partial(_texts_part, runtime, inputs.texts[lo:hi], prompt, mode, finish)
+                 for lo, hi in part_bounds(len(inputs.texts))]
+    else:
+        token_inputs.check_token_ids(inputs.token_ids, runtime.model.vocab_size)
+        parts = [partial(_token_ids_part, runtime, inputs.token_ids[lo:hi], mode, finish)
+                 for lo, hi in part_bounds(len(inputs.token_ids))]
+    outcome = await compute_parts(request, runtime, trace, parts)
+    embeddings = [e for answers in outcome.answers for e in answers]
+    return EmbeddingResponse(
+        data=[Embedding(index=i, embedding=e) for i, e in enumerate(embeddings)],
+        model=served,  # the model that computed the vectors, whichever name was asked (server/aliases.py)
+        # Every window counts: the cap, `usage` and the log see what the model reads.
+        usage=Usage(prompt_tokens=outcome.num_tokens, total_tokens=outcome.num_tokens),
+    )
+
+
+async def _texts_part(runtime: Runtime, texts: list[str], prompt: str, mode: str, finish) -> ReadyPart:
+    seqs = await runtime.tokenize(apply_prompt(prompt, texts))
+    fitted = await fit_request_texts(runtime.model.tokenizer, mode, texts, prompt, seqs)
+    return ReadyPart(fitted.seqs, lambda vectors: finish(fitted.combine(vectors, runtime.model.spec.normalize)))
+
+
+async def _token_ids_part(runtime: Runtime, token_ids: list[list[int]], mode: str, finish) -> ReadyPart:
+    fitted = fit_request_token_ids(runtime.model.tokenizer, mode, token_ids)
+    return ReadyPart(fitted.seqs, lambda vectors: finish(fitted.combine(vectors, runtime.model.spec.normalize)))
+
+
+ROUTES = [create_embeddings]

@@ -1,0 +1,56 @@
+"""An engine object served in a thread of the front end's own process (tests, programs that embed
+the app with an `Engine`), over the same arena, board and messages as an engine process, so
+that the front end cannot tell the difference.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from multiprocessing import Pipe
+
+from engine.arena import Arena, ArenaLayout
+from engine.board import EngineBoard
+from engine.messages import Attach
+from engine.queue.engine_loop import EngineLoop
+from server.engine_ends import EngineEnds
+
+
+class InProcessEngine:
+    """The engine loop (engine/queue/engine_loop.py) in a thread; `ends` is the front end's way in.
+    The loop ends once the front end says goodbye; if the thread dies instead, its pipes close and
+    the front end sees the engine go, as it would a process."""
+
+    def __init__(self, engine, budget: tuple[int, int], max_queued_tokens: int | None = None, index: int = 0):
+        """`budget`: a batch's most tokens and vectors, as the server cuts its pieces."""
+        layout = ArenaLayout.for_budget(*budget, engine.spec.embedding_dim)
+        self._arena, self._board = Arena.create(layout), EngineBoard.create()
+        task_reader, task_writer = Pipe(duplex=False)
+        reply_reader, reply_writer = Pipe(duplex=False)
+        self._engine_side = (task_reader, reply_writer)
+        self.ends = EngineEnds(index, str(getattr(engine, "device", "cpu")), self._arena.name, layout, self._board.name,
+                               task_writer, reply_reader, os.getpid())
+        attach = Attach(0, self._arena.name, layout, task_reader, reply_writer)
+        self._loop = EngineLoop(engine, None, EngineBoard.attach(self._board.name), budget, max_queued_tokens, (attach,))
+        self.thread = threading.Thread(target=self._run, name="rose-engine", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._loop.run()
+        except BaseException:  # SystemExit and the like end a plain thread: the engine is dead
+            pass
+        finally:
+            for conn in self._engine_side:
+                conn.close()
+
+    def close(self, timeout: float | None = 5.0) -> None:
+        """After the front end's goodbye: wait for the loop (not for ever: a stuck kernel never
+        returns), then free the shared memory."""
+        self.thread.join(timeout)
+        if not self.thread.is_alive():
+            self._loop.board.close()
+            self._arena.close()
+            self._board.close()

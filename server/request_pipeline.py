@@ -1,0 +1,147 @@
+"""The one request pipeline behind every route that computes vectors: parts in, answers out.
+
+A route cuts its request into parts (a few dozen texts each; a small request is one part)
+and says how to make each part ready (tokenize, fit long inputs) and how to turn its
+vectors into answers (combine windows, encode). The pipeline makes the parts ready one after
+another, off the event loop where that pays, cuts each into pieces within the engine's
+budget and hands every piece to the engines the moment it is ready: the device starts on
+the first piece while later parts are still being tokenized, and each part's answers are
+made as soon as its vectors land, while later parts compute. Answers keep the request's
+order. Whatever ends the request early (an error, the client leaving, the timeout) drops
+what of it has not run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import numpy as np
+from litestar import Request
+
+from engine.interface import Engines, PieceVectors
+from engine.rose.batch import batch_ranges, pack, slice_packed
+from server.errors import APIError
+from server.guards import request_timeout
+from server.trace import RequestTrace
+
+T = TypeVar("T")
+
+# Texts per part: small enough that the device starts on a large request's first piece within
+# a millisecond or so of tokenizing, large enough that a part's own costs stay small.
+PART_TEXTS = 64
+
+
+@dataclass
+class ReadyPart:
+    """A part made ready: its sequences (and, for late chunking, their segment ids), and how its
+    rows of vectors [num_outputs, dim] become what the route answers with."""
+
+    seqs: list[np.ndarray]
+    finish: Callable[[np.ndarray], T]
+    segments: list[np.ndarray] | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(s) for s in self.seqs)
+
+
+@dataclass
+class Outcome(Generic[T]):
+    answers: list[T]  # each part's finished answer, in order
+    num_tokens: int
+
+
+def part_bounds(num_items: int, part_size: int = PART_TEXTS) -> list[tuple[int, int]]:
+    """[lo, hi) ranges of items, in order, `part_size` each (the last may be shorter)."""
+    return [(lo, min(lo + part_size, num_items)) for lo in range(0, num_items, part_size)] or [(0, 0)]
+
+
+async def run_parts(request: Request, engines: Engines, trace: RequestTrace,
+                    parts: Sequence[Callable[[], Awaitable[ReadyPart]]], budget: tuple[int, int],
+                    max_tokens: int, tokens_error: Callable[[int], APIError], timeout: float | None) -> Outcome:
+    """Make each part ready in turn and compute it; every part's `finish` result, in order.
+
+    `budget`: (max tokens, max vectors) of one piece, the engine's batch budget. The request's
+    tokens may not pass `max_tokens`: past it, `tokens_error(count)` ends the request."""
+    job = _Job(request, engines, trace, budget)
+    try:
+        return await _with_deadline(job.run(parts, max_tokens, tokens_error), request, timeout)
+    finally:
+        job.close()
+
+
+class _Job:
+    def __init__(self, request: Request, engines: Engines, trace: RequestTrace, budget: tuple[int, int]):
+        self.request, self.trace, self.budget = request, trace, budget
+        self.ticket = engines.open_request()
+        self.tasks: list[asyncio.Task] = []
+
+    async def run(self, parts, max_tokens: int, tokens_error) -> Outcome:
+        num_tokens, tokenizing = 0, 0.0
+        for make_ready in parts:
+            started = time.perf_counter()
+            part = await make_ready()
+            tokenizing += time.perf_counter() - started
+            num_tokens += part.num_tokens
+            if num_tokens > max_tokens:
+                raise tokens_error(num_tokens)
+            self.tasks.append(asyncio.ensure_future(self._compute(part)))
+            if self.trace.submitted is None:
+                self.trace.submitted = time.monotonic()
+        self.trace.tokenization_seconds = tokenizing
+        self.trace.num_tokens = num_tokens
+        answers = await asyncio.gather(*self.tasks)
+        return Outcome(list(answers), num_tokens)
+
+    async def _compute(self, part: ReadyPart):
+        if not part.seqs:
+            return part.finish(np.zeros((0, 0), np.float32))
+        batch = pack(part.seqs, part.segments)
+        max_tokens, max_outputs = self.budget
+        ranges = batch_ranges(batch.cu_seqlens, max_tokens, max_outputs, batch.cu_segments)
+        pieces = [batch] if len(ranges) == 1 else [slice_packed(batch, lo, hi) for lo, hi in ranges]
+        results: list[PieceVectors] = await asyncio.gather(*(self.ticket.compute(piece) for piece in pieces))
+        for result in results:
+            self.trace.add_batch(result.started, result.finished)
+        vectors = results[0].vectors if len(results) == 1 else np.concatenate([r.vectors for r in results])
+        return part.finish(vectors)
+
+    def close(self) -> None:
+        for task in self.tasks:
+            if not task.done():
+                task.cancel()
+            else:  # read, so that asyncio does not log an exception nobody awaited
+                task.cancelled() or task.exception()
+        self.ticket.close()
+
+
+async def _with_deadline(work: Awaitable[T], request: Request, timeout: float | None) -> T:
+    """`work`'s result, unless the client goes away (499) or `timeout` passes (504) first."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_wait_for_disconnect(request))
+    try:
+        await asyncio.wait({task, watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        disconnected = watcher.done()
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+            try:
+                await task
+            except BaseException:  # the cancellation, or what the work raised as it ended
+                pass
+    if task.cancelled():
+        if not disconnected:
+            raise request_timeout()
+        raise APIError(499, "The client closed the request.", "invalid_request_error", None, "client_closed")
+    return task.result()
+
+
+async def _wait_for_disconnect(request: Request) -> None:
+    """Returns when the client goes away (the body is already read, so only that is left)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

@@ -1,0 +1,53 @@
+"""What every route needs: the runtime once it can serve, the model's names, the request's trace,
+and the request pipeline (server/request_pipeline.py) run with the server's limits."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+from litestar import Request
+from litestar.datastructures import State
+
+from server.aliases import ModelNames, model_names
+from server.errors import engine_unavailable, not_ready
+from server.request_pipeline import Outcome, ReadyPart, run_parts
+from server.runtime import Runtime
+from server.token_inputs import request_tokens_error
+from server.trace import SCOPE_KEY, RequestTrace
+
+
+def runtime_of(state: State) -> Runtime:
+    """The runtime, once it can serve (else the 503 that says why)."""
+    runtime: Runtime = state.runtime
+    if not runtime.is_ready:
+        raise not_ready()
+    problem = runtime.engine_problem()
+    if problem is not None:  # fail fast: the engine is dead or stuck
+        raise engine_unavailable(problem)
+    return runtime
+
+
+def model_names_of(runtime: Runtime) -> ModelNames:
+    return model_names(runtime.served_model_name, runtime.config.model_aliases, runtime.config.strict_model_names)
+
+
+def trace_of(request: Request) -> RequestTrace:
+    """The HTTP middleware's trace of this request (a fresh one where the app runs without it)."""
+    trace = request.scope.get(SCOPE_KEY)
+    return trace if trace is not None else RequestTrace("-")
+
+
+async def compute_parts(request: Request, runtime: Runtime, trace: RequestTrace,
+                        parts: Sequence[Callable[[], Awaitable[ReadyPart]]]) -> Outcome:
+    """The parts through the engines, within the request's token cap and what is left of its time."""
+    config = runtime.config
+    time_left = None
+    if config.request_timeout is not None:
+        time_left = max(0.0, config.request_timeout - (time.perf_counter() - trace.started))
+    try:
+        return await run_parts(request, runtime.engines, trace, parts,
+                               (config.engine.max_batch_tokens, config.engine.max_batch_seqs), config.max_request_tokens,
+                               lambda num_tokens: request_tokens_error(num_tokens, config.max_request_tokens), time_left)
+    finally:
+        runtime.heap_trimmer.maybe_trim()
