@@ -6,10 +6,11 @@
 #   bench/gpu_session.sh engine      # gpu_bench, then Engine.embed on text against the engine on ids (embed_pipeline)
 #   bench/gpu_session.sh paragraphs  # the load generator's many-client pattern with default flags: BERT-base,
 #                                    # the Qwen3-0.6B shape and MiniLM on paragraphs, 8 client processes x 12
-#                                    # connections, against the engine alone (bench/results/e2e-gpu-*.md)
+#                                    # connections, against the engine alone (bench/results/e2e-gpu-*.md;
+#                                    # about 4.5 minutes)
 #   bench/gpu_session.sh bulk        # the load generator's bulk pattern with default flags: 1, 2, 4 and 8 clients
 #                                    # sending 1,000- and 100-text requests back to back, MiniLM and BERT-base
-#                                    # (bench/results/bulk-gpu-*.md; about 7 minutes)
+#                                    # (bench/results/bulk-gpu-*.md; about 5 minutes)
 #   bench/gpu_session.sh kernels     # the attention's GPU tests, then each pass of a layer against its
 #                                    # hardware floor, warm and cold (bench/kernel_floors.py)
 #   bench/gpu_session.sh sweep       # the packed attention's GPU tests, then its launches swept around the
@@ -89,10 +90,12 @@ engine)
         --threads 0 --processes 4,8 --process-pieces 256 --out "$OUT/embed-pipeline-gpu-minilm.md"
     ;;
 paragraphs)
+    # Each round long enough for a steady window of ten request latencies in every round:
+    # MiniLM's rounds are short, the Qwen3 shape's requests slow (200 ms at 96 clients).
     models
     load_gen e2e-gpu-bert-base /tmp/bert-base-random --num-texts 12061 --repeat 4 --latency-queries 200
-    load_gen e2e-gpu-qwen3 /tmp/qwen3-random --num-texts 12061 --repeat 3 --latency-queries 200
-    load_gen e2e-gpu-minilm /tmp/minilm-random --num-texts 12061 --repeat 4 --latency-queries 200
+    load_gen e2e-gpu-qwen3 /tmp/qwen3-random --num-texts 12061 --repeat 8 --latency-queries 200
+    load_gen e2e-gpu-minilm /tmp/minilm-random --num-texts 12061 --repeat 16 --latency-queries 200
     ;;
 bulk)
     models minilm bert-base

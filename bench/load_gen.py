@@ -26,17 +26,23 @@ The run fails (exit 1) on any mismatch or failed request.
 
 Results in bench/results/ (the GPU ones on a lent H200 with random weights of each shape,
 bench/tiny_model.py; `bench/gpu_session.sh paragraphs|bulk|profile` runs them there):
-  cpu.md            python bench/load_gen.py --device cpu --num-texts 1000 --clients 8 --max-request-texts 32
-                        --rounds 3 --latency-queries 0
   e2e-cpu.md        python bench/load_gen.py --device cpu --num-texts 400 --rounds 9 --clients 16 --latency-queries 200
-  e2e-gpu-bert-base.md, e2e-gpu-bert-base-topology.md, e2e-gpu-minilm.md, e2e-gpu-minilm-topology.md, e2e-gpu-qwen3.md
+  e2e-gpu-bert-base.md, e2e-gpu-qwen3.md, e2e-gpu-minilm.md   (bench/gpu_session.sh paragraphs)
+                    python bench/load_gen.py --device cuda --clients 96 --procs 8 --rounds 3 --no-st
+                        --model /tmp/<shape>-random --num-texts 12061 --repeat 4 (qwen3: 8, minilm: 16)
+                        --latency-queries 200
+  bulk-gpu-minilm.md, bulk-gpu-bert-base.md   (bench/gpu_session.sh bulk)
+                    python bench/load_gen.py --pattern bulk --device cuda --model /tmp/<shape>-random
+                        --num-texts 12000 --request-texts 1000,100 --bulk-clients 1,2,4,8 --window 4 --warmup 1
+                        --rounds 2
+  e2e-gpu-bert-base-topology.md, e2e-gpu-minilm-topology.md
                     python bench/load_gen.py --device cuda --clients 64 --procs 8 --rounds 3 --no-st
-                        --model /tmp/<shape>-random --num-texts 12061 --repeat 4 (qwen3: 3) --latency-queries 200 (minilm: 0)
+                        --model /tmp/<shape>-random --num-texts 12061 --repeat 4 --latency-queries 200 (minilm: 0)
   e2e-gpu-minilm-k4.md, -k6.md, -k8.md
                     the same for MiniLM with --rounds 2 --latency-queries 0 --server-arg=--frontend-workers=K
   e2e-gpu-bert-base-docs.md, e2e-gpu-bert-base-docs-epilogue-off.md (the GELU as a pass of its own then)
                     the same for BERT-base with --num-texts 3000 --join 4 --repeat 4 --latency-queries 0
-  e2e-gpu-bert-base-profiled.md, e2e-gpu-bert-base.pyspy.txt
+  e2e-gpu-bert-base-profiled.md, e2e-gpu-bert-base.pyspy.txt   (bench/gpu_session.sh profile)
                     the same for BERT-base paragraphs with --latency-queries 0 --py-spy e2e-gpu-bert-base.pyspy.txt
 """
 
