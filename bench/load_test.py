@@ -8,6 +8,8 @@ engine in process, one text per batch (so no packing or batching is involved), t
 vectors are compared with the references of its own texts, in order. A 429 must come in
 OpenAI's envelope with an integer Retry-After in [1, 60]; the client waits that long and
 sends the same request again (counted: rejected again, or ok). Bounded: it stops sending at --deadline seconds.
+
+It writes no file under bench/results/: docs/reliability.md quotes its summary (`--json` keeps it).
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ size (summed over its processes: the engine may run in its own) as it goes. The 
 after warm-up (the first `--warmup` inputs) is the
 baseline; the run passes when no later sample exceeds it by more than `--tolerance`
 (10 %) and every request succeeded with the right number of vectors.
+
+It writes no file under bench/results/: docs/reliability.md quotes its summary (`--json` keeps it).
 """
 
 from __future__ import annotations

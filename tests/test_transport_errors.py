@@ -81,6 +81,7 @@ def test_the_many_client_worker_counts_a_lost_request_as_a_failure(rude):
     assert result.transport_errors == len(plan) == len(result.errors)
     assert all(error.startswith("transport: ") for error in result.errors)
     assert len(result.indices) == 0
+    assert 0 < result.cpu_share < 2  # the generator's own CPU, reported beside the server's figures
 
 
 def test_after_a_transport_error_the_next_request_opens_a_fresh_connection():
