@@ -37,18 +37,18 @@ def _table_rows(report: str, request_texts: int) -> list[list[str]]:
 def test_bulk_pattern_against_a_real_server_on_the_cpu(tmp_path):
     out = tmp_path / "bulk.md"
     rc = load_gen.main(["--pattern", "bulk", "--device", "cpu", "--num-texts", "60", "--request-texts", "10",
-                        "--bulk-clients", "1,2", "--window", "2", "--warmup", "0.5", "--rounds", "1",
+                        "--bulk-clients", "1,2", "--window", "3", "--warmup", "0.5", "--rounds", "1",
                         "--out", str(out)])
     report = out.read_text()
     assert rc == 0, report
     rows = _table_rows(report, 10)
-    assert [row[1] for row in rows] == ["1", "2"]
+    assert [row[1] for row in rows] == ["1", "2"], report
     for _, _, tokens_per_s, ratio, counted, p50_ms, one_request_ms, failed, cpu_share in rows:
-        assert float(tokens_per_s.replace(",", "")) > 0
-        assert float(ratio.rstrip("x")) > 0
-        assert int(counted) >= 1
-        assert float(p50_ms) > 0 and float(one_request_ms) > 0
-        assert failed == "0 (0)"
-        assert 0 <= float(cpu_share.rstrip("%")) < 100
+        assert float(tokens_per_s.replace(",", "")) > 0, report
+        assert float(ratio.rstrip("x")) > 0, report
+        assert int(counted) >= 1, report
+        assert float(p50_ms) > 0 and float(one_request_ms) > 0, report
+        assert failed == "0 (0)", report
+        assert 0 <= float(cpu_share.rstrip("%")) < 100, report
     assert "**0 mismatches**" in report and "no failed requests" in report
     assert "one per client in every measurement: yes" in report
