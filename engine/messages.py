@@ -35,8 +35,7 @@ class Attach:
 
 
 class Piece(msgspec.Struct, tag=True, array_like=True):
-    """Front end -> engine: a piece to compute, lying in the arena at `offset` (ints) and
-    `first_row` (vector rows). In the arena: input_ids [num_tokens], positions [num_tokens],
+    """Front end -> engine: a piece to compute, lying in the arena's ints at `offset`: input_ids [num_tokens], positions [num_tokens],
     cu_seqlens [num_seqs + 1], then, where the piece pools several vectors per sequence,
     segment_ids [num_tokens] and cu_segments [num_seqs + 1] (engine/rose/batch.py's PackedBatch)."""
 
@@ -46,7 +45,6 @@ class Piece(msgspec.Struct, tag=True, array_like=True):
     num_tokens: int
     num_seqs: int
     max_seqlen: int
-    first_row: int
     num_outputs: int  # vector rows it fills: its sequences, or their segments
     is_segmented: bool
     opens_request: bool  # the request's first piece here: admission is decided on it
@@ -60,6 +58,12 @@ class Cancel(msgspec.Struct, tag=True, array_like=True):
     failed or was refused): drop its pieces that have not run."""
 
     request: int
+
+
+class Release(msgspec.Struct, tag=True, array_like=True):
+    """Front end -> engine: the vector rows of these answered pieces are read; (first row, rows) each."""
+
+    rows: list[tuple[int, int]]
 
 
 class Goodbye(msgspec.Struct, tag=True, array_like=True):
@@ -81,13 +85,15 @@ class LoadFailed(msgspec.Struct, tag=True, array_like=True):
 
 
 class PieceDone(msgspec.Struct, tag=True, array_like=True):
-    """Engine -> front end: the piece's vectors are in its rows (error None), or it failed.
-    `started` / `finished`: time.monotonic() of its first batch's launch and its last batch's
-    vectors on the host (0.0 where nothing ran)."""
+    """Engine -> front end: the piece's vectors are in the arena's rows from `first_row` (error
+    None: the front end releases them once read), or it failed. `started` / `finished`:
+    time.monotonic() of its first batch's launch and its last batch's vectors on the host
+    (0.0 where nothing ran)."""
 
     request: int
     index: int
     error: str | None
+    first_row: int
     started: float
     finished: float
 
@@ -107,7 +113,7 @@ class Cancelled(msgspec.Struct, tag=True, array_like=True):
     index: int
 
 
-ToEngine = Piece | Cancel | Goodbye
+ToEngine = Piece | Cancel | Release | Goodbye
 ToFrontEnd = Ready | LoadFailed | PieceDone | PieceRefused | Cancelled
 
 _encoder = msgspec.msgpack.Encoder()

@@ -1,10 +1,11 @@
 """EngineLink: a front end's connection to one engine, through an arena and two pipes.
 
 The supervisor makes the arena and the pipes (server/engine_host.py) and hands the front
-end its ends (`EngineEnds`). A piece is written into the arena (space taken by this front
-end's allocator, waited for when the arena is full), announced by a Piece message, and
-answered once: its vectors are in its rows (PieceDone), it was refused (the queue is full)
-or dropped (the request was cancelled). Only then is its space given back. Replies are read
+end its ends (`EngineEnds`). A piece is written into the arena's ints (space taken by this
+front end's allocator, waited for when the arena is full), announced by a Piece message, and
+answered once: its vectors are in the rows the engine gave it (PieceDone: they are copied
+out and the rows given back with a Release message), it was refused (the queue is full) or
+dropped (the request was cancelled). Only then are its ints given back. Replies are read
 on the event loop (`add_reader`, no thread). The engine's exit, for whatever reason, shows
 as the reply pipe's end of file: what this front end had on it fails, and it leaves the
 rotation for good.
@@ -45,7 +46,6 @@ class _Pending:
     future: asyncio.Future
     offset: int
     num_ints: int
-    first_row: int
     num_rows: int
     num_tokens: int
 
@@ -64,7 +64,7 @@ class EngineLink:
         self.arena = Arena.attach(ends.arena, ends.layout)
         self.board = EngineBoard.attach(ends.board)
         self._tasks, self._replies = ends.tasks, ends.replies
-        self._ints, self._rows = Allocator(ends.layout.num_ints), Allocator(ends.layout.num_rows)
+        self._ints = Allocator(ends.layout.num_ints)
         self._pending: dict[tuple[int, int], _Pending] = {}
         self._refused: set[int] = set()  # requests the engine refused: a Cancel clears its note of them
         self._space: asyncio.Condition | None = None
@@ -108,19 +108,23 @@ class EngineLink:
     def has_pending(self, request: int) -> bool:
         return request in self._refused or any(key[0] == request for key in self._pending)
 
-    async def compute(self, request: int, index: int, opens_request: bool, batch: PackedBatch) -> PieceVectors:
+    async def compute(self, request: int, index: int, opens_request: bool, batch: PackedBatch,
+                      refuse_when_full: bool = False) -> PieceVectors:
+        """`refuse_when_full`: a request's opening piece that finds the arena full is refused
+        (QueueFullError) rather than waiting: this front end's backlog is past what the queue may hold."""
         if self.out_reason is not None:
             raise EngineLostError(self.out_reason)
         is_segmented = batch.cu_segments is not None
         num_ints = messages.ints_for(batch.num_tokens, batch.num_seqs, is_segmented)
-        offset, first_row = await self._take(num_ints, batch.num_outputs)
+        if opens_request and refuse_when_full and not self._fits(num_ints):
+            raise QueueFullError(self.retry_after())
+        offset = await self._take(num_ints)
         self.arena.write_piece(offset, batch)
         future = self._loop.create_future()
-        self._pending[(request, index)] = _Pending(future, offset, num_ints, first_row, batch.num_outputs,
-                                                   batch.num_tokens)
+        self._pending[(request, index)] = _Pending(future, offset, num_ints, batch.num_outputs, batch.num_tokens)
         self.tokens_outstanding += batch.num_tokens
         message = messages.Piece(request, index, offset, batch.num_tokens, batch.num_seqs, batch.max_seqlen,
-                                 first_row, batch.num_outputs, is_segmented, opens_request)
+                                 batch.num_outputs, is_segmented, opens_request)
         try:
             self._tasks.send_bytes(messages.encode(message))
         except OSError:  # a broken pipe: the engine is gone
@@ -128,18 +132,27 @@ class EngineLink:
         self.num_pieces += 1
         return await future
 
-    async def _take(self, num_ints: int, num_rows: int) -> tuple[int, int]:
-        """Arena space for a piece, waiting while earlier pieces hold it."""
+    def retry_after(self) -> int:
+        """Seconds until the engine has worked through its queue and this front end's backlog, 1 to 60."""
+        rate = self.board["tokens_per_second"]
+        return int(min(60, max(1, self.load() / rate))) if rate > 0 else 1
+
+    def _fits(self, num_ints: int) -> bool:
+        offset = self._ints.take(num_ints)
+        if offset is None:
+            return False
+        self._ints.give_back(offset, num_ints)
+        return True
+
+    async def _take(self, num_ints: int) -> int:
+        """Arena ints for a piece, waiting while earlier pieces hold them."""
         async with self._space:
             while True:
                 if self.out_reason is not None:
                     raise EngineLostError(self.out_reason)
                 offset = self._ints.take(num_ints)
                 if offset is not None:
-                    first_row = self._rows.take(num_rows)
-                    if first_row is not None:
-                        return offset, first_row
-                    self._ints.give_back(offset, num_ints)
+                    return offset
                 await self._space.wait()
 
     def cancel(self, request: int) -> None:
@@ -155,25 +168,30 @@ class EngineLink:
                 self._lost(self._exit_reason())
 
     def _read_replies(self) -> None:
+        read: list[tuple[int, int]] = []  # rows copied out, given back in one message
         try:
             while self._replies.poll():
-                self._on_reply(messages.decode_to_front_end(self._replies.recv_bytes()))
+                self._on_reply(messages.decode_to_front_end(self._replies.recv_bytes()), read)
         except (EOFError, OSError):
             self._lost(self._exit_reason())
+        if read:
+            self._send(messages.Release(read))
 
-    def _on_reply(self, reply) -> None:
+    def _on_reply(self, reply, read: list[tuple[int, int]]) -> None:
         pending = self._pending.pop((reply.request, reply.index), None)
         if pending is None:
             self.retire(f"it answered a piece it was not given ({reply.request}, {reply.index})")
             return
         future = pending.future
-        if not future.done():
+        if isinstance(reply, messages.PieceDone) and reply.error is None:
+            # Copied out, so that the rows can be given back at once (the request may be gone).
+            vectors = self.arena.rows[reply.first_row : reply.first_row + pending.num_rows].copy()
+            read.append((reply.first_row, pending.num_rows))
+            if not future.done():
+                future.set_result(PieceVectors(vectors, reply.started, reply.finished))
+        elif not future.done():
             if isinstance(reply, messages.PieceDone):
-                if reply.error is None:  # copied out: the rows are the next piece's once given back
-                    vectors = self.arena.rows[pending.first_row : pending.first_row + pending.num_rows].copy()
-                    future.set_result(PieceVectors(vectors, reply.started, reply.finished))
-                else:
-                    future.set_exception(PieceFailedError(f"engine {self.index} on {self.device}: {reply.error}"))
+                future.set_exception(PieceFailedError(f"engine {self.index} on {self.device}: {reply.error}"))
             elif isinstance(reply, messages.PieceRefused):
                 self._refused.add(reply.request)
                 future.set_exception(QueueFullError(reply.retry_after))
@@ -183,7 +201,6 @@ class EngineLink:
 
     def _give_back(self, pending: _Pending) -> None:
         self._ints.give_back(pending.offset, pending.num_ints)
-        self._rows.give_back(pending.first_row, pending.num_rows)
         self.tokens_outstanding -= pending.num_tokens
         self._loop.create_task(self._notify_space())
 
@@ -261,5 +278,6 @@ class EngineLink:
             state["reason"] = self.out_reason
         board = self.board_snapshot()
         state.update(batches=int(board.get("batches", 0)), tokens=int(board.get("tokens", 0)),
-                     queued_tokens=int(board.get("queued_tokens", 0)), pieces_sent=self.num_pieces)
+                     queued_tokens=int(board.get("queued_tokens", 0)), is_busy=bool(board.get("busy_since", 0)),
+                     pieces_sent=self.num_pieces)
         return state

@@ -30,12 +30,15 @@ class EngineLinks:
     is warm, `attach` (on the loop) starts serving."""
 
     def __init__(self, ends: list[EngineEnds], processes: list[multiprocessing.process.BaseProcess] | None = None,
-                 stall_timeout: float = 120.0, in_process: bool = False):
+                 stall_timeout: float = 120.0, in_process: bool = False, max_queued_tokens: int | None = None):
+        """`max_queued_tokens`: where the queue is bounded, a new request that finds this front end's
+        arena full is refused at once, as the engine refuses one that finds its queue full."""
         if not ends:
             raise ValueError("a front end needs at least one engine")
         self.links = [EngineLink(e, p, can_retire=not in_process)
                       for e, p in zip(ends, processes or [None] * len(ends))]
         self.stall_timeout = stall_timeout
+        self.is_bounded = max_queued_tokens is not None
         self.dtype: str | None = None
         self.fatal_error: str | None = None  # set once no engine is left
         self._numbers = itertools.count()
@@ -154,7 +157,7 @@ class _Request:
         index = self._num_pieces
         self._num_pieces += 1
         try:
-            return await link.compute(self.number, index, opens, piece)
+            return await link.compute(self.number, index, opens, piece, refuse_when_full=engines.is_bounded)
         except EngineLostError as exc:
             if engines.fatal_error is not None:
                 raise EngineUnavailableError(engines.fatal_error) from None

@@ -48,7 +48,8 @@ def run_front_end(config: ServerConfig, sock: socket.socket, ends: list[EngineEn
 
     engine = config.engine
     model = ModelView(load_spec(engine.model, engine.max_seq_len, engine.model_overrides, engine.revision))
-    engines = EngineLinks(ends, processes, stall_timeout=config.engine_stall_timeout)
+    engines = EngineLinks(ends, processes, stall_timeout=config.engine_stall_timeout,
+                          max_queued_tokens=config.max_queued_tokens)
     try:
         app = create_app(config, engines=engines, model=model)
     except TiktokenUnavailableError as exc:

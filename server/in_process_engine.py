@@ -23,7 +23,7 @@ class InProcessEngine:
 
     def __init__(self, engine, budget: tuple[int, int], max_queued_tokens: int | None = None, index: int = 0):
         """`budget`: a batch's most tokens and vectors, as the server cuts its pieces."""
-        layout = ArenaLayout.for_budget(*budget, engine.spec.embedding_dim)
+        layout = ArenaLayout.for_budget(*budget, engine.spec.embedding_dim, max_queued_tokens)
         self._arena, self._board = Arena.create(layout), EngineBoard.create()
         task_reader, task_writer = Pipe(duplex=False)
         reply_reader, reply_writer = Pipe(duplex=False)

@@ -151,7 +151,9 @@ class _EngineCollector:
         yield _counter("rose_pieces_cancelled", "Pieces dropped unrun because their request ended (client gone, "
                        "timeout, another piece failed)", total("pieces_cancelled"))
         yield _counter("rose_pieces_refused", "Pieces refused because the queue was full (429)", total("pieces_refused"))
-        yield _counter("rose_batches_failed", "Batches whose computation raised", total("batches_failed"))
+        yield _counter("rose_batches_failed", "Pieces' batches whose computation raised (a batch of several "
+                       "pieces that raises runs again piece by piece: only those that fail alone count)",
+                       total("batches_failed"))
         # Warm-up runs count too.
         yield _counter("rose_graph_replays", "Batches run by replaying a captured CUDA graph", total("graph_replays"))
         yield _counter("rose_eager_runs", "Batches run eagerly (no CUDA graph; every batch on CPU)", total("eager_runs"))

@@ -96,7 +96,8 @@ class Runtime:
         budget = (self.config.engine.max_batch_tokens, self.config.engine.max_batch_seqs)
         self._in_process = InProcessEngine(self._engine, budget, self.config.max_queued_tokens)
         self._in_process.start()
-        return EngineLinks([self._in_process.ends], stall_timeout=self.config.engine_stall_timeout, in_process=True)
+        return EngineLinks([self._in_process.ends], stall_timeout=self.config.engine_stall_timeout, in_process=True,
+                           max_queued_tokens=self.config.max_queued_tokens)
 
     async def stop(self) -> None:
         self.is_ready = False

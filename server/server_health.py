@@ -55,6 +55,6 @@ def _engines(views: list[list[dict]]) -> list[dict]:
         if out:
             entry["reason"] = out[0].get("reason")
         entry.update(batches=latest["batches"], tokens=latest["tokens"], queued_tokens=latest["queued_tokens"],
-                     pieces_sent=sum(e["pieces_sent"] for e in views_of_it))
+                     is_busy=latest.get("is_busy", False), pieces_sent=sum(e["pieces_sent"] for e in views_of_it))
         engines.append(entry)
     return engines

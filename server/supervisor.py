@@ -55,7 +55,8 @@ def run_supervisor(config: ServerConfig, spec: ModelSpec, sockets: list[socket.s
     signal stops the server, then end by SIGTERM (KeyboardInterrupt after SIGINT); exits 1 if
     the front ends could not be kept up."""
     plugin = load_engine_plugin(config.engine_plugin) if config.engine_plugin else None
-    layout = ArenaLayout.for_budget(config.engine.max_batch_tokens, config.engine.max_batch_seqs, spec.embedding_dim)
+    layout = ArenaLayout.for_budget(config.engine.max_batch_tokens, config.engine.max_batch_seqs, spec.embedding_dim,
+                                    config.max_queued_tokens)
     logger.info("starting %d engine process(es) (%s) and %d front end(s) on port %d", len(config.devices),
                 ", ".join(config.devices), config.frontend_workers, config.port)
     hosts: list[EngineHost] = []

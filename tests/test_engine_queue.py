@@ -166,7 +166,9 @@ def test_a_stuck_engine_in_process_fails_what_waits_on_it_and_recovers():
     async def main():
         async with engines(fake, budget=(8, 1), stall_timeout=0.3) as links:
             started = time.monotonic()
-            (stuck,), (behind,) = await asyncio.gather(request(links, [seq(STUCK)]), request(links, [seq(5)]))
+            stuck_task = asyncio.ensure_future(request(links, [seq(STUCK)]))
+            await asyncio.sleep(0.1)  # on the device: the next piece waits behind it
+            (behind,), (stuck,) = await request(links, [seq(5)]), await stuck_task
             waited, problem = time.monotonic() - started, links.problem()
             fake.release.set()  # the kernel comes back: the engine serves again
             while links.problem() is not None:

@@ -32,7 +32,7 @@ def slow():
 
 def _wait_idle(url: str) -> None:
     deadline = time.monotonic() + 30
-    while metric(url, "rose_queue_inputs") > 0 and time.monotonic() < deadline:
+    while metric(url, "rose_queue_pieces") > 0 and time.monotonic() < deadline:
         time.sleep(0.2)
     time.sleep(1.2)  # the batches in flight finish
 
@@ -40,7 +40,7 @@ def _wait_idle(url: str) -> None:
 def test_a_disconnected_clients_queued_inputs_are_not_computed(slow):
     _wait_idle(slow.url)
     computed = metric(slow.url, "rose_sequences_total")
-    cancelled = metric(slow.url, "rose_inputs_cancelled_total")
+    cancelled = metric(slow.url, "rose_pieces_cancelled_total")
     first = {}
     # 6 inputs = 3 batches of 0.5 s each, ahead of the client that gives up: still queued when
     # it gives up, and done well inside the 3 s request timeout on a busy 2-core runner.
@@ -53,7 +53,7 @@ def test_a_disconnected_clients_queued_inputs_are_not_computed(slow):
     assert first["r"].status_code == 200
     _wait_idle(slow.url)
     assert metric(slow.url, "rose_sequences_total") - computed == 6
-    assert metric(slow.url, "rose_inputs_cancelled_total") - cancelled == 6
+    assert metric(slow.url, "rose_pieces_cancelled_total") - cancelled == 3  # its pieces of 2 inputs each
 
 
 def test_request_timeout_gives_504_in_the_envelope_and_frees_the_queue(slow):
@@ -65,7 +65,7 @@ def test_request_timeout_gives_504_in_the_envelope_and_frees_the_queue(slow):
     assert error["type"] == "server_error"
     assert 3.0 <= elapsed < 6.0
     _wait_idle(slow.url)
-    assert metric(slow.url, "rose_queue_inputs") == 0
+    assert metric(slow.url, "rose_queue_pieces") == 0
     assert embed(slow.url, {"input": "after", "model": MODEL}).status_code == 200
 
 

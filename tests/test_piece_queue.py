@@ -16,7 +16,7 @@ def piece(front_end: str, request: int, lengths: list[int], index: int = 0, open
     """A piece whose sequences start with ids 100 * request + its number, `lengths` tokens each."""
     seqs = [np.full(n, 100 * request + i, np.int32) for i, n in enumerate(lengths)]
     batch = pack(seqs, segments)
-    message = Piece(request, index, 0, batch.num_tokens, batch.num_seqs, batch.max_seqlen, 0, batch.num_outputs,
+    message = Piece(request, index, 0, batch.num_tokens, batch.num_seqs, batch.max_seqlen, batch.num_outputs,
                     segments is not None, opens)
     return QueuedPiece(front_end, message, batch)
 
@@ -104,6 +104,24 @@ def test_a_front_end_that_is_gone_is_forgotten():
     assert len(queue.forget("a")) == 1 and queue.num_pieces == 1 and queue.queued_tokens == 1
 
 
+def test_a_piece_whose_rows_are_not_free_waits_at_the_head_and_the_batch_goes_without_it():
+    free = {"a": 2}
+
+    def take_rows(p):
+        if free[p.front_end] < p.batch.num_outputs:
+            return None
+        free[p.front_end] -= p.batch.num_outputs
+        return 0
+
+    queue = PieceQueue(max_batch_tokens=100, max_batch_seqs=8, take_rows=take_rows)
+    queue.offer(piece("a", 1, [3, 3]))
+    queue.offer(piece("a", 2, [3]))
+    assert firsts(queue.cut()) == [100, 101]
+    assert queue.cut() is None and queue.num_pieces == 1  # its front end has not read the first piece's rows
+    free["a"] = 2
+    assert firsts(queue.cut()) == [200]
+
+
 def test_the_allocator_takes_first_fit_and_joins_what_is_given_back():
     alloc = Allocator(10)
     a, b, c = alloc.take(4), alloc.take(4), alloc.take(2)
@@ -122,7 +140,7 @@ def test_a_piece_written_to_the_arena_reads_back_as_the_same_batch():
     try:
         segments = [np.array([0, 1, 1], np.int32), np.array([-1, 0, 0, 0], np.int32)]
         batch = pack([np.arange(3, dtype=np.int32), np.arange(10, 14, dtype=np.int32)], segments)
-        message = Piece(7, 2, 5, batch.num_tokens, batch.num_seqs, batch.max_seqlen, 0, batch.num_outputs, True, True)
+        message = Piece(7, 2, 5, batch.num_tokens, batch.num_seqs, batch.max_seqlen, batch.num_outputs, True, True)
         arena.write_piece(message.offset, batch)
         back = arena.read_piece(decode_to_engine(encode(message)))
         for name in ("input_ids", "positions", "cu_seqlens", "segment_ids", "cu_segments"):

@@ -89,7 +89,7 @@ def test_killed_and_failing_engines_fail_only_their_batches_and_the_rest_serve_o
         with ThreadPoolExecutor(3) as pool:
             streams = [pool.submit(_stream, proc.url, time.monotonic() + 4, results) for _ in range(3)]
             deadline = time.monotonic() + 20
-            while not _health(proc.url).json()["engines"][1]["batches_in_flight"]:
+            while not _health(proc.url).json()["engines"][1]["is_busy"]:
                 assert time.monotonic() < deadline, "engine 1 never got a batch"
                 time.sleep(0.02)
             victim = _health(proc.url).json()["engines"][1]["pid"]

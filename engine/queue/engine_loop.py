@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
 from engine import messages
-from engine.arena import Arena
+from engine.arena import Allocator, Arena
 from engine.board import EngineBoard
 from engine.memory import HeapTrimmer
-from engine.messages import Attach, Cancel, Goodbye, Piece
+from engine.messages import Attach, Cancel, Goodbye, Piece, Release
 from engine.queue.piece_queue import Batch, PieceQueue, QueuedPiece
 
 # Device batches launched and not yet read back: one computing and one queued behind it keep
@@ -48,6 +48,7 @@ class FrontEnd:
     arena: Arena
     tasks: Connection
     replies: Connection
+    rows: Allocator  # the arena's vector rows: this engine hands them out, the front end gives them back
 
     def send(self, message) -> bool:
         try:
@@ -72,7 +73,8 @@ class EngineLoop:
         """`budget`: a batch's most tokens and vectors. `control`: where the supervisor attaches front
         ends (None: only `front_ends`, given now)."""
         self.engine, self.control, self.board = engine, control, board
-        self.queue = PieceQueue(*budget, max_queued_tokens)
+        self.queue = PieceQueue(*budget, max_queued_tokens, take_rows=_take_rows)
+        self._is_blocked = False  # the queue's head waits for rows its front end has not given back
         self.front_ends: dict[Connection, FrontEnd] = {}  # by task pipe
         self._ready = messages.Ready(os.getpid(), str(engine.dtype).removeprefix("torch."), _attention_table(engine))
         self._launched: queue.SimpleQueue = queue.SimpleQueue()
@@ -87,7 +89,7 @@ class EngineLoop:
         self._reader.start()
         try:
             while self.control is not None or self.front_ends:
-                busy = self.queue and self._num_in_flight < DEVICE_BATCHES_IN_FLIGHT
+                busy = self.queue and self._num_in_flight < DEVICE_BATCHES_IN_FLIGHT and not self._is_blocked
                 ready = wait([*self.front_ends, self._wake_reader, *([self.control] if self.control else [])],
                              0 if busy else None)
                 for conn in ready:
@@ -98,8 +100,12 @@ class EngineLoop:
                     else:
                         self._on_messages(self.front_ends[conn])
                 self._publish_queue()
-                while self.queue and self._num_in_flight < DEVICE_BATCHES_IN_FLIGHT:
-                    self._launch(self.queue.cut())
+                while self.queue and self._num_in_flight < DEVICE_BATCHES_IN_FLIGHT and not self._is_blocked:
+                    batch = self.queue.cut()
+                    if batch is None:
+                        self._is_blocked = True  # until a front end gives rows back
+                    else:
+                        self._launch(batch)
                 self._publish_queue()
             while self._num_in_flight:  # the front ends are gone; let the device finish
                 wait([self._wake_reader])
@@ -120,7 +126,7 @@ class EngineLoop:
 
     def _attach(self, attach: Attach) -> None:
         front_end = FrontEnd(attach.front_end, Arena.attach(attach.arena, attach.layout), attach.tasks,
-                             attach.replies)
+                             attach.replies, Allocator(attach.layout.num_rows))
         if front_end.send(self._ready):
             self.front_ends[front_end.tasks] = front_end
 
@@ -137,7 +143,11 @@ class EngineLoop:
             self._on_message(front_end, message)
 
     def _on_message(self, front_end: FrontEnd, message) -> None:
-        if isinstance(message, Piece):
+        self._is_blocked = False
+        if isinstance(message, Release):
+            for first_row, num_rows in message.rows:
+                front_end.rows.give_back(first_row, num_rows)
+        elif isinstance(message, Piece):
             self._on_piece(front_end, message)
         elif isinstance(message, Cancel):
             self._answer_settled(self.queue.cancel(front_end, message.request))
@@ -150,7 +160,8 @@ class EngineLoop:
         try:
             batch = front_end.arena.read_piece(message)
         except Exception as exc:  # a piece that cannot be read fails alone
-            front_end.send(messages.PieceDone(message.request, message.index, f"{type(exc).__name__}: {exc}", 0.0, 0.0))
+            front_end.send(messages.PieceDone(message.request, message.index, f"{type(exc).__name__}: {exc}", -1, 0.0,
+                                              0.0))
             return
         if not self.queue.offer(QueuedPiece(front_end, message, batch)):
             self.board.add("pieces_refused", 1)
@@ -165,13 +176,18 @@ class EngineLoop:
             self._answer(piece)
 
     def _answer(self, piece: QueuedPiece) -> None:
-        message = piece.message
+        message, front_end = piece.message, piece.front_end
+        is_read = not piece.is_cancelled and piece.error is None  # the front end reads its rows, then gives them back
+        if not is_read and piece.first_row is not None:
+            front_end.rows.give_back(piece.first_row, message.num_outputs)
+            self._is_blocked = False
         if piece.is_cancelled and piece.error is None:
             self.board.add("pieces_cancelled", 1)
-            piece.front_end.send(messages.Cancelled(message.request, message.index))
+            front_end.send(messages.Cancelled(message.request, message.index))
         else:
-            piece.front_end.send(messages.PieceDone(message.request, message.index, piece.error, piece.started,
-                                                    piece.finished))
+            first_row = piece.first_row if is_read else -1
+            front_end.send(messages.PieceDone(message.request, message.index, piece.error, first_row, piece.started,
+                                              piece.finished))
 
     def _close_when_answered(self, front_end: FrontEnd) -> None:
         """A front end that said goodbye: its ends close once nothing of its is on the device."""
@@ -196,9 +212,10 @@ class EngineLoop:
         self._launched.put((batch, lazy, started))
 
     def _fail(self, batch: Batch, error: str) -> None:
-        """A batch of several pieces runs again piece by piece, so that only the faulty one fails."""
-        self.board.add("batches_failed", 1)
+        """A batch of several pieces runs again piece by piece, so that only the faulty one fails
+        (and only a batch that fails alone counts as failed)."""
         if len(batch.slices) == 1:
+            self.board.add("batches_failed", 1)
             self._settle(batch, error, time.monotonic())
             return
         for one in batch.slices:
@@ -245,7 +262,7 @@ class EngineLoop:
                 rows = lazy.wait()
                 first = 0
                 for one in batch.slices:
-                    row = one.piece.message.first_row + one.first_row
+                    row = one.piece.first_row + one.first_row
                     one.piece.front_end.arena.rows[row : row + one.num_rows] = rows[first : first + one.num_rows]
                     first += one.num_rows
             except Exception as exc:
@@ -280,6 +297,10 @@ class EngineLoop:
 
             self.board["device_allocated"] = torch.cuda.memory_allocated(device)
             self.board["device_reserved"] = torch.cuda.memory_reserved(device)
+
+
+def _take_rows(piece: QueuedPiece) -> int | None:
+    return piece.front_end.rows.take(piece.batch.num_outputs)
 
 
 def _slice(one) -> object:

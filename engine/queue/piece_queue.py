@@ -8,12 +8,16 @@ queue in view: when it holds more than `max_queued_tokens`, a request's opening 
 refused at once (the front end answers 429 with Retry-After), and so is every later piece
 of that request; the pieces of a request already admitted are never refused.
 
+A piece's vector rows are taken (`take_rows`) when its first batch is cut: a piece whose
+rows are not free yet waits at the head, and the batch goes without it.
+
 Pure bookkeeping: no pipes, no device. engine/queue/engine_loop.py drives it.
 """
 
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +34,7 @@ class QueuedPiece:
     message: Piece
     batch: PackedBatch
     next_seq: int = 0  # its first sequence not yet in a batch
+    first_row: int | None = None  # where its vectors go in its front end's rows, once taken
     num_batches: int = 0  # batches that took some of it
     num_landed: int = 0  # ... of which have finished (landed or failed)
     error: str | None = None
@@ -73,9 +78,13 @@ class Batch:
 
 
 class PieceQueue:
-    def __init__(self, max_batch_tokens: int, max_batch_seqs: int, max_queued_tokens: int | None = None):
+    def __init__(self, max_batch_tokens: int, max_batch_seqs: int, max_queued_tokens: int | None = None,
+                 take_rows: Callable[[QueuedPiece], int | None] = lambda piece: 0):
+        """`take_rows(piece)`: the first of the piece's vector rows, now taken, or None while
+        they are not free."""
         self.max_batch_tokens, self.max_batch_seqs = max_batch_tokens, max_batch_seqs
         self.max_queued_tokens = max_queued_tokens
+        self.take_rows = take_rows
         self._pieces: collections.deque[QueuedPiece] = collections.deque()
         self._queued_tokens = 0
         self._refused: set[tuple[object, int]] = set()  # requests whose opening piece was refused
@@ -144,6 +153,10 @@ class PieceQueue:
                 if slices:
                     break
                 hi = lo + 1  # one sequence always fits an empty batch: the front end cut it so
+            if piece.first_row is None:
+                piece.first_row = self.take_rows(piece)
+                if piece.first_row is None:  # its front end has not read earlier vectors yet
+                    break
             first_row, num_rows = _rows(batch, lo, hi)
             slices.append(Slice(piece, lo, hi, first_row, num_rows))
             num_tokens = int(batch.cu_seqlens[hi] - batch.cu_seqlens[lo])
