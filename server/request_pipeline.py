@@ -92,6 +92,9 @@ class _Job:
             self.tasks.append(asyncio.ensure_future(self._compute(part)))
             if self.trace.submitted is None:
                 self.trace.submitted = time.monotonic()
+            # A part tokenized in place never suspends: without a turn of the loop here its pieces
+            # would reach the engines only once the whole request is tokenized.
+            await asyncio.sleep(0)
         self.trace.tokenization_seconds = tokenizing
         self.trace.num_tokens = num_tokens
         answers = await asyncio.gather(*self.tasks)
