@@ -14,6 +14,7 @@ rotation for good.
 from __future__ import annotations
 
 import asyncio
+import collections
 import multiprocessing
 import os
 import signal
@@ -67,7 +68,8 @@ class EngineLink:
         self._ints = Allocator(ends.layout.num_ints)
         self._pending: dict[tuple[int, int], _Pending] = {}
         self._refused: set[int] = set()  # requests the engine refused: a Cancel clears its note of them
-        self._space: asyncio.Condition | None = None
+        # Pieces waiting for arena ints, first come first served: (ints, future of the offset).
+        self._waiting: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_lost: Callable[[EngineLink], None] | None = None
         self.out_reason: str | None = None  # set once the engine is out of rotation, for good
@@ -98,7 +100,6 @@ class EngineLink:
     def attach(self, loop: asyncio.AbstractEventLoop, on_lost: Callable[[EngineLink], None]) -> None:
         """Start reading replies on `loop`; `on_lost` runs there if the engine goes out."""
         self._loop, self._on_lost = loop, on_lost
-        self._space = asyncio.Condition()
         loop.add_reader(self._replies.fileno(), self._read_replies)
 
     def load(self) -> float:
@@ -145,15 +146,33 @@ class EngineLink:
         return True
 
     async def _take(self, num_ints: int) -> int:
-        """Arena ints for a piece, waiting while earlier pieces hold them."""
-        async with self._space:
-            while True:
-                if self.out_reason is not None:
-                    raise EngineLostError(self.out_reason)
-                offset = self._ints.take(num_ints)
-                if offset is not None:
-                    return offset
-                await self._space.wait()
+        """Arena ints for a piece, waiting in turn while earlier pieces hold them."""
+        if not self._waiting:
+            offset = self._ints.take(num_ints)
+            if offset is not None:
+                return offset
+        future = self._loop.create_future()
+        self._waiting.append((num_ints, future))
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled() and future.exception() is None:
+                self._ints.give_back(future.result(), num_ints)  # given to a piece that no longer wants it
+                self._wake_waiters()
+            raise
+
+    def _wake_waiters(self) -> None:
+        """Hand freed ints to the waiting pieces, in turn, while the next one fits."""
+        while self._waiting:
+            num_ints, future = self._waiting[0]
+            if future.done():  # its request went away
+                self._waiting.popleft()
+                continue
+            offset = self._ints.take(num_ints)
+            if offset is None:
+                return
+            self._waiting.popleft()
+            future.set_result(offset)
 
     def cancel(self, request: int) -> None:
         """The request is over: the engine drops what of it has not run (its answers free the space)."""
@@ -202,11 +221,7 @@ class EngineLink:
     def _give_back(self, pending: _Pending) -> None:
         self._ints.give_back(pending.offset, pending.num_ints)
         self.tokens_outstanding -= pending.num_tokens
-        self._loop.create_task(self._notify_space())
-
-    async def _notify_space(self) -> None:
-        async with self._space:
-            self._space.notify_all()
+        self._wake_waiters()
 
     def _exit_reason(self) -> str:
         """Why the engine is gone, as /health and the errors say it."""
@@ -229,8 +244,10 @@ class EngineLink:
             self.out_reason = reason
         self.fail_pending(EngineLostError(f"engine {self.index} on {self.device}: {reason}"))
         self._pending.clear()
-        if self._space is not None and self._loop is not None and not self._loop.is_closed():
-            self._loop.create_task(self._notify_space())  # waiters for space see the engine is gone
+        waiting, self._waiting = self._waiting, collections.deque()
+        for _, future in waiting:  # pieces waiting for space: the engine is gone
+            if not future.done():
+                future.set_exception(EngineLostError(f"engine {self.index} on {self.device}: {reason}"))
         if first and self._on_lost is not None and reason != "stopped":
             self._on_lost(self)
 
