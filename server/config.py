@@ -16,6 +16,9 @@ class ServerConfig:
     max_request_inputs: int = 2048
     max_queued_tokens: int | None = None  # None: unbounded queue
     tokenizer_workers: int = 2
+    # Tokenizer processes per front end for large requests' parts, where the tokenizer encodes in
+    # Python (server/tokenizer_processes.py); 0: none. server/topology.py picks the default.
+    tokenizer_processes: int = 0
     # The engines' devices, one engine process each (server/topology.py resolves the default:
     # every visible GPU, else the CPU), and the front ends that feed them all: with one, it runs
     # in the supervisor's process (server/supervisor.py); `worker_index` is each one's index.

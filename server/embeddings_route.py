@@ -51,8 +51,9 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
     if inputs.texts is not None:
         check_input_chars(inputs.texts, runtime.config.max_input_chars, is_chunked=mode == "chunk")
         trace.texts = inputs.texts if runtime.config.log_inputs else None
-        parts = [partial(_texts_part, runtime, inputs.texts[lo:hi], prompt, mode, finish)
-                 for lo, hi in part_bounds(len(inputs.texts))]
+        bounds = part_bounds(len(inputs.texts))
+        parts = [partial(_texts_part, runtime, inputs.texts[lo:hi], prompt, mode, finish, len(bounds) > 1)
+                 for lo, hi in bounds]
     else:
         token_inputs.check_token_ids(inputs.token_ids, runtime.model.vocab_size)
         parts = [partial(_token_ids_part, runtime, inputs.token_ids[lo:hi], mode, finish)
@@ -67,8 +68,9 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
     )
 
 
-async def _texts_part(runtime: Runtime, texts: list[str], prompt: str, mode: str, finish) -> ReadyPart:
-    seqs = await runtime.tokenize(apply_prompt(prompt, texts))
+async def _texts_part(runtime: Runtime, texts: list[str], prompt: str, mode: str, finish,
+                      is_large_request: bool) -> ReadyPart:
+    seqs = await runtime.tokenize(apply_prompt(prompt, texts), is_large_request)
     fitted = await fit_request_texts(runtime.model.tokenizer, mode, texts, prompt, seqs)
     return ReadyPart(fitted.seqs, lambda vectors: finish(fitted.combine(vectors, runtime.model.spec.normalize)))
 

@@ -14,6 +14,8 @@ what of it has not run.
 from __future__ import annotations
 
 import asyncio
+import collections
+import itertools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -62,12 +64,15 @@ def part_bounds(num_items: int, part_size: int = PART_TEXTS) -> list[tuple[int, 
 
 async def run_parts(request: Request, engines: Engines, trace: RequestTrace,
                     parts: Sequence[Callable[[], Awaitable[ReadyPart]]], budget: tuple[int, int],
-                    max_tokens: int, tokens_error: Callable[[int], APIError], timeout: float | None) -> Outcome:
+                    max_tokens: int, tokens_error: Callable[[int], APIError], timeout: float | None,
+                    parts_ahead: int = 1) -> Outcome:
     """Make each part ready in turn and compute it; every part's `finish` result, in order.
 
     `budget`: (max tokens, max vectors) of one piece, the engine's batch budget. The request's
-    tokens may not pass `max_tokens`: past it, `tokens_error(count)` ends the request."""
-    job = _Job(request, engines, trace, budget)
+    tokens may not pass `max_tokens`: past it, `tokens_error(count)` ends the request.
+    `parts_ahead`: parts being made ready at once (more than one where they are tokenized in
+    processes, side by side; a part tokenized in place would only delay the first piece)."""
+    job = _Job(request, engines, trace, budget, parts_ahead)
     try:
         return await _with_deadline(job.run(parts, max_tokens, tokens_error), request, timeout)
     finally:
@@ -75,17 +80,24 @@ async def run_parts(request: Request, engines: Engines, trace: RequestTrace,
 
 
 class _Job:
-    def __init__(self, request: Request, engines: Engines, trace: RequestTrace, budget: tuple[int, int]):
-        self.request, self.trace, self.budget = request, trace, budget
+    def __init__(self, request: Request, engines: Engines, trace: RequestTrace, budget: tuple[int, int],
+                 parts_ahead: int):
+        self.request, self.trace, self.budget, self.parts_ahead = request, trace, budget, parts_ahead
         self.ticket = engines.open_request()
         self.tasks: list[asyncio.Task] = []
+        self.tasks_ahead: collections.deque[asyncio.Future] = collections.deque()  # parts being made ready
 
     async def run(self, parts, max_tokens: int, tokens_error) -> Outcome:
         num_tokens, tokenizing = 0, 0.0
-        for make_ready in parts:
+        ahead, upcoming = self.tasks_ahead, iter(parts)
+        for make_ready in itertools.islice(upcoming, self.parts_ahead):
+            ahead.append(asyncio.ensure_future(make_ready()))
+        while ahead:
             started = time.perf_counter()
-            part = await make_ready()
+            part = await ahead.popleft()
             tokenizing += time.perf_counter() - started
+            for make_ready in itertools.islice(upcoming, 1):
+                ahead.append(asyncio.ensure_future(make_ready()))
             num_tokens += part.num_tokens
             if num_tokens > max_tokens:
                 raise tokens_error(num_tokens)
@@ -114,7 +126,7 @@ class _Job:
         return part.finish(vectors)
 
     def close(self) -> None:
-        for task in self.tasks:
+        for task in [*self.tasks_ahead, *self.tasks]:
             if not task.done():
                 task.cancel()
             else:  # read, so that asyncio does not log an exception nobody awaited

@@ -48,6 +48,7 @@ async def compute_parts(request: Request, runtime: Runtime, trace: RequestTrace,
     try:
         return await run_parts(request, runtime.engines, trace, parts,
                                (config.engine.max_batch_tokens, config.engine.max_batch_seqs), config.max_request_tokens,
-                               lambda num_tokens: request_tokens_error(num_tokens, config.max_request_tokens), time_left)
+                               lambda num_tokens: request_tokens_error(num_tokens, config.max_request_tokens), time_left,
+                               parts_ahead=runtime.parts_ahead)
     finally:
         runtime.heap_trimmer.maybe_trim()

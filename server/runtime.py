@@ -25,6 +25,7 @@ from server.engine_link import EngineLoadError
 from server.engine_links import EngineLinks
 from server.in_process_engine import InProcessEngine
 from server.plugins import load_engine_plugin
+from server.tokenizer_processes import TokenizerProcesses
 
 logger = logging.getLogger("rose_embed.server")
 # Up to this many characters a request is tokenized on the event loop (well under a millisecond
@@ -51,6 +52,13 @@ class Runtime:
         # A request's answer is built in this process's heap: keep it from growing (engine/memory.py).
         self.heap_trimmer = HeapTrimmer()
         self.tokenizer_pool = ThreadPoolExecutor(config.tokenizer_workers, thread_name_prefix="rose-tokenize")
+        self.tokenizer_processes: TokenizerProcesses | None = None
+
+    @property
+    def parts_ahead(self) -> int:
+        """Parts of a request to make ready at once: as many as tokenizer processes can take."""
+        processes = self.tokenizer_processes
+        return 2 * processes.num_processes if processes is not None and processes.is_usable else 1
 
     @property
     def served_model_name(self) -> str:
@@ -79,6 +87,9 @@ class Runtime:
         if self.engines is None:
             self.engines = await asyncio.to_thread(self._serve_in_process)
         await asyncio.to_thread(self.engines.start)  # each engine process applies the plugin itself
+        if self.config.tokenizer_processes and self.model.tokenizer.holds_the_gil:
+            self.tokenizer_processes = TokenizerProcesses(self.model.tokenizer, self.config.tokenizer_processes)
+            await asyncio.to_thread(self.tokenizer_processes.warm_up)
         self.engines.attach(asyncio.get_running_loop())
         self.is_ready = True
         logger.info("model %s ready on %s (%s)", self.served_model_name, self.engines.device, self.engines.dtype)
@@ -109,6 +120,8 @@ class Runtime:
         if self._in_process is not None:
             await asyncio.to_thread(self._in_process.close, min(5.0, self.config.shutdown_timeout))
         self.tokenizer_pool.shutdown(wait=False, cancel_futures=True)
+        if self.tokenizer_processes is not None:
+            self.tokenizer_processes.shutdown()
 
     def engine_problem(self) -> str | None:
         """Why the engines cannot serve (dead or stuck), or None."""
@@ -118,9 +131,14 @@ class Runtime:
         """Each engine as /health lists it."""
         return self.engines.describe() if self.engines is not None else []
 
-    async def tokenize(self, texts: list[str]) -> list[np.ndarray]:
+    async def tokenize(self, texts: list[str], is_large_request: bool = False) -> list[np.ndarray]:
         """Tokenize off the event loop where that runs in parallel with it (the Rust tokenizer
-        releases the GIL) or would hold it up; a small request in Python is cheaper in place."""
+        releases the GIL, tokenizer processes run side by side for a large request's parts) or
+        would hold it up; a small request in Python is cheaper in place."""
+        if is_large_request and self.tokenizer_processes is not None:
+            seqs = await self.tokenizer_processes.encode(texts)
+            if seqs is not None:
+                return seqs
         if self.model.tokenizer.holds_the_gil and sum(map(len, texts)) <= _INLINE_TOKENIZE_CHARS:
             return self.model.tokenize(texts)
         loop = asyncio.get_running_loop()

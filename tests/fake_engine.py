@@ -155,10 +155,17 @@ def observed_app(engine: FakeEngine, config: ServerConfig | None = None) -> Obse
 @contextmanager
 def serve(engine: FakeEngine, config: ServerConfig | None = None) -> Iterator[TestClient]:
     """An httpx client wired to the app in this process (lifespan run, model 'loaded')."""
-    app = observed_app(engine, config)
+    with serve_app(observed_app(engine, config)) as client:
+        yield client
+
+
+@contextmanager
+def serve_app(app: ObservedApp) -> Iterator[TestClient]:
+    """A client of the app in this process once its runtime is ready; `client.runtime` is that runtime."""
     with TestClient(app, base_url=BASE_URL, timeout=30) as client:
+        client.runtime = app.app.state.runtime
         deadline = time.monotonic() + 10
-        while not app.app.state.runtime.is_ready:
+        while not client.runtime.is_ready:
             assert time.monotonic() < deadline, "the in-process app did not become ready"
             time.sleep(0.005)
         yield client

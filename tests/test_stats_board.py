@@ -16,10 +16,9 @@ import time
 from contextlib import contextmanager
 
 import pytest
-from litestar.testing import TestClient
 
 from server.stats_board import Family, Report, StatsBoard
-from tests.fake_engine import BASE_URL, FAKE_MODEL, FakeEngine, fake_config, observed_app, serve
+from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, observed_app, serve, serve_app
 from tests.helpers import sample
 
 EMBEDDINGS_200 = 'rose_requests_total{route="/v1/embeddings",status="200"}'
@@ -29,12 +28,7 @@ EMBEDDINGS_200 = 'rose_requests_total{route="/v1/embeddings",status="200"}'
 def front_end(board_dir, index: int):
     """One front end's app (its own fake engine: each app drives its own engine thread)."""
     app = observed_app(FakeEngine(), fake_config(frontend_workers=3, worker_index=index, stats_dir=str(board_dir)))
-    with TestClient(app, base_url=BASE_URL, timeout=30) as client:
-        client.runtime = app.app.state.runtime
-        deadline = time.monotonic() + 10
-        while not client.runtime.is_ready:
-            assert time.monotonic() < deadline
-            time.sleep(0.005)
+    with serve_app(app) as client:
         yield client
 
 
