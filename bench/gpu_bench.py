@@ -52,7 +52,7 @@ from engine.rose.batch import pack  # noqa: E402
 from engine.rose.batch import cut_batches  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.rose.layers import fused  # noqa: E402
-from engine.rose.layers.attention import make_attention_backend  # noqa: E402
+from engine.rose.layers.attention_backends import make_attention_backend  # noqa: E402
 from engine.rose.layers.head import SentenceHead  # noqa: E402
 from engine.rose.models import MODEL_CLASSES  # noqa: E402
 from engine.rose.runner import ModelRunner  # noqa: E402

@@ -41,7 +41,7 @@ from bench.gpu_bench import SHAPES, dense_ceiling, latency_ms, ours_model  # noq
 from engine.rose.batch import pack  # noqa: E402
 from engine.rose.batch import cut_batches  # noqa: E402
 from engine.rose.layers import fused  # noqa: E402
-from engine.rose.layers.attention import make_attention_backend  # noqa: E402
+from engine.rose.layers.attention_backends import make_attention_backend  # noqa: E402
 from engine.rose.layers.head import SentenceHead  # noqa: E402
 from engine.rose.runner import ModelRunner  # noqa: E402
 

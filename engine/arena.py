@@ -19,7 +19,6 @@ from multiprocessing import shared_memory
 import numpy as np
 
 from engine.child_signals import start_resource_tracker
-from engine.messages import Piece
 from engine.rose.batch import PackedBatch
 
 # Full batches' worth of tokens and vectors an arena holds: one computing, one queued behind it,
@@ -84,15 +83,17 @@ class Arena:
             ints[start : start + t] = batch.segment_ids
             ints[start + t : start + t + s + 1] = batch.cu_segments
 
-    def read_piece(self, piece: Piece) -> PackedBatch:
-        """The piece as a batch of views into the arena (no copy): valid until it is answered."""
-        t, s, offset, ints = piece.num_tokens, piece.num_seqs, piece.offset, self.ints
+    def read_piece(self, offset: int, num_tokens: int, num_seqs: int, max_seqlen: int,
+                   is_segmented: bool) -> PackedBatch:
+        """The piece (as engine/messages.py's Piece places it) as a batch of views into the arena
+        (no copy): valid until it is answered."""
+        t, s, ints = num_tokens, num_seqs, self.ints
         input_ids, positions = ints[offset : offset + t], ints[offset + t : offset + 2 * t]
         cu_seqlens = ints[offset + 2 * t : offset + 2 * t + s + 1]
-        if not piece.is_segmented:
-            return PackedBatch(input_ids, positions, cu_seqlens, piece.max_seqlen)
+        if not is_segmented:
+            return PackedBatch(input_ids, positions, cu_seqlens, max_seqlen)
         start = offset + 2 * t + s + 1
-        return PackedBatch(input_ids, positions, cu_seqlens, piece.max_seqlen, ints[start : start + t],
+        return PackedBatch(input_ids, positions, cu_seqlens, max_seqlen, ints[start : start + t],
                            ints[start + t : start + t + s + 1])
 
     def close(self) -> None:

@@ -153,7 +153,8 @@ def test_attention_table_travels_from_the_engine_to_metrics():
 def test_cpu_runner_reports_its_one_backend():
     import torch
 
-    from engine.rose.layers.attention import AttentionShape, make_attention_backend
+    from engine.rose.layers.attention import AttentionShape
+    from engine.rose.layers.attention_backends import make_attention_backend
     from engine.rose.runner import ModelRunner
 
     attention = make_attention_backend("auto", AttentionShape(2, 2, 8, False), torch.device("cpu"))

@@ -203,7 +203,7 @@ def test_fp16_and_float32_keep_the_gelu_pass(dtype, approximate):
 @torch.inference_mode()
 def test_whole_model_fused_equals_reference(architecture, gelu_epilogue):
     from engine.rose.batch import pack
-    from engine.rose.layers.attention import make_attention_backend
+    from engine.rose.layers.attention_backends import make_attention_backend
     from engine.rose.models import MODEL_CLASSES
     from engine.rose.layers.head import SentenceHead
     from engine.rose.runner import ModelRunner

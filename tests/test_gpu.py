@@ -18,7 +18,7 @@ import torch
 
 from engine.rose.batch import pack
 from engine.rose.graphs import CUDAGraphRunner, _fill_padded, token_buckets
-from engine.rose.layers.attention import make_attention_backend
+from engine.rose.layers.attention_backends import make_attention_backend
 from engine.rose.layers.head import SentenceHead
 from engine.rose.models import MODEL_CLASSES
 from engine.rose.runner import ModelRunner

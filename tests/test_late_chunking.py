@@ -208,7 +208,7 @@ def test_the_padded_graph_layout_pools_the_same_vectors_as_the_batch_alone():
     from transformers import BertConfig, BertModel
 
     from engine.rose.graphs import CUDAGraphRunner, _fill_padded
-    from engine.rose.layers.attention import make_attention_backend
+    from engine.rose.layers.attention_backends import make_attention_backend
     from engine.rose.layers.head import SentenceHead
     from engine.rose.models import MODEL_CLASSES
     from engine.rose.runner import ModelRunner

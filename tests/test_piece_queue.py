@@ -142,7 +142,8 @@ def test_a_piece_written_to_the_arena_reads_back_as_the_same_batch():
         batch = pack([np.arange(3, dtype=np.int32), np.arange(10, 14, dtype=np.int32)], segments)
         message = Piece(7, 2, 5, batch.num_tokens, batch.num_seqs, batch.max_seqlen, batch.num_outputs, True, True)
         arena.write_piece(message.offset, batch)
-        back = arena.read_piece(decode_to_engine(encode(message)))
+        sent = decode_to_engine(encode(message))
+        back = arena.read_piece(sent.offset, sent.num_tokens, sent.num_seqs, sent.max_seqlen, sent.is_segmented)
         for name in ("input_ids", "positions", "cu_seqlens", "segment_ids", "cu_segments"):
             np.testing.assert_array_equal(getattr(back, name), getattr(batch, name))
         assert back.num_outputs == 3 == batch.num_outputs

@@ -158,7 +158,8 @@ class EngineLoop:
 
     def _on_piece(self, front_end: FrontEnd, message: Piece) -> None:
         try:
-            batch = front_end.arena.read_piece(message)
+            batch = front_end.arena.read_piece(message.offset, message.num_tokens, message.num_seqs, message.max_seqlen,
+                                               message.is_segmented)
         except Exception as exc:  # a piece that cannot be read fails alone
             front_end.send(messages.PieceDone(message.request, message.index, f"{type(exc).__name__}: {exc}", -1, 0.0,
                                               0.0))

@@ -10,7 +10,7 @@ import torch
 from engine.rose.batch import PackedBatch, pack
 from engine.config import EngineConfig
 from engine.rose.layers import fused
-from engine.rose.layers.attention import make_attention_backend
+from engine.rose.layers.attention_backends import make_attention_backend
 from engine.rose.layers.head import SentenceHead
 from engine.rose.lazy import LazyResult
 from engine.model_files.loader import ModelLoadError, ModelSpec, load_spec, load_state_dict
