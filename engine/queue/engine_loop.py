@@ -24,6 +24,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
+from multiprocessing import Pipe
 from multiprocessing.connection import Connection, wait
 
 from engine import messages
@@ -32,6 +33,7 @@ from engine.board import EngineBoard
 from engine.memory import HeapTrimmer
 from engine.messages import Attach, Cancel, Goodbye, Piece, Release
 from engine.queue.piece_queue import Batch, PieceQueue, QueuedPiece
+from engine.rose.batch import slice_packed
 
 # Device batches launched and not yet read back: one computing and one queued behind it keep
 # the device busy; what arrives meanwhile is joined into the next batch.
@@ -79,7 +81,8 @@ class EngineLoop:
         self._ready = messages.Ready(os.getpid(), str(engine.dtype).removeprefix("torch."), _attention_table(engine))
         self._launched: queue.SimpleQueue = queue.SimpleQueue()
         self._landed: queue.SimpleQueue = queue.SimpleQueue()
-        self._wake_reader, self._wake_writer = _wake_pipe()
+        # The readback thread's word that a batch landed wakes this thread's wait on the pipes.
+        self._wake_reader, self._wake_writer = Pipe(duplex=False)
         self._num_in_flight = 0
         self._reader = threading.Thread(target=self._read_back, name="rose-readback", daemon=True)
         for attach in front_ends:
@@ -220,8 +223,8 @@ class EngineLoop:
             self._settle(batch, error, time.monotonic())
             return
         for one in batch.slices:
-            self._launch(Batch((one,), one.piece.batch if (one.lo, one.hi) == (0, one.piece.batch.num_seqs)
-                               else _slice(one)))
+            whole = (one.lo, one.hi) == (0, one.piece.batch.num_seqs)
+            self._launch(Batch((one,), one.piece.batch if whole else slice_packed(one.piece.batch, one.lo, one.hi)))
 
     def _on_landed(self) -> None:
         self._wake_reader.recv_bytes()
@@ -302,18 +305,6 @@ class EngineLoop:
 
 def _take_rows(piece: QueuedPiece) -> int | None:
     return piece.front_end.rows.take(piece.batch.num_outputs)
-
-
-def _slice(one) -> object:
-    from engine.rose.batch import slice_packed
-
-    return slice_packed(one.piece.batch, one.lo, one.hi)
-
-
-def _wake_pipe() -> tuple[Connection, Connection]:
-    from multiprocessing import Pipe
-
-    return Pipe(duplex=False)
 
 
 def _attention_table(engine) -> list[tuple[str, str, str]]:
