@@ -97,10 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
                                  help="most sequences in one batch"))
     advanced(tuning.add_argument("--tokenizer-workers", type=positive_int, default=2,
                                  help="threads of each front end that tokenize requests"))
-    advanced(tuning.add_argument("--tokenizer-processes", type=int, default=None, metavar="N",
+    advanced(tuning.add_argument("--tokenizer-processes", type=int, default=0, metavar="N",
                                  help="processes of each front end that tokenize large requests' parts side by side "
-                                      "where the tokenizer runs in Python (0: none; default: on GPUs, each front "
-                                      "end's share of the cores, 1 to 4; none on a CPU)"))
+                                      "where the tokenizer runs in Python (0: none, the parts are tokenized in the "
+                                      "front end's own process)"))
     advanced(tuning.add_argument("--num-threads", type=positive_int, default=None,
                                  help="torch threads of each CPU engine (default: the cores, shared among CPU engines)"))
     advanced(tuning.add_argument("--enforce-eager", action="store_true",
@@ -137,7 +137,7 @@ def _add_model_flags(serve: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     """The server's configuration; ValueError names a flag whose value does not fit the others."""
-    from server.topology import default_front_ends, default_tokenizer_processes, parse_devices
+    from server.topology import default_front_ends, parse_devices
 
     devices = parse_devices(args.devices)  # named ones were checked as the flag was parsed
     engine = EngineConfig(
@@ -153,15 +153,12 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         ),
     )
     front_ends = args.frontend_workers or default_front_ends(devices)
-    tokenizer_processes = args.tokenizer_processes
-    if tokenizer_processes is None:
-        tokenizer_processes = default_tokenizer_processes(devices, front_ends)
-    elif tokenizer_processes < 0:
-        raise ValueError(f"--tokenizer-processes must be 0 or more; got {tokenizer_processes}")
+    if args.tokenizer_processes < 0:
+        raise ValueError(f"--tokenizer-processes must be 0 or more; got {args.tokenizer_processes}")
     return ServerConfig(
         engine=engine, host=args.host, port=args.port, served_model_name=args.served_model_name,
         max_queued_tokens=args.max_queued_tokens, tokenizer_workers=args.tokenizer_workers,
-        tokenizer_processes=tokenizer_processes, devices=devices, frontend_workers=front_ends,
+        tokenizer_processes=args.tokenizer_processes, devices=devices, frontend_workers=front_ends,
         log_level=args.log_level, max_request_tokens=args.max_request_tokens, long_inputs=args.long_inputs,
         model_aliases=tuple(args.model_alias), strict_model_names=args.strict_model_names,
         api_keys=tuple(dict.fromkeys([*args.api_key, *keys_from_env()])),

@@ -17,7 +17,8 @@ class ServerConfig:
     max_queued_tokens: int | None = None  # None: unbounded queue
     tokenizer_workers: int = 2
     # Tokenizer processes per front end for large requests' parts, where the tokenizer encodes in
-    # Python (server/tokenizer_processes.py); 0: none. server/topology.py picks the default.
+    # Python (server/tokenizer_processes.py); 0: none. Off by default: a part's trip to a process
+    # costs the front end about what tokenizing it in place does, on a machine of few cores.
     tokenizer_processes: int = 0
     # The engines' devices, one engine process each (server/topology.py resolves the default:
     # every visible GPU, else the CPU), and the front ends that feed them all: with one, it runs

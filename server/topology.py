@@ -156,20 +156,6 @@ def default_front_ends(devices: tuple[str, ...], cores: int | None = None) -> in
     return max(1, min(cores // CORES_PER_FRONT_END, MAX_FRONT_ENDS_PER_GPU * num_gpus))
 
 
-# Tokenizer processes a front end may keep for large requests (server/tokenizer_processes.py).
-MAX_TOKENIZER_PROCESSES = 4
-
-
-def default_tokenizer_processes(devices: tuple[str, ...], front_ends: int, cores: int | None = None) -> int:
-    """On a GPU server, each front end's share of the cores (at least one, at most
-    MAX_TOKENIZER_PROCESSES): one large request alone then tokenizes on several cores while the
-    device computes. None on a CPU server, where the engine needs every core."""
-    if not any(d.startswith("cuda") for d in devices):
-        return 0
-    cores = cores or available_cores()
-    return max(1, min(MAX_TOKENIZER_PROCESSES, cores // max(1, front_ends)))
-
-
 def engine_config_for(config: EngineConfig, devices: tuple[str, ...], device: str) -> EngineConfig:
     """One engine's configuration among `devices`: its device, and on the CPU its share of the cores."""
     if device != "cpu" or config.num_threads:

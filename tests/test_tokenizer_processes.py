@@ -14,7 +14,6 @@ import pytest
 from engine.text.tokenizer import tokenizer_for
 from engine.model_files.loader import load_spec
 from server.tokenizer_processes import TokenizerProcesses
-from server.topology import default_tokenizer_processes
 from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, observed_app, serve_app
 
 pytestmark = pytest.mark.slow  # spawned processes
@@ -60,10 +59,3 @@ def test_a_large_request_gets_the_same_answer_with_and_without_processes_and_sur
     got = np.array([d["embedding"] for d in answers[2]["data"]])
     want = np.array([d["embedding"] for d in answers[0]["data"]])
     np.testing.assert_array_equal(got, want)
-
-
-def test_default_processes_follow_the_front_ends_share_of_the_cores():
-    assert default_tokenizer_processes(("cpu",), 1, cores=64) == 0
-    assert default_tokenizer_processes(("cuda:0",), 8, cores=16) == 2
-    assert default_tokenizer_processes(("cuda:0",), 1, cores=16) == 4
-    assert default_tokenizer_processes(("cuda:0",), 8, cores=4) == 1
