@@ -3,36 +3,32 @@
 The default models' WordPiece runs the ASCII fast path (engine/text/ascii_wordpiece.py),
 which encodes in Python and holds the GIL: a front end's threads tokenize one at a time, and
 a request of a thousand texts spends most of its time there while the device idles. Copies
-of the tokenizer in processes of their own tokenize a large request's parts side by side,
-while the front end's event loop hands the finished parts to the engines and encodes the
-vectors that come back. Small requests never use them: a trip to a process costs more than
-tokenizing a few texts in place. Each process watches the front end and ends with it.
+of the tokenizer in processes of their own (engine/rose/tokenizer_processes.py's pool, one
+per front end) tokenize a large request's parts side by side, while the front end's event
+loop hands the finished parts to the engines and encodes the vectors that come back. Small
+requests never use them: a trip to a process costs more than tokenizing a few texts in place.
+Each process watches the front end and ends with it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 
-from engine.parent_watch import exit_with_parent
+from engine.rose.tokenizer_processes import start_pool, tokenize_in_worker
 from engine.text.tokenizer import TextTokenizer
 
 logger = logging.getLogger("rose_embed.server")
-_worker_tokenizer: TextTokenizer | None = None
 
 
 class TokenizerProcesses:
     def __init__(self, tokenizer: TextTokenizer, num_processes: int):
         self.num_processes = num_processes
-        self._pool: ProcessPoolExecutor | None = ProcessPoolExecutor(
-            num_processes, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
-            initargs=(tokenizer.recipe, os.getpid()))
+        self._pool = start_pool(tokenizer.recipe, num_processes, os.getpid())
 
     @property
     def is_usable(self) -> bool:
@@ -40,7 +36,8 @@ class TokenizerProcesses:
 
     def warm_up(self) -> None:
         """Start every process and load its tokenizer now (blocking), not on a request's time."""
-        futures = [self._pool.submit(_encode, ["warm up"]) for _ in range(2 * self.num_processes)]
+        futures = [self._pool.submit(tokenize_in_worker, ["warm up"], 0, "", "truncate")
+                   for _ in range(2 * self.num_processes)]
         for future in futures:
             future.result()
 
@@ -50,25 +47,14 @@ class TokenizerProcesses:
         if self._pool is None:
             return None
         try:
-            flat, lengths = await asyncio.wrap_future(self._pool.submit(_encode, texts))
+            piece = await asyncio.wrap_future(self._pool.submit(tokenize_in_worker, texts, 0, "", "truncate"))
         except BrokenProcessPool:
             logger.error("a tokenizer process died; this front end tokenizes in its own process from now on")
             self.shutdown()
             return None
-        return np.split(flat, np.cumsum(lengths[:-1]))
+        return np.split(piece.batch.input_ids, piece.batch.cu_seqlens[1:-1])
 
     def shutdown(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _start_worker(recipe: tuple, parent_pid: int) -> None:
-    global _worker_tokenizer
-    exit_with_parent(parent_pid, lambda: os._exit(0))  # a front end killed outright leaves none behind
-    _worker_tokenizer = TextTokenizer(*recipe)
-
-
-def _encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    batch = _worker_tokenizer.encode_packed(texts)
-    return batch.input_ids, np.diff(batch.cu_seqlens)

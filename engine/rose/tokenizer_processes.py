@@ -1,4 +1,5 @@
-"""Tokenizer copies in spawned processes, for the pipeline (engine/rose/pipeline.py).
+"""Tokenizer copies in spawned processes, for the pipeline (engine/rose/pipeline.py) and the
+server's front ends (server/tokenizer_processes.py).
 
 The ASCII WordPiece fast path (engine/text/ascii_wordpiece.py) encodes in Python and holds the
 GIL, so tokenizer threads run one at a time: on a GPU that outpaces one core's
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
+from engine.parent_watch import exit_with_parent
 from engine.rose.pieces import Piece, tokenize_piece
 from engine.text.tokenizer import TextTokenizer
 
@@ -53,7 +55,7 @@ class Submitter:
         self._sent: deque[Future] = deque()
 
     def __call__(self, texts: Sequence[str], first: int) -> Future:
-        args = (_tokenize_here, list(texts), first, self._prompt, self._long_inputs)
+        args = (tokenize_in_worker, list(texts), first, self._prompt, self._long_inputs)
         try:
             future = _pool(self._key).submit(*args)
         except BrokenProcessPool:  # a worker died (its pieces failed with this error): a new pool
@@ -74,11 +76,15 @@ def _pool(key: tuple) -> ProcessPoolExecutor:
     with _pools_lock:
         pool = _pools.get(key)
         if pool is None:
-            recipe, num_processes = key
-            pool = ProcessPoolExecutor(num_processes, mp_context=multiprocessing.get_context("spawn"),
-                                       initializer=_load_tokenizer, initargs=(recipe,))
-            _pools[key] = pool
+            pool = _pools[key] = start_pool(*key)
         return pool
+
+
+def start_pool(recipe: tuple, num_processes: int, parent_pid: int | None = None) -> ProcessPoolExecutor:
+    """`num_processes` copies of the tokenizer `recipe` builds (TextTokenizer.recipe), for
+    `tokenize_in_worker`; with `parent_pid`, each ends itself once that process is gone."""
+    return ProcessPoolExecutor(num_processes, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_load_tokenizer, initargs=(recipe, parent_pid))
 
 
 def close_all() -> None:
@@ -93,10 +99,13 @@ def close_all() -> None:
 atexit.register(close_all)
 
 
-def _load_tokenizer(recipe: tuple) -> None:
+def _load_tokenizer(recipe: tuple, parent_pid: int | None) -> None:
     global _worker_tokenizer
+    if parent_pid is not None:  # a parent killed outright leaves none behind
+        exit_with_parent(parent_pid, lambda: os._exit(0))
     _worker_tokenizer = TextTokenizer(*recipe)
 
 
-def _tokenize_here(texts: list[str], first: int, prompt: str, long_inputs: str) -> Piece:
+def tokenize_in_worker(texts: list[str], first: int, prompt: str, long_inputs: str) -> Piece:
+    """In a pool's process: `tokenize_piece` with its copy of the tokenizer."""
     return tokenize_piece(_worker_tokenizer, texts, first, prompt, long_inputs)
