@@ -18,7 +18,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from engine.child_signals import start_resource_tracker
+from engine.shared_blocks import attach_block, close_block, create_block
 from engine.rose.batch import PackedBatch
 
 # Full batches' worth of tokens and vectors an arena holds: one computing, one queued behind it,
@@ -58,14 +58,11 @@ class Arena:
 
     @classmethod
     def create(cls, layout: ArenaLayout) -> Arena:
-        start_resource_tracker()  # before the block it is to track (a no-op once it runs)
-        return cls(shared_memory.SharedMemory(create=True, size=layout.nbytes), layout, owner=True)
+        return cls(create_block(layout.nbytes), layout, owner=True)
 
     @classmethod
     def attach(cls, name: str, layout: ArenaLayout) -> Arena:
-        # A spawned child shares its parent's resource tracker, so attaching registers nothing
-        # new; only the creator unlinks the block.
-        return cls(shared_memory.SharedMemory(name=name), layout, owner=False)
+        return cls(attach_block(name), layout, owner=False)
 
     @property
     def name(self) -> str:
@@ -98,15 +95,7 @@ class Arena:
 
     def close(self) -> None:
         self.ints = self.rows = None  # views must go before the mapping can close
-        try:
-            self.shm.close()
-        except BufferError:  # a view of it is still alive somewhere; the mapping goes with the process
-            pass
-        if self._owner:
-            try:
-                self.shm.unlink()
-            except FileNotFoundError:
-                pass
+        close_block(self.shm, self._owner)
 
 
 class Allocator:

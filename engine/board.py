@@ -12,7 +12,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from engine.child_signals import start_resource_tracker
+from engine.shared_blocks import attach_block, close_block, create_block
 
 # The batch sizes the engine counts in its histograms (upper bounds; the last bucket is +Inf).
 TOKEN_BUCKETS = tuple(2**i for i in range(4, 17))  # 16 .. 65536
@@ -44,14 +44,13 @@ class EngineBoard:
 
     @classmethod
     def create(cls) -> EngineBoard:
-        start_resource_tracker()
-        board = cls(shared_memory.SharedMemory(create=True, size=_SIZE * 8), owner=True)
+        board = cls(create_block(_SIZE * 8), owner=True)
         board._values[:] = 0.0
         return board
 
     @classmethod
     def attach(cls, name: str) -> EngineBoard:
-        return cls(shared_memory.SharedMemory(name=name), owner=False)
+        return cls(attach_block(name), owner=False)
 
     @property
     def name(self) -> str:
@@ -90,16 +89,8 @@ class EngineBoard:
         return {name: float(self._values[i]) for name, i in _INDEX.items()}
 
     def close(self) -> None:
-        self._values = None
-        try:
-            self.shm.close()
-        except BufferError:
-            pass
-        if self._owner:
-            try:
-                self.shm.unlink()
-            except FileNotFoundError:
-                pass
+        self._values = None  # the view must go before the mapping can close
+        close_block(self.shm, self._owner)
 
 
 def _bucket(value: int, bounds: tuple[int, ...]) -> int:

@@ -26,6 +26,11 @@ class QueueFullError(RuntimeError):
         self.retry_after = retry_after
 
 
+def retry_after_seconds(tokens_ahead: float, tokens_per_second: float) -> int:
+    """Seconds until `tokens_ahead` are computed at the recent rate, as Retry-After says it: 1 to 60."""
+    return int(min(60, max(1, tokens_ahead / tokens_per_second))) if tokens_per_second > 0 else 1
+
+
 class BatchFailedError(RuntimeError):
     """Computing the batch that held this piece failed; other batches are unaffected."""
 

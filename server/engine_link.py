@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from engine import messages
 from engine.arena import Allocator, Arena
 from engine.board import EngineBoard
-from engine.interface import PieceVectors, QueueFullError
+from engine.interface import PieceVectors, QueueFullError, retry_after_seconds
 from engine.rose.batch import PackedBatch
 from server.engine_ends import EngineEnds, exit_reason
 
@@ -67,6 +67,7 @@ class EngineLink:
         self._tasks, self._replies = ends.tasks, ends.replies
         self._ints = Allocator(ends.layout.num_ints)
         self._pending: dict[tuple[int, int], _Pending] = {}
+        self._unanswered: collections.Counter[int] = collections.Counter()  # pending pieces by request
         self._refused: set[int] = set()  # requests the engine refused: a Cancel clears its note of them
         # Pieces waiting for arena ints, first come first served: (ints, future of the offset).
         self._waiting: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
@@ -107,7 +108,7 @@ class EngineLink:
         return self.board["queued_tokens"] + self.tokens_outstanding
 
     def has_pending(self, request: int) -> bool:
-        return request in self._refused or any(key[0] == request for key in self._pending)
+        return request in self._refused or request in self._unanswered
 
     async def compute(self, request: int, index: int, opens_request: bool, batch: PackedBatch,
                       refuse_when_full: bool = False) -> PieceVectors:
@@ -123,6 +124,7 @@ class EngineLink:
         self.arena.write_piece(offset, batch)
         future = self._loop.create_future()
         self._pending[(request, index)] = _Pending(future, offset, num_ints, batch.num_outputs, batch.num_tokens)
+        self._unanswered[request] += 1
         self.tokens_outstanding += batch.num_tokens
         message = messages.Piece(request, index, offset, batch.num_tokens, batch.num_seqs, batch.max_seqlen,
                                  batch.num_outputs, is_segmented, opens_request)
@@ -135,8 +137,7 @@ class EngineLink:
 
     def retry_after(self) -> int:
         """Seconds until the engine has worked through its queue and this front end's backlog, 1 to 60."""
-        rate = self.board["tokens_per_second"]
-        return int(min(60, max(1, self.load() / rate))) if rate > 0 else 1
+        return retry_after_seconds(self.load(), self.board["tokens_per_second"])
 
     def _fits(self, num_ints: int) -> bool:
         offset = self._ints.take(num_ints)
@@ -201,6 +202,9 @@ class EngineLink:
         if pending is None:
             self.retire(f"it answered a piece it was not given ({reply.request}, {reply.index})")
             return
+        self._unanswered[reply.request] -= 1
+        if not self._unanswered[reply.request]:
+            del self._unanswered[reply.request]
         future = pending.future
         if isinstance(reply, messages.PieceDone) and reply.error is None:
             # Copied out, so that the rows can be given back at once (the request may be gone).
@@ -244,6 +248,7 @@ class EngineLink:
             self.out_reason = reason
         self.fail_pending(EngineLostError(f"engine {self.index} on {self.device}: {reason}"))
         self._pending.clear()
+        self._unanswered.clear()
         waiting, self._waiting = self._waiting, collections.deque()
         for _, future in waiting:  # pieces waiting for space: the engine is gone
             if not future.done():

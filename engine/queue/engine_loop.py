@@ -30,10 +30,10 @@ from multiprocessing.connection import Connection, wait
 from engine import messages
 from engine.arena import Allocator, Arena
 from engine.board import EngineBoard
+from engine.interface import retry_after_seconds
 from engine.memory import HeapTrimmer
 from engine.messages import Attach, Cancel, Goodbye, Piece, Release
 from engine.queue.piece_queue import Batch, PieceQueue, QueuedPiece
-from engine.rose.batch import slice_packed
 
 # Device batches launched and not yet read back: one computing and one queued behind it keep
 # the device busy; what arrives meanwhile is joined into the next batch.
@@ -102,7 +102,6 @@ class EngineLoop:
                         self._on_landed()
                     else:
                         self._on_messages(self.front_ends[conn])
-                self._publish_queue()
                 while self.queue and self._num_in_flight < DEVICE_BATCHES_IN_FLIGHT and not self._is_blocked:
                     batch = self.queue.cut()
                     if batch is None:
@@ -172,8 +171,7 @@ class EngineLoop:
             front_end.send(messages.PieceRefused(message.request, message.index, self._retry_after()))
 
     def _retry_after(self) -> int:
-        rate = self.board["tokens_per_second"]
-        return int(min(60, max(1, self.queue.queued_tokens / rate))) if rate > 0 else 1
+        return retry_after_seconds(self.queue.queued_tokens, self.board["tokens_per_second"])
 
     def _answer_settled(self, pieces: list[QueuedPiece]) -> None:
         for piece in pieces:
@@ -223,8 +221,7 @@ class EngineLoop:
             self._settle(batch, error, time.monotonic())
             return
         for one in batch.slices:
-            whole = (one.lo, one.hi) == (0, one.piece.batch.num_seqs)
-            self._launch(Batch((one,), one.piece.batch if whole else slice_packed(one.piece.batch, one.lo, one.hi)))
+            self._launch(Batch((one,), one.packed()))
 
     def _on_landed(self) -> None:
         self._wake_reader.recv_bytes()

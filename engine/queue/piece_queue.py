@@ -66,6 +66,11 @@ class Slice:
     first_row: int
     num_rows: int
 
+    def packed(self) -> PackedBatch:
+        """Its sequences as a batch: the piece's own where it is the whole piece (no copy)."""
+        batch = self.piece.batch
+        return batch if (self.lo, self.hi) == (0, batch.num_seqs) else slice_packed(batch, self.lo, self.hi)
+
 
 @dataclass(frozen=True)
 class Batch:
@@ -169,8 +174,7 @@ class PieceQueue:
                 self._pieces.popleft()
         if not slices:
             return None
-        parts = [s.piece.batch if (s.lo, s.hi) == (0, s.piece.batch.num_seqs) else
-                 slice_packed(s.piece.batch, s.lo, s.hi) for s in slices]
+        parts = [s.packed() for s in slices]
         return Batch(tuple(slices), parts[0] if len(parts) == 1 else join_packed(*parts))
 
     @staticmethod

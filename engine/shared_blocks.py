@@ -1,0 +1,32 @@
+"""Shared-memory blocks between processes (engine/arena.py, engine/board.py): made where they are
+owned, attached everywhere else, and let go of the same way by both."""
+
+from __future__ import annotations
+
+from multiprocessing import shared_memory
+
+from engine.child_signals import start_resource_tracker
+
+
+def create_block(size: int) -> shared_memory.SharedMemory:
+    start_resource_tracker()  # before the block it is to track (a no-op once it runs)
+    return shared_memory.SharedMemory(create=True, size=size)
+
+
+def attach_block(name: str) -> shared_memory.SharedMemory:
+    # A spawned child shares its parent's resource tracker, so attaching registers nothing new;
+    # only the creator unlinks the block.
+    return shared_memory.SharedMemory(name=name)
+
+
+def close_block(shm: shared_memory.SharedMemory, is_owner: bool) -> None:
+    """Unmap the block (the caller has dropped its views of it); the owner also unlinks it."""
+    try:
+        shm.close()
+    except BufferError:  # a view of it is still alive somewhere; the mapping goes with the process
+        pass
+    if is_owner:
+        try:
+            shm.unlink()
+        except FileNotFoundError:
+            pass
