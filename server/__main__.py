@@ -63,8 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "(default: every visible GPU, else the CPU)")
     hidden_alias(serve, "--device", devices)  # embed's spelling before both took --devices
     serve.add_argument("--frontend-workers", type=positive_int, default=None, metavar="K",
-                       help="front-end processes feeding every engine (default: 1 on a CPU; on GPUs one per 2 "
-                            "cores, at most 8 per GPU)")
+                       help="front-end processes feeding every engine (default: 1 on a CPU; on GPUs one per core "
+                            "beyond 2, at most 14 per GPU)")
     serve.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: bfloat16 on a GPU, float32 on the CPU")
     serve.add_argument("--max-batch-tokens", type=positive_int, default=None,
                        help=f"token budget of one batch (default: {DEFAULT_MAX_BATCH_TOKENS}, "
@@ -97,10 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
                                  help="most sequences in one batch"))
     advanced(tuning.add_argument("--tokenizer-workers", type=positive_int, default=2,
                                  help="threads of each front end that tokenize requests"))
-    advanced(tuning.add_argument("--tokenizer-processes", type=int, default=0, metavar="N",
-                                 help="processes of each front end that tokenize large requests' parts side by side "
-                                      "where the tokenizer runs in Python (0: none, the parts are tokenized in the "
-                                      "front end's own process)"))
+    advanced(tuning.add_argument("--part-processes", type=int, default=None, metavar="N",
+                                 help="processes shared by the front ends that tokenize large requests' parts and "
+                                      "encode their vectors side by side (default: half the cores, at most 8, on a "
+                                      "GPU server; none on a CPU server; 0: none)"))
     advanced(tuning.add_argument("--num-threads", type=positive_int, default=None,
                                  help="torch threads of each CPU engine (default: the cores, shared among CPU engines)"))
     advanced(tuning.add_argument("--enforce-eager", action="store_true",
@@ -137,7 +137,7 @@ def _add_model_flags(serve: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     """The server's configuration; ValueError names a flag whose value does not fit the others."""
-    from server.topology import default_front_ends, parse_devices
+    from server.topology import default_front_ends, default_part_processes, parse_devices
 
     devices = parse_devices(args.devices)  # named ones were checked as the flag was parsed
     engine = EngineConfig(
@@ -153,12 +153,13 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         ),
     )
     front_ends = args.frontend_workers or default_front_ends(devices)
-    if args.tokenizer_processes < 0:
-        raise ValueError(f"--tokenizer-processes must be 0 or more; got {args.tokenizer_processes}")
+    if args.part_processes is not None and args.part_processes < 0:
+        raise ValueError(f"--part-processes must be 0 or more; got {args.part_processes}")
+    part_processes = default_part_processes(devices) if args.part_processes is None else args.part_processes
     return ServerConfig(
         engine=engine, host=args.host, port=args.port, served_model_name=args.served_model_name,
         max_queued_tokens=args.max_queued_tokens, tokenizer_workers=args.tokenizer_workers,
-        tokenizer_processes=args.tokenizer_processes, devices=devices, frontend_workers=front_ends,
+        part_processes=part_processes, devices=devices, frontend_workers=front_ends,
         log_level=args.log_level, max_request_tokens=args.max_request_tokens, long_inputs=args.long_inputs,
         model_aliases=tuple(args.model_alias), strict_model_names=args.strict_model_names,
         api_keys=tuple(dict.fromkeys([*args.api_key, *keys_from_env()])),

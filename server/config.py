@@ -16,10 +16,12 @@ class ServerConfig:
     max_request_inputs: int = 2048
     max_queued_tokens: int | None = None  # None: unbounded queue
     tokenizer_workers: int = 2
-    # Tokenizer processes per front end for large requests' parts, where the tokenizer encodes in
-    # Python (server/tokenizer_processes.py); 0: none. Off by default: a part's trip to a process
-    # costs the front end about what tokenizing it in place does, on a machine of few cores.
-    tokenizer_processes: int = 0
+    # Processes shared by the front ends that tokenize large requests' parts and encode their
+    # vectors (server/part_processes.py; the CLI's default: server/topology.py); 0: none. Where the
+    # supervisor started them, `part_process_addresses` says where they listen; without it a
+    # front end starts its own.
+    part_processes: int = 0
+    part_process_addresses: tuple[str, ...] = ()
     # The engines' devices, one engine process each (server/topology.py resolves the default:
     # every visible GPU, else the CPU), and the front ends that feed them all: with one, it runs
     # in the supervisor's process (server/supervisor.py); `worker_index` is each one's index.

@@ -13,7 +13,6 @@ import numpy as np
 from litestar import Request, post
 from litestar.datastructures import State
 
-from compat.encoding import encode_embeddings
 from compat.inputs import normalise_input
 from compat.openai import Embedding, EmbeddingResponse, Usage
 from server.guards import check_finite, check_input_chars, decode_request
@@ -21,7 +20,7 @@ from server.long_inputs import fit_request_texts, fit_request_token_ids, long_in
 from server.openapi import EMBEDDINGS_ERROR_RESPONSES, EmbeddingsOperation
 from server.options import check_dimensions, check_encoding_format
 from server.prompts import apply_prompt, resolve_prompt
-from server.request_pipeline import ReadyPart, part_bounds
+from server.request_pipeline import PART_TEXTS, ReadyPart, part_bounds
 from server.route_support import compute_parts, model_names_of, runtime_of, trace_of
 from server.runtime import Runtime
 from server.token_inputs import TokenInputs
@@ -44,16 +43,17 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
     trace = trace_of(request)
     trace.num_inputs = len(inputs)
 
-    def finish(vectors: np.ndarray) -> list:
+    is_large_request = len(inputs) > PART_TEXTS
+
+    async def finish(vectors: np.ndarray) -> list:
         check_finite(vectors, trace.request_id)
-        return encode_embeddings(vectors, data.encoding_format, data.dimensions, spec.normalize)
+        return await runtime.encode(vectors, data.encoding_format, data.dimensions, is_large_request)
 
     if inputs.texts is not None:
         check_input_chars(inputs.texts, runtime.config.max_input_chars, is_chunked=mode == "chunk")
         trace.texts = inputs.texts if runtime.config.log_inputs else None
-        bounds = part_bounds(len(inputs.texts))
-        parts = [partial(_texts_part, runtime, inputs.texts[lo:hi], prompt, mode, finish, len(bounds) > 1)
-                 for lo, hi in bounds]
+        parts = [partial(_texts_part, runtime, inputs.texts[lo:hi], prompt, mode, finish, is_large_request)
+                 for lo, hi in part_bounds(len(inputs.texts))]
     else:
         token_inputs.check_token_ids(inputs.token_ids, runtime.model.vocab_size)
         parts = [partial(_token_ids_part, runtime, inputs.token_ids[lo:hi], mode, finish)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import inspect
 import itertools
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -40,7 +41,8 @@ PART_TEXTS = 64
 @dataclass
 class ReadyPart:
     """A part made ready: its sequences (and, for late chunking, their segment ids), and how its
-    rows of vectors [num_outputs, dim] become what the route answers with."""
+    rows of vectors [num_outputs, dim] become what the route answers with (`finish` may give an
+    awaitable of it, where that work is done elsewhere)."""
 
     seqs: list[np.ndarray]
     finish: Callable[[np.ndarray], T]
@@ -113,8 +115,11 @@ class _Job:
         return Outcome(list(answers), num_tokens)
 
     async def _compute(self, part: ReadyPart):
-        if not part.seqs:
-            return part.finish(np.zeros((0, 0), np.float32))
+        vectors = await self._vectors(part) if part.seqs else np.zeros((0, 0), np.float32)
+        answer = part.finish(vectors)
+        return await answer if inspect.isawaitable(answer) else answer
+
+    async def _vectors(self, part: ReadyPart) -> np.ndarray:
         batch = pack(part.seqs, part.segments)
         max_tokens, max_outputs = self.budget
         ranges = batch_ranges(batch.cu_seqlens, max_tokens, max_outputs, batch.cu_segments)
@@ -122,8 +127,7 @@ class _Job:
         results: list[PieceVectors] = await asyncio.gather(*(self.ticket.compute(piece) for piece in pieces))
         for result in results:
             self.trace.add_batch(result.started, result.finished)
-        vectors = results[0].vectors if len(results) == 1 else np.concatenate([r.vectors for r in results])
-        return part.finish(vectors)
+        return results[0].vectors if len(results) == 1 else np.concatenate([r.vectors for r in results])
 
     def close(self) -> None:
         for task in [*self.tasks_ahead, *self.tasks]:

@@ -1,4 +1,5 @@
-"""The server's long-lived parts (the model's view, the engines, tokenizer threads) and their lifecycle.
+"""The server's long-lived parts (the model's view, the engines, tokenizer threads, the part processes)
+and their lifecycle.
 
 In the server the engines are processes the supervisor started (server/supervisor.py), and
 the runtime is handed their links (server/engine_links.py) and the model's view. An engine
@@ -17,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from compat.encoding import encode_embeddings
 from engine.memory import HeapTrimmer
 from engine.model_files.loader import ModelLoadError
 from engine.model_files.model_view import ModelView
@@ -25,7 +27,8 @@ from server.engine_link import EngineLoadError
 from server.engine_links import EngineLinks
 from server.in_process_engine import InProcessEngine
 from server.plugins import load_engine_plugin
-from server.tokenizer_processes import TokenizerProcesses
+from server.part_process_client import PartProcesses
+from server.part_processes import ENCODED_FORMATS, PartProcessPool, start_part_processes
 
 logger = logging.getLogger("rose_embed.server")
 # Up to this many characters a request is tokenized on the event loop (well under a millisecond
@@ -52,13 +55,17 @@ class Runtime:
         # A request's answer is built in this process's heap: keep it from growing (engine/memory.py).
         self.heap_trimmer = HeapTrimmer()
         self.tokenizer_pool = ThreadPoolExecutor(config.tokenizer_workers, thread_name_prefix="rose-tokenize")
-        self.tokenizer_processes: TokenizerProcesses | None = None
+        self.part_processes: PartProcesses | None = None
+        self._own_part_processes: PartProcessPool | None = None  # started here, without a supervisor
 
     @property
     def parts_ahead(self) -> int:
-        """Parts of a request to make ready at once: as many as tokenizer processes can take."""
-        processes = self.tokenizer_processes
-        return 2 * processes.num_processes if processes is not None and processes.is_usable else 1
+        """Parts of a request to make ready at once: twice what the part processes can take, so that
+        each has its next part waiting; one where the parts are tokenized in place."""
+        processes = self.part_processes
+        if processes is None or not processes.is_usable or not self.model.tokenizer.holds_the_gil:
+            return 1
+        return 2 * processes.num_processes
 
     @property
     def served_model_name(self) -> str:
@@ -87,12 +94,20 @@ class Runtime:
         if self.engines is None:
             self.engines = await asyncio.to_thread(self._serve_in_process)
         await asyncio.to_thread(self.engines.start)  # each engine process applies the plugin itself
-        if self.config.tokenizer_processes and self.model.tokenizer.holds_the_gil:
-            self.tokenizer_processes = TokenizerProcesses(self.model.tokenizer, self.config.tokenizer_processes)
-            await asyncio.to_thread(self.tokenizer_processes.warm_up)
+        if self.config.part_processes:
+            await self._connect_part_processes()
         self.engines.attach(asyncio.get_running_loop())
         self.is_ready = True
         logger.info("model %s ready on %s (%s)", self.served_model_name, self.engines.device, self.engines.dtype)
+
+    async def _connect_part_processes(self) -> None:
+        addresses = self.config.part_process_addresses
+        if not addresses:  # no supervisor started them: this front end's own
+            self._own_part_processes = await asyncio.to_thread(
+                start_part_processes, self.model.tokenizer.recipe, self.config.part_processes)
+            addresses = self._own_part_processes.addresses
+        self.part_processes = PartProcesses(addresses, first=self.config.worker_index)
+        await self.part_processes.connect()
 
     def _serve_in_process(self) -> EngineLinks:
         if self._engine is None:
@@ -120,8 +135,10 @@ class Runtime:
         if self._in_process is not None:
             await asyncio.to_thread(self._in_process.close, min(5.0, self.config.shutdown_timeout))
         self.tokenizer_pool.shutdown(wait=False, cancel_futures=True)
-        if self.tokenizer_processes is not None:
-            self.tokenizer_processes.shutdown()
+        if self.part_processes is not None:
+            self.part_processes.close()
+        if self._own_part_processes is not None:
+            await asyncio.to_thread(self._own_part_processes.stop)
 
     def engine_problem(self) -> str | None:
         """Why the engines cannot serve (dead or stuck), or None."""
@@ -133,13 +150,24 @@ class Runtime:
 
     async def tokenize(self, texts: list[str], is_large_request: bool = False) -> list[np.ndarray]:
         """Tokenize off the event loop where that runs in parallel with it (the Rust tokenizer
-        releases the GIL, tokenizer processes run side by side for a large request's parts) or
+        releases the GIL, part processes run side by side for a large request's parts) or
         would hold it up; a small request in Python is cheaper in place."""
-        if is_large_request and self.tokenizer_processes is not None:
-            seqs = await self.tokenizer_processes.encode(texts)
+        if is_large_request and self.part_processes is not None and self.model.tokenizer.holds_the_gil:
+            seqs = await self.part_processes.tokenize(texts)
             if seqs is not None:
                 return seqs
         if self.model.tokenizer.holds_the_gil and sum(map(len, texts)) <= _INLINE_TOKENIZE_CHARS:
             return self.model.tokenize(texts)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.tokenizer_pool, self.model.tokenize, texts)
+
+    async def encode(self, vectors: np.ndarray, encoding_format: str, dimensions: int | None,
+                     is_large_request: bool = False) -> list:
+        """The vectors as the request's `encoding_format` and `dimensions` ask (compat/encoding.py):
+        a large request's parts in the part processes, side by side; anything else in place."""
+        is_normalized = self.model.spec.normalize
+        if is_large_request and self.part_processes is not None and encoding_format in ENCODED_FORMATS:
+            encoded = await self.part_processes.encode(vectors, encoding_format, dimensions, is_normalized)
+            if encoded is not None:
+                return encoded
+        return encode_embeddings(vectors, encoding_format, dimensions, is_normalized)

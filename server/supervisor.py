@@ -1,5 +1,6 @@
-"""The supervisor: `rose-embed serve`'s own process. It starts one engine process per device and
-K front ends (server/front_end.py) connected to every engine, watches them, and stops them.
+"""The supervisor: `rose-embed serve`'s own process. It starts one engine process per device, the
+part processes the front ends share (server/part_processes.py) and K front ends
+(server/front_end.py) connected to every engine, watches them, and stops them.
 
 - K = 1 (a CPU server, or a GPU server on a small machine): the front end runs in this process;
   the engines are its children.
@@ -37,8 +38,10 @@ from engine.child_signals import STOP_SIGNALS, start_shielded
 from server.engine_host import EngineHost
 from engine.model_files.loader import ModelSpec
 from engine.arena import ArenaLayout
+from engine.text.tokenizer import tokenizer_for
 from server.config import ServerConfig
 from server.front_end import run_front_end, run_front_end_process
+from server.part_processes import PartProcessPool, start_part_processes
 from server.plugins import load_engine_plugin
 from server.stats_board import create_board_dir, remove_board_dir
 from server.stop_signal import StopSignal, Terminated
@@ -60,6 +63,7 @@ def run_supervisor(config: ServerConfig, spec: ModelSpec, sockets: list[socket.s
     logger.info("starting %d engine process(es) (%s) and %d front end(s) on port %d", len(config.devices),
                 ", ".join(config.devices), config.frontend_workers, config.port)
     hosts: list[EngineHost] = []
+    part_processes: PartProcessPool | None = None
     terminated = False
     # uvicorn ends its graceful shutdown by raising the signal that asked for it again; SIGTERM's
     # default action would end this process there, before the engines stop and the shared
@@ -68,6 +72,9 @@ def run_supervisor(config: ServerConfig, spec: ModelSpec, sockets: list[socket.s
     stop.install()
     try:
         with stop.deferred():  # a spawn cut short would leave its child a traceback
+            if config.part_processes:  # before the front ends, which connect to them as they start
+                part_processes = start_part_processes(tokenizer_for(spec).recipe, config.part_processes)
+                config = replace(config, part_process_addresses=part_processes.addresses)
             for index, device in enumerate(config.devices):
                 hosts.append(EngineHost(index, engine_config_for(config.engine, config.devices, device), layout,
                                         config.max_queued_tokens, plugin))
@@ -81,6 +88,8 @@ def run_supervisor(config: ServerConfig, spec: ModelSpec, sockets: list[socket.s
     finally:
         for host in hosts:
             host.stop(_ENGINE_EXIT_TIMEOUT_S)
+        if part_processes is not None:
+            part_processes.stop()
         for sock in sockets:
             sock.close()
     if any(host.load_failure() for host in hosts):  # the front end stopped itself; what it logged says why

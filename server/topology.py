@@ -6,11 +6,15 @@ follows.
 The measurements behind the rules (bench/results/, docs/e2e.md):
 - one Python event loop serves about 14,000 paragraph-sized texts/s (tokenized, batched and
   answered), while an H200 computes the default model on 200,000 of them a second: on a GPU
-  the front ends, not the device, set the speed, so a GPU gets several. With the tokenizer's
-  ASCII fast path, on 16 cores (the load generator's 8 client processes on the same machine),
-  MiniLM paragraphs went 2.3M tokens/s with 4 front ends, 3.0M with 6 and 3.8M with 8: one
-  front end per 2 cores, at most 8 per GPU. (Before that fast path each front end's Rust
-  tokenizer spread over every core, and more than 4 front ends only fought over them.)
+  the front ends, not the device, set the speed, so a GPU gets several. On 16 cores (the load
+  generator's 8 client processes on the same machine), MiniLM paragraphs reached 0.39x of the
+  engine with 8 front ends, 0.55x with 12 and 0.58x with 14: every core but two (the engine's
+  own threads, the clients) a front end, at most 14 per GPU.
+- a large request is one front end's: its parts' tokenizing and encoding go to part
+  processes shared by all the front ends (server/part_processes.py), half the cores' worth,
+  at most 8. With one client sending 1,000 texts a request, MiniLM's request took 17.4 ms
+  with none and 13.2-13.7 ms with 4 to 8 tokenizing. They idle under many small requests,
+  which never use them; a CPU server has none (its engine is the bottleneck).
 - on the CPU the engine is the bottleneck, and one front end already reaches the engine's own
   speed (the load generator's HTTP / engine 0.92x), so a CPU server runs one;
 - a GPU fed by one front end keeps two of its batches in flight (one computing, one ready
@@ -26,8 +30,9 @@ from pathlib import Path
 
 from engine.config import EngineConfig
 
-CORES_PER_FRONT_END = 2
-MAX_FRONT_ENDS_PER_GPU = 8
+CORES_LEFT_TO_OTHERS = 2  # the engines' threads and whatever else the host runs
+MAX_FRONT_ENDS_PER_GPU = 14
+MAX_PART_PROCESSES = 8
 
 
 def available_cores() -> int:
@@ -147,13 +152,21 @@ def check_devices(devices: tuple[str, ...]) -> None:
 
 
 def default_front_ends(devices: tuple[str, ...], cores: int | None = None) -> int:
-    """One front end per CORES_PER_FRONT_END cores on a GPU server (at most MAX_FRONT_ENDS_PER_GPU
-    per GPU); one on a CPU server."""
+    """On a GPU server a front end per core beyond CORES_LEFT_TO_OTHERS (at most
+    MAX_FRONT_ENDS_PER_GPU per GPU); one on a CPU server."""
     num_gpus = sum(d.startswith("cuda") for d in devices)
     if not num_gpus:
         return 1
     cores = cores or available_cores()
-    return max(1, min(cores // CORES_PER_FRONT_END, MAX_FRONT_ENDS_PER_GPU * num_gpus))
+    return max(1, min(cores - CORES_LEFT_TO_OTHERS, MAX_FRONT_ENDS_PER_GPU * num_gpus))
+
+
+def default_part_processes(devices: tuple[str, ...], cores: int | None = None) -> int:
+    """On a GPU server half the cores, at most MAX_PART_PROCESSES; none on a CPU server."""
+    if not any(d.startswith("cuda") for d in devices):
+        return 0
+    cores = cores or available_cores()
+    return max(1, min(cores // 2, MAX_PART_PROCESSES))
 
 
 def engine_config_for(config: EngineConfig, devices: tuple[str, ...], device: str) -> EngineConfig:

@@ -8,7 +8,7 @@ import torch
 
 from server import topology
 from server.__main__ import build_parser, config_from_args
-from server.topology import default_front_ends, parse_devices
+from server.topology import default_front_ends, default_part_processes, parse_devices
 
 
 def config(*flags: str):
@@ -31,7 +31,7 @@ def no_gpu(monkeypatch):
 
 def test_a_machine_without_gpus_serves_one_cpu_engine_and_one_front_end(no_gpu):
     cfg = config()
-    assert cfg.devices == ("cpu",) and cfg.frontend_workers == 1
+    assert cfg.devices == ("cpu",) and cfg.frontend_workers == 1 and cfg.part_processes == 0
     assert cfg.engine.device == "cpu"
 
 
@@ -39,7 +39,8 @@ def test_every_visible_gpu_gets_an_engine_and_front_ends_follow_the_cores(two_gp
     monkeypatch.setattr("server.topology.available_cores", lambda: 16)
     cfg = config()
     assert cfg.devices == ("cuda:0", "cuda:1")
-    assert cfg.frontend_workers == 8
+    assert cfg.frontend_workers == 14 and cfg.part_processes == 8
+    assert config("--part-processes", "0").part_processes == 0
     assert config("--devices", "cuda:1").devices == ("cuda:1",)
     assert config("--devices", "cuda").devices == ("cuda:0",)
     assert config("--frontend-workers", "1").frontend_workers == 1
@@ -48,7 +49,14 @@ def test_every_visible_gpu_gets_an_engine_and_front_ends_follow_the_cores(two_gp
 def test_default_front_ends():
     assert default_front_ends(("cpu",), cores=64) == 1
     assert default_front_ends(("cuda:0",), cores=2) == 1
-    assert default_front_ends(("cuda:0",), cores=16) == 8
-    assert default_front_ends(("cuda:0",), cores=6) == 3
-    assert default_front_ends(("cuda:0",), cores=64) == 8  # at most 8 per GPU
-    assert default_front_ends(("cuda:0", "cuda:1"), cores=64) == 16
+    assert default_front_ends(("cuda:0",), cores=16) == 14
+    assert default_front_ends(("cuda:0",), cores=6) == 4
+    assert default_front_ends(("cuda:0",), cores=64) == 14  # at most 14 per GPU
+    assert default_front_ends(("cuda:0", "cuda:1"), cores=64) == 28
+
+
+def test_default_part_processes():
+    assert default_part_processes(("cpu",), cores=64) == 0  # the engine is a CPU server's bottleneck
+    assert default_part_processes(("cuda:0",), cores=2) == 1
+    assert default_part_processes(("cuda:0",), cores=16) == 8
+    assert default_part_processes(("cuda:0",), cores=64) == 8
