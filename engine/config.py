@@ -20,6 +20,7 @@ class ModelOverrides:
     quantization: str | None = None  # "none" | "tanh" (int8 = round(127 * tanh(pooled)))
     default_prompt_name: str | None = None  # "" switches the checkpoint's default prompt off
     matryoshka_dims: str | None = None  # "any" | "none" | "64,128,256"
+    kind: str | None = None  # "embed" | "rerank" (engine/model_files/reranker.py reads it from the files)
 
 
 @dataclass(frozen=True)

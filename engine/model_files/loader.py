@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from engine.model_files.architecture_support import config_refusal
 from engine.config import ModelOverrides
 from engine.model_files.flavour import PPLX_MODEL_TYPE, FlavourError, read_flavour
+from engine.model_files.reranker import QWEN3_MAX_LEN, Reranker, RerankerError, is_reranker, read_reranker
 from engine.model_files.st_modules import HeadStep, ModuleError, SentenceModules, output_dim, read_modules
 
 if TYPE_CHECKING:  # reading what a model is needs no torch (a front end, the supervisor): only its weights do
@@ -71,6 +72,12 @@ class ModelSpec:
     head: tuple[HeadStep, ...] = ()  # sentence-transformers modules after pooling, in order
     truncate_dim: int | None = None  # vectors cut to this size before the final normalisation
     lowercase: bool = False  # texts are lowercased before tokenizing (the Transformer module's do_lower_case)
+    # Set for a reranker: a (query, document) pair in, [score, raw logit] out (embedding_dim 2).
+    reranker: Reranker | None = None
+
+    @property
+    def is_reranker(self) -> bool:
+        return self.reranker is not None
 
 
 def resolve_model_dir(model: str | None, revision: str | None = None) -> tuple[Path, str]:
@@ -148,10 +155,15 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
     hidden_size = int(hf_config.get("hidden_size") or hf_config.get("dim") or 0)
 
     st_cfg = _read_json(model_dir / "config_sentence_transformers.json") or {}
+    overrides = overrides or ModelOverrides()
+    try:
+        if is_reranker(hf_config, st_cfg, overrides.kind):
+            return _reranker_spec(model_dir, name, architecture, hf_config, st_cfg, hidden_size, max_seq_len)
+    except RerankerError as exc:
+        raise ModelLoadError(f"{model_dir}: {exc}") from exc
     prompts = dict(st_cfg.get("prompts") or {})
     try:
         modules = read_modules(model_dir, hidden_size, st_cfg)
-        overrides = overrides or ModelOverrides()
         pooling = overrides.pooling or modules.pooling
         full_dim = output_dim(pooling, modules.head, hidden_size) if pooling else hidden_size
         embedding_dim = modules.truncate_dim or full_dim
@@ -183,6 +195,28 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
         head=modules.head,
         truncate_dim=modules.truncate_dim,
         lowercase=modules.lowercase,
+    )
+
+
+def _reranker_spec(model_dir: Path, name: str, architecture: str, hf_config: dict, st_cfg: dict, hidden_size: int,
+                   max_seq_len: int | None) -> ModelSpec:
+    """A reranker's description (engine/model_files/reranker.py says which checkpoints are rerankers)."""
+
+    def vocab() -> dict[str, int]:
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_file(str(model_dir / "tokenizer.json")).get_vocab(with_added_tokens=True)
+
+    reranker = read_reranker(model_dir, hf_config, st_cfg, vocab)
+    st_transformer = _read_json(model_dir / "sentence_bert_config.json") or {}
+    model_limit = _max_seq_len(model_dir, hf_config, SentenceModules(max_seq_length=st_transformer.get("max_seq_length")))
+    if reranker.is_template:
+        model_limit = min(model_limit, QWEN3_MAX_LEN)
+    return ModelSpec(
+        path=model_dir, name=name, architecture=architecture, hf_config=hf_config, pooling=reranker.pooling,
+        normalize=False, max_seq_len=min(max_seq_len, model_limit) if max_seq_len else model_limit,
+        hidden_size=hidden_size, embedding_dim=2, is_causal=architecture in DECODER_ARCHITECTURES,
+        matryoshka_dims=(), reranker=reranker,
     )
 
 

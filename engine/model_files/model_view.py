@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.model_files.loader import ModelSpec
+from engine.text.pairs import PairTokenizer
 from engine.text.tokenizer import tokenizer_for, vocab_size_of
 
 
@@ -18,6 +19,8 @@ class ModelView:
     def __init__(self, spec: ModelSpec):
         self.spec = spec
         self.tokenizer = tokenizer_for(spec)
+        # A reranker's inputs are (query, document) pairs, built as its reference builds them.
+        self.pairs = PairTokenizer(spec) if spec.reranker is not None else None
 
     @property
     def dimensions(self) -> int:

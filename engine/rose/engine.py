@@ -12,6 +12,7 @@ from engine.config import EngineConfig
 from engine.rose.layers import fused
 from engine.rose.layers.attention_backends import make_attention_backend
 from engine.rose.layers.head import SentenceHead
+from engine.rose.layers.score_head import ScoreHead
 from engine.rose.lazy import LazyResult
 from engine.model_files.loader import ModelLoadError, ModelSpec, load_spec, load_state_dict
 from engine.rose.models import MODEL_CLASSES
@@ -41,12 +42,26 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return _DTYPES[name]
 
 
-def head_for(spec: ModelSpec) -> SentenceHead:
-    """Pooling, the checkpoint's modules after it, truncate_dim and the final normalisation (float32)."""
+def head_for(spec: ModelSpec, state: dict[str, torch.Tensor]) -> SentenceHead | ScoreHead:
+    """An embedder's pooling, the checkpoint's modules after it, truncate_dim and the final normalisation;
+    a reranker's score head, from the checkpoint's own tensors `state` (float32 either way)."""
+    if spec.reranker is not None:
+        try:
+            return ScoreHead(spec.reranker, state, spec.hf_config.get("norm_eps", 1e-5)).eval()
+        except ValueError as exc:
+            raise ModelLoadError(f"{spec.path}: {exc}") from exc
     try:
         return SentenceHead(spec.pooling, spec.head, spec.truncate_dim, spec.normalize).eval()
     except (OSError, ValueError, RuntimeError) as exc:
         raise ModelLoadError(f"{spec.path}: the sentence-transformers modules' weights do not load: {exc}") from exc
+
+
+def pair_options(spec: ModelSpec) -> dict:
+    """A BERT cross-encoder reads its document's tokens with the second token type: the pair
+    tokenizer (engine/text/pairs.py) marks them in their ids, and the model must know to look."""
+    if spec.reranker is not None and spec.architecture == "bert" and spec.hf_config.get("type_vocab_size", 1) > 1:
+        return {"token_types_in_ids": True}
+    return {}
 
 
 class Engine(ModelView):
@@ -60,14 +75,17 @@ class Engine(ModelView):
         if self.device.type == "cpu" and config.num_threads:
             torch.set_num_threads(config.num_threads)
 
-        model = MODEL_CLASSES[self.spec.architecture](self.spec.hf_config)
-        model.load_hf_weights(load_state_dict(self.spec.path))
+        model = MODEL_CLASSES[self.spec.architecture](self.spec.hf_config, **pair_options(self.spec))
+        state = load_state_dict(self.spec.path)
+        model.load_hf_weights(state)
+        head = head_for(self.spec, state).to(self.device)
+        del state  # the model and the head hold what they need of it
         model = model.to(device=self.device, dtype=self.dtype).eval()
         fused.set_fused_kernels(config.fused_kernels)
         shape = model.attention_shape(self.spec.is_causal).bounded_by(self.spec.max_seq_len)
         attention = make_attention_backend(config.attention_backend, shape, self.device, self.dtype)
         self.runner = ModelRunner(
-            model, head_for(self.spec).to(self.device), attention, self.device,
+            model, head, attention, self.device,
             max_num_tokens=config.max_batch_tokens, max_num_seqs=config.max_batch_seqs,
             max_seqlen=self.spec.max_seq_len, enforce_eager=config.enforce_eager,
         )

@@ -205,8 +205,12 @@ class TextTokenizer:
         """Caller-given token ids, used as they are and cut to max_seq_len."""
         return np.asarray(ids[: self.max_seq_len], dtype=np.int32)
 
-    def decode(self, ids: list[int]) -> str:
-        return self._tokenizer.decode(ids)
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def token_strings(self, ids: list[int]) -> list[str]:
+        """Each id's token as the vocabulary spells it ("##ing", "Ġthe")."""
+        return [self._tokenizer.id_to_token(i) or "" for i in ids]
 
 
 # Model types whose tokenizers split on whitespace (WordPiece), where stripping a text changes

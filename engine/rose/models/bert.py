@@ -66,8 +66,11 @@ class BertModel(nn.Module):
     drop token types (`type_vocab_size` 0) and, for MPNet, set `relative_bias`.
     """
 
-    def __init__(self, config: dict, position_offset: int | None = None):
+    def __init__(self, config: dict, position_offset: int | None = None, token_types_in_ids: bool = False):
         super().__init__()
+        # A cross-encoder's pair: ids of the second text come as id + vocab_size (engine/text/pairs.py),
+        # which selects the second token-type row; otherwise every token has the first.
+        self.token_types_in_ids = token_types_in_ids
         if refusal := config_refusal("bert", config):
             raise ValueError(refusal)
         hidden = config["hidden_size"]
@@ -98,12 +101,26 @@ class BertModel(nn.Module):
         self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend, meta: object
     ) -> torch.Tensor:
         norm = self.embedding_norm
-        token_type = None if self.token_type_embeddings is None else self.token_type_embeddings.weight[0]
-        x = fused.embed_layer_norm(input_ids, positions, self.word_embeddings.weight, self.position_embeddings.weight,
-                                   token_type, self.position_offset, norm.weight, norm.bias, norm.eps)
+        if self.token_types_in_ids:
+            x = self._embed_pairs(input_ids, positions)
+        else:
+            token_type = None if self.token_type_embeddings is None else self.token_type_embeddings.weight[0]
+            x = fused.embed_layer_norm(input_ids, positions, self.word_embeddings.weight,
+                                       self.position_embeddings.weight, token_type, self.position_offset,
+                                       norm.weight, norm.bias, norm.eps)
         for layer in self.layers:
             x = layer(x, attention, meta, self.relative_bias)
         return x
+
+    def _embed_pairs(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Embeddings with each token's type read from its id: (word + type) + position, in Hugging Face's order."""
+        vocab_size = self.word_embeddings.num_embeddings
+        is_second = input_ids >= vocab_size
+        word = F.embedding(torch.where(is_second, input_ids - vocab_size, input_ids), self.word_embeddings.weight)
+        x = word + F.embedding(is_second.long(), self.token_type_embeddings.weight)
+        x = x + F.embedding(positions + self.position_offset, self.position_embeddings.weight)
+        norm = self.embedding_norm
+        return F.layer_norm(x, (x.shape[1],), norm.weight, norm.bias, norm.eps)
 
     def load_hf_weights(self, state: dict[str, torch.Tensor]) -> None:
         """Load a Hugging Face BertModel / RobertaModel state dict (fusing q, k, v)."""

@@ -1,0 +1,110 @@
+"""(query, document) pairs -> one token sequence each, built as the reranker's reference builds it.
+
+A cross-encoder's pair is what its tokenizer makes of two texts ([CLS] q [SEP] d [SEP] for
+BERT, <s> q </s></s> d </s> for XLM-R), truncated longest-first to the model's limit, as
+sentence-transformers' CrossEncoder.predict tokenizes it (texts as they are, not stripped).
+A BERT cross-encoder also reads token types: the document's ids come as id + vocab_size, which
+its embeddings read back (engine/rose/models/bert.py), so that the stream stays one id per token.
+
+Qwen3-Reranker's pair is its model card's prompt: the formatted instruction, query and document
+tokenized as one text and cut to the limit less the template's prefix and suffix, then wrapped
+in them (engine/model_files/reranker.py holds the template).
+
+`max_doc_tokens` (Cohere's max_tokens_per_doc) cuts each document to that many of its own
+tokens first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from tokenizers import Encoding, Tokenizer
+
+from engine.model_files.reranker import QWEN3_BODY, QWEN3_INSTRUCTION, QWEN3_PREFIX, QWEN3_SUFFIX
+
+if TYPE_CHECKING:  # the loader imports what a tokenizer-only process does without
+    from engine.model_files.loader import ModelSpec
+
+
+@dataclass
+class EncodedPairs:
+    """One sequence per document (int32 ids), and which documents' pairs were cut to fit the limit."""
+
+    seqs: list[np.ndarray]
+    truncated: list[int]
+
+
+def _tokenizer(spec: ModelSpec, max_length: int | None) -> Tokenizer:
+    tokenizer = Tokenizer.from_file(str(spec.path / "tokenizer.json"))
+    tokenizer.no_padding()
+    if max_length is None:
+        tokenizer.no_truncation()
+    else:
+        tokenizer.enable_truncation(max_length=max_length, strategy="longest_first")
+    return tokenizer
+
+
+class PairTokenizer:
+    """Builds a reranker's input sequences; safe to call from several threads (the Rust tokenizer is)."""
+
+    def __init__(self, spec: ModelSpec):
+        if spec.reranker is None:
+            raise ValueError("pairs are tokenized for rerankers only")
+        self.max_seq_len = spec.max_seq_len
+        self.is_template = spec.reranker.is_template
+        self._plain = _tokenizer(spec, None)
+        # BERT's second token type, marked in the ids (see engine/rose/engine.py's pair_options).
+        self._second_offset = None
+        if spec.architecture == "bert" and spec.hf_config.get("type_vocab_size", 1) > 1:
+            self._second_offset = int(spec.hf_config["vocab_size"])
+        if self.is_template:
+            self._prefix = self._plain.encode(QWEN3_PREFIX, add_special_tokens=False).ids
+            self._suffix = self._plain.encode(QWEN3_SUFFIX, add_special_tokens=False).ids
+            body_limit = self.max_seq_len - len(self._prefix) - len(self._suffix)
+            if body_limit < 1:
+                raise ValueError(f"the maximum length {self.max_seq_len} leaves no room inside the reranker's template")
+            self._truncating = _tokenizer(spec, body_limit)
+        else:
+            self._truncating = _tokenizer(spec, self.max_seq_len)
+            self._num_pair_specials = self._plain.num_special_tokens_to_add(is_pair=True)
+
+    def encode(self, query: str, documents: list[str], max_doc_tokens: int | None = None) -> EncodedPairs:
+        """The sequences of (query, document) for each document, in order."""
+        if self.is_template:
+            return self._encode_template(query, documents, max_doc_tokens)
+        query_enc = self._plain.encode(query, add_special_tokens=False)
+        docs = self._plain.encode_batch(documents, add_special_tokens=False)
+        seqs, truncated = [], []
+        room = self.max_seq_len - self._num_pair_specials - len(query_enc.ids)
+        for i, doc in enumerate(docs):
+            if max_doc_tokens is not None and len(doc.ids) > max_doc_tokens:
+                doc.truncate(max_doc_tokens)
+            if len(doc.ids) > room:
+                truncated.append(i)
+            pair = self._truncating.post_process(query_enc, doc, add_special_tokens=True)
+            seqs.append(self._ids(pair))
+        return EncodedPairs(seqs, truncated)
+
+    def _ids(self, pair: Encoding) -> np.ndarray:
+        ids = np.asarray(pair.ids, dtype=np.int32)
+        if self._second_offset is not None:
+            ids = np.where(np.asarray(pair.type_ids) > 0, ids + self._second_offset, ids).astype(np.int32)
+        return ids
+
+    def _encode_template(self, query: str, documents: list[str], max_doc_tokens: int | None) -> EncodedPairs:
+        if max_doc_tokens is not None:
+            documents = [self._cut(doc, max_doc_tokens) for doc in documents]
+        bodies = [QWEN3_BODY.format(instruction=QWEN3_INSTRUCTION, query=query, document=doc) for doc in documents]
+        seqs, truncated = [], []
+        for i, body in enumerate(self._truncating.encode_batch(bodies, add_special_tokens=True)):
+            if body.overflowing:
+                truncated.append(i)
+            seqs.append(np.asarray([*self._prefix, *body.ids, *self._suffix], dtype=np.int32))
+        return EncodedPairs(seqs, truncated)
+
+    def _cut(self, document: str, max_tokens: int) -> str:
+        """The document up to the end of its `max_tokens`-th token (the template tokenizes it within its prompt)."""
+        offsets = self._plain.encode(document, add_special_tokens=False).offsets
+        return document if len(offsets) <= max_tokens else document[: offsets[max_tokens - 1][1]]
