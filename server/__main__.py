@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     advanced(tuning.add_argument("--strict-model-names", action="store_true",
                                  help="answer OpenAI's embedding model names (text-embedding-3-small, ...) with a "
                                       "404 unless given by --model-alias, instead of with the served model"))
+    advanced(tuning.add_argument("--max-rerank-documents", type=positive_int,
+                                 default=ServerConfig.max_rerank_documents,
+                                 help="most documents one rerank request may score (400 above)"))
     advanced(tuning.add_argument("--max-batch-seqs", type=positive_int, default=EngineConfig.max_batch_seqs,
                                  help="most sequences in one batch"))
     advanced(tuning.add_argument("--tokenizer-workers", type=positive_int, default=2,
@@ -128,6 +131,10 @@ def _add_model_flags(serve: argparse.ArgumentParser) -> None:
     advanced(group.add_argument("--embedding-quantization", choices=["none", "tanh"], default=None,
                                 help="tanh: offer int8 = round(127*tanh(x)) and sign-bit formats "
                                      "(default: on for pplx-embed)"))
+    advanced(group.add_argument("--model-kind", choices=["embed", "rerank"], default=None,
+                                help="embed or rerank (default: from the files; a one-label *ForSequenceClassification "
+                                     "or a CrossEncoder save reranks; Qwen3-Reranker needs rerank unless its files say "
+                                     "CrossEncoder)"))
     group.add_argument("--default-prompt-name", default=None,
                        help="prompt applied when a request names none ('' for none; default: the model's)")
     group.add_argument("--matryoshka-dims", default=None,
@@ -150,6 +157,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         model_overrides=ModelOverrides(
             attention=args.attention, pooling=args.pooling, quantization=args.embedding_quantization,
             default_prompt_name=args.default_prompt_name, matryoshka_dims=args.matryoshka_dims,
+            kind=args.model_kind,
         ),
     )
     front_ends = args.frontend_workers or default_front_ends(devices)
@@ -160,7 +168,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         engine=engine, host=args.host, port=args.port, served_model_name=args.served_model_name,
         max_queued_tokens=args.max_queued_tokens, tokenizer_workers=args.tokenizer_workers,
         part_processes=part_processes, devices=devices, frontend_workers=front_ends,
-        log_level=args.log_level, max_request_tokens=args.max_request_tokens, long_inputs=args.long_inputs,
+        log_level=args.log_level, max_request_tokens=args.max_request_tokens,
+        max_rerank_documents=args.max_rerank_documents, long_inputs=args.long_inputs,
         model_aliases=tuple(args.model_alias), strict_model_names=args.strict_model_names,
         api_keys=tuple(dict.fromkeys([*args.api_key, *keys_from_env()])),
         token_ids=args.token_ids, **hardening_cli.config_kwargs(args),

@@ -18,6 +18,8 @@ from server.openapi import openapi_config
 from server.metrics import Metrics, metrics_endpoint
 from server.contextualized import ROUTES as CONTEXTUALIZED_ROUTES
 from server.embeddings_route import ROUTES as EMBEDDINGS_ROUTES
+from server.rerank_route import ROUTES as RERANK_ROUTES
+from server.tokenize_route import ROUTES as TOKENIZE_ROUTES
 from server.routes import ROUTES
 from server.runtime import Runtime
 from server.token_inputs import TokenInputs
@@ -51,7 +53,8 @@ def create_app(config: ServerConfig, engine: Engine | None = None, *, engines: E
             metrics.stop_publishing()
 
     return Litestar(
-        route_handlers=[*ROUTES, *EMBEDDINGS_ROUTES, *CONTEXTUALIZED_ROUTES, metrics_endpoint, docs_assets()],
+        route_handlers=[*ROUTES, *EMBEDDINGS_ROUTES, *CONTEXTUALIZED_ROUTES, *RERANK_ROUTES, *TOKENIZE_ROUTES,
+                        metrics_endpoint, docs_assets()],
         lifespan=[lifespan],
         state=State({"runtime": runtime, "token_inputs": TokenInputs(config), "metrics": metrics}),
         request_max_body_size=config.max_body_bytes,

@@ -14,6 +14,7 @@ class ServerConfig:
     port: int = 8000
     served_model_name: str | None = None  # None: the model's own name
     max_request_inputs: int = 2048
+    max_rerank_documents: int = 1000  # documents of one rerank request (Cohere's own advice caps them there)
     max_queued_tokens: int | None = None  # None: unbounded queue
     tokenizer_workers: int = 2
     # Processes shared by the front ends that tokenize large requests' parts and encode their

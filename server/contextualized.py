@@ -32,6 +32,7 @@ from engine.text.late_chunking import ChunkTooLongError, EmptyChunkError, LateCh
 from engine.text.long_inputs import CannotWindowError
 from server.errors import invalid_request
 from server.guards import check_finite, decode_request
+from server.model_kind import require_embedder
 from server.long_inputs import context_length_error, long_inputs_mode
 from server.openapi import EMBEDDINGS_ERROR_RESPONSES, ContextualizedOperation
 from server.options import check_dimensions, check_encoding_format
@@ -53,6 +54,7 @@ async def create_contextualized_embeddings(request: Request, state: State) -> Co
     data = decode_request(await request.body(), ContextualizedEmbeddingRequest)
     served = model_names_of(runtime).resolve(data.model)
     spec = runtime.model.spec
+    require_embedder(spec, served)
     problem = late_chunking_problem(spec)
     if problem is not None:
         raise _cannot_late_chunk(problem)

@@ -16,6 +16,7 @@ from litestar.datastructures import State
 from compat.inputs import normalise_input
 from compat.openai import Embedding, EmbeddingResponse, Usage
 from server.guards import check_finite, check_input_chars, decode_request
+from server.model_kind import require_embedder
 from server.long_inputs import fit_request_texts, fit_request_token_ids, long_inputs_mode
 from server.openapi import EMBEDDINGS_ERROR_RESPONSES, EmbeddingsOperation
 from server.options import check_dimensions, check_encoding_format
@@ -34,6 +35,7 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
     data = decode_request(await request.body())
     served = model_names_of(runtime).resolve(data.model)
     spec = runtime.model.spec
+    require_embedder(spec, served)
     check_encoding_format(spec, data.encoding_format)
     check_dimensions(spec, data.dimensions)
     token_inputs: TokenInputs = state.token_inputs
