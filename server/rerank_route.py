@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 from litestar import Request, post
@@ -76,7 +77,7 @@ async def _rerank(request: Request, state: State, data: RerankRequest) -> Rerank
                 "asks", "texts", "context_length_exceeded")
         return ReadyPart(pairs.seqs, lambda rows: rows[:, :2].copy())
 
-    parts = [lambda lo=lo, hi=hi: make_ready(lo, hi) for lo, hi in part_bounds(len(documents))]
+    parts = [partial(make_ready, lo, hi) for lo, hi in part_bounds(len(documents))]
     outcome = await compute_parts(request, runtime, trace, parts)
     rows = np.concatenate(outcome.answers) if outcome.answers else np.zeros((0, 2), np.float32)
     check_finite(rows, trace.request_id)
