@@ -6,10 +6,11 @@ one is in the document without a second description to keep in step.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from litestar.openapi.spec import OpenAPIType, Schema
+from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, RequestBody, Schema
 
 _LITESTAR_NAMES = {"not": "schema_not", "if": "schema_if", "else": "schema_else"}
 _NESTED_ONE = {"items", "schema_not", "additional_properties", "contains"}
@@ -21,6 +22,20 @@ def struct_schema(struct: type[msgspec.Struct]) -> Schema:
     so a component added beside it would be dropped and a reference to it would dangle."""
     (ref,), components = msgspec.json.schema_components([struct], ref_template="#/$defs/{name}")
     return _to_schema(_inline(ref, components))
+
+
+def body_operation(struct: type[msgspec.Struct]) -> type[Operation]:
+    """An operation class that publishes `struct` as its request body, for a route that decodes
+    its body itself (strictly), where Litestar sees no `data` parameter to infer one from."""
+    schema = struct_schema(struct)
+
+    @dataclass
+    class BodyOperation(Operation):
+        def __post_init__(self) -> None:
+            self.request_body = RequestBody(required=True,
+                                            content={"application/json": OpenAPIMediaType(schema=schema)})
+
+    return BodyOperation
 
 
 def _inline(node: Any, components: dict[str, dict]) -> Any:

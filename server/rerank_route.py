@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
 from litestar import Request, post
 from litestar.datastructures import State
-from litestar.openapi.spec import OpenAPIMediaType, Operation, RequestBody
 
 from compat.rerank import (ApiVersion, BilledUnits, RerankMeta, RerankRequest, RerankResponse, RerankResult,
                            RerankUsage, ResultDocument, TeiRank, documents_of, is_tei, ranked)
@@ -24,21 +22,12 @@ from server.errors import invalid_request
 from server.guards import check_finite, decode_request
 from server.model_kind import require_reranker
 from server.openapi import EMBEDDINGS_ERROR_RESPONSES
-from server.openapi_schema import struct_schema
+from server.openapi_schema import body_operation
 from server.request_pipeline import ReadyPart, part_bounds
 from server.route_support import compute_parts, model_names_of, runtime_of, trace_of
 from server.runtime import Runtime
 
-_REQUEST_SCHEMA = struct_schema(RerankRequest)
-
-
-@dataclass
-class RerankOperation(Operation):
-    """The route decodes its body itself (strictly), so its schema is declared here."""
-
-    def __post_init__(self) -> None:
-        self.request_body = RequestBody(required=True,
-                                        content={"application/json": OpenAPIMediaType(schema=_REQUEST_SCHEMA)})
+RerankOperation = body_operation(RerankRequest)
 
 
 @post(["/v1/rerank", "/v2/rerank"], status_code=200, summary="Rerank documents against a query (Cohere, Jina)",

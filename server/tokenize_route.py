@@ -16,11 +16,12 @@ from compat.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeReque
 from server.errors import invalid_request
 from server.guards import decode_request
 from server.openapi import ERROR_RESPONSES
+from server.openapi_schema import body_operation
 from server.route_support import model_names_of, runtime_of
 
 
 @post("/tokenize", status_code=200, summary="Tokenize a text with the served model's tokenizer",
-      responses=ERROR_RESPONSES)
+      operation_class=body_operation(TokenizeRequest), responses=ERROR_RESPONSES)
 async def tokenize(request: Request, state: State) -> TokenizeResponse:
     runtime = runtime_of(state)
     data = decode_request(await request.body(), TokenizeRequest)
@@ -36,7 +37,8 @@ async def tokenize(request: Request, state: State) -> TokenizeResponse:
                             token_strs=tokenizer.token_strings(ids) if data.return_token_strs else None)
 
 
-@post("/detokenize", status_code=200, summary="Turn token ids back into text", responses=ERROR_RESPONSES)
+@post("/detokenize", status_code=200, summary="Turn token ids back into text",
+      operation_class=body_operation(DetokenizeRequest), responses=ERROR_RESPONSES)
 async def detokenize(request: Request, state: State) -> DetokenizeResponse:
     runtime = runtime_of(state)
     data = decode_request(await request.body(), DetokenizeRequest)

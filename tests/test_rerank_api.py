@@ -152,3 +152,14 @@ def test_an_embedder_asked_to_rerank_says_so():
                                 "model_is_embedder")
         assert error["param"] == "model" and FAKE_MODEL in error["message"]
         assert client.post("/v1/embeddings", json={"input": "still fine"}).status_code == 200
+
+
+def test_openapi_publishes_the_bodies_these_routes_decode(client):
+    """The routes decode their bodies themselves; the document must still show what they take."""
+    schema = client.get("/docs/openapi.json").json()
+    bodies = {path: schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+              for path in ("/v1/rerank", "/v2/rerank", "/rerank", "/tokenize", "/detokenize")}
+    for path in ("/v1/rerank", "/v2/rerank", "/rerank"):
+        assert {"query", "documents", "texts", "top_n", "return_documents", "max_tokens_per_doc"} <= set(
+            bodies[path]["properties"]) and bodies[path]["required"] == ["query"]
+    assert bodies["/tokenize"]["required"] == ["prompt"] and bodies["/detokenize"]["required"] == ["tokens"]
