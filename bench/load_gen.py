@@ -40,6 +40,9 @@ bench/tiny_model.py; `bench/gpu_session.sh paragraphs|bulk|profile` runs them th
                         --model /tmp/<shape>-random --num-texts 12061 --repeat 4 --latency-queries 200 (minilm: 0)
   e2e-gpu-minilm-k4.md, -k6.md, -k8.md
                     the same for MiniLM with --rounds 2 --latency-queries 0 --server-arg=--frontend-workers=K
+  e2e-gpu-minilm-k12.md, -k14.md
+                    MiniLM paragraphs as e2e-gpu-minilm.md with --rounds 1 --latency-queries 0
+                        --server-arg=--frontend-workers=K
   e2e-gpu-bert-base-docs.md, e2e-gpu-bert-base-docs-epilogue-off.md (the GELU as a pass of its own then)
                     the same for BERT-base with --num-texts 3000 --join 4 --repeat 4 --latency-queries 0
   e2e-gpu-bert-base-profiled.md, e2e-gpu-bert-base.pyspy.txt   (bench/gpu_session.sh profile)
