@@ -34,7 +34,9 @@ class EngineConfig:
     model: str | None = None
     revision: str | None = None  # a hub id's branch, tag or commit; None: its default branch
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
-    dtype: str = "auto"  # "auto" (fp32 on CPU, bf16 on CUDA) | "float32" | "bfloat16" | "float16"
+    # "auto": bf16 on CUDA and on a CPU that computes bf16 natively, else fp32 (engine/rose/engine.py's
+    # resolve_dtype) | "float32" | "bfloat16" | "float16"
+    dtype: str = "auto"
     max_batch_tokens: int = 16384
     max_batch_seqs: int = 1024
     max_seq_len: int | None = None  # None: the model's own limit

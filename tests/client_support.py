@@ -21,9 +21,10 @@ MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 ALIAS = "text-embedding-3-small"
 API_KEYS = ("sk-rose-test-one", "sk-rose-test-two")
 
-# Vectors are unit length; batches of different composition may round differently on CPU
-# (other matmul shapes), so equality is checked to this absolute tolerance per component.
-ATOL = 1e-5
+# The clients' servers run default flags, so on a CPU with native bf16 they compute in bf16, where
+# batches of different composition round differently (other matmul shapes): the same text's
+# vector through two requests agrees to this cosine.
+MIN_COSINE = 0.9995
 
 # The URL tiktoken downloads cl100k_base from; tiktoken's cache file is named by its sha1.
 CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
@@ -48,9 +49,10 @@ def reference_vectors(url: str, texts: list[str], api_key: str | None = None, di
 
 
 def assert_same_vectors(got, expected: np.ndarray) -> None:
-    got = np.asarray(got, dtype=np.float32)
+    got = np.asarray(got, dtype=np.float64)
     assert got.shape == expected.shape
-    np.testing.assert_allclose(got, expected, atol=ATOL, rtol=0)
+    cosines = (got * expected).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1))
+    assert cosines.min() >= MIN_COSINE, f"worst cosine {cosines.min()} at input {cosines.argmin()}"
 
 
 def stop_and_check_no_server_error(proc: ServerProcess) -> None:

@@ -80,7 +80,7 @@ def default_engine():
     from engine.config import EngineConfig
     from engine.rose.engine import Engine
 
-    return Engine(EngineConfig(max_batch_tokens=4096))
+    return Engine(EngineConfig(dtype="float32", max_batch_tokens=4096))
 
 
 _LOG_DIRS: list[Path] = []  # this session's folder for server logs, under pytest's own temporary folder
@@ -148,7 +148,8 @@ class ServerProcess:
 
 @pytest.fixture(scope="session")
 def server() -> Iterator[ServerProcess]:
-    """The default model served by a real process (shared by the tests that only read)."""
-    proc = ServerProcess("--max-batch-tokens", "4096")
+    """The default model served by a real process in float32, the exact path that tests compare with
+    their references (shared by the tests that only read)."""
+    proc = ServerProcess("--dtype", "float32", "--max-batch-tokens", "4096")
     yield proc
     proc.stop()

@@ -33,7 +33,7 @@ def test_cut_batches_respects_both_caps():
 
 def _run_concurrent(engine, requests: list[list[str]], on_ready=lambda: None):
     """Serve the app with uvicorn in a thread (real HTTP, real concurrency); the responses."""
-    app = create_app(ServerConfig(engine=EngineConfig(max_batch_tokens=BUDGET, max_batch_seqs=64)), engine)
+    app = create_app(ServerConfig(engine=EngineConfig(dtype="float32", max_batch_tokens=BUDGET, max_batch_seqs=64)), engine)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -118,7 +118,7 @@ def test_engine_embed_matches_across_budgets(default_engine, texts, budget):
     # The same text gives the same vector whatever batch it lands in.
     from engine.rose.engine import Engine
 
-    small = Engine(EngineConfig(max_batch_tokens=budget))
+    small = Engine(EngineConfig(dtype="float32", max_batch_tokens=budget))
     sample = texts[:64]
     np.testing.assert_allclose(small.embed(sample), default_engine.embed(sample), atol=2e-5)
     alone = np.stack([small.embed([t])[0] for t in sample[:8]])

@@ -36,11 +36,6 @@ def sent_bodies(embeddings) -> list[dict]:
     return bodies
 
 
-def cosines(got, expected: np.ndarray) -> np.ndarray:
-    got = np.asarray(got, dtype=np.float64)
-    return (got * expected).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
-
-
 def test_default_config_sends_tiktoken_ids(docs_server, tiktoken_offline):
     """LangChain's default path: cl100k ids on the wire, read back as text by the server's defaults."""
     texts = load_texts(100)
@@ -51,7 +46,6 @@ def test_default_config_sends_tiktoken_ids(docs_server, tiktoken_offline):
     assert all(isinstance(ids, list) and all(isinstance(t, int) for t in ids) for ids in bodies[0]["input"])
     assert max(max(ids) for ids in bodies[0]["input"]) >= 30522  # cl100k ids, beyond MiniLM's vocabulary
     expected = reference_vectors(docs_server.url, texts)
-    assert cosines(vectors, expected).min() >= 0.9999
     assert_same_vectors(vectors, expected)
 
 

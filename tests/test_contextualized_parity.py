@@ -68,7 +68,7 @@ def _vectors(body: dict, dtype: str = "<f4") -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def server(bert_path):
-    proc = ServerProcess("--model", str(bert_path), "--max-batch-tokens", "1024", "--max-batch-seqs", "64")
+    proc = ServerProcess("--dtype", "float32", "--model", str(bert_path), "--max-batch-tokens", "1024", "--max-batch-seqs", "64")
     yield proc
     proc.stop()
 
@@ -146,7 +146,7 @@ def test_corpus_cli_writes_one_row_per_chunk_as_the_server_embeds_it(server, ber
     source.write_text("".join(json.dumps({"id": f"doc-{i}", "chunks": d}) + "\n" for i, d in enumerate(documents)),
                       encoding="utf-8")
     output = tmp_path / "chunks.parquet"
-    main(["embed", str(source), "-o", str(output), "--model", str(bert_path), "--chunks-field", "chunks",
+    main(["embed", str(source), "-o", str(output), "--dtype", "float32", "--model", str(bert_path), "--chunks-field", "chunks",
           "--id-field", "id", "--chunk-size", "2", "--max-batch-tokens", "512", "--quiet"])
     table = pq.read_table(output)
     assert table.column_names == ["id", "chunk", "embedding"]
@@ -169,7 +169,7 @@ def test_pplx_style_model_late_chunks_with_its_int8_default(tmp_path):
     hf.mkdir()
     save_hf_model(hf, pplx_config(hf, tiny_config(qwen_tokenizer(hf))), trust_remote_code=True)
     path = save_st_model(tmp_path / "st", hf, pooling="mean", trust_remote_code=True, max_seq_length=MAX_SEQ_LEN)
-    engine = Engine(EngineConfig(model=str(path), device="cpu", max_batch_tokens=max(1024, QWEN_LIMIT)))
+    engine = Engine(EngineConfig(dtype="float32", model=str(path), device="cpu", max_batch_tokens=max(1024, QWEN_LIMIT)))
     assert (engine.spec.is_causal, engine.spec.quantization, engine.tokenizer.wrapping()[0]) == (False, "tanh", ())
     documents = [sentences(t) for t in load_texts(12)[8:12]]
     # The model's raw pooled vectors (no Normalize module): what int8 = round(127 tanh(x)) reads.

@@ -30,7 +30,7 @@ def parquet_output(tmp_path_factory, rows):
     work = tmp_path_factory.mktemp("cli")
     source = write_jsonl(work / "corpus.jsonl", rows)
     output = work / "vectors.parquet"
-    main(["embed", str(source), "-o", str(output), "--id-field", "id", "--chunk-size", "64",
+    main(["embed", str(source), "-o", str(output), "--dtype", "float32", "--id-field", "id", "--chunk-size", "64",
           "--max-batch-tokens", "4096", "--quiet"])
     return output
 
@@ -54,7 +54,7 @@ def test_parquet_to_npy_equals_jsonl_to_parquet(tmp_path, rows, parquet_output):
     pq.write_table(pa.table({"body": [r["text"] for r in rows], "key": list(range(len(rows)))}), source,
                    row_group_size=50)  # row groups that do not line up with chunks
     output = tmp_path / "vectors.npy"
-    main(["embed", str(source), "-o", str(output), "--text-field", "body", "--id-field", "key",
+    main(["embed", str(source), "-o", str(output), "--dtype", "float32", "--text-field", "body", "--id-field", "key",
           "--chunk-size", "96", "--quiet"])
     vectors = np.load(output)
     assert vectors.dtype == np.float32

@@ -29,7 +29,7 @@ def test_map_batches_gives_the_servers_vectors(local_ray, server, texts):
 
     rows = corpus_rows(texts, num_short=60, num_long=4)
     ds = local_ray.data.from_items(rows, override_num_blocks=4)
-    ds = ds.map_batches(RoseEmbedder, fn_constructor_kwargs={"max_batch_tokens": 4096, "num_threads": 1},
+    ds = ds.map_batches(RoseEmbedder, fn_constructor_kwargs={"max_batch_tokens": 4096, "num_threads": 1, "dtype": "float32"},
                         concurrency=2, num_cpus=1, batch_size=32)
     out = sorted(ds.take_all(), key=lambda row: int(row["id"].removeprefix("doc-")))
 

@@ -131,7 +131,7 @@ def test_a_killed_process_resumes_from_its_last_committed_chunk(tmp_path, rows, 
 
     source = write_jsonl(tmp_path / "corpus.jsonl", rows)
     output = tmp_path / "vectors.parquet"
-    command = ["embed", str(source), "-o", str(output), "--id-field", "id", "--chunk-size", str(CHUNK),
+    command = ["embed", str(source), "-o", str(output), "--dtype", "float32", "--id-field", "id", "--chunk-size", str(CHUNK),
                "--max-batch-seqs", "8", "--quiet"]  # two batches per chunk
     env = dict(os.environ, ROSE_KILL_AFTER_TEXTS=str(3 * CHUNK + 8),  # dies in chunk 4's second batch
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))

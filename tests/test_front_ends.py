@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow  # front-end and engine processes
 
 EMBEDDINGS_200 = 'rose_requests_total{route="/v1/embeddings",status="200"}'
 ONE_FRONT_END = ("--devices", "cpu", "--max-batch-tokens", "1024", "--max-batch-seqs", "8")
-WORKERS = ("--devices", "cpu", "--frontend-workers", "2", "--max-batch-tokens", "1024", "--max-batch-seqs", "8")
+WORKERS = ("--dtype", "float32", "--devices", "cpu", "--frontend-workers", "2", "--max-batch-tokens", "1024", "--max-batch-seqs", "8")
 
 
 @pytest.fixture(scope="module")

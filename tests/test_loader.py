@@ -66,7 +66,7 @@ def hf_reference(model_dir: Path, engine: Engine, texts: list[str], pooling: str
 @pytest.mark.parametrize("pooling", ["cls", "mean", "last"])
 def test_engine_matches_hf_bert(tmp_path, default_engine, pooling):
     model_dir = make_bert(tmp_path, default_engine, pooling=pooling)
-    engine = Engine(EngineConfig(model=str(model_dir), max_batch_tokens=512))
+    engine = Engine(EngineConfig(dtype="float32", model=str(model_dir), max_batch_tokens=512))
     assert engine.spec.pooling == pooling and engine.spec.max_seq_len == 64
     got = engine.embed(TEXTS)
     want = hf_reference(model_dir, engine, TEXTS, pooling)
@@ -78,14 +78,14 @@ def test_sharded_weights_load(tmp_path, default_engine):
     model_dir = make_bert(tmp_path, default_engine, pooling="mean", max_shard_size="2MB")
     assert (model_dir / "model.safetensors.index.json").exists()
     assert len(list(model_dir.glob("*.safetensors"))) > 1
-    engine = Engine(EngineConfig(model=str(model_dir), max_batch_tokens=512))
+    engine = Engine(EngineConfig(dtype="float32", model=str(model_dir), max_batch_tokens=512))
     cosine = (engine.embed(TEXTS) * hf_reference(model_dir, engine, TEXTS, "mean")).sum(1)
     assert cosine.min() >= 0.99999
 
 
 def test_truncation_follows_max_seq_length(tmp_path, default_engine):
     model_dir = make_bert(tmp_path, default_engine, pooling="mean", max_seq_length=16)
-    engine = Engine(EngineConfig(model=str(model_dir), max_batch_tokens=512))
+    engine = Engine(EngineConfig(dtype="float32", model=str(model_dir), max_batch_tokens=512))
     ids = engine.tokenize(["word " * 100])[0]
     assert len(ids) == 16 and ids[-1] == 102  # [SEP] kept at the end, as the HF tokenizer does
 
@@ -158,8 +158,8 @@ def test_pytorch_model_bin_gives_the_vectors_of_its_safetensors_twin(tmp_path, d
     twin = make_bert(tmp_path / "safetensors", default_engine, pooling="mean")
     pickled = _as_pickled(shutil.copytree(twin, tmp_path / "pickled"), **variant)
     assert not list(pickled.glob("*.safetensors")) and list(pickled.glob("pytorch_model*.bin"))
-    want = Engine(EngineConfig(model=str(twin), max_batch_tokens=512)).embed(TEXTS)
-    got = Engine(EngineConfig(model=str(pickled), max_batch_tokens=512)).embed(TEXTS)
+    want = Engine(EngineConfig(dtype="float32", model=str(twin), max_batch_tokens=512)).embed(TEXTS)
+    got = Engine(EngineConfig(dtype="float32", model=str(pickled), max_batch_tokens=512)).embed(TEXTS)
     np.testing.assert_array_equal(got, want)
 
 
@@ -169,8 +169,8 @@ def test_pickled_qwen3_with_a_tied_lm_head_loads(tmp_path, texts):
 
     twin = qwen3_embedding(tmp_path / "safetensors", train_tokenizer(texts[:200])).path
     pickled = _as_pickled(shutil.copytree(twin, tmp_path / "pickled"), tie_lm_head=True)
-    want = Engine(EngineConfig(model=str(twin), max_batch_tokens=512)).embed(TEXTS)
-    np.testing.assert_array_equal(Engine(EngineConfig(model=str(pickled), max_batch_tokens=512)).embed(TEXTS), want)
+    want = Engine(EngineConfig(dtype="float32", model=str(twin), max_batch_tokens=512)).embed(TEXTS)
+    np.testing.assert_array_equal(Engine(EngineConfig(dtype="float32", model=str(pickled), max_batch_tokens=512)).embed(TEXTS), want)
 
 
 def test_pickled_objects_other_than_tensors_are_refused(tmp_path, default_engine):
@@ -180,14 +180,14 @@ def test_pickled_objects_other_than_tensors_are_refused(tmp_path, default_engine
     state = torch.load(model_dir / "pytorch_model.bin", weights_only=True)
     torch.save({**state, "training_args": argparse.Namespace(lr=1e-4)}, model_dir / "pytorch_model.bin")
     with pytest.raises(ModelLoadError, match=r"weights_only=True.*refuses to unpickle other objects"):
-        Engine(EngineConfig(model=str(model_dir), max_batch_tokens=512))
+        Engine(EngineConfig(dtype="float32", model=str(model_dir), max_batch_tokens=512))
 
 
 def test_no_weights_is_a_clear_error(tmp_path, default_engine):
     model_dir = make_bert(tmp_path, default_engine, pooling="mean")
     (model_dir / "model.safetensors").unlink()
     with pytest.raises(ModelLoadError, match="neither \\*.safetensors nor pytorch_model.bin"):
-        Engine(EngineConfig(model=str(model_dir), max_batch_tokens=512))
+        Engine(EngineConfig(dtype="float32", model=str(model_dir), max_batch_tokens=512))
 
 
 def test_revision_reaches_snapshot_download(tmp_path, default_engine, monkeypatch):

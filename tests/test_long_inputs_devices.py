@@ -56,6 +56,7 @@ def _engine(path, device: str, **overrides):
     from engine.config import EngineConfig
     from engine.rose.engine import Engine
 
+    overrides.setdefault("dtype", "float32" if device == "cpu" else "auto")  # the CPU's exact path
     return Engine(EngineConfig(model=str(path), device=device, max_batch_tokens=1024, **overrides))
 
 

@@ -1,4 +1,5 @@
-"""The server's vectors equal sentence-transformers' on the real default model (fp32, CPU)."""
+"""The server's vectors equal sentence-transformers' on the real default model (fp32, CPU), and the
+default dtype (bf16 on a CPU that computes it natively) stays within its stated tolerance."""
 
 from __future__ import annotations
 
@@ -56,3 +57,19 @@ def test_usage_counts_embedded_tokens(server, default_engine, parity_texts):
     usage = r.json()["usage"]
     expected = sum(len(ids) for ids in default_engine.tokenize(sample))  # after truncation
     assert usage == {"prompt_tokens": expected, "total_tokens": expected}
+
+
+def test_default_dtype_stays_within_its_tolerance_of_sentence_transformers(parity_texts, reference):
+    """Default flags on this CPU: bf16 where it computes bf16 natively (engine/rose/cpu_features.py),
+    every vector within cosine 0.9999 of sentence-transformers' float32 ones; float32 elsewhere."""
+    import torch
+
+    from engine.config import EngineConfig
+    from engine.rose.cpu_features import native_bf16
+    from engine.rose.engine import Engine
+
+    engine = Engine(EngineConfig(max_batch_tokens=4096))
+    assert engine.dtype == (torch.bfloat16 if native_bf16() else torch.float32)
+    ours = np.asarray(engine.embed(parity_texts), dtype=np.float64)
+    cosine = (ours * reference).sum(1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(reference, axis=1))
+    assert cosine.min() >= 0.9999, f"worst cosine {cosine.min()} at text {cosine.argmin()}"

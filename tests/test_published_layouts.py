@@ -142,7 +142,7 @@ def test_pplx_embed_published_layout_loads_bidirectional_mean_int8(tmp_path, tok
     assert (spec.architecture, spec.is_causal, spec.pooling) == ("qwen3", False, "mean")
     assert spec.quantization == "tanh" and not spec.normalize and not spec.append_end_token
     assert spec.prompts == {} and spec.default_prompt_name is None and spec.matryoshka_dims is None
-    ours = Engine(EngineConfig(model=str(ckpt.path), max_batch_tokens=1024)).embed(TEXTS)
+    ours = Engine(EngineConfig(dtype="float32", model=str(ckpt.path), max_batch_tokens=1024)).embed(TEXTS)
     reference, _ = reference_pooled(ckpt, TEXTS)
     np.testing.assert_allclose(ours, reference.numpy(), rtol=1e-4, atol=1e-4)  # raw pooled: int8 reads its scale
     assert _cosines(ours, reference).min() >= COSINE
@@ -155,7 +155,7 @@ def test_qwen3_embedding_published_layout_loads_causal_last_token_with_prompts(t
     assert (spec.architecture, spec.is_causal, spec.pooling) == ("qwen3", True, "last")
     assert spec.append_end_token and spec.normalize and spec.quantization is None
     assert spec.prompts == QWEN3_EMBEDDING_PROMPTS and spec.default_prompt_name is None
-    engine = Engine(EngineConfig(model=str(ckpt.path), max_batch_tokens=1024))
+    engine = Engine(EngineConfig(dtype="float32", model=str(ckpt.path), max_batch_tokens=1024))
     ours = engine.embed([QWEN3_EMBEDDING_PROMPTS["query"] + t for t in TEXTS])
     reference, _ = reference_pooled(ckpt, TEXTS, prompt=QWEN3_EMBEDDING_PROMPTS["query"])
     assert _cosines(ours, reference).min() >= COSINE

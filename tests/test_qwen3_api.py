@@ -45,7 +45,7 @@ def mixed_texts(corpus) -> list[str]:
 
 
 def _serve(ckpt, *args):
-    return ServerProcess("--model", str(ckpt.path), "--max-batch-tokens", "2048", *args)
+    return ServerProcess("--dtype", "float32", "--model", str(ckpt.path), "--max-batch-tokens", "2048", *args)
 
 
 @pytest.fixture(scope="module")

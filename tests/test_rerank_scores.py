@@ -30,7 +30,7 @@ def _engine_scores(path, query: str, documents: list[str], max_doc_tokens: int |
     from engine.config import EngineConfig
     from engine.rose.engine import Engine
 
-    engine = Engine(EngineConfig(model=str(path), device="cpu"))
+    engine = Engine(EngineConfig(dtype="float32", model=str(path), device="cpu"))
     pairs = engine.pairs.encode(query, documents, max_doc_tokens)
     return np.asarray(engine.execute(pairs.seqs).wait()), pairs
 
@@ -81,7 +81,7 @@ def test_qwen3_reranker_scores_equal_the_model_card(tmp_path, marked):
     path = save_qwen3_reranker(tmp_path / "qwen3", marked=marked)
     query, documents = _pairs()
     overrides = ModelOverrides(kind=None if marked else "rerank")
-    engine = Engine(EngineConfig(model=str(path), device="cpu", model_overrides=overrides))
+    engine = Engine(EngineConfig(dtype="float32", model=str(path), device="cpu", model_overrides=overrides))
     pairs = engine.pairs.encode(query, documents)
     scores = np.asarray(engine.execute(pairs.seqs).wait())
     expected = qwen3_card_scores(path, query, documents, engine.spec.max_seq_len)

@@ -29,7 +29,7 @@ def cross_encoder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(cross_encoder) -> Iterator[ServerProcess]:
-    proc = ServerProcess("--model", str(cross_encoder), "--served-model-name", NAME, "--max-batch-tokens", "1024")
+    proc = ServerProcess("--dtype", "float32", "--model", str(cross_encoder), "--served-model-name", NAME, "--max-batch-tokens", "1024")
     yield proc
     stop_and_check_no_server_error(proc)
 
@@ -106,7 +106,7 @@ def test_tokenize_round_trip(server):
 def test_qwen3_reranker_named_by_the_flag(tmp_path_factory):
     path = save_qwen3_reranker(tmp_path_factory.mktemp("qwen3") / "model", marked=False)
     documents = load_texts(12)
-    proc = ServerProcess("--model", str(path), "--model-kind", "rerank", "--max-seq-len", "256")
+    proc = ServerProcess("--dtype", "float32", "--model", str(path), "--model-kind", "rerank", "--max-seq-len", "256")
     try:
         r = httpx.post(proc.url + "/v2/rerank", json={"query": QUERY, "documents": documents}, timeout=60)
         assert r.status_code == 200, r.text

@@ -21,7 +21,7 @@ from tests.helpers import MODEL, PLUGIN, assert_envelope, embed, metric
 
 pytestmark = pytest.mark.slow  # engine processes behind a real server
 
-DP = ("--devices", "cpu,cpu", "--max-batch-tokens", "1024", "--max-batch-seqs", "8")
+DP = ("--dtype", "float32", "--devices", "cpu,cpu", "--max-batch-tokens", "1024", "--max-batch-seqs", "8")
 
 
 @pytest.fixture(scope="module")

@@ -55,7 +55,7 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def assert_matches_sentence_transformers(path: Path, texts: list[str] = TEXTS, trust_remote_code: bool = False,
                                          **engine_options) -> Engine:
     reference = load_reference(path, trust_remote_code).encode(texts, convert_to_numpy=True)
-    engine = Engine(EngineConfig(model=str(path), max_batch_tokens=2048, **engine_options))
+    engine = Engine(EngineConfig(dtype="float32", model=str(path), max_batch_tokens=2048, **engine_options))
     ours = engine.embed(texts)
     assert ours.shape == reference.shape and engine.dimensions == reference.shape[1]
     cosine = _cosine(ours, reference)
@@ -170,7 +170,7 @@ def test_legacy_layout_matches_and_equals_the_new_one(tmp_path, bert_dir):
     assert (engine.spec.pooling, engine.spec.max_seq_len, engine.dimensions) == ("cls+mean", 48, 16)
     texts = TEXTS[:6]  # below 48 tokens both read the same
     short = [t[:100] for t in texts]
-    np.testing.assert_allclose(engine.embed(short), Engine(EngineConfig(model=str(new))).embed(short), atol=1e-6)
+    np.testing.assert_allclose(engine.embed(short), Engine(EngineConfig(dtype="float32", model=str(new))).embed(short), atol=1e-6)
 
 
 @pytest.mark.parametrize("prefix", ["sentence_transformers.models.Pooling.", "sentence_transformers.models.pooling.",
@@ -217,7 +217,7 @@ def test_do_lower_case_lowercases_before_a_cased_tokenizer(tmp_path):
     texts = ["The Quick Brown Fox", "SHOUTED WORDS", *TEXTS[:4]]
     engine = assert_matches_sentence_transformers(path, texts)
     assert engine.spec.lowercase
-    cased = Engine(EngineConfig(model=str(hf), max_seq_len=128))  # the same model without the module's setting
+    cased = Engine(EngineConfig(dtype="float32", model=str(hf), max_seq_len=128))  # the same model without the module's setting
     assert not np.array_equal(cased.tokenize(texts[:1])[0], engine.tokenize(texts[:1])[0])
 
 
@@ -243,7 +243,7 @@ def test_pplx_embed_layout(tmp_path):
     engine = assert_matches_sentence_transformers(path, trust_remote_code=True)
     assert (engine.spec.is_causal, engine.spec.quantization) == (False, "tanh")
     # The reference really is bidirectional: run causally, the engine no longer matches it.
-    causal = Engine(EngineConfig(model=str(path), model_overrides=ModelOverrides(attention="causal")))
+    causal = Engine(EngineConfig(dtype="float32", model=str(path), model_overrides=ModelOverrides(attention="causal")))
     reference = load_reference(path, True).encode(TEXTS[:3], convert_to_numpy=True)
     assert _cosine(causal.embed(TEXTS[:3]), reference).min() < 0.999
 
@@ -321,7 +321,7 @@ def test_server_serves_the_dense_and_truncated_size(tmp_path, bert_dir):
     m = _modules()
     path = save_st_model(tmp_path / "st", bert_dir, pooling="cls", after=_dense_stack(m), truncate_dim=12)
     reference = load_reference(path).encode(TEXTS[:4], convert_to_numpy=True)
-    server = ServerProcess("--model", str(path), "--max-batch-tokens", "2048")
+    server = ServerProcess("--dtype", "float32", "--model", str(path), "--max-batch-tokens", "2048")
     try:
         r = httpx.post(server.url + "/v1/embeddings", json={"input": TEXTS[:4], "model": path.name}, timeout=60)
         assert r.status_code == 200, r.text
@@ -345,7 +345,7 @@ def test_head_runs_inside_cuda_graphs(tmp_path, bert_dir, pooling):
     path = save_st_model(tmp_path / "st", bert_dir, pooling=pooling, after=_dense_stack(m), truncate_dim=12)
     texts = load_texts(40)
     reference = load_reference(path).encode(texts, convert_to_numpy=True)
-    engine = Engine(EngineConfig(model=str(path), max_batch_tokens=2048))
+    engine = Engine(EngineConfig(dtype="float32", model=str(path), max_batch_tokens=2048))
     assert engine.device.type == "cuda" and engine.runner.graphs is not None
     engine.warm_up()
     replays = engine.runner.num_graph_replays
@@ -354,5 +354,5 @@ def test_head_runs_inside_cuda_graphs(tmp_path, bert_dir, pooling):
     for ours in runs:
         assert ours.shape == reference.shape == (40, 12)
         assert _cosine(ours, reference).min() >= 0.999
-    eager = Engine(EngineConfig(model=str(path), max_batch_tokens=2048, enforce_eager=True)).embed(texts)
+    eager = Engine(EngineConfig(dtype="float32", model=str(path), max_batch_tokens=2048, enforce_eager=True)).embed(texts)
     assert _cosine(ours, eager).min() >= 0.9999

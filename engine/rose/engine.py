@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from engine.rose.batch import PackedBatch, pack
+from engine.rose.cpu_features import native_bf16
 from engine.config import EngineConfig
 from engine.rose.layers import fused
 from engine.rose.layers.attention_backends import make_attention_backend
@@ -34,12 +35,21 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+def resolve_dtype(name: str, device: torch.device) -> tuple[torch.dtype, str]:
+    """The dtype `name` asks for on `device`, and why, for the start-up log. "auto": bf16 on a GPU,
+    and on a CPU that computes bf16 natively (about twice float32's speed there, every vector
+    of the default model within cosine 0.9999 of float32's); float32 on any other CPU, where
+    bf16 would only be emulated."""
     if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        if device.type == "cuda":
+            return torch.bfloat16, "auto: bfloat16 on a GPU"
+        feature = native_bf16()
+        if feature is not None:
+            return torch.bfloat16, f"auto: the CPU computes bfloat16 natively ({feature}); --dtype float32 for float32"
+        return torch.float32, "auto: the CPU has no native bfloat16 (AVX512-BF16, AMX or Arm BF16)"
     if name not in _DTYPES:
         raise ValueError(f"dtype must be one of auto, {', '.join(_DTYPES)}; got {name!r}")
-    return _DTYPES[name]
+    return _DTYPES[name], "--dtype"
 
 
 def head_for(spec: ModelSpec, state: dict[str, torch.Tensor]) -> SentenceHead | ScoreHead:
@@ -71,7 +81,8 @@ class Engine(ModelView):
         self.config = config
         super().__init__(load_spec(config.model, config.max_seq_len, config.model_overrides, config.revision))
         self.device = resolve_device(config.device)
-        self.dtype = resolve_dtype(config.dtype, self.device)
+        self.dtype, why = resolve_dtype(config.dtype, self.device)
+        logger.info("%s on %s in %s (%s)", self.spec.name, self.device, str(self.dtype).removeprefix("torch."), why)
         if self.device.type == "cpu" and config.num_threads:
             torch.set_num_threads(config.num_threads)
 
