@@ -75,6 +75,7 @@ def test_corpus_cli_chunks_as_the_server_does(server, tmp_path, documents):
     source = tmp_path / "docs.jsonl"
     source.write_text("".join(json.dumps({"text": t}) + "\n" for t in documents), encoding="utf-8")
     output = tmp_path / "vectors.npy"
-    main(["embed", str(source), "-o", str(output), "--long-inputs", "chunk", "--chunk-size", "2", "--quiet"])
+    main(["embed", str(source), "-o", str(output), "--dtype", "float32", "--long-inputs", "chunk", "--chunk-size", "2",
+          "--quiet"])
     ours, _ = chunked_by_server(server.url, documents)
     assert cosines(np.load(output), ours).min() >= 0.99999
