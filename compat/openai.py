@@ -81,6 +81,7 @@ class Model(msgspec.Struct, kw_only=True):
     created: int
     owned_by: str = "rose-embed"
     object: str = "model"
+    kind: str = "embedding"  # or "rerank": which routes the model answers (not in OpenAI's schema; clients ignore it)
 
 
 class ModelList(msgspec.Struct, kw_only=True):

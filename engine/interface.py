@@ -65,7 +65,8 @@ class Engines(Protocol):
 
     dtype: str | None
 
-    def open_request(self) -> Request: ...
+    def open_request(self, model: int = 0) -> Request:
+        """A request for served model `model`: its place in the server's list of models."""
 
     def problem(self) -> str | None:
         """Why no engine can serve now (all dead or stuck), or None."""

@@ -48,6 +48,7 @@ class Piece(msgspec.Struct, tag=True, array_like=True):
     num_outputs: int  # vector rows it fills: its sequences, or their segments
     is_segmented: bool
     opens_request: bool  # the request's first piece here: admission is decided on it
+    model: int = 0  # which of the engine's models computes it (its place in the server's --model list)
 
     def num_ints(self) -> int:
         return ints_for(self.num_tokens, self.num_seqs, self.is_segmented)
@@ -76,6 +77,8 @@ class Ready(msgspec.Struct, tag=True, array_like=True):
     pid: int
     dtype: str
     attention: list[tuple[str, str, str]]  # (token bucket, max_seqlen bucket, backend) fixed at warm-up
+    # Per model, in the server's order: (the width of its vector rows, the bytes its weights hold on the device).
+    models: list[tuple[int, int]] = []
 
 
 class LoadFailed(msgspec.Struct, tag=True, array_like=True):

@@ -24,8 +24,8 @@ from engine.config import LONG_INPUT_MODES, POOLING_MODES, EngineConfig, ModelOv
 from server.api_keys import API_KEY_ENV, keys_from_env
 from server import embed_cli, hardening_cli
 from server.cli_help import HelpAll, HelpFormatter, advanced, hidden_alias
-from server.cli_values import DTYPES, device_list, port_number, positive_int
-from server.config import ServerConfig
+from server.cli_values import DTYPES, device_list, model_choice, port_number, positive_int
+from server.config import ExtraModel, ServerConfig
 from server.listen import ListenError, bind_sockets
 
 
@@ -49,8 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--help-all", action=HelpAll, help="show every flag, the advanced ones too, and exit")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for all)")
     serve.add_argument("--port", type=port_number, default=8000, help="TCP port to listen on (1-65535)")
-    serve.add_argument("--model", default=None,
-                       help="local model directory or Hugging Face hub id (default: the embedded all-MiniLM-L6-v2)")
+    serve.add_argument("--model", type=model_choice, action="append", default=None, metavar="[NAME=]MODEL",
+                       help="local model directory or Hugging Face hub id, served as NAME if given; repeat it to serve "
+                            "several models, the first the default (default: the embedded all-MiniLM-L6-v2)")
     serve.add_argument("--revision", default=None,
                        help="a hub id's branch, tag or commit hash (default: its default branch)")
     serve.add_argument("--served-model-name", default=None,
@@ -147,8 +148,12 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     from server.topology import default_front_ends, default_part_processes, parse_devices
 
     devices = parse_devices(args.devices)  # named ones were checked as the flag was parsed
+    (first_name, first_model), *extra_models = args.model or [(None, None)]
+    if first_name is not None and args.served_model_name is not None:
+        raise ValueError(f"--served-model-name {args.served_model_name} and --model {first_name}=... both name the "
+                         "first model; give one")
     engine = EngineConfig(
-        model=args.model, revision=args.revision, device=devices[0], dtype=args.dtype,
+        model=first_model, revision=args.revision, device=devices[0], dtype=args.dtype,
         max_batch_tokens=args.max_batch_tokens or DEFAULT_MAX_BATCH_TOKENS,
         max_batch_seqs=args.max_batch_seqs, max_seq_len=args.max_seq_len, num_threads=args.num_threads,
         attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
@@ -165,7 +170,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         raise ValueError(f"--part-processes must be 0 or more; got {args.part_processes}")
     part_processes = default_part_processes(devices) if args.part_processes is None else args.part_processes
     return ServerConfig(
-        engine=engine, host=args.host, port=args.port, served_model_name=args.served_model_name,
+        engine=engine, host=args.host, port=args.port, served_model_name=args.served_model_name or first_name,
+        extra_models=tuple(ExtraModel(model, name) for name, model in extra_models),
         max_queued_tokens=args.max_queued_tokens, tokenizer_workers=args.tokenizer_workers,
         part_processes=part_processes, devices=devices, frontend_workers=front_ends,
         log_level=args.log_level, max_request_tokens=args.max_request_tokens,
@@ -182,32 +188,41 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
     Everything that can be refused is refused before the port is bound, and the port is bound
     before anything starts: no engine process, no shared memory, no banner before it holds.
     """
-    from engine.model_files.loader import ModelLoadError, load_spec
+    from engine.model_files.loader import ModelLoadError
     from server.aliases import AliasError, resolve_aliases
+    from server.config import load_specs
     from server.logs import configure_logging
 
     try:
-        spec = load_spec(config.engine.model, config.engine.max_seq_len, config.engine.model_overrides,  # fail fast
-                         config.engine.revision)
+        specs = load_specs(config)  # fail fast
     except (ModelLoadError, ValueError) as exc:
         sys.exit(f"rose-embed: {exc}")
-    if config.engine.max_batch_tokens < spec.max_seq_len and budget_is_default:
+    longest = max(spec.max_seq_len for spec in specs)
+    if config.engine.max_batch_tokens < longest and budget_is_default:
         # A 32k-context model must still fit one whole sequence into a batch.
-        config = replace(config, engine=replace(config.engine, max_batch_tokens=spec.max_seq_len))
-    if config.engine.max_batch_tokens < spec.max_seq_len:
-        _usage_error(f"argument --max-batch-tokens: must be at least the model's max sequence length "
-                     f"({spec.max_seq_len}); got {config.engine.max_batch_tokens}")
+        config = replace(config, engine=replace(config.engine, max_batch_tokens=longest))
+    if config.engine.max_batch_tokens < longest:
+        _usage_error(f"argument --max-batch-tokens: must be at least the models' longest max sequence length "
+                     f"({longest}); got {config.engine.max_batch_tokens}")
     configure_logging(config.log_level, config.log_format)
-    name = config.served_model_name or spec.name
+    names = [config.served_model_name or specs[0].name,
+             *(extra.served_name or spec.name for extra, spec in zip(config.extra_models, specs[1:]))]
+    if len(set(names)) < len(names):
+        _usage_error(f"argument --model: two models would be served as {_first_repeat(names)!r}; "
+                     "name them with --model NAME=PATH")
     try:
-        resolve_aliases(config.model_aliases, name)
+        resolve_aliases(config.model_aliases, names[0], tuple(names[1:]))
     except AliasError as exc:
         _usage_error(str(exc))  # it names --model-alias
     from server.supervisor import run_supervisor
 
     sockets = _listen(config)
-    _banner(config, name)
-    run_supervisor(config, spec, sockets)
+    _banner(config, ", ".join(names))
+    run_supervisor(config, specs, sockets)
+
+
+def _first_repeat(names: list[str]) -> str:
+    return next(name for i, name in enumerate(names) if name in names[:i])
 
 
 def _listen(config: ServerConfig) -> list[socket.socket]:

@@ -2,9 +2,10 @@
 
 Clients written for OpenAI hard-code OpenAI's model names: LangChain's `OpenAIEmbeddings()`
 sends `text-embedding-ada-002` unless told otherwise, LlamaIndex's `OpenAIEmbedding()` one of
-OpenAI's names and nothing else. So a server hosting one embedding model answers OpenAI's
-embedding names with it by default (`--strict-model-names` turns that off), and
-`--model-alias` adds any other name.
+OpenAI's names and nothing else. So the server's first model (the default one, which also
+answers a request that names no model) answers OpenAI's embedding names by default
+(`--strict-model-names` turns that off); every other model answers to its own served name, and
+`--model-alias ALIAS[=MODEL]` adds any other name for any of them.
 
 Whichever name was asked for, a response's `model` is the served model's name: it says which
 model really computed the vectors, as OpenAI's answers name the model that served.
@@ -34,61 +35,84 @@ def parse_alias(value: str) -> tuple[str, str | None]:
     return alias, (target or None)
 
 
-def resolve_aliases(values: tuple[str, ...], served_name: str) -> tuple[str, ...]:
-    """Check every `--model-alias` against the served model; return the alias names.
+def resolve_aliases(values: tuple[str, ...], served_name: str, others: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Check every `--model-alias` against the served models (`served_name` the first, the default
+    one, and `others`); return the alias names.
 
-    One process serves one model, so an alias that points elsewhere is a configuration
-    mistake: better a clear exit at start-up than 404s at run time.
+    An alias that points at no served model is a configuration mistake: better a clear exit at
+    start-up than 404s at run time.
     """
+    served = (served_name, *others)
     names: list[str] = []
     for value in values:
         alias, target = parse_alias(value)
-        if target is not None and target != served_name:
+        if target is not None and target not in served:
             raise AliasError(
-                f"--model-alias {value!r}: this server serves {served_name!r}, not {target!r}"
+                f"--model-alias {value!r}: this server serves {', '.join(map(repr, served))}, not {target!r}"
             )
-        if alias != served_name and alias not in names:
+        if alias in served and (target or served_name) != alias:
+            raise AliasError(f"--model-alias {value!r}: {alias!r} is a served model's own name")
+        if alias not in served and alias not in names:
             names.append(alias)
     return tuple(names)
 
 
 @dataclass(frozen=True)
 class ModelNames:
-    """Which names the served model answers to: its own, the `--model-alias` ones, OpenAI's defaults."""
+    """Which names each served model answers to: its own and the `--model-alias` ones; the first
+    (default) model also to OpenAI's defaults and to a request that names no model."""
 
-    served: str
-    aliases: tuple[str, ...] = ()  # `--model-alias` names, without targets
+    served: str  # the first model's name
+    aliases: tuple[str, ...] = ()  # `--model-alias` names of the first model
     implicit: tuple[str, ...] = ()  # OpenAI's names, answered unless --strict-model-names
+    others: tuple[str, ...] = ()  # the other models' names, in order
+    other_aliases: tuple[tuple[str, str], ...] = ()  # (alias, the other model's name)
 
     def resolve(self, asked: str | None) -> str:
         """The served model's name for a request's `model` (None: not given); model_not_found otherwise."""
         if asked is None or asked == self.served or asked in self.aliases or asked in self.implicit:
             return self.served
-        raise model_not_found(asked, self.listed())
+        if asked in self.others:
+            return asked
+        for alias, target in self.other_aliases:
+            if asked == alias:
+                return target
+        raise model_not_found(asked, self.listed(), [self.served, *self.others])
 
     def listed(self) -> list[str]:
-        """What /v1/models lists: the served name first, then the aliases an operator chose.
+        """What /v1/models lists: each model's name followed by the aliases an operator chose for it,
+        the first model first.
 
         OpenAI's default names are left out: they are a courtesy to clients that hard-code them,
         not models of their own, and a list of four names for one model would read as four
         models to a user picking one (and to a client that takes the first it is shown).
         """
-        return [self.served, *self.aliases]
+        names = [self.served, *self.aliases]
+        for other in self.others:
+            names += [other, *(alias for alias, target in self.other_aliases if target == other)]
+        return names
 
 
-def model_names(served_name: str, alias_values: tuple[str, ...], is_strict: bool = False) -> ModelNames:
-    """The names of a server that hosts one embedding model; `alias_values` as `--model-alias` gives them.
+def model_names(served_name: str, alias_values: tuple[str, ...], is_strict: bool = False,
+                others: tuple[str, ...] = ()) -> ModelNames:
+    """The names of a server whose first (default) model is `served_name` and whose other models
+    are `others`; `alias_values` as `--model-alias` gives them.
 
-    The alias targets were checked at start-up (`resolve_aliases`). OpenAI's names stand for
-    whichever single model is served; with several they would be ambiguous, so a server of
-    several models must build its names with `is_strict=True` or choose one per name.
+    The alias targets were checked at start-up (`resolve_aliases`); an alias without a target
+    names the first model. OpenAI's names stand for the first model: clients that send them
+    (LangChain's, LlamaIndex's defaults) name no model of their choosing.
     """
-    return _model_names(served_name, tuple(alias_values), is_strict)
+    return _model_names(served_name, tuple(alias_values), is_strict, tuple(others))
 
 
 @lru_cache(maxsize=8)  # built once per configuration, then looked up on every request
-def _model_names(served_name: str, alias_values: tuple[str, ...], is_strict: bool) -> ModelNames:
-    aliases = tuple(dict.fromkeys(alias for alias, _ in map(parse_alias, alias_values) if alias != served_name))
-    taken = {served_name, *aliases}
+def _model_names(served_name: str, alias_values: tuple[str, ...], is_strict: bool,
+                 others: tuple[str, ...]) -> ModelNames:
+    served = (served_name, *others)
+    pairs = [(alias, target or served_name) for alias, target in map(parse_alias, alias_values) if alias not in served]
+    pairs = list(dict.fromkeys(pairs))
+    aliases = tuple(dict.fromkeys(alias for alias, target in pairs if target == served_name))
+    other_aliases = tuple((alias, target) for alias, target in pairs if target != served_name)
+    taken = {*served, *aliases, *(alias for alias, _ in other_aliases)}
     implicit = () if is_strict else tuple(name for name in OPENAI_EMBEDDING_NAMES if name not in taken)
-    return ModelNames(served_name, aliases, implicit)
+    return ModelNames(served_name, aliases, implicit, others, other_aliases)

@@ -30,11 +30,11 @@ if TYPE_CHECKING:  # a front end that serves engine processes never imports torc
     from server.engine_links import EngineLinks
 
 
-def create_app(config: ServerConfig, engine: Engine | None = None, *, engines: EngineLinks | None = None,
-               model: ModelView | None = None) -> Litestar:
-    """Build the app. `engines` and `model`: the engine processes' links and the model's view (the
-    server's front ends); else `engine`, an engine object served in this process (loaded in the
-    lifespan when None)."""
+def create_app(config: ServerConfig, engine: Engine | list[Engine] | None = None, *,
+               engines: EngineLinks | None = None, model: ModelView | list[ModelView] | None = None) -> Litestar:
+    """Build the app. `engines` and `model`: the engine processes' links and the models' views, in the
+    order of server/config.py's model_configs (the server's front ends); else `engine`, engine objects
+    served in this process, one per model (loaded in the lifespan when None)."""
     runtime = Runtime(config, engine, engines, model)
     metrics = Metrics(runtime)
 

@@ -11,6 +11,19 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 
 
+def model_choice(value: str) -> tuple[str | None, str]:
+    """`--model PATH_OR_ID` or `--model NAME=PATH_OR_ID` -> (served name or None, path or hub id).
+    A directory whose own name holds "=" is taken whole."""
+    import os
+
+    name, sep, where = value.partition("=")
+    if not sep or os.path.exists(value):
+        return None, value
+    if not name.strip() or not where.strip():
+        raise argparse.ArgumentTypeError(f"expected PATH, HUB_ID or NAME=PATH; got {value!r}")
+    return name.strip(), where.strip()
+
+
 def positive_int(value: str) -> int:
     number = _parse(value, int, "a whole number")
     if number < 1:

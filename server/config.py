@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from engine.config import EngineConfig
+from engine.config import EngineConfig, ModelOverrides
+
+if TYPE_CHECKING:
+    from engine.model_files.loader import ModelSpec
+
+
+@dataclass(frozen=True)
+class ExtraModel:
+    """A model served beside the first (`--model` given again): a hub id or directory, and the
+    name clients send for it (None: its own)."""
+
+    model: str
+    served_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -12,7 +25,11 @@ class ServerConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     host: str = "127.0.0.1"
     port: int = 8000
-    served_model_name: str | None = None  # None: the model's own name
+    served_model_name: str | None = None  # the first model's; None: the model's own name
+    # The models after the first (`engine.model`), each with its own weights, graphs and batches on
+    # every device, through each device's one queue. They share `engine`'s device, dtype and budget;
+    # the model-flavour overrides and the revision are the first model's only.
+    extra_models: tuple[ExtraModel, ...] = ()
     max_request_inputs: int = 2048
     max_rerank_documents: int = 1000  # documents of one rerank request (Cohere's own advice caps them there)
     max_queued_tokens: int | None = None  # None: unbounded queue
@@ -60,3 +77,16 @@ class ServerConfig:
     log_inputs: bool = False  # put input texts in the request log (off: they may be private)
     cors_origins: tuple[str, ...] = ()  # empty: no CORS headers at all
     engine_plugin: str | None = None  # "module:function" wrapping the engine (fault injection in tests)
+
+
+def model_configs(config: ServerConfig) -> list[EngineConfig]:
+    """One engine configuration per served model, the first (default) model's first."""
+    return [config.engine, *(replace(config.engine, model=extra.model, revision=None, model_overrides=ModelOverrides())
+                             for extra in config.extra_models)]
+
+
+def load_specs(config: ServerConfig) -> list[ModelSpec]:
+    """Each served model's description (no weights), in order; ModelLoadError names one that cannot be served."""
+    from engine.model_files.loader import load_spec
+
+    return [load_spec(c.model, c.max_seq_len, c.model_overrides, c.revision) for c in model_configs(config)]

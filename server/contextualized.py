@@ -38,7 +38,7 @@ from server.openapi import EMBEDDINGS_ERROR_RESPONSES, ContextualizedOperation
 from server.options import check_dimensions, check_encoding_format
 from server.prompts import resolve_prompt
 from server.request_pipeline import ReadyPart
-from server.route_support import compute_parts, model_names_of, runtime_of, trace_of
+from server.route_support import compute_parts, runtime_of, trace_of
 
 
 def default_encoding_format(spec) -> str:
@@ -52,9 +52,9 @@ def default_encoding_format(spec) -> str:
 async def create_contextualized_embeddings(request: Request, state: State) -> ContextualizedEmbeddingResponse:
     runtime = runtime_of(state)
     data = decode_request(await request.body(), ContextualizedEmbeddingRequest)
-    served = model_names_of(runtime).resolve(data.model)
-    spec = runtime.model.spec
-    require_embedder(spec, served)
+    model = runtime.pick(data.model, "embedding")
+    spec = model.view.spec
+    require_embedder(spec, model.name)
     problem = late_chunking_problem(spec)
     if problem is not None:
         raise _cannot_late_chunk(problem)
@@ -72,13 +72,13 @@ async def create_contextualized_embeddings(request: Request, state: State) -> Co
     async def make_ready() -> ReadyPart:
         with _as_api_errors(param):
             fitted: LateChunkedDocuments = await asyncio.to_thread(
-                fit_documents, runtime.model.tokenizer, mode, documents, prompt, runtime.config.engine.max_batch_seqs)
+                fit_documents, model.view.tokenizer, mode, documents, prompt, runtime.config.engine.max_batch_seqs)
         trace.num_inputs = sum(fitted.num_chunks)
         return ReadyPart(fitted.seqs, lambda vectors: (fitted, fitted.combine(vectors, spec.normalize)),
                          fitted.segments)
 
     # Every window counts, its special and prompt tokens too: what the model reads.
-    outcome = await compute_parts(request, runtime, trace, [make_ready])
+    outcome = await compute_parts(request, runtime, trace, [make_ready], model)
     fitted, vectors = outcome.answers[0]
     num_tokens = outcome.num_tokens
     check_finite(vectors, trace.request_id)
@@ -89,7 +89,7 @@ async def create_contextualized_embeddings(request: Request, state: State) -> Co
                                                      for j in range(count)]))
         first += count
     return ContextualizedEmbeddingResponse(
-        data=out, model=served,
+        data=out, model=model.name,
         usage=Usage(prompt_tokens=num_tokens, total_tokens=num_tokens),
     )
 

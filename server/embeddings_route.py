@@ -22,8 +22,9 @@ from server.openapi import EMBEDDINGS_ERROR_RESPONSES, EmbeddingsOperation
 from server.options import check_dimensions, check_encoding_format
 from server.prompts import apply_prompt, resolve_prompt
 from server.request_pipeline import PART_TEXTS, ReadyPart, part_bounds
-from server.route_support import compute_parts, model_names_of, runtime_of, trace_of
+from server.route_support import compute_parts, runtime_of, trace_of
 from server.runtime import Runtime
+from server.served_models import ServedModel
 from server.token_inputs import TokenInputs
 
 
@@ -33,9 +34,9 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
     runtime = runtime_of(state)
     # Decoded here, strictly: Litestar's own decoding would turn "8" into 8 for an int field.
     data = decode_request(await request.body())
-    served = model_names_of(runtime).resolve(data.model)
-    spec = runtime.model.spec
-    require_embedder(spec, served)
+    model = runtime.pick(data.model, "embedding")
+    spec = model.view.spec
+    require_embedder(spec, model.name)
     check_encoding_format(spec, data.encoding_format)
     check_dimensions(spec, data.dimensions)
     token_inputs: TokenInputs = state.token_inputs
@@ -49,37 +50,37 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
 
     async def finish(vectors: np.ndarray) -> list:
         check_finite(vectors, trace.request_id)
-        return await runtime.encode(vectors, data.encoding_format, data.dimensions, is_large_request)
+        return await runtime.encode(vectors, data.encoding_format, data.dimensions, is_large_request, model)
 
     if inputs.texts is not None:
         check_input_chars(inputs.texts, runtime.config.max_input_chars, is_chunked=mode == "chunk")
         trace.texts = inputs.texts if runtime.config.log_inputs else None
-        parts = [partial(_texts_part, runtime, inputs.texts[lo:hi], prompt, mode, finish, is_large_request)
+        parts = [partial(_texts_part, runtime, model, inputs.texts[lo:hi], prompt, mode, finish, is_large_request)
                  for lo, hi in part_bounds(len(inputs.texts))]
     else:
-        token_inputs.check_token_ids(inputs.token_ids, runtime.model.vocab_size)
-        parts = [partial(_token_ids_part, runtime, inputs.token_ids[lo:hi], mode, finish)
+        token_inputs.check_token_ids(inputs.token_ids, model.view.vocab_size)
+        parts = [partial(_token_ids_part, model, inputs.token_ids[lo:hi], mode, finish)
                  for lo, hi in part_bounds(len(inputs.token_ids))]
-    outcome = await compute_parts(request, runtime, trace, parts)
+    outcome = await compute_parts(request, runtime, trace, parts, model)
     embeddings = [e for answers in outcome.answers for e in answers]
     return EmbeddingResponse(
         data=[Embedding(index=i, embedding=e) for i, e in enumerate(embeddings)],
-        model=served,  # the model that computed the vectors, whichever name was asked (server/aliases.py)
+        model=model.name,  # the model that computed the vectors, whichever name was asked (server/aliases.py)
         # Every window counts: the cap, `usage` and the log see what the model reads.
         usage=Usage(prompt_tokens=outcome.num_tokens, total_tokens=outcome.num_tokens),
     )
 
 
-async def _texts_part(runtime: Runtime, texts: list[str], prompt: str, mode: str, finish,
+async def _texts_part(runtime: Runtime, model: ServedModel, texts: list[str], prompt: str, mode: str, finish,
                       is_large_request: bool) -> ReadyPart:
-    seqs = await runtime.tokenize(apply_prompt(prompt, texts), is_large_request)
-    fitted = await fit_request_texts(runtime.model.tokenizer, mode, texts, prompt, seqs)
-    return ReadyPart(fitted.seqs, lambda vectors: finish(fitted.combine(vectors, runtime.model.spec.normalize)))
+    seqs = await runtime.tokenize(apply_prompt(prompt, texts), is_large_request, model)
+    fitted = await fit_request_texts(model.view.tokenizer, mode, texts, prompt, seqs)
+    return ReadyPart(fitted.seqs, lambda vectors: finish(fitted.combine(vectors, model.view.spec.normalize)))
 
 
-async def _token_ids_part(runtime: Runtime, token_ids: list[list[int]], mode: str, finish) -> ReadyPart:
-    fitted = fit_request_token_ids(runtime.model.tokenizer, mode, token_ids)
-    return ReadyPart(fitted.seqs, lambda vectors: finish(fitted.combine(vectors, runtime.model.spec.normalize)))
+async def _token_ids_part(model: ServedModel, token_ids: list[list[int]], mode: str, finish) -> ReadyPart:
+    fitted = fit_request_token_ids(model.view.tokenizer, mode, token_ids)
+    return ReadyPart(fitted.seqs, lambda vectors: finish(fitted.combine(vectors, model.view.spec.normalize)))
 
 
 ROUTES = [create_embeddings]

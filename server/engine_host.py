@@ -32,10 +32,11 @@ from server.engine_ends import EngineEnds
 class EngineHost:
     """In the supervisor: one engine process, started at once (it loads in the background)."""
 
-    def __init__(self, index: int, config: EngineConfig, layout: ArenaLayout, max_queued_tokens: int | None = None,
-                 plugin: Callable | None = None):
+    def __init__(self, index: int, configs: list[EngineConfig], layout: ArenaLayout,
+                 max_queued_tokens: int | None = None, plugin: Callable | None = None):
+        """`configs`: one per served model, all on this engine's device."""
         context = multiprocessing.get_context("spawn")  # a forked CUDA context is unusable
-        self.index, self.device, self.layout = index, config.device, layout
+        self.index, self.device, self.layout = index, configs[0].device, layout
         self._context = context
         self._arenas: dict[int, Arena] = {}  # by front end: the arena of its latest connection
         self.board = EngineBoard.create()
@@ -45,7 +46,7 @@ class EngineHost:
         self._load_failure: str | None = None
         # Daemonic: should the supervisor end without stopping it, multiprocessing kills it at exit.
         self.process = context.Process(target=run_engine_process, name=f"rose-engine-{index}", daemon=True,
-                                       args=(config, control_reader, self.board.name, max_queued_tokens, os.getpid(),
+                                       args=(configs, control_reader, self.board.name, max_queued_tokens, os.getpid(),
                                              plugin))
         try:
             start_shielded(self.process)

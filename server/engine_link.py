@@ -49,6 +49,7 @@ class _Pending:
     num_ints: int
     num_rows: int
     num_tokens: int
+    width: int  # the columns of each row its model fills
 
 
 class EngineLink:
@@ -76,6 +77,8 @@ class EngineLink:
         self.out_reason: str | None = None  # set once the engine is out of rotation, for good
         self.dtype: str | None = None
         self.attention_table: list[tuple[str, str, str]] = []
+        # Per served model, as the engine reports once warm: (the width of its vectors, its weights' bytes).
+        self.models: list[tuple[int, int]] = []
         self.tokens_outstanding = 0  # of this front end's pieces, not yet answered
         self.num_pieces = 0
         self._last_board: dict[str, float] = {}
@@ -97,6 +100,7 @@ class EngineLink:
         if not isinstance(reply, messages.Ready):
             raise EngineLoadError(f"engine {self.index} on {self.device} failed to load: {reply.why}")
         self.pid, self.dtype, self.attention_table = reply.pid, reply.dtype, [tuple(r) for r in reply.attention]
+        self.models = [tuple(m) for m in reply.models]
 
     def attach(self, loop: asyncio.AbstractEventLoop, on_lost: Callable[[EngineLink], None]) -> None:
         """Start reading replies on `loop`; `on_lost` runs there if the engine goes out."""
@@ -111,9 +115,10 @@ class EngineLink:
         return request in self._refused or request in self._unanswered
 
     async def compute(self, request: int, index: int, opens_request: bool, batch: PackedBatch,
-                      refuse_when_full: bool = False) -> PieceVectors:
-        """`refuse_when_full`: a request's opening piece that finds the arena full is refused
-        (QueueFullError) rather than waiting: this front end's backlog is past what the queue may hold."""
+                      refuse_when_full: bool = False, model: int = 0) -> PieceVectors:
+        """`model`: which served model computes it. `refuse_when_full`: a request's opening piece that
+        finds the arena full is refused (QueueFullError) rather than waiting: this front end's backlog
+        is past what the queue may hold."""
         if self.out_reason is not None:
             raise EngineLostError(self.out_reason)
         is_segmented = batch.cu_segments is not None
@@ -123,11 +128,12 @@ class EngineLink:
         offset = await self._take(num_ints)
         self.arena.write_piece(offset, batch)
         future = self._loop.create_future()
-        self._pending[(request, index)] = _Pending(future, offset, num_ints, batch.num_outputs, batch.num_tokens)
+        width = self.models[model][0] if model < len(self.models) else self.arena.layout.dim
+        self._pending[(request, index)] = _Pending(future, offset, num_ints, batch.num_outputs, batch.num_tokens, width)
         self._unanswered[request] += 1
         self.tokens_outstanding += batch.num_tokens
         message = messages.Piece(request, index, offset, batch.num_tokens, batch.num_seqs, batch.max_seqlen,
-                                 batch.num_outputs, is_segmented, opens_request)
+                                 batch.num_outputs, is_segmented, opens_request, model)
         try:
             self._tasks.send_bytes(messages.encode(message))
         except OSError:  # a broken pipe: the engine is gone
@@ -208,7 +214,7 @@ class EngineLink:
         future = pending.future
         if isinstance(reply, messages.PieceDone) and reply.error is None:
             # Copied out, so that the rows can be given back at once (the request may be gone).
-            vectors = self.arena.rows[reply.first_row : reply.first_row + pending.num_rows].copy()
+            vectors = self.arena.rows[reply.first_row : reply.first_row + pending.num_rows, : pending.width].copy()
             read.append((reply.first_row, pending.num_rows))
             if not future.done():
                 future.set_result(PieceVectors(vectors, reply.started, reply.finished))
@@ -301,5 +307,5 @@ class EngineLink:
         board = self.board_snapshot()
         state.update(batches=int(board.get("batches", 0)), tokens=int(board.get("tokens", 0)),
                      queued_tokens=int(board.get("queued_tokens", 0)), is_busy=bool(board.get("busy_since", 0)),
-                     pieces_sent=self.num_pieces)
+                     pieces_sent=self.num_pieces, weights_bytes=[weights for _, weights in self.models])
         return state

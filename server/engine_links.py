@@ -62,8 +62,9 @@ class EngineLinks:
         if not any(link.is_serving for link in self.links):
             self._on_lost(self.links[0])
 
-    def open_request(self) -> _Request:
-        return _Request(self, next(self._numbers))
+    def open_request(self, model: int = 0) -> _Request:
+        """A request for served model `model` (its place in the server's list)."""
+        return _Request(self, next(self._numbers), model)
 
     def problem(self) -> str | None:
         """Why no engine can serve now (all dead or stuck), or None."""
@@ -141,8 +142,8 @@ class _Request:
     """One request's pieces: each to the engine with the least ahead, its opening piece there
     deciding admission; `close` drops what has not run."""
 
-    def __init__(self, engines: EngineLinks, number: int):
-        self.engines, self.number = engines, number
+    def __init__(self, engines: EngineLinks, number: int, model: int = 0):
+        self.engines, self.number, self.model = engines, number, model
         self._touched: list[EngineLink] = []
         self._num_pieces = 0
 
@@ -157,7 +158,8 @@ class _Request:
         index = self._num_pieces
         self._num_pieces += 1
         try:
-            return await link.compute(self.number, index, opens, piece, refuse_when_full=engines.is_bounded)
+            return await link.compute(self.number, index, opens, piece, refuse_when_full=engines.is_bounded,
+                                      model=self.model)
         except EngineLostError as exc:
             if engines.fatal_error is not None:
                 raise EngineUnavailableError(engines.fatal_error) from None

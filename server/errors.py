@@ -30,17 +30,23 @@ def invalid_request(message: str, param: str | None = None, code: str | None = N
     return APIError(400, message, "invalid_request_error", param, code)
 
 
-def model_not_found(model: str, served_names: list[str]) -> APIError:
-    """OpenAI's 404, then what this server serves and how to accept `model` as another name for it."""
-    served, aliases = served_names[0], served_names[1:]
+def model_not_found(model: str, served_names: list[str], models: list[str] | None = None) -> APIError:
+    """OpenAI's 404, then every id this server serves and how to accept `model` as another name.
+    `served_names`: what /v1/models lists; `models`: the served models' own names among them (None: the first only)."""
+    models = models or served_names[:1]
+    aliases = [name for name in served_names if name not in models]
     also = f" (also as {', '.join(repr(a) for a in aliases)})" if aliases else ""
     if len(model) > 200:  # echoed three times: a name of megabytes would make a reply three times that
         model = model[:200] + "..."
+    if len(models) == 1:
+        how = f"to accept '{model}' as another name for it, start the server with --model-alias {shlex.quote(model)}."
+    else:
+        how = (f"to accept '{model}' as another name for one of them, start the server with "
+               f"--model-alias {shlex.quote(model)}=MODEL.")
     return APIError(
         404,
         f"The model '{model}' does not exist or you do not have access to it. This server serves "
-        f"'{served}'{also}; to accept '{model}' as another name for it, start the server with "
-        f"--model-alias {shlex.quote(model)}.",
+        f"{', '.join(repr(m) for m in models)}{also}; {how}",
         "invalid_request_error", "model", "model_not_found",
     )
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from engine.child_signals import unshield
 from server.engine_ends import EngineEnds
 from engine.parent_watch import exit_with_parent
-from server.config import ServerConfig
+from server.config import ServerConfig, load_specs
 from server.stats_board import remove_board_dir
 
 logger = logging.getLogger("rose_embed.server")
@@ -39,19 +39,17 @@ def run_front_end(config: ServerConfig, sock: socket.socket, ends: list[EngineEn
     import uvicorn
 
     from compat.tiktoken_ids import TiktokenUnavailableError
-    from engine.model_files.loader import load_spec
     from engine.model_files.model_view import ModelView
     from server.app import create_app
     from server.engine_links import EngineLinks
     from server.middleware import ObservedApp
     from server.pending_stop_server import uvicorn_server
 
-    engine = config.engine
-    model = ModelView(load_spec(engine.model, engine.max_seq_len, engine.model_overrides, engine.revision))
+    models = [ModelView(spec) for spec in load_specs(config)]
     engines = EngineLinks(ends, processes, stall_timeout=config.engine_stall_timeout,
                           max_queued_tokens=config.max_queued_tokens)
     try:
-        app = create_app(config, engines=engines, model=model)
+        app = create_app(config, engines=engines, model=models)
     except TiktokenUnavailableError as exc:
         sys.exit(f"rose-embed: {exc}")
     worker_pid = os.getpid() if config.frontend_workers > 1 else None

@@ -67,14 +67,15 @@ def part_bounds(num_items: int, part_size: int = PART_TEXTS) -> list[tuple[int, 
 async def run_parts(request: Request, engines: Engines, trace: RequestTrace,
                     parts: Sequence[Callable[[], Awaitable[ReadyPart]]], budget: tuple[int, int],
                     max_tokens: int, tokens_error: Callable[[int], APIError], timeout: float | None,
-                    parts_ahead: int = 1) -> Outcome:
+                    parts_ahead: int = 1, model: int = 0) -> Outcome:
     """Make each part ready in turn and compute it; every part's `finish` result, in order.
 
     `budget`: (max tokens, max vectors) of one piece, the engine's batch budget. The request's
     tokens may not pass `max_tokens`: past it, `tokens_error(count)` ends the request.
     `parts_ahead`: parts being made ready at once (more than one where they are tokenized in
-    processes, side by side; a part tokenized in place would only delay the first piece)."""
-    job = _Job(request, engines, trace, budget, parts_ahead)
+    processes, side by side; a part tokenized in place would only delay the first piece).
+    `model`: the served model that computes every part (its place in the server's list)."""
+    job = _Job(request, engines, trace, budget, parts_ahead, model)
     try:
         return await _with_deadline(job.run(parts, max_tokens, tokens_error), request, timeout)
     finally:
@@ -83,9 +84,9 @@ async def run_parts(request: Request, engines: Engines, trace: RequestTrace,
 
 class _Job:
     def __init__(self, request: Request, engines: Engines, trace: RequestTrace, budget: tuple[int, int],
-                 parts_ahead: int):
+                 parts_ahead: int, model: int):
         self.request, self.trace, self.budget, self.parts_ahead = request, trace, budget, parts_ahead
-        self.ticket = engines.open_request()
+        self.ticket = engines.open_request(model)
         self.tasks: list[asyncio.Task] = []
         self.tasks_ahead: collections.deque[asyncio.Future] = collections.deque()  # parts being made ready
 

@@ -24,8 +24,9 @@ from server.model_kind import require_reranker
 from server.openapi import EMBEDDINGS_ERROR_RESPONSES
 from server.openapi_schema import body_operation
 from server.request_pipeline import ReadyPart, part_bounds
-from server.route_support import compute_parts, model_names_of, runtime_of, trace_of
+from server.route_support import compute_parts, runtime_of, trace_of
 from server.runtime import Runtime
+from server.served_models import ServedModel
 
 RerankOperation = body_operation(RerankRequest)
 
@@ -48,8 +49,8 @@ async def rerank_any(request: Request, state: State) -> RerankResponse | list[Te
 
 async def _rerank(request: Request, state: State, data: RerankRequest) -> RerankResponse | list[TeiRank]:
     runtime = runtime_of(state)
-    served = model_names_of(runtime).resolve(data.model)
-    require_reranker(runtime.model.spec, served)
+    model = runtime.pick(data.model, "rerank")
+    require_reranker(model.view.spec, model.name)
     documents, param = documents_of(data)
     _check(data, documents, param, runtime)
     tei = is_tei(data)
@@ -58,16 +59,16 @@ async def _rerank(request: Request, state: State, data: RerankRequest) -> Rerank
     trace.texts = [data.query, *documents] if runtime.config.log_inputs else None
 
     async def make_ready(lo: int, hi: int) -> ReadyPart:
-        pairs = await _encode(runtime, data.query, documents[lo:hi], data.max_tokens_per_doc)
+        pairs = await _encode(runtime, model, data.query, documents[lo:hi], data.max_tokens_per_doc)
         if tei and not data.truncate and pairs.truncated:
             raise invalid_request(
                 f"'texts[{lo + pairs.truncated[0]}]' and the query together are longer than the model's limit of "
-                f"{runtime.model.spec.max_seq_len} tokens; send \"truncate\": true to have the pair cut, as TEI "
+                f"{model.view.spec.max_seq_len} tokens; send \"truncate\": true to have the pair cut, as TEI "
                 "asks", "texts", "context_length_exceeded")
         return ReadyPart(pairs.seqs, lambda rows: rows[:, :2].copy())
 
     parts = [partial(make_ready, lo, hi) for lo, hi in part_bounds(len(documents))]
-    outcome = await compute_parts(request, runtime, trace, parts)
+    outcome = await compute_parts(request, runtime, trace, parts, model)
     rows = np.concatenate(outcome.answers) if outcome.answers else np.zeros((0, 2), np.float32)
     check_finite(rows, trace.request_id)
     if tei:
@@ -80,7 +81,7 @@ async def _rerank(request: Request, state: State, data: RerankRequest) -> Rerank
                for i in ranked(scores, data.top_n)]
     version = "2" if request.url.path.startswith("/v2/") else "1"
     return RerankResponse(
-        id=str(uuid.uuid4()), model=served, results=results, usage=RerankUsage(total_tokens=outcome.num_tokens),
+        id=str(uuid.uuid4()), model=model.name, results=results, usage=RerankUsage(total_tokens=outcome.num_tokens),
         meta=RerankMeta(api_version=ApiVersion(version=version), billed_units=BilledUnits(input_tokens=outcome.num_tokens)),
     )
 
@@ -110,10 +111,10 @@ def _check(data: RerankRequest, documents: list[str], param: str, runtime: Runti
                                   name.split("[")[0], "input_too_long")
 
 
-async def _encode(runtime: Runtime, query: str, documents: list[str], max_doc_tokens: int | None):
+async def _encode(runtime: Runtime, model: ServedModel, query: str, documents: list[str], max_doc_tokens: int | None):
     """The pairs' sequences, tokenized off the event loop (the Rust tokenizer releases the GIL)."""
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(runtime.tokenizer_pool, runtime.model.pairs.encode, query, documents,
+    return await loop.run_in_executor(runtime.tokenizer_pool, model.view.pairs.encode, query, documents,
                                       max_doc_tokens)
 
 

@@ -1,4 +1,4 @@
-"""What every route needs: the runtime once it can serve, the model's names, the request's trace,
+"""What every route needs: the runtime once it can serve, the request's trace,
 and the request pipeline (server/request_pipeline.py) run with the server's limits."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from litestar import Request
 from litestar.datastructures import State
 
-from server.aliases import ModelNames, model_names
 from server.errors import engine_unavailable, not_ready
 from server.request_pipeline import Outcome, ReadyPart, run_parts
 from server.runtime import Runtime
+from server.served_models import ServedModel
 from server.token_inputs import request_tokens_error
 from server.trace import SCOPE_KEY, RequestTrace
 
@@ -28,10 +28,6 @@ def runtime_of(state: State) -> Runtime:
     return runtime
 
 
-def model_names_of(runtime: Runtime) -> ModelNames:
-    return model_names(runtime.served_model_name, runtime.config.model_aliases, runtime.config.strict_model_names)
-
-
 def trace_of(request: Request) -> RequestTrace:
     """The HTTP middleware's trace of this request (a fresh one where the app runs without it)."""
     trace = request.scope.get(SCOPE_KEY)
@@ -39,8 +35,8 @@ def trace_of(request: Request) -> RequestTrace:
 
 
 async def compute_parts(request: Request, runtime: Runtime, trace: RequestTrace,
-                        parts: Sequence[Callable[[], Awaitable[ReadyPart]]]) -> Outcome:
-    """The parts through the engines, within the request's token cap and what is left of its time."""
+                        parts: Sequence[Callable[[], Awaitable[ReadyPart]]], model: ServedModel) -> Outcome:
+    """The parts through `model` on the engines, within the request's token cap and what is left of its time."""
     config = runtime.config
     time_left = None
     if config.request_timeout is not None:
@@ -49,6 +45,6 @@ async def compute_parts(request: Request, runtime: Runtime, trace: RequestTrace,
         return await run_parts(request, runtime.engines, trace, parts,
                                (config.engine.max_batch_tokens, config.engine.max_batch_seqs), config.max_request_tokens,
                                lambda num_tokens: request_tokens_error(num_tokens, config.max_request_tokens), time_left,
-                               parts_ahead=runtime.parts_ahead)
+                               parts_ahead=runtime.parts_ahead(model), model=model.index)
     finally:
         runtime.heap_trimmer.maybe_trim()

@@ -9,15 +9,17 @@ from litestar.datastructures import State
 
 from compat.openai import Model, ModelList
 from server.openapi import ERROR_RESPONSES
-from server.route_support import model_names_of, runtime_of
+from server.route_support import runtime_of
 
 _STARTED = int(time.time())
 
 
-@get(["/v1/models", "/models"], summary="List the served model and its aliases", responses=ERROR_RESPONSES)
+@get(["/v1/models", "/models"], summary="List the served models, their aliases and each one's kind",
+     responses=ERROR_RESPONSES)
 async def list_models(state: State) -> ModelList:
     runtime = runtime_of(state)
-    return ModelList(data=[Model(id=name, created=_STARTED) for name in model_names_of(runtime).listed()])
+    names = runtime.names
+    return ModelList(data=[Model(id=name, created=_STARTED, kind=runtime.pick(name).kind) for name in names.listed()])
 
 
 @get(["/v1/models/{model_id:path}", "/models/{model_id:path}"], summary="Describe one model",
@@ -25,8 +27,8 @@ async def list_models(state: State) -> ModelList:
 async def get_model(model_id: str, state: State) -> Model:
     runtime = runtime_of(state)
     model_id = model_id.lstrip("/")
-    model_names_of(runtime).resolve(model_id)  # a name a request may use is described, listed or not
-    return Model(id=model_id, created=_STARTED)
+    model = runtime.pick(model_id)  # a name a request may use is described, listed or not
+    return Model(id=model_id, created=_STARTED, kind=model.kind)
 
 
 @get("/health", summary="Readiness: 200 once the model is loaded and warmed up, while an engine serves",

@@ -1,11 +1,14 @@
-"""The server's long-lived parts (the model's view, the engines, tokenizer threads, the part processes)
+"""The server's long-lived parts (the models' views, the engines, tokenizer threads, the part processes)
 and their lifecycle.
 
 In the server the engines are processes the supervisor started (server/supervisor.py), and
-the runtime is handed their links (server/engine_links.py) and the model's view. An engine
-object (an `Engine`, or a test's fake) may be passed instead, or loaded here when none is:
-what tests and programs that embed the app use; it is then served by a thread of this
-process (server/in_process_engine.py), through the same links.
+the runtime is handed their links (server/engine_links.py) and the models' views. Engine
+objects (an `Engine` per model, or a test's fakes) may be passed instead, or loaded here when
+none are: what tests and programs that embed the app use; they are then served by a thread of
+this process (server/in_process_engine.py), through the same links.
+
+The part processes tokenize with the first model's tokenizer only: another model's large
+requests are tokenized in this process's threads.
 """
 
 from __future__ import annotations
@@ -22,13 +25,15 @@ from compat.encoding import encode_embeddings
 from engine.memory import HeapTrimmer
 from engine.model_files.loader import ModelLoadError
 from engine.model_files.model_view import ModelView
-from server.config import ServerConfig
+from server.aliases import ModelNames, model_names
+from server.config import ServerConfig, model_configs
 from server.engine_link import EngineLoadError
 from server.engine_links import EngineLinks
 from server.in_process_engine import InProcessEngine
 from server.plugins import load_engine_plugin
 from server.part_process_client import PartProcesses
 from server.part_processes import ENCODED_FORMATS, PartProcessPool, start_part_processes
+from server.served_models import ServedModel, served_models
 
 logger = logging.getLogger("rose_embed.server")
 # Up to this many characters a request is tokenized on the event loop (well under a millisecond
@@ -39,16 +44,18 @@ _INLINE_TOKENIZE_CHARS = 16_384
 class Runtime:
     """Created with the app; `start` (in the lifespan) loads, warms up and connects to the engines.
 
-    `engines` and `model`: the engine processes' links and the model's view (the server);
-    else `engine`: an engine object to serve in this process (None: load one from the config).
+    `engines` and `model`: the engine processes' links and the models' views, in the order of
+    model_configs(config) (the server); else `engine`: engine objects to serve in this process,
+    one per model (None: load them from the config). A single view or engine is one model.
     """
 
     def __init__(self, config: ServerConfig, engine=None, engines: EngineLinks | None = None,
-                 model: ModelView | None = None):
+                 model: ModelView | list[ModelView] | None = None):
         self.config = config
-        self.model: ModelView | None = model if engines is not None else engine
+        self._local_engines = _as_list(engine)
+        self.models: list[ServedModel] = []
+        self._set_models(_as_list(model) if engines is not None else self._local_engines)
         self.engines = engines
-        self._engine = engine
         self._in_process: InProcessEngine | None = None
         self.is_ready = False
         self._load_task: asyncio.Task | None = None
@@ -58,18 +65,44 @@ class Runtime:
         self.part_processes: PartProcesses | None = None
         self._own_part_processes: PartProcessPool | None = None  # started here, without a supervisor
 
+    def _set_models(self, views) -> None:
+        self.models = served_models(self.config, list(views or []))
+
     @property
-    def parts_ahead(self) -> int:
+    def model(self) -> ModelView | None:
+        """The first (default) model's view."""
+        return self.models[0].view if self.models else None
+
+    @property
+    def names(self) -> ModelNames:
+        first, *others = (m.name for m in self.models)
+        return model_names(first, self.config.model_aliases, self.config.strict_model_names, tuple(others))
+
+    def pick(self, asked: str | None, kind: str | None = None) -> ServedModel:
+        """The model a request's `model` names; the 404 that lists every id otherwise. A request that
+        names none, or one of OpenAI's default names, gets the first model of the `kind` its route
+        serves ("embedding" or "rerank"), else the first model (whose route check then says why not)."""
+        names = self.names
+        name = names.resolve(asked)
+        if kind is not None and (asked is None or asked in names.implicit):
+            name = next((m.name for m in self.models if m.kind == kind), name)
+        return next(m for m in self.models if m.name == name)
+
+    def parts_ahead(self, model: ServedModel) -> int:
         """Parts of a request to make ready at once: twice what the part processes can take, so that
         each has its next part waiting; one where the parts are tokenized in place."""
-        processes = self.part_processes
-        if processes is None or not processes.is_usable or not self.model.tokenizer.holds_the_gil:
+        if not self._uses_part_processes(model):
             return 1
-        return 2 * processes.num_processes
+        return 2 * self.part_processes.num_processes
+
+    def _uses_part_processes(self, model: ServedModel) -> bool:
+        processes = self.part_processes
+        return (model.index == 0 and processes is not None and processes.is_usable
+                and model.view.tokenizer.holds_the_gil)
 
     @property
     def served_model_name(self) -> str:
-        return self.config.served_model_name or self.model.spec.name
+        return self.models[0].name
 
     def start(self) -> None:
         """Load in the background so that the port opens at once and /health says 503 meanwhile."""
@@ -98,7 +131,10 @@ class Runtime:
             await self._connect_part_processes()
         self.engines.attach(asyncio.get_running_loop())
         self.is_ready = True
-        logger.info("model %s ready on %s (%s)", self.served_model_name, self.engines.device, self.engines.dtype)
+        weights = self.engines.links[0].models if self.engines.links else []
+        for model, (_, nbytes) in zip(self.models, weights or [(0, 0)] * len(self.models)):
+            logger.info("model %s (%s) ready on %s (%s): %.1f MiB of weights on each device", model.name, model.kind,
+                        self.engines.device, self.engines.dtype, nbytes / 2**20)
 
     async def _connect_part_processes(self) -> None:
         addresses = self.config.part_process_addresses
@@ -110,17 +146,19 @@ class Runtime:
         await self.part_processes.connect()
 
     def _serve_in_process(self) -> EngineLinks:
-        if self._engine is None:
-            logger.info("loading model %s", self.config.engine.model or "(default)")
+        if not self._local_engines:
             from engine.rose.engine import Engine  # here, not at the top: a front end of engine processes needs no torch
 
-            self._engine = Engine(self.config.engine)
-            self.model = self._engine
-        self._engine.warm_up()
-        if self.config.engine_plugin:  # after warm-up, so that injected faults hit requests only
-            load_engine_plugin(self.config.engine_plugin)(self._engine)
+            for config in model_configs(self.config):
+                logger.info("loading model %s", config.model or "(default)")
+                self._local_engines.append(Engine(config))
+            self._set_models(self._local_engines)
+        for engine in self._local_engines:
+            engine.warm_up()
+            if self.config.engine_plugin:  # after warm-up, so that injected faults hit requests only
+                load_engine_plugin(self.config.engine_plugin)(engine)
         budget = (self.config.engine.max_batch_tokens, self.config.engine.max_batch_seqs)
-        self._in_process = InProcessEngine(self._engine, budget, self.config.max_queued_tokens)
+        self._in_process = InProcessEngine(self._local_engines, budget, self.config.max_queued_tokens)
         self._in_process.start()
         return EngineLinks([self._in_process.ends], stall_timeout=self.config.engine_stall_timeout, in_process=True,
                            max_queued_tokens=self.config.max_queued_tokens)
@@ -145,29 +183,44 @@ class Runtime:
         return self.engines.problem() if self.is_ready else None
 
     def engine_states(self) -> list[dict]:
-        """Each engine as /health lists it."""
-        return self.engines.describe() if self.engines is not None else []
+        """Each engine as /health lists it, with the bytes each model's weights hold on its device."""
+        states = self.engines.describe() if self.engines is not None else []
+        for state in states:
+            weights = state.pop("weights_bytes", [])
+            state["models"] = [{"id": m.name, "kind": m.kind, "weights_bytes": nbytes}
+                               for m, nbytes in zip(self.models, weights)]
+        return states
 
-    async def tokenize(self, texts: list[str], is_large_request: bool = False) -> list[np.ndarray]:
-        """Tokenize off the event loop where that runs in parallel with it (the Rust tokenizer
-        releases the GIL, part processes run side by side for a large request's parts) or
-        would hold it up; a small request in Python is cheaper in place."""
-        if is_large_request and self.part_processes is not None and self.model.tokenizer.holds_the_gil:
+    async def tokenize(self, texts: list[str], is_large_request: bool = False,
+                       model: ServedModel | None = None) -> list[np.ndarray]:
+        """Tokenize with `model`'s tokenizer (None: the first model's) off the event loop where that
+        runs in parallel with it (the Rust tokenizer releases the GIL, part processes run side by
+        side for a large request's parts) or would hold it up; a small request in Python is cheaper
+        in place."""
+        model = model or self.models[0]
+        view = model.view
+        if is_large_request and self._uses_part_processes(model):
             seqs = await self.part_processes.tokenize(texts)
             if seqs is not None:
                 return seqs
-        if self.model.tokenizer.holds_the_gil and sum(map(len, texts)) <= _INLINE_TOKENIZE_CHARS:
-            return self.model.tokenize(texts)
+        if view.tokenizer.holds_the_gil and sum(map(len, texts)) <= _INLINE_TOKENIZE_CHARS:
+            return view.tokenize(texts)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.tokenizer_pool, self.model.tokenize, texts)
+        return await loop.run_in_executor(self.tokenizer_pool, view.tokenize, texts)
 
     async def encode(self, vectors: np.ndarray, encoding_format: str, dimensions: int | None,
-                     is_large_request: bool = False) -> list:
+                     is_large_request: bool = False, model: ServedModel | None = None) -> list:
         """The vectors as the request's `encoding_format` and `dimensions` ask (compat/encoding.py):
         a large request's parts in the part processes, side by side; anything else in place."""
-        is_normalized = self.model.spec.normalize
+        is_normalized = (model or self.models[0]).view.spec.normalize
         if is_large_request and self.part_processes is not None and encoding_format in ENCODED_FORMATS:
             encoded = await self.part_processes.encode(vectors, encoding_format, dimensions, is_normalized)
             if encoded is not None:
                 return encoded
         return encode_embeddings(vectors, encoding_format, dimensions, is_normalized)
+
+
+def _as_list(one_or_many) -> list:
+    if one_or_many is None:
+        return []
+    return list(one_or_many) if isinstance(one_or_many, (list, tuple)) else [one_or_many]

@@ -39,7 +39,7 @@ from server.engine_host import EngineHost
 from engine.model_files.loader import ModelSpec
 from engine.arena import ArenaLayout
 from engine.text.tokenizer import tokenizer_for
-from server.config import ServerConfig
+from server.config import ServerConfig, model_configs
 from server.front_end import run_front_end, run_front_end_process
 from server.part_processes import PartProcessPool, start_part_processes
 from server.plugins import load_engine_plugin
@@ -53,13 +53,15 @@ _ENGINE_EXIT_TIMEOUT_S = 10.0  # after the front ends: an engine finishes what i
 _CRASH_LOOP_S = 30.0  # a front end that dies this soon after its start is not restarted again
 
 
-def run_supervisor(config: ServerConfig, spec: ModelSpec, sockets: list[socket.socket]) -> None:
-    """Serve on `sockets` (server/listen.py: one per front end, the first listening) until a
-    signal stops the server, then end by SIGTERM (KeyboardInterrupt after SIGINT); exits 1 if
-    the front ends could not be kept up."""
+def run_supervisor(config: ServerConfig, specs: list[ModelSpec], sockets: list[socket.socket]) -> None:
+    """Serve the models `specs` describes (in the order of `model_configs(config)`) on `sockets`
+    (server/listen.py: one per front end, the first listening) until a signal stops the server,
+    then end by SIGTERM (KeyboardInterrupt after SIGINT); exits 1 if the front ends could not be
+    kept up."""
     plugin = load_engine_plugin(config.engine_plugin) if config.engine_plugin else None
-    layout = ArenaLayout.for_budget(config.engine.max_batch_tokens, config.engine.max_batch_seqs, spec.embedding_dim,
-                                    config.max_queued_tokens)
+    # One arena per (engine, front end) for every model: its vector rows fit the widest.
+    layout = ArenaLayout.for_budget(config.engine.max_batch_tokens, config.engine.max_batch_seqs,
+                                    max(spec.embedding_dim for spec in specs), config.max_queued_tokens)
     logger.info("starting %d engine process(es) (%s) and %d front end(s) on port %d", len(config.devices),
                 ", ".join(config.devices), config.frontend_workers, config.port)
     hosts: list[EngineHost] = []
@@ -73,11 +75,12 @@ def run_supervisor(config: ServerConfig, spec: ModelSpec, sockets: list[socket.s
     try:
         with stop.deferred():  # a spawn cut short would leave its child a traceback
             if config.part_processes:  # before the front ends, which connect to them as they start
-                part_processes = start_part_processes(tokenizer_for(spec).recipe, config.part_processes)
+                # The first model's tokenizer: the others tokenize in the front ends (docs/topology.md).
+                part_processes = start_part_processes(tokenizer_for(specs[0]).recipe, config.part_processes)
                 config = replace(config, part_process_addresses=part_processes.addresses)
             for index, device in enumerate(config.devices):
-                hosts.append(EngineHost(index, engine_config_for(config.engine, config.devices, device), layout,
-                                        config.max_queued_tokens, plugin))
+                configs = [engine_config_for(c, config.devices, device) for c in model_configs(config)]
+                hosts.append(EngineHost(index, configs, layout, config.max_queued_tokens, plugin))
         if config.frontend_workers == 1:
             run_front_end(config, sockets[0], [host.connect(0) for host in hosts], [h.process for h in hosts],
                           pending_stop=stop.pending)

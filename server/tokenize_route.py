@@ -17,7 +17,7 @@ from server.errors import invalid_request
 from server.guards import decode_request
 from server.openapi import ERROR_RESPONSES
 from server.openapi_schema import body_operation
-from server.route_support import model_names_of, runtime_of
+from server.route_support import runtime_of
 
 
 @post("/tokenize", status_code=200, summary="Tokenize a text with the served model's tokenizer",
@@ -25,15 +25,15 @@ from server.route_support import model_names_of, runtime_of
 async def tokenize(request: Request, state: State) -> TokenizeResponse:
     runtime = runtime_of(state)
     data = decode_request(await request.body(), TokenizeRequest)
-    model_names_of(runtime).resolve(data.model)
+    model = runtime.pick(data.model)
     max_chars = runtime.config.max_input_chars
     if len(data.prompt) > max_chars:
         raise invalid_request(f"'prompt' holds {len(data.prompt)} characters; at most {max_chars} are allowed",
                               "prompt", "input_too_long")
-    tokenizer = runtime.model.tokenizer
+    tokenizer = model.view.tokenizer
     # Off the event loop: a text of many thousand characters takes a while.
     ids = (await asyncio.to_thread(tokenizer.encode_untruncated, [data.prompt], data.add_special_tokens))[0]
-    return TokenizeResponse(count=len(ids), max_model_len=runtime.model.spec.max_seq_len, tokens=list(ids),
+    return TokenizeResponse(count=len(ids), max_model_len=model.view.spec.max_seq_len, tokens=list(ids),
                             token_strs=tokenizer.token_strings(ids) if data.return_token_strs else None)
 
 
@@ -42,13 +42,13 @@ async def tokenize(request: Request, state: State) -> TokenizeResponse:
 async def detokenize(request: Request, state: State) -> DetokenizeResponse:
     runtime = runtime_of(state)
     data = decode_request(await request.body(), DetokenizeRequest)
-    model_names_of(runtime).resolve(data.model)
-    vocab_size = runtime.model.tokenizer.vocab_size
+    tokenizer = runtime.pick(data.model).view.tokenizer
+    vocab_size = tokenizer.vocab_size
     bad = next((i for i, token in enumerate(data.tokens) if not 0 <= token < vocab_size), None)
     if bad is not None:
         raise invalid_request(f"'tokens[{bad}]' is {data.tokens[bad]}, which is no token of this model's vocabulary "
                               f"(ids 0..{vocab_size - 1})", "tokens")
-    return DetokenizeResponse(prompt=runtime.model.tokenizer.decode(data.tokens, skip_special_tokens=False))
+    return DetokenizeResponse(prompt=tokenizer.decode(data.tokens, skip_special_tokens=False))
 
 
 ROUTES = [tokenize, detokenize]

@@ -26,4 +26,4 @@ def test_console_script_points_at_the_cli():
     from server.__main__ import build_parser
 
     args = build_parser().parse_args(["serve", "--port", "9000", "--model", "x"])
-    assert (args.port, args.model) == (9000, "x")
+    assert (args.port, args.model) == (9000, [(None, "x")])

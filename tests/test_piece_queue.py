@@ -12,12 +12,12 @@ from engine.rose.batch import pack
 
 
 def piece(front_end: str, request: int, lengths: list[int], index: int = 0, opens: bool = True,
-          segments: list[np.ndarray] | None = None) -> QueuedPiece:
+          segments: list[np.ndarray] | None = None, model: int = 0) -> QueuedPiece:
     """A piece whose sequences start with ids 100 * request + its number, `lengths` tokens each."""
     seqs = [np.full(n, 100 * request + i, np.int32) for i, n in enumerate(lengths)]
     batch = pack(seqs, segments)
     message = Piece(request, index, 0, batch.num_tokens, batch.num_seqs, batch.max_seqlen, batch.num_outputs,
-                    segments is not None, opens)
+                    segments is not None, opens, model)
     return QueuedPiece(front_end, message, batch)
 
 
@@ -36,6 +36,38 @@ def test_batches_follow_arrival_order_across_requests_and_front_ends_within_the_
     assert first.packed.num_tokens == 9 and queue.queued_tokens == 5
     second = queue.cut()
     assert firsts(second) == [300, 301] and queue.cut() is None and not queue
+
+
+def test_one_queue_serves_two_models_first_come_first_served_with_a_batch_per_model():
+    queue = PieceQueue(max_batch_tokens=10, max_batch_seqs=8)
+    arrivals = [piece("a", 1, [3], model=0), piece("b", 2, [2], model=1), piece("a", 3, [3], model=0),
+                piece("b", 4, [4, 4], model=1), piece("a", 5, [2], model=0), piece("b", 6, [2], model=1)]
+    for p in arrivals:
+        assert queue.offer(p)
+    cuts = []
+    while (batch := queue.cut()) is not None:
+        assert {s.piece.model for s in batch.slices} == {batch.model}  # one model's inputs per batch
+        cuts.append((batch.model, firsts(batch)))
+    # The oldest piece's model goes first and takes its model's later pieces, within the budget;
+    # then the oldest piece left decides again (request 6 waits for the budget, not for model 0).
+    assert cuts == [(0, [100, 300, 500]), (1, [200, 400, 401]), (1, [600])]
+    assert queue.queued_tokens == 0 and not queue and queue.num_pieces == 0
+
+
+def test_a_model_whose_head_is_older_goes_first_even_behind_a_busy_model():
+    queue = PieceQueue(max_batch_tokens=4, max_batch_seqs=8)
+    for p in (piece("a", 1, [4], model=0), piece("a", 2, [4], model=0), piece("b", 3, [1], model=1),
+              piece("a", 4, [4], model=0)):
+        queue.offer(p)
+    assert [(b.model, firsts(b)) for b in iter(queue.cut, None)] == [(0, [100]), (0, [200]), (1, [300]), (0, [400])]
+
+
+def test_cancel_reaches_every_model():
+    queue = PieceQueue(max_batch_tokens=100, max_batch_seqs=8)
+    for p in (piece("a", 1, [3], model=0), piece("a", 1, [2], index=1, opens=False, model=1), piece("a", 2, [5], model=1)):
+        queue.offer(p)
+    assert len(queue.cancel("a", 1)) == 2 and queue.queued_tokens == 5
+    assert [(b.model, firsts(b)) for b in iter(queue.cut, None)] == [(1, [200])]
 
 
 def test_a_piece_is_split_across_batches_and_its_rows_stay_its_own():

@@ -1,4 +1,4 @@
-"""The engine's loop: every front end's pieces through one queue (Tulip) onto one model (ROSE).
+"""The engine's loop: every front end's pieces through one queue (Tulip) onto the device's models (ROSE).
 
 One thread (the caller's) owns the queue and the device: it reads every front end's pipe
 as messages come (`connection.wait` over all of them), queues the pieces, and launches a
@@ -7,6 +7,9 @@ flight, one computing and one queued behind it; what arrives meanwhile waits in 
 and goes into the next batch, which is then as large as the budget allows. A second thread
 waits for each batch's vectors, writes them into the rows of the pieces they belong to and
 tells the first thread, which answers each piece once nothing of it is left to run.
+
+Every model the server serves has its own engine here (its weights, graphs and static
+buffers); a piece names its model, and a batch, cut by the queue, holds one model's pieces.
 
 A batch that fails fails its pieces; one that held several pieces is run again piece by
 piece first, so that only the piece that holds the fault fails. The loop ends once the
@@ -70,15 +73,20 @@ class _Landed:
 
 
 class EngineLoop:
-    def __init__(self, engine, control: Connection | None, board: EngineBoard, budget: tuple[int, int],
+    def __init__(self, engines, control: Connection | None, board: EngineBoard, budget: tuple[int, int],
                  max_queued_tokens: int | None = None, front_ends: tuple[Attach, ...] = ()):
-        """`budget`: a batch's most tokens and vectors. `control`: where the supervisor attaches front
+        """`engines`: one engine per served model, in the server's order (a single engine: one model).
+        `budget`: a batch's most tokens and vectors. `control`: where the supervisor attaches front
         ends (None: only `front_ends`, given now)."""
-        self.engine, self.control, self.board = engine, control, board
+        self.engines = list(engines) if isinstance(engines, (list, tuple)) else [engines]
+        self.engine = self.engines[0]  # the device, dtype and attention table are the first model's
+        self.control, self.board = control, board
         self.queue = PieceQueue(*budget, max_queued_tokens, take_rows=_take_rows)
         self._is_blocked = False  # the queue's head waits for rows its front end has not given back
         self.front_ends: dict[Connection, FrontEnd] = {}  # by task pipe
-        self._ready = messages.Ready(os.getpid(), str(engine.dtype).removeprefix("torch."), _attention_table(engine))
+        engine = self.engine
+        self._ready = messages.Ready(os.getpid(), str(engine.dtype).removeprefix("torch."), _attention_table(engine),
+                                     [(e.spec.embedding_dim, weights_bytes(e)) for e in self.engines])
         self._launched: queue.SimpleQueue = queue.SimpleQueue()
         self._landed: queue.SimpleQueue = queue.SimpleQueue()
         # The readback thread's word that a batch landed wakes this thread's wait on the pipes.
@@ -160,6 +168,8 @@ class EngineLoop:
 
     def _on_piece(self, front_end: FrontEnd, message: Piece) -> None:
         try:
+            if not 0 <= message.model < len(self.engines):
+                raise ValueError(f"no model {message.model} here; this engine serves {len(self.engines)}")
             batch = front_end.arena.read_piece(message.offset, message.num_tokens, message.num_seqs, message.max_seqlen,
                                                message.is_segmented)
         except Exception as exc:  # a piece that cannot be read fails alone
@@ -206,7 +216,7 @@ class EngineLoop:
                 piece.started = started
         self._num_in_flight += 1
         try:
-            lazy = self.engine.execute_packed(batch.packed)
+            lazy = self.engines[batch.model].execute_packed(batch.packed)
         except Exception as exc:  # this batch fails; the engine serves on (SystemExit ends the loop)
             self._num_in_flight -= 1
             self._fail(batch, f"{type(exc).__name__}: {exc}")
@@ -264,7 +274,9 @@ class EngineLoop:
                 first = 0
                 for one in batch.slices:
                     row = one.piece.first_row + one.first_row
-                    one.piece.front_end.arena.rows[row : row + one.num_rows] = rows[first : first + one.num_rows]
+                    # Rows fit the widest model; a narrower one fills the first columns of each.
+                    arena_rows = one.piece.front_end.arena.rows[row : row + one.num_rows]
+                    arena_rows[:, : rows.shape[1]] = rows[first : first + one.num_rows]
                     first += one.num_rows
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
@@ -286,10 +298,10 @@ class EngineLoop:
                 trimmer.maybe_trim()
 
     def _record_runner(self) -> None:
-        runner = getattr(self.engine, "runner", self.engine)  # a test's fake engine counts for itself
+        runners = [getattr(engine, "runner", engine) for engine in self.engines]  # a test's fake counts for itself
         for field, name in (("graph_replays", "num_graph_replays"), ("eager_runs", "num_eager_runs"),
                             ("capture_failures", "num_capture_failures")):
-            self.board[field] = getattr(runner, name, 0)
+            self.board[field] = sum(getattr(runner, name, 0) for runner in runners)
 
     def _record_memory(self) -> None:
         device = getattr(self.engine, "device", None)
@@ -302,6 +314,11 @@ class EngineLoop:
 
 def _take_rows(piece: QueuedPiece) -> int | None:
     return piece.front_end.rows.take(piece.batch.num_outputs)
+
+
+def weights_bytes(engine) -> int:
+    """What the engine's model holds in device memory as weights (0 for a test's fake)."""
+    return int(getattr(engine, "weights_bytes", 0))
 
 
 def _attention_table(engine) -> list[tuple[str, str, str]]:

@@ -1,10 +1,11 @@
-"""The main function of an engine process: one model on one device, for every front end.
+"""The main function of an engine process: every served model on one device, for every front end.
 
 The supervisor (server/engine_host.py) starts it with its control pipe and its board, and
 hands it each front end over that pipe (engine/messages.py's Attach). It loads and warms up
-the model, says "ready" on the control pipe (or ("failed", why), and then tells each front
-end so), and serves the front ends' pieces through one queue (engine/queue/engine_loop.py)
-until the supervisor closes the control pipe and every front end is done or gone.
+each model in turn (its own weights, graphs and buffers), says "ready" on the control pipe
+(or ("failed", why), naming the model that did not load, and then tells each front end so),
+and serves the front ends' pieces through one queue (engine/queue/engine_loop.py) until the
+supervisor closes the control pipe and every front end is done or gone.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from engine.parent_watch import exit_with_parent
 from engine.queue.engine_loop import EngineLoop, refuse_front_ends
 
 
-def run_engine_process(config: EngineConfig, control: Connection, board_name: str, max_queued_tokens: int | None,
-                       parent_pid: int, plugin: Callable | None = None) -> None:
-    """`parent_pid` is the supervisor that started this process."""
+def run_engine_process(configs: list[EngineConfig], control: Connection, board_name: str,
+                       max_queued_tokens: int | None, parent_pid: int, plugin: Callable | None = None) -> None:
+    """`configs`: one per served model, in the server's order, all on one device with one batch
+    budget. `parent_pid` is the supervisor that started this process."""
     # Ctrl-C, a hang-up, and SIGTERM from systemd or `timeout`, reach the whole process group;
     # the front ends still have requests to drain, so the supervisor alone decides when engines
     # stop (by closing the control pipe once they are done). Only SIGKILL ends one from outside.
@@ -30,18 +32,39 @@ def run_engine_process(config: EngineConfig, control: Connection, board_name: st
     # A supervisor that died without a word (SIGKILL) leaves nobody to serve, even mid-load.
     exit_with_parent(parent_pid, lambda: os._exit(1))
     try:
-        engine = load_engine(config, plugin)
+        engines = load_engines(configs, plugin)
     except Exception as exc:
-        why = f"{type(exc).__name__}: {exc}"
+        why = str(exc) if isinstance(exc, ModelLoadFailure) else f"{type(exc).__name__}: {exc}"
         _send(control, ("failed", why))  # the supervisor stops the server rather than restart front ends
         refuse_front_ends(control, why)
         return
     _send(control, "ready")
     board = EngineBoard.attach(board_name)
     try:
-        EngineLoop(engine, control, board, (config.max_batch_tokens, config.max_batch_seqs), max_queued_tokens).run()
+        budget = (configs[0].max_batch_tokens, configs[0].max_batch_seqs)
+        EngineLoop(engines, control, board, budget, max_queued_tokens).run()
     finally:
         board.close()
+
+
+class ModelLoadFailure(RuntimeError):
+    """A model that could not be loaded or warmed up on this device; the message names it."""
+
+
+def load_engines(configs: list[EngineConfig], plugin: Callable | None = None) -> list:
+    """Every model loaded and warm on the device, in order. One that fails (its weights do not
+    read, the device has no room left beside the models before it) stops the load, naming it."""
+    engines = []
+    for config in configs:
+        try:
+            engines.append(load_engine(config, plugin))
+        except Exception as exc:
+            held = sum(getattr(e, "weights_bytes", 0) for e in engines)
+            beside = f" beside {len(engines)} model(s) holding {held / 2**20:.0f} MiB of weights" if engines else ""
+            room = " (out of device memory)" if type(exc).__name__ == "OutOfMemoryError" else ""
+            raise ModelLoadFailure(f"model {config.model or '(default)'} could not be loaded on {config.device}"
+                                   f"{beside}{room}: {type(exc).__name__}: {exc}") from exc
+    return engines
 
 
 def load_engine(config: EngineConfig, plugin: Callable | None = None):

@@ -3,7 +3,13 @@
 Every front end's pieces land here in arrival order. A batch takes sequences from the
 pieces at the head until the next would pass the token budget or the vector cap, so a piece
 may be split across batches and a batch holds pieces of several requests and front ends.
-Pieces whose request was cancelled are skipped. Admission is decided here, with the whole
+Pieces whose request was cancelled are skipped.
+
+A batch holds one model's inputs (the engine runs one model's graphs at a time). Each batch
+serves the model of the oldest piece waiting and takes that model's pieces in arrival order,
+past any of other models in between: so every piece waits at most one batch longer than
+strict arrival order would make it, and batches stay as full as one model's load allows
+instead of breaking at every change of model. Admission is decided here, with the whole
 queue in view: when it holds more than `max_queued_tokens`, a request's opening piece is
 refused at once (the front end answers 429 with Retry-After), and so is every later piece
 of that request; the pieces of a request already admitted are never refused.
@@ -43,6 +49,10 @@ class QueuedPiece:
     finished: float = 0.0
 
     @property
+    def model(self) -> int:
+        return self.message.model
+
+    @property
     def key(self) -> tuple[object, int]:
         return self.front_end, self.message.request
 
@@ -78,6 +88,11 @@ class Batch:
     packed: PackedBatch
 
     @property
+    def model(self) -> int:
+        """The model that computes it: every slice's."""
+        return self.slices[0].piece.model
+
+    @property
     def pieces(self) -> list[QueuedPiece]:
         return [s.piece for s in self.slices]
 
@@ -90,7 +105,10 @@ class PieceQueue:
         self.max_batch_tokens, self.max_batch_seqs = max_batch_tokens, max_batch_seqs
         self.max_queued_tokens = max_queued_tokens
         self.take_rows = take_rows
-        self._pieces: collections.deque[QueuedPiece] = collections.deque()
+        # Per model, in arrival order, each piece with its arrival number: the oldest head decides
+        # which model the next batch serves.
+        self._by_model: dict[int, collections.deque[tuple[int, QueuedPiece]]] = {}
+        self._arrivals = 0
         self._queued_tokens = 0
         self._refused: set[tuple[object, int]] = set()  # requests whose opening piece was refused
 
@@ -101,10 +119,10 @@ class PieceQueue:
 
     @property
     def num_pieces(self) -> int:
-        return len(self._pieces)
+        return sum(map(len, self._by_model.values()))
 
     def __bool__(self) -> bool:
-        return bool(self._pieces)
+        return bool(self._by_model)
 
     def offer(self, piece: QueuedPiece) -> bool:
         """Queue the piece, or refuse it (False): the queue is full for a new request."""
@@ -112,11 +130,12 @@ class PieceQueue:
         if key in self._refused:
             return False
         tokens = piece.batch.num_tokens
-        if (piece.message.opens_request and self.max_queued_tokens is not None and self._pieces
+        if (piece.message.opens_request and self.max_queued_tokens is not None and self._by_model
                 and self._queued_tokens + tokens > self.max_queued_tokens):
             self._refused.add(key)
             return False
-        self._pieces.append(piece)
+        self._by_model.setdefault(piece.model, collections.deque()).append((self._arrivals, piece))
+        self._arrivals += 1
         self._queued_tokens += tokens
         return True
 
@@ -126,32 +145,40 @@ class PieceQueue:
         batches land."""
         key = (front_end, request)
         self._refused.discard(key)
-        settled, kept = [], collections.deque()
-        for piece in self._pieces:
-            if piece.key != key:
-                kept.append(piece)
-                continue
-            piece.is_cancelled = True
-            self._queued_tokens -= self._remaining_tokens(piece)
-            if piece.is_settled:
-                settled.append(piece)
-        self._pieces = kept
+        settled = []
+        for model, pieces in list(self._by_model.items()):
+            kept = collections.deque()
+            for arrival, piece in pieces:
+                if piece.key != key:
+                    kept.append((arrival, piece))
+                    continue
+                piece.is_cancelled = True
+                self._queued_tokens -= self._remaining_tokens(piece)
+                if piece.is_settled:
+                    settled.append(piece)
+            self._set_pieces(model, kept)
         return settled
 
     def forget(self, front_end: object) -> list[QueuedPiece]:
         """A front end that is gone: drop every piece of its (as `cancel` does)."""
         settled = []
-        for request in {p.message.request for p in self._pieces if p.front_end is front_end}:
+        requests = {p.message.request for pieces in self._by_model.values() for _, p in pieces if p.front_end is front_end}
+        for request in requests:
             settled.extend(self.cancel(front_end, request))
         self._refused = {key for key in self._refused if key[0] is not front_end}
         return settled
 
     def cut(self) -> Batch | None:
-        """The next batch, first come first served within the budget; None if nothing waits."""
+        """The next batch, first come first served within the budget, of the oldest waiting piece's
+        model; None if nothing waits."""
+        if not self._by_model:
+            return None
+        model = min(self._by_model, key=lambda m: self._by_model[m][0][0])
+        pieces = self._by_model[model]
         slices: list[Slice] = []
         tokens_left, rows_left = self.max_batch_tokens, self.max_batch_seqs
-        while self._pieces and tokens_left > 0 and rows_left > 0:
-            piece = self._pieces[0]
+        while pieces and tokens_left > 0 and rows_left > 0:
+            piece = pieces[0][1]
             batch, lo = piece.batch, piece.next_seq
             hi = _fit(batch, lo, tokens_left, rows_left)
             if hi == lo:
@@ -171,11 +198,19 @@ class PieceQueue:
             piece.next_seq = hi
             piece.num_batches += 1
             if piece.is_fully_cut:
-                self._pieces.popleft()
+                pieces.popleft()
+        self._set_pieces(model, pieces)
         if not slices:
             return None
         parts = [s.packed() for s in slices]
         return Batch(tuple(slices), parts[0] if len(parts) == 1 else join_packed(*parts))
+
+    def _set_pieces(self, model: int, pieces: collections.deque) -> None:
+        """A model with nothing waiting has no entry, so that the queue's truth is `bool(self._by_model)`."""
+        if pieces:
+            self._by_model[model] = pieces
+        else:
+            self._by_model.pop(model, None)
 
     @staticmethod
     def _remaining_tokens(piece: QueuedPiece) -> int:

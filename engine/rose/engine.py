@@ -101,6 +101,12 @@ class Engine(ModelView):
             max_seqlen=self.spec.max_seq_len, enforce_eager=config.enforce_eager,
         )
 
+    @property
+    def weights_bytes(self) -> int:
+        """Bytes the model's and its head's weights hold on the device (graphs and buffers come on top)."""
+        modules = (self.runner.model, self.runner.head)
+        return sum(t.numel() * t.element_size() for m in modules for t in (*m.parameters(), *m.buffers()))
+
     def execute(self, seqs: list[np.ndarray]) -> LazyResult:
         """Launch one batch (within the token budget) and return its lazy vectors."""
         return self.execute_packed(pack(seqs))
