@@ -44,5 +44,5 @@ class EngineConfig:
     enforce_eager: bool = False
     fused_kernels: bool = True  # CUDA: Triton kernels between the matmuls (engine/rose/layers/fused.py)
     capture_at_start: bool = False  # the server turns it on; the library captures lazily
-    num_threads: int | None = None  # torch intra-op threads on CPU; None: torch's default
+    num_threads: int | None = None  # torch intra-op threads on CPU; None: torch's default, within the CPU quota
     model_overrides: ModelOverrides = field(default_factory=ModelOverrides)

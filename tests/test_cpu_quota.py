@@ -1,5 +1,5 @@
 """K and the CPU engines' threads follow the CPUs the server may really use: the affinity mask and
-a cgroup CPU quota (a pod's CPU limit), read from fake cgroup files (server/topology.py)."""
+a cgroup CPU quota (a pod's CPU limit), read from fake cgroup files (engine/cpu_quota.py, server/topology.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from server import topology
-from server.topology import available_cores, cgroup_cpu_limit, default_front_ends
+from engine import cpu_quota
+from engine.cpu_quota import available_cores, cgroup_cpu_limit
+from server.topology import default_front_ends
 
 
 def fake_root(tmp_path: Path, proc_cgroup: str | None, files: dict[str, str]) -> Path:
@@ -97,14 +98,14 @@ def test_unreadable_file_is_no_quota(tmp_path):
 @pytest.mark.parametrize("affinity, quota, cores", [(16, None, 16), (16, 4, 4), (2, 8, 2), (1, None, 1)])
 def test_available_cores_is_the_least_of_affinity_and_quota(monkeypatch, affinity, quota, cores):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(affinity)), raising=False)
-    monkeypatch.setattr(topology, "cgroup_cpu_limit", lambda: quota)
+    monkeypatch.setattr(cpu_quota, "cgroup_cpu_limit", lambda: quota)
     monkeypatch.delattr(os, "process_cpu_count", raising=False)
     assert available_cores() == cores
 
 
 def test_process_cpu_count_counts_where_python_has_it(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
-    monkeypatch.setattr(topology, "cgroup_cpu_limit", lambda: None)
+    monkeypatch.setattr(cpu_quota, "cgroup_cpu_limit", lambda: None)
     monkeypatch.setattr(os, "process_cpu_count", lambda: 6, raising=False)  # 3.13+, PYTHON_CPU_COUNT=6
     assert available_cores() == 6
     monkeypatch.setattr(os, "process_cpu_count", lambda: None, raising=False)  # "undetermined"
@@ -113,9 +114,29 @@ def test_process_cpu_count_counts_where_python_has_it(monkeypatch):
 
 def test_a_pod_limited_to_4_cpus_on_a_large_node_runs_2_front_ends(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(128)), raising=False)
-    monkeypatch.setattr(topology, "cgroup_cpu_limit", lambda: 4)
+    monkeypatch.setattr(cpu_quota, "cgroup_cpu_limit", lambda: 4)
     assert default_front_ends(("cuda:0",)) == 2
 
 
 def test_this_machine_counts_at_least_one_core_and_no_more_than_its_affinity():
     assert 1 <= available_cores() <= len(os.sched_getaffinity(0))
+
+
+@pytest.mark.slow  # loads the default model
+def test_an_engine_on_a_quota_runs_no_more_threads_than_it_may_use(monkeypatch):
+    """Engine (the library, the corpus CLI) with no thread count: torch's default, cut to the quota."""
+    import torch
+
+    from engine.config import EngineConfig
+    from engine.rose.engine import Engine
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(128)), raising=False)
+    monkeypatch.setattr(cpu_quota, "cgroup_cpu_limit", lambda: 1)
+    try:
+        Engine(EngineConfig(device="cpu", max_batch_tokens=512))
+        assert torch.get_num_threads() == 1
+        Engine(EngineConfig(device="cpu", max_batch_tokens=512, num_threads=2))  # a count given is obeyed
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -10,6 +10,7 @@ import torch
 from engine.rose.batch import PackedBatch, pack
 from engine.rose.cpu_features import native_bf16
 from engine.config import EngineConfig
+from engine.cpu_quota import available_cores
 from engine.rose.layers import fused
 from engine.rose.layers.attention_backends import make_attention_backend
 from engine.rose.layers.head import SentenceHead
@@ -83,8 +84,9 @@ class Engine(ModelView):
         self.device = resolve_device(config.device)
         self.dtype, why = resolve_dtype(config.dtype, self.device)
         logger.info("%s on %s in %s (%s)", self.spec.name, self.device, str(self.dtype).removeprefix("torch."), why)
-        if self.device.type == "cpu" and config.num_threads:
-            torch.set_num_threads(config.num_threads)
+        if self.device.type == "cpu":
+            # Torch's default counts the affinity mask's cores, not a container's CPU quota.
+            torch.set_num_threads(config.num_threads or min(torch.get_num_threads(), available_cores()))
 
         model = MODEL_CLASSES[self.spec.architecture](self.spec.hf_config, **pair_options(self.spec))
         state = load_state_dict(self.spec.path)
