@@ -111,7 +111,7 @@ def test_a_large_request_gets_the_same_answer_with_and_without_processes_and_sur
                 answers[processes] = r.json()
                 runtime = app.app.state.runtime
                 if processes:
-                    assert runtime.part_processes.num_processes == 2 and runtime.parts_ahead == 4
+                    assert runtime.part_processes.num_processes == 2 and runtime.parts_ahead(runtime.models[0]) == 4
                     for process in runtime._own_part_processes.processes:
                         os.kill(process.pid, signal.SIGKILL)
                     again = client.post("/v1/embeddings", json=body)
