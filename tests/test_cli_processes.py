@@ -96,7 +96,8 @@ def test_weights_that_do_not_load_stop_the_server_with_one_line_and_status_1(tmp
     errors = [line for line in err.splitlines() if " ERROR " in line]
     # A line from each front end, and with several, the supervisor's.
     assert all("engine 0 on cpu failed to load" in line for line in errors), err
-    assert any("failed to load: SafetensorError" in line for line in errors), err
+    assert any(f"failed to load: model {model} could not be loaded on cpu: SafetensorError" in line
+               for line in errors), err
     assert "Traceback" not in err and "restarted" not in err, err
     assert not _none_left(proc.pid)
     assert not _left_behind(before)

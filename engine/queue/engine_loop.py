@@ -325,18 +325,3 @@ def _attention_table(engine) -> list[tuple[str, str, str]]:
     """The attention backend per class of batch, fixed at warm-up (for /metrics)."""
     table = getattr(getattr(engine, "runner", None), "attention_table", None)
     return [tuple(row) for row in table()] if table is not None else []
-
-
-def refuse_front_ends(control: Connection, why: str) -> None:
-    """The model failed to load: tell every front end the supervisor attaches, until it stops."""
-    while True:
-        try:
-            attach: Attach = control.recv()
-        except (EOFError, OSError):
-            return
-        try:
-            attach.replies.send_bytes(messages.encode(messages.LoadFailed(why)))
-        except OSError:
-            pass
-        attach.tasks.close()
-        attach.replies.close()

@@ -18,7 +18,9 @@ from engine.board import EngineBoard
 from engine.child_signals import STOP_SIGNALS, unshield
 from engine.config import EngineConfig
 from engine.parent_watch import exit_with_parent
-from engine.queue.engine_loop import EngineLoop, refuse_front_ends
+from engine import messages
+from engine.messages import Attach
+from engine.queue.engine_loop import EngineLoop
 
 
 def run_engine_process(configs: list[EngineConfig], control: Connection, board_name: str,
@@ -89,3 +91,18 @@ def _send(conn: Connection, message) -> None:
         conn.send(message)
     except OSError:  # the supervisor is gone
         pass
+
+
+def refuse_front_ends(control: Connection, why: str) -> None:
+    """The model failed to load: tell every front end the supervisor attaches, until it stops."""
+    while True:
+        try:
+            attach: Attach = control.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            attach.replies.send_bytes(messages.encode(messages.LoadFailed(why)))
+        except OSError:
+            pass
+        attach.tasks.close()
+        attach.replies.close()
