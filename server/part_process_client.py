@@ -121,6 +121,8 @@ class PartProcesses:
                 logger.error("a part process went away; its part is done in place")
                 self._drop(process)
                 return
+            except Exception as exc:  # an answer that does not unpickle fails its part, not the connection
+                answer = exc
             part, process.part = process.part, None
             self._idle.append(process)
             if part is not None and not part.done():

@@ -105,7 +105,7 @@ def _serve(listener: socket.socket, tokenizer_recipe: tuple, parent_pid: int) ->
             conn = key.fileobj
             try:
                 request = _receive(conn)
-                conn.sendall(frame(_answer(tokenizer, request)))
+                conn.sendall(_framed_answer(tokenizer, request))
             except (EOFError, OSError):  # the front end is gone
                 selector.unregister(conn)
                 conn.close()
@@ -125,6 +125,14 @@ def _read_exactly(conn: socket.socket, size: int) -> bytearray:
             raise EOFError
         got += n
     return data
+
+
+def _framed_answer(tokenizer, request) -> bytes:
+    answer = _answer(tokenizer, request)
+    try:
+        return frame(answer)
+    except Exception:  # an exception that does not pickle still reaches the front end, as its text
+        return frame(RuntimeError(f"{type(answer).__name__}: {answer}"))
 
 
 def _answer(tokenizer, request):
