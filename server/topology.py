@@ -3,20 +3,16 @@ how many front ends feed them, how many batches each front end keeps on each eng
 many CPU threads a CPU engine uses. Flags may name the devices and the front ends; the rest
 follows.
 
-The measurements behind the rules (bench/results/, docs/e2e.md):
-- one Python event loop serves about 14,000 paragraph-sized texts/s (tokenized, batched and
-  answered), while an H200 computes the default model on 200,000 of them a second: on a GPU
-  the front ends, not the device, set the speed, so a GPU gets several. On 16 cores (the load
-  generator's 8 client processes on the same machine), MiniLM paragraphs reached 0.39x of the
-  engine with 8 front ends, 0.55x with 12 and 0.58x with 14: every core but two (the engine's
-  own threads, the clients) a front end, at most 14 per GPU.
+Why the rules are what they are (the measurements: docs/topology.md, bench/results/):
+- one Python event loop tokenizes and answers far fewer short texts a second than a GPU
+  embeds, so on a GPU the front ends, not the device, set the speed of small models: every
+  core but two (the engine's own threads, whatever else the host runs) gets a front end, up
+  to a cap per GPU past which more did not pay;
 - a large request is one front end's: its parts' tokenizing and encoding go to part
-  processes shared by all the front ends (server/part_processes.py), half the cores' worth,
-  at most 8. With one client sending 1,000 texts a request, MiniLM's request took 17.4 ms
-  with none and 13.2-13.7 ms with 4 to 8 tokenizing. They idle under many small requests,
-  which never use them; a CPU server has none (its engine is the bottleneck).
+  processes shared by all the front ends (server/part_processes.py), half the cores' worth
+  up to a cap. They idle under many small requests, which never use them;
 - on the CPU the engine is the bottleneck, and one front end already reaches the engine's own
-  speed (the load generator's HTTP / engine 0.92x), so a CPU server runs one;
+  speed, so a CPU server runs one front end and no part processes;
 - a GPU fed by one front end keeps two of its batches in flight (one computing, one ready
   behind it); with several front ends, or on a CPU (which computes one batch at a time),
   one each, so that the next batch is cut from a longer queue and runs larger.

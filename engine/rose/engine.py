@@ -38,9 +38,9 @@ def resolve_device(name: str) -> torch.device:
 
 def resolve_dtype(name: str, device: torch.device) -> tuple[torch.dtype, str]:
     """The dtype `name` asks for on `device`, and why, for the start-up log. "auto": bf16 on a GPU,
-    and on a CPU that computes bf16 natively (about twice float32's speed there, every vector
-    of the default model within cosine 0.9999 of float32's); float32 on any other CPU, where
-    bf16 would only be emulated."""
+    and on a CPU that computes bf16 natively (faster than float32 there, within the tolerance
+    tests/test_parity.py and tests/test_architectures.py state); float32 on any other CPU,
+    where bf16 would only be emulated."""
     if name == "auto":
         if device.type == "cuda":
             return torch.bfloat16, "auto: bfloat16 on a GPU"
