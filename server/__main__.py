@@ -66,7 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--frontend-workers", type=positive_int, default=None, metavar="K",
                        help="front-end processes feeding every engine (default: 1 on a CPU; on GPUs one per core "
                             "beyond 2, at most 14 per GPU)")
-    serve.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: bfloat16 on a GPU and on a CPU that computes it natively (AVX512-BF16, AMX, Arm BF16), else float32")
+    serve.add_argument("--dtype", choices=DTYPES, default="auto",
+                       help="auto: bfloat16 on a GPU and on a CPU that computes it natively (AVX512-BF16, AMX, "
+                            "Arm BF16), else float32")
     serve.add_argument("--max-batch-tokens", type=positive_int, default=None,
                        help=f"token budget of one batch (default: {DEFAULT_MAX_BATCH_TOKENS}, "
                             "or the model's max sequence length where that is longer)")

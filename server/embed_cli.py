@@ -55,7 +55,8 @@ def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
                                  help="the one device the engine runs on: auto, cpu, cuda or cuda:N")
     hidden_alias(model, "--device", devices)
     model.add_argument("--dtype", choices=DTYPES, default="auto",
-                       help="auto (bf16 on CUDA and on CPUs that compute it natively, else fp32), float32, bfloat16, float16")
+                       help="auto (bf16 on CUDA and on CPUs that compute it natively, else fp32), float32, "
+                            "bfloat16, float16")
     model.add_argument("--max-batch-tokens", type=positive_int, default=None,
                        help="token budget of one batch (default: 16384, or the model's max length where longer)")
     model.add_argument("--max-batch-seqs", type=positive_int, default=EngineConfig.max_batch_seqs,
