@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> None:
     from corpus.parts import output_format_of
     from corpus.source import CorpusInputError
     from engine.config import ModelOverrides
+    from engine.rose.pipeline import refuse_reranker
     from engine.text.late_chunking import late_chunking_problem
     from engine.model_files.loader import ModelLoadError, load_spec
 
@@ -110,6 +111,7 @@ def run(args: argparse.Namespace) -> None:
             fused_kernels=args.fused_kernels,
             model_overrides=overrides,
         )
+        refuse_reranker(engine)  # before the job writes anything
         if args.engine_plugin:
             from server.plugins import load_engine_plugin
 

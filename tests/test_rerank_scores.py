@@ -87,3 +87,22 @@ def test_qwen3_reranker_scores_equal_the_model_card(tmp_path, marked):
     expected = qwen3_card_scores(path, query, documents, engine.spec.max_seq_len)
     assert pairs.truncated and np.ptp(expected) > 0.05
     np.testing.assert_allclose(scores[:, 0], expected, atol=TOLERANCE, rtol=0)
+
+
+def test_a_reranker_embeds_nothing(tmp_path):
+    """Its rows are pair scores, never a text's vector: the library and the corpus CLI refuse it by
+    name, and the CLI before it writes anything."""
+    import json
+
+    from engine.config import EngineConfig
+    from engine.rose.engine import Engine
+    from server.__main__ import main
+
+    path = save_cross_encoder(tmp_path / "ranker", "bert")
+    with pytest.raises(ValueError, match="is a reranker"):
+        Engine(EngineConfig(dtype="float32", model=str(path), device="cpu")).embed(["a text"])
+    source, output = tmp_path / "in.jsonl", tmp_path / "out.npy"
+    source.write_text(json.dumps({"text": "a text"}) + "\n")
+    with pytest.raises(SystemExit, match=r"rose-embed embed: .* is a reranker"):
+        main(["embed", str(source), "-o", str(output), "--model", str(path), "--quiet"])
+    assert not output.exists()

@@ -144,7 +144,4 @@ class Engine(ModelView):
         Texts are tokenized in threads while the device computes (engine/rose/pipeline.py); the
         batches are those `cut_batches` cuts from the whole list.
         """
-        if self.spec.is_reranker:
-            raise ValueError(f"{self.spec.name} is a reranker: it scores (query, document) pairs (self.pairs.encode, "
-                             "then execute), and embeds no texts")
         return embed_texts(self, texts)

@@ -66,6 +66,13 @@ class _Item:
     num_texts: int
 
 
+def refuse_reranker(engine) -> None:
+    """ValueError for a reranker: its rows are scores of (query, document) pairs, never a text's vector."""
+    if engine.spec.is_reranker:
+        raise ValueError(f"{engine.spec.name} is a reranker: it scores (query, document) pairs (serve it and "
+                         "send them to POST /v1/rerank), and embeds no texts")
+
+
 def embed_texts(engine, texts: Sequence[str], *, num_threads: int | None = None,
                 num_processes: int | None = None, piece_texts: int = PIECE_TEXTS,
                 process_piece_texts: int = PROCESS_PIECE_TEXTS, max_in_flight: int = MAX_IN_FLIGHT) -> np.ndarray:
@@ -112,6 +119,7 @@ def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
     the device at once. Closing the generator (or an exception, Ctrl-C included) stops the
     threads: no piece is tokenized after it, beyond those already running.
     """
+    refuse_reranker(engine)
     num_threads = default_num_threads() if num_threads is None else num_threads
     if late_chunking:
         num_processes = 0
