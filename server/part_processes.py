@@ -89,7 +89,8 @@ def start_part_processes(tokenizer_recipe: tuple, num_processes: int, parent_pid
 
 def _serve(listener: socket.socket, tokenizer_recipe: tuple, parent_pid: int) -> None:
     """A part process: answers each connection's requests, one at a time, until it is stopped."""
-    exit_with_parent(parent_pid, lambda: os._exit(0))  # a supervisor killed outright leaves none behind
+    # A supervisor killed outright leaves no process behind, nor the sockets' folder.
+    exit_with_parent(parent_pid, lambda: _leave(listener.getsockname()))
     from engine.text.tokenizer import TextTokenizer
 
     tokenizer = TextTokenizer(*tokenizer_recipe)
@@ -109,6 +110,16 @@ def _serve(listener: socket.socket, tokenizer_recipe: tuple, parent_pid: int) ->
             except (EOFError, OSError):  # the front end is gone
                 selector.unregister(conn)
                 conn.close()
+
+
+def _leave(address: str) -> None:
+    """Remove this process's socket (and the folder, once the last one has gone), then exit."""
+    for remove, path in ((os.unlink, address), (os.rmdir, os.path.dirname(address))):
+        try:
+            remove(path)
+        except OSError:  # another process's socket is still there, or it was removed already
+            pass
+    os._exit(0)
 
 
 def _receive(conn: socket.socket):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,7 +25,9 @@ pytestmark = pytest.mark.slow  # front-end and engine processes
 
 EMBEDDINGS_200 = 'rose_requests_total{route="/v1/embeddings",status="200"}'
 ONE_FRONT_END = ("--devices", "cpu", "--max-batch-tokens", "1024", "--max-batch-seqs", "8")
-WORKERS = ("--dtype", "float32", "--devices", "cpu", "--frontend-workers", "2", "--max-batch-tokens", "1024", "--max-batch-seqs", "8")
+WORKERS = ("--dtype", "float32", "--devices", "cpu", "--frontend-workers", "2", "--max-batch-tokens", "1024",
+           "--max-batch-seqs", "8")
+WITH_PART_PROCESSES = (*WORKERS, "--part-processes", "1")
 
 
 @pytest.fixture(scope="module")
@@ -160,11 +163,13 @@ def test_composes_with_data_parallel():
     assert proc.proc.returncode == -signal.SIGTERM
 
 
-@pytest.mark.parametrize("flags, num_children", [(WORKERS, 3), (ONE_FRONT_END, 2)], ids=["two-front-ends", "one"])
+@pytest.mark.parametrize("flags, num_children", [(WORKERS, 3), (ONE_FRONT_END, 2), (WITH_PART_PROCESSES, 5)],
+                         ids=["two-front-ends", "one", "part-processes"])
 @pytest.mark.parametrize("when", ["ready", "starting"])
 def test_front_ends_and_engine_stop_when_the_parent_is_killed(when, flags, num_children):
     """Killed once serving, or while its children are still starting (a front end whose
     interpreter is not up yet must still learn who its parent was)."""
+    part_folders = set(Path(tempfile.gettempdir()).glob("rose-parts-*"))
     proc = ServerProcess(*flags, wait_ready=when == "ready")
     try:
         deadline = time.monotonic() + 60
@@ -184,6 +189,8 @@ def test_front_ends_and_engine_stop_when_the_parent_is_killed(when, flags, num_c
         assert not [pid for pid in spawned if is_alive(pid)], proc.log()
         assert not segments & shared_memory()  # multiprocessing's tracker unlinks them once all are gone
         assert not any(board.exists() for board in boards)  # an orphaned front end removes it
+        # Orphaned part processes remove their sockets and folder.
+        assert set(Path(tempfile.gettempdir()).glob("rose-parts-*")) <= part_folders
     finally:
         proc.stop()
 
