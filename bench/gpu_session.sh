@@ -2,7 +2,7 @@
 # One device call on a lent H200: the GPU tests or one benchmark mode, with the reports
 # written under $OUT (copy them to bench/results/ afterwards).
 #
-#   bench/gpu_session.sh tests       # the GPU tests (about 4 minutes)
+#   bench/gpu_session.sh tests       # the GPU tests, rerankers' last (about 6 minutes)
 #   bench/gpu_session.sh engine      # gpu_bench, then Engine.embed on text against the engine on ids (embed_pipeline)
 #   bench/gpu_session.sh paragraphs  # the load generator's many-client pattern with default flags: BERT-base,
 #                                    # the Qwen3-0.6B shape and MiniLM on paragraphs, 8 client processes x 12
@@ -81,6 +81,8 @@ tests)
         tests/test_gpu.py tests/test_gpu_capture.py tests/test_gpu_stress.py tests/test_qwen3_gpu.py \
         tests/test_fused_gpu.py tests/test_architectures_gpu.py tests/test_packed_attention_gpu.py \
         tests/test_st_modules.py tests/test_contextualized_gpu.py tests/test_long_inputs_devices.py
+    # Rerankers in a step of their own: their server of four models captures its graphs at start.
+    KEEP_LOGS=1 step rerank-gpu-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_rerank_gpu.py
     ;;
 engine)
     models minilm

@@ -110,13 +110,15 @@ def save_qwen3_reranker(path: Path, *, marked: bool = True, seed: int = 3) -> Pa
 
 
 @torch.no_grad()
-def qwen3_card_scores(path: Path, query: str, documents: list[str], max_length: int) -> list[float]:
+def qwen3_card_scores(path: Path, query: str, documents: list[str], max_length: int, *,
+                      dtype: torch.dtype = torch.float32, device: str = "cpu") -> list[float]:
     """Qwen3-Reranker's model card on this checkpoint: format, tokenize with truncation to leave room
-    for the template, wrap, then p(yes) / (p(yes) + p(no)) at the last position (one pair at a time)."""
+    for the template, wrap, then p(yes) / (p(yes) + p(no)) at the last position (one pair at a time).
+    Another dtype or device gives the reference's own rounding there (a GPU test's floor)."""
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(path / "tokenizer.json"))
-    model = Qwen3ForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model = Qwen3ForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
     prefix = tokenizer.encode(CARD_PREFIX, add_special_tokens=False)
     suffix = tokenizer.encode(CARD_SUFFIX, add_special_tokens=False)
     yes, no = tokenizer.convert_tokens_to_ids("yes"), tokenizer.convert_tokens_to_ids("no")
@@ -124,7 +126,7 @@ def qwen3_card_scores(path: Path, query: str, documents: list[str], max_length: 
     for document in documents:
         ids = tokenizer(card_body(query, document), truncation="longest_first",
                         max_length=max_length - len(prefix) - len(suffix))["input_ids"]
-        logits = model(input_ids=torch.tensor([prefix + ids + suffix])).logits[0, -1]
+        logits = model(input_ids=torch.tensor([prefix + ids + suffix], device=device)).logits[0, -1].float()
         pair = torch.log_softmax(torch.stack([logits[no], logits[yes]]), dim=0)
         scores.append(pair[1].exp().item())
     return scores
