@@ -20,6 +20,9 @@
 #   bench/gpu_session.sh ratios      # gpu_bench alone: ours against the dense ceiling and Hugging Face
 #   bench/gpu_session.sh queries     # MiniLM's queries/docs, 32,768 queries against 4,096, twice each (3 minutes)
 #   bench/gpu_session.sh sustained   # gpu_bench on the default backend, bursts and 5 s back to back (the power limit)
+#   bench/gpu_session.sh rerank      # bench/rerank.py with default flags: a BERT-base-shaped cross-encoder, one query
+#                                    # with 100 documents of 200 tokens, rerank against embeddings under many clients,
+#                                    # both models in one server (bench/results/rerank-gpu.md; about 4 minutes)
 #   bench/gpu_session.sh profile     # kernel by kernel with the packed attention (bench/gpu_profile.py), and
 #                                    # py-spy over the server under load (BERT-base paragraphs and documents)
 #
@@ -58,6 +61,8 @@ models() {  # random weights of the benchmark shapes (bench/tiny_model.py), unde
         case $shape in
         minilm) python3 bench/tiny_model.py /tmp/minilm-random --hidden 384 --layers 6 --heads 12 --source .carry/minilm ;;
         bert-base) python3 bench/tiny_model.py /tmp/bert-base-random --hidden 768 --layers 12 --source .carry/minilm ;;
+        bert-base-ce) python3 bench/tiny_model.py /tmp/bert-base-ce-random --arch bert-cross-encoder --hidden 768 \
+            --layers 12 --source .carry/minilm ;;
         qwen3) python3 bench/tiny_model.py /tmp/qwen3-random --arch qwen3-0.6b --source .carry/minilm ;;
         esac
     done >/tmp/models.log 2>&1
@@ -145,6 +150,12 @@ sustained)
         --sustained 5 --out "$OUT/gpu-sustained.md"
     grep -A 6 "^## Sustained" "$OUT/gpu-sustained.md"
     ;;
+rerank)
+    models bert-base bert-base-ce
+    step rerank python3 bench/rerank.py --embedder /tmp/bert-base-random --reranker /tmp/bert-base-ce-random \
+        --device cuda --latency-requests 200 --clients 64 --procs 8 --mixed-clients 16 --mixed-procs 4 --window 6 \
+        --out "$OUT/rerank-gpu.md"
+    ;;
 profile)
     models bert-base
     export PATH=/tmp/site/bin:$PATH  # py-spy, from its wheel in .whl/
@@ -154,7 +165,7 @@ profile)
     load_gen e2e-gpu-bert-base-docs /tmp/bert-base-random --num-texts 3000 --join 4 --repeat 4 --latency-queries 0
     ;;
 *)
-    echo "usage: $0 tests|engine|paragraphs|bulk|kernels|sweep|flashinfer|ratios|queries|sustained|profile" >&2
+    echo "usage: $0 tests|engine|paragraphs|bulk|kernels|sweep|flashinfer|ratios|queries|sustained|rerank|profile" >&2
     exit 2
     ;;
 esac

