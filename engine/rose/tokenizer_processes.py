@@ -1,5 +1,4 @@
-"""Tokenizer copies in spawned processes, for the pipeline (engine/rose/pipeline.py) and the
-server's front ends (server/tokenizer_processes.py).
+"""Tokenizer copies in spawned processes, for the pipeline (engine/rose/pipeline.py).
 
 The ASCII WordPiece fast path (engine/text/ascii_wordpiece.py) encodes in Python and holds the
 GIL, so tokenizer threads run one at a time: on a GPU that outpaces one core's
@@ -22,7 +21,6 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from engine.parent_watch import exit_with_parent
 from engine.rose.pieces import Piece, tokenize_piece
 from engine.text.tokenizer import TextTokenizer
 
@@ -55,7 +53,7 @@ class Submitter:
         self._sent: deque[Future] = deque()
 
     def __call__(self, texts: Sequence[str], first: int) -> Future:
-        args = (tokenize_in_worker, list(texts), first, self._prompt, self._long_inputs)
+        args = (_tokenize_here, list(texts), first, self._prompt, self._long_inputs)
         try:
             future = _pool(self._key).submit(*args)
         except BrokenProcessPool:  # a worker died (its pieces failed with this error): a new pool
@@ -76,15 +74,11 @@ def _pool(key: tuple) -> ProcessPoolExecutor:
     with _pools_lock:
         pool = _pools.get(key)
         if pool is None:
-            pool = _pools[key] = start_pool(*key)
+            recipe, num_processes = key
+            pool = ProcessPoolExecutor(num_processes, mp_context=multiprocessing.get_context("spawn"),
+                                       initializer=_load_tokenizer, initargs=(recipe,))
+            _pools[key] = pool
         return pool
-
-
-def start_pool(recipe: tuple, num_processes: int, parent_pid: int | None = None) -> ProcessPoolExecutor:
-    """`num_processes` copies of the tokenizer `recipe` builds (TextTokenizer.recipe), for
-    `tokenize_in_worker`; with `parent_pid`, each ends itself once that process is gone."""
-    return ProcessPoolExecutor(num_processes, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_load_tokenizer, initargs=(recipe, parent_pid))
 
 
 def close_all() -> None:
@@ -99,13 +93,10 @@ def close_all() -> None:
 atexit.register(close_all)
 
 
-def _load_tokenizer(recipe: tuple, parent_pid: int | None) -> None:
+def _load_tokenizer(recipe: tuple) -> None:
     global _worker_tokenizer
-    if parent_pid is not None:  # a parent killed outright leaves none behind
-        exit_with_parent(parent_pid, lambda: os._exit(0))
     _worker_tokenizer = TextTokenizer(*recipe)
 
 
-def tokenize_in_worker(texts: list[str], first: int, prompt: str, long_inputs: str) -> Piece:
-    """In a pool's process: `tokenize_piece` with its copy of the tokenizer."""
+def _tokenize_here(texts: list[str], first: int, prompt: str, long_inputs: str) -> Piece:
     return tokenize_piece(_worker_tokenizer, texts, first, prompt, long_inputs)
