@@ -28,7 +28,6 @@ import struct
 import tempfile
 from dataclasses import dataclass, field
 
-import numpy as np
 
 from engine.parent_watch import exit_with_parent
 
@@ -152,9 +151,7 @@ def _answer(tokenizer, request):
     kind, *args = request
     try:
         if kind == "tokenize":
-            seqs = tokenizer.encode(args[0])
-            flat = np.concatenate(seqs) if seqs else np.zeros(0, np.int32)
-            return flat, np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
+            return tokenizer.encode_flat(args[0])
         if kind == "encode":
             from compat.encoding import encode_embeddings
 

@@ -143,13 +143,16 @@ class TextTokenizer:
         applies, else straight from the id lists the tokenizer hands out, in one pass.
         Raises ValueError for a text that gives no token at all.
         """
+        return pack_flat(*self.encode_flat(texts))
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """What `encode` gives as one array of every text's ids (int32) and the texts' lengths."""
         whole = self._whole_list(texts)
         if whole is not None:
-            return pack_flat(*whole)
+            return whole
         ids = self._ids(texts)
         lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
-        flat = np.fromiter(chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
-        return pack_flat(flat, lengths)
+        return np.fromiter(chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum())), lengths
 
     def _whole_list(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
         """The fast path's whole-list form, (flat ids, lengths), where it applies; else None."""
