@@ -38,7 +38,7 @@ from engine.child_signals import STOP_SIGNALS, start_shielded
 from server.engine_host import EngineHost
 from engine.model_files.loader import ModelSpec
 from engine.arena import ArenaLayout
-from engine.text.tokenizer import tokenizer_for
+from engine.text.tokenizer import tokenizer_recipe
 from server.config import ServerConfig, model_configs
 from server.front_end import run_front_end, run_front_end_process
 from server.part_processes import PartProcessPool, start_part_processes
@@ -76,7 +76,7 @@ def run_supervisor(config: ServerConfig, specs: list[ModelSpec], sockets: list[s
         with stop.deferred():  # a spawn cut short would leave its child a traceback
             if config.part_processes:  # before the front ends, which connect to them as they start
                 # The first model's tokenizer: the others tokenize in the front ends (docs/topology.md).
-                part_processes = start_part_processes(tokenizer_for(specs[0]).recipe, config.part_processes)
+                part_processes = start_part_processes(tokenizer_recipe(specs[0]), config.part_processes)
                 config = replace(config, part_process_addresses=part_processes.addresses)
             for index, device in enumerate(config.devices):
                 configs = [engine_config_for(c, config.devices, device) for c in model_configs(config)]

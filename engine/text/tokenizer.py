@@ -223,12 +223,14 @@ class TextTokenizer:
 _STRIPPED_MODEL_TYPES = {"bert", "distilbert", "mpnet"}
 
 
+def tokenizer_recipe(spec: ModelSpec) -> tuple:
+    """TextTokenizer's arguments for the model (its `recipe`), without loading the tokenizer."""
+    strip_texts = spec.hf_config.get("model_type") in _STRIPPED_MODEL_TYPES
+    return (Path(spec.path), spec.max_seq_len, spec.append_end_token, strip_texts, spec.lowercase)
+
+
 def tokenizer_for(spec: ModelSpec) -> TextTokenizer:
-    return TextTokenizer(
-        spec.path, spec.max_seq_len, spec.append_end_token,
-        strip_texts=spec.hf_config.get("model_type") in _STRIPPED_MODEL_TYPES,
-        lowercase=spec.lowercase,
-    )
+    return TextTokenizer(*tokenizer_recipe(spec))
 
 
 def vocab_size_of(tokenizer: TextTokenizer, spec: ModelSpec) -> int:
