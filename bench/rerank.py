@@ -293,27 +293,23 @@ def main(argv: list[str] | None = None) -> int:
         def serve(flags: list[str]):
             return ServerProcess(*flags, timeout=600)
 
-        server = serve(alone[RR])
-        try:
-            big = with_tokens(server.url, encode_bodies(RR, queries, documents[: args.documents], args.documents))[0]
-            rr_bodies = with_tokens(server.url, encode_bodies(RR, queries, documents, args.load_docs))
-            latencies, lost = latency(server.url, big, args.latency_requests)
-            failures += lost
-            windows["rr many"] = timed_window(pool, server.url, [(rr_bodies, args.clients, args.procs)],
-                                              args.warmup, args.window)
-            windows["rr mixed alone"] = timed_window(pool, server.url, [(rr_bodies, args.mixed_clients,
-                                                                        args.mixed_procs)], args.warmup, args.window)
-        finally:
-            server.stop()
-        server = serve(alone[EMB])
-        try:
-            emb_bodies = with_tokens(server.url, encode_bodies(EMB, queries, documents, args.load_docs))
-            windows["emb many"] = timed_window(pool, server.url, [(emb_bodies, args.clients, args.procs)],
-                                               args.warmup, args.window)
-            windows["emb mixed alone"] = timed_window(pool, server.url, [(emb_bodies, args.mixed_clients,
-                                                                          args.mixed_procs)], args.warmup, args.window)
-        finally:
-            server.stop()
+        bodies: dict[str, list[Body]] = {}
+        for kind in (RR, EMB):  # each model served alone: its many-client and its mixed-share baselines
+            server = serve(alone[kind])
+            try:
+                bodies[kind] = with_tokens(server.url, encode_bodies(kind, queries, documents, args.load_docs))
+                if kind == RR:  # the one-query latency, on the reranker alone
+                    big = with_tokens(server.url, encode_bodies(RR, queries, documents[: args.documents],
+                                                                args.documents))[0]
+                    latencies, lost = latency(server.url, big, args.latency_requests)
+                    failures += lost
+                for name, clients, procs in (("many", args.clients, args.procs),
+                                             ("mixed alone", args.mixed_clients, args.mixed_procs)):
+                    windows[f"{kind} {name}"] = timed_window(pool, server.url, [(bodies[kind], clients, procs)],
+                                                             args.warmup, args.window)
+            finally:
+                server.stop()
+        rr_bodies, emb_bodies = bodies[RR], bodies[EMB]
         server = serve(together)
         try:
             with_tokens(server.url, rr_bodies[:4] + emb_bodies[:4])
