@@ -50,6 +50,7 @@ class BulkClientResult:
     stopped: float
     cpu_seconds: float  # this process's CPU time while sending
     answered: list[tuple[int, float, float]]  # (block, sent, answered) per 200
+    timings: list[dict[str, float]]  # per 200, the server's phases (ms) from its x-<phase>-time-ms headers
     failures: int  # non-200 statuses, transport errors and malformed replies
     transport_errors: int
     failure_lines: list[str]
@@ -92,7 +93,7 @@ def run_bulk_client(url: str, bodies: list[bytes], first_block: int, start_at: f
     """One client process: from start_at, send block after block, each once the previous one is
     answered, until stop_at; then decode the sampled responses (outside the timing)."""
     connection = BlockingConnection(url)
-    answered, failure_lines, sample = [], [], EvenSample(sample_cap)
+    answered, timings, failure_lines, sample = [], [], [], EvenSample(sample_cap)
     failures = transport_errors = 0
 
     def fail(line: str) -> None:
@@ -116,6 +117,7 @@ def run_bulk_client(url: str, bodies: list[bytes], first_block: int, start_at: f
             continue
         if status == 200:
             answered.append((block, sent, time.monotonic()))
+            timings.append(connection.timings)
             sample.offer((block, body))
         else:
             fail(f"{status}: {body[:200].decode(errors='replace')}")
@@ -129,7 +131,7 @@ def run_bulk_client(url: str, bodies: list[bytes], first_block: int, start_at: f
             fail(f"block {block}: indices out of order or missing")
             continue
         sampled.append((block, np.stack([v for _, v in items])))
-    return BulkClientResult(os.getpid(), started, stopped, cpu, answered, failures, transport_errors,
+    return BulkClientResult(os.getpid(), started, stopped, cpu, answered, timings, failures, transport_errors,
                             failure_lines, sampled)
 
 
@@ -143,6 +145,7 @@ class Measurement:
     ratio: float  # tokens_per_s over the round's engine alone with ids
     counted: int  # requests answered inside the window
     latencies: list[float]  # seconds, of the counted requests
+    phases: list[dict[str, float]]  # the server's phases (ms) of the counted requests
     failures: int
     transport_errors: int
     failure_lines: list[str]
@@ -160,16 +163,26 @@ def measure(pool, url: str, bodies: list[bytes], request_texts: int, block_token
     stride = max(1, len(bodies) // num_clients)
     futures = [pool.submit(run_bulk_client, url, bodies, c * stride, start_at, closes) for c in range(num_clients)]
     results = [f.result() for f in futures]
-    counted = [(block, at - sent) for r in results for block, sent, at in r.answered if opens < at <= closes]
-    rate = sum(block_tokens[block] for block, _ in counted) / window
+    counted = [(block, at - sent, phases) for r in results
+               for (block, sent, at), phases in zip(r.answered, r.timings) if opens < at <= closes]
+    rate = sum(block_tokens[block] for block, _, _ in counted) / window
     for r in results:
         for block, vectors in r.sampled:
             check.add(vectors, reference[block * request_texts : (block + 1) * request_texts])
     return Measurement(request_texts, num_clients, rate, rate / engine_rate, len(counted),
-                       [seconds for _, seconds in counted], sum(r.failures for r in results),
+                       [seconds for _, seconds, _ in counted], [phases for _, _, phases in counted],
+                       sum(r.failures for r in results),
                        sum(r.transport_errors for r in results), [x for r in results for x in r.failure_lines],
                        [r.cpu_share for r in results], len({r.pid for r in results}) == num_clients,
                        max(r.started for r in results) - min(r.started for r in results))
+
+
+SERVER_PHASES = ("preparation", "queue", "inference", "answer", "tokenization", "total")
+
+
+def _median_of(phases: list[dict[str, float]], name: str) -> str:
+    values = [p[name] for p in phases if name in p]
+    return f"{statistics.median(values):.1f}" if values else "-"
 
 
 def time_ids(engine, seqs: list[np.ndarray], repeats: int = 1) -> float:
@@ -273,6 +286,16 @@ def render(args, engine, server_args, rows: list[Measurement], engine_rates: lis
                          f"| **{statistics.median(m.ratio for m in ms):.2f}x** | {sum(m.counted for m in ms)} | {p50} "
                          f"| {one_request_ms:.1f} | {sum(m.failures for m in ms)} "
                          f"({sum(m.transport_errors for m in ms)}) | {max(shares):.1%} |")
+    lines += ["", "Where a request's time went, as the server timed it (medians of the counted requests' "
+              "x-<phase>-time-ms headers, ms): preparation (arrival to the first piece handed to the engines), "
+              "queue (to the engine starting on it), inference (to the last vectors on the host), answer (to the "
+              "response's headers); tokenization overlaps them.", "",
+              "| texts a request | clients | " + " | ".join(SERVER_PHASES) + " |",
+              "| ---: | ---: |" + " ---: |" * len(SERVER_PHASES)]
+    for size in per_size:
+        for n in dict.fromkeys(m.num_clients for m in rows if m.request_texts == size):
+            phases = [p for m in rows if m.request_texts == size and m.num_clients == n for p in m.phases]
+            lines.append(f"| {size} | {n} | " + " | ".join(_median_of(phases, name) for name in SERVER_PHASES) + " |")
     lines += ["", "Medians over the rounds; the ratio is taken per round against that round's engine alone. "
               "Per round (tokens/s, ratio): "
               + "; ".join(f"{m.request_texts}x{m.num_clients}: {m.tokens_per_s:,.0f} ({m.ratio:.2f}x)" for m in rows)]

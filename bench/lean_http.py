@@ -30,8 +30,9 @@ def _request_head(host: str, path: str, body: bytes) -> bytes:
             f"Content-Length: {len(body)}\r\n\r\n").encode("ascii")
 
 
-def _parse_head(head: bytes) -> tuple[int, int | None, bool]:
-    """(status, content length or None, chunked) from the status line and headers."""
+def _parse_head(head: bytes, timings: dict[str, float] | None = None) -> tuple[int, int | None, bool]:
+    """(status, content length or None, chunked) from the status line and headers; the server's
+    x-<phase>-time-ms headers into `timings` (phase: milliseconds) where one is given."""
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split(" ", 2)[1])
     length, chunked = None, False
@@ -42,6 +43,8 @@ def _parse_head(head: bytes) -> tuple[int, int | None, bool]:
             length = int(value)
         elif name == "transfer-encoding" and "chunked" in value.lower():
             chunked = True
+        elif timings is not None and name.startswith("x-") and name.endswith("-time-ms"):
+            timings[name[2:-8]] = float(value)
     return status, length, chunked
 
 
@@ -104,6 +107,7 @@ class BlockingConnection:
         self.timeout = timeout
         self._sock: socket.socket | None = None
         self._file = None
+        self.timings: dict[str, float] = {}  # the last response's phases as the server timed them
 
     def post(self, path: str, body: bytes) -> tuple[int, bytes]:
         try:
@@ -124,7 +128,8 @@ class BlockingConnection:
             if not line:
                 raise EOFError
             head += line
-        status, length, chunked = _parse_head(head[:-4])
+        self.timings = {}
+        status, length, chunked = _parse_head(head[:-4], self.timings)
         if not chunked:
             return status, self._read(length or 0)
         parts = []

@@ -60,6 +60,7 @@ class ObservedApp:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                trace.responded = time.monotonic()
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", trace.request_id.encode()))
                 headers += self._worker_header

@@ -60,8 +60,18 @@ class Outcome(Generic[T]):
 
 
 def part_bounds(num_items: int, part_size: int = PART_TEXTS) -> list[tuple[int, int]]:
-    """[lo, hi) ranges of items, in order, `part_size` each (the last may be shorter)."""
-    return [(lo, min(lo + part_size, num_items)) for lo in range(0, num_items, part_size)] or [(0, 0)]
+    """[lo, hi) ranges of items, in order. Up to `part_size` items are one part; more start with
+    parts a quarter and a half that size, then go on `part_size` each (the last may be shorter):
+    the device waits for a large request's first part alone, so that one is made ready soonest,
+    while the next ones are already on their way."""
+    if num_items <= part_size:
+        return [(0, num_items)]
+    bounds, lo = [], 0
+    for size in (max(1, part_size // 4), max(1, part_size // 2)):
+        bounds.append((lo, lo + size))
+        lo += size
+    bounds += [(start, min(start + part_size, num_items)) for start in range(lo, num_items, part_size)]
+    return bounds
 
 
 async def run_parts(request: Request, engines: Engines, trace: RequestTrace,

@@ -31,9 +31,11 @@ class RequestTrace:
     request_id: str
     started: float = field(default_factory=time.perf_counter)
     # time.monotonic() from here on, as the engines report when a piece ran
+    arrived: float = field(default_factory=time.monotonic)
     submitted: float | None = None  # the first piece handed to the engines
     first_batch_started: float | None = None
     last_batch_finished: float | None = None
+    responded: float | None = None  # the response's headers sent
     tokenization_seconds: float | None = None
     num_inputs: int | None = None
     num_tokens: int | None = None
@@ -59,8 +61,25 @@ class RequestTrace:
             return None
         return self.last_batch_finished - self.first_batch_started
 
+    @property
+    def preparation_seconds(self) -> float | None:
+        """From the request's arrival to its first piece handed to the engines: reading and
+        checking the body, and making its first part ready."""
+        return None if self.submitted is None else self.submitted - self.arrived
+
+    @property
+    def answer_seconds(self) -> float | None:
+        """From its last vectors on the host to the response's headers: encoding the vectors that
+        came last and building the response."""
+        if self.last_batch_finished is None or self.responded is None:
+            return None
+        return max(0.0, self.responded - self.last_batch_finished)
+
     def phases(self) -> dict[str, float]:
-        """The measured phases in seconds (total is measured by the caller)."""
-        out = {"queue": self.queue_seconds, "tokenization": self.tokenization_seconds,
-               "inference": self.inference_seconds}
+        """The measured phases in seconds (total is measured by the caller). Preparation, queue,
+        inference and answer follow one another; tokenization overlaps them (a large request's
+        later parts are tokenized while earlier ones compute)."""
+        out = {"preparation": self.preparation_seconds, "queue": self.queue_seconds,
+               "tokenization": self.tokenization_seconds, "inference": self.inference_seconds,
+               "answer": self.answer_seconds}
         return {k: v for k, v in out.items() if v is not None}

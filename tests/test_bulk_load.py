@@ -41,8 +41,14 @@ def test_bulk_pattern_against_a_real_server_on_the_cpu(tmp_path):
                         "--out", str(out)])
     report = out.read_text()
     assert rc == 0, report
-    rows = _table_rows(report, 10)
+    rows = [row for row in _table_rows(report, 10) if len(row) == 9]
     assert [row[1] for row in rows] == ["1", "2"], report
+    phase_rows = [row for row in _table_rows(report, 10) if len(row) == 8]
+    assert [row[1] for row in phase_rows] == ["1", "2"], report
+    for _, _, preparation, queue, inference, answer, tokenization, total in phase_rows:
+        in_turn = sum(float(x) for x in (preparation, queue, inference, answer))
+        assert float(inference) > 0 and float(tokenization) > 0, report
+        assert in_turn <= float(total) + 0.5, report  # the phases follow one another within the total
     for _, _, tokens_per_s, ratio, counted, p50_ms, one_request_ms, failed, cpu_share in rows:
         assert float(tokens_per_s.replace(",", "")) > 0, report
         assert float(ratio.rstrip("x")) > 0, report
