@@ -11,6 +11,8 @@
 #   bench/gpu_session.sh bulk        # the load generator's bulk pattern with default flags: 1, 2, 4 and 8 clients
 #                                    # sending 1,000- and 100-text requests back to back, MiniLM and BERT-base
 #                                    # (bench/results/bulk-gpu-*.md; about 5 minutes)
+#   bench/gpu_session.sh bulk1000    # the same for 1,000-text requests alone, 1 and 4 clients, three rounds
+#                                    # (bench/results/bulk-gpu-*-1000.md; about 3 minutes)
 #   bench/gpu_session.sh kernels     # the attention's GPU tests, then each pass of a layer against its
 #                                    # hardware floor, warm and cold (bench/kernel_floors.py)
 #   bench/gpu_session.sh sweep       # the packed attention's GPU tests, then its launches swept around the
@@ -75,9 +77,10 @@ load_gen() {  # report name, model, extra flags...: the many-client pattern, lea
         --model "$model" --out "$OUT/$name.md" "$@"
 }
 
-bulk() {  # report name, model: the bulk pattern
+bulk() {  # report name, model, [request sizes, client counts, rounds]: the bulk pattern
     step "$1" python3 bench/load_gen.py --pattern bulk --device cuda --model "$2" --num-texts 12000 \
-        --request-texts 1000,100 --bulk-clients 1,2,4,8 --window 4 --warmup 1 --rounds 2 --out "$OUT/$1.md"
+        --request-texts "${3:-1000,100}" --bulk-clients "${4:-1,2,4,8}" --window 4 --warmup 1 --rounds "${5:-2}" \
+        --out "$OUT/$1.md"
 }
 
 case "${1:-tests}" in
@@ -108,6 +111,12 @@ bulk)
     models minilm bert-base
     bulk bulk-gpu-minilm /tmp/minilm-random
     bulk bulk-gpu-bert-base /tmp/bert-base-random
+    ;;
+bulk1000)
+    # What the bulk targets read: 1,000-text requests from 1 and from 4 clients, three rounds.
+    models minilm bert-base
+    bulk bulk-gpu-minilm-1000 /tmp/minilm-random 1000 1,4 3
+    bulk bulk-gpu-bert-base-1000 /tmp/bert-base-random 1000 1,4 3
     ;;
 kernels)
     KEEP_LOGS=1 step attention-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu \
@@ -165,7 +174,7 @@ profile)
     load_gen e2e-gpu-bert-base-docs /tmp/bert-base-random --num-texts 3000 --join 4 --repeat 4 --latency-queries 0
     ;;
 *)
-    echo "usage: $0 tests|engine|paragraphs|bulk|kernels|sweep|flashinfer|ratios|queries|sustained|rerank|profile" >&2
+    echo "usage: $0 tests|engine|paragraphs|bulk|bulk1000|kernels|sweep|flashinfer|ratios|queries|sustained|rerank|profile" >&2
     exit 2
     ;;
 esac
