@@ -19,24 +19,43 @@ import signal
 import socket
 import sys
 from collections.abc import Callable
+from contextlib import nullcontext
 
 from engine.child_signals import unshield
 from server.engine_ends import EngineEnds
 from engine.parent_watch import exit_with_parent
 from server.config import ServerConfig, load_specs
 from server.stats_board import remove_board_dir
+from server.stop_signal import StopSignal
 
 logger = logging.getLogger("rose_embed.server")
 
 
 def run_front_end(config: ServerConfig, sock: socket.socket, ends: list[EngineEnds],
                   processes: list[multiprocessing.process.BaseProcess] | None = None,
-                  pending_stop: Callable[[], int | None] | None = None) -> None:
+                  stop: StopSignal | None = None) -> None:
     """Serve until a signal stops uvicorn (it drains in-flight requests, then tells the engines
     this front end is done). `processes`: the engines' Process objects where they are children of
-    this process, so that an engine's exit can be told by its status. `pending_stop`: a stop
-    signal that came before uvicorn took the signals over (server/stop_signal.py)."""
+    this process, so that an engine's exit can be told by its status. `stop`: the supervisor's
+    handler of the stop signals until uvicorn takes them over (server/stop_signal.py)."""
+    # A stop signal while the front end's libraries import and its app is built is noted and
+    # raised once they are done: raised inside them, it could come out as another error.
+    starting = stop.deferred() if stop is not None else nullcontext()
+    with starting:
+        server = _uvicorn_server(config, sock, ends, processes, stop.pending if stop is not None else None)
+    # After a graceful shutdown uvicorn re-raises the signal that asked for it: SIGTERM ends the
+    # process with its status, SIGINT arrives as KeyboardInterrupt (the CLI then ends by SIGINT).
+    server.run(sockets=[sock])
+
+
+def _uvicorn_server(config: ServerConfig, sock: socket.socket, ends: list[EngineEnds],
+                    processes: list[multiprocessing.process.BaseProcess] | None,
+                    pending_stop: Callable[[], int | None] | None):
+    """The front end's app in uvicorn's Server, ready to run."""
     import uvicorn
+    # uvicorn imports its event loop's module before it takes the signals over; that import
+    # then finds it loaded rather than running where a signal would be raised.
+    import uvloop  # noqa: F401
 
     from compat.tiktoken_ids import TiktokenUnavailableError
     from engine.model_files.model_view import ModelView
@@ -53,14 +72,11 @@ def run_front_end(config: ServerConfig, sock: socket.socket, ends: list[EngineEn
     except TiktokenUnavailableError as exc:
         sys.exit(f"rose-embed: {exc}")
     worker_pid = os.getpid() if config.frontend_workers > 1 else None
-    server = uvicorn_server(uvicorn.Config(
+    return uvicorn_server(uvicorn.Config(
         ObservedApp(app, log_inputs=config.log_inputs, worker_pid=worker_pid), loop="uvloop", http="httptools",
         log_level=config.log_level, access_log=False, log_config=None,
         timeout_graceful_shutdown=config.shutdown_timeout, timeout_keep_alive=config.keep_alive_timeout,
     ), pending_stop)
-    # After a graceful shutdown uvicorn re-raises the signal that asked for it: SIGTERM ends the
-    # process with its status, SIGINT arrives as KeyboardInterrupt (the CLI then ends by SIGINT).
-    server.run(sockets=[sock])
 
 
 def run_front_end_process(config: ServerConfig, sock: socket.socket, ends: list[EngineEnds],

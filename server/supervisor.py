@@ -70,6 +70,8 @@ def run_supervisor(config: ServerConfig, specs: list[ModelSpec], sockets: list[s
     # uvicorn ends its graceful shutdown by raising the signal that asked for it again; SIGTERM's
     # default action would end this process there, before the engines stop and the shared
     # memory is freed. Raised as an exception instead, it leaves through the cleanup below.
+    # Ctrl-C has the same handler, so that while the engines spawn and the front end imports
+    # it is noted and raised afterwards, as SIGTERM is, not inside library code.
     stop = StopSignal()
     stop.install()
     try:
@@ -83,7 +85,7 @@ def run_supervisor(config: ServerConfig, specs: list[ModelSpec], sockets: list[s
                 hosts.append(EngineHost(index, configs, layout, config.max_queued_tokens, plugin))
         if config.frontend_workers == 1:
             run_front_end(config, sockets[0], [host.connect(0) for host in hosts], [h.process for h in hosts],
-                          pending_stop=stop.pending)
+                          stop=stop)
         else:
             _FrontEnds(config, sockets, hosts, stop.pending).run()
     except Terminated:

@@ -1,7 +1,7 @@
-"""SIGTERM while the server starts (server/stop_signal.py, server/pending_stop_server.py): the
-handler raises its stop at whatever line the main thread is on, in library code too; the stop
-must reach the supervisor as itself, not at all while a spawn is being written, and still
-stop uvicorn where code on the way swallowed the raise."""
+"""SIGTERM and SIGINT while the server starts (server/stop_signal.py, server/pending_stop_server.py):
+the handler raises its stop at whatever line the main thread is on, in library code too; the
+stop must reach the supervisor as itself, not at all while a spawn is being written or the front
+end's libraries import, and still stop uvicorn where code on the way swallowed the raise."""
 
 from __future__ import annotations
 
@@ -14,16 +14,34 @@ import threading
 
 import pytest
 
-from server.stop_signal import StopSignal, Terminated
+from server import front_end
+from server.stop_signal import HANDLED_SIGNALS, StopSignal, Terminated
+
+# Each stop signal and what the handler raises for it: Ctrl-C stays a KeyboardInterrupt.
+RAISED = pytest.mark.parametrize("sig, raised", [(signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)],
+                                 ids=["sigterm", "sigint"])
 
 
 @pytest.fixture
 def stop():
-    previous = signal.getsignal(signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in HANDLED_SIGNALS}
     handler = StopSignal()
     handler.install()
     yield handler
-    signal.signal(signal.SIGTERM, previous)
+    for sig, action in previous.items():
+        signal.signal(sig, action)
+
+
+def _class_with_a_descriptor(sig: int) -> None:
+    """Make a class, as an import does, with `sig` arriving inside its attribute's `__set_name__`,
+    where Python turns whatever is raised into a RuntimeError."""
+
+    class Descriptor:
+        def __set_name__(self, owner, name):
+            os.kill(os.getpid(), sig)
+
+    class Imported:
+        attribute = Descriptor()
 
 
 def test_a_stop_inside_enum_machinery_is_not_turned_into_a_type_error(stop):
@@ -44,21 +62,53 @@ def test_a_stop_inside_enum_machinery_is_not_turned_into_a_type_error(stop):
             SERVER_AUTH = 1
 
 
-def test_a_stop_passes_through_except_exception(stop):
-    with pytest.raises(Terminated):
+@RAISED
+def test_a_stop_passes_through_except_exception(stop, sig, raised):
+    with pytest.raises(raised):
         try:
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), sig)
         except Exception:  # what library code does
             pytest.fail("the stop was caught as an ordinary error")
 
 
-def test_a_deferred_stop_is_raised_when_the_block_ends(stop):
+@RAISED
+def test_a_deferred_stop_is_raised_when_the_block_ends(stop, sig, raised):
     reached_the_end = False
-    with pytest.raises(Terminated):
+    with pytest.raises(raised):
         with stop.deferred():
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), sig)
             reached_the_end = True
-    assert reached_the_end and stop.pending() == signal.SIGTERM
+    assert reached_the_end and stop.pending() == sig
+
+
+@RAISED
+def test_a_stop_inside_set_name_is_raised_as_itself_once_deferred(stop, sig, raised):
+    """Ctrl-C while the supervisor imported uvicorn for its one front end landed in a class's
+    `__set_name__`: a RuntimeError and a traceback instead of a clean stop."""
+    with pytest.raises(raised):
+        with stop.deferred():
+            _class_with_a_descriptor(sig)
+    assert stop.pending() == sig
+
+
+class _NeverRun:
+    def run(self, sockets):
+        pytest.fail("the front end was served after a stop signal")
+
+
+def test_the_front_end_is_built_with_stop_signals_deferred(stop, monkeypatch):
+    """run_front_end imports its libraries and builds its app before the stop is raised."""
+    built = []
+
+    def build(*_args):
+        _class_with_a_descriptor(signal.SIGINT)
+        built.append(True)
+        return _NeverRun()
+
+    monkeypatch.setattr(front_end, "_uvicorn_server", build)
+    with pytest.raises(KeyboardInterrupt):
+        front_end.run_front_end(None, None, [], stop=stop)
+    assert built and stop.pending() == signal.SIGINT
 
 
 def test_no_stop_no_raise(stop):
