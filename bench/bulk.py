@@ -26,6 +26,7 @@ the command in bench/load_gen.py's docstring and in each report).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import statistics
@@ -155,14 +156,17 @@ class Measurement:
 
 
 def measure(pool, url: str, bodies: list[bytes], request_texts: int, block_tokens: list[int], num_clients: int,
-            warmup: float, window: float, engine_rate: float, check, reference: np.ndarray) -> Measurement:
+            warmup: float, window: float, engine_rate: float, check, reference: np.ndarray,
+            profiler=contextlib.nullcontext()) -> Measurement:
     """num_clients processes of the pool start at one instant and send until the window closes;
-    reference[i]: the engine's vector of the pool's text i."""
+    reference[i]: the engine's vector of the pool's text i. `profiler` is entered for the run."""
     start_at = time.monotonic() + 1.0  # time for every process to receive its task and bodies
     opens, closes = start_at + warmup, start_at + warmup + window
     stride = max(1, len(bodies) // num_clients)
-    futures = [pool.submit(run_bulk_client, url, bodies, c * stride, start_at, closes) for c in range(num_clients)]
-    results = [f.result() for f in futures]
+    with profiler:
+        futures = [pool.submit(run_bulk_client, url, bodies, c * stride, start_at, closes)
+                   for c in range(num_clients)]
+        results = [f.result() for f in futures]
     counted = [(block, at - sent, phases) for r in results
                for (block, sent, at), phases in zip(r.answered, r.timings) if opens < at <= closes]
     rate = sum(block_tokens[block] for block, _, _ in counted) / window
@@ -204,6 +208,7 @@ def run_bulk(args, engine, min_cosine: float, server_args: list[str]) -> int:
     from concurrent.futures import ProcessPoolExecutor
 
     from bench.common import ServerProcess, VectorCheck, build_texts, publish
+    from bench.profile_summary import PySpy, summarize
 
     sizes = [int(x) for x in args.request_texts.split(",")]
     client_counts = [int(x) for x in args.bulk_clients.split(",")]
@@ -222,6 +227,7 @@ def run_bulk(args, engine, min_cosine: float, server_args: list[str]) -> int:
     check = VectorCheck(min_cosine)
     engine_rates: list[float] = []
     rows: list[Measurement] = []
+    profile_lines: list[str] = []
     server = None if args.url else ServerProcess(*server_args)
     url = args.url or server.url
     try:
@@ -236,14 +242,25 @@ def run_bulk(args, engine, min_cosine: float, server_args: list[str]) -> int:
                 engine_rates.append(num_tokens / time_ids(engine, seqs))
                 for size, (bodies, tokens, _) in per_size.items():
                     for n in client_counts:
+                        # py-spy over the fewest clients of the first size in the last round: where one
+                        # client's large requests spend the server's time.
+                        profiled = (args.py_spy is not None and server is not None and r == args.rounds - 1
+                                    and size == sizes[0] and n == min(client_counts))
+                        profiler = PySpy(server.proc.pid, args.py_spy) if profiled else contextlib.nullcontext()
                         rows.append(measure(pool, url, bodies, size, tokens, n, args.warmup, args.window,
-                                            engine_rates[-1], check, reference))
+                                            engine_rates[-1], check, reference, profiler))
+                        if profiled:
+                            profile_lines = [f"{size} texts a request x {n} client(s), last round; raw stacks: "
+                                             f"{args.py_spy}", "", *summarize(args.py_spy)]
                         print(f"round {r}: {size} texts x {n} clients: {rows[-1].tokens_per_s:,.0f} tok/s "
                               f"({rows[-1].ratio:.2f}x), {rows[-1].failures} failures", flush=True)
     finally:
         if server is not None:
             server.stop()
-    publish(render(args, engine, server_args, rows, engine_rates, per_size, num_tokens, len(texts), check), args.out)
+    report = render(args, engine, server_args, rows, engine_rates, per_size, num_tokens, len(texts), check)
+    if profile_lines:
+        report += "\n## Server profile (py-spy)\n\n" + "\n".join(profile_lines) + "\n"
+    publish(report, args.out)
     return 1 if check.mismatches or any(m.failures for m in rows) or not check.checked else 0
 
 

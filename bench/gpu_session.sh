@@ -80,7 +80,7 @@ load_gen() {  # report name, model, extra flags...: the many-client pattern, lea
 bulk() {  # report name, model, [request sizes, client counts, rounds]: the bulk pattern
     step "$1" python3 bench/load_gen.py --pattern bulk --device cuda --model "$2" --num-texts 12000 \
         --request-texts "${3:-1000,100}" --bulk-clients "${4:-1,2,4,8}" --window 4 --warmup 1 --rounds "${5:-2}" \
-        --out "$OUT/$1.md"
+        --out "$OUT/$1.md" "${@:6}"
 }
 
 case "${1:-tests}" in
@@ -113,10 +113,13 @@ bulk)
     bulk bulk-gpu-bert-base /tmp/bert-base-random
     ;;
 bulk1000)
-    # What the bulk targets read: 1,000-text requests from 1 and from 4 clients, three rounds.
+    # What the bulk targets read: 1,000-text requests from 1 and from 4 clients, three rounds;
+    # with PROFILE set (and py-spy's wheel in .whl/), py-spy over the server while one client sends.
     models minilm bert-base
-    bulk bulk-gpu-minilm-1000 /tmp/minilm-random 1000 1,4 3
-    bulk bulk-gpu-bert-base-1000 /tmp/bert-base-random 1000 1,4 3
+    export PATH=/tmp/site/bin:$PATH
+    for shape in minilm bert-base; do
+        bulk "bulk-gpu-$shape-1000" "/tmp/$shape-random" 1000 1,4 3 ${PROFILE:+--py-spy "$OUT/bulk-$shape.pyspy.txt"}
+    done
     ;;
 kernels)
     KEEP_LOGS=1 step attention-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu \

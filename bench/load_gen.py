@@ -103,7 +103,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--min-cosine", type=float, default=None,
                    help="least cosine to the engine's vector (default 0.9999 for fp32, 0.999 otherwise)")
     p.add_argument("--py-spy", type=Path, default=None, help="record the server with py-spy in the last HTTP "
-                                                             "round (raw stacks here, summary in the report)")
+                                                             "round (raw stacks here, summary in the report); "
+                                                             "bulk: while the fewest clients send the first size")
     p.add_argument("--out", type=Path, default=None, help="write the markdown report here")
     bulk = p.add_argument_group("the bulk pattern (--pattern bulk, bench/bulk.py)")
     bulk.add_argument("--pattern", choices=("many", "bulk"), default="many",

@@ -246,10 +246,12 @@ def timed_window(pool: ProcessPoolExecutor, url: str, loads: list[tuple[list[Bod
     return Window(window, [f.result() for f in futures])
 
 
-def latency(url: str, body: Body, requests: int, warmups: int = 10) -> tuple[list[float], list[str]]:
-    """One request at a time on one keep-alive connection."""
+def latency(url: str, body: Body, requests: int,
+            warmups: int = 10) -> tuple[list[float], list[str], list[dict[str, float]]]:
+    """One request at a time on one keep-alive connection: seconds, failures and the server's
+    phases (ms, from its x-<phase>-time-ms headers) of each answered request."""
     connection = BlockingConnection(url, timeout=120)
-    seconds, failures = [], []
+    seconds, failures, phases = [], [], []
     try:
         for i in range(warmups + requests):
             t = time.perf_counter()
@@ -263,9 +265,10 @@ def latency(url: str, body: Body, requests: int, warmups: int = 10) -> tuple[lis
                 failures.append(f"{status}: {answer[:200].decode(errors='replace')}")
             elif i >= warmups:
                 seconds.append(elapsed)
+                phases.append(connection.timings)
     finally:
         connection.close()
-    return seconds, failures
+    return seconds, failures, phases
 
 
 # --- the run ------------------------------------------------------------------------------
@@ -301,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
                 if kind == RR:  # the one-query latency, on the reranker alone
                     big = with_tokens(server.url, encode_bodies(RR, queries, documents[: args.documents],
                                                                 args.documents))[0]
-                    latencies, lost = latency(server.url, big, args.latency_requests)
+                    latencies, lost, phases = latency(server.url, big, args.latency_requests)
                     failures += lost
                 for name, clients, procs in (("many", args.clients, args.procs),
                                              ("mixed alone", args.mixed_clients, args.mixed_procs)):
@@ -320,12 +323,12 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
     failed = len(failures) + sum(w.failures for w in windows.values())  # the latency's, then the loads'
     failures += [line for w in windows.values() for r in w.results for line in r.failure_lines]
-    report = render(args, big, latencies, windows, failed, failures, alone, together, time.monotonic() - started)
+    report = render(args, big, latencies, phases, windows, failed, failures, alone, together, time.monotonic() - started)
     publish(report, args.out)
     return 1 if failed else 0
 
 
-def render(args, big: Body, latencies: list[float], windows: dict[str, Window], failed: int, failures: list[str],
+def render(args, big: Body, latencies: list[float], phases: list[dict[str, float]], windows: dict[str, Window], failed: int, failures: list[str],
            alone: dict[str, list[str]], together: list[str], seconds: float) -> str:
     def ms(q: float) -> str:
         return f"{1000 * float(np.percentile(latencies, q)):.1f}" if latencies else "-"
@@ -357,6 +360,11 @@ def render(args, big: Body, latencies: list[float], windows: dict[str, Window], 
         "| requests | tokens a request | p50 ms | p99 ms | target p50 |",
         "| ---: | ---: | ---: | ---: | ---: |",
         f"| {len(latencies)} | {big.tokens} | **{ms(50)}** | {ms(99)} | <= 15 ms |",
+        "",
+        "- where it went, as the server timed it (medians, ms): " + ", ".join(
+            f"{name} {statistics.median(p[name] for p in phases if name in p):.1f}"
+            for name in ("preparation", "queue", "inference", "answer", "tokenization", "total")
+            if any(name in p for p in phases)),
         "",
         f"## Many clients: rerank against the embedding path ({args.clients} connections in {args.procs} "
         f"processes, {args.load_docs} documents a request)",

@@ -56,11 +56,11 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
         check_input_chars(inputs.texts, runtime.config.max_input_chars, is_chunked=mode == "chunk")
         trace.texts = inputs.texts if runtime.config.log_inputs else None
         parts = [partial(_texts_part, runtime, model, inputs.texts[lo:hi], prompt, mode, finish, is_large_request)
-                 for lo, hi in part_bounds(len(inputs.texts))]
+                 for lo, hi in part_bounds(len(inputs.texts), runtime.part_texts(model, len(inputs.texts)))]
     else:
         token_inputs.check_token_ids(inputs.token_ids, model.view.vocab_size)
         parts = [partial(_token_ids_part, model, inputs.token_ids[lo:hi], mode, finish)
-                 for lo, hi in part_bounds(len(inputs.token_ids))]
+                 for lo, hi in part_bounds(len(inputs.token_ids), runtime.part_texts(model, len(inputs.token_ids)))]
     outcome = await compute_parts(request, runtime, trace, parts, model)
     embeddings = [e for answers in outcome.answers for e in answers]
     return EmbeddingResponse(

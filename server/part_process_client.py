@@ -19,6 +19,7 @@ import pickle
 import msgspec
 import numpy as np
 
+from engine.rose.batch import split_flat
 from server.part_processes import HEADER_BYTES, frame, payload_length
 
 logger = logging.getLogger("rose_embed.server")
@@ -80,7 +81,7 @@ class PartProcesses:
         if answer is None:
             return None
         flat, lengths = answer
-        return np.split(flat, np.cumsum(lengths[:-1]))
+        return split_flat(flat, lengths)
 
     async def encode(self, vectors: np.ndarray, encoding_format: str, dimensions: int | None,
                      is_normalized: bool) -> list[msgspec.Raw] | None:

@@ -36,6 +36,8 @@ T = TypeVar("T")
 # Texts per part: small enough that the device starts on a large request's first piece within
 # a millisecond or so of tokenizing, large enough that a part's own costs stay small.
 PART_TEXTS = 64
+# A large request's first parts, in texts: the device waits for the first alone.
+RAMP_TEXTS = (PART_TEXTS // 4, PART_TEXTS // 2)
 
 
 @dataclass
@@ -60,14 +62,14 @@ class Outcome(Generic[T]):
 
 
 def part_bounds(num_items: int, part_size: int = PART_TEXTS) -> list[tuple[int, int]]:
-    """[lo, hi) ranges of items, in order. Up to `part_size` items are one part; more start with
-    parts a quarter and a half that size, then go on `part_size` each (the last may be shorter):
-    the device waits for a large request's first part alone, so that one is made ready soonest,
-    while the next ones are already on their way."""
-    if num_items <= part_size:
+    """[lo, hi) ranges of items, in order. Up to PART_TEXTS items are one part; more start with
+    the RAMP_TEXTS parts, then go on `part_size` each (the last may be shorter): the device
+    waits for a large request's first part alone, so that one is made ready soonest, while
+    the next ones are already on their way."""
+    if num_items <= PART_TEXTS:
         return [(0, num_items)]
     bounds, lo = [], 0
-    for size in (max(1, part_size // 4), max(1, part_size // 2)):
+    for size in RAMP_TEXTS:
         bounds.append((lo, lo + size))
         lo += size
     bounds += [(start, min(start + part_size, num_items)) for start in range(lo, num_items, part_size)]

@@ -68,7 +68,9 @@ async def _rerank(request: Request, state: State, data: RerankRequest) -> Rerank
         return ReadyPart(pairs.seqs, lambda rows: rows[:, :2].copy())
 
     parts = [partial(make_ready, lo, hi) for lo, hi in part_bounds(len(documents))]
-    outcome = await compute_parts(request, runtime, trace, parts, model)
+    # Each part's pairs are tokenized in a thread (the Rust tokenizer releases the GIL): as many
+    # parts at once as there are threads, so the next ones are ready when the device wants them.
+    outcome = await compute_parts(request, runtime, trace, parts, model, parts_ahead=runtime.config.tokenizer_workers)
     rows = np.concatenate(outcome.answers) if outcome.answers else np.zeros((0, 2), np.float32)
     check_finite(rows, trace.request_id)
     if tei:

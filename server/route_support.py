@@ -35,8 +35,10 @@ def trace_of(request: Request) -> RequestTrace:
 
 
 async def compute_parts(request: Request, runtime: Runtime, trace: RequestTrace,
-                        parts: Sequence[Callable[[], Awaitable[ReadyPart]]], model: ServedModel) -> Outcome:
-    """The parts through `model` on the engines, within the request's token cap and what is left of its time."""
+                        parts: Sequence[Callable[[], Awaitable[ReadyPart]]], model: ServedModel,
+                        parts_ahead: int | None = None) -> Outcome:
+    """The parts through `model` on the engines, within the request's token cap and what is left of its time.
+    `parts_ahead`: parts made ready at once (default: what the runtime says for the model's texts)."""
     config = runtime.config
     time_left = None
     if config.request_timeout is not None:
@@ -45,6 +47,6 @@ async def compute_parts(request: Request, runtime: Runtime, trace: RequestTrace,
         return await run_parts(request, runtime.engines, trace, parts,
                                (config.engine.max_batch_tokens, config.engine.max_batch_seqs), config.max_request_tokens,
                                lambda num_tokens: request_tokens_error(num_tokens, config.max_request_tokens), time_left,
-                               parts_ahead=runtime.parts_ahead(model), model=model.index)
+                               parts_ahead=parts_ahead or runtime.parts_ahead(model), model=model.index)
     finally:
         runtime.heap_trimmer.maybe_trim()

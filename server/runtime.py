@@ -33,12 +33,16 @@ from server.in_process_engine import InProcessEngine
 from server.plugins import load_engine_plugin
 from server.part_process_client import PartProcesses
 from server.part_processes import ENCODED_FORMATS, PartProcessPool, start_part_processes
+from server.request_pipeline import PART_TEXTS, RAMP_TEXTS
 from server.served_models import ServedModel, served_models
 
 logger = logging.getLogger("rose_embed.server")
 # Up to this many characters a request is tokenized on the event loop (well under a millisecond
 # on the fast path); longer ones go to a thread so that other requests are not held up.
 _INLINE_TOKENIZE_CHARS = 16_384
+# A part's texts at most where the part processes take the parts: enough parts that the device
+# gets the request's tokens in a stream, not all at the end.
+_MOST_PART_TEXTS = 256
 
 
 class Runtime:
@@ -94,6 +98,15 @@ class Runtime:
         if not self._uses_part_processes(model):
             return 1
         return 2 * self.part_processes.num_processes
+
+    def part_texts(self, model: ServedModel, num_texts: int) -> int:
+        """Texts per part of a large request after its first small ones: where the part processes
+        take the parts, one part per process (within bounds), since every part costs this front
+        end a round trip to a process each way, more than a process takes to tokenize it."""
+        if not self._uses_part_processes(model):
+            return PART_TEXTS
+        per_process = -(-max(0, num_texts - sum(RAMP_TEXTS)) // self.part_processes.num_processes)
+        return min(max(per_process, PART_TEXTS), _MOST_PART_TEXTS)
 
     def _uses_part_processes(self, model: ServedModel) -> bool:
         processes = self.part_processes

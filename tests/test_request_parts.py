@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.request_pipeline import PART_TEXTS, part_bounds
+from server.request_pipeline import PART_TEXTS, RAMP_TEXTS, part_bounds
 
 
 @pytest.mark.parametrize("num_items", [0, 1, PART_TEXTS - 1, PART_TEXTS])
@@ -23,6 +23,26 @@ def test_a_large_request_starts_small_and_covers_every_item_once_in_order(num_it
     assert covered == list(range(num_items))
 
 
-def test_the_ramp_holds_for_any_part_size():
-    assert part_bounds(5, part_size=1) == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]
-    assert part_bounds(9, part_size=4) == [(0, 1), (1, 3), (3, 7), (7, 9)]
+def test_parts_after_the_ramp_take_the_size_asked():
+    ramp = [(0, PART_TEXTS // 4), (PART_TEXTS // 4, PART_TEXTS // 4 + PART_TEXTS // 2)]
+    lo = ramp[-1][1]
+    assert part_bounds(1000, part_size=200) == ramp + [(start, min(start + 200, 1000)) for start in range(lo, 1000, 200)]
+
+
+def test_with_part_processes_a_large_request_gives_each_process_one_part_within_bounds():
+    from types import SimpleNamespace
+
+    from server.runtime import Runtime
+    from tests.fake_engine import FakeEngine, fake_config
+
+    runtime = Runtime(fake_config(), engine=FakeEngine())
+    model = runtime.models[0]
+    assert model.view.tokenizer.holds_the_gil  # the default model's ASCII fast path: what the processes serve
+    assert runtime.part_texts(model, 1000) == PART_TEXTS  # tokenized in place: the usual parts
+    runtime.part_processes = SimpleNamespace(num_processes=8, is_usable=True)
+    part_texts = runtime.part_texts(model, 1000)
+    assert part_texts == -(-(1000 - sum(RAMP_TEXTS)) // 8)
+    assert len(part_bounds(1000, part_texts)) == len(RAMP_TEXTS) + 8
+    assert runtime.part_texts(model, 100) == PART_TEXTS  # never smaller than the usual parts
+    assert runtime.part_texts(model, 100_000) == 256  # nor so large that the device waits for them
+    runtime.tokenizer_pool.shutdown()

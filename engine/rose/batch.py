@@ -72,6 +72,14 @@ def pack(seqs: list[np.ndarray], segments: list[np.ndarray | None] | None = None
     return replace(batch, segment_ids=segment_ids, cu_segments=cu_segments)
 
 
+def split_flat(input_ids: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+    """Sequences laid end to end, back as one view per sequence (`pack`'s inverse on the ids).
+    Slices with Python ints: np.split pays a few array calls per piece, more than a part's
+    own tokenizing costs on the ASCII fast path."""
+    ends = np.cumsum(lengths).tolist()
+    return [input_ids[start:end] for start, end in zip([0, *ends[:-1]], ends)]
+
+
 def pack_flat(input_ids: np.ndarray, lengths: np.ndarray) -> PackedBatch:
     """Sequences already laid end to end: input_ids [T] int32, lengths [B] int32 summing to T."""
     if len(lengths) == 0 or lengths.min() < 1:

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer, normalizers
 from tokenizers.processors import TemplateProcessing
 
 from engine.text.ascii_wordpiece import AsciiWordPiece
-from engine.rose.batch import PackedBatch, pack_flat
+from engine.rose.batch import PackedBatch, pack_flat, split_flat
 
 if TYPE_CHECKING:  # the loader imports torch, which a tokenizer process does without
     from engine.model_files.loader import ModelSpec
@@ -133,7 +133,7 @@ class TextTokenizer:
         whole = self._whole_list(texts)
         if whole is not None:
             flat, lengths = whole
-            return np.split(flat, np.cumsum(lengths[:-1]))
+            return split_flat(flat, lengths)
         return [np.asarray(ids, dtype=np.int32) for ids in self._ids(texts)]
 
     def encode_packed(self, texts: Sequence[str]) -> PackedBatch:
