@@ -46,7 +46,7 @@ class Metrics:
         r = self.registry
         self.requests = Counter("rose_requests", "HTTP requests by route and status", ["route", "status"], registry=r)
         self.latency = Histogram("rose_request_phase_seconds",
-                                 "Time per request in each phase: queue, tokenization, inference, total",
+                                 "Time per request in each phase: preparation, queue, tokenization, inference, answer, total",
                                  ["phase"], buckets=_SECONDS, registry=r)
         ProcessCollector(registry=r)  # process_resident_memory_bytes and friends
         r.register(_RuntimeCollector(runtime))
