@@ -38,7 +38,7 @@ from server.openapi import EMBEDDINGS_ERROR_RESPONSES, ContextualizedOperation
 from server.options import check_dimensions, check_encoding_format
 from server.prompts import resolve_prompt
 from server.request_pipeline import ReadyPart
-from server.route_support import compute_parts, runtime_of, trace_of
+from server.route_support import compute_parts, pick_model, runtime_of, trace_of
 
 
 def default_encoding_format(spec) -> str:
@@ -52,7 +52,7 @@ def default_encoding_format(spec) -> str:
 async def create_contextualized_embeddings(request: Request, state: State) -> ContextualizedEmbeddingResponse:
     runtime = runtime_of(state)
     data = decode_request(await request.body(), ContextualizedEmbeddingRequest)
-    model = runtime.pick(data.model, "embedding")
+    model = pick_model(request, runtime, data.model, "embedding")
     spec = model.view.spec
     require_embedder(spec, model.name)
     problem = late_chunking_problem(spec)

@@ -22,7 +22,7 @@ from server.openapi import EMBEDDINGS_ERROR_RESPONSES, EmbeddingsOperation
 from server.options import check_dimensions, check_encoding_format
 from server.prompts import apply_prompt, resolve_prompt
 from server.request_pipeline import PART_TEXTS, ReadyPart, part_bounds
-from server.route_support import compute_parts, runtime_of, trace_of
+from server.route_support import compute_parts, pick_model, runtime_of, trace_of
 from server.runtime import Runtime
 from server.served_models import ServedModel
 from server.token_inputs import TokenInputs
@@ -34,7 +34,7 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
     runtime = runtime_of(state)
     # Decoded here, strictly: Litestar's own decoding would turn "8" into 8 for an int field.
     data = decode_request(await request.body())
-    model = runtime.pick(data.model, "embedding")
+    model = pick_model(request, runtime, data.model, "embedding")
     spec = model.view.spec
     require_embedder(spec, model.name)
     check_encoding_format(spec, data.encoding_format)

@@ -1,7 +1,8 @@
 """Prometheus metrics (prometheus-client), one registry per app, and the GET /metrics route.
 
-A front end's own figures (requests, their phases, whether it is ready) are counted where
-things happen (the HTTP middleware) or read from the runtime when /metrics is scraped.
+A front end's own figures (requests, their phases, inputs and tokens, each under the model that
+computed it; whether it is ready) are counted where things happen (the HTTP middleware, through
+server/request_metrics.py) or read from the runtime when /metrics is scraped.
 The engines' figures (their queues, the batches they ran, graph replays, device memory) are
 read off each engine's board (engine/board.py) at scrape time: every front end reads the same
 boards, so whichever answers gives the whole server's.
@@ -21,19 +22,18 @@ from typing import TYPE_CHECKING
 
 from litestar import Response, get
 from litestar.datastructures import State
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
 from engine.memory import resident_bytes
 from server.metrics_merge import carried_counts, families_of, merge, with_carried
+from server.request_metrics import RequestSeries
 from server.server_health import server_health
 from server.stats_board import PUBLISH_EVERY_S, Report, StatsBoard
 
 if TYPE_CHECKING:
     from server.runtime import Runtime
-
-_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 logger = logging.getLogger("rose_embed.server")
 
@@ -44,10 +44,7 @@ class Metrics:
     def __init__(self, runtime: Runtime):
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("rose_requests", "HTTP requests by route and status", ["route", "status"], registry=r)
-        self.latency = Histogram("rose_request_phase_seconds",
-                                 "Time per request in each phase: preparation, queue, tokenization, inference, answer, total",
-                                 ["phase"], buckets=_SECONDS, registry=r)
+        self.requests = RequestSeries(r)  # per request, by model (server/request_metrics.py)
         ProcessCollector(registry=r)  # process_resident_memory_bytes and friends
         r.register(_RuntimeCollector(runtime))
         self.engines = _EngineCollector(runtime)  # not in the registry: the front ends' reports would add it up K times
@@ -58,10 +55,10 @@ class Metrics:
         self._was_ready = False
         self._publisher: asyncio.Task | None = None
 
-    def observe_request(self, route: str, status: int, phases: dict[str, float]) -> None:
-        self.requests.labels(route, str(status)).inc()
-        for phase, seconds in phases.items():
-            self.latency.labels(phase).observe(seconds)
+    def observe_request(self, route: str, status: int, phases: dict[str, float], model: str,
+                        num_inputs: int | None, num_tokens: int | None) -> None:
+        """One request, answered: `model` is the served id that computed it ("" where none was picked)."""
+        self.requests.observe(route, status, phases, model, num_inputs, num_tokens)
 
     def render(self) -> bytes:
         own = list(self.registry.collect()) if self.board is None else merge(self._reports(), time.time())

@@ -18,6 +18,7 @@ access_log = logging.getLogger(ACCESS_LOGGER)
 
 # Routes by a fixed label, so that a client probing random paths cannot grow the metrics.
 _ROUTES = {"/v1/embeddings", "/embeddings", "/v1/contextualizedembeddings", "/contextualizedembeddings",
+           "/v1/rerank", "/v2/rerank", "/rerank", "/tokenize", "/detokenize",
            "/v1/models", "/models", "/health", "/metrics"}
 _PROBES = {"/health", "/metrics"}
 
@@ -77,7 +78,8 @@ class ObservedApp:
         finally:
             total = time.perf_counter() - trace.started
             phases = {**trace.phases(), "total": total}
-            self.metrics.observe_request(route_label(scope["path"]), status, phases)
+            self.metrics.observe_request(route_label(scope["path"]), status, phases, trace.model, trace.num_inputs,
+                                         trace.num_tokens)
             fields = {"request_id": trace.request_id, "method": scope["method"], "path": scope["path"],
                       "status": status, **sizes, "inputs": trace.num_inputs, "tokens": trace.num_tokens,
                       **{f"{k}_ms": round(v * 1000, 2) for k, v in phases.items()}}

@@ -24,7 +24,7 @@ from server.model_kind import require_reranker
 from server.openapi import EMBEDDINGS_ERROR_RESPONSES
 from server.openapi_schema import body_operation
 from server.request_pipeline import ReadyPart, part_bounds
-from server.route_support import compute_parts, runtime_of, trace_of
+from server.route_support import compute_parts, pick_model, runtime_of, trace_of
 from server.runtime import Runtime
 from server.served_models import ServedModel
 
@@ -49,7 +49,7 @@ async def rerank_any(request: Request, state: State) -> RerankResponse | list[Te
 
 async def _rerank(request: Request, state: State, data: RerankRequest) -> RerankResponse | list[TeiRank]:
     runtime = runtime_of(state)
-    model = runtime.pick(data.model, "rerank")
+    model = pick_model(request, runtime, data.model, "rerank")
     require_reranker(model.view.spec, model.name)
     documents, param = documents_of(data)
     _check(data, documents, param, runtime)

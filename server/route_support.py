@@ -1,4 +1,4 @@
-"""What every route needs: the runtime once it can serve, the request's trace,
+"""What every route needs: the runtime once it can serve, the request's trace, its model,
 and the request pipeline (server/request_pipeline.py) run with the server's limits."""
 
 from __future__ import annotations
@@ -32,6 +32,13 @@ def trace_of(request: Request) -> RequestTrace:
     """The HTTP middleware's trace of this request (a fresh one where the app runs without it)."""
     trace = request.scope.get(SCOPE_KEY)
     return trace if trace is not None else RequestTrace("-")
+
+
+def pick_model(request: Request, runtime: Runtime, asked: str | None, kind: str | None = None) -> ServedModel:
+    """Runtime.pick, noted on the request's trace: /metrics counts the request under that model's id."""
+    model = runtime.pick(asked, kind)
+    trace_of(request).model = model.name
+    return model
 
 
 async def compute_parts(request: Request, runtime: Runtime, trace: RequestTrace,

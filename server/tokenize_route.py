@@ -17,7 +17,7 @@ from server.errors import invalid_request
 from server.guards import decode_request
 from server.openapi import ERROR_RESPONSES
 from server.openapi_schema import body_operation
-from server.route_support import runtime_of
+from server.route_support import pick_model, runtime_of
 
 
 @post("/tokenize", status_code=200, summary="Tokenize a text with the served model's tokenizer",
@@ -25,7 +25,7 @@ from server.route_support import runtime_of
 async def tokenize(request: Request, state: State) -> TokenizeResponse:
     runtime = runtime_of(state)
     data = decode_request(await request.body(), TokenizeRequest)
-    model = runtime.pick(data.model)
+    model = pick_model(request, runtime, data.model)
     max_chars = runtime.config.max_input_chars
     if len(data.prompt) > max_chars:
         raise invalid_request(f"'prompt' holds {len(data.prompt)} characters; at most {max_chars} are allowed",
@@ -42,7 +42,7 @@ async def tokenize(request: Request, state: State) -> TokenizeResponse:
 async def detokenize(request: Request, state: State) -> DetokenizeResponse:
     runtime = runtime_of(state)
     data = decode_request(await request.body(), DetokenizeRequest)
-    tokenizer = runtime.pick(data.model).view.tokenizer
+    tokenizer = pick_model(request, runtime, data.model).view.tokenizer
     vocab_size = tokenizer.vocab_size
     bad = next((i for i, token in enumerate(data.tokens) if not 0 <= token < vocab_size), None)
     if bad is not None:

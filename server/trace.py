@@ -39,6 +39,9 @@ class RequestTrace:
     tokenization_seconds: float | None = None
     num_inputs: int | None = None
     num_tokens: int | None = None
+    # The served id of the model that computes the request, once a route has picked it; "" before
+    # (and for requests that never pick one): /metrics counts each request under this label.
+    model: str = ""
     texts: list[str] | None = None  # kept only with --log-inputs
 
     def add_batch(self, started: float, finished: float) -> None:

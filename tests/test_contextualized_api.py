@@ -277,7 +277,7 @@ def test_the_route_is_in_the_openapi_document_and_the_metrics(client):
     assert "/contextualizedembeddings" in schema["paths"]
     post(client, {"input": [["counted"]]})
     metrics = client.get("/metrics").text
-    assert f'rose_requests_total{{route="{ROUTE}",status="200"}}' in metrics
+    assert f'rose_requests_total{{model="{FAKE_MODEL}",route="{ROUTE}",status="200"}}' in metrics
 
 
 # ---- the corpus job --------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from tests.processes import children, is_alive, mapped_shared_memory, shared_mem
 
 pytestmark = pytest.mark.slow  # front-end and engine processes
 
-EMBEDDINGS_200 = 'rose_requests_total{route="/v1/embeddings",status="200"}'
+EMBEDDINGS_200 = f'rose_requests_total{{model="{MODEL}",route="/v1/embeddings",status="200"}}'
 ONE_FRONT_END = ("--devices", "cpu", "--max-batch-tokens", "1024", "--max-batch-seqs", "8")
 WORKERS = ("--dtype", "float32", "--devices", "cpu", "--frontend-workers", "2", "--max-batch-tokens", "1024",
            "--max-batch-seqs", "8")

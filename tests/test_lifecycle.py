@@ -84,7 +84,8 @@ def test_overload_gets_429_with_an_integer_retry_after_and_a_retry_succeeds(slow
     _wait_idle(slow.url)
     time.sleep(int(rejected[0].headers["retry-after"]))
     assert embed(slow.url, {"input": ["busy"] * 2, "model": MODEL}).status_code == 200
-    assert metric(slow.url, 'rose_requests_total{route="/v1/embeddings",status="429"}') == len(rejected)
+    assert metric(slow.url, f'rose_requests_total{{model="{MODEL}",route="/v1/embeddings",status="429"}}') \
+        == len(rejected)
 
 
 def test_sigterm_finishes_requests_in_flight_and_exits_in_time():

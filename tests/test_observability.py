@@ -88,13 +88,13 @@ def test_metrics_content(client, fake):
     def grew(name: str) -> float:
         return sample(text, name) - sample(before, name)
 
-    assert grew('rose_requests_total{route="/v1/embeddings",status="200"}') == 1
+    assert grew(f'rose_requests_total{{model="{FAKE_MODEL}",route="/v1/embeddings",status="200"}}') == 1
     assert grew("rose_tokens_total") == r.json()["usage"]["prompt_tokens"]
     assert grew("rose_sequences_total") == 3
-    assert sample(text, 'rose_requests_total{route="other",status="404"}') >= 1
+    assert sample(text, 'rose_requests_total{model="",route="other",status="404"}') >= 1  # no model picked
     assert "/no/such" not in text  # unknown paths share one label
     for phase in ("preparation", "queue", "tokenization", "inference", "answer", "total"):
-        assert sample(text, f'rose_request_phase_seconds_count{{phase="{phase}"}}') >= 1
+        assert sample(text, f'rose_request_phase_seconds_count{{model="{FAKE_MODEL}",phase="{phase}"}}') >= 1
     # Every batch the engine ran is observed once; the fake counts the warm-up's batch too.
     assert sample(text, "rose_batch_sequences_count") == sample(text, "rose_batch_tokens_count") == len(fake.batches)
     assert sample(text, "rose_eager_runs_total") == fake.num_eager_runs == len(fake.batches) + 1

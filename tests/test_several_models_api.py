@@ -1,7 +1,8 @@
 """Several models behind one app, in process: a fake embedder and a fake reranker on one engine
 (tests/fake_engine.py, tests/fake_reranker.py). Each route picks its model by the request's
 `model`; the default names reach the first model of the route's kind; /v1/models and /health list
-both; an unknown name is a 404 that lists every id; `--model NAME=PATH` names a model."""
+both; an unknown name is a 404 that lists every id; /metrics counts each model's requests under its
+own `model` label; `--model NAME=PATH` names a model."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from server.config import ExtraModel, model_configs
 from tests.conftest import load_texts
 from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, serve, serve_async
 from tests.fake_reranker import FAKE_RERANKER, FakeReranker
-from tests.helpers import assert_envelope
+from tests.helpers import assert_envelope, sample
 
 QUERY = "How do I read a file line by line?"
 
@@ -89,6 +90,46 @@ def test_health_names_each_model_on_each_engine(client):
     assert all(m["weights_bytes"] == 0 for m in engine["models"])  # fakes hold no weights
 
 
+def test_metrics_keep_each_models_requests_apart(client):
+    """Requests, phases, inputs and tokens under the served id that computed them; a request
+    answered before any model was picked under model=""."""
+    before = client.get("/metrics").text
+    embedded = client.post("/v1/embeddings", json={"input": load_texts(3)})  # no name: the embedder
+    reranked = client.post("/v1/rerank", json={"model": FAKE_RERANKER, "query": QUERY, "documents": load_texts(4)})
+    assert embedded.status_code == reranked.status_code == 200
+    assert client.post("/tokenize", json={"model": FAKE_RERANKER, "prompt": "hello"}).status_code == 200
+    assert_envelope(client.post("/v1/embeddings", json={"input": "a", "model": "nope"}), 404, "model_not_found")
+    assert_envelope(client.post("/v1/rerank", content=b"{not json", headers={"content-type": "application/json"}), 400)
+    wrong_kind = client.post("/v1/embeddings", json={"input": "a", "model": FAKE_RERANKER})
+    assert_envelope(wrong_kind, 400, "model_is_reranker")
+    text = client.get("/metrics").text
+
+    def grew(name: str) -> float:
+        return sample(text, name) - sample(before, name)
+
+    def requests(model: str, route: str, status: int) -> str:
+        return f'rose_requests_total{{model="{model}",route="{route}",status="{status}"}}'
+
+    assert grew(requests(FAKE_MODEL, "/v1/embeddings", 200)) == 1
+    assert grew(requests(FAKE_RERANKER, "/v1/rerank", 200)) == 1
+    assert grew(requests(FAKE_RERANKER, "/tokenize", 200)) == 1
+    assert grew(requests("", "/v1/embeddings", 404)) == 1
+    assert grew(requests("", "/v1/rerank", 400)) == 1
+    assert grew(requests(FAKE_RERANKER, "/v1/embeddings", 400)) == 1  # picked, then refused for its kind
+    assert requests(FAKE_MODEL, "/v1/rerank", 200) not in text
+    for model in (FAKE_MODEL, FAKE_RERANKER):
+        assert grew(f'rose_request_phase_seconds_count{{model="{model}",phase="inference"}}') == 1
+    assert grew(f'rose_request_phase_seconds_count{{model="{FAKE_MODEL}",phase="total"}}') == 1
+    assert grew(f'rose_request_phase_seconds_count{{model="{FAKE_RERANKER}",phase="total"}}') == 3
+    assert grew('rose_request_phase_seconds_count{model="",phase="total"}') == 3  # with the first scrape
+    assert 'rose_request_phase_seconds_count{model="",phase="inference"}' not in text
+    assert grew(f'rose_request_inputs_total{{model="{FAKE_MODEL}"}}') == 3
+    assert grew(f'rose_request_inputs_total{{model="{FAKE_RERANKER}"}}') == 4
+    assert grew(f'rose_request_tokens_total{{model="{FAKE_MODEL}"}}') == embedded.json()["usage"]["prompt_tokens"]
+    assert grew(f'rose_request_tokens_total{{model="{FAKE_RERANKER}"}}') == reranked.json()["usage"]["total_tokens"]
+    assert 'rose_request_tokens_total{model=""}' not in text  # nothing computed, nothing billed
+
+
 def test_an_alias_may_name_any_model(models):
     config = fake_config(model_aliases=("ranker=" + FAKE_RERANKER, "embedder"))
     with serve(list(models), config) as client:
@@ -96,6 +137,9 @@ def test_an_alias_may_name_any_model(models):
         assert ids == [FAKE_MODEL, "embedder", FAKE_RERANKER, "ranker"]
         r = client.post("/v1/rerank", json={"model": "ranker", "query": QUERY, "documents": ["a", "b"]})
         assert r.status_code == 200 and r.json()["model"] == FAKE_RERANKER
+        metrics = client.get("/metrics").text  # counted under the served id, not the name asked
+        assert sample(metrics, f'rose_requests_total{{model="{FAKE_RERANKER}",route="/v1/rerank",status="200"}}') == 1
+        assert 'model="ranker"' not in metrics
 
 
 def test_requests_to_both_models_interleave(models):

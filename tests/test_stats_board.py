@@ -2,7 +2,7 @@
 
 Each app here plays one front end of `--frontend-workers`, all reporting to one board
 directory; a scrape of either answers for both with the front ends' figures (requests and
-their phases). Unlike real front ends, each app here has an engine of its own (in a thread),
+their phases, each model's apart). Unlike real front ends, each app here has an engine of its own (in a thread),
 and the engines' figures are read off the answering front end's engine board, never added
 up over the reports. test_front_ends.py checks the whole across real front-end processes
 that share one engine.
@@ -19,15 +19,20 @@ import pytest
 
 from server.stats_board import Family, Report, StatsBoard
 from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, observed_app, serve, serve_app
+from tests.fake_reranker import FAKE_RERANKER, FakeReranker
 from tests.helpers import sample
 
-EMBEDDINGS_200 = 'rose_requests_total{route="/v1/embeddings",status="200"}'
+EMBEDDINGS_200 = f'rose_requests_total{{model="{FAKE_MODEL}",route="/v1/embeddings",status="200"}}'
+TOTAL_COUNT = f'rose_request_phase_seconds_count{{model="{FAKE_MODEL}",phase="total"}}'
+RERANK_200 = f'rose_requests_total{{model="{FAKE_RERANKER}",route="/v1/rerank",status="200"}}'
 
 
 @contextmanager
-def front_end(board_dir, index: int):
-    """One front end's app (its own fake engine: each app drives its own engine thread)."""
-    app = observed_app(FakeEngine(), fake_config(frontend_workers=3, worker_index=index, stats_dir=str(board_dir)))
+def front_end(board_dir, index: int, with_reranker: bool = False):
+    """One front end's app (its own fake engine: each app drives its own engine thread), serving the
+    fake embedder, and the fake reranker beside it `with_reranker`."""
+    engines = [FakeEngine(), FakeReranker()] if with_reranker else FakeEngine()
+    app = observed_app(engines, fake_config(frontend_workers=3, worker_index=index, stats_dir=str(board_dir)))
     with serve_app(app) as client:
         yield client
 
@@ -39,6 +44,17 @@ def embed(client, count: int) -> int:
         r = client.post("/v1/embeddings", json={"model": FAKE_MODEL, "input": [f"text {i}", f"other text {i}"]})
         assert r.status_code == 200, r.text
         tokens += r.json()["usage"]["prompt_tokens"]
+    return tokens
+
+
+def rerank(client, count: int) -> int:
+    """`count` requests of three documents to the reranker; the tokens they took."""
+    tokens = 0
+    for i in range(count):
+        r = client.post("/v1/rerank", json={"model": FAKE_RERANKER, "query": f"query {i}",
+                                            "documents": ["one", "two", f"three {i}"]})
+        assert r.status_code == 200, r.text
+        tokens += r.json()["usage"]["total_tokens"]
     return tokens
 
 
@@ -75,9 +91,9 @@ def test_either_front_end_answers_for_both(tmp_path):
             assert sample(text, EMBEDDINGS_200) == 5  # not one front end's share
             assert sample(text, "rose_tokens_total") == tokens  # its engine's, counted once
             assert sample(text, "rose_sequences_total") == inputs
-            assert sample(text, 'rose_request_phase_seconds_count{phase="total"}') >= 5
-            assert sample(text, 'rose_request_phase_seconds_bucket{le="+Inf",phase="total"}') == sample(
-                text, 'rose_request_phase_seconds_count{phase="total"}')
+            assert sample(text, TOTAL_COUNT) >= 5
+            assert sample(text, f'rose_request_phase_seconds_bucket{{le="+Inf",model="{FAKE_MODEL}",phase="total"}}') \
+                == sample(text, TOTAL_COUNT)
             batches = own_engine(client)["batches"]
             assert batches >= 1
             assert sample(text, 'rose_engine_batches_total{device="cpu",engine="0"}') == batches
@@ -96,6 +112,30 @@ def test_either_front_end_answers_for_both(tmp_path):
             assert all(f["last_seen_s"] < 2 for f in body["frontends"])
             (engine,) = body["engines"]
             assert engine["state"] == "serving" and engine["tokens"] in (tokens_a, tokens_b)
+
+
+def test_each_models_counts_add_up_over_the_front_ends_apart(tmp_path):
+    """Two models on two front ends: each model's series sums both front ends' requests, and never
+    takes in the other model's."""
+    with front_end(tmp_path, 0, with_reranker=True) as a, front_end(tmp_path, 1, with_reranker=True) as b:
+        embedded = embed(a, 2)
+        assert b.post("/v1/embeddings", json={"input": "a", "model": "nope"}).status_code == 404
+        embedded += embed(b, 1)
+        reranked = rerank(a, 1) + rerank(b, 3)  # each front end's last request: its report holds them all
+        for client in (a, b):
+            text = wait_for(client, RERANK_200, 4)
+            assert sample(text, EMBEDDINGS_200) == 3
+            assert sample(text, 'rose_requests_total{model="",route="/v1/embeddings",status="404"}') == 1
+            assert sample(text, TOTAL_COUNT) == 3
+            assert sample(text, f'rose_request_phase_seconds_count{{model="{FAKE_RERANKER}",phase="total"}}') == 4
+            assert sample(text, f'rose_request_phase_seconds_bucket{{le="+Inf",model="{FAKE_RERANKER}",'
+                                'phase="total"}') == 4
+            assert sample(text, f'rose_request_inputs_total{{model="{FAKE_MODEL}"}}') == 6
+            assert sample(text, f'rose_request_inputs_total{{model="{FAKE_RERANKER}"}}') == 12
+            assert sample(text, f'rose_request_tokens_total{{model="{FAKE_MODEL}"}}') == embedded
+            assert sample(text, f'rose_request_tokens_total{{model="{FAKE_RERANKER}"}}') == reranked
+            assert f'rose_requests_total{{model="{FAKE_MODEL}",route="/v1/rerank"' not in text
+            assert 'frontend="' not in "".join(line for line in text.splitlines() if line.startswith("rose_request"))
 
 
 def test_a_front_end_started_in_place_of_another_carries_its_counts(tmp_path):
@@ -125,7 +165,8 @@ def test_a_dead_front_ends_report_is_marked_and_its_counts_kept(tmp_path):
                   engines=[{"index": 0, "device": "cpu", "pid": 1, "state": "serving", "batches": 9, "tokens": 900,
                             "queued_tokens": 100, "pieces_sent": 50}],
                   families=[Family("rose_requests", "counter", "HTTP requests", "",
-                                   [("rose_requests_total", {"route": "/v1/embeddings", "status": "200"}, 7.0)]),
+                                   [("rose_requests_total", {"route": "/v1/embeddings", "status": "200",
+                                                           "model": FAKE_MODEL}, 7.0)]),
                             Family("rose_queue_tokens", "gauge", "Tokens waiting", "",
                                    [("rose_queue_tokens", {}, 1e6)])])
     StatsBoard(str(tmp_path), 2).publish(gone)
