@@ -51,7 +51,7 @@ _PER_FRONT_END = _Rule(max, _LIVE, per_front_end=True)  # one sample per key: no
 
 _RULES = {
     "rose_queue_tokens": _ADD_LIVE,
-    "rose_queue_inputs": _ADD_LIVE,
+    "rose_queue_pieces": _ADD_LIVE,
     "rose_tokens_per_second": _ADD_LIVE,
     "rose_engine_tokens_in_flight": _ADD_LIVE,
     "rose_ready": _MAX_LIVE,
