@@ -112,8 +112,9 @@ class AsciiWordPiece:
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()
             self._cache[_SEPARATOR] = _SEPARATOR_IDS
-        self._cache[chunk] = ids.tobytes()
-        return self._cache[chunk]
+        # Returned from here, not read back: another thread may clear the cache in between.
+        self._cache[chunk] = data = ids.tobytes()
+        return data
 
     def _is_plain(self, text: str) -> bool:
         """Whether the fast path gives the Rust tokenizer's ids for this text."""

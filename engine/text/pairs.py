@@ -12,6 +12,9 @@ in them (engine/model_files/reranker.py holds the template).
 
 `max_doc_tokens` (Cohere's max_tokens_per_doc) cuts each document to that many of its own
 tokens first.
+
+A WordPiece cross-encoder's pairs take a fast path (engine/text/fast_pairs.py) that gives the
+same ids without a Rust Encoding per pair; `_encode_rust` is the reference it is held to.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 from tokenizers import Encoding, Tokenizer
 
 from engine.model_files.reranker import QWEN3_BODY, QWEN3_INSTRUCTION, QWEN3_PREFIX, QWEN3_SUFFIX
+from engine.text.fast_pairs import FastPairs
 
 if TYPE_CHECKING:  # the loader imports what a tokenizer-only process does without
     from engine.model_files.loader import ModelSpec
@@ -47,7 +51,8 @@ def _tokenizer(spec: ModelSpec, max_length: int | None) -> Tokenizer:
 
 
 class PairTokenizer:
-    """Builds a reranker's input sequences; safe to call from several threads (the Rust tokenizer is)."""
+    """Builds a reranker's input sequences; safe to call from several threads (the Rust tokenizer is;
+    the fast path holds the GIL, so threads add no parallelism there)."""
 
     def __init__(self, spec: ModelSpec):
         if spec.reranker is None:
@@ -55,6 +60,7 @@ class PairTokenizer:
         self.max_seq_len = spec.max_seq_len
         self.is_template = spec.reranker.is_template
         self._plain = _tokenizer(spec, None)
+        self._fast: FastPairs | None = None
         # BERT's second token type, marked in the ids (see engine/rose/engine.py's pair_options).
         self._second_offset = None
         if spec.architecture == "bert" and spec.hf_config.get("type_vocab_size", 1) > 1:
@@ -69,11 +75,19 @@ class PairTokenizer:
         else:
             self._truncating = _tokenizer(spec, self.max_seq_len)
             self._num_pair_specials = self._plain.num_special_tokens_to_add(is_pair=True)
+            self._fast = FastPairs.for_tokenizer(self._plain, self.max_seq_len, self._second_offset)
 
     def encode(self, query: str, documents: list[str], max_doc_tokens: int | None = None) -> EncodedPairs:
         """The sequences of (query, document) for each document, in order."""
         if self.is_template:
             return self._encode_template(query, documents, max_doc_tokens)
+        fast = self._fast.encode(query, documents, max_doc_tokens) if self._fast is not None else None
+        if fast is not None:
+            return EncodedPairs(*fast)
+        return self._encode_rust(query, documents, max_doc_tokens)
+
+    def _encode_rust(self, query: str, documents: list[str], max_doc_tokens: int | None) -> EncodedPairs:
+        """A cross-encoder's pairs from Rust Encodings, cut and wrapped by the Rust post-processor."""
         query_enc = self._plain.encode(query, add_special_tokens=False)
         docs = self._plain.encode_batch(documents, add_special_tokens=False)
         seqs, truncated = [], []
