@@ -24,6 +24,17 @@ class ModelOverrides:
 
 
 @dataclass(frozen=True)
+class Fp8Plan:
+    """Which linear layers --quantization fp8 turns to FP8 (engine/rose/fp8_plan.py says why each
+    rule; docs/fp8.md has the measurements behind the defaults, which are the engine's)."""
+
+    min_hidden_size: int = 512  # narrower models stay bf16: FP8 does not pay on their GEMMs
+    bf16_edge_layers: int = 1  # layers at each end of the stack that stay bf16
+    attention_output_min_hidden_size: int = 1024  # o_proj runs FP8 on models at least this wide
+    fast_accumulation: bool = True  # torch._scaled_mm's use_fast_accum (engine/rose/layers/fp8.py)
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """What the engine needs to load and run a model.
 
@@ -43,6 +54,10 @@ class EngineConfig:
     attention_backend: str = "auto"
     enforce_eager: bool = False
     fused_kernels: bool = True  # CUDA: Triton kernels between the matmuls (engine/rose/layers/fused.py)
+    # None, or "fp8": linear layers as e4m3 GEMMs on GPUs of compute capability 8.9 or newer
+    # (engine/rose/fp8_plan.py, docs/fp8.md). Not ModelOverrides.quantization, the output's int8.
+    quantization: str | None = None
+    fp8_plan: Fp8Plan = field(default_factory=Fp8Plan)  # with quantization "fp8": which layers
     capture_at_start: bool = False  # the server turns it on; the library captures lazily
     num_threads: int | None = None  # torch intra-op threads on CPU; None: torch's default, within the CPU quota
     model_overrides: ModelOverrides = field(default_factory=ModelOverrides)

@@ -11,6 +11,8 @@ from engine.rose.batch import PackedBatch, pack
 from engine.rose.cpu_features import native_bf16
 from engine.config import EngineConfig
 from engine.cpu_quota import available_cores
+from engine.rose import fp8_support
+from engine.rose.fp8_plan import quantize_model
 from engine.rose.layers import fused
 from engine.rose.layers.attention_backends import make_attention_backend
 from engine.rose.layers.head import SentenceHead
@@ -84,6 +86,8 @@ class Engine(ModelView):
         self.device = resolve_device(config.device)
         self.dtype, why = resolve_dtype(config.dtype, self.device)
         logger.info("%s on %s in %s (%s)", self.spec.name, self.device, str(self.dtype).removeprefix("torch."), why)
+        if config.quantization is not None:
+            self._refuse_quantization(config)
         if self.device.type == "cpu":
             # Torch's default counts the affinity mask's cores, not a container's CPU quota.
             torch.set_num_threads(config.num_threads or min(torch.get_num_threads(), available_cores()))
@@ -94,6 +98,8 @@ class Engine(ModelView):
         head = head_for(self.spec, state).to(self.device)
         del state  # the model and the head hold what they need of it
         model = model.to(device=self.device, dtype=self.dtype).eval()
+        if config.quantization == "fp8":
+            logger.info("%s", quantize_model(model, config.fp8_plan))
         fused.set_fused_kernels(config.fused_kernels)
         shape = model.attention_shape(self.spec.is_causal).bounded_by(self.spec.max_seq_len)
         attention = make_attention_backend(config.attention_backend, shape, self.device, self.dtype)
@@ -102,6 +108,17 @@ class Engine(ModelView):
             max_num_tokens=config.max_batch_tokens, max_num_seqs=config.max_batch_seqs,
             max_seqlen=self.spec.max_seq_len, enforce_eager=config.enforce_eager,
         )
+
+    def _refuse_quantization(self, config: EngineConfig) -> None:
+        """ValueError naming what --quantization needs that this model, device or dtype lacks."""
+        if config.quantization not in fp8_support.QUANTIZATIONS:
+            raise ValueError(f"quantization must be one of {', '.join(fp8_support.QUANTIZATIONS)}; "
+                             f"got {config.quantization!r}")
+        spec = self.spec
+        refusal = (fp8_support.model_refusal(spec.architecture, spec.name, spec.reranker is not None)
+                   or fp8_support.device_refusal(str(self.device)) or fp8_support.dtype_refusal(config.dtype))
+        if refusal is not None:
+            raise ValueError(refusal)
 
     @property
     def weights_bytes(self) -> int:

@@ -7,8 +7,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.model_files.architecture_support import BERT_GELU_FORMS, config_refusal
-from engine.rose.layers import fused
+from engine.rose.layers import fp8, fp8_fused, fused
 from engine.rose.layers.attention import AttentionBackend, AttentionShape
+from engine.rose.layers.quantized_rows import QuantizedRows
 
 _ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")
 
@@ -26,17 +27,31 @@ class BertLayer(nn.Module):
         self.gelu_form = BERT_GELU_FORMS[act]
 
     def forward(self, x: torch.Tensor, attention: AttentionBackend, meta: object,
-                position_bias: torch.Tensor | None = None) -> torch.Tensor:
+                position_bias: torch.Tensor | None = None, rows: QuantizedRows | None = None,
+                output_rows: bool = False) -> tuple[torch.Tensor, QuantizedRows | None]:
+        """x [T, hidden] -> (the layer's output, and that output as QuantizedRows where
+        `output_rows` asks: the next layer's qkv projection is FP8). `rows` is x so quantized,
+        where this layer's qkv projection is FP8 (engine/rose/layers/fp8.py)."""
         num_tokens = x.shape[0]
-        q, k, v = self.qkv_proj(x).view(num_tokens, 3, self.num_heads, self.head_dim).unbind(1)
+        q, k, v = self.qkv_proj(x if rows is None else rows).view(num_tokens, 3, self.num_heads,
+                                                                   self.head_dim).unbind(1)
         attn = attention.forward(q, k, v, meta, position_bias=position_bias).reshape(num_tokens, -1)
-        x = _add_norm(self.o_proj(attn), x, self.attention_norm)
-        return _add_norm(self.down_proj(self._up(x)), x, self.mlp_norm)
+        x, rows = _add_norm(self.o_proj(attn), x, self.attention_norm, fp8.wants_rows(self.up_proj))
+        return _add_norm(self.down_proj(self._up(x, rows)), x, self.mlp_norm, output_rows)
 
-    def _up(self, x: torch.Tensor) -> torch.Tensor:
+    def _up(self, x: torch.Tensor, rows: QuantizedRows | None = None) -> torch.Tensor | QuantizedRows:
+        """The up projection and its activation [T, intermediate], quantized where the down projection is FP8."""
+        if fp8.wants_rows(self.up_proj):
+            h = self.up_proj(x if rows is None else rows)  # bf16, its bias added in the GEMM
+            activation = fp8_fused.BERT_ACTIVATIONS[self.gelu_form]
+            if fp8.wants_rows(self.down_proj):
+                return fp8_fused.activation_rows(h, activation)
+            return fp8_fused.activation(h, activation)
         if self.gelu_form is None:
-            return F.relu(self.up_proj(x))
-        return fused.linear_gelu(x, self.up_proj.weight, self.up_proj.bias, self.gelu_form)
+            h = F.relu(self.up_proj(x))
+        else:
+            h = fused.linear_gelu(x, self.up_proj.weight, self.up_proj.bias, self.gelu_form)
+        return fp8.quantize_rows(h) if fp8.wants_rows(self.down_proj) else h
 
 
 def as_bert_names(state: dict[str, torch.Tensor], prefix: str, layer_root: str,
@@ -54,8 +69,12 @@ def as_bert_names(state: dict[str, torch.Tensor], prefix: str, layer_root: str,
     return renamed
 
 
-def _add_norm(x: torch.Tensor, residual: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
-    return fused.add_layer_norm(x, residual, norm.weight, norm.bias, norm.eps)
+def _add_norm(x: torch.Tensor, residual: torch.Tensor, norm: nn.LayerNorm,
+              output_rows: bool = False) -> tuple[torch.Tensor, QuantizedRows | None]:
+    """layer_norm(x + residual), and the same as QuantizedRows where `output_rows` asks."""
+    if output_rows:
+        return fp8_fused.add_layer_norm_rows(x, residual, norm.weight, norm.bias, norm.eps)
+    return fused.add_layer_norm(x, residual, norm.weight, norm.bias, norm.eps), None
 
 
 class BertModel(nn.Module):
@@ -100,17 +119,28 @@ class BertModel(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend, meta: object
     ) -> torch.Tensor:
-        norm = self.embedding_norm
+        x, rows = self._embed(input_ids, positions, self._takes_rows(0))
+        for i, layer in enumerate(self.layers):
+            x, rows = layer(x, attention, meta, self.relative_bias, rows, output_rows=self._takes_rows(i + 1))
+        return x
+
+    def _takes_rows(self, index: int) -> bool:
+        """Whether layer `index` (if there is one) takes its input as QuantizedRows (an FP8 qkv projection)."""
+        return index < len(self.layers) and fp8.wants_rows(self.layers[index].qkv_proj)
+
+    def _embed(self, input_ids: torch.Tensor, positions: torch.Tensor,
+               output_rows: bool) -> tuple[torch.Tensor, QuantizedRows | None]:
+        """The embeddings [T, hidden], and as QuantizedRows where `output_rows` asks."""
         if self.token_types_in_ids:
             x = self._embed_pairs(input_ids, positions)
-        else:
-            token_type = None if self.token_type_embeddings is None else self.token_type_embeddings.weight[0]
-            x = fused.embed_layer_norm(input_ids, positions, self.word_embeddings.weight,
-                                       self.position_embeddings.weight, token_type, self.position_offset,
-                                       norm.weight, norm.bias, norm.eps)
-        for layer in self.layers:
-            x = layer(x, attention, meta, self.relative_bias)
-        return x
+            return x, fp8.quantize_rows(x) if output_rows else None
+        norm = self.embedding_norm
+        token_type = None if self.token_type_embeddings is None else self.token_type_embeddings.weight[0]
+        args = (input_ids, positions, self.word_embeddings.weight, self.position_embeddings.weight, token_type,
+                self.position_offset, norm.weight, norm.bias, norm.eps)
+        if output_rows:
+            return fp8_fused.embed_layer_norm_rows(*args)
+        return fused.embed_layer_norm(*args), None
 
     def _embed_pairs(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Embeddings with each token's type read from its id: (word + type) + position, in Hugging Face's order."""

@@ -12,8 +12,9 @@ import torch
 from torch import nn
 
 from engine.model_files.architecture_support import config_refusal
-from engine.rose.layers import fused
+from engine.rose.layers import fp8, fp8_fused, fused
 from engine.rose.layers.attention import AttentionBackend, AttentionShape
+from engine.rose.layers.quantized_rows import QuantizedRows
 from engine.rose.layers.norm import RMSNorm
 from engine.rose.layers.rotary import RotaryBatch, RotaryEmbedding, interleave_rotary_halves, rope_theta
 from engine.rose.models.weights import bare_tensors, load_exactly
@@ -39,13 +40,15 @@ class Qwen3Attention(nn.Module):
         self.k_norm = RMSNorm(head_dim, eps) if qk_norm else None
         self.eps = eps
 
-    def forward(self, x: torch.Tensor, rope: RotaryBatch, attention: AttentionBackend, meta: object) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | QuantizedRows, rope: RotaryBatch, attention: AttentionBackend,
+                meta: object) -> torch.Tensor:
+        """x: the normed hidden state [T, hidden], as QuantizedRows where qkv_proj is FP8."""
         # q and k rows come in rotary pairs (see engine/rose/layers/rotary.py).
         norms = (self.q_norm.weight, self.k_norm.weight) if self.q_norm is not None else (None, None)
-        q, k, v = fused.qk_norm_rope(self.qkv_proj(x), rope, *norms, self.num_heads, self.num_kv_heads,
-                                     self.head_dim, self.eps)
+        qkv = self.qkv_proj(x)
+        q, k, v = fused.qk_norm_rope(qkv, rope, *norms, self.num_heads, self.num_kv_heads, self.head_dim, self.eps)
         out = attention.forward(q, k, v, meta, local=self.is_local)
-        return self.o_proj(out.reshape(x.shape[0], self.q_size))
+        return self.o_proj(out.reshape(qkv.shape[0], self.q_size))
 
 
 class Qwen3MLP(nn.Module):
@@ -56,8 +59,12 @@ class Qwen3MLP(nn.Module):
         self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=False)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(fused.silu_and_mul(self.gate_up_proj(x)))
+    def forward(self, x: torch.Tensor | QuantizedRows) -> torch.Tensor:
+        """x: the normed hidden state [T, hidden], as QuantizedRows where gate_up_proj is FP8."""
+        gate_up = self.gate_up_proj(x)
+        if fp8.wants_rows(self.down_proj):
+            return self.down_proj(fp8_fused.act_and_mul_rows(gate_up, "silu"))
+        return self.down_proj(fused.silu_and_mul(gate_up))
 
 
 class Qwen3DecoderLayer(nn.Module):
@@ -76,17 +83,23 @@ class Qwen3DecoderLayer(nn.Module):
                 meta: object) -> tuple[torch.Tensor, torch.Tensor]:
         """(x, residual) -> (mlp output, residual stream): each residual add is fused into the
         norm after it, which updates `residual` in place (the first layer's residual is x)."""
+        attention_rows = fp8.wants_rows(self.self_attn.qkv_proj)
         if residual is None:
             residual = x
-            h = self.input_layernorm(x)
+            h = _add_norm(x, None, self.input_layernorm, True) if attention_rows else self.input_layernorm(x)
         else:
-            h = _add_norm(x, residual, self.input_layernorm)
+            h = _add_norm(x, residual, self.input_layernorm, attention_rows)
         h = self.self_attn(h, rope, attention, meta)
-        h = _add_norm(h, residual, self.post_attention_layernorm)
+        h = _add_norm(h, residual, self.post_attention_layernorm, fp8.wants_rows(self.mlp.gate_up_proj))
         return self.mlp(h), residual
 
 
-def _add_norm(x: torch.Tensor, residual: torch.Tensor, norm: RMSNorm) -> torch.Tensor:
+def _add_norm(x: torch.Tensor, residual: torch.Tensor | None, norm: RMSNorm,
+              output_rows: bool = False) -> torch.Tensor | QuantizedRows:
+    """rms_norm(x + residual), residual updated in place; as QuantizedRows alone where `output_rows`
+    asks (the linear after the norm is FP8, and nothing else reads the norm's output)."""
+    if output_rows:
+        return fp8_fused.rms_norm_rows(x, norm.weight, norm.variance_epsilon, residual=residual)
     return fused.rms_norm(x, norm.weight, norm.variance_epsilon, residual=residual)
 
 

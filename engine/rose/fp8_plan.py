@@ -1,0 +1,69 @@
+"""Which linear layers of a model run as FP8 GEMMs (--quantization fp8), and making them so.
+
+FP8 pays where a GEMM is large enough for Hopper's FP8 tensor cores to beat bf16's by more
+than the quantized copies of its input cost to write, and costs quality in every layer it
+touches; so the plan says, per model and per linear layer, which run FP8 (docs/fp8.md has the
+measurements behind each default and how to measure them again):
+
+- a model narrower than `min_hidden_size` keeps every layer bf16: its GEMMs are small, FP8
+  barely beats bf16 on them, and the norms' extra writes eat the rest;
+- the first and last `bf16_edge_layers` layers stay bf16: with every layer FP8 the default
+  model (MiniLM, simulated) falls below the quality bound, with its two edge layers bf16 it
+  holds it, and on deep models two layers are a small share of the time;
+- the attention's output projection (o_proj) takes its input from the attention kernels,
+  which cannot quantize it (a row's scale needs every head of the token), so FP8 there needs a
+  quantizing pass of its own, which pays only on wide models;
+- a layer whose shape torch._scaled_mm cannot take stays bf16.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from engine.config import Fp8Plan
+from engine.rose.layers.fp8 import Fp8Linear, fits_fp8
+
+
+def is_attention_output(name: str) -> bool:
+    return name.rsplit(".", 1)[-1] == "o_proj"
+
+
+def fp8_linear_names(model: nn.Module, plan: Fp8Plan) -> list[str]:
+    """The names (as model.named_modules gives them) of the linear layers the plan turns to FP8."""
+    layers = list(model.layers)
+    if not layers:
+        return []
+    hidden_size = next(m.out_features for n, m in layers[0].named_modules() if is_attention_output(n))
+    if hidden_size < plan.min_hidden_size:
+        return []
+    names = []
+    edge = plan.bf16_edge_layers
+    for index, layer in enumerate(layers):
+        if index < edge or index >= len(layers) - edge:
+            continue
+        for name, module in layer.named_modules():
+            if not fits_fp8(module):
+                continue
+            if is_attention_output(name) and hidden_size < plan.attention_output_min_hidden_size:
+                continue
+            names.append(f"layers.{index}.{name}")
+    return names
+
+
+def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan()) -> str:
+    """Replace the linear layers the plan names by Fp8Linear, in place, after the model's last
+    move to its device and dtype; returns a line for the log that says what runs FP8."""
+    names = fp8_linear_names(model, plan)
+    for name in names:
+        parent_name, child = name.rsplit(".", 1)
+        parent = model.get_submodule(parent_name)
+        setattr(parent, child, Fp8Linear(getattr(parent, child), plan.fast_accumulation))
+    total = sum(isinstance(m, (nn.Linear, Fp8Linear)) for m in model.layers.modules())
+    if not names:
+        return (f"FP8: no linear layer runs FP8 (hidden size below {plan.min_hidden_size}, where FP8 does not pay, "
+                "or no layer between the bf16 edge layers); the model runs bf16")
+    kinds = sorted({name.rsplit(".", 1)[-1] for name in names})
+    accumulation = "fast" if plan.fast_accumulation else "float32-promoted"
+    return (f"FP8: {len(names)} of {total} linear layers run as e4m3 GEMMs ({', '.join(kinds)}; per-token activation "
+            f"and per-channel weight scales, {accumulation} accumulation); {plan.bf16_edge_layers} layer(s) at each "
+            "end and the rest stay bf16")

@@ -1,0 +1,107 @@
+"""FP8 (e4m3) linear layers: weights quantized once per output channel, activations per row
+(per token) where they are produced, and the GEMM that multiplies the two (docs/fp8.md).
+
+A quantized activation is QuantizedRows: e4m3 values [T, K] and one float32 scale per row
+[T, 1], a value standing for e4m3 * scale. A row's scale puts its largest magnitude on e4m3's
+largest finite value (448), so no value saturates and small ones keep e4m3's relative
+precision down to 2^-14 of the largest. Weights follow the same rule per output channel, from
+their bf16 values (what the engine holds on a GPU; the simulation rounds float32 weights to bf16
+first, so both quantize the same numbers).
+
+On CUDA the GEMM is torch._scaled_mm with rowwise scales: cuBLAS/CUTLASS multiply e4m3 by e4m3,
+apply both scales and the bias to the float32 accumulator and round once to bf16. Elsewhere it
+is its definition, the dequantized values multiplied in float32: the CPU simulation of the
+scheme that the tests hold to the fp32 reference (tests/test_fp8.py, tests/test_fp8_quality.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.rose.layers import fused
+from engine.rose.layers.quantized_rows import QuantizedRows, dequantize_rows, quantize_rows_reference
+
+# torch._scaled_mm's operands need K and N in multiples of 16 (its tensor-core tiles).
+GEMM_ALIGNMENT = 16
+
+
+@functools.cache
+def _triton_fp8_kernels():
+    """The FP8 kernels module, or None where Triton is missing or broken."""
+    try:
+        from engine.rose.layers import triton_fp8_kernels
+    except Exception:  # ImportError, or a Triton without a working backend
+        return None
+    return triton_fp8_kernels
+
+
+def fp8_kernels_for(x: torch.Tensor):
+    """The Triton FP8 kernels where they serve x (CUDA, fused kernels on, Triton working), else None."""
+    return _triton_fp8_kernels() if fused.uses_triton(x) else None
+
+
+def quantize_rows(x: torch.Tensor) -> QuantizedRows:
+    """[T, K] -> QuantizedRows: a pass of its own, for an activation whose producer is not ours
+    (the attention's output). On CUDA one Triton kernel; elsewhere the reference."""
+    kernels = fp8_kernels_for(x)
+    if kernels is not None and x.dim() == 2 and x.is_contiguous():
+        return kernels.quantize_rows(x)
+    return quantize_rows_reference(x)
+
+
+def scaled_matmul(rows: QuantizedRows, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None,
+                  out_dtype: torch.dtype, fast_accumulation: bool) -> torch.Tensor:
+    """(rows.values * rows.scales) @ (weight * weight_scale.T).T + bias -> [T, N] in out_dtype.
+
+    weight [N, K] e4m3, weight_scale [1, N] float32. On CUDA one torch._scaled_mm; with
+    fast_accumulation Hopper's tensor cores keep their partial sums at their own reduced
+    precision instead of promoting them to float32 every few steps of K (faster; its error is
+    measured in docs/fp8.md). Elsewhere the definition in float32."""
+    if rows.values.is_cuda:
+        return torch._scaled_mm(rows.values, weight.t(), scale_a=rows.scales, scale_b=weight_scale, bias=bias,
+                                out_dtype=out_dtype, use_fast_accum=fast_accumulation)
+    dequantized_weight = weight.float() * weight_scale.t()
+    out = F.linear(dequantize_rows(rows), dequantized_weight, None if bias is None else bias.float())
+    return out.to(out_dtype)
+
+
+class Fp8Linear(nn.Module):
+    """nn.Linear's x @ weight.T + bias with the weight in e4m3, one scale per output channel.
+
+    It takes x as QuantizedRows (from a producer that quantized it in the same pass, see
+    engine/rose/layers/fp8_fused.py) or as a tensor, which it quantizes in a pass of its own.
+    The output is in the dtype the linear had (bf16 on a GPU). Build it after the model's last
+    dtype change: Module.to(dtype) would turn its e4m3 weight back into that dtype.
+    """
+
+    def __init__(self, linear: nn.Linear, fast_accumulation: bool = True):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.out_dtype = linear.weight.dtype
+        self.fast_accumulation = fast_accumulation
+        rows = quantize_rows_reference(linear.weight.detach().to(torch.bfloat16))
+        self.register_buffer("weight", rows.values)  # [N, K] e4m3
+        self.register_buffer("weight_scale", rows.scales.reshape(1, -1).contiguous())  # [1, N] float32
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
+
+    def forward(self, x: torch.Tensor | QuantizedRows) -> torch.Tensor:
+        rows = x if isinstance(x, QuantizedRows) else quantize_rows(x)
+        return scaled_matmul(rows, self.weight, self.weight_scale, self.bias, self.out_dtype, self.fast_accumulation)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, e4m3"
+
+
+def fits_fp8(linear: nn.Module) -> bool:
+    """Whether a linear layer's shape suits torch._scaled_mm."""
+    return (isinstance(linear, nn.Linear) and linear.in_features % GEMM_ALIGNMENT == 0
+            and linear.out_features % GEMM_ALIGNMENT == 0)
+
+
+def wants_rows(module: nn.Module | None) -> bool:
+    """Whether a layer takes its input as QuantizedRows, so that the step producing that input
+    should quantize it as it writes it."""
+    return isinstance(module, Fp8Linear)

@@ -1,0 +1,81 @@
+"""The fused steps between the matmuls (engine/rose/layers/fused.py) in the variants that feed
+an FP8 linear layer: each also writes its output as QuantizedRows (engine/rose/layers/fp8.py),
+in the same pass on CUDA (engine/rose/layers/triton_fp8_kernels.py).
+
+Each is defined by its reference here: the bf16 step as fused.py defines it, then
+quantize_rows_reference on that output as it stands in the activation dtype. On the CPU, and
+on CUDA with the fused kernels off, the references run; tests/test_fp8_gpu.py holds the
+kernels to them.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from engine.rose.layers import fused
+from engine.rose.layers.fp8 import fp8_kernels_for, quantize_rows
+from engine.rose.layers.quantized_rows import QuantizedRows
+
+# The BERT family's activation after its up projection: linear_gelu's `approximate` ("none",
+# "tanh") or None for ReLU -> the kernels' name for it.
+BERT_ACTIVATIONS = {"none": "gelu", "tanh": "gelu_tanh", None: "relu"}
+_ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+}
+
+
+def embed_layer_norm_rows(input_ids: torch.Tensor, positions: torch.Tensor, word: torch.Tensor, position: torch.Tensor,
+                          token_type: torch.Tensor | None, position_offset: int, weight: torch.Tensor,
+                          bias: torch.Tensor, eps: float) -> tuple[torch.Tensor, QuantizedRows]:
+    """fused.embed_layer_norm's output [T, H] and its QuantizedRows (the first layer's qkv input)."""
+    kernels = fp8_kernels_for(word)
+    if kernels is not None and word.is_contiguous() and position.is_contiguous() and bias is not None:
+        return kernels.embed_layer_norm_rows(input_ids, positions, word, position, token_type, position_offset,
+                                             weight, bias, eps)
+    out = fused.embed_layer_norm(input_ids, positions, word, position, token_type, position_offset, weight, bias, eps)
+    return out, quantize_rows(out)
+
+
+def add_layer_norm_rows(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                        eps: float) -> tuple[torch.Tensor, QuantizedRows]:
+    """fused.add_layer_norm's output [T, H] (the next residual) and its QuantizedRows (the next linear's input)."""
+    kernels = fp8_kernels_for(x)
+    if kernels is not None and x.is_contiguous() and residual.is_contiguous():
+        return kernels.add_layer_norm_rows(x, residual, weight, bias, eps)
+    out = fused.add_layer_norm(x, residual, weight, bias, eps)
+    return out, quantize_rows(out)
+
+
+def rms_norm_rows(x: torch.Tensor, weight: torch.Tensor, eps: float,
+                  residual: torch.Tensor | None = None) -> QuantizedRows:
+    """fused.rms_norm's output as QuantizedRows alone (a pre-norm decoder's norm output feeds
+    only the linear after it); with a residual, residual += x in place first, as there."""
+    kernels = fp8_kernels_for(x)
+    if kernels is not None and x.is_contiguous():
+        return kernels.add_rms_norm_rows(x, residual, weight, eps)
+    return quantize_rows(fused.rms_norm(x, weight, eps, residual=residual))
+
+
+def act_and_mul_rows(gate_up: torch.Tensor, activation: str = "silu") -> QuantizedRows:
+    """fused.act_and_mul's act(gate) * up [T, I] as QuantizedRows (the down projection's input)."""
+    kernels = fp8_kernels_for(gate_up)
+    if kernels is not None and gate_up.is_contiguous():
+        return kernels.act_and_mul_rows(gate_up, activation)
+    return quantize_rows(fused.act_and_mul(gate_up, activation))
+
+
+def activation_rows(x: torch.Tensor, activation: str) -> QuantizedRows:
+    """act(x) [T, I] as QuantizedRows, act one of "gelu", "gelu_tanh", "relu": the BERT family's
+    up projection output (bias included by its GEMM) on its way to the down projection."""
+    kernels = fp8_kernels_for(x)
+    if kernels is not None and x.is_contiguous():
+        return kernels.activation_rows(x, activation)
+    return quantize_rows(_ACTIVATIONS[activation](x))
+
+
+def activation(x: torch.Tensor, activation_name: str) -> torch.Tensor:
+    """act(x) in x's dtype: the reference activation_rows quantizes."""
+    return _ACTIVATIONS[activation_name](x)

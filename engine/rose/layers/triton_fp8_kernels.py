@@ -1,0 +1,267 @@
+"""Triton kernels that write FP8 activations (CUDA, compute capability 8.9 or newer): the fused
+steps of engine/rose/layers/triton_kernels.py that also, or instead, write their output as e4m3
+rows with one float32 scale per row, for the FP8 GEMM that reads it (engine/rose/layers/fp8.py).
+
+Quantizing inside the kernel that produces an activation costs one more byte written per value
+in a pass that runs anyway; a pass of its own reads the activation back and writes it again,
+which costs more than the FP8 GEMM saves (docs/fp8.md). A row's scale needs the row's largest
+magnitude: the norms hold their row in registers already (one program per token, as in
+triton_kernels.py); the MLP's activations, rows as long as the intermediate size, are walked
+twice in chunks, first for the largest magnitude, then to quantize (the second read mostly hits
+the cache).
+
+Each kernel mirrors its reference in engine/rose/layers/fp8_fused.py: the bf16 step, its
+output rounded to the activation dtype where the reference rounds it, then quantized as
+quantized_rows.quantize_rows_reference does (scale = max(max|row|, 1e-12) / 448, value = row / scale
+rounded to nearest even). Rows are tokens, so the grid depends on T alone and one compiled
+kernel serves every token bucket and every CUDA graph.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from engine.rose.layers.quantized_rows import FP8_DTYPE, QuantizedRows
+from engine.rose.layers.triton_kernels import ACTIVATIONS
+
+ROW_ACTIVATIONS = {**ACTIVATIONS, "relu": 3}
+_CHUNK = 1024  # columns per step of the two-pass kernels
+
+
+@triton.jit
+def _scale_of(amax):
+    # quantized_rows.MIN_AMAX and FP8_MAX: a zero row gets a positive scale and quantizes to zeros.
+    return tl.maximum(amax, 1e-12) / 448.0
+
+
+@triton.jit
+def _quantized(h, scale, q_ptr):
+    """h / scale within e4m3's finite range, in the e4m3 dtype q_ptr points to."""
+    q = h / scale
+    return tl.minimum(tl.maximum(q, -448.0), 448.0).to(q_ptr.dtype.element_ty)
+
+
+@triton.jit
+def _store_row(h, cols, mask, q_row_ptr, scale_ptr):
+    """One row h (float32, zero where masked) held whole: its e4m3 values and its scale."""
+    scale = _scale_of(tl.max(tl.abs(h), axis=0))
+    tl.store(q_row_ptr + cols, _quantized(h, scale, q_row_ptr), mask=mask)
+    tl.store(scale_ptr, scale)
+
+
+@triton.jit
+def _layer_norm_row(h, cols, mask, n_cols, eps, weight_ptr, bias_ptr):
+    """layer_norm(h) * weight + bias of one row h (float32, zero past n_cols), float32, zero past n_cols."""
+    mean = tl.sum(h, axis=0) / n_cols
+    centred = tl.where(mask, h - mean, 0.0)
+    inv_std = tl.rsqrt(tl.sum(centred * centred, axis=0) / n_cols + eps)
+    w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    return centred * inv_std * w + b
+
+
+@triton.jit
+def _add_layer_norm_rows_kernel(x_ptr, residual_ptr, weight_ptr, bias_ptr, out_ptr, q_ptr, scale_ptr, n_cols, eps,
+                                BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    r = tl.load(residual_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    # The reference adds in the activation dtype, then normalises that rounded sum.
+    h = (x + r).to(out_ptr.dtype.element_ty).to(tl.float32)
+    y = _layer_norm_row(h, cols, mask, n_cols, eps, weight_ptr, bias_ptr).to(out_ptr.dtype.element_ty)
+    tl.store(out_ptr + row * n_cols + cols, y, mask=mask)
+    _store_row(y.to(tl.float32), cols, mask, q_ptr + row * n_cols, scale_ptr + row)
+
+
+def add_layer_norm_rows(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                        eps: float) -> tuple[torch.Tensor, QuantizedRows]:
+    """layer_norm(x + residual) * weight + bias [T, H] as a new tensor, and as QuantizedRows."""
+    n_cols = x.shape[-1]
+    num_rows = x.numel() // n_cols
+    out, rows = torch.empty_like(x), _empty_rows(num_rows, n_cols, x.device)
+    if num_rows == 0:
+        return out, rows
+    block = triton.next_power_of_2(n_cols)
+    _add_layer_norm_rows_kernel[(num_rows,)](
+        x, residual, weight, bias, out, rows.values, rows.scales, n_cols, eps, BLOCK=block,
+        num_warps=min(16, max(1, block // 256)),
+    )
+    return out, rows
+
+
+@triton.jit
+def _embed_layer_norm_rows_kernel(ids_ptr, positions_ptr, word_ptr, position_ptr, type_ptr, weight_ptr, bias_ptr,
+                                  out_ptr, q_ptr, scale_ptr, n_cols, position_offset, eps, HAS_TYPE: tl.constexpr,
+                                  BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    token = tl.load(ids_ptr + row).to(tl.int64)
+    position = tl.load(positions_ptr + row).to(tl.int64) + position_offset
+    word = tl.load(word_ptr + token * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    where = tl.load(position_ptr + position * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    # The reference adds in the activation dtype, rounding after each add, then normalises.
+    h = (word + where).to(out_ptr.dtype.element_ty).to(tl.float32)
+    if HAS_TYPE:
+        h = (h + tl.load(type_ptr + cols, mask=mask, other=0.0).to(tl.float32)).to(out_ptr.dtype.element_ty)
+        h = h.to(tl.float32)
+    y = _layer_norm_row(h, cols, mask, n_cols, eps, weight_ptr, bias_ptr).to(out_ptr.dtype.element_ty)
+    tl.store(out_ptr + row * n_cols + cols, y, mask=mask)
+    _store_row(y.to(tl.float32), cols, mask, q_ptr + row * n_cols, scale_ptr + row)
+
+
+def embed_layer_norm_rows(input_ids: torch.Tensor, positions: torch.Tensor, word: torch.Tensor, position: torch.Tensor,
+                          token_type: torch.Tensor | None, position_offset: int, weight: torch.Tensor,
+                          bias: torch.Tensor, eps: float) -> tuple[torch.Tensor, QuantizedRows]:
+    """triton_kernels.embed_layer_norm's [T, H] in the tables' dtype, and as QuantizedRows."""
+    n_cols = word.shape[1]
+    num_rows = input_ids.shape[0]
+    out = torch.empty(num_rows, n_cols, dtype=word.dtype, device=word.device)
+    rows = _empty_rows(num_rows, n_cols, word.device)
+    if num_rows == 0:
+        return out, rows
+    block = triton.next_power_of_2(n_cols)
+    _embed_layer_norm_rows_kernel[(num_rows,)](
+        input_ids, positions, word, position, token_type if token_type is not None else word, weight, bias, out,
+        rows.values, rows.scales, n_cols, position_offset, eps, HAS_TYPE=token_type is not None, BLOCK=block,
+        num_warps=min(16, max(1, block // 256)),
+    )
+    return out, rows
+
+
+@triton.jit
+def _add_rms_norm_rows_kernel(x_ptr, residual_ptr, weight_ptr, q_ptr, scale_ptr, n_cols, eps,
+                              HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        # residual += x, rounded to the activation dtype as the reference's add is.
+        x = (x.to(tl.float32) + tl.load(residual_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32))
+        x = x.to(residual_ptr.dtype.element_ty)
+        tl.store(residual_ptr + row * n_cols + cols, x, mask=mask)
+    xf = x.to(tl.float32)
+    inv_rms = tl.rsqrt(tl.sum(xf * xf, axis=0) / n_cols + eps)
+    w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    # The reference's norm output stands in the activation dtype before it is quantized.
+    y = (xf * inv_rms * w).to(x_ptr.dtype.element_ty).to(tl.float32)
+    _store_row(y, cols, mask, q_ptr + row * n_cols, scale_ptr + row)
+
+
+def add_rms_norm_rows(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor,
+                      eps: float) -> QuantizedRows:
+    """rms_norm(residual + x) * weight as QuantizedRows alone; with a residual, it is updated in
+    place to residual + x, as triton_kernels.add_rms_norm does."""
+    n_cols = x.shape[-1]
+    num_rows = x.numel() // n_cols
+    rows = _empty_rows(num_rows, n_cols, x.device)
+    if num_rows == 0:
+        return rows
+    block = triton.next_power_of_2(n_cols)
+    _add_rms_norm_rows_kernel[(num_rows,)](
+        x, residual if residual is not None else x, weight, rows.values, rows.scales, n_cols, eps,
+        HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=min(16, max(1, block // 256)),
+    )
+    return rows
+
+
+@triton.jit
+def _activated(x_ptr, row_ptr, cols, mask, n_cols, ACT: tl.constexpr, GATED: tl.constexpr):
+    """act(gate) * up of a gated row (gate | up, 2 * n_cols wide) or act(x) of a plain one, at
+    cols, float32 holding the activation dtype's rounding as the references round."""
+    x = tl.load(row_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    if ACT == 0:
+        act = x * tl.sigmoid(x)
+    elif ACT == 1:
+        act = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+    elif ACT == 2:  # tanh(y) = 2 sigmoid(2y) - 1
+        inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+        act = 0.5 * x * (2.0 * tl.sigmoid(2.0 * inner))
+    else:
+        act = tl.maximum(x, 0.0)
+    act = act.to(x_ptr.dtype.element_ty).to(tl.float32)
+    if GATED:
+        up = tl.load(row_ptr + n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+        act = (act * up).to(x_ptr.dtype.element_ty).to(tl.float32)
+    return act
+
+
+@triton.jit
+def _activation_rows_kernel(x_ptr, q_ptr, scale_ptr, n_cols, ACT: tl.constexpr, GATED: tl.constexpr,
+                            BLOCK: tl.constexpr):
+    # One row, in chunks of BLOCK columns: the largest magnitude first, then the values.
+    row = tl.program_id(0).to(tl.int64)
+    if GATED:
+        row_ptr = x_ptr + row * 2 * n_cols
+    else:
+        row_ptr = x_ptr + row * n_cols
+    largest = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        h = _activated(x_ptr, row_ptr, cols, mask, n_cols, ACT, GATED)
+        largest = tl.maximum(largest, tl.where(mask, tl.abs(h), 0.0))
+    scale = _scale_of(tl.max(largest, axis=0))
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        h = _activated(x_ptr, row_ptr, cols, mask, n_cols, ACT, GATED)
+        tl.store(q_ptr + row * n_cols + cols, _quantized(h, scale, q_ptr), mask=mask)
+    tl.store(scale_ptr + row, scale)
+
+
+def act_and_mul_rows(gate_up: torch.Tensor, activation: str = "silu") -> QuantizedRows:
+    """[T, 2I] (gate | up) -> act(gate) * up as QuantizedRows [T, I]; act one of triton_kernels.ACTIVATIONS."""
+    return _activation_rows(gate_up, gate_up.shape[1] // 2, ACTIVATIONS[activation], gated=True)
+
+
+def activation_rows(x: torch.Tensor, activation: str) -> QuantizedRows:
+    """[T, I] -> act(x) as QuantizedRows; act one of ROW_ACTIVATIONS ("gelu", "gelu_tanh", "relu", "silu")."""
+    return _activation_rows(x, x.shape[1], ROW_ACTIVATIONS[activation], gated=False)
+
+
+def _activation_rows(x: torch.Tensor, n_cols: int, act: int, gated: bool) -> QuantizedRows:
+    num_rows = x.shape[0]
+    rows = _empty_rows(num_rows, n_cols, x.device)
+    if num_rows == 0:
+        return rows
+    _activation_rows_kernel[(num_rows,)](x, rows.values, rows.scales, n_cols, ACT=act, GATED=gated, BLOCK=_CHUNK,
+                                         num_warps=4)
+    return rows
+
+
+@triton.jit
+def _quantize_rows_kernel(x_ptr, q_ptr, scale_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    largest = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        h = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        largest = tl.maximum(largest, tl.abs(h))
+    scale = _scale_of(tl.max(largest, axis=0))
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        h = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(q_ptr + row * n_cols + cols, _quantized(h, scale, q_ptr), mask=mask)
+    tl.store(scale_ptr + row, scale)
+
+
+def quantize_rows(x: torch.Tensor) -> QuantizedRows:
+    """[T, K] contiguous -> QuantizedRows: the attention's output on its way to an FP8 o_proj."""
+    num_rows, n_cols = x.shape
+    rows = _empty_rows(num_rows, n_cols, x.device)
+    if num_rows == 0:
+        return rows
+    _quantize_rows_kernel[(num_rows,)](x, rows.values, rows.scales, n_cols, BLOCK=_CHUNK, num_warps=4)
+    return rows
+
+
+def _empty_rows(num_rows: int, n_cols: int, device: torch.device) -> QuantizedRows:
+    return QuantizedRows(torch.empty(num_rows, n_cols, dtype=FP8_DTYPE, device=device),
+                         torch.empty(num_rows, 1, dtype=torch.float32, device=device))

@@ -1,0 +1,166 @@
+"""The FP8 scheme on the CPU, where it runs as its own simulation (docs/fp8.md): the quantization
+rule, the FP8 linear layer against its float32 definition, which layers the plan turns to FP8,
+and whole tiny BERT and Qwen3 models whose FP8 path must equal an independent fake quantization
+of the float32 model (every F.linear's input and weight round-tripped through e4m3 by the rule),
+so that each linear reads the quantized form of exactly the activation the bf16 model feeds it.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.rose.batch import pack
+from engine.config import Fp8Plan
+from engine.rose.fp8_plan import fp8_linear_names, quantize_model
+from engine.rose.layers.attention import SDPAPerSequenceBackend
+from engine.rose.layers.fp8 import Fp8Linear, wants_rows
+from engine.rose.layers.quantized_rows import FP8_DTYPE, FP8_MAX, dequantize_rows, quantize_rows_reference
+from engine.rose.models import MODEL_CLASSES
+from tests.qwen3_checkpoints import randomize
+
+EVERY_LINEAR = Fp8Plan(min_hidden_size=0, bf16_edge_layers=0, attention_output_min_hidden_size=0)
+
+
+def test_each_rows_largest_magnitude_lands_on_e4m3s_largest_value():
+    g = torch.Generator().manual_seed(0)
+    magnitudes = torch.tensor([1e-3, 1.0, 10.0, 1e3, 0.0, 1.0])[:, None]
+    x = torch.randn(6, 100, generator=g) * magnitudes
+    x[5, 3] = 50.0  # one outlier
+    rows = quantize_rows_reference(x)
+    assert rows.values.dtype == FP8_DTYPE and rows.scales.dtype == torch.float32 and rows.scales.shape == (6, 1)
+    largest = rows.values.float().abs().amax(dim=1)
+    assert torch.equal(largest[[0, 1, 2, 3, 5]], torch.full((5,), FP8_MAX))
+    assert largest[4] == 0 and rows.scales[4] > 0  # a zero row: zeros, at a positive scale
+    torch.testing.assert_close(rows.scales[:, 0], x.abs().amax(dim=1).clamp(min=1e-12) / FP8_MAX, rtol=0, atol=0)
+    # Rounding to 3 mantissa bits: within 2^-4 of each value, relative, down to 2^-6 of a row's largest.
+    back = dequantize_rows(rows)
+    normal = x.abs() >= x.abs().amax(dim=1, keepdim=True) * 2.0 ** -6
+    assert ((back - x).abs() <= 2.0 ** -4 * x.abs() + 1e-12)[normal].all()
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_an_fp8_linear_is_its_float32_definition(bias):
+    torch.manual_seed(1)
+    linear = nn.Linear(64, 48, bias=bias)
+    x = torch.randn(10, 64)
+    layer = Fp8Linear(linear)
+    assert layer.weight.dtype == FP8_DTYPE and layer.weight.shape == (48, 64) and layer.weight_scale.shape == (1, 48)
+    weight = dequantize_rows(quantize_rows_reference(linear.weight.detach().to(torch.bfloat16)))
+    want = F.linear(dequantize_rows(quantize_rows_reference(x)), weight, linear.bias)
+    torch.testing.assert_close(layer(x), want, rtol=1e-6, atol=1e-6)
+    assert torch.equal(layer(quantize_rows_reference(x)), layer(x))  # rows given, or made from the tensor
+    cosine = F.cosine_similarity(layer(x), linear(x), dim=-1)
+    assert cosine.min() >= 0.998, cosine  # two e4m3 roundings per product: the scheme's error on one GEMM
+
+
+def _bert(layers: int = 4, hidden_act: str = "gelu", hidden: int = 64) -> nn.Module:
+    config = dict(vocab_size=97, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
+                  intermediate_size=2 * hidden, max_position_embeddings=160, hidden_act=hidden_act, model_type="bert")
+    model = MODEL_CLASSES["bert"](config)
+    randomize(model, seed=3)
+    return model.eval()
+
+
+def _qwen3(layers: int = 3) -> nn.Module:
+    config = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=layers, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, max_position_embeddings=160, rope_theta=1234.0)
+    model = MODEL_CLASSES["qwen3"](config)
+    randomize(model, seed=4)
+    return model.eval()
+
+
+def test_the_plan_keeps_narrow_models_edge_layers_and_narrow_attention_outputs_bf16():
+    assert fp8_linear_names(_bert(hidden=384, layers=2), Fp8Plan()) == []  # MiniLM's width: FP8 does not pay
+    wide = _bert(layers=4, hidden=512)
+    assert fp8_linear_names(wide, Fp8Plan()) == [f"layers.{i}.{name}" for i in (1, 2)
+                                                 for name in ("qkv_proj", "up_proj", "down_proj")]
+    with_o = fp8_linear_names(wide, Fp8Plan(attention_output_min_hidden_size=512, bf16_edge_layers=0))
+    assert len(with_o) == 16 and "layers.0.o_proj" in with_o
+    qwen3 = fp8_linear_names(_qwen3(layers=3), Fp8Plan(min_hidden_size=0, attention_output_min_hidden_size=0))
+    assert qwen3 == [f"layers.1.{name}" for name in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj",
+                                                      "mlp.down_proj")]
+
+
+def test_quantize_model_replaces_what_the_plan_names_and_says_so():
+    model = _bert(layers=3)
+    line = quantize_model(model, Fp8Plan(min_hidden_size=0))
+    assert line.startswith("FP8: 3 of 12 linear layers run as e4m3 GEMMs (down_proj, qkv_proj, up_proj")
+    layers = model.layers
+    assert [wants_rows(layers[i].qkv_proj) for i in range(3)] == [False, True, False]
+    assert not wants_rows(layers[1].o_proj)
+    assert all(isinstance(b, torch.Tensor) and b.dtype == FP8_DTYPE for n, b in model.named_buffers() if
+               n.endswith(".weight"))
+    assert "no linear layer runs FP8" in quantize_model(_bert(hidden=384, layers=2), Fp8Plan())
+
+
+def _run(model: nn.Module, is_causal: bool = False) -> torch.Tensor:
+    rng = np.random.default_rng(0)
+    batch = pack([rng.integers(0, 97, n).astype(np.int32) for n in (1, 9, 40, 130, 17)])
+    attention = SDPAPerSequenceBackend(model.attention_shape(is_causal))
+    meta = attention.prepare(torch.from_numpy(batch.cu_seqlens), batch.cu_seqlens.tolist(), batch.max_seqlen)
+    with torch.inference_mode():
+        return model(torch.from_numpy(batch.input_ids), torch.from_numpy(batch.positions), attention, meta)
+
+
+def _fake_quantized(model: nn.Module, monkeypatch, is_causal: bool = False) -> torch.Tensor:
+    """The float32 model with every F.linear's input and weight round-tripped through e4m3."""
+    linear = F.linear
+
+    def fake(x, weight, bias=None):
+        quantized = dequantize_rows(quantize_rows_reference(weight.to(torch.bfloat16)))
+        return linear(dequantize_rows(quantize_rows_reference(x)), quantized, bias)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.nn.functional, "linear", fake)
+        return _run(model, is_causal)
+
+
+@pytest.mark.parametrize("hidden_act", ["gelu", "gelu_new", "relu"])
+def test_an_fp8_bert_is_the_fake_quantized_float32_bert(hidden_act, monkeypatch):
+    model = _bert(hidden_act=hidden_act)
+    reference = copy.deepcopy(model)
+    quantize_model(model, EVERY_LINEAR)
+    ours = _run(model)
+    torch.testing.assert_close(ours, _fake_quantized(reference, monkeypatch), rtol=1e-5, atol=1e-5)
+    exact = _run(reference)
+    # Per token, on random weights far from their init: FP8 stays near the float32 model.
+    assert F.cosine_similarity(ours, exact, dim=-1).min() >= 0.95
+
+
+@pytest.mark.parametrize("is_causal", [True, False])
+def test_an_fp8_qwen3_is_the_fake_quantized_float32_qwen3(is_causal, monkeypatch):
+    model = _qwen3()
+    reference = copy.deepcopy(model)
+    quantize_model(model, EVERY_LINEAR)
+    ours = _run(model, is_causal)
+    torch.testing.assert_close(ours, _fake_quantized(reference, monkeypatch, is_causal), rtol=1e-5, atol=1e-5)
+    # Per token, on random weights far from their init: FP8 stays near the float32 model.
+    assert F.cosine_similarity(ours, _run(reference, is_causal), dim=-1).min() >= 0.95
+
+
+def test_mixed_layers_pass_bf16_or_rows_between_them(monkeypatch):
+    """The default plan's shape: bf16 edge layers around FP8 ones, o_proj bf16; the FP8 layers
+    equal the fake-quantized ones and the bf16 layers the float32 ones."""
+    model = _bert(layers=3)
+    reference = copy.deepcopy(model)
+    quantize_model(model, Fp8Plan(min_hidden_size=0))
+    linear = F.linear
+    fp8_weights = {id(reference.layers[1].get_submodule(n).weight) for n in ("qkv_proj", "up_proj", "down_proj")}
+
+    def fake_where_fp8(x, weight, bias=None):
+        if id(weight) not in fp8_weights:
+            return linear(x, weight, bias)
+        quantized = dequantize_rows(quantize_rows_reference(weight.to(torch.bfloat16)))
+        return linear(dequantize_rows(quantize_rows_reference(x)), quantized, bias)
+
+    ours = _run(model)
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.nn.functional, "linear", fake_where_fp8)
+        want = _run(reference)
+    torch.testing.assert_close(ours, want, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,128 @@
+"""Kernels of engine/rose/layers/triton_fp8_kernels.py against their references
+(engine/rose/layers/fp8_fused.py), on the CPU through Triton's interpreter; tests/test_fp8_gpu.py
+checks them compiled. float32 and float16 only: the interpreter's bfloat16 arithmetic is numpy's
+float32 rounded, not the GPU's.
+
+The interpreter's own float32 -> e4m3 conversion rounds half up and drops the carry into the
+exponent (125.7 at scale 1 becomes 64, not 128), where the GPU's conversion instruction rounds
+to nearest even as torch does; the tests convert as the GPU does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.triton_interpreter import SKIP_REASON, use_interpreter
+
+_INTERPRETED = use_interpreter()
+pytest.importorskip("triton")
+pytestmark = pytest.mark.skipif(not _INTERPRETED, reason=SKIP_REASON)
+
+from engine.rose.layers import fp8_fused  # noqa: E402
+from engine.rose.layers.quantized_rows import quantize_rows_reference  # noqa: E402
+from tests.fp8_checks import assert_rows_close  # noqa: E402
+
+DTYPES = [torch.float32, torch.float16]
+
+
+@pytest.fixture(autouse=True)
+def _e4m3_rounded_as_on_the_gpu(monkeypatch):
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    convert = interpreter._convert_float
+    wide = {tl.float32: np.float32, tl.float16: np.float16}
+
+    def gpu_like(data, input_dtype, output_dtype, rounding_mode):
+        if output_dtype == tl.float8e4nv and input_dtype in wide:
+            values = torch.from_numpy(np.frombuffer(data.tobytes(), dtype=wide[input_dtype]).copy())
+            return values.float().to(torch.float8_e4m3fn).view(torch.uint8).numpy().reshape(data.shape)
+        return convert(data, input_dtype, output_dtype, rounding_mode)
+
+    monkeypatch.setattr(interpreter, "_convert_float", gpu_like)
+
+
+def _kernels():
+    from engine.rose.layers import triton_fp8_kernels
+
+    return triton_fp8_kernels
+
+
+def _randn(*shape, seed: int, dtype: torch.dtype, scale: float = 1.0) -> torch.Tensor:
+    return (scale * torch.randn(*shape, generator=torch.Generator().manual_seed(seed))).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("num_rows,n_cols", [(3, 1024), (5, 2500), (4, 48)])
+def test_quantize_rows(dtype, num_rows, n_cols):
+    """Rows longer than a chunk and not a whole number of chunks; a row of zeros; a row of one large value."""
+    x = _randn(num_rows, n_cols, seed=n_cols, dtype=dtype, scale=3.0)
+    x[1] = 0
+    x[2, 7] = 300
+    got = _kernels().quantize_rows(x)
+    assert_rows_close(got, quantize_rows_reference(x), max_share_differing=0)
+    assert got.values[1].float().abs().sum() == 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n_cols", [384, 1000])
+def test_add_layer_norm_rows(dtype, n_cols):
+    x, residual = _randn(6, n_cols, seed=1, dtype=dtype), _randn(6, n_cols, seed=2, dtype=dtype)
+    weight, bias = 1 + _randn(n_cols, seed=3, dtype=dtype, scale=0.1), _randn(n_cols, seed=4, dtype=dtype, scale=0.1)
+    out, rows = _kernels().add_layer_norm_rows(x, residual, weight, bias, 1e-12)
+    want = F.layer_norm(x + residual, (n_cols,), weight, bias, 1e-12)
+    torch.testing.assert_close(out, want, rtol=1e-3, atol=1e-3)
+    assert_rows_close(rows, quantize_rows_reference(out))
+    assert_rows_close(rows, quantize_rows_reference(want))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("token_type", [True, False])
+def test_embed_layer_norm_rows(dtype, token_type):
+    hidden, vocab, num_positions = 96, 50, 40
+    word, position = _randn(vocab, hidden, seed=5, dtype=dtype), _randn(num_positions, hidden, seed=6, dtype=dtype)
+    types = _randn(hidden, seed=7, dtype=dtype) if token_type else None
+    weight, bias = 1 + _randn(hidden, seed=8, dtype=dtype, scale=0.1), _randn(hidden, seed=9, dtype=dtype, scale=0.1)
+    ids, positions = torch.tensor([3, 0, 49, 7, 7]), torch.tensor([0, 1, 2, 0, 30])
+    out, rows = _kernels().embed_layer_norm_rows(ids, positions, word, position, types, 2, weight, bias, 1e-12)
+    want = F.embedding(ids, word) + F.embedding(positions + 2, position)
+    want = F.layer_norm(want + types if token_type else want, (hidden,), weight, bias, 1e-12)
+    torch.testing.assert_close(out, want, rtol=1e-3, atol=1e-3)
+    assert_rows_close(rows, quantize_rows_reference(out))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("with_residual", [True, False])
+def test_add_rms_norm_rows_updates_the_residual(dtype, with_residual):
+    n_cols = 320
+    x, residual = _randn(5, n_cols, seed=10, dtype=dtype), _randn(5, n_cols, seed=11, dtype=dtype)
+    weight = 1 + _randn(n_cols, seed=12, dtype=dtype, scale=0.1)
+    mine = residual.clone() if with_residual else None
+    rows = _kernels().add_rms_norm_rows(x, mine, weight, 1e-6)
+    summed = residual + x if with_residual else x
+    if with_residual:
+        torch.testing.assert_close(mine, summed, rtol=0, atol=0)
+    want = F.rms_norm(summed, (n_cols,), weight, 1e-6)
+    assert_rows_close(rows, quantize_rows_reference(want))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("activation", ["silu", "gelu", "gelu_tanh"])
+def test_act_and_mul_rows(dtype, activation):
+    """Rows of 1,300 values: a chunk and a part of one."""
+    gate_up = _randn(4, 2 * 1300, seed=13, dtype=dtype, scale=2.0)
+    rows = _kernels().act_and_mul_rows(gate_up, activation)
+    gate, up = gate_up.chunk(2, dim=-1)
+    act = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda g: F.gelu(g, approximate="tanh")}[activation]
+    assert_rows_close(rows, quantize_rows_reference(act(gate) * up))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "relu"])
+def test_activation_rows(dtype, activation):
+    x = _randn(3, 1536, seed=14, dtype=dtype, scale=2.0)
+    rows = _kernels().activation_rows(x, activation)
+    assert_rows_close(rows, quantize_rows_reference(fp8_fused.activation(x, activation)))
