@@ -27,6 +27,13 @@
 #                                    # both models in one server (bench/results/rerank-gpu.md; about 4 minutes)
 #   bench/gpu_session.sh profile     # kernel by kernel with the packed attention (bench/gpu_profile.py), and
 #                                    # py-spy over the server under load (BERT-base paragraphs and documents)
+#   bench/gpu_session.sh fp8-tests   # FP8's GPU tests (kernels, the GEMM, engines against the CPU simulation),
+#                                    # then the fused kernels' and Qwen3's GPU tests on the bf16 path (about 4 minutes)
+#   bench/gpu_session.sh fp8         # bench/fp8_bench.py: bf16 against FP8 plans on MiniLM, BERT-base and the
+#                                    # Qwen3-0.6B shape, engine alone on documents, dense ceilings, quality (bench/results/fp8.md)
+#   bench/gpu_session.sh fp8-4b      # the same on the Qwen3-Embedding-4B shape (bench/results/fp8-4b.md)
+#   bench/gpu_session.sh fp8-paragraphs  # the paragraphs mode's load with --quantization fp8, BERT-base and the
+#                                    # Qwen3-0.6B shape, against the FP8 engine alone (bench/results/e2e-gpu-*-fp8.md)
 #
 # A device call runs at most 10 minutes: one mode per call.
 #
@@ -179,8 +186,31 @@ profile)
         --latency-queries 0 --py-spy "$OUT/e2e-gpu-bert-base.pyspy.txt"
     load_gen e2e-gpu-bert-base-docs /tmp/bert-base-random --num-texts 3000 --join 4 --repeat 4 --latency-queries 0
     ;;
+fp8-tests)
+    KEEP_LOGS=1 step fp8-gpu-tests python3 -m pytest -q -rs -s -p no:cacheprovider -m gpu tests/test_fp8_gpu.py
+    # The measured figures the tests print, one line each.
+    grep -E "accumulation: largest|engine vs its simulation|all-MiniLM-L6-v2 FP8" /tmp/step-logs/fp8-gpu-tests.log
+    KEEP_LOGS=1 step bf16-gpu-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_fused_gpu.py \
+        tests/test_qwen3_gpu.py tests/test_gpu_capture.py
+    ;;
+fp8)
+    step fp8-bench python3 bench/fp8_bench.py --tokenizer .carry/minilm/tokenizer.json \
+        --models minilm,bert-base,qwen3-0.6b --out "$OUT/fp8.md"
+    sed -n '/^| model/,$p' "$OUT/fp8.md"
+    ;;
+fp8-4b)
+    step fp8-bench-4b python3 bench/fp8_bench.py --tokenizer .carry/minilm/tokenizer.json --models qwen3-4b \
+        --out "$OUT/fp8-4b.md"
+    sed -n '/^| model/,$p' "$OUT/fp8-4b.md"
+    ;;
+fp8-paragraphs)
+    models bert-base qwen3
+    load_gen e2e-gpu-bert-base-fp8 /tmp/bert-base-random --num-texts 12061 --repeat 4 --latency-queries 200 \
+        --quantization fp8
+    load_gen e2e-gpu-qwen3-fp8 /tmp/qwen3-random --num-texts 12061 --repeat 8 --latency-queries 200 --quantization fp8
+    ;;
 *)
-    echo "usage: $0 tests|engine|paragraphs|bulk|bulk1000|kernels|sweep|flashinfer|ratios|queries|sustained|rerank|profile" >&2
+    echo "usage: $0 tests|engine|paragraphs|bulk|bulk1000|kernels|sweep|flashinfer|ratios|queries|sustained|rerank|profile|fp8-tests|fp8|fp8-4b|fp8-paragraphs" >&2
     exit 2
     ;;
 esac

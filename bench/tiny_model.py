@@ -3,6 +3,7 @@
     python bench/tiny_model.py /tmp/tiny-bert [--hidden 32 --layers 1]
     python bench/tiny_model.py /tmp/bert-base-random --hidden 768 --layers 12   # BERT-base's shape
     python bench/tiny_model.py /tmp/qwen3-random --arch qwen3-0.6b                # Qwen3-Embedding-0.6B's shape
+    python bench/tiny_model.py /tmp/qwen3-4b-random --arch qwen3-4b               # Qwen3-Embedding-4B's shape
     python bench/tiny_model.py /tmp/bert-base-ce-random --arch bert-cross-encoder --hidden 768 --layers 12
                                                    # a cross-encoder (a reranker) of BERT-base's shape
 
@@ -70,20 +71,30 @@ def write_bert_cross_encoder(out: Path, hidden: int = 32, layers: int = 1, heads
     return out
 
 
-def write_qwen3_shape(out: Path, seed: int = 0, source: Path | None = None) -> Path:
-    """Qwen3-Embedding-0.6B's shape (1024 wide, 28 layers, 16 / 8 heads of 128), random bf16 weights."""
+# Qwen3-Embedding's shapes (their config.json's sizes).
+QWEN3_SHAPES = {
+    "qwen3-0.6b": dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+                       head_dim=128, intermediate_size=3072),
+    "qwen3-4b": dict(hidden_size=2560, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                     head_dim=128, intermediate_size=9728),
+}
+
+
+def write_qwen3_shape(out: Path, seed: int = 0, source: Path | None = None, shape: str = "qwen3-0.6b") -> Path:
+    """A Qwen3-Embedding shape of QWEN3_SHAPES (0.6B: 1024 wide, 28 layers, 16 / 8 heads of 128;
+    4B: 2560 wide, 36 layers, 32 / 8 heads of 128), random bf16 weights."""
     import torch
     from transformers import Qwen3Config, Qwen3Model
 
     source = source or resolve_model_dir(None)[0]
-    config = Qwen3Config(vocab_size=151669, hidden_size=1024, num_hidden_layers=28, num_attention_heads=16,
-                         num_key_value_heads=8, head_dim=128, intermediate_size=3072, max_position_embeddings=32768,
-                         rope_theta=1e6, tie_word_embeddings=True)
+    hidden = QWEN3_SHAPES[shape]["hidden_size"]
+    config = Qwen3Config(vocab_size=151669, max_position_embeddings=32768, rope_theta=1e6, tie_word_embeddings=True,
+                         **QWEN3_SHAPES[shape])
     torch.manual_seed(seed)
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # 0.6B parameters initialise slowly on a CPU
         model = Qwen3Model(config).to(torch.bfloat16)
     model.save_pretrained(out, safe_serialization=True)
-    _copy_tokenizer(source, out, 1024, {"pooling_mode_mean_tokens": False, "pooling_mode_lasttoken": True})
+    _copy_tokenizer(source, out, hidden, {"pooling_mode_mean_tokens": False, "pooling_mode_lasttoken": True})
     # Last-token pooling reads the end token's state: BERT's tokenizer ends every text with [SEP].
     tokenizer_config = out / "tokenizer_config.json"
     settings = json.loads(tokenizer_config.read_text()) if tokenizer_config.is_file() else {}
@@ -107,13 +118,13 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=32)
     parser.add_argument("--layers", type=int, default=1)
     parser.add_argument("--heads", type=int, default=None, help="default hidden // 64")
-    parser.add_argument("--arch", choices=["bert", "bert-cross-encoder", "qwen3-0.6b"], default="bert",
-                        help="qwen3-0.6b ignores --hidden/--layers/--heads")
+    parser.add_argument("--arch", choices=["bert", "bert-cross-encoder", *QWEN3_SHAPES], default="bert",
+                        help="the Qwen3 shapes ignore --hidden/--layers/--heads")
     parser.add_argument("--source", type=Path, default=None,
                         help="directory with tokenizer.json and the sentence-transformers files (default: the embedded model)")
     args = parser.parse_args()
-    if args.arch == "qwen3-0.6b":
-        print(write_qwen3_shape(args.out, source=args.source))
+    if args.arch in QWEN3_SHAPES:
+        print(write_qwen3_shape(args.out, source=args.source, shape=args.arch))
     elif args.arch == "bert-cross-encoder":
         print(write_bert_cross_encoder(args.out, args.hidden, args.layers, args.heads, source=args.source))
     else:
