@@ -24,7 +24,8 @@ from engine.config import LONG_INPUT_MODES, POOLING_MODES, EngineConfig, ModelOv
 from server.api_keys import API_KEY_ENV, keys_from_env
 from server import embed_cli, hardening_cli
 from server.cli_help import HelpAll, HelpFormatter, advanced, hidden_alias
-from server.cli_values import DTYPES, device_list, model_choice, port_number, positive_int
+from engine.rose.fp8_support import QUANTIZATIONS
+from server.cli_values import DTYPES, device_list, model_choice, port_number, positive_int, quantization_refusal
 from server.config import ExtraModel, ServerConfig
 from server.listen import ListenError, bind_sockets
 
@@ -116,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     advanced(tuning.add_argument("--lazy-capture", action="store_true",
                                  help="GPU: start serving sooner and capture each CUDA graph on its second batch "
                                       "instead of all of them before /health turns 200"))
+    advanced(tuning.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
+                                 help="fp8: the linear layers as e4m3 GEMMs, on GPUs of compute capability 8.9 or "
+                                      "newer (Ada, Hopper); BERT family and Qwen3 embedders (default: none, bf16 "
+                                      "GEMMs; docs/fp8.md)"))
     _add_model_flags(serve)
     hardening_cli.add_arguments(serve)
     embed_cli.add_parser(commands, HelpFormatter)
@@ -150,6 +155,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     from server.topology import default_front_ends, default_part_processes, parse_devices
 
     devices = parse_devices(args.devices)  # named ones were checked as the flag was parsed
+    if refusal := quantization_refusal(args.quantization, devices, args.dtype):
+        raise ValueError(f"argument --quantization: {refusal}")
     (first_name, first_model), *extra_models = args.model or [(None, None)]
     if first_name is not None and args.served_model_name is not None:
         raise ValueError(f"--served-model-name {args.served_model_name} and --model {first_name}=... both name the "
@@ -159,7 +166,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_batch_tokens=args.max_batch_tokens or DEFAULT_MAX_BATCH_TOKENS,
         max_batch_seqs=args.max_batch_seqs, max_seq_len=args.max_seq_len, num_threads=args.num_threads,
         attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
-        fused_kernels=args.fused_kernels,
+        fused_kernels=args.fused_kernels, quantization=args.quantization,
         capture_at_start=not args.lazy_capture,
         model_overrides=ModelOverrides(
             attention=args.attention, pooling=args.pooling, quantization=args.embedding_quantization,
@@ -191,6 +198,7 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
     before anything starts: no engine process, no shared memory, no banner before it holds.
     """
     from engine.model_files.loader import ModelLoadError
+    from engine.rose.fp8_support import model_refusal
     from server.aliases import AliasError, resolve_aliases
     from server.config import load_specs
     from server.logs import configure_logging
@@ -199,6 +207,10 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
         specs = load_specs(config)  # fail fast
     except (ModelLoadError, ValueError) as exc:
         sys.exit(f"rose-embed: {exc}")
+    if config.engine.quantization is not None:
+        for spec in specs:
+            if refusal := model_refusal(spec.architecture, spec.name, spec.reranker is not None):
+                _usage_error(f"argument --quantization: {refusal}")
     longest = max(spec.max_seq_len for spec in specs)
     if config.engine.max_batch_tokens < longest and budget_is_default:
         # A 32k-context model must still fit one whole sequence into a batch.

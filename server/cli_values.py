@@ -74,6 +74,18 @@ def device_list(value: str) -> str:
     return value
 
 
+def quantization_refusal(quantization: str | None, devices: tuple[str, ...], dtype: str) -> str | None:
+    """Why --quantization cannot run on these devices at this --dtype (one line), or None."""
+    if quantization is None:
+        return None
+    from engine.rose.fp8_support import device_refusal, dtype_refusal
+
+    for name in devices:
+        if refusal := device_refusal("cuda:0" if name == "cuda" else name):
+            return refusal
+    return dtype_refusal(dtype)
+
+
 def _check_visible(names: tuple[str, ...]) -> None:
     if not any(name.startswith("cuda") for name in names):
         return  # torch is imported only where a GPU is named

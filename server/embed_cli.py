@@ -8,8 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.config import LONG_INPUT_MODES, POOLING_MODES, EngineConfig
+from engine.rose.fp8_support import QUANTIZATIONS
 from server.cli_help import hidden_alias
-from server.cli_values import DTYPES, device, positive_int
+from server.cli_values import DTYPES, device, positive_int, quantization_refusal
 
 _DEFAULT_CHUNK_SIZE = 10_000  # corpus.job.DEFAULT_CHUNK_SIZE, kept here so --help imports no torch
 
@@ -70,6 +71,9 @@ def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
     model.add_argument("--enforce-eager", action="store_true", help="CUDA: no CUDA graphs")
     model.add_argument("--no-fused-kernels", dest="fused_kernels", action="store_false",
                        help="CUDA: plain PyTorch instead of the fused Triton kernels between the matmuls")
+    model.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
+                       help="fp8: the linear layers as e4m3 GEMMs, on GPUs of compute capability 8.9 or newer; "
+                            "BERT family and Qwen3 embedders (default: none, bf16 GEMMs; docs/fp8.md)")
     model.add_argument("--attention", choices=["causal", "bidirectional"], default=None,
                        help="override the checkpoint's attention mask (default: from the checkpoint)")
     model.add_argument("--pooling", choices=POOLING_MODES, default=None,
@@ -89,7 +93,11 @@ def run(args: argparse.Namespace) -> None:
     from engine.text.late_chunking import late_chunking_problem
     from engine.model_files.loader import ModelLoadError, load_spec
 
+    if args.quantization is not None:
+        _refuse_quantization_where_it_cannot_run(args)
     try:
+        if args.quantization is not None:  # before the job touches its output
+            _refuse_quantization_of(load_spec(args.model, args.max_seq_len, ModelOverrides(), args.revision))
         output_format = args.output_format or output_format_of(args.output)
         job = CorpusJob(
             input=args.input, output=args.output, output_format=output_format, input_format=args.input_format,
@@ -108,7 +116,7 @@ def run(args: argparse.Namespace) -> None:
             max_batch_tokens=args.max_batch_tokens,
             max_batch_seqs=args.max_batch_seqs, max_seq_len=args.max_seq_len, num_threads=args.num_threads,
             attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
-            fused_kernels=args.fused_kernels,
+            fused_kernels=args.fused_kernels, quantization=args.quantization,
             model_overrides=overrides,
         )
         refuse_reranker(engine)  # before the job writes anything
@@ -129,3 +137,25 @@ def run(args: argparse.Namespace) -> None:
         rate = report.num_computed / report.seconds if report.seconds else 0.0
         print(f"rose-embed embed: {report.num_rows} texts{resumed} -> {args.output} "
               f"in {report.seconds:.1f} s ({rate:.0f} texts/s)", file=sys.stderr)
+
+
+def _refuse_quantization_where_it_cannot_run(args: argparse.Namespace) -> None:
+    """--quantization on a device or dtype it cannot run on: one line and status 2, as serve says it."""
+    from server.topology import visible_gpus
+
+    where = args.device if args.device != "auto" else ("cuda" if visible_gpus() else "cpu")
+    if refusal := quantization_refusal(args.quantization, (where,), args.dtype):
+        _usage_error(f"argument --quantization: {refusal}")
+
+
+def _refuse_quantization_of(spec) -> None:
+    """--quantization on a model it does not serve: one line and status 2."""
+    from engine.rose.fp8_support import model_refusal
+
+    if refusal := model_refusal(spec.architecture, spec.name, spec.reranker is not None):
+        _usage_error(f"argument --quantization: {refusal}")
+
+
+def _usage_error(message: str) -> None:
+    print(f"rose-embed embed: error: {message}", file=sys.stderr)
+    sys.exit(2)
