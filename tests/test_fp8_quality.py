@@ -74,3 +74,23 @@ def test_the_engine_refuses_fp8_on_a_cpu():
 
     with pytest.raises(ValueError, match="fp8 needs a GPU with FP8 tensor cores .*; the engine would run on cpu"):
         Engine(EngineConfig(device="cpu", quantization="fp8"))
+
+
+def test_the_engine_turns_the_plans_layers_to_fp8(monkeypatch, caplog):
+    """EngineConfig(quantization="fp8") quantizes what its Fp8Plan names, as the device would run it
+    (the device check passed over here: on this CPU the layers run their float32 definition)."""
+    from engine.rose import fp8_support
+    from engine.rose.engine import Engine
+    from engine.rose.layers.fp8 import Fp8Linear
+
+    monkeypatch.setattr(fp8_support, "device_refusal", lambda device: None)
+    with caplog.at_level("INFO", logger="rose_embed.engine"):
+        engine = Engine(EngineConfig(device="cpu", quantization="fp8", fp8_plan=SIMULATED))
+    layers = engine.runner.model.layers
+    assert [isinstance(layers[i].qkv_proj, Fp8Linear) for i in range(6)] == [False, True, True, True, True, False]
+    assert "FP8: 12 of 24 linear layers run as e4m3 GEMMs" in caplog.text
+    texts = load_texts(20)
+    plain = Engine(EngineConfig(device="cpu", dtype=str(engine.dtype).removeprefix("torch.")))
+    assert cosines(engine.embed(texts), plain.embed(texts)).min() >= MIN_COSINE
+    assert not any(isinstance(m, Fp8Linear) for m in Engine(EngineConfig(device="cpu", quantization="fp8"))
+                   .runner.model.modules())  # the default plan keeps a model this narrow bf16
