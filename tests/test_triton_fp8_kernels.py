@@ -1,11 +1,11 @@
 """Kernels of engine/rose/layers/triton_fp8_kernels.py against their references
 (engine/rose/layers/fp8_fused.py), on the CPU through Triton's interpreter; tests/test_fp8_gpu.py
-checks them compiled. float32 and float16 only: the interpreter's bfloat16 arithmetic is numpy's
-float32 rounded, not the GPU's.
+checks them compiled.
 
-The interpreter's own float32 -> e4m3 conversion rounds half up and drops the carry into the
-exponent (125.7 at scale 1 becomes 64, not 128), where the GPU's conversion instruction rounds
-to nearest even as torch does; the tests convert as the GPU does.
+The interpreter's own float32 -> e4m3 and float32 -> bf16 conversions round half up and drop
+the carry into the exponent (125.7 at scale 1 becomes 64, not 128), where the GPU's conversion
+instructions round to nearest even as torch does; the tests convert as the GPU does, and with
+that the kernels match their references in bf16 too.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from engine.rose.layers import fp8_fused  # noqa: E402
 from engine.rose.layers.quantized_rows import quantize_rows_reference  # noqa: E402
 from tests.fp8_checks import assert_rows_close  # noqa: E402
 
-DTYPES = [torch.float32, torch.float16]
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
 @pytest.fixture(autouse=True)
@@ -36,10 +36,13 @@ def _e4m3_rounded_as_on_the_gpu(monkeypatch):
     convert = interpreter._convert_float
     wide = {tl.float32: np.float32, tl.float16: np.float16}
 
+    narrow = {tl.float8e4nv: (torch.float8_e4m3fn, torch.uint8), tl.bfloat16: (torch.bfloat16, torch.uint16)}
+
     def gpu_like(data, input_dtype, output_dtype, rounding_mode):
-        if output_dtype == tl.float8e4nv and input_dtype in wide:
+        if output_dtype in narrow and input_dtype in wide:
+            dtype, bits = narrow[output_dtype]
             values = torch.from_numpy(np.frombuffer(data.tobytes(), dtype=wide[input_dtype]).copy())
-            return values.float().to(torch.float8_e4m3fn).view(torch.uint8).numpy().reshape(data.shape)
+            return values.float().to(dtype).view(bits).numpy().reshape(data.shape)
         return convert(data, input_dtype, output_dtype, rounding_mode)
 
     monkeypatch.setattr(interpreter, "_convert_float", gpu_like)
