@@ -32,7 +32,7 @@ from server.engine_links import EngineLinks
 from server.in_process_engine import InProcessEngine
 from server.plugins import load_engine_plugin
 from server.part_process_client import PartProcesses
-from server.part_processes import PartProcessPool, start_part_processes
+from server.part_processes import ENCODED_FORMATS, PartProcessPool, start_part_processes
 from server.request_pipeline import PART_TEXTS, RAMP_TEXTS
 from server.served_models import ServedModel, served_models
 
@@ -43,11 +43,6 @@ _INLINE_TOKENIZE_CHARS = 16_384
 # A part's texts at most where the part processes take the parts: enough parts that the device
 # gets the request's tokens in a stream, not all at the end.
 _MOST_PART_TEXTS = 256
-# The formats a large request's parts are encoded in the part processes. Writing floats as JSON
-# numbers costs several times what the round trip does; base64 costs about what sending the
-# vectors to a process and reading the answer back costs, so it is done in place, without the
-# round trip's wait.
-_FORMATS_FOR_PROCESSES = ("float",)
 
 
 class Runtime:
@@ -229,10 +224,11 @@ class Runtime:
     async def encode(self, vectors: np.ndarray, encoding_format: str, dimensions: int | None,
                      is_large_request: bool = False, model: ServedModel | None = None) -> list:
         """The vectors as the request's `encoding_format` and `dimensions` ask (compat/encoding.py):
-        a large request's parts as JSON numbers in the part processes, side by side; anything else
-        in place."""
+        a large request's parts in the part processes, side by side; anything else in place.
+        Base64 too: one part costs the front end about what the round trip does, but a batch lands
+        several parts at once, and in place they would be encoded one after another."""
         is_normalized = (model or self.models[0]).view.spec.normalize
-        if is_large_request and self.part_processes is not None and encoding_format in _FORMATS_FOR_PROCESSES:
+        if is_large_request and self.part_processes is not None and encoding_format in ENCODED_FORMATS:
             encoded = await self.part_processes.encode(vectors, encoding_format, dimensions, is_normalized)
             if encoded is not None:
                 return encoded
