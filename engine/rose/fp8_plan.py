@@ -65,5 +65,5 @@ def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan()) -> str:
     kinds = sorted({name.rsplit(".", 1)[-1] for name in names})
     accumulation = "fast" if plan.fast_accumulation else "float32-promoted"
     return (f"FP8: {len(names)} of {total} linear layers run as e4m3 GEMMs ({', '.join(kinds)}; per-token activation "
-            f"and per-channel weight scales, {accumulation} accumulation); {plan.bf16_edge_layers} layer(s) at each "
-            "end and the rest stay bf16")
+            f"and per-channel weight scales, {accumulation} accumulation); the others stay bf16 (the first and last "
+            f"{plan.bf16_edge_layers} layer(s), and o_proj below hidden size {plan.attention_output_min_hidden_size})")
