@@ -8,6 +8,7 @@ so that each linear reads the quantized form of exactly the activation the bf16 
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -77,10 +78,12 @@ def _qwen3(layers: int = 3) -> nn.Module:
 
 def test_the_plan_keeps_narrow_models_edge_layers_and_narrow_attention_outputs_bf16():
     assert fp8_linear_names(_bert(hidden=384, layers=2), Fp8Plan()) == []  # MiniLM's width: FP8 does not pay
+    assert fp8_linear_names(_bert(hidden=768, layers=2), Fp8Plan()) == []  # nor BERT-base's, as measured
     wide = _bert(layers=4, hidden=512)
-    assert fp8_linear_names(wide, Fp8Plan()) == [f"layers.{i}.{name}" for i in (1, 2)
-                                                 for name in ("qkv_proj", "up_proj", "down_proj")]
-    with_o = fp8_linear_names(wide, Fp8Plan(attention_output_min_hidden_size=512, bf16_edge_layers=0))
+    narrow_floor = Fp8Plan(min_hidden_size=512)
+    assert fp8_linear_names(wide, narrow_floor) == [f"layers.{i}.{name}" for i in (1, 2)
+                                                    for name in ("qkv_proj", "up_proj", "down_proj")]
+    with_o = fp8_linear_names(wide, replace(narrow_floor, attention_output_min_hidden_size=512, bf16_edge_layers=0))
     assert len(with_o) == 16 and "layers.0.o_proj" in with_o
     qwen3 = fp8_linear_names(_qwen3(layers=3), Fp8Plan(min_hidden_size=0, attention_output_min_hidden_size=0))
     assert qwen3 == [f"layers.1.{name}" for name in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj",
