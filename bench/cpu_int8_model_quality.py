@@ -205,7 +205,7 @@ def report(rows) -> str:
         f"- {NUM_PASSAGES:,} passages (4 docstrings each) and {NUM_QUERIES} single-docstring queries from "
         "tests/data/stdlib_docstrings.jsonl; weights int8 per output channel in every scheme; every encoder linear "
         "quantized; 'rest in' is the dtype of everything else (and of the dequantized operands)",
-        "- issue 35's bar for `--quantization int8`: mean >= 0.995, min >= 0.98, top-10 >= 0.94 "
+        "- the bar for `--quantization int8`: mean >= 0.995, min >= 0.98, top-10 >= 0.94 "
         "(OpenVINO int8 through sentence-transformers: 0.99753, 0.97912, 0.937)",
         "",
         "| activations | rest in | mean cos | min cos | top-10 agreement |",

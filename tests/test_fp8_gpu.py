@@ -31,6 +31,7 @@ from engine.rose.layers.fp8 import Fp8Linear, quantize_rows, scaled_matmul
 from engine.rose.layers.quantized_rows import QuantizedRows, dequantize_rows, quantize_rows_reference
 from tests.fp8_checks import assert_rows_close
 from tests.test_architectures import SPECS, cosines, corpus, texts  # noqa: F401 (fixtures)
+from tests.test_fused_gpu import both
 
 
 def _has_fp8_tensor_cores() -> bool:
@@ -47,17 +48,6 @@ GRAPH_TOLERANCE = 0.99999
 # Kernel against reference: scales within a bf16 step of the row's largest value, values within an
 # e4m3 step, and few of them.
 KERNEL_SCALE_RTOL, KERNEL_SHARE_DIFFERING = 1e-2, 0.03
-
-
-def both(fn):
-    """fn() with the Triton kernels, then with the references."""
-    assert fused.uses_triton(torch.zeros(1, device="cuda")), "Triton kernels unavailable on this CUDA machine"
-    out = fn()
-    fused.set_fused_kernels(False)
-    try:
-        return out, fn()
-    finally:
-        fused.set_fused_kernels(True)
 
 
 def _randn(*shape, seed: int, scale: float = 1.0) -> torch.Tensor:
