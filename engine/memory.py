@@ -52,22 +52,26 @@ class HeapTrimmer:
     """Call `maybe_trim()` after each batch. The first `baseline_batches` calls set the
     baseline (the largest resident set among them); later ones start a trim, on its own
     thread, when the resident set exceeds the baseline by more than `max_growth` and no
-    trim ran in the last `min_interval` seconds. `trim` stands in for malloc_trim in tests.
+    trim ran in the last `min_interval` seconds. Past the baseline the resident set is read
+    at most once per `check_interval` seconds: a front end calls this once per request, and
+    reading /proc each time costs more than the request's own bookkeeping. `trim` stands in
+    for malloc_trim in tests.
 
     With the engine in a process of its own (as the server runs every engine), that
     process runs one too: the activations live in its heap.
     """
 
     def __init__(self, max_growth: float = 0.04, min_interval: float = 0.5, baseline_batches: int = 16,
-                 clock: Callable[[], float] = time.monotonic,
+                 check_interval: float = 0.05, clock: Callable[[], float] = time.monotonic,
                  read_resident: Callable[[], int | None] = resident_bytes,
                  trim: Callable[[int], int] | None = None):
-        self.max_growth, self.min_interval = max_growth, min_interval
+        self.max_growth, self.min_interval, self.check_interval = max_growth, min_interval, check_interval
         self._baseline_batches_left = baseline_batches
         self._clock, self._read_resident = clock, read_resident
         self._trim = trim or _load_malloc_trim()
         self.baseline: int | None = None
-        self._last = float("-inf")
+        self._last = float("-inf")  # when the last trim started
+        self._last_check = float("-inf")  # when the resident set was last read past the baseline
         self._busy = threading.Lock()
         self.num_trims = 0
         if self._trim is None:
@@ -81,6 +85,11 @@ class HeapTrimmer:
         """Start a trim if one is due and none is running; True if one was started."""
         if self._trim is None:
             return False
+        now = self._clock()
+        if self._baseline_batches_left == 0:
+            if now - self._last_check < self.check_interval:
+                return False
+            self._last_check = now
         resident = self._read_resident()
         if resident is None:  # no /proc: fall back to trimming at most every min_interval
             resident, self.baseline, self._baseline_batches_left = 1, 0, 0
@@ -88,7 +97,6 @@ class HeapTrimmer:
             self._baseline_batches_left -= 1
             self.baseline = max(self.baseline or 0, resident)
             return False
-        now = self._clock()
         if (resident <= self.baseline * (1 + self.max_growth) or now - self._last < self.min_interval
                 or not self._busy.acquire(blocking=False)):
             return False

@@ -28,6 +28,8 @@ def test_trims_only_past_the_growth_limit_and_at_most_once_per_interval():
     resident[0] = 1050
     assert not trimmer.maybe_trim()  # within 5 %
     resident[0] = 1060
+    assert not trimmer.maybe_trim()  # grown, but the resident set was read less than check_interval ago
+    now[0] += 2 * trimmer.check_interval
     assert trimmer.maybe_trim()
     _wait_for(trimmer, 1)
     now[0] += 0.5
