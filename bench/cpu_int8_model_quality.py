@@ -138,6 +138,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--schemes", default="", help="only the schemes whose name holds this text")
     parser.add_argument("--dtypes", default="float32,bfloat16", help="what the rest of the model runs in")
+    parser.add_argument("--engines", default="",
+                        help="also rose-embed's Engine on the CPU, comma-separated: int8 (compiled), int8-eager, "
+                             "bfloat16; with --schemes none, only these")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     from sentence_transformers import SentenceTransformer
@@ -165,7 +168,10 @@ def main() -> None:
     encode(calibration)
     fake.calibrating = False
     reference = encode(passages + queries)
-    rows = []
+    rows = [engine_row(name, passages + queries, reference) for name in filter(None, args.engines.split(","))]
+    if args.schemes == "none":
+        publish(report(rows), args.out)
+        return
     names = [n for n in SCHEMES if args.schemes in n]
     for name in names:
         fake.scheme = name
@@ -185,12 +191,31 @@ def main() -> None:
     publish(report(rows), args.out)
 
 
-def quality(vectors: np.ndarray, reference: np.ndarray) -> tuple[float, float, float]:
-    """(mean cosine, min cosine, top-10 agreement of the queries over the passages)."""
+ENGINES = {"int8": {"quantization": "int8"}, "int8-eager": {"quantization": "int8", "enforce_eager": True},
+           "bfloat16": {}}
+
+
+def engine_row(name: str, texts: list[str], reference: np.ndarray) -> tuple:
+    """The quality row of rose-embed's Engine in bf16 with ENGINES[name]'s settings (SmoothQuant's
+    factors calibrated on the engine's built-in texts, not on this script's)."""
+    from engine.config import EngineConfig
+    from engine.rose.engine import Engine
+
+    engine = Engine(EngineConfig(device="cpu", dtype="bfloat16", **ENGINES[name]))
+    engine.warm_up()
+    row = (f"rose-embed Engine, {name}", "bfloat16", *quality(engine.embed(texts), reference))
+    print(row, flush=True)
+    return row
+
+
+def quality(vectors: np.ndarray, reference: np.ndarray, num_passages: int = NUM_PASSAGES
+            ) -> tuple[float, float, float]:
+    """(mean cosine, min cosine, top-10 agreement of the queries over the passages): rows
+    [:num_passages] are the passages, the rest the queries."""
     cos = (vectors * reference).sum(1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(reference, axis=1)
 
     def top10(v):
-        return np.argsort(-(v[NUM_PASSAGES:] @ v[:NUM_PASSAGES].T), axis=1)[:, :10]
+        return np.argsort(-(v[num_passages:] @ v[:num_passages].T), axis=1)[:, :10]
     got, want = top10(vectors), top10(reference)
     agreement = np.mean([len(set(g) & set(w)) / 10 for g, w in zip(got, want)])
     return float(cos.mean()), float(cos.min()), float(agreement)
