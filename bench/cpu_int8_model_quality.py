@@ -138,9 +138,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--schemes", default="", help="only the schemes whose name holds this text")
     parser.add_argument("--dtypes", default="float32,bfloat16", help="what the rest of the model runs in")
-    parser.add_argument("--engines", default="",
-                        help="also rose-embed's Engine on the CPU, comma-separated: int8 (compiled), int8-eager, "
-                             "bfloat16; with --schemes none, only these")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     from sentence_transformers import SentenceTransformer
@@ -168,10 +165,7 @@ def main() -> None:
     encode(calibration)
     fake.calibrating = False
     reference = encode(passages + queries)
-    rows = [engine_row(name, passages + queries, reference) for name in filter(None, args.engines.split(","))]
-    if args.schemes == "none":
-        publish(report(rows), args.out)
-        return
+    rows = []
     names = [n for n in SCHEMES if args.schemes in n]
     for name in names:
         fake.scheme = name
@@ -189,23 +183,6 @@ def main() -> None:
     rows.append(("none (bf16 model, no int8)", "bfloat16", *quality(encode(passages + queries).astype(np.float32),
                                                                     reference)))
     publish(report(rows), args.out)
-
-
-ENGINES = {"int8": {"quantization": "int8"}, "int8-eager": {"quantization": "int8", "enforce_eager": True},
-           "bfloat16": {}}
-
-
-def engine_row(name: str, texts: list[str], reference: np.ndarray) -> tuple:
-    """The quality row of rose-embed's Engine in bf16 with ENGINES[name]'s settings (SmoothQuant's
-    factors calibrated on the engine's built-in texts, not on this script's)."""
-    from engine.config import EngineConfig
-    from engine.rose.engine import Engine
-
-    engine = Engine(EngineConfig(device="cpu", dtype="bfloat16", **ENGINES[name]))
-    engine.warm_up()
-    row = (f"rose-embed Engine, {name}", "bfloat16", *quality(engine.embed(texts), reference))
-    print(row, flush=True)
-    return row
 
 
 def quality(vectors: np.ndarray, reference: np.ndarray, num_passages: int = NUM_PASSAGES
