@@ -29,6 +29,12 @@ from typing import Callable
 
 logger = logging.getLogger("rose_embed.memory")
 
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
+# glibc's largest mmap threshold on 64-bit: below it, blocks come from the heap and are reused.
+KEPT_BLOCK_BYTES = 32 << 20
+# Free memory at the heap's top that glibc itself hands back past this (a HeapTrimmer trims sooner).
+KEPT_TOP_BYTES = 64 << 20
+
 
 def _load_malloc_trim() -> Callable[[int], int] | None:
     """glibc's malloc_trim, or None where the C library is not glibc (musl, macOS)."""
@@ -36,6 +42,22 @@ def _load_malloc_trim() -> Callable[[int], int] | None:
         return ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
     except (OSError, AttributeError, TypeError):
         return None
+
+
+def keep_freed_memory() -> bool:
+    """Have glibc keep freed blocks of up to KEPT_BLOCK_BYTES for the next allocation instead of
+    giving them back to the kernel; False where the C library is not glibc.
+
+    A front end answers a large request with buffers of megabytes (the request's texts, vectors,
+    encoded answers, the response body). By default glibc maps blocks that large afresh and
+    unmaps them on free, and trims the heap's top as soon as a few megabytes there are free, so
+    every such request faulted in and zeroed thousands of pages again. A HeapTrimmer, where the
+    process runs one, still trims when the resident set grows."""
+    try:
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
+    except (OSError, AttributeError, TypeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, KEPT_BLOCK_BYTES)) and bool(mallopt(_M_TRIM_THRESHOLD, KEPT_TOP_BYTES))
 
 
 def resident_bytes(pid: int | str = "self") -> int | None:

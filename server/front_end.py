@@ -22,6 +22,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 
 from engine.child_signals import unshield
+from engine.memory import keep_freed_memory
 from server.engine_ends import EngineEnds
 from engine.parent_watch import exit_with_parent
 from server.config import ServerConfig, load_specs
@@ -41,6 +42,7 @@ def run_front_end(config: ServerConfig, sock: socket.socket, ends: list[EngineEn
     # A stop signal while the front end's libraries import and its app is built is noted and
     # raised once they are done: raised inside them, it could come out as another error.
     starting = stop.deferred() if stop is not None else nullcontext()
+    keep_freed_memory()  # a large request's megabytes of buffers are reused by the next one
     with starting:
         server = _uvicorn_server(config, sock, ends, processes, stop.pending if stop is not None else None)
     # After a graceful shutdown uvicorn re-raises the signal that asked for it: SIGTERM ends the

@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from engine.parent_watch import exit_with_parent
 
 _LENGTH = struct.Struct("<Q")
-# The formats a part process encodes: the whole-array encoders (compat/vector_wire.py). The
-# quantised ones are cheap enough in place.
-ENCODED_FORMATS = ("float", "base64")
+# The formats a part process encodes: float, whose decimal formatting costs a front end more than
+# the round trip. Base64 (SIMD over the whole array, compat/vector_wire.py) and the quantised
+# formats cost less in place than the vectors' pickling to a process and back.
+ENCODED_FORMATS = ("float",)
 
 
 def frame(message) -> bytes:
@@ -90,7 +91,10 @@ def _serve(listener: socket.socket, tokenizer_recipe: tuple, parent_pid: int) ->
     """A part process: answers each connection's requests, one at a time, until it is stopped."""
     # A supervisor killed outright leaves no process behind, nor the sockets' folder.
     exit_with_parent(parent_pid, lambda: _leave(listener.getsockname()))
+    from engine.memory import keep_freed_memory
     from engine.text.tokenizer import TextTokenizer
+
+    keep_freed_memory()  # each part's ids and answers reuse the last one's memory
 
     tokenizer = TextTokenizer(*tokenizer_recipe)
     selector = selectors.DefaultSelector()

@@ -224,9 +224,8 @@ class Runtime:
     async def encode(self, vectors: np.ndarray, encoding_format: str, dimensions: int | None,
                      is_large_request: bool = False, model: ServedModel | None = None) -> list:
         """The vectors as the request's `encoding_format` and `dimensions` ask (compat/encoding.py):
-        a large request's parts in the part processes, side by side; anything else in place.
-        Base64 too: one part costs the front end about what the round trip does, but a batch lands
-        several parts at once, and in place they would be encoded one after another."""
+        a large request's parts in the part processes, side by side, where the format costs more
+        than the round trip (ENCODED_FORMATS); anything else in place."""
         is_normalized = (model or self.models[0]).view.spec.normalize
         if is_large_request and self.part_processes is not None and encoding_format in ENCODED_FORMATS:
             encoded = await self.part_processes.encode(vectors, encoding_format, dimensions, is_normalized)

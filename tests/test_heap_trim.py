@@ -1,9 +1,13 @@
 """engine/memory.py: the heap is trimmed only when the resident set has grown past its
-level over the first batches, at most once per interval, off the caller's thread."""
+level over the first batches, at most once per interval, off the caller's thread; freed
+megabytes are kept for the next large request."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +62,41 @@ def test_reads_this_process_resident_set_and_takes_a_batch_record():
     trimmer = HeapTrimmer(baseline_batches=1)
     trimmer.maybe_trim(object())  # the batcher calls listeners with the batch's record
     assert trimmer.baseline is not None or not trimmer.available
+
+
+_LARGE_REQUESTS = """
+import resource, sys
+from engine.memory import keep_freed_memory
+if sys.argv[1] == "keep" and not keep_freed_memory():
+    print("no-glibc")
+    raise SystemExit
+
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+def large_request():  # what a front end holds for a large request: vectors, encoded parts, the body
+    parts = [b"v" * (800 << 10) for _ in range(4)] + [b"e" * (1 << 20) for _ in range(4)]
+    body = b"".join(parts)
+    del parts, body
+
+for _ in range(3):
+    large_request()
+before = faults()
+for _ in range(10):
+    large_request()
+print((faults() - before) / 10)
+"""
+
+
+@pytest.mark.parametrize("mode", ["keep", "defaults"])
+def test_kept_memory_serves_the_next_large_request_without_faulting_pages_in(mode):
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", _LARGE_REQUESTS, mode], cwd=repo, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    if out == "no-glibc":
+        pytest.skip("not glibc: no mallopt")
+    faults_per_request = float(out)
+    if mode == "keep":
+        assert faults_per_request < 50
+    else:  # the control (glibc's defaults, as CI has them): the megabytes go back and fault in again
+        assert faults_per_request > 1000

@@ -62,9 +62,11 @@ def test_float_text_round_trips_every_float32_exactly():
 
 
 def test_base64_body_is_byte_identical_to_the_simple_encoder():
-    for dim in (384, 768, 1024, 1):  # row bytes divisible by 3 or not: padding differs
+    # Rows of a width divisible by 3 are encoded as one array and cut; others row by row (padding).
+    for dim in (384, 768, 3, 1024, 1):
         vectors = _unit_vectors(33, dim, seed=dim)
         assert _body(base64_fragments(vectors)) == _body([encode_vector(v, "base64") for v in vectors])
+    assert base64_fragments(np.zeros((0, 768), np.float32)) == []
 
 
 def test_base64_decodes_to_the_same_bytes_from_a_strided_array():
