@@ -28,6 +28,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import DEFAULT_DATA, build_texts, load_texts, machine_description, publish  # noqa: E402
+from engine.rose.int8_plan import SMOOTHQUANT_ALPHA as SMOOTH_ALPHA  # noqa: E402  (the engine's)
+from engine.rose.layers.int8 import smoothing_factors  # noqa: E402
 
 NUM_PASSAGES, NUM_QUERIES, NUM_CALIBRATION = 1200, 200, 300
 QUERIES_FROM, CALIBRATION_FROM = 6000, 8000  # docstring indexes, past the passages' 4,800
@@ -60,7 +62,6 @@ def _groups(x, size=32):
     return _per_token(g).reshape(shape)
 
 
-SMOOTH_ALPHA = 0.5
 SMOOTHED = ("qkv", "up")  # the linears right after a LayerNorm, which can take the smoothing for free
 
 ALL = ("qkv", "o", "up", "down")
@@ -109,8 +110,8 @@ class FakeQuant:
                 module.forward = self._forward(module, (kind, i))
 
     def _smoothing(self, key) -> torch.Tensor:
-        act, weight = self.channels[key].clamp(min=1e-5), self.weight_channels[key].clamp(min=1e-5)
-        return act ** SMOOTH_ALPHA / weight ** (1 - SMOOTH_ALPHA)
+        # The engine's rule, given a weight row of the column maxima (q, k and v's together).
+        return smoothing_factors(self.channels[key], self.weight_channels[key][None, :], SMOOTH_ALPHA)
 
     def _forward(self, module, key):
         original = module.forward
@@ -138,6 +139,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--schemes", default="", help="only the schemes whose name holds this text")
     parser.add_argument("--dtypes", default="float32,bfloat16", help="what the rest of the model runs in")
+    parser.add_argument("--engines", default="",
+                        help="also rose-embed's Engine on the CPU, comma-separated: int8 (compiled), int8-eager, "
+                             "bfloat16; with --schemes none, only these")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     from sentence_transformers import SentenceTransformer
@@ -165,7 +169,10 @@ def main() -> None:
     encode(calibration)
     fake.calibrating = False
     reference = encode(passages + queries)
-    rows = []
+    rows = [engine_row(name, passages + queries, reference) for name in filter(None, args.engines.split(","))]
+    if args.schemes == "none":
+        publish(report(rows), args.out)
+        return
     names = [n for n in SCHEMES if args.schemes in n]
     for name in names:
         fake.scheme = name
@@ -183,6 +190,23 @@ def main() -> None:
     rows.append(("none (bf16 model, no int8)", "bfloat16", *quality(encode(passages + queries).astype(np.float32),
                                                                     reference)))
     publish(report(rows), args.out)
+
+
+ENGINES = {"int8": {"quantization": "int8"}, "int8-eager": {"quantization": "int8", "enforce_eager": True},
+           "bfloat16": {}}
+
+
+def engine_row(name: str, texts: list[str], reference: np.ndarray) -> tuple:
+    """The quality row of rose-embed's Engine in bf16 with ENGINES[name]'s settings (SmoothQuant's
+    factors calibrated on the engine's built-in texts, not on this script's)."""
+    from engine.config import EngineConfig
+    from engine.rose.engine import Engine
+
+    engine = Engine(EngineConfig(device="cpu", dtype="bfloat16", **ENGINES[name]))
+    engine.warm_up()
+    row = (f"rose-embed Engine, {name}", "bfloat16", *quality(engine.embed(texts), reference))
+    print(row, flush=True)
+    return row
 
 
 def quality(vectors: np.ndarray, reference: np.ndarray, num_passages: int = NUM_PASSAGES

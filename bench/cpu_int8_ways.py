@@ -20,6 +20,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from engine.rose.layers.int8 import Int8Linear, token_scales, weight_int8  # the engine's, shared
+
 
 @dataclass(frozen=True)
 class Way:
@@ -35,17 +37,6 @@ class Way:
 
     def available(self) -> bool:
         return self.needs is None or importlib.util.find_spec(self.needs) is not None
-
-
-def weight_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-output-channel symmetric int8: (qweight [N, K] int8, scale [N] fp32)."""
-    scale = weight.abs().amax(1).clamp(min=1e-12) / 127
-    return torch.round(weight / scale[:, None]).clamp(-127, 127).to(torch.int8), scale.float()
-
-
-def token_scales(x: torch.Tensor) -> torch.Tensor:
-    """Per-token (row) symmetric scale [M, 1] fp32."""
-    return x.abs().amax(1, keepdim=True).float().clamp(min=1e-12) / 127
 
 
 class IntMM(torch.nn.Module):
@@ -64,27 +55,17 @@ class IntMM(torch.nn.Module):
         return (torch._int_mm(q, self.qweight_t).float() * s * self.scale + self.bias).to(x.dtype)
 
 
-class OneDnnU8(torch.nn.Module):
-    """(c) onednn::qlinear_pointwise on uint8 activations (per-token symmetric, shifted by 128 and
-    given zero point 128), weight prepacked; the kernel applies the weight scales, the token scale
-    and bias follow. int8 activations would fall to oneDNN's reference kernel on a CPU without
-    AMX (the prepacked weight carries uint8's compensation), thousands of times slower."""
-
-    def __init__(self, weight, bias, out_dtype=torch.bfloat16):
-        super().__init__()
-        qweight, scale = weight_int8(weight)
-        self.register_buffer("packed", torch.ops.onednn.qlinear_prepack(qweight, None))
-        self.register_buffer("scale", scale)
-        self.register_buffer("zero", torch.zeros(weight.shape[0], dtype=torch.long))
-        self.register_buffer("bias", bias.float())
-        self.out_dtype = out_dtype
-
-    def forward(self, x):
-        s = token_scales(x)
-        q = (torch.round(x / s).clamp(-127, 127) + 128).to(torch.uint8)
-        y = torch.ops.onednn.qlinear_pointwise(q, 1.0, 128, self.packed, self.scale, self.zero, None, 1.0, 0,
-                                               self.out_dtype, "none", [], "")
-        return (y * s + self.bias).to(x.dtype)
+def OneDnnU8(weight, bias, out_dtype=torch.bfloat16) -> torch.nn.Module:  # noqa: N802  (a layer, named as one)
+    """(c) the engine's int8 linear (engine/rose/layers/int8.py): onednn::qlinear_pointwise on uint8
+    activations (per-token symmetric, shifted by 128 and given zero point 128), weight prepacked;
+    the kernel applies the weight scales, the token scale and bias follow. int8 activations would
+    fall to oneDNN's reference kernel on a CPU without AMX (the prepacked weight carries uint8's
+    compensation), thousands of times slower."""
+    linear = torch.nn.Linear(weight.shape[1], weight.shape[0])
+    with torch.no_grad():
+        linear.weight.copy_(weight)
+        linear.bias.copy_(bias)
+    return Int8Linear(linear.to(out_dtype))
 
 
 def _compiled(module: torch.nn.Module, example: torch.Tensor, freezing: bool, mode: str | None):

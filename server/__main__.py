@@ -24,7 +24,7 @@ from engine.config import LONG_INPUT_MODES, POOLING_MODES, EngineConfig, ModelOv
 from server.api_keys import API_KEY_ENV, keys_from_env
 from server import embed_cli, hardening_cli
 from server.cli_help import HelpAll, HelpFormatter, advanced, hidden_alias
-from engine.rose.fp8_support import QUANTIZATIONS
+from engine.rose.quantization_support import QUANTIZATIONS
 from server.cli_values import DTYPES, device_list, model_choice, port_number, positive_int, quantization_refusal
 from server.config import ExtraModel, ServerConfig
 from server.listen import ListenError, bind_sockets
@@ -119,8 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       "instead of all of them before /health turns 200"))
     advanced(tuning.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
                                  help="fp8: the linear layers as e4m3 GEMMs, on GPUs of compute capability 8.9 or "
-                                      "newer (Ada, Hopper); BERT family and Qwen3 embedders (default: none, bf16 "
-                                      "GEMMs; docs/fp8.md)"))
+                                      "newer (Ada, Hopper); BERT family and Qwen3 embedders (docs/fp8.md). int8: "
+                                      "int8 linear layers on a CPU with AVX512-VNNI or AMX, compiled at start "
+                                      "(docs/cpu-int8.md). Default: none"))
     _add_model_flags(serve)
     hardening_cli.add_arguments(serve)
     embed_cli.add_parser(commands, HelpFormatter)
@@ -198,7 +199,7 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
     before anything starts: no engine process, no shared memory, no banner before it holds.
     """
     from engine.model_files.loader import ModelLoadError
-    from engine.rose.fp8_support import model_refusal
+    from engine.rose.quantization_support import model_refusal
     from server.aliases import AliasError, resolve_aliases
     from server.config import load_specs
     from server.logs import configure_logging
@@ -209,7 +210,8 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
         sys.exit(f"rose-embed: {exc}")
     if config.engine.quantization is not None:
         for spec in specs:
-            if refusal := model_refusal(spec.architecture, spec.name, spec.reranker is not None):
+            if refusal := model_refusal(config.engine.quantization, spec.architecture, spec.name,
+                                        spec.reranker is not None):
                 _usage_error(f"argument --quantization: {refusal}")
     longest = max(spec.max_seq_len for spec in specs)
     if config.engine.max_batch_tokens < longest and budget_is_default:

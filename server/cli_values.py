@@ -78,12 +78,12 @@ def quantization_refusal(quantization: str | None, devices: tuple[str, ...], dty
     """Why --quantization cannot run on these devices at this --dtype (one line), or None."""
     if quantization is None:
         return None
-    from engine.rose.fp8_support import device_refusal, dtype_refusal
+    from engine.rose.quantization_support import device_refusal, dtype_refusal
 
     for name in devices:
-        if refusal := device_refusal("cuda:0" if name == "cuda" else name):
+        if refusal := device_refusal(quantization, "cuda:0" if name == "cuda" else name):
             return refusal
-    return dtype_refusal(dtype)
+    return dtype_refusal(quantization, dtype)
 
 
 def _check_visible(names: tuple[str, ...]) -> None:

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.config import LONG_INPUT_MODES, POOLING_MODES, EngineConfig
-from engine.rose.fp8_support import QUANTIZATIONS
+from engine.rose.quantization_support import QUANTIZATIONS
 from server.cli_help import hidden_alias
 from server.cli_values import DTYPES, device, positive_int, quantization_refusal
 
@@ -73,7 +73,8 @@ def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
                        help="CUDA: plain PyTorch instead of the fused Triton kernels between the matmuls")
     model.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
                        help="fp8: the linear layers as e4m3 GEMMs, on GPUs of compute capability 8.9 or newer; "
-                            "BERT family and Qwen3 embedders (default: none, bf16 GEMMs; docs/fp8.md)")
+                            "BERT family and Qwen3 embedders (docs/fp8.md). int8: int8 linear layers on a CPU "
+                            "with AVX512-VNNI or AMX, compiled at start (docs/cpu-int8.md). Default: none")
     model.add_argument("--attention", choices=["causal", "bidirectional"], default=None,
                        help="override the checkpoint's attention mask (default: from the checkpoint)")
     model.add_argument("--pooling", choices=POOLING_MODES, default=None,
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace) -> None:
         _refuse_quantization_where_it_cannot_run(args)
     try:
         if args.quantization is not None:  # before the job touches its output
-            _refuse_quantization_of(load_spec(args.model, args.max_seq_len, ModelOverrides(), args.revision))
+            _refuse_quantization_of(args, load_spec(args.model, args.max_seq_len, ModelOverrides(), args.revision))
         output_format = args.output_format or output_format_of(args.output)
         job = CorpusJob(
             input=args.input, output=args.output, output_format=output_format, input_format=args.input_format,
@@ -148,11 +149,11 @@ def _refuse_quantization_where_it_cannot_run(args: argparse.Namespace) -> None:
         _usage_error(f"argument --quantization: {refusal}")
 
 
-def _refuse_quantization_of(spec) -> None:
+def _refuse_quantization_of(args: argparse.Namespace, spec) -> None:
     """--quantization on a model it does not serve: one line and status 2."""
-    from engine.rose.fp8_support import model_refusal
+    from engine.rose.quantization_support import model_refusal
 
-    if refusal := model_refusal(spec.architecture, spec.name, spec.reranker is not None):
+    if refusal := model_refusal(args.quantization, spec.architecture, spec.name, spec.reranker is not None):
         _usage_error(f"argument --quantization: {refusal}")
 
 

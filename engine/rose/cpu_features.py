@@ -8,6 +8,9 @@ float32 and back: slower than float32 and no more exact. So the CPU's default dt
   torch does not say);
 - Arm on Linux: the BF16 extension in /proc/cpuinfo's Features;
 - Arm on macOS: the kernel's hw.optional.arm.FEAT_BF16.
+
+Likewise `--quantization int8` runs only where the CPU multiplies int8 natively in the way it was
+measured (docs/cpu-int8.md): AVX512-VNNI or AMX-INT8, read from /proc/cpuinfo's flags.
 """
 
 from __future__ import annotations
@@ -28,6 +31,18 @@ def native_bf16() -> str | None:
         return _x86_bf16()
     if machine in ("aarch64", "arm64"):
         return _arm_bf16()
+    return None
+
+
+@functools.cache
+def int8_dot_products() -> str | None:
+    """The name of the CPU feature that inductor's int8 GEMM template runs on (AMX-INT8 or
+    AVX512-VNNI), or None: elsewhere (AVX2, AVX-VNNI, Arm) int8 was not measured."""
+    flags = _cpuinfo_words("flags")
+    if "amx_int8" in flags:
+        return "AMX-INT8"
+    if "avx512_vnni" in flags:
+        return "AVX512-VNNI"
     return None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 import torch
@@ -11,8 +12,9 @@ from engine.rose.batch import PackedBatch, pack
 from engine.rose.cpu_features import native_bf16
 from engine.config import EngineConfig
 from engine.cpu_quota import available_cores
-from engine.rose import fp8_support
+from engine.rose import int8_plan, quantization_support
 from engine.rose.fp8_plan import quantize_model
+from engine.rose.int8_compile import CompiledInt8Model
 from engine.rose.layers import fused
 from engine.rose.layers.attention_backends import make_attention_backend
 from engine.rose.layers.head import SentenceHead
@@ -108,15 +110,18 @@ class Engine(ModelView):
             max_num_tokens=config.max_batch_tokens, max_num_seqs=config.max_batch_seqs,
             max_seqlen=self.spec.max_seq_len, enforce_eager=config.enforce_eager,
         )
+        if config.quantization == "int8":
+            logger.info("%s", int8_plan.quantize_model(model, self.embed))  # calibrates on the model as loaded
+            if not config.enforce_eager:
+                self.runner.model = CompiledInt8Model(model, attention)
 
     def _refuse_quantization(self, config: EngineConfig) -> None:
         """ValueError naming what --quantization needs that this model, device or dtype lacks."""
-        if config.quantization not in fp8_support.QUANTIZATIONS:
-            raise ValueError(f"quantization must be one of {', '.join(fp8_support.QUANTIZATIONS)}; "
-                             f"got {config.quantization!r}")
-        spec = self.spec
-        refusal = (fp8_support.model_refusal(spec.architecture, spec.name, spec.reranker is not None)
-                   or fp8_support.device_refusal(str(self.device)) or fp8_support.dtype_refusal(config.dtype))
+        spec, quantization = self.spec, config.quantization
+        refusal = (quantization_support.model_refusal(quantization, spec.architecture, spec.name,
+                                                      spec.reranker is not None)
+                   or quantization_support.device_refusal(quantization, str(self.device))
+                   or quantization_support.dtype_refusal(quantization, config.dtype))
         if refusal is not None:
             raise ValueError(refusal)
 
@@ -140,11 +145,13 @@ class Engine(ModelView):
         class of batch (engine/rose/layers/attention_choice.py). On CUDA each batch runs twice:
         the first run of a graph bucket is eager (library set-up), the second captures its
         graph. With capture_at_start every bucket is captured now (seconds), so no request
-        ever waits for a capture.
+        ever waits for a capture. An int8 model on the CPU compiles its layers here (see
+        engine/rose/int8_compile.py).
         """
         choice = self.runner.choose_attention()  # before any graph is captured: it picks their kernels
         if choice is not None:
             logger.info("%s", choice)
+        started = time.perf_counter()
         seq = np.full(min(self.spec.max_seq_len, 16), 100, dtype=np.int32)
         num = max(1, min(self.config.max_batch_seqs, self.config.max_batch_tokens // len(seq)))
         graphs = self.runner.graphs
@@ -152,6 +159,9 @@ class Engine(ModelView):
         for seqs in ([seq], [seq] * num):
             for _ in range(repeats):
                 self.execute(seqs).wait()
+        if isinstance(self.runner.model, CompiledInt8Model):  # its first batch compiled it
+            logger.info("int8: the model compiled (inductor, max-autotune) during a warm-up of %.1f s",
+                        time.perf_counter() - started)
         if self.config.capture_at_start:
             self.runner.capture_all()
 

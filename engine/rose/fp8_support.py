@@ -6,7 +6,6 @@ without the CLI.
 
 from __future__ import annotations
 
-QUANTIZATIONS = ("fp8",)
 # The model families whose layers write their activations as FP8 rows (engine/rose/models/bert.py,
 # engine/rose/models/qwen3.py) and whose FP8 quality the tests measure.
 FP8_ARCHITECTURES = {"bert": "BERT", "distilbert": "DistilBERT", "mpnet": "MPNet", "qwen3": "Qwen3"}

@@ -49,6 +49,8 @@ class BertLayer(nn.Module):
             return fp8_fused.activation(h, activation)
         if self.gelu_form is None:
             h = F.relu(self.up_proj(x))
+        elif not isinstance(self.up_proj, nn.Linear):  # an int8 layer (engine/rose/layers/int8.py)
+            h = F.gelu(self.up_proj(x), approximate=self.gelu_form)
         else:
             h = fused.linear_gelu(x, self.up_proj.weight, self.up_proj.bias, self.gelu_form)
         return fp8.quantize_rows(h) if fp8.wants_rows(self.down_proj) else h
