@@ -36,6 +36,7 @@ import json
 import multiprocessing
 import os
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -202,6 +203,7 @@ def rose_name(flags: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers and the peers on the way out
     from engine.model_files.loader import load_spec
 
     docstrings = load_texts(CALIBRATION_FROM + NUM_CALIBRATION)
@@ -240,10 +242,11 @@ def main(argv: list[str] | None = None) -> int:
                         seconds.setdefault(name, []).append(timed.seconds)
                         other_load.setdefault(name, []).append(timed.other_load)
                         vectors.setdefault(name, []).append(got)
-                        if timed.other_load <= args.max_other_load:
+                        kept = timed.other_load <= args.max_other_load
+                        print(f"round {r}, {name}: {timed.seconds:.2f} s, other load {timed.other_load:.2f}"
+                              + ("" if kept else " (dropped)"), flush=True)
+                        if kept:
                             break
-                print(f"round {r}: " + ", ".join(f"{n}: {seconds[n][-1]:.2f} s (other load {other_load[n][-1]:.2f})"
-                                                 for n in runs), flush=True)
         finally:
             for server in servers.values():
                 server.stop()
