@@ -54,8 +54,10 @@ class EngineConfig:
     attention_backend: str = "auto"
     enforce_eager: bool = False
     fused_kernels: bool = True  # CUDA: Triton kernels between the matmuls (engine/rose/layers/fused.py)
-    # None, or "fp8": linear layers as e4m3 GEMMs on GPUs of compute capability 8.9 or newer
-    # (engine/rose/fp8_plan.py, docs/fp8.md). Not ModelOverrides.quantization, the output's int8.
+    # None; "fp8": linear layers as e4m3 GEMMs on GPUs of compute capability 8.9 or newer
+    # (engine/rose/fp8_plan.py, docs/fp8.md); "int8": int8 linear layers on a CPU with AVX512-VNNI or
+    # AMX, compiled unless enforce_eager (engine/rose/int8_plan.py, docs/cpu-int8.md).
+    # Not ModelOverrides.quantization, the output's int8.
     quantization: str | None = None
     fp8_plan: Fp8Plan = field(default_factory=Fp8Plan)  # with quantization "fp8": which layers
     capture_at_start: bool = False  # the server turns it on; the library captures lazily

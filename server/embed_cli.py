@@ -68,7 +68,7 @@ def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
                        help="torch CPU threads (default: torch's choice)")
     model.add_argument("--attention-backend", default="auto", choices=["auto", "varlen", "packed", "flashinfer", "sdpa"],
                        help="ragged attention kernels on CUDA (auto: the fastest per batch shape)")
-    model.add_argument("--enforce-eager", action="store_true", help="CUDA: no CUDA graphs")
+    model.add_argument("--enforce-eager", action="store_true", help="CUDA: no CUDA graphs; CPU with --quantization int8: no compiling (starts in seconds, runs slower)")
     model.add_argument("--no-fused-kernels", dest="fused_kernels", action="store_false",
                        help="CUDA: plain PyTorch instead of the fused Triton kernels between the matmuls")
     model.add_argument("--quantization", choices=QUANTIZATIONS, default=None,

@@ -33,8 +33,10 @@ class EngineHost:
     """In the supervisor: one engine process, started at once (it loads in the background)."""
 
     def __init__(self, index: int, configs: list[EngineConfig], layout: ArenaLayout,
-                 max_queued_tokens: int | None = None, plugin: Callable | None = None):
-        """`configs`: one per served model, all on this engine's device."""
+                 max_queued_tokens: int | None = None, plugin: Callable | None = None,
+                 configure_logs: Callable[[], None] | None = None):
+        """`configs`: one per served model, all on this engine's device; `configure_logs`: run first
+        in the engine process (a picklable callable: the process is spawned)."""
         context = multiprocessing.get_context("spawn")  # a forked CUDA context is unusable
         self.index, self.device, self.layout = index, configs[0].device, layout
         self._context = context
@@ -47,7 +49,7 @@ class EngineHost:
         # Daemonic: should the supervisor end without stopping it, multiprocessing kills it at exit.
         self.process = context.Process(target=run_engine_process, name=f"rose-engine-{index}", daemon=True,
                                        args=(configs, control_reader, self.board.name, max_queued_tokens, os.getpid(),
-                                             plugin))
+                                             plugin, configure_logs))
         try:
             start_shielded(self.process)
         finally:

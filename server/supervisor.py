@@ -22,6 +22,7 @@ part processes the front ends share (server/part_processes.py) and K front ends
 
 from __future__ import annotations
 
+import functools
 import logging
 import multiprocessing
 import os
@@ -41,6 +42,7 @@ from engine.arena import ArenaLayout
 from engine.text.tokenizer import tokenizer_recipe
 from server.config import ServerConfig, model_configs
 from server.front_end import run_front_end, run_front_end_process
+from server.logs import configure_logging
 from server.part_processes import PartProcessPool, start_part_processes
 from server.plugins import load_engine_plugin
 from server.stats_board import create_board_dir, remove_board_dir
@@ -82,7 +84,8 @@ def run_supervisor(config: ServerConfig, specs: list[ModelSpec], sockets: list[s
                 config = replace(config, part_process_addresses=part_processes.addresses)
             for index, device in enumerate(config.devices):
                 configs = [engine_config_for(c, config.devices, device) for c in model_configs(config)]
-                hosts.append(EngineHost(index, configs, layout, config.max_queued_tokens, plugin))
+                hosts.append(EngineHost(index, configs, layout, config.max_queued_tokens, plugin,
+                                        functools.partial(configure_logging, config.log_level, config.log_format)))
         if config.frontend_workers == 1:
             run_front_end(config, sockets[0], [host.connect(0) for host in hosts], [h.process for h in hosts],
                           stop=stop)

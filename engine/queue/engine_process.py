@@ -24,9 +24,14 @@ from engine.queue.engine_loop import EngineLoop
 
 
 def run_engine_process(configs: list[EngineConfig], control: Connection, board_name: str,
-                       max_queued_tokens: int | None, parent_pid: int, plugin: Callable | None = None) -> None:
+                       max_queued_tokens: int | None, parent_pid: int, plugin: Callable | None = None,
+                       configure_logs: Callable[[], None] | None = None) -> None:
     """`configs`: one per served model, in the server's order, all on one device with one batch
-    budget. `parent_pid` is the supervisor that started this process."""
+    budget. `parent_pid` is the supervisor that started this process. `configure_logs` sets this
+    (spawned) process's logging as the server's, so the engine's start-up lines (the dtype and why,
+    int8's plan and compile time) reach the server's log."""
+    if configure_logs is not None:
+        configure_logs()
     # Ctrl-C, a hang-up, and SIGTERM from systemd or `timeout`, reach the whole process group;
     # the front ends still have requests to drain, so the supervisor alone decides when engines
     # stop (by closing the control pipe once they are done). Only SIGKILL ends one from outside.

@@ -18,6 +18,7 @@ the engine's warm-up runs, so no request waits for a compile.
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import torch
 import torch._dynamo
@@ -26,6 +27,9 @@ from torch import nn
 
 # Inductor's settings while the int8 graphs compile, set only around their calls.
 _INDUCTOR = {"freezing": True, "max_autotune_gemm_backends": "CPP"}
+# Inductor's int8 lowering copies a tensor in a way torch itself warns about, once per linear: noise
+# in the server's log, and nothing a user can act on.
+warnings.filterwarnings("ignore", message="To copy construct from a tensor", module="torch._inductor.mkldnn_lowerings")
 
 
 # The attention backend and its plan for the batch each compiled model is running, by the model's
