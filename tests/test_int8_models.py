@@ -10,9 +10,12 @@
   compiled was checked by hand (docs/cpu-int8.md, "Built"); compiling each here would take minutes.
 - The default model (all-MiniLM-L6-v2) against its float32 self on the shared workload's texts:
   the bar for int8, mean cosine >= 0.995, min >= 0.98, top-10 agreement >= 0.94.
+- `rose-embed embed --dtype bfloat16 --quantization int8` writes those vectors and says its texts/s.
 """
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -104,3 +107,17 @@ def test_the_default_model_in_int8_keeps_its_vectors_and_neighbours():
     agreement = top10_agreement(ours[1], ours[0], theirs[1], theirs[0])
     print(f"int8, all-MiniLM-L6-v2: mean cosine {got.mean():.5f}, min {got.min():.5f}, top-10 {agreement:.3f}")
     assert got.mean() >= 0.995 and got.min() >= 0.98 and agreement >= 0.94
+
+
+def test_the_embed_command_takes_dtype_and_int8_and_says_its_rate(tmp_path, capsys):
+    from engine.rose.engine import Engine
+    from server.__main__ import main
+
+    texts = load_texts(120)
+    (tmp_path / "in.jsonl").write_text("".join(f'{{"text": {json.dumps(t)}}}\n' for t in texts))
+    main(["embed", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out.npy"), "--devices", "cpu",
+          "--dtype", "bfloat16", "--quantization", "int8", "--enforce-eager"])
+    summary = capsys.readouterr().err.splitlines()[-1]
+    assert summary.startswith(f"rose-embed embed: {len(texts)} texts -> ") and summary.endswith(" texts/s)"), summary
+    expected = Engine(EngineConfig(device="cpu", dtype="float32")).embed(texts)
+    assert cosines(np.load(tmp_path / "out.npy"), expected).min() >= 0.98
