@@ -86,7 +86,9 @@ def test_the_compiled_model_compiles_nothing_after_warm_up_and_runs_no_reference
         for num_texts in (1, 3, 17, 60):  # token counts the warm-up did not run
             compiled.embed(load_texts(num_texts))
     printed = capfd.readouterr().out
+    one_token = compiled.execute([np.array([101], dtype=np.int32)]).wait()  # runs eagerly: no graph of its own
     assert counters["stats"]["unique_graphs"] == graphs
+    assert np.isfinite(one_token).all() and one_token.shape[0] == 1
     # Every int8 product runs in inductor's GEMM template: oneDNN runs no matmul at all, so neither
     # its reference kernel (docs/cpu-int8.md's trap).
     kernels = [line.split(",")[6] for line in printed.splitlines() if ",exec,cpu,matmul," in line]

@@ -78,6 +78,10 @@ class CompiledInt8Model(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attention: object, meta: object) -> torch.Tensor:
         if attention is not self._attention:
             raise ValueError("a compiled int8 model runs with the attention backend it was compiled with")
+        if input_ids.shape[0] < 2:
+            # dynamo specializes a dimension of size 1: a one-token batch would compile a graph of its
+            # own, for seconds, mid-traffic. It runs eagerly instead (the same int8 products, oneDNN's).
+            return self.model(input_ids, positions, attention, meta)
         # The token count varies from batch to batch: one graph for every count (K and N stay fixed).
         torch._dynamo.maybe_mark_dynamic(input_ids, 0)
         torch._dynamo.maybe_mark_dynamic(positions, 0)
