@@ -48,7 +48,9 @@ def test_bulk_pattern_against_a_real_server_on_the_cpu(tmp_path):
     for _, _, preparation, queue, inference, answer, tokenization, total in phase_rows:
         in_turn = sum(float(x) for x in (preparation, queue, inference, answer))
         assert float(inference) > 0 and float(tokenization) > 0, report
-        assert in_turn <= float(total) + 0.5, report  # the phases follow one another within the total
+        # The phases follow one another within the total; each figure is a median over the
+        # requests, and medians of the parts need not add up to the median of the whole.
+        assert in_turn <= 1.05 * float(total) + 0.5, report
     for _, _, tokens_per_s, ratio, counted, p50_ms, one_request_ms, failed, cpu_share in rows:
         assert float(tokens_per_s.replace(",", "")) > 0, report
         assert float(ratio.rstrip("x")) > 0, report
