@@ -2,8 +2,8 @@
 each embeds the same texts, and how far its vectors are from sentence-transformers float32's.
 
     python3 -m venv /tmp/cpu-compare-venv
-    /tmp/cpu-compare-venv/bin/pip install torch==2.13.0 sentence-transformers transformers onnx onnxruntime \\
-        openvino nncf
+    /tmp/cpu-compare-venv/bin/pip install torch==2.13.0 sentence-transformers==6.3.0 transformers==5.25.0 \\
+        onnx==1.23.2 onnxruntime==1.32.0 openvino==2026.4.1 nncf==3.4.0
     python bench/cpu_compare.py --peer-python /tmp/cpu-compare-venv/bin/python --out bench/results/cpu-compare.md
 
 The peers (sentence-transformers float32 and under bf16 autocast, ONNX Runtime float32 and
@@ -304,7 +304,8 @@ def render(args, describe, names, seconds, other_load, vectors, queries, refused
         lines.append(f"| {n} | {args.num_texts / median[n]:.1f} | {median[reference_name] / median[n]:.2f} | "
                      f"{mean_cos:.5f} | {min_cos:.5f} | {top10:.3f} | {len(kept[n])} of {len(seconds[n])} | "
                      f"{args.num_texts / statistics.median(seconds[n]):.1f} |")
-    lines += ["", "Peers: " + "; ".join(f"{k}: {v}" for k, v in describe.items()) + "."]
+    lines += ["", "Peers: " + "; ".join(f"{k}: {v}" for k, v in describe.items() if k != "versions")
+              + f". Their environment: {describe['versions']}."]
     lines += ["", "rose-embed variants: " + "; ".join(f"`{v or '(no flags)'}`" for v in variants)
               + "; each server `--devices cpu` and the variant's flags."]
     if refused:

@@ -22,7 +22,8 @@ padding, mean pooling and normalization stay sentence-transformers' own.
 
 Protocol: one JSON object per line on stdin, one per line on stdout (everything the libraries
 print goes to stderr):
-    {"op": "load", "model": DIR, "texts": FILE.json, "systems": [...]}  -> {"loaded": {system: description}}
+    {"op": "load", "model": DIR, "texts": FILE.json, "systems": [...]}
+        -> {"loaded": {system: description, "versions": "torch 2.13.0, ..."}}
     {"op": "encode", "system": S, "set": "passages" | "queries", "out": FILE.npy} -> {"seconds": s}
 FILE.json holds {"passages": [...], "queries": [...], "calibration": [...]}.
 """
@@ -163,6 +164,19 @@ class Peers:
         return st.encode(texts, batch_size=BATCH_SIZE, convert_to_numpy=True).astype(np.float32)
 
 
+def versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    names = ("torch", "sentence-transformers", "transformers", "onnxruntime", "openvino", "nncf")
+    found = []
+    for name in names:
+        try:
+            found.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            pass
+    return ", ".join(found)
+
+
 def main() -> None:
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # libraries' prints must not mix with the replies
@@ -172,7 +186,7 @@ def main() -> None:
         if request["op"] == "load":
             texts = json.loads(Path(request["texts"]).read_text())
             peers = Peers(request["model"], texts, request["systems"])
-            reply = {"loaded": peers.describe}
+            reply = {"loaded": {**peers.describe, "versions": versions()}}
         else:
             start = time.perf_counter()
             vectors = peers.encode(request["system"], peers.texts[request["set"]])
