@@ -65,11 +65,15 @@ def report(args, rates: dict[str, list[float]], start_seconds: dict[str, float])
              f"- {args.num_texts} texts of {args.join} paragraph(s) from tests/data/stdlib_docstrings.jsonl, "
              f"{args.rounds} rounds in rotated order; texts/s: median of the rounds (best round); "
              "start: building the engine, warm-up (int8: calibration and compiling) and a first batch",
+             "- x bf16: the median of each round's ratio (both engines ran back to back in it), and the best "
+             "rounds' ratio in brackets: on a shared machine a round's load moves both",
              "", "| engine | texts/s | x bf16 | start |", "|---|---|---|---|"]
     for name, values in rates.items():
+        per_round = statistics.median(v / b for v, b in zip(values, base))
         lines.append(f"| {name} | {statistics.median(values):.1f} ({max(values):.1f}) | "
-                     f"{statistics.median(values) / statistics.median(base):.2f}x ({max(values) / max(base):.2f}x) | "
-                     f"{start_seconds[name]:.1f} s |")
+                     f"{per_round:.2f}x ({max(values) / max(base):.2f}x) | {start_seconds[name]:.1f} s |")
+    lines += ["", "Rounds (texts/s): " + "; ".join(
+        f"{name} " + ", ".join(f"{v:.0f}" for v in values) for name, values in rates.items())]
     return "\n".join(lines) + "\n"
 
 

@@ -224,7 +224,8 @@ def quality(vectors: np.ndarray, reference: np.ndarray, num_passages: int = NUM_
 
 def report(rows) -> str:
     lines = [
-        "# int8 activation schemes on all-MiniLM-L6-v2, simulated against sentence-transformers fp32",
+        "# int8 on all-MiniLM-L6-v2 against sentence-transformers fp32: activation schemes simulated, "
+        "rose-embed's Engine as it runs",
         "",
         f"- command: `python bench/cpu_int8_model_quality.py {' '.join(sys.argv[1:])}`",
         f"- machine: {machine_description()}; date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
