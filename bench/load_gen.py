@@ -84,8 +84,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "picks its own (every visible GPU, else the CPU), told `--devices cpu` for cpu")
     p.add_argument("--model", default=None, help="model directory or hub id (default: the embedded MiniLM)")
     p.add_argument("--dtype", default="auto")
-    p.add_argument("--quantization", choices=["fp8"], default=None,
-                   help="the engine alone and the server both with --quantization (docs/fp8.md)")
+    p.add_argument("--quantization", choices=["fp8", "int8"], default=None,
+                   help="the engine alone and the server both with --quantization (docs/fp8.md, docs/cpu-int8.md)")
     p.add_argument("--max-batch-tokens", type=int, default=16384)
     p.add_argument("--server-arg", action="append", default=[],
                    help="extra `serve` flag, passed through (repeatable; write --server-arg=--flag)")
@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
                                  max_batch_tokens=args.max_batch_tokens, capture_at_start=True,
                                  quantization=args.quantization))
     engine.warm_up()
-    # FP8 rows may round one e4m3 step apart where the server's batches compose other GEMM tiles.
+    # FP8 rows may round one e4m3 step apart where the server's batches compose other GEMM tiles; int8
+    # rows one int8 step apart where the attention's grouping of a batch differs.
     default_cosine = 0.998 if args.quantization else 0.999
     min_cosine = args.min_cosine or (0.9999 if str(engine.dtype) == "torch.float32" else default_cosine)
     if args.pattern == "bulk":
