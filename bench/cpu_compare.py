@@ -21,7 +21,10 @@ by one each round. The machine may be shared: a run is dropped when other proces
 than --max-other-load cores on average while it ran (all CPU time of /proc/stat, stolen time
 included, less this process tree's), and run again, up to --retries times. Before each run
 the benchmark waits (up to --max-wait seconds) for a second in which the others stay under
-that load. A system's speed is the median of its kept runs.
+that load. A system's speed is the median of its kept runs. A peer's run is its encode call;
+a server's is its HTTP round from the first request sent to the last answer (as
+bench/load_gen.py counts it), without the round's common-start delay and without the client's
+decoding of the answers afterwards, which no peer pays.
 Quality is against sentence-transformers float32, over every run (kept or not) and
 --num-queries queries embedded once more, untimed: the mean and the least cosine of every
 vector, and how many of each query's top 10 among the paragraphs agree
@@ -186,12 +189,13 @@ class RoseServer:
         ordered[indices] = vectors
         return ordered
 
-    def embed(self) -> np.ndarray:
+    def embed(self) -> tuple[np.ndarray, float]:
+        """The texts' vectors, in order, and the round's seconds from its first request to its last answer."""
         # Texts, not tokens, stand in the prefix that bench/traffic.py's steady window counts in:
         # this benchmark reports whole rounds only.
         measured = http_round(self.pool, 1, self.server.url, self.texts, self.plan, self.args.clients, None,
                               np.arange(len(self.texts) + 1))
-        return self._in_order(measured.indices, measured.vectors, len(self.texts), measured.errors)
+        return self._in_order(measured.indices, measured.vectors, len(self.texts), measured.errors), measured.seconds
 
     def stop(self) -> None:
         self.server.stop()
@@ -227,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
                     servers[rose_name(flags)] = RoseServer(flags, args, pool, texts["passages"], texts["queries"])
                 except RuntimeError as exc:
                     refused[rose_name(flags)] = str(exc)
-            runs = {**{PEERS[p]: (lambda p=p: peer.encode(p, "passages")) for p in peers},
+            # Each run gives its vectors and its own seconds where it times itself (None: the wall time).
+            runs = {**{PEERS[p]: (lambda p=p: (peer.encode(p, "passages"), None)) for p in peers},
                     **{name: server.embed for name, server in servers.items()}}
             queries = {**{PEERS[p]: peer.encode(p, "queries") for p in peers},
                        **{name: server.queries for name, server in servers.items()}}
@@ -238,12 +243,13 @@ def main(argv: list[str] | None = None) -> int:
                     for _ in range(1 + args.retries):
                         wait_for_quiet(args.max_other_load, args.max_wait)
                         with Timed() as timed:
-                            got = runs[name]()
-                        seconds.setdefault(name, []).append(timed.seconds)
+                            got, own_seconds = runs[name]()
+                        run_seconds = timed.seconds if own_seconds is None else own_seconds
+                        seconds.setdefault(name, []).append(run_seconds)
                         other_load.setdefault(name, []).append(timed.other_load)
                         vectors.setdefault(name, []).append(got)
                         kept = timed.other_load <= args.max_other_load
-                        print(f"round {r}, {name}: {timed.seconds:.2f} s, other load {timed.other_load:.2f}"
+                        print(f"round {r}, {name}: {run_seconds:.2f} s, other load {timed.other_load:.2f}"
                               + ("" if kept else " (dropped)"), flush=True)
                         if kept:
                             break
