@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 from pathlib import Path
 
 import httpx
+
+from engine.model_files.loader import resolve_model_dir
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # The fault markers are sent as the model's own token ids, which the server takes as they are
@@ -75,3 +79,12 @@ def _content_length(data: bytes) -> int:
 def code_blocks(page: Path, language: str) -> list[str]:
     """The code of a Markdown page's fenced blocks in `language`, in page order."""
     return [code for lang, code in CODE_BLOCK.findall(page.read_text(encoding="utf-8")) if lang == language]
+
+
+def config_only_model(path: Path, config: dict) -> Path:
+    """A model folder of `config` and the default model's tokenizer, no weights: enough for the
+    checks that refuse a model before anything loads."""
+    path.mkdir()
+    shutil.copy(resolve_model_dir(None)[0] / "tokenizer.json", path / "tokenizer.json")
+    (path / "config.json").write_text(json.dumps(config))
+    return path

@@ -5,16 +5,14 @@ serve; each one line naming the flag, exit status 2, as a wrong flag value is (s
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 import sys
 
 import pytest
 import torch
 
-from engine.model_files.loader import resolve_model_dir
 from server.__main__ import build_parser, config_from_args, serve
+from tests.helpers import config_only_model
 from tests.conftest import REPO
 
 NEEDS = "argument --quantization: fp8 needs a GPU with FP8 tensor cores (compute capability 8.9 or newer: Ada, Hopper, " \
@@ -69,13 +67,6 @@ def test_a_hopper_gpu_takes_fp8_in_bf16_only(monkeypatch):
                               "--dtype float32 asks for float32")
 
 
-def _model_dir(path, config: dict):
-    path.mkdir()
-    shutil.copy(resolve_model_dir(None)[0] / "tokenizer.json", path / "tokenizer.json")
-    (path / "config.json").write_text(json.dumps(config))
-    return path
-
-
 @pytest.mark.parametrize("config, refusal", [
     ({"model_type": "modernbert", "hidden_size": 64, "max_position_embeddings": 512},
      "fp8 does not support modernbert models yet (model); it supports BERT, DistilBERT, MPNet, Qwen3"),
@@ -87,7 +78,7 @@ def _model_dir(path, config: dict):
 ])
 def test_a_model_fp8_does_not_serve_is_refused_by_name(config, refusal, monkeypatch, tmp_path, capsys):
     _pretend_gpu(monkeypatch, (9, 0))
-    path = _model_dir(tmp_path / "model", config)
+    path = config_only_model(tmp_path / "model", config)
     with pytest.raises(SystemExit) as exc:
         serve(_config("--model", str(path), "--quantization", "fp8"))
     assert exc.value.code == 2
@@ -98,7 +89,7 @@ def test_embed_refuses_a_model_fp8_does_not_serve(monkeypatch, tmp_path, capsys)
     from server.__main__ import main
 
     _pretend_gpu(monkeypatch, (9, 0))
-    path = _model_dir(tmp_path / "model", {"model_type": "modernbert", "hidden_size": 64,
+    path = config_only_model(tmp_path / "model", {"model_type": "modernbert", "hidden_size": 64,
                                            "max_position_embeddings": 512})
     (tmp_path / "in.jsonl").write_text('{"text": "a"}\n')
     with pytest.raises(SystemExit) as exc:

@@ -5,18 +5,16 @@ one line naming the flag, exit status 2, before anything starts (docs/cpu-int8.m
 
 from __future__ import annotations
 
-import json
-import shutil
 import time
 
 import pytest
 import torch
 from torch import nn
 
-from engine.model_files.loader import resolve_model_dir
 from engine.rose import cpu_features, int8_support
 from engine.rose.layers.int8 import Int8Linear, smoothing_factors
 from server.__main__ import build_parser, config_from_args, serve
+from tests.helpers import config_only_model
 
 needs_vnni = pytest.mark.skipif(cpu_features.int8_dot_products() is None,
                                 reason="needs a CPU with AVX512-VNNI or AMX-INT8")
@@ -128,13 +126,6 @@ def test_a_gpu_is_refused_for_int8():
                                                      "quantization is fp8); the engine would run on cuda:0")
 
 
-def _model_dir(path, config: dict):
-    path.mkdir()
-    shutil.copy(resolve_model_dir(None)[0] / "tokenizer.json", path / "tokenizer.json")
-    (path / "config.json").write_text(json.dumps(config))
-    return path
-
-
 @pytest.mark.parametrize("config, refusal", [
     ({"model_type": "bert", "hidden_size": 32, "max_position_embeddings": 512,
       "architectures": ["BertForSequenceClassification"], "id2label": {"0": "LABEL_0"}},
@@ -142,7 +133,7 @@ def _model_dir(path, config: dict):
 ])
 def test_a_model_int8_does_not_serve_is_refused_by_name(config, refusal, monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(cpu_features, "int8_dot_products", lambda: "AVX512-VNNI")
-    path = _model_dir(tmp_path / "model", config)
+    path = config_only_model(tmp_path / "model", config)
     with pytest.raises(SystemExit) as exc:
         serve(_config("--model", str(path), "--devices", "cpu", "--quantization", "int8"))
     assert exc.value.code == 2
