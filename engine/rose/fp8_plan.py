@@ -23,6 +23,7 @@ from torch import nn
 
 from engine.config import Fp8Plan
 from engine.rose.layers.fp8 import Fp8Linear, fits_fp8
+from engine.rose.module_swap import replace_submodule
 
 
 def is_attention_output(name: str) -> bool:
@@ -56,9 +57,7 @@ def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan()) -> str:
     move to its device and dtype; returns a line for the log that says what runs FP8."""
     names = fp8_linear_names(model, plan)
     for name in names:
-        parent_name, child = name.rsplit(".", 1)
-        parent = model.get_submodule(parent_name)
-        setattr(parent, child, Fp8Linear(getattr(parent, child), plan.fast_accumulation))
+        replace_submodule(model, name, Fp8Linear(model.get_submodule(name), plan.fast_accumulation))
     total = sum(isinstance(m, (nn.Linear, Fp8Linear)) for m in model.layers.modules())
     if not names:
         return (f"FP8: no linear layer runs FP8 (hidden size below {plan.min_hidden_size}, where FP8 does not pay, "

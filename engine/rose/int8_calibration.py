@@ -15,6 +15,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from engine.rose.module_swap import replace_submodule
+
 # Prose, questions, lists, code, numbers, markup and a few other scripts, short and long.
 CALIBRATION_TEXTS = (
     "The quick brown fox jumps over the lazy dog.",
@@ -73,16 +75,12 @@ class _Recording(nn.Module):
 def activation_maxima(model: nn.Module, names: list[str], embed: Callable[[list[str]], object]) -> dict[str, torch.Tensor]:
     """{name: the largest |input| of each input channel [K] float32} of the linear layers `names`
     (as model.named_modules gives them), while `embed` runs the model on CALIBRATION_TEXTS."""
-    recorders = {}
-    for name in names:
-        parent_name, child = name.rsplit(".", 1)
-        parent = model.get_submodule(parent_name)
-        recorders[name] = _Recording(getattr(parent, child))
-        setattr(parent, child, recorders[name])
+    recorders = {name: _Recording(model.get_submodule(name)) for name in names}
+    for name, recorder in recorders.items():
+        replace_submodule(model, name, recorder)
     try:
         embed(list(CALIBRATION_TEXTS))
     finally:
         for name, recorder in recorders.items():
-            parent_name, child = name.rsplit(".", 1)
-            setattr(model.get_submodule(parent_name), child, recorder.linear)
+            replace_submodule(model, name, recorder.linear)
     return {name: recorder.maximum for name, recorder in recorders.items() if recorder.maximum is not None}

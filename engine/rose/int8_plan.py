@@ -14,6 +14,7 @@ from torch import nn
 
 from engine.rose.int8_calibration import CALIBRATION_TEXTS, activation_maxima
 from engine.rose.layers.int8 import Int8Linear, smoothing_factors
+from engine.rose.module_swap import replace_submodule
 
 # The linear layers that read a norm's output, by the names the models give them.
 SMOOTHED_LINEARS = ("qkv_proj", "up_proj", "gate_up_proj")
@@ -39,13 +40,11 @@ def quantize_model(model: nn.Module, embed: Callable[[list[str]], object]) -> st
     smoothed = [name for name in names if is_smoothed(name)]
     maxima = activation_maxima(model, smoothed, embed)
     for name in names:
-        parent_name, child = name.rsplit(".", 1)
-        parent = model.get_submodule(parent_name)
-        linear = getattr(parent, child)
+        linear = model.get_submodule(name)
         factors = None
         if name in maxima:
             factors = smoothing_factors(maxima[name], linear.weight, SMOOTHQUANT_ALPHA)
-        setattr(parent, child, Int8Linear(linear, factors))
+        replace_submodule(model, name, Int8Linear(linear, factors))
     kinds = sorted({name.rsplit(".", 1)[-1] for name in names})
     smoothed_kinds = sorted({name.rsplit(".", 1)[-1] for name in smoothed})
     return (f"int8: {len(names)} linear layers run int8 ({', '.join(kinds)}; per-token uint8 activations, "
