@@ -4,9 +4,9 @@ int8's start takes (calibration, compiling the layers during warm-up).
 
     python bench/cpu_int8_engine.py --out bench/results/cpu-int8-engine.md
 
-The speed bar for int8 is set through HTTP (issue 35: 4.0x sentence-transformers fp32, where
-bf16 reaches 3.05x); the engine alone says how much of it the model's side gives: the ratio
-int8 / bf16 here is the most the server can gain from int8.
+int8's speed bar is set through HTTP against sentence-transformers fp32 (bench/cpu_compare.py);
+the engine alone says how much of it the model's side gives: the ratio int8 / bf16 here is the
+most the server can gain from int8.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What each int8 activation scheme does to all-MiniLM-L6-v2's vectors, simulated: every linear of
 the encoder (24) runs on quantized-then-dequantized weights (int8 per output channel, symmetric)
-and activations (the scheme's), everything else as in sentence-transformers. Quality is issue
-35's: cosine of every vector to sentence-transformers fp32's, and how many of each query's
-top-10 passages agree. The kernels of bench/cpu_int8_paths.py compute these schemes exactly
+and activations (the scheme's), everything else as in sentence-transformers. Quality is what
+bench/cpu_compare.py measures: cosine of every vector to sentence-transformers fp32's, and how
+many of each query's top-10 passages agree. The kernels of bench/cpu_int8_paths.py compute these schemes exactly
 (int32 accumulation), so the ways of one scheme land here together.
 
     python bench/cpu_int8_model_quality.py --out bench/results/cpu-int8-model-quality.md
@@ -10,8 +10,8 @@ top-10 passages agree. The kernels of bench/cpu_int8_paths.py compute these sche
 Passages: 1,200 texts of 4 consecutive docstrings each from tests/data/stdlib_docstrings.jsonl;
 queries: 200 single docstrings from further on; the static scheme's ranges and SmoothQuant's
 channel maxima are calibrated on 300 other docstrings. Short queries against passages of four
-docstrings make many near ties: top-10 agreement here is harsher than issue 35's (bf16 alone
-agrees 0.983 here), so compare schemes within this table.
+docstrings make many near ties: top-10 agreement here is harsher than on bench/cpu_compare.py's
+single paragraphs (bf16 alone agrees 0.983 here), so compare schemes within this table.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Ways to run all-MiniLM-L6-v2's linears in int8 on the CPU, timed against F.linear in fp32
-and bf16 in the same run, with their error on the model's real activations (issue 35, item 2).
+and bf16 in the same run, with their error on the model's real activations (docs/cpu-int8.md).
 
     python bench/cpu_int8_paths.py --out bench/results/cpu-int8-paths.md
 
@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import statistics
 import sys
 import time
 from pathlib import Path

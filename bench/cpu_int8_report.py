@@ -66,7 +66,7 @@ def render(ways, skipped, kinds, tokens, times, agree, quality_rows, args, now, 
         twin = f" (its twin {way.twin}'s)" if way.twin else ""
         lines.append(f"| {way.name}{twin} | " + " | ".join(cells) + " |")
     if agree:
-        lines += ["", f"## Quality on the timed layer alone, every way run itself (compiled ones too), "
+        lines += ["", "## Quality on the timed layer alone, every way run itself (compiled ones too), "
                   "at each M", "", "| way | " + " | ".join(f"{k} mean / min" for k in kinds) + " |",
                   "|---|" + "---|" * len(kinds)]
         for way in ways:

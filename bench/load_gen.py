@@ -73,6 +73,7 @@ from bench.common import (DEFAULT_DATA, ServerProcess, VectorCheck, build_texts,
                           hardware, load_texts, process_cpu_seconds, publish)
 from bench.traffic import (STEADY_WINDOW_LATENCIES, PlannedRequest, make_plan, run_latency,  # noqa: E402
                            run_worker, steady_window)
+from engine.rose.quantization_support import QUANTIZATIONS  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -84,7 +85,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "picks its own (every visible GPU, else the CPU), told `--devices cpu` for cpu")
     p.add_argument("--model", default=None, help="model directory or hub id (default: the embedded MiniLM)")
     p.add_argument("--dtype", default="auto")
-    p.add_argument("--quantization", choices=["fp8", "int8"], default=None,
+    p.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
                    help="the engine alone and the server both with --quantization (docs/fp8.md, docs/cpu-int8.md)")
     p.add_argument("--max-batch-tokens", type=int, default=16384)
     p.add_argument("--server-arg", action="append", default=[],
