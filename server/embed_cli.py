@@ -66,8 +66,9 @@ def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
                        help="truncate texts to this many tokens (default: the model's limit)")
     model.add_argument("--num-threads", type=positive_int, default=None,
                        help="torch CPU threads (default: torch's choice)")
-    model.add_argument("--attention-backend", default="auto", choices=["auto", "varlen", "packed", "flashinfer", "sdpa"],
-                       help="ragged attention kernels on CUDA (auto: the fastest per batch shape)")
+    model.add_argument("--attention-backend", default="auto", choices=["auto", "varlen", "packed", "flashinfer", "native", "sdpa"],
+                       help="ragged attention kernels (auto: on CUDA the fastest per batch shape, on the CPU the native "
+                            "kernel where it runs, else sdpa)")
     model.add_argument("--enforce-eager", action="store_true", help="CUDA: no CUDA graphs; CPU with --quantization int8: no compiling (starts in seconds, runs slower)")
     model.add_argument("--no-fused-kernels", dest="fused_kernels", action="store_false",
                        help="CUDA: plain PyTorch instead of the fused Triton kernels between the matmuls")

@@ -46,6 +46,11 @@ def int8_dot_products() -> str | None:
     return None
 
 
+def cpu_flags() -> set[str]:
+    """The x86 CPU's feature flags as /proc/cpuinfo names them (empty elsewhere)."""
+    return _cpuinfo_words("flags")
+
+
 def _x86_bf16() -> str | None:
     flags = _cpuinfo_words("flags")
     if "amx_bf16" in flags:

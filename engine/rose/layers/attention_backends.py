@@ -6,9 +6,13 @@ which the backends import: the factory imports them, so nothing imports in a cir
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from engine.rose.layers.attention import AttentionBackend, AttentionShape, SDPAPerSequenceBackend
+
+logger = logging.getLogger(__name__)
 
 
 def make_attention_backend(
@@ -16,11 +20,7 @@ def make_attention_backend(
 ) -> AttentionBackend:
     """The backend called `name` ("auto" picks the best available for the device)."""
     if device.type == "cpu":
-        if name not in ("auto", "sdpa"):
-            raise ValueError(f"attention backend {name!r} needs CUDA; on CPU only 'sdpa' runs")
-        from engine.rose.layers.attention_cpu import GroupedSDPABackend
-
-        return GroupedSDPABackend(shape)
+        return _cpu_attention_backend(name, shape, dtype)
     if device.type == "cuda":
         if name == "sdpa":  # exact but slow: kept as a reference for tests
             return SDPAPerSequenceBackend(shape)
@@ -28,3 +28,21 @@ def make_attention_backend(
 
         return make_cuda_attention_backend(name, shape, device, dtype)
     raise ValueError(f"no attention backend {name!r} for device {device}")
+
+
+def _cpu_attention_backend(name: str, shape: AttentionShape, dtype: torch.dtype) -> AttentionBackend:
+    """"auto": the native kernel where it runs (bf16 on AVX512-BF16), else grouped SDPA."""
+    if name not in ("auto", "sdpa", "native"):
+        raise ValueError(f"attention backend {name!r} needs CUDA; on CPU 'native' and 'sdpa' run")
+    from engine.rose.layers.attention_cpu import GroupedSDPABackend
+    from engine.rose.layers.attention_cpu_native import NativeCPUAttentionBackend, unavailable_reason
+
+    if name == "sdpa":
+        return GroupedSDPABackend(shape)
+    reason = unavailable_reason(shape, dtype)
+    if reason is None:
+        return NativeCPUAttentionBackend(shape)
+    if name == "native":
+        raise ValueError(f"the native CPU attention cannot run here: {reason}")
+    logger.info("attention: grouped SDPA, not the native kernel: %s", reason)
+    return GroupedSDPABackend(shape)
