@@ -23,7 +23,12 @@ def build_engine(**options) -> Engine:
         spec = load_spec(options.get("model"), options.get("max_seq_len"),
                          options.get("model_overrides") or ModelOverrides(), options.get("revision"))
         options["max_batch_tokens"] = max(EngineConfig.max_batch_tokens, spec.max_seq_len)
-    return Engine(EngineConfig(**options))
+    engine = Engine(EngineConfig(**options))
+    if engine.config.quantization == "int8" and not engine.config.enforce_eager:
+        # The int8 model compiles on its first batch, for most of a minute: do it before the job's
+        # clock starts, so the progress bar's texts/s reads the speed the job runs at.
+        engine.warm_up()
+    return engine
 
 
 def prompt_for(spec: ModelSpec, prompt_name: str | None) -> str:

@@ -158,3 +158,27 @@ def test_embed_takes_int8_and_refuses_it_where_it_cannot_run(monkeypatch, tmp_pa
     assert capsys.readouterr().err.splitlines()[-1].startswith(
         "rose-embed embed: error: argument --quantization: int8 runs on a CPU with AVX512-VNNI or AMX-INT8; ")
     assert not (tmp_path / "out.npy").exists()
+
+
+@pytest.mark.parametrize("settings, warms_up", [
+    ({"quantization": "int8"}, True),
+    ({"quantization": "int8", "enforce_eager": True}, False),
+    ({}, False),
+])
+def test_the_corpus_engine_compiles_int8_before_the_job_starts(monkeypatch, settings, warms_up):
+    # rose-embed embed's rate is timed from the job's first batch: an int8 model's compile (most of
+    # a minute) must happen before it, in the engine's warm-up, not inside the first batch.
+    from corpus import engine_setup
+
+    calls = []
+
+    class RecordingEngine:
+        def __init__(self, config):
+            self.config = config
+
+        def warm_up(self):
+            calls.append(self.config.quantization)
+
+    monkeypatch.setattr(engine_setup, "Engine", RecordingEngine)
+    engine_setup.build_engine(device="cpu", max_batch_tokens=512, **settings)
+    assert calls == (["int8"] if warms_up else [])

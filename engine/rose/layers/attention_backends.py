@@ -41,6 +41,7 @@ def _cpu_attention_backend(name: str, shape: AttentionShape, dtype: torch.dtype)
         return GroupedSDPABackend(shape)
     reason = unavailable_reason(shape, dtype)
     if reason is None:
+        logger.info("attention: the native CPU kernel (bf16 on AVX512-BF16)")
         return NativeCPUAttentionBackend(shape)
     if name == "native":
         raise ValueError(f"the native CPU attention cannot run here: {reason}")
