@@ -1,8 +1,11 @@
 """`--quantization int8` against `--dtype bfloat16` on the CPU, the engine alone (Engine.embed in
 this process, no HTTP): texts/s of each on the same texts, rounds in rotated order, and how long
-int8's start takes (calibration, compiling the layers during warm-up).
+int8's start takes (calibration, compiling the layers during warm-up). With --attention auto,sdpa
+each precision runs twice, on the CPU attention the engine picks and on torch's SDPA, which
+measures what the native attention kernel gives.
 
     python bench/cpu_int8_engine.py --out bench/results/cpu-int8-engine.md
+    python bench/cpu_int8_engine.py --attention auto,sdpa --out bench/results/cpu-attention-engine.md
 
 int8's speed bar is set through HTTP against sentence-transformers fp32 (bench/cpu_compare.py);
 the engine alone says how much of it the model's side gives: the ratio int8 / bf16 here is the
@@ -30,13 +33,20 @@ def main() -> None:
     parser.add_argument("--join", type=int, default=1, help="paragraphs joined into one text")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--attention", default="auto",
+                        help="comma-separated CPU attention backends each engine runs with (auto, native, sdpa): "
+                             "'auto,sdpa' adds an engine of each precision on torch's SDPA beside the default")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     from engine.config import EngineConfig
     from engine.rose.engine import Engine
 
     texts = build_texts(DEFAULT_DATA, args.num_texts, args.join)
-    settings = {"bf16": {}, "int8": {"quantization": "int8"}}
+    settings = {}
+    for attention in args.attention.split(","):
+        suffix = "" if attention == "auto" else f" ({attention} attention)"
+        settings["bf16" + suffix] = {"attention_backend": attention}
+        settings["int8" + suffix] = {"attention_backend": attention, "quantization": "int8"}
     engines, start_seconds = {}, {}
     for name, extra in settings.items():
         started = time.perf_counter()
@@ -57,7 +67,7 @@ def main() -> None:
 
 
 def report(args, rates: dict[str, list[float]], start_seconds: dict[str, float]) -> str:
-    base = rates["bf16"]
+    base = rates[next(iter(rates))]
     lines = ["# `--quantization int8` against `--dtype bfloat16`, the engine alone on the CPU", "",
              f"- command: `python bench/cpu_int8_engine.py {' '.join(sys.argv[1:])}`",
              f"- machine: {machine_description()}; {args.threads} threads; "
