@@ -75,8 +75,9 @@ def report(args, rates: dict[str, list[float]], start_seconds: dict[str, float])
              f"- {args.num_texts} texts of {args.join} paragraph(s) from tests/data/stdlib_docstrings.jsonl, "
              f"{args.rounds} rounds in rotated order; texts/s: median of the rounds (best round); "
              "start: building the engine, warm-up (int8: calibration and compiling) and a first batch",
-             "- x bf16: the median of each round's ratio (both engines ran back to back in it), and the best "
-             "rounds' ratio in brackets: on a shared machine a round's load moves both",
+             "- x bf16: against the first row, the median of each round's ratio (the engines ran back to back in "
+             "it), and the best rounds' ratio in brackets: on a shared machine a round's load moves both",
+             "- attention: the engine's CPU default (the native kernel where it runs), or the one named",
              "", "| engine | texts/s | x bf16 | start |", "|---|---|---|---|"]
     for name, values in rates.items():
         per_round = statistics.median(v / b for v, b in zip(values, base))
