@@ -1,6 +1,7 @@
-"""The CPU attention backends alone, on packed streams of embedder-like lengths: the native kernel
-(engine/rose/layers/native/attention_bf16.c) against grouped SDPA (torch's CPU flash attention on
-length-sorted padded groups), bf16, the same q, k and v, rounds in rotated order.
+"""The CPU attention backends alone, on packed streams of embedder-like lengths: the native kernels
+(engine/rose/layers/native/attention_bf16.c and attention_f32.c) against grouped SDPA (torch's CPU
+flash attention on length-sorted padded groups), in bf16 and float32, the same q, k and v,
+rounds in rotated order.
 
     python bench/cpu_attention.py --out bench/results/cpu-attention.md
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import statistics
 import sys
 import time
@@ -34,14 +36,15 @@ SHAPES = {  # name: (heads, kv heads, head size, causal)
 }
 
 
-def stream(shape: AttentionShape, num_seqs: int, median_len: int, generator: torch.Generator):
+def stream(shape: AttentionShape, num_seqs: int, median_len: int, generator: torch.Generator,
+           dtype: torch.dtype = torch.bfloat16):
     lengths = torch.distributions.LogNormal(torch.log(torch.tensor(float(median_len))), 0.6).sample((num_seqs,))
     lengths = lengths.round().clamp(1, 512).int().tolist()
     cu = [0]
     for n in lengths:
         cu.append(cu[-1] + n)
     q_width, kv_width = shape.num_heads * shape.head_dim, shape.num_kv_heads * shape.head_dim
-    qkv = torch.randn(cu[-1], q_width + 2 * kv_width, generator=generator).bfloat16()
+    qkv = torch.randn(cu[-1], q_width + 2 * kv_width, generator=generator).to(dtype)
     q = qkv[:, :q_width].view(-1, shape.num_heads, shape.head_dim)
     k = qkv[:, q_width:q_width + kv_width].view(-1, shape.num_kv_heads, shape.head_dim)
     v = qkv[:, q_width + kv_width:].view(-1, shape.num_kv_heads, shape.head_dim)
@@ -54,21 +57,24 @@ def main() -> None:
     parser.add_argument("--median-len", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtypes", default="bfloat16,float32")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     rows = []
-    for name, (heads, kv_heads, head_dim, causal) in SHAPES.items():
+    for (name, (heads, kv_heads, head_dim, causal)), dtype_name in itertools.product(SHAPES.items(),
+                                                                                    args.dtypes.split(",")):
+        dtype = getattr(torch, dtype_name)
         shape = AttentionShape(heads, kv_heads, head_dim, causal)
-        q, k, v, cu, lengths = stream(shape, args.num_seqs, args.median_len, torch.Generator().manual_seed(0))
+        q, k, v, cu, lengths = stream(shape, args.num_seqs, args.median_len, torch.Generator().manual_seed(0), dtype)
         reference = SDPAPerSequenceBackend(shape)
-        exact = reference.forward(q.float(), k.float(), v.float(), reference.prepare(None, cu, max(lengths)))
-        backends = {"native": NativeCPUAttentionBackend(shape), "grouped SDPA": GroupedSDPABackend(shape)}
+        exact = reference.forward(q.double(), k.double(), v.double(), reference.prepare(None, cu, max(lengths)))
+        backends = {"native": NativeCPUAttentionBackend(shape, dtype), "grouped SDPA": GroupedSDPABackend(shape)}
         metas = {label: b.prepare(None, cu, max(lengths)) for label, b in backends.items()}
         errors = {}
         for label, backend in backends.items():
-            error = (backend.forward(q, k, v, metas[label]).float() - exact).abs()
+            error = (backend.forward(q, k, v, metas[label]).double() - exact).abs()
             errors[label] = (error.max().item(), error.mean().item())
         seconds = {label: [] for label in backends}
         labels = list(backends)
@@ -81,19 +87,20 @@ def main() -> None:
         base = statistics.median(seconds["grouped SDPA"])
         for label in labels:
             median = statistics.median(seconds[label])
-            rows.append(f"| {name} | {label} | {median * 1e3:.1f} | {flops / median / 1e9:.0f} | "
-                        f"{base / median:.2f}x | {errors[label][0]:.4f} / {errors[label][1]:.6f} |")
+            rows.append(f"| {name} | {dtype_name} | {label} | {median * 1e3:.1f} | {flops / median / 1e9:.0f} | "
+                        f"{base / median:.2f}x | {errors[label][0]:.2e} / {errors[label][1]:.2e} |")
         print(rows[-2], rows[-1], sep="\n", flush=True)
-    lines = ["# CPU attention: the native kernel against grouped SDPA", "",
+    lines = ["# CPU attention: the native kernels against grouped SDPA", "",
              f"- command: `python bench/cpu_attention.py {' '.join(sys.argv[1:])}`",
              f"- machine: {machine_description()}; {args.threads} threads; "
              f"date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
              f"- stream: {args.num_seqs} sequences, lognormal lengths with median {args.median_len} tokens "
-             "(sigma 0.6, 1 to 512), bf16 random q, k, v as views of one fused projection; median of "
+             "(sigma 0.6, 1 to 512), random q, k, v as views of one fused projection; median of "
              f"{args.rounds} rounds in rotated order",
              "- GFLOP/s: the useful multiply-adds (q.k and p.v of every allowed pair, x2), not padded ones",
-             "- error against float32 SDPA on each sequence: largest / mean absolute difference",
-             "", "| shape | backend | ms | GFLOP/s | x grouped SDPA | error max / mean |", "|---|---|---|---|---|---|",
+             "- error against float64 SDPA on each sequence: largest / mean absolute difference",
+             "", "| shape | dtype | backend | ms | GFLOP/s | x grouped SDPA | error max / mean |",
+             "|---|---|---|---|---|---|---|",
              *rows]
     publish("\n".join(lines) + "\n", args.out)
 

@@ -81,8 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
                        choices=["auto", "varlen", "packed", "flashinfer", "native", "sdpa"],
                        help="attention kernels (auto: on CUDA the fastest per batch shape, timed at warm-up; on the CPU "
                             "native where it runs, else sdpa. CUDA: varlen: torch's varlen_attn; packed: short texts "
-                            "share tiles; flashinfer: the gpu extra. CPU: native: the C kernel for bf16 on "
-                            "AVX512-BF16; sdpa: torch's SDPA)")
+                            "share tiles; flashinfer: the gpu extra. CPU: native: C kernels for bf16 on "
+                            "AVX512-BF16 and float32 on AVX2; sdpa: torch's SDPA)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                        help="least severe log lines shown (debug adds every /health and /metrics request)")
     serve.add_argument("--max-request-tokens", type=positive_int, default=300_000,

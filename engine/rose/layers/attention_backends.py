@@ -31,7 +31,7 @@ def make_attention_backend(
 
 
 def _cpu_attention_backend(name: str, shape: AttentionShape, dtype: torch.dtype) -> AttentionBackend:
-    """"auto": the native kernel where it runs (bf16 on AVX512-BF16), else grouped SDPA."""
+    """"auto": the native kernel where it runs (bf16 on AVX512-BF16, float32 on AVX2), else grouped SDPA."""
     if name not in ("auto", "sdpa", "native"):
         raise ValueError(f"attention backend {name!r} needs CUDA; on CPU 'native' and 'sdpa' run")
     from engine.rose.layers.attention_cpu import GroupedSDPABackend
@@ -41,8 +41,8 @@ def _cpu_attention_backend(name: str, shape: AttentionShape, dtype: torch.dtype)
         return GroupedSDPABackend(shape)
     reason = unavailable_reason(shape, dtype)
     if reason is None:
-        logger.info("attention: the native CPU kernel (bf16 on AVX512-BF16)")
-        return NativeCPUAttentionBackend(shape)
+        logger.info("attention: the native CPU kernel (%s)", str(dtype).removeprefix("torch."))
+        return NativeCPUAttentionBackend(shape, dtype)
     if name == "native":
         raise ValueError(f"the native CPU attention cannot run here: {reason}")
     logger.info("attention: grouped SDPA, not the native kernel: %s", reason)

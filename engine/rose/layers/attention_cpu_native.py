@@ -1,19 +1,19 @@
-"""CPU attention in one C kernel over the packed stream (layers/native/attention_bf16.c).
+"""CPU attention in one C kernel over the packed stream (layers/native/attention_*.c).
 
 PyTorch's CPU attention spends most of an embedder's batch on per-call overhead: each
 (sequence, head) pair is a few tiny matrix products, a few microseconds of library dispatch
-each. The kernel runs every (sequence, key/value head) pair as one work item on the
-stream's own rows (no padding, no gathering, no copies of q, k and v), in float32 softmax on
-bf16 dot products (AVX512-BF16), over torch's OpenMP threads.
+each. The kernels run every (sequence, key/value head) pair as one work item on the
+stream's own rows (no padding, no gathering, no copies of q, k and v), over torch's OpenMP
+threads: bf16 models on AVX512-BF16's dot products, float32 models on AVX2 and FMA.
 
-It serves bf16 on x86 CPUs with AVX512-BF16 and head sizes the kernel has an instance for;
-everything else (float32, other CPUs, no C compiler) runs GroupedSDPABackend, and the start-up
-log says which ran and why.
+Elsewhere (other CPUs, float16, a head size without an instance, no C compiler) the engine runs
+GroupedSDPABackend, and the start-up log says which ran and why.
 """
 
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 
 import torch
 
@@ -21,9 +21,22 @@ from engine.rose.cpu_features import cpu_flags
 from engine.rose.layers.attention import AttentionShape
 from engine.rose.native_build import load_kernel
 
-SOURCE = "attention_bf16.c"
-ISA_FLAGS = ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma")
-_NEEDED_CPU_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "fma")
+
+
+@dataclass(frozen=True)
+class _Kernel:
+    source: str
+    function: str
+    isa_flags: tuple[str, ...]  # the compiler's
+    cpu_flags: tuple[str, ...]  # /proc/cpuinfo's names of the same
+
+
+KERNELS = {
+    torch.bfloat16: _Kernel("attention_bf16.c", "rose_attention_bf16",
+                            ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma"),
+                            ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "fma")),
+    torch.float32: _Kernel("attention_f32.c", "rose_attention_f32", ("-mavx2", "-mfma"), ("avx2", "fma")),
+}
 
 
 class _Arguments(ctypes.Structure):
@@ -45,13 +58,14 @@ class _Arguments(ctypes.Structure):
 
 
 def unavailable_reason(shape: AttentionShape, dtype: torch.dtype) -> str | None:
-    """Why the kernel cannot serve this model here, or None when it can (building it if needed)."""
-    if dtype != torch.bfloat16:
-        return f"it computes bf16 only, and the model runs in {str(dtype).removeprefix('torch.')}"
-    missing = [flag for flag in _NEEDED_CPU_FLAGS if flag not in cpu_flags()]
+    """Why no kernel can serve this model here, or None when one can (building it if needed)."""
+    kernel = KERNELS.get(dtype)
+    if kernel is None:
+        return f"it computes bf16 and float32, and the model runs in {str(dtype).removeprefix('torch.')}"
+    missing = [flag for flag in kernel.cpu_flags if flag not in cpu_flags()]
     if missing:
-        return "this CPU lacks " + ", ".join(missing)
-    built = load_kernel(SOURCE, ISA_FLAGS)
+        return f"its {str(dtype).removeprefix('torch.')} kernel needs " + ", ".join(missing) + ", which this CPU lacks"
+    built = load_kernel(kernel.source, kernel.isa_flags)
     if built.library is None:
         return built.reason
     if not built.library.rose_supported_head_dim(shape.head_dim):
@@ -62,14 +76,16 @@ def unavailable_reason(shape: AttentionShape, dtype: torch.dtype) -> str | None:
 class NativeCPUAttentionBackend:
     name = "native"
 
-    def __init__(self, shape: AttentionShape):
-        reason = unavailable_reason(shape, torch.bfloat16)
+    def __init__(self, shape: AttentionShape, dtype: torch.dtype = torch.bfloat16):
+        reason = unavailable_reason(shape, dtype)
         if reason is not None:
             raise ValueError(f"the native CPU attention cannot run here: {reason}")
         self.shape = shape
-        self._library = load_kernel(SOURCE, ISA_FLAGS).library
-        self._library.rose_attention_bf16.argtypes = [ctypes.POINTER(_Arguments), ctypes.c_int]
-        self._library.rose_attention_bf16.restype = ctypes.c_int
+        self.dtype = dtype
+        kernel = KERNELS[dtype]
+        self._run = getattr(load_kernel(kernel.source, kernel.isa_flags).library, kernel.function)
+        self._run.argtypes = [ctypes.POINTER(_Arguments), ctypes.c_int]
+        self._run.restype = ctypes.c_int
 
     def prepare(self, cu_seqlens: torch.Tensor, cu_seqlens_host: list[int], max_seqlen: int) -> torch.Tensor:
         return torch.tensor(cu_seqlens_host, dtype=torch.int32)
@@ -77,8 +93,8 @@ class NativeCPUAttentionBackend:
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: torch.Tensor, local: bool = False,
                 position_bias: torch.Tensor | None = None) -> torch.Tensor:
         q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
-        if q.dtype != torch.bfloat16 or k.dtype != torch.bfloat16 or v.dtype != torch.bfloat16:
-            raise TypeError("the native CPU attention takes bf16 q, k and v")
+        if not q.dtype == k.dtype == v.dtype == self.dtype:
+            raise TypeError(f"this native CPU attention takes {self.dtype} q, k and v")
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
         window = self.shape.window if local else None
         bias = None
@@ -95,7 +111,7 @@ class NativeCPUAttentionBackend:
             -1 if window is None else window[0], -1 if window is None else window[1],
             None if bias is None else bias.data_ptr(), 0 if bias is None else (bias.shape[1] - 1) // 2,
         )
-        status = self._library.rose_attention_bf16(ctypes.byref(arguments), torch.get_num_threads())
+        status = self._run(ctypes.byref(arguments), torch.get_num_threads())
         if status != 0:
             raise MemoryError("the native CPU attention could not allocate its scratch memory")
         return out
