@@ -21,6 +21,7 @@ Results in bench/results/ (`bench/gpu_session.sh profile` runs the second):
   gpu-profile-device-time.md    python3 bench/gpu_profile.py --backend packed --models bert-base,qwen3-0.6b,minilm
   gpu-profile-in-graph.md       python3 bench/gpu_profile.py --backend packed --models bert-base,qwen3-0.6b
   gpu-profile-filled.md         python3 bench/gpu_profile.py --backend packed --models bert-base,qwen3-0.6b --fill
+  gpu-profile-fp8.md            python3 bench/gpu_profile.py --backend packed --models qwen3-0.6b,bert-base --fp8-plan every
 """
 
 from __future__ import annotations
@@ -148,18 +149,26 @@ def _only_graph(runner: ModelRunner) -> torch.cuda.CUDAGraph | None:
 def profile_model(name: str, args, out: list[str]) -> None:
     ours, is_causal, pooling = ours_model(name)
     ceiling = dense_ceiling(ours, 3)
+    fp8_line = ""
+    if args.fp8_plan is not None:
+        from bench.fp8_bench import PLANS
+        from engine.rose.fp8_plan import quantize_model
+
+        fp8_line = f"; FP8 plan {args.fp8_plan}: " + quantize_model(ours, PLANS[args.fp8_plan])
     seqs = first_batch(args.workload, args.tokens, args.max_batch_seqs)
     if args.fill:  # sequences of filler tokens up to the bucket: the eager run's matmuls take the graph's sizes
         missing = args.tokens - sum(len(s) for s in seqs)
         seqs += [np.full(min(512, missing - lo), 1000, np.int32) for lo in range(0, missing, 512)]
     num_tokens = sum(len(s) for s in seqs)
     out.append(f"\n## {name}: {len(seqs)} {args.workload}, {num_tokens} tokens; dense ceiling {ceiling:,.0f} tok/s "
-               f"({1e3 * num_tokens / ceiling:.2f} ms for this batch's tokens)\n")
+               f"({1e3 * num_tokens / ceiling:.2f} ms for this batch's tokens){fp8_line}\n")
     vectors = {}
     default_epilogue = fused.gelu_epilogue_enabled()
     settings = [("unfused", False, False), ("fused", True, False)]
     if SHAPES[name][0] == "bert":  # an up projection with a GELU of its own (fused.linear_gelu)
         settings.append(("fused, GELU in the matmul's epilogue", True, True))
+    if args.fp8_plan is not None:  # the FP8 kernels are the fused ones
+        settings = [("FP8, fused", True, default_epilogue)]
     for label, use_fused, gelu_epilogue in settings:
         fused.set_fused_kernels(use_fused)
         fused.set_gelu_epilogue(gelu_epilogue)
@@ -212,9 +221,9 @@ def profile_model(name: str, args, out: list[str]) -> None:
         print("\n".join(out[-args.top - 4:]), flush=True)
         del eager, graphs, attention
         torch.cuda.empty_cache()
-    reference = vectors["unfused"]
+    reference = vectors.get("unfused")
     for label, got in vectors.items():
-        if label != "unfused":
+        if reference is not None and label != "unfused":
             cos = (got * reference).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(reference, axis=1))
             out.append(f"{label} vs unfused vectors: min cosine {cos.min():.6f} over {len(cos)} {args.workload}\n")
             print(out[-1], flush=True)
@@ -232,6 +241,9 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=14)
     parser.add_argument("--fill", action="store_true",
                         help="fill the batch up to --tokens, so that the eager run computes the graph's sizes")
+    parser.add_argument("--fp8-plan", default=None,
+                        help="profile the model with this FP8 plan of bench/fp8_bench.py's PLANS (default, every, ...) "
+                             "instead of bf16: fused kernels only")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     out = [f"# GPU profile: {torch.cuda.get_device_name()}, torch {torch.__version__}, "

@@ -32,6 +32,9 @@
 #   bench/gpu_session.sh fp8         # bench/fp8_bench.py: bf16 against FP8 plans on MiniLM, BERT-base and the
 #                                    # Qwen3-0.6B shape, engine alone on documents, dense ceilings, quality (bench/results/fp8.md)
 #   bench/gpu_session.sh fp8-4b      # the same on the Qwen3-Embedding-4B shape (bench/results/fp8-4b.md)
+#   bench/gpu_session.sh fp8-probe   # FP8 GEMM scalings one linear at a time (rowwise against 1x128 blockwise;
+#                                    # bench/results/fp8-scaling-probe.md), then where an FP8 batch's time goes,
+#                                    # kernel by kernel (bench/results/gpu-profile-fp8.md)
 #   bench/gpu_session.sh fp8-paragraphs  # the paragraphs mode's load with --quantization fp8, BERT-base and the
 #                                    # Qwen3-0.6B shape, against the FP8 engine alone (bench/results/e2e-gpu-*-fp8.md)
 #
@@ -203,6 +206,11 @@ fp8-4b)
         --out "$OUT/fp8-4b.md"
     sed -n '/^| model/,$p' "$OUT/fp8-4b.md"
     ;;
+fp8-probe)
+    step fp8-scaling-probe python3 bench/fp8_scaling_probe.py --out "$OUT/fp8-scaling-probe.md"
+    step gpu-profile-fp8 python3 bench/gpu_profile.py --backend packed --models qwen3-0.6b,bert-base --fp8-plan every \
+        --out "$OUT/gpu-profile-fp8.md"
+    ;;
 fp8-paragraphs)
     models bert-base qwen3
     load_gen e2e-gpu-bert-base-fp8 /tmp/bert-base-random --num-texts 12061 --repeat 4 --latency-queries 200 \
@@ -210,7 +218,7 @@ fp8-paragraphs)
     load_gen e2e-gpu-qwen3-fp8 /tmp/qwen3-random --num-texts 12061 --repeat 8 --latency-queries 200 --quantization fp8
     ;;
 *)
-    echo "usage: $0 tests|engine|paragraphs|bulk|bulk1000|kernels|sweep|flashinfer|ratios|queries|sustained|rerank|profile|fp8-tests|fp8|fp8-4b|fp8-paragraphs" >&2
+    echo "usage: $0 tests|engine|paragraphs|bulk|bulk1000|kernels|sweep|flashinfer|ratios|queries|sustained|rerank|profile|fp8-tests|fp8|fp8-4b|fp8-probe|fp8-paragraphs" >&2
     exit 2
     ;;
 esac
