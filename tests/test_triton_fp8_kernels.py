@@ -59,9 +59,10 @@ def _randn(*shape, seed: int, dtype: torch.dtype, scale: float = 1.0) -> torch.T
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("num_rows,n_cols", [(3, 1024), (5, 2500), (4, 48)])
+@pytest.mark.parametrize("num_rows,n_cols", [(3, 1024), (5, 2500), (4, 48), (3, 8200)])
 def test_quantize_rows(dtype, num_rows, n_cols):
-    """Rows longer than a chunk and not a whole number of chunks; a row of zeros; a row of one large value."""
+    """Rows held whole (up to triton_fp8_kernels._WHOLE_ROW_MAX columns, not a power of two) and rows
+    walked in chunks (8,200: not a whole number of chunks); a row of zeros; a row of one large value."""
     x = _randn(num_rows, n_cols, seed=n_cols, dtype=dtype, scale=3.0)
     x[1] = 0
     x[2, 7] = 300
@@ -114,9 +115,10 @@ def test_add_rms_norm_rows_updates_the_residual(dtype, with_residual):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("activation", ["silu", "gelu", "gelu_tanh"])
-def test_act_and_mul_rows(dtype, activation):
-    """Rows of 1,300 values: a chunk and a part of one."""
-    gate_up = _randn(4, 2 * 1300, seed=13, dtype=dtype, scale=2.0)
+@pytest.mark.parametrize("width", [1300, 8200])
+def test_act_and_mul_rows(dtype, activation, width):
+    """Rows held whole (1,300 values) and rows walked in chunks (8,200: past the whole-row limit)."""
+    gate_up = _randn(4, 2 * width, seed=13, dtype=dtype, scale=2.0)
     rows = _kernels().act_and_mul_rows(gate_up, activation)
     gate, up = gate_up.chunk(2, dim=-1)
     act = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda g: F.gelu(g, approximate="tanh")}[activation]
@@ -125,7 +127,8 @@ def test_act_and_mul_rows(dtype, activation):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "relu"])
-def test_activation_rows(dtype, activation):
-    x = _randn(3, 1536, seed=14, dtype=dtype, scale=2.0)
+@pytest.mark.parametrize("width", [1536, 8200])
+def test_activation_rows(dtype, activation, width):
+    x = _randn(3, width, seed=14, dtype=dtype, scale=2.0)
     rows = _kernels().activation_rows(x, activation)
     assert_rows_close(rows, quantize_rows_reference(fp8_fused.activation(x, activation)))

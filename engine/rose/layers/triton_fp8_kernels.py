@@ -6,9 +6,10 @@ Quantizing inside the kernel that produces an activation costs one more byte wri
 in a pass that runs anyway; a pass of its own reads the activation back and writes it again,
 which costs more than the FP8 GEMM saves (docs/fp8.md). A row's scale needs the row's largest
 magnitude: the norms hold their row in registers already (one program per token, as in
-triton_kernels.py); the MLP's activations, rows as long as the intermediate size, are walked
+triton_kernels.py); the MLP's activations, rows as long as the intermediate size, are held
+whole too where they fit (up to _WHOLE_ROW_MAX columns: read and activated once), else walked
 twice in chunks, first for the largest magnitude, then to quantize (the second read mostly hits
-the cache).
+the cache). Walking every row twice cost BERT-base's GELU pass three times its memory time.
 
 Each kernel mirrors its reference in engine/rose/layers/fp8_fused.py: the bf16 step, its
 output rounded to the activation dtype where the reference rounds it, then quantized as
@@ -28,6 +29,9 @@ from engine.rose.layers.triton_kernels import ACTIVATIONS
 
 ROW_ACTIVATIONS = {**ACTIVATIONS, "relu": 3}
 _CHUNK = 1024  # columns per step of the two-pass kernels
+# Rows up to this many columns are held whole by one program (read once); longer ones are walked
+# twice in chunks. Past it a thread would hold more values than its registers.
+_WHOLE_ROW_MAX = 8192
 
 
 @triton.jit
@@ -193,13 +197,20 @@ def _activated(x_ptr, row_ptr, cols, mask, n_cols, ACT: tl.constexpr, GATED: tl.
 
 @triton.jit
 def _activation_rows_kernel(x_ptr, q_ptr, scale_ptr, n_cols, ACT: tl.constexpr, GATED: tl.constexpr,
-                            BLOCK: tl.constexpr):
-    # One row, in chunks of BLOCK columns: the largest magnitude first, then the values.
+                            BLOCK: tl.constexpr, WHOLE_ROW: tl.constexpr):
+    # One row: held whole where it fits one block (read and activated once), else in chunks of
+    # BLOCK columns, the largest magnitude first, then the values.
     row = tl.program_id(0).to(tl.int64)
     if GATED:
         row_ptr = x_ptr + row * 2 * n_cols
     else:
         row_ptr = x_ptr + row * n_cols
+    if WHOLE_ROW:
+        cols = tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        h = tl.where(mask, _activated(x_ptr, row_ptr, cols, mask, n_cols, ACT, GATED), 0.0)
+        _store_row(h, cols, mask, q_ptr + row * n_cols, scale_ptr + row)
+        return
     largest = tl.zeros([BLOCK], dtype=tl.float32)
     for start in range(0, n_cols, BLOCK):
         cols = start + tl.arange(0, BLOCK)
@@ -230,14 +241,31 @@ def _activation_rows(x: torch.Tensor, n_cols: int, act: int, gated: bool) -> Qua
     rows = _empty_rows(num_rows, n_cols, x.device)
     if num_rows == 0:
         return rows
-    _activation_rows_kernel[(num_rows,)](x, rows.values, rows.scales, n_cols, ACT=act, GATED=gated, BLOCK=_CHUNK,
-                                         num_warps=4)
+    block, num_warps = _whole_row_launch(n_cols)
+    whole_row = block is not None
+    _activation_rows_kernel[(num_rows,)](x, rows.values, rows.scales, n_cols, ACT=act, GATED=gated,
+                                         BLOCK=block if whole_row else _CHUNK, WHOLE_ROW=whole_row,
+                                         num_warps=num_warps if whole_row else 4)
     return rows
 
 
+def _whole_row_launch(n_cols: int) -> tuple[int | None, int]:
+    """(BLOCK, num_warps) to hold a row of n_cols whole, or (None, 0) where it is too long to."""
+    block = triton.next_power_of_2(n_cols)
+    if block > _WHOLE_ROW_MAX:
+        return None, 0
+    return block, max(4, min(16, block // 512))  # about 16 float32 values a thread
+
+
 @triton.jit
-def _quantize_rows_kernel(x_ptr, q_ptr, scale_ptr, n_cols, BLOCK: tl.constexpr):
+def _quantize_rows_kernel(x_ptr, q_ptr, scale_ptr, n_cols, BLOCK: tl.constexpr, WHOLE_ROW: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
+    if WHOLE_ROW:  # as in _activation_rows_kernel
+        cols = tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        h = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+        _store_row(h, cols, mask, q_ptr + row * n_cols, scale_ptr + row)
+        return
     largest = tl.zeros([BLOCK], dtype=tl.float32)
     for start in range(0, n_cols, BLOCK):
         cols = start + tl.arange(0, BLOCK)
@@ -258,7 +286,10 @@ def quantize_rows(x: torch.Tensor) -> QuantizedRows:
     rows = _empty_rows(num_rows, n_cols, x.device)
     if num_rows == 0:
         return rows
-    _quantize_rows_kernel[(num_rows,)](x, rows.values, rows.scales, n_cols, BLOCK=_CHUNK, num_warps=4)
+    block, num_warps = _whole_row_launch(n_cols)
+    whole_row = block is not None
+    _quantize_rows_kernel[(num_rows,)](x, rows.values, rows.scales, n_cols, BLOCK=block if whole_row else _CHUNK,
+                                       WHOLE_ROW=whole_row, num_warps=num_warps if whole_row else 4)
     return rows
 
 
