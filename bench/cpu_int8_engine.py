@@ -4,8 +4,7 @@ int8's start takes (calibration, compiling the layers during warm-up). With --at
 each precision runs twice, on the CPU attention the engine picks and on torch's SDPA, which
 measures what the native attention kernel gives.
 
-    python bench/cpu_int8_engine.py --out bench/results/cpu-int8-engine.md
-    python bench/cpu_int8_engine.py --attention auto,sdpa --out bench/results/cpu-attention-engine.md
+    python bench/cpu_int8_engine.py --num-texts 1200 --rounds 7 --attention auto,sdpa --out bench/results/cpu-int8-engine.md
 
 int8's speed bar is set through HTTP against sentence-transformers fp32 (bench/cpu_compare.py);
 the engine alone says how much of it the model's side gives: the ratio int8 / bf16 here is the

@@ -190,3 +190,10 @@ def test_no_compiler_means_the_portable_path_and_says_why(tmp_path):
     assert backend == "sdpa"
     if "avx2" in cpu_flags():
         assert "could not build attention_f32.c" in reason
+
+
+def test_native_is_refused_on_cuda_by_name():
+    from engine.rose.layers.attention_cuda import make_cuda_attention_backend
+
+    with pytest.raises(ValueError, match="native is the CPU's"):
+        make_cuda_attention_backend("native", AttentionShape(2, 2, 32, False), torch.device("cuda"), torch.bfloat16)

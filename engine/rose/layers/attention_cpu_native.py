@@ -22,7 +22,6 @@ from engine.rose.layers.attention import AttentionShape
 from engine.rose.native_build import load_kernel
 
 
-
 @dataclass(frozen=True)
 class _Kernel:
     source: str

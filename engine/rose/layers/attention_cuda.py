@@ -227,7 +227,9 @@ def make_cuda_attention_backend(name: str, shape: AttentionShape, device: torch.
         if not flashinfer_available():
             raise ValueError("attention backend flashinfer: the flashinfer package is not installed (pip install 'rose-embed[gpu]')")
         return FlashInferAttentionBackend(shape, device, dtype)
-    raise ValueError(f"unknown attention backend {name!r}; choose auto, varlen, packed, flashinfer (or sdpa on CPU)")
+    if name == "native":
+        raise ValueError("attention backend native is the CPU's; on CUDA choose auto, varlen, packed or flashinfer")
+    raise ValueError(f"unknown attention backend {name!r}; choose auto, varlen, packed, flashinfer (or native, sdpa on CPU)")
 
 
 def auto_candidates(shape: AttentionShape, device: torch.device, dtype: torch.dtype) -> list:

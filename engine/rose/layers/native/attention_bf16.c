@@ -18,7 +18,6 @@
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #define KEY_BLOCK 16   /* keys per score vector: one float32 lane each */
 #define SCORE_ROWS 8   /* query rows scored together: independent accumulators hide latency */
