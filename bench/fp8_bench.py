@@ -14,7 +14,8 @@ side by side on the same GPU:
       top-10 passages against bf16's (mean share in common).
 Plans: default (the engine's: FP8 where it pays; MiniLM stays bf16), edges (the default's rules
 without its width floor), every (every linear, o_proj too, no bf16 edge layers), promoted (edges
-with float32-promoted accumulation instead of fast), no-o (every linear but o_proj).
+with float32-promoted accumulation instead of fast), no-o (every linear but o_proj), first4 (edges
+with the first four layers bf16), no-qkv and no-down (edges with every qkv or down projection bf16).
 Usage (bench/gpu_session.sh fp8 and fp8-4b run it on a lent H200):
   python3 bench/fp8_bench.py --tokenizer TOK --models minilm,bert-base,qwen3-0.6b --out bench/results/fp8.md
   python3 bench/fp8_bench.py --tokenizer TOK --models qwen3-4b --out bench/results/fp8-4b.md
@@ -47,14 +48,21 @@ from engine.rose.layers.head import SentenceHead  # noqa: E402
 from engine.rose.runner import ModelRunner  # noqa: E402
 
 FP8_SHAPES = {**SHAPES, "qwen3-4b": ("qwen3", QWEN3_SHAPES["qwen3-4b"])}
-_EDGES = replace(Fp8Plan(), min_hidden_size=0)
-_EVERY = Fp8Plan(min_hidden_size=0, bf16_edge_layers=0, attention_output_min_hidden_size=0)
+_EDGES = replace(Fp8Plan(), min_hidden_size=0, bf16_first_layers=1, bf16_last_layers=1)  # the first and the last layer bf16
+_EVERY = Fp8Plan(min_hidden_size=0, bf16_first_layers=0, bf16_last_layers=0, attention_output_min_hidden_size=0)
 PLANS = {
     "default": Fp8Plan(),
     "edges": _EDGES,
     "every": _EVERY,
     "promoted": replace(_EDGES, fast_accumulation=False),
     "no-o": replace(_EVERY, attention_output_min_hidden_size=1 << 30),
+    "first2-last0": replace(_EDGES, bf16_first_layers=2, bf16_last_layers=0),
+    "first3": replace(_EDGES, bf16_first_layers=3),
+    "first3-last0": replace(_EDGES, bf16_first_layers=3, bf16_last_layers=0),
+    "first4": replace(_EDGES, bf16_first_layers=4),
+    "first4-last0": replace(_EDGES, bf16_first_layers=4, bf16_last_layers=0),
+    "no-qkv": replace(_EDGES, bf16_linears=("qkv_proj",)),
+    "no-down": replace(_EDGES, bf16_linears=("down_proj",)),
 }
 # Documents per shape: a pass of a few seconds at most on the slow shapes.
 NUM_DOCS = {"minilm": 4096, "bert-base": 4096, "qwen3-0.6b": 2048, "qwen3-4b": 512}

@@ -24,14 +24,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import load_texts  # noqa: E402
 from engine.config import EngineConfig, Fp8Plan  # noqa: E402
 
-_EDGES = replace(Fp8Plan(), min_hidden_size=0)
-_EVERY = Fp8Plan(min_hidden_size=0, bf16_edge_layers=0, attention_output_min_hidden_size=0)
+_EDGES = replace(Fp8Plan(), min_hidden_size=0, bf16_first_layers=1, bf16_last_layers=1)  # the first and the last layer bf16
+_EVERY = Fp8Plan(min_hidden_size=0, bf16_first_layers=0, bf16_last_layers=0, attention_output_min_hidden_size=0)
 PLANS = {  # label -> plan (MiniLM is narrower than FP8 pays for: every plan here lifts that floor)
     "every linear": _EVERY,
     "every linear but o_proj": replace(_EVERY, attention_output_min_hidden_size=1 << 30),
-    "edge layers bf16 (the engine's rules)": _EDGES,
+    "edge layers bf16": _EDGES,
     "edge layers bf16, o_proj FP8": replace(_EDGES, attention_output_min_hidden_size=0),
-    "two edge layers each end bf16": replace(_EDGES, bf16_edge_layers=2),
+    "two edge layers each end bf16": replace(_EDGES, bf16_first_layers=2, bf16_last_layers=2),
+    "first layer bf16, last FP8": replace(_EDGES, bf16_last_layers=0),
+    "first three layers bf16, last FP8 (the engine's rules)": replace(Fp8Plan(), min_hidden_size=0),
+    "first three layers bf16, last bf16": replace(_EDGES, bf16_first_layers=3),
 }
 
 

@@ -25,7 +25,7 @@ from engine.rose.layers.quantized_rows import FP8_DTYPE, FP8_MAX, dequantize_row
 from engine.rose.models import MODEL_CLASSES
 from tests.qwen3_checkpoints import randomize
 
-EVERY_LINEAR = Fp8Plan(min_hidden_size=0, bf16_edge_layers=0, attention_output_min_hidden_size=0)
+EVERY_LINEAR = Fp8Plan(min_hidden_size=0, bf16_first_layers=0, bf16_last_layers=0, attention_output_min_hidden_size=0)
 
 
 def test_each_rows_largest_magnitude_lands_on_e4m3s_largest_value():
@@ -80,19 +80,35 @@ def test_the_plan_keeps_narrow_models_edge_layers_and_narrow_attention_outputs_b
     assert fp8_linear_names(_bert(hidden=384, layers=2), Fp8Plan()) == []  # MiniLM's width: FP8 does not pay
     assert fp8_linear_names(_bert(hidden=768, layers=2), Fp8Plan()) == []  # nor BERT-base's, as measured
     wide = _bert(layers=4, hidden=512)
-    narrow_floor = Fp8Plan(min_hidden_size=512)
+    narrow_floor = Fp8Plan(min_hidden_size=512, bf16_first_layers=1, bf16_last_layers=1)
     assert fp8_linear_names(wide, narrow_floor) == [f"layers.{i}.{name}" for i in (1, 2)
                                                     for name in ("qkv_proj", "up_proj", "down_proj")]
-    with_o = fp8_linear_names(wide, replace(narrow_floor, attention_output_min_hidden_size=512, bf16_edge_layers=0))
+    with_o = fp8_linear_names(wide, replace(narrow_floor, attention_output_min_hidden_size=512, bf16_first_layers=0, bf16_last_layers=0))
     assert len(with_o) == 16 and "layers.0.o_proj" in with_o
-    qwen3 = fp8_linear_names(_qwen3(layers=3), Fp8Plan(min_hidden_size=0, attention_output_min_hidden_size=0))
+    qwen3 = fp8_linear_names(_qwen3(layers=3), Fp8Plan(min_hidden_size=0, attention_output_min_hidden_size=0,
+                                                       bf16_first_layers=1, bf16_last_layers=1))
     assert qwen3 == [f"layers.1.{name}" for name in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj",
                                                       "mlp.down_proj")]
 
 
+def test_the_plan_keeps_the_first_three_layers_bf16_and_whole_kinds_on_request():
+    wide = _bert(layers=5, hidden=512)
+    plan = Fp8Plan(min_hidden_size=512)  # the engine's rules but the width floor
+    assert fp8_linear_names(wide, plan) == [f"layers.{i}.{name}" for i in (3, 4)
+                                            for name in ("qkv_proj", "up_proj", "down_proj")]
+    plan = replace(plan, bf16_last_layers=1)
+    assert fp8_linear_names(wide, plan) == [f"layers.3.{name}" for name in ("qkv_proj", "up_proj", "down_proj")]
+    no_down = fp8_linear_names(wide, Fp8Plan(min_hidden_size=512, bf16_first_layers=1, bf16_last_layers=1,
+                                             bf16_linears=("down_proj",)))
+    assert no_down == [f"layers.{i}.{name}" for i in (1, 2, 3) for name in ("qkv_proj", "up_proj")]
+    line = quantize_model(_bert(layers=5, hidden=512), replace(plan, bf16_linears=("qkv_proj",)))
+    assert line.startswith("FP8: 2 of 20 linear layers") and "the first 3 and last 1 layer(s)" in line
+    assert line.endswith("qkv_proj everywhere)")
+
+
 def test_quantize_model_replaces_what_the_plan_names_and_says_so():
     model = _bert(layers=3)
-    line = quantize_model(model, Fp8Plan(min_hidden_size=0))
+    line = quantize_model(model, Fp8Plan(min_hidden_size=0, bf16_first_layers=1, bf16_last_layers=1))
     assert line.startswith("FP8: 3 of 12 linear layers run as e4m3 GEMMs (down_proj, qkv_proj, up_proj")
     layers = model.layers
     assert [wants_rows(layers[i].qkv_proj) for i in range(3)] == [False, True, False]
@@ -152,7 +168,7 @@ def test_mixed_layers_pass_bf16_or_rows_between_them(monkeypatch):
     equal the fake-quantized ones and the bf16 layers the float32 ones."""
     model = _bert(layers=3)
     reference = copy.deepcopy(model)
-    quantize_model(model, Fp8Plan(min_hidden_size=0))
+    quantize_model(model, Fp8Plan(min_hidden_size=0, bf16_first_layers=1, bf16_last_layers=1))
     linear = F.linear
     fp8_weights = {id(reference.layers[1].get_submodule(n).weight) for n in ("qkv_proj", "up_proj", "down_proj")}
 

@@ -41,7 +41,7 @@ def _has_fp8_tensor_cores() -> bool:
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not _has_fp8_tensor_cores(), reason="needs a GPU of compute capability 8.9 or newer")]
 
-EVERY_LINEAR = Fp8Plan(min_hidden_size=0, bf16_edge_layers=0, attention_output_min_hidden_size=0)
+EVERY_LINEAR = Fp8Plan(min_hidden_size=0, bf16_first_layers=0, bf16_last_layers=0, attention_output_min_hidden_size=0)
 ATTENTION_OUTPUT_BF16 = replace(EVERY_LINEAR, attention_output_min_hidden_size=1 << 30)
 DRIFT_FACTOR, DRIFT_FLOOR = 3.0, 2e-4
 GRAPH_TOLERANCE = 0.99999

@@ -22,7 +22,10 @@ pytestmark = pytest.mark.slow
 
 MIN_COSINE = 0.995
 MIN_TOP10_AGREEMENT = 0.9
-SIMULATED = replace(Fp8Plan(), min_hidden_size=0)
+# The engine's rules without its width floor, but with only the first and the last layer bf16 (the
+# engine keeps the first three): more of the model in FP8 than the engine runs, so the bounds are
+# held with room to spare.
+SIMULATED = replace(Fp8Plan(), min_hidden_size=0, bf16_first_layers=1, bf16_last_layers=1)
 
 
 def top10_agreement(queries: np.ndarray, passages: np.ndarray, queries_ref: np.ndarray,
