@@ -62,7 +62,8 @@ def load_kernel(source_name: str, isa_flags: tuple[str, ...]) -> NativeLibrary:
     compiler = find_compiler()
     if compiler is None:
         return NativeLibrary(None, "no C compiler found (set CC, or install gcc)")
-    source = (SOURCES / source_name).read_bytes()
+    # The headers it may include count too: a changed header is a changed kernel.
+    source = b"".join(path.read_bytes() for path in [SOURCES / source_name, *sorted(SOURCES.glob("*.h"))])
     flags = BASE_FLAGS + isa_flags
     key = hashlib.sha256(source + repr(flags).encode() + _compiler_identity(compiler).encode()).hexdigest()[:16]
     directory = cache_directory()

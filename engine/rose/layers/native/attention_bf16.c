@@ -17,27 +17,14 @@
 
 #include <immintrin.h>
 #include <stdint.h>
-#include <stdlib.h>
+
+#define ATTENTION_ELEMENT uint16_t  /* bf16 bits */
+#include "attention_common.h"
 
 #define KEY_BLOCK 16   /* keys per score vector: one float32 lane each */
 #define SCORE_ROWS 8   /* query rows scored together: independent accumulators hide latency */
 #define MAX_HEAD_DIM 256
 
-typedef struct {
-    const uint16_t *q, *k, *v;
-    uint16_t *out;
-    int64_t q_token_stride, q_head_stride;
-    int64_t k_token_stride, k_head_stride;
-    int64_t v_token_stride, v_head_stride;
-    int64_t out_token_stride, out_head_stride;
-    const int32_t *cu_seqlens;
-    int32_t num_seqs, num_heads, num_kv_heads, head_dim;
-    float scale;
-    int32_t is_causal;
-    int32_t window_left, window_right;  /* keys a query sees around it; negative: unbounded */
-    const float *position_bias;         /* [num_heads, 2 * bias_radius + 1] or NULL */
-    int32_t bias_radius;
-} attention_args;
 
 /* exp(x) for x <= 0 (scores minus their row's maximum); Cephes' expf polynomial, scaled by
    2^n with VSCALEFPS. Below -87.3 the result underflows, and is flushed to 0 by the caller's
@@ -65,29 +52,6 @@ static inline __mmask16 lanes_from(int first, int stop) {
     if (stop > 16) stop = 16;
     if (stop <= first) return 0;
     return (__mmask16)(((1u << (stop - first)) - 1u) << first);
-}
-
-/* Per-thread scratch, grown as longer sequences come; kept for the process's life. */
-static __thread char *scratch;
-static __thread size_t scratch_size;
-
-static void *scratch_for(size_t size) {
-    if (size > scratch_size) {
-        free(scratch);
-        scratch = aligned_alloc(64, (size + 63) & ~(size_t)63);
-        scratch_size = scratch ? size : 0;
-    }
-    return scratch;
-}
-
-/* The keys a query row sees, [*lo, *hi). */
-static inline void key_range(const attention_args *a, int i, int len, int *lo, int *hi) {
-    int first = 0, stop = len;
-    if (a->is_causal && i + 1 < stop) stop = i + 1;
-    if (a->window_left >= 0 && i - a->window_left > first) first = i - a->window_left;
-    if (a->window_right >= 0 && i + a->window_right + 1 < stop) stop = i + a->window_right + 1;
-    *lo = first;
-    *hi = stop;
 }
 
 static inline __m512 load_bf16_pairs(const uint32_t *p) { return _mm512_loadu_ps(p); }
@@ -148,24 +112,14 @@ static inline __attribute__((always_inline)) int attend(const attention_args *a,
 
     const int group = a->num_heads / a->num_kv_heads;
     for (int h = kv_head * group; h < (kv_head + 1) * group; h++) {
-        const float *bias = a->position_bias ? a->position_bias + (int64_t)h * (2 * a->bias_radius + 1) : NULL;
-        if (bias) {
-            /* bias_row[o + len - 1] = bias for key - query = o, clamped to the table's radius */
-            for (int o = -(len - 1); o < padded; o++) {
-                int c = o < -a->bias_radius ? -a->bias_radius : (o > a->bias_radius ? a->bias_radius : o);
-                bias_row[o + len - 1] = bias[c + a->bias_radius];
-            }
-        }
+        const float *bias = fill_bias_row(a, h, len, padded, bias_row);
         for (int i0 = 0; i0 < len; i0 += SCORE_ROWS) {
             const int rows = len - i0 < SCORE_ROWS ? len - i0 : SCORE_ROWS;
-            int lo[SCORE_ROWS], hi[SCORE_ROWS];
-            int block_lo = len, block_hi = 0;
+            int lo[SCORE_ROWS], hi[SCORE_ROWS], block_lo, block_hi;
+            block_key_ranges(a, i0, rows, SCORE_ROWS, len, lo, hi, &block_lo, &block_hi);
             const uint32_t *qrow[SCORE_ROWS];
             for (int r = 0; r < SCORE_ROWS; r++) {
                 int i = i0 + (r < rows ? r : rows - 1);
-                key_range(a, i, len, &lo[r], &hi[r]);
-                if (lo[r] < block_lo) block_lo = lo[r];
-                if (hi[r] > block_hi) block_hi = hi[r];
                 qrow[r] = (const uint32_t *)(a->q + (int64_t)(start + i) * a->q_token_stride + (int64_t)h * a->q_head_stride);
             }
             const int first_block = block_lo / KEY_BLOCK * KEY_BLOCK;
@@ -181,7 +135,7 @@ static inline __attribute__((always_inline)) int attend(const attention_args *a,
                 }
                 for (int r = 0; r < rows; r++) {
                     __m512 s = _mm512_mul_ps(acc[r], _mm512_set1_ps(a->scale));
-                    if (bias) s = _mm512_add_ps(s, _mm512_loadu_ps(bias_row + j0 - (i0 + r) + len - 1));
+                    if (bias) s = _mm512_add_ps(s, _mm512_loadu_ps(bias + j0 - (i0 + r) + len - 1));
                     _mm512_storeu_ps(scores + r * padded + j0, s);
                 }
             }
@@ -256,15 +210,4 @@ int rose_supported_head_dim(int head_dim) {
 
 /* Returns 0, or a negative number when scratch memory could not be had (-1) or the head
    size has no instance (-2). */
-int rose_attention_bf16(const attention_args *a, int num_threads) {
-    const int items = a->num_seqs * a->num_kv_heads;
-    int failed = 0;
-    /* Items run longest sequence first would balance better; dynamic scheduling in small
-       chunks is close enough for an embedder's lengths and keeps the order simple. */
-#pragma omp parallel for schedule(dynamic, 4) num_threads(num_threads) reduction(min : failed)
-    for (int item = 0; item < items; item++) {
-        int status = attend_any(a, item / a->num_kv_heads, item % a->num_kv_heads);
-        if (status < failed) failed = status;
-    }
-    return failed;
-}
+int rose_attention_bf16(const attention_args *a, int num_threads) { return run_items(a, num_threads, attend_any); }

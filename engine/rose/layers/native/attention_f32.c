@@ -8,28 +8,15 @@
 
 #include <immintrin.h>
 #include <stdint.h>
-#include <stdlib.h>
+
+#define ATTENTION_ELEMENT float
+#include "attention_common.h"
 
 #define KEY_BLOCK 16   /* keys per score step: two 8-lane vectors */
 #define SCORE_ROWS 4   /* query rows scored together: 8 independent accumulators */
 #define VALUE_CHUNK 64 /* output dims accumulated in registers at a time: 8 vectors */
 #define DOT_BLOCK 64   /* dims of q.k summed in registers before joining the running sum */
 
-typedef struct {
-    const float *q, *k, *v;
-    float *out;
-    int64_t q_token_stride, q_head_stride;
-    int64_t k_token_stride, k_head_stride;
-    int64_t v_token_stride, v_head_stride;
-    int64_t out_token_stride, out_head_stride;
-    const int32_t *cu_seqlens;
-    int32_t num_seqs, num_heads, num_kv_heads, head_dim;
-    float scale;
-    int32_t is_causal;
-    int32_t window_left, window_right;  /* keys a query sees around it; negative: unbounded */
-    const float *position_bias;         /* [num_heads, 2 * bias_radius + 1] or NULL */
-    int32_t bias_radius;
-} attention_args;
 
 /* exp(x) for x <= 0: Cephes' expf polynomial, scaled by 2^n built in the exponent bits. Below
    -87.3 it returns about 1e-38 instead of 0; the caller masks keys it must not count. */
@@ -73,27 +60,6 @@ static inline float horizontal_max(__m256 x) {
     return _mm_cvtss_f32(s);
 }
 
-static __thread char *scratch;
-static __thread size_t scratch_size;
-
-static void *scratch_for(size_t size) {
-    if (size > scratch_size) {
-        free(scratch);
-        scratch = aligned_alloc(64, (size + 63) & ~(size_t)63);
-        scratch_size = scratch ? size : 0;
-    }
-    return scratch;
-}
-
-static inline void key_range(const attention_args *a, int i, int len, int *lo, int *hi) {
-    int first = 0, stop = len;
-    if (a->is_causal && i + 1 < stop) stop = i + 1;
-    if (a->window_left >= 0 && i - a->window_left > first) first = i - a->window_left;
-    if (a->window_right >= 0 && i + a->window_right + 1 < stop) stop = i + a->window_right + 1;
-    *lo = first;
-    *hi = stop;
-}
-
 /* One sequence, one key/value head, every query head that reads it. HEAD_DIM is a constant in
    each instance (0: read it from the arguments). */
 static inline __attribute__((always_inline)) int attend(const attention_args *a, int seq, int kv_head,
@@ -124,23 +90,14 @@ static inline __attribute__((always_inline)) int attend(const attention_args *a,
 
     const int group = a->num_heads / a->num_kv_heads;
     for (int h = kv_head * group; h < (kv_head + 1) * group; h++) {
-        const float *bias = a->position_bias ? a->position_bias + (int64_t)h * (2 * a->bias_radius + 1) : NULL;
-        if (bias) {
-            for (int o = -(len - 1); o < padded; o++) {
-                int c = o < -a->bias_radius ? -a->bias_radius : (o > a->bias_radius ? a->bias_radius : o);
-                bias_row[o + len - 1] = bias[c + a->bias_radius];
-            }
-        }
+        const float *bias = fill_bias_row(a, h, len, padded, bias_row);
         for (int i0 = 0; i0 < len; i0 += SCORE_ROWS) {
             const int rows = len - i0 < SCORE_ROWS ? len - i0 : SCORE_ROWS;
-            int lo[SCORE_ROWS], hi[SCORE_ROWS];
-            int block_lo = len, block_hi = 0;
+            int lo[SCORE_ROWS], hi[SCORE_ROWS], block_lo, block_hi;
+            block_key_ranges(a, i0, rows, SCORE_ROWS, len, lo, hi, &block_lo, &block_hi);
             const float *qrow[SCORE_ROWS];
             for (int r = 0; r < SCORE_ROWS; r++) {
                 int i = i0 + (r < rows ? r : rows - 1);
-                key_range(a, i, len, &lo[r], &hi[r]);
-                if (lo[r] < block_lo) block_lo = lo[r];
-                if (hi[r] > block_hi) block_hi = hi[r];
                 qrow[r] = a->q + (int64_t)(start + i) * a->q_token_stride + (int64_t)h * a->q_head_stride;
             }
             const int first_block = block_lo / KEY_BLOCK * KEY_BLOCK;
@@ -168,7 +125,7 @@ static inline __attribute__((always_inline)) int attend(const attention_args *a,
                             __m256 s = d0 ? _mm256_add_ps(_mm256_loadu_ps(at), acc[r][half]) : acc[r][half];
                             if (last) {
                                 s = _mm256_mul_ps(s, _mm256_set1_ps(a->scale));
-                                if (bias) s = _mm256_add_ps(s, _mm256_loadu_ps(bias_row + j0 + 8 * half - (i0 + r) + len - 1));
+                                if (bias) s = _mm256_add_ps(s, _mm256_loadu_ps(bias + j0 + 8 * half - (i0 + r) + len - 1));
                             }
                             _mm256_storeu_ps(at, s);
                         }
@@ -227,13 +184,4 @@ static int attend_any(const attention_args *a, int seq, int kv_head) {
 
 int rose_supported_head_dim(int head_dim) { return head_dim > 0 && head_dim % 8 == 0 && head_dim <= 1024; }
 
-int rose_attention_f32(const attention_args *a, int num_threads) {
-    const int items = a->num_seqs * a->num_kv_heads;
-    int failed = 0;
-#pragma omp parallel for schedule(dynamic, 4) num_threads(num_threads) reduction(min : failed)
-    for (int item = 0; item < items; item++) {
-        int status = attend_any(a, item / a->num_kv_heads, item % a->num_kv_heads);
-        if (status < failed) failed = status;
-    }
-    return failed;
-}
+int rose_attention_f32(const attention_args *a, int num_threads) { return run_items(a, num_threads, attend_any); }
