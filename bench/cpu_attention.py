@@ -36,10 +36,10 @@ SHAPES = {  # name: (heads, kv heads, head size, causal)
 }
 
 
-def stream(shape: AttentionShape, num_seqs: int, median_len: int, generator: torch.Generator,
-           dtype: torch.dtype = torch.bfloat16):
-    lengths = torch.distributions.LogNormal(torch.log(torch.tensor(float(median_len))), 0.6).sample((num_seqs,))
-    lengths = lengths.round().clamp(1, 512).int().tolist()
+def packed_qkv(shape: AttentionShape, lengths: list[int], generator: torch.Generator,
+               dtype: torch.dtype = torch.bfloat16):
+    """Random q, k, v for sequences of `lengths` as views into one fused qkv projection (as the
+    models slice them), and the stream's cu_seqlens."""
     cu = [0]
     for n in lengths:
         cu.append(cu[-1] + n)
@@ -48,7 +48,14 @@ def stream(shape: AttentionShape, num_seqs: int, median_len: int, generator: tor
     q = qkv[:, :q_width].view(-1, shape.num_heads, shape.head_dim)
     k = qkv[:, q_width:q_width + kv_width].view(-1, shape.num_kv_heads, shape.head_dim)
     v = qkv[:, q_width + kv_width:].view(-1, shape.num_kv_heads, shape.head_dim)
-    return q, k, v, cu, lengths
+    return q, k, v, cu
+
+
+def stream(shape: AttentionShape, num_seqs: int, median_len: int, generator: torch.Generator,
+           dtype: torch.dtype = torch.bfloat16):
+    lengths = torch.distributions.LogNormal(torch.log(torch.tensor(float(median_len))), 0.6).sample((num_seqs,))
+    lengths = lengths.round().clamp(1, 512).int().tolist()
+    return (*packed_qkv(shape, lengths, generator, dtype), lengths)
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ import sys
 import pytest
 import torch
 
+from bench.cpu_attention import packed_qkv
 from engine.rose.cpu_features import cpu_flags
 from engine.rose.layers.attention import AttentionShape, SDPAPerSequenceBackend
 from engine.rose.layers.attention_cpu_native import NativeCPUAttentionBackend, unavailable_reason
@@ -38,17 +39,7 @@ def test_the_kernels_build_where_the_cpu_and_a_compiler_allow(dtype):
 
 
 def _stream(shape: AttentionShape, lengths: list[int], dtype: torch.dtype = torch.bfloat16, seed: int = 0):
-    """q, k, v as views into one fused qkv projection, as the models slice them."""
-    generator = torch.Generator().manual_seed(seed)
-    cu = [0]
-    for n in lengths:
-        cu.append(cu[-1] + n)
-    q_width, kv_width = shape.num_heads * shape.head_dim, shape.num_kv_heads * shape.head_dim
-    qkv = torch.randn(cu[-1], q_width + 2 * kv_width, generator=generator).to(dtype)
-    q = qkv[:, :q_width].view(-1, shape.num_heads, shape.head_dim)
-    k = qkv[:, q_width:q_width + kv_width].view(-1, shape.num_kv_heads, shape.head_dim)
-    v = qkv[:, q_width + kv_width:].view(-1, shape.num_kv_heads, shape.head_dim)
-    return q, k, v, cu
+    return packed_qkv(shape, lengths, torch.Generator().manual_seed(seed), dtype)
 
 
 def _compare(shape: AttentionShape, lengths: list[int], dtype: torch.dtype, local: bool = False,
