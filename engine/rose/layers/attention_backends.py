@@ -35,15 +35,16 @@ def _cpu_attention_backend(name: str, shape: AttentionShape, dtype: torch.dtype)
     if name not in ("auto", "sdpa", "native"):
         raise ValueError(f"attention backend {name!r} needs CUDA; on CPU 'native' and 'sdpa' run")
     from engine.rose.layers.attention_cpu import GroupedSDPABackend
-    from engine.rose.layers.attention_cpu_native import NativeCPUAttentionBackend, unavailable_reason
+    from engine.rose.layers.attention_cpu_native import NativeCPUAttentionBackend
 
     if name == "sdpa":
         return GroupedSDPABackend(shape)
-    reason = unavailable_reason(shape, dtype)
-    if reason is None:
-        logger.info("attention: the native CPU kernel (%s)", str(dtype).removeprefix("torch."))
-        return NativeCPUAttentionBackend(shape, dtype)
-    if name == "native":
-        raise ValueError(f"the native CPU attention cannot run here: {reason}")
-    logger.info("attention: grouped SDPA, not the native kernel: %s", reason)
-    return GroupedSDPABackend(shape)
+    try:
+        backend = NativeCPUAttentionBackend(shape, dtype)  # says why where it cannot run
+    except ValueError as refusal:
+        if name == "native":
+            raise
+        logger.info("attention: grouped SDPA, not the native kernel: %s", refusal)
+        return GroupedSDPABackend(shape)
+    logger.info("attention: the native CPU kernel (%s)", str(dtype).removeprefix("torch."))
+    return backend

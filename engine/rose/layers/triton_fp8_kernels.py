@@ -241,20 +241,18 @@ def _activation_rows(x: torch.Tensor, n_cols: int, act: int, gated: bool) -> Qua
     rows = _empty_rows(num_rows, n_cols, x.device)
     if num_rows == 0:
         return rows
-    block, num_warps = _whole_row_launch(n_cols)
-    whole_row = block is not None
     _activation_rows_kernel[(num_rows,)](x, rows.values, rows.scales, n_cols, ACT=act, GATED=gated,
-                                         BLOCK=block if whole_row else _CHUNK, WHOLE_ROW=whole_row,
-                                         num_warps=num_warps if whole_row else 4)
+                                         **_row_launch(n_cols))
     return rows
 
 
-def _whole_row_launch(n_cols: int) -> tuple[int | None, int]:
-    """(BLOCK, num_warps) to hold a row of n_cols whole, or (None, 0) where it is too long to."""
+def _row_launch(n_cols: int) -> dict:
+    """BLOCK, WHOLE_ROW and num_warps of the row kernels for rows of n_cols: held whole where a
+    row fits _WHOLE_ROW_MAX, else walked in chunks of _CHUNK."""
     block = triton.next_power_of_2(n_cols)
     if block > _WHOLE_ROW_MAX:
-        return None, 0
-    return block, max(4, min(16, block // 512))  # about 16 float32 values a thread
+        return {"BLOCK": _CHUNK, "WHOLE_ROW": False, "num_warps": 4}
+    return {"BLOCK": block, "WHOLE_ROW": True, "num_warps": max(4, min(16, block // 512))}  # ~16 values a thread
 
 
 @triton.jit
@@ -286,10 +284,7 @@ def quantize_rows(x: torch.Tensor) -> QuantizedRows:
     rows = _empty_rows(num_rows, n_cols, x.device)
     if num_rows == 0:
         return rows
-    block, num_warps = _whole_row_launch(n_cols)
-    whole_row = block is not None
-    _quantize_rows_kernel[(num_rows,)](x, rows.values, rows.scales, n_cols, BLOCK=block if whole_row else _CHUNK,
-                                       WHOLE_ROW=whole_row, num_warps=num_warps if whole_row else 4)
+    _quantize_rows_kernel[(num_rows,)](x, rows.values, rows.scales, n_cols, **_row_launch(n_cols))
     return rows
 
 
