@@ -71,6 +71,22 @@ def test_quantize_rows(dtype, num_rows, n_cols):
     assert got.values[1].float().abs().sum() == 0
 
 
+@pytest.mark.parametrize("rows_per_program", [2, 4])
+def test_rows_held_whole_several_to_a_program(rows_per_program):
+    """Programs of several rows, the last one short (7 rows): each row keeps its own scale."""
+    kernels = _kernels()
+    x = _randn(7, 1536, seed=15, dtype=torch.bfloat16, scale=2.0) * torch.arange(1, 8).to(torch.bfloat16)[:, None]
+    x[3] = 0
+    launch = kernels.row_launch(1536, rows=rows_per_program)
+    assert launch["WHOLE_ROW"] and launch["ROWS"] == rows_per_program
+    assert_rows_close(kernels.quantize_rows(x, launch), quantize_rows_reference(x), max_share_differing=0)
+    assert_rows_close(kernels.activation_rows(x, "gelu", launch),
+                      quantize_rows_reference(fp8_fused.activation(x, "gelu")))
+    gate_up = torch.cat([x, x.flip(0)], dim=1)
+    assert_rows_close(kernels.act_and_mul_rows(gate_up, "silu", launch),
+                      quantize_rows_reference(F.silu(x) * x.flip(0)))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n_cols", [384, 1000])
 def test_add_layer_norm_rows(dtype, n_cols):

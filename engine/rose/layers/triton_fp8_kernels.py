@@ -56,6 +56,14 @@ def _store_row(h, cols, mask, q_row_ptr, scale_ptr):
 
 
 @triton.jit
+def _store_rows(h, rows, cols, mask, num_rows, n_cols, q_ptr, scale_ptr):
+    """ROWS rows h [ROWS, BLOCK] (float32, zero where masked) held whole: their e4m3 values and scales."""
+    scale = _scale_of(tl.max(tl.abs(h), axis=1))
+    tl.store(q_ptr + rows[:, None] * n_cols + cols[None, :], _quantized(h, scale[:, None], q_ptr), mask=mask)
+    tl.store(scale_ptr + rows, scale, mask=rows < num_rows)
+
+
+@triton.jit
 def _layer_norm_row(h, cols, mask, n_cols, eps, weight_ptr, bias_ptr):
     """layer_norm(h) * weight + bias of one row h (float32, zero past n_cols), float32, zero past n_cols."""
     mean = tl.sum(h, axis=0) / n_cols
@@ -196,21 +204,20 @@ def _activated(x_ptr, row_ptr, cols, mask, n_cols, ACT: tl.constexpr, GATED: tl.
 
 
 @triton.jit
-def _activation_rows_kernel(x_ptr, q_ptr, scale_ptr, n_cols, ACT: tl.constexpr, GATED: tl.constexpr,
-                            BLOCK: tl.constexpr, WHOLE_ROW: tl.constexpr):
-    # One row: held whole where it fits one block (read and activated once), else in chunks of
-    # BLOCK columns, the largest magnitude first, then the values.
-    row = tl.program_id(0).to(tl.int64)
-    if GATED:
-        row_ptr = x_ptr + row * 2 * n_cols
-    else:
-        row_ptr = x_ptr + row * n_cols
+def _activation_rows_kernel(x_ptr, q_ptr, scale_ptr, num_rows, n_cols, ACT: tl.constexpr, GATED: tl.constexpr,
+                            BLOCK: tl.constexpr, WHOLE_ROW: tl.constexpr, ROWS: tl.constexpr):
+    # ROWS rows held whole where a row fits one block (read and activated once), else one row in
+    # chunks of BLOCK columns, the largest magnitude first, then the values.
+    in_cols = 2 * n_cols if GATED else n_cols
     if WHOLE_ROW:
+        rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
         cols = tl.arange(0, BLOCK)
-        mask = cols < n_cols
-        h = tl.where(mask, _activated(x_ptr, row_ptr, cols, mask, n_cols, ACT, GATED), 0.0)
-        _store_row(h, cols, mask, q_ptr + row * n_cols, scale_ptr + row)
+        mask = (rows < num_rows)[:, None] & (cols < n_cols)[None, :]
+        h = _activated(x_ptr, x_ptr + rows[:, None] * in_cols, cols[None, :], mask, n_cols, ACT, GATED)
+        _store_rows(tl.where(mask, h, 0.0), rows, cols, mask, num_rows, n_cols, q_ptr, scale_ptr)
         return
+    row = tl.program_id(0).to(tl.int64)
+    row_ptr = x_ptr + row * in_cols
     largest = tl.zeros([BLOCK], dtype=tl.float32)
     for start in range(0, n_cols, BLOCK):
         cols = start + tl.arange(0, BLOCK)
@@ -226,44 +233,51 @@ def _activation_rows_kernel(x_ptr, q_ptr, scale_ptr, n_cols, ACT: tl.constexpr, 
     tl.store(scale_ptr + row, scale)
 
 
-def act_and_mul_rows(gate_up: torch.Tensor, activation: str = "silu") -> QuantizedRows:
-    """[T, 2I] (gate | up) -> act(gate) * up as QuantizedRows [T, I]; act one of triton_kernels.ACTIVATIONS."""
-    return _activation_rows(gate_up, gate_up.shape[1] // 2, ACTIVATIONS[activation], gated=True)
+def act_and_mul_rows(gate_up: torch.Tensor, activation: str = "silu", launch: dict | None = None) -> QuantizedRows:
+    """[T, 2I] (gate | up) -> act(gate) * up as QuantizedRows [T, I]; act one of triton_kernels.ACTIVATIONS.
+    `launch`: the kernel's launch, row_launch(I) unless the benchmark sweeps it."""
+    return _activation_rows(gate_up, gate_up.shape[1] // 2, ACTIVATIONS[activation], True, launch)
 
 
-def activation_rows(x: torch.Tensor, activation: str) -> QuantizedRows:
+def activation_rows(x: torch.Tensor, activation: str, launch: dict | None = None) -> QuantizedRows:
     """[T, I] -> act(x) as QuantizedRows; act one of ROW_ACTIVATIONS ("gelu", "gelu_tanh", "relu", "silu")."""
-    return _activation_rows(x, x.shape[1], ROW_ACTIVATIONS[activation], gated=False)
+    return _activation_rows(x, x.shape[1], ROW_ACTIVATIONS[activation], False, launch)
 
 
-def _activation_rows(x: torch.Tensor, n_cols: int, act: int, gated: bool) -> QuantizedRows:
+def _activation_rows(x: torch.Tensor, n_cols: int, act: int, gated: bool, launch: dict | None) -> QuantizedRows:
     num_rows = x.shape[0]
     rows = _empty_rows(num_rows, n_cols, x.device)
     if num_rows == 0:
         return rows
-    _activation_rows_kernel[(num_rows,)](x, rows.values, rows.scales, n_cols, ACT=act, GATED=gated,
-                                         **_row_launch(n_cols))
+    launch = launch or row_launch(n_cols)
+    _activation_rows_kernel[(triton.cdiv(num_rows, launch["ROWS"]),)](
+        x, rows.values, rows.scales, num_rows, n_cols, ACT=act, GATED=gated, **launch)
     return rows
 
 
-def _row_launch(n_cols: int) -> dict:
-    """BLOCK, WHOLE_ROW and num_warps of the row kernels for rows of n_cols: held whole where a
-    row fits _WHOLE_ROW_MAX, else walked in chunks of _CHUNK."""
+def row_launch(n_cols: int, rows: int | None = None, num_warps: int | None = None) -> dict:
+    """The row kernels' launch for rows of n_cols: held whole where a row fits _WHOLE_ROW_MAX,
+    `rows` of them to a program, else one row walked in chunks of _CHUNK. bench/fp8_row_kernels.py
+    times the choices."""
     block = triton.next_power_of_2(n_cols)
     if block > _WHOLE_ROW_MAX:
-        return {"BLOCK": _CHUNK, "WHOLE_ROW": False, "num_warps": 4}
-    return {"BLOCK": block, "WHOLE_ROW": True, "num_warps": max(4, min(16, block // 512))}  # ~16 values a thread
+        return {"BLOCK": _CHUNK, "WHOLE_ROW": False, "ROWS": 1, "num_warps": num_warps or 4}
+    rows = rows or 1
+    return {"BLOCK": block, "WHOLE_ROW": True, "ROWS": rows,
+            "num_warps": num_warps or max(4, min(16, rows * block // 512))}  # ~16 values a thread
 
 
 @triton.jit
-def _quantize_rows_kernel(x_ptr, q_ptr, scale_ptr, n_cols, BLOCK: tl.constexpr, WHOLE_ROW: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
+def _quantize_rows_kernel(x_ptr, q_ptr, scale_ptr, num_rows, n_cols, BLOCK: tl.constexpr, WHOLE_ROW: tl.constexpr,
+                          ROWS: tl.constexpr):
     if WHOLE_ROW:  # as in _activation_rows_kernel
+        rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
         cols = tl.arange(0, BLOCK)
-        mask = cols < n_cols
-        h = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
-        _store_row(h, cols, mask, q_ptr + row * n_cols, scale_ptr + row)
+        mask = (rows < num_rows)[:, None] & (cols < n_cols)[None, :]
+        h = tl.load(x_ptr + rows[:, None] * n_cols + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        _store_rows(h, rows, cols, mask, num_rows, n_cols, q_ptr, scale_ptr)
         return
+    row = tl.program_id(0).to(tl.int64)
     largest = tl.zeros([BLOCK], dtype=tl.float32)
     for start in range(0, n_cols, BLOCK):
         cols = start + tl.arange(0, BLOCK)
@@ -278,13 +292,16 @@ def _quantize_rows_kernel(x_ptr, q_ptr, scale_ptr, n_cols, BLOCK: tl.constexpr, 
     tl.store(scale_ptr + row, scale)
 
 
-def quantize_rows(x: torch.Tensor) -> QuantizedRows:
-    """[T, K] contiguous -> QuantizedRows: the attention's output on its way to an FP8 o_proj."""
+def quantize_rows(x: torch.Tensor, launch: dict | None = None) -> QuantizedRows:
+    """[T, K] contiguous -> QuantizedRows: the attention's output on its way to an FP8 o_proj.
+    `launch` as in act_and_mul_rows."""
     num_rows, n_cols = x.shape
     rows = _empty_rows(num_rows, n_cols, x.device)
     if num_rows == 0:
         return rows
-    _quantize_rows_kernel[(num_rows,)](x, rows.values, rows.scales, n_cols, **_row_launch(n_cols))
+    launch = launch or row_launch(n_cols)
+    _quantize_rows_kernel[(triton.cdiv(num_rows, launch["ROWS"]),)](
+        x, rows.values, rows.scales, num_rows, n_cols, **launch)
     return rows
 
 

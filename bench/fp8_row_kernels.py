@@ -1,0 +1,136 @@
+"""The FP8 row kernels (engine/rose/layers/triton_fp8_kernels.py) against the memory's speed, launch by launch.
+
+An FP8 linear's input is written by a row kernel (activation and quantize, or quantize alone)
+that reads bf16 and writes e4m3 plus a scale per row; in the engine it is the largest cost FP8
+adds to a batch (bench/results/gpu-profile-fp8.md). This times each kernel on the benchmark
+shapes' activations, 16,384 tokens, inside a CUDA graph (as the engine runs it), for rows held
+whole `rows` to a program and several warp counts, against two floors on the same tensors:
+torch's plain bf16 -> e4m3 cast of the output's columns (an elementwise pass: no row maximum, no
+activation) and a bf16 copy of the input. Each launch's output is checked against the
+kernel's default launch (bitwise: the same arithmetic in another grid).
+
+Usage (on a GPU; bench/gpu_session.sh fp8-rows):
+  python3 bench/fp8_row_kernels.py --out bench/results/fp8-row-kernels.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import capture_graph, publish  # noqa: E402
+
+TOKENS = 16384
+# name, kernel, activation, columns of its output (a gated input is twice as wide)
+CASES = [
+    ("bert-base up: GELU", "activation", "gelu", 3072),
+    ("bert-base up: ReLU (GELU's cost)", "activation", "relu", 3072),
+    ("qwen3-0.6b gate/up: SiLU x up", "gated", "silu", 3072),
+    ("qwen3-4b gate/up: SiLU x up", "gated", "silu", 9728),
+    ("bert-base attention output", "quantize", None, 768),
+    ("qwen3-0.6b attention output", "quantize", None, 2048),
+    ("qwen3-4b attention output", "quantize", None, 4096),
+]
+ROWS = (1, 2, 4, 8)
+WARPS = (4, 8, 16)
+CALLS_PER_GRAPH = 20
+
+
+def graph_seconds(fn, repeats: int = 5) -> float:
+    """Seconds per call of fn, from a CUDA graph of CALLS_PER_GRAPH calls (the median of `repeats` replays)."""
+    graph = capture_graph(lambda: [fn() for _ in range(CALLS_PER_GRAPH)], warmups=2)
+    times = []
+    for _ in range(repeats + 1):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        graph.replay()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    del graph
+    return sorted(times[1:])[repeats // 2] / CALLS_PER_GRAPH
+
+
+def case_rows(kernel: str, activation: str | None, n_cols: int, kernels):
+    x = torch.randn(TOKENS, 2 * n_cols if kernel == "gated" else n_cols, device="cuda", dtype=torch.bfloat16) * 2
+
+    def run(launch):
+        if kernel == "gated":
+            return kernels.act_and_mul_rows(x, activation, launch)
+        if kernel == "activation":
+            return kernels.activation_rows(x, activation, launch)
+        return kernels.quantize_rows(x, launch)
+
+    return x, run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    from engine.rose.layers import triton_fp8_kernels as kernels
+
+    lines = [
+        "# FP8 row kernels against the memory's speed",
+        "",
+        f"- command: `python3 {' '.join(sys.argv)}`",
+        f"- GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; "
+        f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"- {TOKENS:,} tokens of N(0, 2) bf16, each kernel {CALLS_PER_GRAPH} times in a CUDA graph; GB/s counts "
+        "the bf16 read and the e4m3 and scales written; `cast` is torch's bf16 -> e4m3 cast of the output's "
+        "columns (the same bytes, no row maximum), `copy` a bf16 copy of the input",
+        "",
+        "| activation | launch | us | GB/s | of cast's GB/s | same as default |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for case in CASES:
+        lines += case_lines(*case, kernels)
+        torch.cuda.empty_cache()
+    publish("\n".join(lines) + "\n", args.out)
+
+
+def case_lines(name: str, kernel: str, activation: str | None, n_cols: int, kernels) -> list[str]:
+    """The table's rows for one activation: the floors, then each launch."""
+    x, run = case_rows(kernel, activation, n_cols, kernels)
+    moved = x.numel() * 2 + TOKENS * n_cols + TOKENS * 4
+    source = x[:, :n_cols].contiguous()
+    cast_rate = source.numel() * 3 / graph_seconds(lambda: source.to(torch.float8_e4m3fn))
+    copy_rate = x.numel() * 4 / graph_seconds(lambda: x.clone())
+    lines = [f"| {name} | cast | {source.numel() * 3 / cast_rate * 1e6:.1f} | {cast_rate / 1e9:,.0f} | 1.00 | |",
+             f"| {name} | copy of the input | {x.numel() * 4 / copy_rate * 1e6:.1f} | {copy_rate / 1e9:,.0f} | "
+             f"{copy_rate / cast_rate:.2f} | |"]
+    default_launch = kernels.row_launch(n_cols)
+    want = run(default_launch)
+    launches = [default_launch]
+    if default_launch["WHOLE_ROW"]:
+        launches += [kernels.row_launch(n_cols, rows, warps) for rows in ROWS for warps in WARPS]
+    else:
+        launches += [kernels.row_launch(n_cols, num_warps=warps) for warps in WARPS]
+    for index, launch in enumerate(launches):
+        try:
+            got = run(launch)
+            same = torch.equal(got.values.view(torch.uint8), want.values.view(torch.uint8)) and torch.equal(
+                got.scales, want.scales)
+            seconds = graph_seconds(lambda: run(launch))
+        except Exception as error:  # a launch past the registers or shared memory: say so, go on
+            lines.append(f"| {name} | {_label(launch)} | failed: {type(error).__name__} | | | |")
+            continue
+        label = ("default: " if index == 0 else "") + _label(launch)
+        lines.append(f"| {name} | {label} | {seconds * 1e6:.1f} | {moved / seconds / 1e9:,.0f} | "
+                     f"{moved / seconds / cast_rate:.2f} | {'yes' if same else 'NO'} |")
+    return lines
+
+
+def _label(launch: dict) -> str:
+    if launch["WHOLE_ROW"]:
+        return f"{launch['ROWS']} row(s) whole, {launch['num_warps']} warps"
+    return f"chunks of {launch['BLOCK']}, {launch['num_warps']} warps"
+
+
+if __name__ == "__main__":
+    main()
