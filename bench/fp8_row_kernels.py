@@ -4,7 +4,9 @@ An FP8 linear's input is written by a row kernel (activation and quantize, or qu
 that reads bf16 and writes e4m3 plus a scale per row; in the engine it is the largest cost FP8
 adds to a batch (bench/results/gpu-profile-fp8.md). This times each kernel on the benchmark
 shapes' activations, 16,384 tokens, inside a CUDA graph (as the engine runs it), for rows held
-whole `rows` to a program and several warp counts, against two floors on the same tensors:
+whole in blocks of `rows`, one block to a program or fewer programs walking them in turn
+(prefetching the next block's rows while the last ones reduce and store), and several warp
+counts, against two floors on the same tensors:
 torch's plain bf16 -> e4m3 cast of the output's columns (an elementwise pass: no row maximum, no
 activation) and a bf16 copy of the input. Each launch's output is checked against the
 kernel's default launch (bitwise: the same arithmetic in another grid).
@@ -39,6 +41,8 @@ CASES = [
 ]
 ROWS = (1, 2, 4, 8)
 WARPS = (4, 8, 16)
+# Prefetching launches: rows per block, warps, programs per SM.
+PREFETCH_ROWS, PREFETCH_WARPS, PROGRAMS_PER_SM = (1, 2, 4), (4, 8), (2, 4, 8)
 CALLS_PER_GRAPH = 20
 
 
@@ -107,8 +111,11 @@ def case_lines(name: str, kernel: str, activation: str | None, n_cols: int, kern
     default_launch = kernels.row_launch(n_cols)
     want = run(default_launch)
     launches = [default_launch]
-    if default_launch["WHOLE_ROW"]:
+    if default_launch.whole_row:
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
         launches += [kernels.row_launch(n_cols, rows, warps) for rows in ROWS for warps in WARPS]
+        launches += [kernels.row_launch(n_cols, rows, warps, sms * per_sm) for rows in PREFETCH_ROWS
+                     for warps in PREFETCH_WARPS for per_sm in PROGRAMS_PER_SM]
     else:
         launches += [kernels.row_launch(n_cols, num_warps=warps) for warps in WARPS]
     for index, launch in enumerate(launches):
@@ -126,10 +133,11 @@ def case_lines(name: str, kernel: str, activation: str | None, n_cols: int, kern
     return lines
 
 
-def _label(launch: dict) -> str:
-    if launch["WHOLE_ROW"]:
-        return f"{launch['ROWS']} row(s) whole, {launch['num_warps']} warps"
-    return f"chunks of {launch['BLOCK']}, {launch['num_warps']} warps"
+def _label(launch) -> str:
+    if not launch.whole_row:
+        return f"chunks of {launch.block}, {launch.num_warps} warps"
+    walked = f", {launch.programs} programs prefetching" if launch.programs else ""
+    return f"{launch.rows} row(s) whole, {launch.num_warps} warps{walked}"
 
 
 if __name__ == "__main__":

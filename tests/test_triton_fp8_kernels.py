@@ -71,14 +71,17 @@ def test_quantize_rows(dtype, num_rows, n_cols):
     assert got.values[1].float().abs().sum() == 0
 
 
-@pytest.mark.parametrize("rows_per_program", [2, 4])
-def test_rows_held_whole_several_to_a_program(rows_per_program):
-    """Programs of several rows, the last one short (7 rows): each row keeps its own scale."""
+@pytest.mark.parametrize("rows_per_block,programs", [(2, None), (4, None), (1, 3), (2, 2)])
+def test_rows_held_whole_in_blocks(rows_per_block, programs):
+    """Blocks of several rows, the last one short (7 rows), one to a program or walked in turn by
+    fewer programs than blocks (prefetching the next): each row keeps its own scale."""
     kernels = _kernels()
     x = _randn(7, 1536, seed=15, dtype=torch.bfloat16, scale=2.0) * torch.arange(1, 8).to(torch.bfloat16)[:, None]
     x[3] = 0
-    launch = kernels.row_launch(1536, rows=rows_per_program)
-    assert launch["WHOLE_ROW"] and launch["ROWS"] == rows_per_program
+    launch = kernels.row_launch(1536, rows=rows_per_block, programs=programs)
+    assert launch.whole_row
+    if programs:
+        assert launch.grid(7) == (programs,)  # fewer programs than blocks: each walks several
     assert_rows_close(kernels.quantize_rows(x, launch), quantize_rows_reference(x), max_share_differing=0)
     assert_rows_close(kernels.activation_rows(x, "gelu", launch),
                       quantize_rows_reference(fp8_fused.activation(x, "gelu")))

@@ -20,6 +20,8 @@ kernel serves every token bucket and every CUDA graph.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -183,10 +185,21 @@ def add_rms_norm_rows(x: torch.Tensor, residual: torch.Tensor | None, weight: to
 
 
 @triton.jit
-def _activated(x_ptr, row_ptr, cols, mask, n_cols, ACT: tl.constexpr, GATED: tl.constexpr):
-    """act(gate) * up of a gated row (gate | up, 2 * n_cols wide) or act(x) of a plain one, at
-    cols, float32 holding the activation dtype's rounding as the references round."""
-    x = tl.load(row_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+def _load_rows(row_ptr, cols, mask, n_cols, GATED: tl.constexpr):
+    """The values at cols as stored: a gated row's gate and up halves (gate | up, 2 * n_cols
+    wide), or a plain row's values twice."""
+    x = tl.load(row_ptr + cols, mask=mask, other=0.0)
+    if GATED:
+        return x, tl.load(row_ptr + n_cols + cols, mask=mask, other=0.0)
+    return x, x
+
+
+@triton.jit
+def _activate(x, up, ACT: tl.constexpr, GATED: tl.constexpr):
+    """act(x) * up (gated) or act(x), float32 holding the storage dtype's rounding where the
+    references round."""
+    dtype = x.dtype
+    x = x.to(tl.float32)
     if ACT == 0:
         act = x * tl.sigmoid(x)
     elif ACT == 1:
@@ -196,103 +209,158 @@ def _activated(x_ptr, row_ptr, cols, mask, n_cols, ACT: tl.constexpr, GATED: tl.
         act = 0.5 * x * (2.0 * tl.sigmoid(2.0 * inner))
     else:
         act = tl.maximum(x, 0.0)
-    act = act.to(x_ptr.dtype.element_ty).to(tl.float32)
+    act = act.to(dtype).to(tl.float32)
     if GATED:
-        up = tl.load(row_ptr + n_cols + cols, mask=mask, other=0.0).to(tl.float32)
-        act = (act * up).to(x_ptr.dtype.element_ty).to(tl.float32)
+        act = (act * up.to(tl.float32)).to(dtype).to(tl.float32)
     return act
 
 
 @triton.jit
+def _activated(row_ptr, cols, mask, n_cols, ACT: tl.constexpr, GATED: tl.constexpr):
+    x, up = _load_rows(row_ptr, cols, mask, n_cols, GATED)
+    return _activate(x, up, ACT, GATED)
+
+
+@triton.jit
+def _block_of_rows(block, num_rows, n_cols, in_cols, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    """Rows block * ROWS onwards, ROWS of them: their indices, columns, mask and input offsets."""
+    rows = block * ROWS + tl.arange(0, ROWS).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = (rows < num_rows)[:, None] & (cols < n_cols)[None, :]
+    return rows, cols, mask, rows[:, None] * in_cols + cols[None, :]
+
+
+@triton.jit
 def _activation_rows_kernel(x_ptr, q_ptr, scale_ptr, num_rows, n_cols, ACT: tl.constexpr, GATED: tl.constexpr,
-                            BLOCK: tl.constexpr, WHOLE_ROW: tl.constexpr, ROWS: tl.constexpr):
-    # ROWS rows held whole where a row fits one block (read and activated once), else one row in
-    # chunks of BLOCK columns, the largest magnitude first, then the values.
+                            BLOCK: tl.constexpr, WHOLE_ROW: tl.constexpr, ROWS: tl.constexpr,
+                            PREFETCH: tl.constexpr):
+    # Rows held whole where a row fits one block (read and activated once), ROWS to a block: one
+    # block per program, or with PREFETCH blocks in turn, each one's loads issued while the one
+    # before reduces and stores. Longer rows one to a program, in chunks of BLOCK columns, the
+    # largest magnitude first, then the values.
     in_cols = 2 * n_cols if GATED else n_cols
-    if WHOLE_ROW:
-        rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
-        cols = tl.arange(0, BLOCK)
-        mask = (rows < num_rows)[:, None] & (cols < n_cols)[None, :]
-        h = _activated(x_ptr, x_ptr + rows[:, None] * in_cols, cols[None, :], mask, n_cols, ACT, GATED)
-        _store_rows(tl.where(mask, h, 0.0), rows, cols, mask, num_rows, n_cols, q_ptr, scale_ptr)
-        return
-    row = tl.program_id(0).to(tl.int64)
-    row_ptr = x_ptr + row * in_cols
-    largest = tl.zeros([BLOCK], dtype=tl.float32)
-    for start in range(0, n_cols, BLOCK):
-        cols = start + tl.arange(0, BLOCK)
-        mask = cols < n_cols
-        h = _activated(x_ptr, row_ptr, cols, mask, n_cols, ACT, GATED)
-        largest = tl.maximum(largest, tl.where(mask, tl.abs(h), 0.0))
-    scale = _scale_of(tl.max(largest, axis=0))
-    for start in range(0, n_cols, BLOCK):
-        cols = start + tl.arange(0, BLOCK)
-        mask = cols < n_cols
-        h = _activated(x_ptr, row_ptr, cols, mask, n_cols, ACT, GATED)
-        tl.store(q_ptr + row * n_cols + cols, _quantized(h, scale, q_ptr), mask=mask)
-    tl.store(scale_ptr + row, scale)
+    if WHOLE_ROW and PREFETCH:
+        step = tl.num_programs(0)
+        rows, cols, mask, offsets = _block_of_rows(tl.program_id(0), num_rows, n_cols, in_cols, ROWS, BLOCK)
+        x, up = _load_rows(x_ptr + offsets, 0, mask, n_cols, GATED)
+        for block in range(tl.program_id(0), tl.cdiv(num_rows, ROWS), step):
+            rows, cols, mask, offsets = _block_of_rows(block, num_rows, n_cols, in_cols, ROWS, BLOCK)
+            _, _, next_mask, next_offsets = _block_of_rows(block + step, num_rows, n_cols, in_cols, ROWS, BLOCK)
+            next_x, next_up = _load_rows(x_ptr + next_offsets, 0, next_mask, n_cols, GATED)
+            h = tl.where(mask, _activate(x, up, ACT, GATED), 0.0)
+            _store_rows(h, rows, cols, mask, num_rows, n_cols, q_ptr, scale_ptr)
+            x, up = next_x, next_up
+    elif WHOLE_ROW:
+        rows, cols, mask, offsets = _block_of_rows(tl.program_id(0), num_rows, n_cols, in_cols, ROWS, BLOCK)
+        h = tl.where(mask, _activated(x_ptr + offsets, 0, mask, n_cols, ACT, GATED), 0.0)
+        _store_rows(h, rows, cols, mask, num_rows, n_cols, q_ptr, scale_ptr)
+    else:
+        row = tl.program_id(0).to(tl.int64)
+        row_ptr = x_ptr + row * in_cols
+        largest = tl.zeros([BLOCK], dtype=tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < n_cols
+            h = _activated(row_ptr, cols, mask, n_cols, ACT, GATED)
+            largest = tl.maximum(largest, tl.where(mask, tl.abs(h), 0.0))
+        scale = _scale_of(tl.max(largest, axis=0))
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < n_cols
+            h = _activated(row_ptr, cols, mask, n_cols, ACT, GATED)
+            tl.store(q_ptr + row * n_cols + cols, _quantized(h, scale, q_ptr), mask=mask)
+        tl.store(scale_ptr + row, scale)
 
 
-def act_and_mul_rows(gate_up: torch.Tensor, activation: str = "silu", launch: dict | None = None) -> QuantizedRows:
+@dataclass(frozen=True)
+class RowLaunch:
+    """How the row kernels cover rows of a width: held whole (`whole_row`, in blocks of `rows`
+    rows; with `programs` set, that many programs walk the blocks in turn, prefetching) or in
+    chunks of `block` columns, one row to a program."""
+
+    block: int
+    whole_row: bool
+    rows: int = 1
+    num_warps: int = 4
+    programs: int | None = None
+
+    def grid(self, num_rows: int) -> tuple[int]:
+        blocks = triton.cdiv(num_rows, self.rows)
+        return (min(blocks, self.programs) if self.programs else blocks,)
+
+    def kwargs(self) -> dict:
+        return {"BLOCK": self.block, "WHOLE_ROW": self.whole_row, "ROWS": self.rows,
+                "PREFETCH": self.programs is not None, "num_warps": self.num_warps}
+
+
+def row_launch(n_cols: int, rows: int = 1, num_warps: int | None = None, programs: int | None = None) -> RowLaunch:
+    """The row kernels' launch for rows of n_cols: held whole where a row fits _WHOLE_ROW_MAX,
+    else walked in chunks of _CHUNK. The defaults are what bench/fp8_row_kernels.py measured
+    best; it times the others."""
+    block = triton.next_power_of_2(n_cols)
+    if block > _WHOLE_ROW_MAX:
+        return RowLaunch(_CHUNK, False, num_warps=num_warps or 4)
+    # About 16 values a thread unless told.
+    return RowLaunch(block, True, rows, num_warps or max(4, min(16, rows * block // 512)), programs)
+
+
+def act_and_mul_rows(gate_up: torch.Tensor, activation: str = "silu", launch: RowLaunch | None = None) -> QuantizedRows:
     """[T, 2I] (gate | up) -> act(gate) * up as QuantizedRows [T, I]; act one of triton_kernels.ACTIVATIONS.
-    `launch`: the kernel's launch, row_launch(I) unless the benchmark sweeps it."""
+    `launch`: row_launch(I) unless the benchmark or a test sweeps it."""
     return _activation_rows(gate_up, gate_up.shape[1] // 2, ACTIVATIONS[activation], True, launch)
 
 
-def activation_rows(x: torch.Tensor, activation: str, launch: dict | None = None) -> QuantizedRows:
+def activation_rows(x: torch.Tensor, activation: str, launch: RowLaunch | None = None) -> QuantizedRows:
     """[T, I] -> act(x) as QuantizedRows; act one of ROW_ACTIVATIONS ("gelu", "gelu_tanh", "relu", "silu")."""
     return _activation_rows(x, x.shape[1], ROW_ACTIVATIONS[activation], False, launch)
 
 
-def _activation_rows(x: torch.Tensor, n_cols: int, act: int, gated: bool, launch: dict | None) -> QuantizedRows:
+def _activation_rows(x: torch.Tensor, n_cols: int, act: int, gated: bool, launch: RowLaunch | None) -> QuantizedRows:
     num_rows = x.shape[0]
     rows = _empty_rows(num_rows, n_cols, x.device)
     if num_rows == 0:
         return rows
     launch = launch or row_launch(n_cols)
-    _activation_rows_kernel[(triton.cdiv(num_rows, launch["ROWS"]),)](
-        x, rows.values, rows.scales, num_rows, n_cols, ACT=act, GATED=gated, **launch)
+    _activation_rows_kernel[launch.grid(num_rows)](x, rows.values, rows.scales, num_rows, n_cols, ACT=act,
+                                                   GATED=gated, **launch.kwargs())
     return rows
-
-
-def row_launch(n_cols: int, rows: int | None = None, num_warps: int | None = None) -> dict:
-    """The row kernels' launch for rows of n_cols: held whole where a row fits _WHOLE_ROW_MAX,
-    `rows` of them to a program, else one row walked in chunks of _CHUNK. bench/fp8_row_kernels.py
-    times the choices."""
-    block = triton.next_power_of_2(n_cols)
-    if block > _WHOLE_ROW_MAX:
-        return {"BLOCK": _CHUNK, "WHOLE_ROW": False, "ROWS": 1, "num_warps": num_warps or 4}
-    rows = rows or 1
-    return {"BLOCK": block, "WHOLE_ROW": True, "ROWS": rows,
-            "num_warps": num_warps or max(4, min(16, rows * block // 512))}  # ~16 values a thread
 
 
 @triton.jit
 def _quantize_rows_kernel(x_ptr, q_ptr, scale_ptr, num_rows, n_cols, BLOCK: tl.constexpr, WHOLE_ROW: tl.constexpr,
-                          ROWS: tl.constexpr):
-    if WHOLE_ROW:  # as in _activation_rows_kernel
-        rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
-        cols = tl.arange(0, BLOCK)
-        mask = (rows < num_rows)[:, None] & (cols < n_cols)[None, :]
-        h = tl.load(x_ptr + rows[:, None] * n_cols + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                          ROWS: tl.constexpr, PREFETCH: tl.constexpr):
+    # As _activation_rows_kernel, without the activation.
+    if WHOLE_ROW and PREFETCH:
+        step = tl.num_programs(0)
+        rows, cols, mask, offsets = _block_of_rows(tl.program_id(0), num_rows, n_cols, n_cols, ROWS, BLOCK)
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+        for block in range(tl.program_id(0), tl.cdiv(num_rows, ROWS), step):
+            rows, cols, mask, offsets = _block_of_rows(block, num_rows, n_cols, n_cols, ROWS, BLOCK)
+            _, _, next_mask, next_offsets = _block_of_rows(block + step, num_rows, n_cols, n_cols, ROWS, BLOCK)
+            next_x = tl.load(x_ptr + next_offsets, mask=next_mask, other=0.0)
+            _store_rows(x.to(tl.float32), rows, cols, mask, num_rows, n_cols, q_ptr, scale_ptr)
+            x = next_x
+    elif WHOLE_ROW:
+        rows, cols, mask, offsets = _block_of_rows(tl.program_id(0), num_rows, n_cols, n_cols, ROWS, BLOCK)
+        h = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
         _store_rows(h, rows, cols, mask, num_rows, n_cols, q_ptr, scale_ptr)
-        return
-    row = tl.program_id(0).to(tl.int64)
-    largest = tl.zeros([BLOCK], dtype=tl.float32)
-    for start in range(0, n_cols, BLOCK):
-        cols = start + tl.arange(0, BLOCK)
-        h = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
-        largest = tl.maximum(largest, tl.abs(h))
-    scale = _scale_of(tl.max(largest, axis=0))
-    for start in range(0, n_cols, BLOCK):
-        cols = start + tl.arange(0, BLOCK)
-        mask = cols < n_cols
-        h = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(q_ptr + row * n_cols + cols, _quantized(h, scale, q_ptr), mask=mask)
-    tl.store(scale_ptr + row, scale)
+    else:
+        row = tl.program_id(0).to(tl.int64)
+        largest = tl.zeros([BLOCK], dtype=tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            h = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+            largest = tl.maximum(largest, tl.abs(h))
+        scale = _scale_of(tl.max(largest, axis=0))
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < n_cols
+            h = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(q_ptr + row * n_cols + cols, _quantized(h, scale, q_ptr), mask=mask)
+        tl.store(scale_ptr + row, scale)
 
 
-def quantize_rows(x: torch.Tensor, launch: dict | None = None) -> QuantizedRows:
+def quantize_rows(x: torch.Tensor, launch: RowLaunch | None = None) -> QuantizedRows:
     """[T, K] contiguous -> QuantizedRows: the attention's output on its way to an FP8 o_proj.
     `launch` as in act_and_mul_rows."""
     num_rows, n_cols = x.shape
@@ -300,8 +368,7 @@ def quantize_rows(x: torch.Tensor, launch: dict | None = None) -> QuantizedRows:
     if num_rows == 0:
         return rows
     launch = launch or row_launch(n_cols)
-    _quantize_rows_kernel[(triton.cdiv(num_rows, launch["ROWS"]),)](
-        x, rows.values, rows.scales, num_rows, n_cols, **launch)
+    _quantize_rows_kernel[launch.grid(num_rows)](x, rows.values, rows.scales, num_rows, n_cols, **launch.kwargs())
     return rows
 
 
