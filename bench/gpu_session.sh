@@ -32,6 +32,7 @@
 #   bench/gpu_session.sh fp8         # bench/fp8_bench.py: bf16 against FP8 plans on MiniLM, BERT-base and the
 #                                    # Qwen3-0.6B shape, engine alone on documents, dense ceilings, quality (bench/results/fp8.md)
 #   bench/gpu_session.sh fp8-4b      # the same on the Qwen3-Embedding-4B shape (bench/results/fp8-4b.md)
+#   bench/gpu_session.sh fp8-plans   # fp8_bench.py on the models and plans in $MODELS and $PLANS (bench/results/fp8-plans*.md)
 #   bench/gpu_session.sh fp8-probe   # FP8 GEMM scalings one linear at a time (rowwise against 1x128 blockwise;
 #                                    # bench/results/fp8-scaling-probe.md), then where an FP8 batch's time goes,
 #                                    # kernel by kernel (bench/results/gpu-profile-fp8.md)
@@ -210,6 +211,13 @@ fp8-4b)
     step fp8-bench-4b python3 bench/fp8_bench.py --tokenizer .carry/minilm/tokenizer.json --models qwen3-4b \
         --out "$OUT/fp8-4b.md"
     sed -n '/^| model/,$p' "$OUT/fp8-4b.md"
+    ;;
+fp8-plans)
+    # MODELS and PLANS as fp8_bench.py's --models and --plans, e.g. MODELS=qwen3-4b
+    # PLANS=first4-last0,first6-last0,first8-last0 (a 4B plan takes about a minute).
+    step fp8-plans python3 bench/fp8_bench.py --tokenizer .carry/minilm/tokenizer.json --models "$MODELS" \
+        --plans "$PLANS" --out "$OUT/fp8-plans.md"
+    sed -n '/^| model/,$p' "$OUT/fp8-plans.md"
     ;;
 fp8-probe)
     step fp8-scaling-probe python3 bench/fp8_scaling_probe.py --out "$OUT/fp8-scaling-probe.md"
