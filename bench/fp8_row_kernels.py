@@ -32,6 +32,7 @@ TOKENS = 16384
 # name, kernel, activation, columns of its output (a gated input is twice as wide)
 CASES = [
     ("bert-base up: GELU", "activation", "gelu", 3072),
+    ("bert-base up: GELU by erfc", "activation", "gelu-erfc", 3072),
     ("bert-base up: ReLU (GELU's cost)", "activation", "relu", 3072),
     ("qwen3-0.6b gate/up: SiLU x up", "gated", "silu", 3072),
     ("qwen3-4b gate/up: SiLU x up", "gated", "silu", 9728),
@@ -42,7 +43,7 @@ CASES = [
 ROWS = (1, 2, 4, 8)
 WARPS = (4, 8, 16)
 # Prefetching launches: rows per block, warps, programs per SM.
-PREFETCH_ROWS, PREFETCH_WARPS, PROGRAMS_PER_SM = (1, 2, 4), (4, 8), (2, 4, 8)
+PREFETCH_ROWS, PREFETCH_WARPS, PROGRAMS_PER_SM = (1, 2), (4, 8), (4, 8)
 CALLS_PER_GRAPH = 20
 
 

@@ -5,6 +5,13 @@ against its float32 self on the shared workload's paragraphs. The GPU path agree
 simulation within bf16's rounding (tests/test_fp8_gpu.py); fast accumulation is the GPU's alone.
 
     python bench/fp8_simulation.py --out bench/results/fp8-simulation-cpu.md
+
+With --model (a saved model: bench/tiny_model.py writes the benchmark shapes with random weights)
+and --first-layers, it measures how far the vectors move as more of the first layers stay bf16
+(the engine's rules, width floor lifted, bf16 in the first N layers for each N given):
+
+    python bench/tiny_model.py /tmp/qwen3-random --arch qwen3-0.6b
+    python bench/fp8_simulation.py --model /tmp/qwen3-random --first-layers 0,2,4,6,8 --num-texts 600
 """
 
 from __future__ import annotations
@@ -45,17 +52,24 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-texts", type=int, default=2000)
+    parser.add_argument("--model", default=None, help="a saved model (default: the embedded all-MiniLM-L6-v2)")
+    parser.add_argument("--first-layers", default=None,
+                        help="comma-separated N: plans with bf16 in the first N layers instead of the plans above")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     from engine.rose.engine import Engine
     from engine.rose.fp8_plan import quantize_model
 
     texts = load_texts(args.num_texts)
-    engine = Engine(EngineConfig(device="cpu", dtype="float32"))
+    engine = Engine(EngineConfig(model=args.model, device="cpu", dtype="float32"))
+    plans = PLANS
+    if args.first_layers is not None:
+        plans = {f"first {n} layers bf16": replace(Fp8Plan(), min_hidden_size=0, bf16_first_layers=int(n))
+                 for n in args.first_layers.split(",")}
     reference = engine.embed(texts)
     float32_model = engine.runner.model
     lines = ["| plan | FP8 linears | min cosine | 1st percentile | mean |", "|---|---|---|---|---|"]
-    for label, plan in PLANS.items():
+    for label, plan in plans.items():
         engine.runner.model = copy.deepcopy(float32_model)
         line = quantize_model(engine.runner.model, plan)
         cos = cosines(engine.embed(texts), reference)
@@ -63,7 +77,7 @@ def main() -> None:
                      f"{np.percentile(cos, 1):.5f} | {cos.mean():.5f} |")
         print(lines[-1], flush=True)
     report = "\n".join([
-        "# FP8 simulated on the CPU: all-MiniLM-L6-v2 against its float32 self", "",
+        f"# FP8 simulated on the CPU: {args.model or 'all-MiniLM-L6-v2'} against its float32 self", "",
         f"- command: `python bench/fp8_simulation.py {' '.join(sys.argv[1:])}`",
         f"- machine: {platform.machine()}, {platform.system()}; date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         f"- the first {args.num_texts:,} paragraphs of tests/data/stdlib_docstrings.jsonl; cosine per text between the "
