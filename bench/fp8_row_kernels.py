@@ -117,8 +117,10 @@ def case_lines(name: str, kernel: str, activation: str | None, n_cols: int, kern
         launches += [kernels.row_launch(n_cols, rows, warps) for rows in ROWS for warps in WARPS]
         launches += [kernels.row_launch(n_cols, rows, warps, sms * per_sm) for rows in PREFETCH_ROWS
                      for warps in PREFETCH_WARPS for per_sm in PROGRAMS_PER_SM]
-    else:
+    else:  # past _WHOLE_ROW_MAX: chunks, and whole rows with many warps all the same
         launches += [kernels.row_launch(n_cols, num_warps=warps) for warps in WARPS]
+        block = 1 << (n_cols - 1).bit_length()
+        launches += [kernels.RowLaunch(block, True, 1, warps) for warps in (16, 32)]
     for index, launch in enumerate(launches):
         try:
             got = run(launch)
