@@ -317,12 +317,11 @@ class RowLaunch:
 
 def row_launch(n_cols: int, rows: int = 1, num_warps: int | None = None, programs: int | None = None) -> RowLaunch:
     """The row kernels' launch for rows of n_cols: held whole where a row fits _WHOLE_ROW_MAX,
-    else walked in chunks of _CHUNK. The defaults are what bench/fp8_row_kernels.py measured
-    best; it times the others."""
+    else walked in chunks of _CHUNK. By default one row to a program, about 16 values a thread;
+    bench/fp8_row_kernels.py times the others against it."""
     block = triton.next_power_of_2(n_cols)
     if block > _WHOLE_ROW_MAX:
         return RowLaunch(_CHUNK, False, num_warps=num_warps or 4)
-    # About 16 values a thread unless told.
     return RowLaunch(block, True, rows, num_warps or max(4, min(16, rows * block // 512)), programs)
 
 
@@ -333,7 +332,8 @@ def act_and_mul_rows(gate_up: torch.Tensor, activation: str = "silu", launch: Ro
 
 
 def activation_rows(x: torch.Tensor, activation: str, launch: RowLaunch | None = None) -> QuantizedRows:
-    """[T, I] -> act(x) as QuantizedRows; act one of ROW_ACTIVATIONS ("gelu", "gelu_tanh", "relu", "silu")."""
+    """[T, I] -> act(x) as QuantizedRows; act one of ROW_ACTIVATIONS ("gelu", "gelu_tanh", "relu", "silu",
+    "gelu-erfc")."""
     return _activation_rows(x, x.shape[1], ROW_ACTIVATIONS[activation], False, launch)
 
 
