@@ -78,6 +78,8 @@ def main() -> None:
         print(lines[-1], flush=True)
     report = "\n".join([
         f"# FP8 simulated on the CPU: {args.model or 'all-MiniLM-L6-v2'} against its float32 self", "",
+        *([f"- model: {args.model} ({type(float32_model).__name__}, {len(float32_model.layers)} layers)"]
+          if args.model else []),
         f"- command: `python bench/fp8_simulation.py {' '.join(sys.argv[1:])}`",
         f"- machine: {platform.machine()}, {platform.system()}; date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         f"- the first {args.num_texts:,} paragraphs of tests/data/stdlib_docstrings.jsonl; cosine per text between the "
