@@ -25,6 +25,8 @@ that load. A system's speed is the median of its kept runs. A peer's run is its 
 a server's is its HTTP round from the first request sent to the last answer (as
 bench/load_gen.py counts it), without the round's common-start delay and without the client's
 decoding of the answers afterwards, which no peer pays.
+The client process's CPU share of a core is reported for each server (its median and largest
+over the timed rounds): a client near a whole core would measure itself, not the server.
 Quality is against sentence-transformers float32, over every run (kept or not) and
 --num-queries queries embedded once more, untimed: the mean and the least cosine of every
 vector, and how many of each query's top 10 among the paragraphs agree
@@ -176,7 +178,9 @@ class RoseServer:
         self.flags, self.args, self.pool, self.texts = flags, args, pool, texts
         self.server = ServerProcess("--devices", "cpu", *shlex.split(flags))
         self.plan = make_plan(len(texts), args.max_request_texts, args.seed, ("float", "base64"))
+        self.client_shares: list[float] = []  # the client process's CPU share of a core, each timed round
         self.embed()  # warm-up: every shape of the timed rounds once
+        self.client_shares.clear()
         result = run_worker(self.server.url, queries, make_plan(len(queries), args.max_request_texts, args.seed,
                                                                 ("float",)), args.clients, None, 0.0)
         self.queries = self._in_order(result.indices, result.vectors, len(queries), result.errors)
@@ -195,6 +199,7 @@ class RoseServer:
         # this benchmark reports whole rounds only.
         measured = http_round(self.pool, 1, self.server.url, self.texts, self.plan, self.args.clients, None,
                               np.arange(len(self.texts) + 1))
+        self.client_shares.extend(measured.client_shares)
         return self._in_order(measured.indices, measured.vectors, len(self.texts), measured.errors), measured.seconds
 
     def stop(self) -> None:
@@ -257,12 +262,14 @@ def main(argv: list[str] | None = None) -> int:
             for server in servers.values():
                 server.stop()
             peer.stop()
-    report = render(args, peer.describe, list(runs), seconds, other_load, vectors, queries, refused, variants)
+    client_shares = {name: server.client_shares for name, server in servers.items()}
+    report = render(args, peer.describe, list(runs), seconds, other_load, vectors, queries, refused, variants,
+                    client_shares)
     publish(report, args.out)
     return 0
 
 
-def render(args, describe, names, seconds, other_load, vectors, queries, refused, variants) -> str:
+def render(args, describe, names, seconds, other_load, vectors, queries, refused, variants, client_shares) -> str:
     import torch
 
     from engine.rose.cpu_features import native_bf16
@@ -298,8 +305,9 @@ def render(args, describe, names, seconds, other_load, vectors, queries, refused
         f"agreement of {args.num_queries} single-docstring queries (from docstring {QUERIES_FROM} on) over the "
         f"{args.num_texts:,} paragraphs",
         "",
-        "| system | texts/s | x ST fp32 | mean cos | min cos | top-10 agreement | runs kept | texts/s, all runs |",
-        "|---|---|---|---|---|---|---|---|",
+        "| system | texts/s | x ST fp32 | mean cos | min cos | top-10 agreement | runs kept | texts/s, all runs | "
+        "client CPU, share of a core |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for n in names:
         measured = [quality(np.concatenate([v, queries[n]]), ref, args.num_texts)
@@ -309,7 +317,7 @@ def render(args, describe, names, seconds, other_load, vectors, queries, refused
         top10 = statistics.mean(m[2] for m in measured)
         lines.append(f"| {n} | {args.num_texts / median[n]:.1f} | {median[reference_name] / median[n]:.2f} | "
                      f"{mean_cos:.5f} | {min_cos:.5f} | {top10:.3f} | {len(kept[n])} of {len(seconds[n])} | "
-                     f"{args.num_texts / statistics.median(seconds[n]):.1f} |")
+                     f"{args.num_texts / statistics.median(seconds[n]):.1f} | {_client_share(client_shares.get(n))} |")
     lines += ["", "Peers: " + "; ".join(f"{k}: {v}" for k, v in describe.items() if k != "versions")
               + f". Their environment: {describe['versions']}."]
     lines += ["", "rose-embed variants: " + "; ".join(f"`{v or '(no flags)'}`" for v in variants)
@@ -321,6 +329,13 @@ def render(args, describe, names, seconds, other_load, vectors, queries, refused
               + "; ".join(f"{n}: " + ", ".join(f"{s:.2f} ({load:.2f})" for s, load in zip(seconds[n], other_load[n]))
                           for n in names)]
     return "\n".join(lines) + "\n"
+
+
+def _client_share(shares: list[float] | None) -> str:
+    """The median and the largest of a server's client CPU shares over its runs; "-" for a peer (in-process)."""
+    if not shares:
+        return "-"
+    return f"{statistics.median(shares):.1%} (at most {max(shares):.1%})"
 
 
 if __name__ == "__main__":
