@@ -17,7 +17,6 @@ and --first-layers, it measures how far the vectors move as more of the first la
 from __future__ import annotations
 
 import argparse
-import copy
 import platform
 import sys
 import time
@@ -53,15 +52,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-texts", type=int, default=2000)
     parser.add_argument("--model", default=None, help="a saved model (default: the embedded all-MiniLM-L6-v2)")
+    parser.add_argument("--max-batch-tokens", type=int, default=EngineConfig.max_batch_tokens,
+                        help="smaller batches hold smaller activations (the 4B shape: 2048)")
     parser.add_argument("--first-layers", default=None,
                         help="comma-separated N: plans with bf16 in the first N layers instead of the plans above")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     from engine.rose.engine import Engine
-    from engine.rose.fp8_plan import quantize_model
+    from engine.rose.fp8_plan import fp8_linear_names, quantize_model
+    from engine.rose.module_swap import replace_submodule
 
     texts = load_texts(args.num_texts)
-    engine = Engine(EngineConfig(model=args.model, device="cpu", dtype="float32"))
+    engine = Engine(EngineConfig(model=args.model, device="cpu", dtype="float32", max_batch_tokens=args.max_batch_tokens))
     plans = PLANS
     if args.first_layers is not None:
         plans = {f"first {n} layers bf16": replace(Fp8Plan(), min_hidden_size=0, bf16_first_layers=int(n))
@@ -70,9 +72,15 @@ def main() -> None:
     float32_model = engine.runner.model
     lines = ["| plan | FP8 linears | min cosine | 1st percentile | mean |", "|---|---|---|---|---|"]
     for label, plan in plans.items():
-        engine.runner.model = copy.deepcopy(float32_model)
-        line = quantize_model(engine.runner.model, plan)
-        cos = cosines(engine.embed(texts), reference)
+        # The plan's linears swapped in place and back, not a copy of the model: the 4B shape in
+        # float32 fills most of a 24 GiB host on its own.
+        originals = {name: float32_model.get_submodule(name) for name in fp8_linear_names(float32_model, plan)}
+        line = quantize_model(float32_model, plan)
+        try:
+            cos = cosines(engine.embed(texts), reference)
+        finally:
+            for name, linear in originals.items():
+                replace_submodule(float32_model, name, linear)
         lines.append(f"| {label} | {line.split(' linear layers')[0].removeprefix('FP8: ')} | {cos.min():.5f} | "
                      f"{np.percentile(cos, 1):.5f} | {cos.mean():.5f} |")
         print(lines[-1], flush=True)

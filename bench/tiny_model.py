@@ -91,8 +91,14 @@ def write_qwen3_shape(out: Path, seed: int = 0, source: Path | None = None, shap
     config = Qwen3Config(vocab_size=151669, max_position_embeddings=32768, rope_theta=1e6, tie_word_embeddings=True,
                          **QWEN3_SHAPES[shape])
     torch.manual_seed(seed)
-    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # 0.6B parameters initialise slowly on a CPU
-        model = Qwen3Model(config).to(torch.bfloat16)
+    default_dtype = torch.get_default_dtype()
+    # Made in bf16 from the start: the 4B shape in float32 and its bf16 copy would not fit a 24 GiB host.
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # 0.6B parameters initialise slowly on a CPU
+            model = Qwen3Model(config)
+    finally:
+        torch.set_default_dtype(default_dtype)
     model.save_pretrained(out, safe_serialization=True)
     _copy_tokenizer(source, out, hidden, {"pooling_mode_mean_tokens": False, "pooling_mode_lasttoken": True})
     # Last-token pooling reads the end token's state: BERT's tokenizer ends every text with [SEP].
