@@ -6,10 +6,10 @@ adds to a batch (bench/results/gpu-profile-fp8.md). This times each kernel on th
 shapes' activations, 16,384 tokens, inside a CUDA graph (as the engine runs it), for rows held
 whole in blocks of `rows`, one block to a program or fewer programs walking them in turn
 (prefetching the next block's rows while the last ones reduce and store), and several warp
-counts, against two floors on the same tensors:
-torch's plain bf16 -> e4m3 cast of the output's columns (an elementwise pass: no row maximum, no
-activation) and a bf16 copy of the input. Each launch's output is checked against the
-kernel's default launch (bitwise: the same arithmetic in another grid).
+counts, against two floors on the same tensors: torch's plain bf16 -> e4m3 cast of the
+output's columns (an elementwise pass: no row maximum, no activation) and a bf16 copy of the
+input. Each launch's output is checked against the kernel's default launch (bitwise: the same
+arithmetic in another grid).
 
 Usage (on a GPU; bench/gpu_session.sh fp8-rows):
   python3 bench/fp8_row_kernels.py --out bench/results/fp8-row-kernels.md
@@ -88,7 +88,7 @@ def main() -> None:
         f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         f"- {TOKENS:,} tokens of N(0, 2) bf16, each kernel {CALLS_PER_GRAPH} times in a CUDA graph; GB/s counts "
         "the bf16 read and the e4m3 and scales written; `cast` is torch's bf16 -> e4m3 cast of the output's "
-        "columns (the same bytes, no row maximum), `copy` a bf16 copy of the input",
+        "columns (an elementwise pass: no row maximum, no activation), `copy` a bf16 copy of the input",
         "",
         "| activation | launch | us | GB/s | of cast's GB/s | same as default |",
         "|---|---|---:|---:|---:|---|",

@@ -25,8 +25,8 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from engine.rose.layers import fp8_fused  # noqa: E402
-from engine.rose.layers.triton_fp8_kernels import _normal_cdf  # noqa: E402
 from engine.rose.layers.quantized_rows import quantize_rows_reference  # noqa: E402
+from engine.rose.layers.triton_fp8_kernels import _normal_cdf  # noqa: E402
 from tests.fp8_checks import assert_rows_close  # noqa: E402
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
