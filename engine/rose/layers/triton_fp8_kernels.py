@@ -31,6 +31,7 @@ from engine.rose.layers.triton_kernels import ACTIVATIONS
 
 # "gelu-erfc" is GELU too, computed without libdevice's erf (below); the benchmark times the two.
 ROW_ACTIVATIONS = {**ACTIVATIONS, "relu": 3, "gelu-erfc": 4}
+_IDENTITY = tl.constexpr(5)  # no activation: quantize_rows runs the activation kernel with it
 _CHUNK = 1024  # columns per step of the two-pass kernels
 # Rows up to this many columns are held whole by one program (read once); longer ones are walked
 # twice in chunks. Past it a thread would hold more values than its registers.
@@ -210,9 +211,12 @@ def _activate(x, up, ACT: tl.constexpr, GATED: tl.constexpr):
         act = 0.5 * x * (2.0 * tl.sigmoid(2.0 * inner))
     elif ACT == 3:
         act = tl.maximum(x, 0.0)
-    else:
+    elif ACT == 4:
         act = x * _normal_cdf(x)
-    act = act.to(dtype).to(tl.float32)
+    else:  # _IDENTITY: x is in the storage dtype already
+        act = x
+    if ACT != _IDENTITY:
+        act = act.to(dtype).to(tl.float32)
     if GATED:
         act = (act * up.to(tl.float32)).to(dtype).to(tl.float32)
     return act
@@ -348,50 +352,10 @@ def _activation_rows(x: torch.Tensor, n_cols: int, act: int, gated: bool, launch
     return rows
 
 
-@triton.jit
-def _quantize_rows_kernel(x_ptr, q_ptr, scale_ptr, num_rows, n_cols, BLOCK: tl.constexpr, WHOLE_ROW: tl.constexpr,
-                          ROWS: tl.constexpr, PREFETCH: tl.constexpr):
-    # As _activation_rows_kernel, without the activation.
-    if WHOLE_ROW and PREFETCH:
-        step = tl.num_programs(0)
-        rows, cols, mask, offsets = _block_of_rows(tl.program_id(0), num_rows, n_cols, n_cols, ROWS, BLOCK)
-        x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
-        for block in range(tl.program_id(0), tl.cdiv(num_rows, ROWS), step):
-            rows, cols, mask, offsets = _block_of_rows(block, num_rows, n_cols, n_cols, ROWS, BLOCK)
-            _, _, next_mask, next_offsets = _block_of_rows(block + step, num_rows, n_cols, n_cols, ROWS, BLOCK)
-            next_x = tl.load(x_ptr + next_offsets, mask=next_mask, other=0.0)
-            _store_rows(x.to(tl.float32), rows, cols, mask, num_rows, n_cols, q_ptr, scale_ptr)
-            x = next_x
-    elif WHOLE_ROW:
-        rows, cols, mask, offsets = _block_of_rows(tl.program_id(0), num_rows, n_cols, n_cols, ROWS, BLOCK)
-        h = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-        _store_rows(h, rows, cols, mask, num_rows, n_cols, q_ptr, scale_ptr)
-    else:
-        row = tl.program_id(0).to(tl.int64)
-        largest = tl.zeros([BLOCK], dtype=tl.float32)
-        for start in range(0, n_cols, BLOCK):
-            cols = start + tl.arange(0, BLOCK)
-            h = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
-            largest = tl.maximum(largest, tl.abs(h))
-        scale = _scale_of(tl.max(largest, axis=0))
-        for start in range(0, n_cols, BLOCK):
-            cols = start + tl.arange(0, BLOCK)
-            mask = cols < n_cols
-            h = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
-            tl.store(q_ptr + row * n_cols + cols, _quantized(h, scale, q_ptr), mask=mask)
-        tl.store(scale_ptr + row, scale)
-
-
 def quantize_rows(x: torch.Tensor, launch: RowLaunch | None = None) -> QuantizedRows:
     """[T, K] contiguous -> QuantizedRows: the attention's output on its way to an FP8 o_proj.
     `launch` as in act_and_mul_rows."""
-    num_rows, n_cols = x.shape
-    rows = _empty_rows(num_rows, n_cols, x.device)
-    if num_rows == 0:
-        return rows
-    launch = launch or row_launch(n_cols)
-    _quantize_rows_kernel[launch.grid(num_rows)](x, rows.values, rows.scales, num_rows, n_cols, **launch.kwargs())
-    return rows
+    return _activation_rows(x, x.shape[1], _IDENTITY.value, False, launch)
 
 
 def _empty_rows(num_rows: int, n_cols: int, device: torch.device) -> QuantizedRows:
