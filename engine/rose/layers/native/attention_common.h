@@ -9,6 +9,20 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+/* exp(x) for x <= 0 as both kernels compute it, in their own vector width: Cephes' expf. x is
+   clamped at EXP_FLOOR, split as n ln2 + r (ln2 in two parts for precision), and
+   e^r = 1 + r + r^2 (P0 + P1 r + ... + P5 r^5), scaled by 2^n. */
+#define EXP_FLOOR -87.3f
+#define EXP_LOG2E 1.44269504088896341f
+#define EXP_LN2_HI 0.693359375f
+#define EXP_LN2_LO -2.12194440e-4f
+#define EXP_P5 1.9875691500e-4f
+#define EXP_P4 1.3981999507e-3f
+#define EXP_P3 8.3334519073e-3f
+#define EXP_P2 4.1665795894e-2f
+#define EXP_P1 1.6666665459e-1f
+#define EXP_P0 5.0000001201e-1f
+
 typedef struct {
     const ATTENTION_ELEMENT *q, *k, *v;
     ATTENTION_ELEMENT *out;
