@@ -72,7 +72,11 @@ _FIRST_LAST = re.compile(r"first(\d+)(?:-last(\d+))?")
 
 def plan_named(name: str) -> Fp8Plan | None:
     """One of PLANS, or firstN-lastM: the default's rules, without its width floor, with bf16 in
-    the first N and the last M layers (M 1 where left out, as in first3), for any N and M."""
+    the first N and the last M layers (M 1 where left out, as in first3), for any N and M; either
+    with "+pooled": the pooled tokens' rows of every FP8 linear bf16 as well (bf16_pooled_tokens)."""
+    if name.endswith("+pooled"):
+        plan = plan_named(name.removesuffix("+pooled"))
+        return None if plan is None else replace(plan, bf16_pooled_tokens=True)
     if name in PLANS:
         return PLANS[name]
     match = _FIRST_LAST.fullmatch(name)
@@ -190,7 +194,7 @@ def bench_shape(name: str, loads: dict, plans: list[str], args, rows: list[dict]
             print(f"  {plan_name:9s} no FP8 layer under this plan: the engine runs bf16", flush=True)
             continue
         model = copy.deepcopy(ours)
-        quantize_model(model, plan)
+        quantize_model(model, plan, pooling)
         rate, vectors = engine_run(model, is_causal, pooling, docs, texts, args)
         del model
         rows.append(dict(base, run=plan_name, num_fp8=num_fp8, rate=rate, ceiling=ceilings[plan.fast_accumulation],

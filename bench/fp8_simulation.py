@@ -12,6 +12,11 @@ and --first-layers, it measures how far the vectors move as more of the first la
 
     python bench/tiny_model.py /tmp/qwen3-random --arch qwen3-0.6b
     python bench/fp8_simulation.py --model /tmp/qwen3-random --first-layers 0,2,4,6,8 --num-texts 600
+
+An N written N+pooled also keeps the pooled tokens' rows of every FP8 linear bf16
+(Fp8Plan.bf16_pooled_tokens; models that pool one token):
+
+    python bench/fp8_simulation.py --model /tmp/qwen3-random --first-layers 0,0+pooled,2,2+pooled
 """
 
 from __future__ import annotations
@@ -55,7 +60,8 @@ def main() -> None:
     parser.add_argument("--max-batch-tokens", type=int, default=EngineConfig.max_batch_tokens,
                         help="smaller batches hold smaller activations (the 4B shape: 2048)")
     parser.add_argument("--first-layers", default=None,
-                        help="comma-separated N: plans with bf16 in the first N layers instead of the plans above")
+                        help="comma-separated N or N+pooled: plans with bf16 in the first N layers (and in the "
+                             "pooled tokens' rows) instead of the plans above")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     from engine.rose.engine import Engine
@@ -66,8 +72,11 @@ def main() -> None:
     engine = Engine(EngineConfig(model=args.model, device="cpu", dtype="float32", max_batch_tokens=args.max_batch_tokens))
     plans = PLANS
     if args.first_layers is not None:
-        plans = {f"first {n} layers bf16": replace(Fp8Plan(), min_hidden_size=0, bf16_first_layers=int(n))
-                 for n in args.first_layers.split(",")}
+        plans = {}
+        for entry in args.first_layers.split(","):
+            n, pooled = entry.removesuffix("+pooled"), entry.endswith("+pooled")
+            label = f"first {n} layers bf16" + (", pooled tokens' rows bf16" if pooled else "")
+            plans[label] = replace(Fp8Plan(), min_hidden_size=0, bf16_first_layers=int(n), bf16_pooled_tokens=pooled)
     reference = engine.embed(texts)
     float32_model = engine.runner.model
     lines = ["| plan | FP8 linears | min cosine | 1st percentile | mean |", "|---|---|---|---|---|"]
@@ -75,12 +84,13 @@ def main() -> None:
         # The plan's linears swapped in place and back, not a copy of the model: the 4B shape in
         # float32 fills most of a 24 GiB host on its own.
         originals = {name: float32_model.get_submodule(name) for name in fp8_linear_names(float32_model, plan)}
-        line = quantize_model(float32_model, plan)
+        line = quantize_model(float32_model, plan, engine.runner.head.pooling)
         try:
             cos = cosines(engine.embed(texts), reference)
         finally:
             for name, linear in originals.items():
                 replace_submodule(float32_model, name, linear)
+            float32_model.fp8_pooled_tokens = None
         lines.append(f"| {label} | {line.split(' linear layers')[0].removeprefix('FP8: ')} | {cos.min():.5f} | "
                      f"{np.percentile(cos, 1):.5f} | {cos.mean():.5f} |")
         print(lines[-1], flush=True)

@@ -151,10 +151,10 @@ def profile_model(name: str, args, out: list[str]) -> None:
     ceiling = dense_ceiling(ours, 3)
     fp8_line = ""
     if args.fp8_plan is not None:
-        from bench.fp8_bench import PLANS
+        from bench.fp8_bench import plan_named
         from engine.rose.fp8_plan import quantize_model
 
-        fp8_line = f"; FP8 plan {args.fp8_plan}: " + quantize_model(ours, PLANS[args.fp8_plan])
+        fp8_line = f"; FP8 plan {args.fp8_plan}: " + quantize_model(ours, plan_named(args.fp8_plan), pooling)
     seqs = first_batch(args.workload, args.tokens, args.max_batch_seqs)
     if args.fill:  # sequences of filler tokens up to the bucket: the eager run's matmuls take the graph's sizes
         missing = args.tokens - sum(len(s) for s in seqs)
@@ -242,10 +242,15 @@ def main() -> None:
     parser.add_argument("--fill", action="store_true",
                         help="fill the batch up to --tokens, so that the eager run computes the graph's sizes")
     parser.add_argument("--fp8-plan", default=None,
-                        help="profile the model with this FP8 plan of bench/fp8_bench.py's PLANS (default, every, ...) "
-                             "instead of bf16: fused kernels only")
+                        help="profile the model with this FP8 plan of bench/fp8_bench.py (default, every, first3-last0, "
+                             "first3-last0+pooled, ...) instead of bf16: fused kernels only")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    if args.fp8_plan is not None:
+        from bench.fp8_bench import plan_named
+
+        if plan_named(args.fp8_plan) is None:
+            parser.error(f"unknown FP8 plan {args.fp8_plan!r}")
     out = [f"# GPU profile: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
            f"command: `python3 bench/gpu_profile.py {' '.join(sys.argv[1:])}`"]

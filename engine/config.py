@@ -32,6 +32,8 @@ class Fp8Plan:
     bf16_first_layers: int = 3  # layers at the start of the stack that stay bf16 (engine/rose/fp8_plan.py says why)
     bf16_last_layers: int = 0  # and at its end
     bf16_linears: tuple[str, ...] = ()  # kinds of linear layer (qkv_proj, down_proj, ...) that stay bf16 everywhere
+    # models that pool one token (last-token, CLS) compute its rows of every FP8 linear in bf16 too
+    bf16_pooled_tokens: bool = False
     attention_output_min_hidden_size: int = 1024  # o_proj runs FP8 on models at least this wide
     fast_accumulation: bool = True  # torch._scaled_mm's use_fast_accum (engine/rose/layers/fp8.py)
 

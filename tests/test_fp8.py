@@ -21,6 +21,7 @@ from engine.config import Fp8Plan
 from engine.rose.fp8_plan import fp8_linear_names, quantize_model
 from engine.rose.layers.attention import SDPAPerSequenceBackend
 from engine.rose.layers.fp8 import Fp8Linear, wants_rows
+from engine.rose.layers.pooling import pooled_token_rows
 from engine.rose.layers.quantized_rows import FP8_DTYPE, FP8_MAX, dequantize_rows, quantize_rows_reference
 from engine.rose.models import MODEL_CLASSES
 from tests.qwen3_checkpoints import randomize
@@ -118,9 +119,13 @@ def test_quantize_model_replaces_what_the_plan_names_and_says_so():
     assert "no linear layer runs FP8" in quantize_model(_bert(hidden=384, layers=2), Fp8Plan())
 
 
+_LENGTHS = (1, 9, 40, 130, 17)  # the sequences of _run's batch
+_LAST_TOKENS = torch.tensor(np.cumsum(_LENGTHS) - 1)  # their last tokens' rows
+
+
 def _run(model: nn.Module, is_causal: bool = False) -> torch.Tensor:
     rng = np.random.default_rng(0)
-    batch = pack([rng.integers(0, 97, n).astype(np.int32) for n in (1, 9, 40, 130, 17)])
+    batch = pack([rng.integers(0, 97, n).astype(np.int32) for n in _LENGTHS])
     attention = SDPAPerSequenceBackend(model.attention_shape(is_causal))
     meta = attention.prepare(torch.from_numpy(batch.cu_seqlens), batch.cu_seqlens.tolist(), batch.max_seqlen)
     with torch.inference_mode():
@@ -183,3 +188,100 @@ def test_mixed_layers_pass_bf16_or_rows_between_them(monkeypatch):
         patch.setattr(torch.nn.functional, "linear", fake_where_fp8)
         want = _run(reference)
     torch.testing.assert_close(ours, want, rtol=1e-5, atol=1e-5)
+
+
+def _fake_quantized_but(rows: torch.Tensor, model: nn.Module, monkeypatch) -> torch.Tensor:
+    """The causal float32 model with every F.linear's input and weight round-tripped through
+    e4m3, but for `rows`, which every F.linear computes unquantized."""
+    linear = F.linear
+
+    def fake(x, weight, bias=None):
+        quantized = dequantize_rows(quantize_rows_reference(weight.to(torch.bfloat16)))
+        out = linear(dequantize_rows(quantize_rows_reference(x)), quantized, bias)
+        out[rows] = linear(x[rows], weight, bias)
+        return out
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.nn.functional, "linear", fake)
+        return _run(model, is_causal=True)
+
+
+POOLED_TOKENS_BF16 = replace(EVERY_LINEAR, bf16_pooled_tokens=True)
+
+
+def test_pooled_token_rows_name_each_segments_first_or_last_token():
+    segment_ids = torch.tensor([0, 0, 0, -1, 1, 1, 2, -1])  # -1: a token no segment reads
+    assert pooled_token_rows(segment_ids, 4, "last").tolist() == [2, 5, 6, 0]  # segment 3 is padding: a valid row
+    assert pooled_token_rows(segment_ids, 4, "cls").tolist() == [0, 4, 6, 7]
+    with pytest.raises(ValueError, match="more than one token"):
+        pooled_token_rows(segment_ids, 4, "mean")
+
+
+def test_the_pooled_tokens_rows_are_the_unquantized_linears(monkeypatch):
+    """bf16_pooled_tokens on a last-token Qwen3: each FP8 linear's rows of the last tokens are the
+    unquantized linear's of the same input, every other row the fake-quantized one; so the
+    pooled rows come nearer the float32 model's than with every row in FP8."""
+    model = _qwen3()
+    reference = copy.deepcopy(model)
+    quantize_model(model, POOLED_TOKENS_BF16, pooling="last")
+    model.fp8_pooled_tokens.index = _LAST_TOKENS
+    ours = _run(model, is_causal=True)
+    torch.testing.assert_close(ours, _fake_quantized_but(_LAST_TOKENS, reference, monkeypatch), rtol=1e-5, atol=1e-5)
+    exact, every_row_fp8 = _run(reference, is_causal=True), _fake_quantized(reference, monkeypatch, is_causal=True)
+    pooled = _LAST_TOKENS
+
+    def error(vectors: torch.Tensor) -> torch.Tensor:
+        return 1 - F.cosine_similarity(vectors[pooled], exact[pooled], dim=-1)
+
+    assert error(ours).mean() < 0.5 * error(every_row_fp8).mean()
+
+
+def test_a_linear_that_keeps_the_pooled_tokens_refuses_a_batch_without_them():
+    model = _qwen3()
+    quantize_model(model, POOLED_TOKENS_BF16, pooling="last")
+    with pytest.raises(RuntimeError, match="pooled tokens"):
+        _run(model, is_causal=True)  # nobody set PooledTokens.index
+
+
+def test_the_pooled_tokens_stay_fp8_where_one_token_is_not_pooled_or_the_model_cannot():
+    model = _qwen3()
+    line = quantize_model(model, POOLED_TOKENS_BF16, pooling="mean")
+    assert model.fp8_pooled_tokens is None and "pooled tokens' rows run FP8 too" in line
+    assert all(m.pooled is None for m in model.modules() if isinstance(m, Fp8Linear))
+    bert = _bert(layers=2)
+    assert "this model's: cls" in quantize_model(bert, POOLED_TOKENS_BF16, pooling="cls")
+    assert bert.fp8_pooled_tokens is None
+    model = _qwen3()
+    line = quantize_model(model, POOLED_TOKENS_BF16, pooling="last")
+    linears = [m for m in model.modules() if isinstance(m, Fp8Linear)]
+    assert len(linears) == 12 and all(m.pooled is model.fp8_pooled_tokens for m in linears)
+    assert "rows of the pooled (last) tokens" in line
+
+
+@pytest.mark.slow
+def test_the_runner_hands_each_batch_its_pooled_tokens(tmp_path, monkeypatch):
+    """Through the engine: batched texts, whose pooled rows the runner finds from the head's
+    pooling, give what each text alone gives with its last row computed unquantized."""
+    from engine.config import EngineConfig
+    from engine.rose.engine import Engine
+    from tests.test_architectures import SPECS
+
+    path = SPECS["qwen3"].save(tmp_path / "model")
+    texts = ["x", "Return the sum of a and b.", "A longer text, " * 20, "Split the string at each comma."]
+    engine = Engine(EngineConfig(model=str(path), device="cpu", dtype="float32"))
+    assert engine.runner.head.pooling == "last"
+    quantize_model(engine.runner.model, POOLED_TOKENS_BF16, engine.runner.head.pooling)
+    ours = engine.embed(texts)
+    alone = Engine(EngineConfig(model=str(path), device="cpu", dtype="float32"))
+    linear = F.linear
+
+    def fake(x, weight, bias=None):  # one text to a batch: its last row is the pooled one
+        quantized = dequantize_rows(quantize_rows_reference(weight.to(torch.bfloat16)))
+        out = linear(dequantize_rows(quantize_rows_reference(x)), quantized, bias)
+        out[-1] = linear(x[-1], weight, bias)
+        return out
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.nn.functional, "linear", fake)
+        want = np.concatenate([alone.embed([text]) for text in texts])
+    np.testing.assert_allclose(ours, want, rtol=0, atol=1e-5)

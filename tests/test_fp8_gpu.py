@@ -43,6 +43,7 @@ pytestmark = [pytest.mark.gpu,
 
 EVERY_LINEAR = Fp8Plan(min_hidden_size=0, bf16_first_layers=0, bf16_last_layers=0, attention_output_min_hidden_size=0)
 ATTENTION_OUTPUT_BF16 = replace(EVERY_LINEAR, attention_output_min_hidden_size=1 << 30)
+POOLED_TOKENS_BF16 = replace(EVERY_LINEAR, bf16_pooled_tokens=True)
 DRIFT_FACTOR, DRIFT_FLOOR = 3.0, 2e-4
 GRAPH_TOLERANCE = 0.99999
 # Kernel against reference: scales within a bf16 step of the row's largest value, values within an
@@ -165,10 +166,10 @@ class Simulation:
 
         engine = _engine(path, device="cpu", dtype="float32")
         self.reference = engine.embed(texts)
-        quantize_model(engine.runner.model, plan)
+        quantize_model(engine.runner.model, plan, engine.runner.head.pooling)
         self.float32 = engine.embed(texts)
         engine = _engine(path, device="cpu", dtype="bfloat16")
-        quantize_model(engine.runner.model, plan)
+        quantize_model(engine.runner.model, plan, engine.runner.head.pooling)
         self.bf16 = engine.embed(texts)
         self.bf16_drift = 1 - cosines(self.bf16, self.float32).min()
 
@@ -204,6 +205,23 @@ def test_an_fp8_engine_is_its_cpu_simulation(checkpoint, texts, plan):
     unfused = _engine(path, device="cuda", quantization="fp8", fp8_plan=plan, fused_kernels=False).embed(texts)
     fused.set_fused_kernels(True)
     simulation.check(f"{arch}, references on the GPU", unfused)
+
+
+def test_pooled_tokens_kept_bf16_in_graphs_are_their_cpu_simulation(tmp_path, texts):
+    """A last-token Qwen3 with the pooled tokens' rows bf16 (bf16_pooled_tokens): eager, captured and
+    replayed graphs of every segment count hold to the CPU's simulation, and nearer the float32
+    model than with every row in FP8."""
+    path = SPECS["qwen3"].save(tmp_path / "model")
+    simulation = Simulation(path, POOLED_TOKENS_BF16, texts)
+    engine = _engine(path, device="cuda", quantization="fp8", fp8_plan=POOLED_TOKENS_BF16)
+    assert engine.runner.model.fp8_pooled_tokens is not None
+    engine.warm_up()
+    runs = [engine.embed(texts) for _ in range(3)]
+    assert engine.runner.num_graph_replays > 0
+    simulation.check("qwen3, pooled tokens bf16", runs[-1])
+    assert cosines(runs[-1], runs[0]).min() >= GRAPH_TOLERANCE
+    every_row = _engine(path, device="cuda", quantization="fp8", fp8_plan=EVERY_LINEAR).embed(texts)
+    assert (1 - cosines(runs[-1], simulation.reference)).mean() < (1 - cosines(every_row, simulation.reference)).mean()
 
 
 def test_the_default_model_in_fp8_is_its_simulation():

@@ -101,7 +101,7 @@ class Engine(ModelView):
         del state  # the model and the head hold what they need of it
         model = model.to(device=self.device, dtype=self.dtype).eval()
         if config.quantization == "fp8":
-            logger.info("%s", quantize_model(model, config.fp8_plan))
+            logger.info("%s", quantize_model(model, config.fp8_plan, getattr(head, "pooling", None)))
         fused.set_fused_kernels(config.fused_kernels)
         shape = model.attention_shape(self.spec.is_causal).bounded_by(self.spec.max_seq_len)
         attention = make_attention_backend(config.attention_backend, shape, self.device, self.dtype)

@@ -18,6 +18,10 @@ measurements behind each default and how to measure them again):
 - the attention's output projection (o_proj) takes its input from the attention kernels,
   which cannot quantize it (a row's scale needs every head of the token), so FP8 there needs a
   quantizing pass of its own, which pays only on wide models;
+- with `bf16_pooled_tokens`, a model that pools one token (last-token pooling, as
+  Qwen3-Embedding; CLS) computes that token's rows of every FP8 linear in bf16 as well and keeps
+  them: the vector is that token's final state, and its own path carries much of the rounding
+  that reaches it (engine/rose/layers/fp8.py's PooledTokens), for one GEMM row per segment;
 - a layer whose shape torch._scaled_mm cannot take stays bf16.
 """
 
@@ -26,7 +30,8 @@ from __future__ import annotations
 from torch import nn
 
 from engine.config import Fp8Plan
-from engine.rose.layers.fp8 import Fp8Linear, fits_fp8
+from engine.rose.layers.fp8 import Fp8Linear, PooledTokens, fits_fp8
+from engine.rose.layers.pooling import ONE_TOKEN_MODES
 from engine.rose.module_swap import replace_submodule
 
 
@@ -55,12 +60,28 @@ def fp8_linear_names(model: nn.Module, plan: Fp8Plan) -> list[str]:
     return names
 
 
-def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan()) -> str:
+def pooled_tokens_for(model: nn.Module, plan: Fp8Plan, pooling: str | None) -> PooledTokens | None:
+    """The PooledTokens the model's FP8 linears share where the plan keeps the pooled tokens bf16,
+    the head pools one token, and the model's producers hand on those tokens' rows; else None."""
+    if plan.bf16_pooled_tokens and pooling in ONE_TOKEN_MODES and getattr(model, "fp8_pooled_tokens_supported", False):
+        return PooledTokens()
+    return None
+
+
+def pooled_tokens_of(model: nn.Module) -> PooledTokens | None:
+    """What quantize_model left for the runner to fill with each batch's pooled rows, if anything."""
+    return getattr(model, "fp8_pooled_tokens", None)
+
+
+def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan(), pooling: str | None = None) -> str:
     """Replace the linear layers the plan names by Fp8Linear, in place, after the model's last
-    move to its device and dtype; returns a line for the log that says what runs FP8."""
+    move to its device and dtype; returns a line for the log that says what runs FP8. `pooling`
+    is the sentence head's mode (bf16_pooled_tokens applies to one-token modes)."""
     names = fp8_linear_names(model, plan)
+    pooled = pooled_tokens_for(model, plan, pooling) if names else None
+    model.fp8_pooled_tokens = pooled
     for name in names:
-        replace_submodule(model, name, Fp8Linear(model.get_submodule(name), plan.fast_accumulation))
+        replace_submodule(model, name, Fp8Linear(model.get_submodule(name), plan.fast_accumulation, pooled))
     total = sum(isinstance(m, (nn.Linear, Fp8Linear)) for m in model.layers.modules())
     if not names:
         return (f"FP8: no linear layer runs FP8 (hidden size below {plan.min_hidden_size}, where FP8 does not pay, "
@@ -68,6 +89,11 @@ def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan()) -> str:
     kinds = sorted({name.rsplit(".", 1)[-1] for name in names})
     accumulation = "fast" if plan.fast_accumulation else "float32-promoted"
     kept = "".join(f", {kind} everywhere" for kind in plan.bf16_linears)
+    if pooled is not None:
+        kept += f", each FP8 linear's rows of the pooled ({pooling}) tokens"
+    elif plan.bf16_pooled_tokens:
+        kept += (f"; the pooled tokens' rows run FP8 too: keeping them bf16 needs one-token pooling (this model's: "
+                 f"{pooling}) in a model whose producers support it ({type(model).__name__})")
     return (f"FP8: {len(names)} of {total} linear layers run as e4m3 GEMMs ({', '.join(kinds)}; per-token activation "
             f"and per-channel weight scales, {accumulation} accumulation); the others stay bf16 (the first "
             f"{plan.bf16_first_layers} and last {plan.bf16_last_layers} layer(s), o_proj below hidden size "

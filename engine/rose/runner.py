@@ -8,9 +8,11 @@ import time
 import torch
 
 from engine.rose.batch import PackedBatch, split_packed
+from engine.rose.fp8_plan import pooled_tokens_of
 from engine.rose.graphs import CUDAGraphRunner, StaticInputs
 from engine.rose.layers.attention import AttentionBackend
 from engine.rose.layers.head import SentenceHead
+from engine.rose.layers.pooling import pooled_token_rows
 from engine.rose.lazy import LazyResult
 
 
@@ -45,6 +47,8 @@ class ModelRunner:
     def _forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cu_seqlens: torch.Tensor,
                  segment_ids: torch.Tensor, num_segments: int, meta: object) -> torch.Tensor:
         """Everything a graph holds: the model and the sentence head -> [num_segments, dim] float32."""
+        if (pooled := pooled_tokens_of(self.model)) is not None:  # FP8 linears that keep them bf16 read them
+            pooled.index = pooled_token_rows(segment_ids, num_segments, self.head.pooling)
         return self.head(self.model(input_ids, positions, self.attention, meta), segment_ids, num_segments)
 
     @torch.inference_mode()

@@ -68,6 +68,21 @@ def scaled_matmul(rows: QuantizedRows, weight: torch.Tensor, weight_scale: torch
     return out.to(out_dtype)
 
 
+class PooledTokens:
+    """The rows of the packed stream whose final state the sentence head pools, one per segment
+    (the last token for last-token pooling, the first for CLS): the runner sets `index` [S]
+    (int64) for each batch; FP8 linears that keep these tokens bf16 read it.
+
+    With one token pooled, the vector is that token's final state: its own path through the
+    layers (its queries, its attention output's projection, its MLP) adds to it directly, while
+    the other tokens reach it only through keys and values, averaged by the attention. So
+    computing those few rows again in bf16 removes much of the rounding that reaches the vector,
+    at the price of a GEMM of one row per segment (docs/fp8.md has the measurements)."""
+
+    def __init__(self):
+        self.index: torch.Tensor | None = None
+
+
 class Fp8Linear(nn.Module):
     """nn.Linear's x @ weight.T + bias with the weight in e4m3, one scale per output channel.
 
@@ -75,9 +90,13 @@ class Fp8Linear(nn.Module):
     engine/rose/layers/fp8_fused.py) or as a tensor, which it quantizes in a pass of its own.
     The output is in the dtype the linear had (bf16 on a GPU). Build it after the model's last
     dtype change: Module.to(dtype) would turn its e4m3 weight back into that dtype.
+
+    Given `pooled`, it also keeps the unquantized weight and computes the pooled tokens' rows
+    from their unquantized inputs (QuantizedRows.pooled, or the tensor's rows), in place of
+    the FP8 GEMM's rows for them.
     """
 
-    def __init__(self, linear: nn.Linear, fast_accumulation: bool = True):
+    def __init__(self, linear: nn.Linear, fast_accumulation: bool = True, pooled: PooledTokens | None = None):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.out_dtype = linear.weight.dtype
@@ -86,10 +105,21 @@ class Fp8Linear(nn.Module):
         self.register_buffer("weight", rows.values)  # [N, K] e4m3
         self.register_buffer("weight_scale", rows.scales.reshape(1, -1).contiguous())  # [1, N] float32
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
+        self.pooled = pooled
+        # The linear's own weight, not a copy: the pooled tokens' rows are the unquantized layer's.
+        self.register_buffer("unquantized_weight", None if pooled is None else linear.weight.detach())
 
     def forward(self, x: torch.Tensor | QuantizedRows) -> torch.Tensor:
         rows = x if isinstance(x, QuantizedRows) else quantize_rows(x)
-        return scaled_matmul(rows, self.weight, self.weight_scale, self.bias, self.out_dtype, self.fast_accumulation)
+        out = scaled_matmul(rows, self.weight, self.weight_scale, self.bias, self.out_dtype, self.fast_accumulation)
+        if self.pooled is not None:
+            index = self.pooled.index
+            kept = None if index is None else x[index] if isinstance(x, torch.Tensor) else x.pooled
+            if kept is None:
+                raise RuntimeError("an FP8 linear that keeps the pooled tokens bf16 got no pooled tokens' rows: "
+                                   "the runner sets PooledTokens.index, the producer of its input QuantizedRows.pooled")
+            out.index_copy_(0, index, F.linear(kept, self.unquantized_weight, self.bias))
+        return out
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, e4m3"
@@ -99,6 +129,13 @@ def fits_fp8(linear: nn.Module) -> bool:
     """Whether a linear layer's shape suits torch._scaled_mm."""
     return (isinstance(linear, nn.Linear) and linear.in_features % GEMM_ALIGNMENT == 0
             and linear.out_features % GEMM_ALIGNMENT == 0)
+
+
+def pooled_index(module: nn.Module | None) -> torch.Tensor | None:
+    """The pooled tokens' rows [S] where `module` is an FP8 linear that keeps them bf16 (so its
+    input's producer must keep them too, as QuantizedRows.pooled), else None."""
+    pooled = module.pooled if isinstance(module, Fp8Linear) else None
+    return None if pooled is None else pooled.index
 
 
 def wants_rows(module: nn.Module | None) -> bool:

@@ -49,22 +49,34 @@ def add_layer_norm_rows(x: torch.Tensor, residual: torch.Tensor, weight: torch.T
     return out, quantize_rows(out)
 
 
-def rms_norm_rows(x: torch.Tensor, weight: torch.Tensor, eps: float,
-                  residual: torch.Tensor | None = None) -> QuantizedRows:
+def rms_norm_rows(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None,
+                  pooled_index: torch.Tensor | None = None) -> QuantizedRows:
     """fused.rms_norm's output as QuantizedRows alone (a pre-norm decoder's norm output feeds
-    only the linear after it); with a residual, residual += x in place first, as there."""
+    only the linear after it); with a residual, residual += x in place first, as there. Given
+    `pooled_index` (the pooled tokens' rows), their bf16 output too, as QuantizedRows.pooled."""
     kernels = fp8_kernels_for(x)
     if kernels is not None and x.is_contiguous():
-        return kernels.add_rms_norm_rows(x, residual, weight, eps)
-    return quantize_rows(fused.rms_norm(x, weight, eps, residual=residual))
+        rows = kernels.add_rms_norm_rows(x, residual, weight, eps)
+    else:
+        rows = quantize_rows(fused.rms_norm(x, weight, eps, residual=residual))
+    if pooled_index is None:
+        return rows
+    summed = x if residual is None else residual  # the sum the norm read, residual updated in place
+    return rows._replace(pooled=fused.rms_norm(summed[pooled_index], weight, eps))
 
 
-def act_and_mul_rows(gate_up: torch.Tensor, activation: str = "silu") -> QuantizedRows:
-    """fused.act_and_mul's act(gate) * up [T, I] as QuantizedRows (the down projection's input)."""
+def act_and_mul_rows(gate_up: torch.Tensor, activation: str = "silu",
+                     pooled_index: torch.Tensor | None = None) -> QuantizedRows:
+    """fused.act_and_mul's act(gate) * up [T, I] as QuantizedRows (the down projection's input).
+    Given `pooled_index` (the pooled tokens' rows), their bf16 output too, as QuantizedRows.pooled."""
     kernels = fp8_kernels_for(gate_up)
     if kernels is not None and gate_up.is_contiguous():
-        return kernels.act_and_mul_rows(gate_up, activation)
-    return quantize_rows(fused.act_and_mul(gate_up, activation))
+        rows = kernels.act_and_mul_rows(gate_up, activation)
+    else:
+        rows = quantize_rows(fused.act_and_mul(gate_up, activation))
+    if pooled_index is None:
+        return rows
+    return rows._replace(pooled=fused.act_and_mul(gate_up[pooled_index], activation))
 
 
 def activation_rows(x: torch.Tensor, activation: str) -> QuantizedRows:

@@ -42,6 +42,20 @@ def pool_segments(hidden: torch.Tensor, segment_ids: torch.Tensor, num_segments:
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 
+# Modes that pool one token of each segment: its final state is the whole of the segment's vector.
+ONE_TOKEN_MODES = ("cls", "last")
+
+
+def pooled_token_rows(segment_ids: torch.Tensor, num_segments: int, mode: str) -> torch.Tensor:
+    """[num_segments] int64: the row of the packed stream that a one-token mode ("cls", "last")
+    pools for each segment; a segment without tokens (padding) names a valid row, whose vector
+    the caller drops."""
+    if mode not in ONE_TOKEN_MODES:
+        raise ValueError(f"pooling mode {mode!r} reads more than one token of a segment")
+    ids = segment_ids.long()
+    return _Segments.token_rows(torch.where(ids < 0, num_segments, ids), num_segments, mode)
+
+
 class _Segments:
     """Per-segment sums, lengths and bounds, built once for all modes of one call.
 
@@ -76,25 +90,32 @@ class _Segments:
             self._sums = self._scatter_sum(self.hidden)  # summed in float32 either way
         return self._sums
 
-    def _bound(self, reduce: str, empty: int) -> torch.Tensor:
+    @staticmethod
+    def bound(index: torch.Tensor, num_segments: int, reduce: str, empty: int) -> torch.Tensor:
         """[S + 1] int64: each segment's first (amin) or last (amax) token index; `empty` where none."""
-        positions = torch.arange(self.index.shape[0], device=self.hidden.device)
-        bounds = torch.full((self.num_segments + 1,), empty, dtype=torch.long, device=self.hidden.device)
-        return bounds.scatter_reduce_(0, self.index, positions, reduce=reduce, include_self=True)
+        positions = torch.arange(index.shape[0], device=index.device)
+        bounds = torch.full((num_segments + 1,), empty, dtype=torch.long, device=index.device)
+        return bounds.scatter_reduce_(0, index, positions, reduce=reduce, include_self=True)
+
+    @staticmethod
+    def token_rows(index: torch.Tensor, num_segments: int, mode: str) -> torch.Tensor:
+        """[S] int64: each segment's first ("cls") or last ("last") token index. Empty (padding)
+        segments bound nothing: clamped, their (dropped) rows are valid ones."""
+        if mode == "cls":
+            return _Segments.bound(index, num_segments, "amin", index.shape[0])[:num_segments].clamp(
+                max=index.shape[0] - 1)
+        return _Segments.bound(index, num_segments, "amax", -1)[:num_segments].clamp(min=0)
 
     @property
     def starts(self) -> torch.Tensor:
         if self._starts is None:
-            self._starts = self._bound("amin", self.index.shape[0])
+            self._starts = self.bound(self.index, self.num_segments, "amin", self.index.shape[0])
         return self._starts
 
     def pool(self, mode: str) -> torch.Tensor:
         hidden, num_tokens, count = self.hidden, self.hidden.shape[0], self.num_segments
-        if mode == "cls":
-            # Empty (padding) segments start at T: clamp so that their (dropped) row is valid.
-            return hidden[self.starts[:count].clamp(max=num_tokens - 1)].float()
-        if mode == "last":
-            return hidden[self._bound("amax", -1)[:count].clamp(min=0)].float()
+        if mode in ONE_TOKEN_MODES:
+            return hidden[self.token_rows(self.index, count, mode)].float()
         if mode == "mean":
             return self.sums() / self.lengths.clamp(min=1).unsqueeze(1)
         if mode == "mean_sqrt_len":

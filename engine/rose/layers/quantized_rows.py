@@ -20,6 +20,9 @@ class QuantizedRows(NamedTuple):
 
     values: torch.Tensor  # [T, K] float8_e4m3fn
     scales: torch.Tensor  # [T, 1] float32
+    # The pooled tokens' rows [S, K] as they stood before quantizing, where the FP8 linear that
+    # reads these rows computes those tokens in bf16 (engine/rose/layers/fp8.py's PooledTokens).
+    pooled: torch.Tensor | None = None
 
 
 def quantize_rows_reference(x: torch.Tensor) -> QuantizedRows:

@@ -63,7 +63,7 @@ class Qwen3MLP(nn.Module):
         """x: the normed hidden state [T, hidden], as QuantizedRows where gate_up_proj is FP8."""
         gate_up = self.gate_up_proj(x)
         if fp8.wants_rows(self.down_proj):
-            return self.down_proj(fp8_fused.act_and_mul_rows(gate_up, "silu"))
+            return self.down_proj(fp8_fused.act_and_mul_rows(gate_up, "silu", fp8.pooled_index(self.down_proj)))
         return self.down_proj(fused.silu_and_mul(gate_up))
 
 
@@ -83,23 +83,26 @@ class Qwen3DecoderLayer(nn.Module):
                 meta: object) -> tuple[torch.Tensor, torch.Tensor]:
         """(x, residual) -> (mlp output, residual stream): each residual add is fused into the
         norm after it, which updates `residual` in place (the first layer's residual is x)."""
-        attention_rows = fp8.wants_rows(self.self_attn.qkv_proj)
+        qkv_proj = self.self_attn.qkv_proj
         if residual is None:
             residual = x
-            h = _add_norm(x, None, self.input_layernorm, True) if attention_rows else self.input_layernorm(x)
+            h = _add_norm(x, None, self.input_layernorm, qkv_proj) if fp8.wants_rows(qkv_proj) \
+                else self.input_layernorm(x)
         else:
-            h = _add_norm(x, residual, self.input_layernorm, attention_rows)
+            h = _add_norm(x, residual, self.input_layernorm, qkv_proj)
         h = self.self_attn(h, rope, attention, meta)
-        h = _add_norm(h, residual, self.post_attention_layernorm, fp8.wants_rows(self.mlp.gate_up_proj))
+        h = _add_norm(h, residual, self.post_attention_layernorm, self.mlp.gate_up_proj)
         return self.mlp(h), residual
 
 
 def _add_norm(x: torch.Tensor, residual: torch.Tensor | None, norm: RMSNorm,
-              output_rows: bool = False) -> torch.Tensor | QuantizedRows:
-    """rms_norm(x + residual), residual updated in place; as QuantizedRows alone where `output_rows`
-    asks (the linear after the norm is FP8, and nothing else reads the norm's output)."""
-    if output_rows:
-        return fp8_fused.rms_norm_rows(x, norm.weight, norm.variance_epsilon, residual=residual)
+              reader: nn.Module | None = None) -> torch.Tensor | QuantizedRows:
+    """rms_norm(x + residual), residual updated in place; as QuantizedRows alone where the linear
+    that reads it (`reader`) is FP8 (nothing else reads the norm's output), with the pooled
+    tokens' bf16 rows beside them where that linear keeps those tokens bf16."""
+    if fp8.wants_rows(reader):
+        return fp8_fused.rms_norm_rows(x, norm.weight, norm.variance_epsilon, residual=residual,
+                                       pooled_index=fp8.pooled_index(reader))
     return fused.rms_norm(x, norm.weight, norm.variance_epsilon, residual=residual)
 
 
@@ -109,6 +112,8 @@ class Qwen3Model(nn.Module):
     `qk_norm=False` and a causal `window` (every layer local) make it Mistral's."""
 
     name, architecture = "Qwen3", "qwen3"
+    # Its FP8 producers hand on the pooled tokens' bf16 rows (engine/rose/layers/fp8.py's PooledTokens).
+    fp8_pooled_tokens_supported = True
 
     def __init__(self, config: dict, qk_norm: bool = True, window: tuple[int, int] | None = None):
         super().__init__()
