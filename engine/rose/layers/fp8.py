@@ -114,8 +114,8 @@ class Fp8Linear(nn.Module):
         out = scaled_matmul(rows, self.weight, self.weight_scale, self.bias, self.out_dtype, self.fast_accumulation)
         if self.pooled is not None:
             index = self.pooled.index
-            kept = None if index is None else x[index] if isinstance(x, torch.Tensor) else x.pooled
-            if kept is None:
+            kept = rows.pooled if x is rows else None if index is None else x[index]
+            if index is None or kept is None:
                 raise RuntimeError("an FP8 linear that keeps the pooled tokens bf16 got no pooled tokens' rows: "
                                    "the runner sets PooledTokens.index, the producer of its input QuantizedRows.pooled")
             out.index_copy_(0, index, F.linear(kept, self.unquantized_weight, self.bias))

@@ -52,8 +52,29 @@ def pooled_token_rows(segment_ids: torch.Tensor, num_segments: int, mode: str) -
     the caller drops."""
     if mode not in ONE_TOKEN_MODES:
         raise ValueError(f"pooling mode {mode!r} reads more than one token of a segment")
+    return _one_token_rows(_segment_index(segment_ids, num_segments), num_segments, mode)
+
+
+def _segment_index(segment_ids: torch.Tensor, num_segments: int) -> torch.Tensor:
+    """[T] int64 in [0, num_segments]: each token's segment, `num_segments` for tokens outside every segment."""
     ids = segment_ids.long()
-    return _Segments.token_rows(torch.where(ids < 0, num_segments, ids), num_segments, mode)
+    return torch.where(ids < 0, num_segments, ids)
+
+
+def _bound(index: torch.Tensor, num_segments: int, reduce: str, empty: int) -> torch.Tensor:
+    """[S + 1] int64: each segment's first (amin) or last (amax) token index; `empty` where none."""
+    positions = torch.arange(index.shape[0], device=index.device)
+    bounds = torch.full((num_segments + 1,), empty, dtype=torch.long, device=index.device)
+    return bounds.scatter_reduce_(0, index, positions, reduce=reduce, include_self=True)
+
+
+def _one_token_rows(index: torch.Tensor, num_segments: int, mode: str) -> torch.Tensor:
+    """[S] int64: each segment's first ("cls") or last ("last") token index. Empty (padding)
+    segments bound nothing: clamped, their (dropped) rows are valid ones."""
+    num_tokens = index.shape[0]
+    if mode == "cls":
+        return _bound(index, num_segments, "amin", num_tokens)[:num_segments].clamp(max=num_tokens - 1)
+    return _bound(index, num_segments, "amax", -1)[:num_segments].clamp(min=0)
 
 
 class _Segments:
@@ -65,8 +86,7 @@ class _Segments:
 
     def __init__(self, hidden: torch.Tensor, segment_ids: torch.Tensor, num_segments: int):
         self.hidden, self.num_segments = hidden, num_segments
-        ids = segment_ids.long()
-        self.index = torch.where(ids < 0, num_segments, ids)  # [T] in [0, num_segments]
+        self.index = _segment_index(segment_ids, num_segments)
         self._lengths: torch.Tensor | None = None
         self._sums: torch.Tensor | None = None
         self._starts: torch.Tensor | None = None
@@ -90,32 +110,16 @@ class _Segments:
             self._sums = self._scatter_sum(self.hidden)  # summed in float32 either way
         return self._sums
 
-    @staticmethod
-    def bound(index: torch.Tensor, num_segments: int, reduce: str, empty: int) -> torch.Tensor:
-        """[S + 1] int64: each segment's first (amin) or last (amax) token index; `empty` where none."""
-        positions = torch.arange(index.shape[0], device=index.device)
-        bounds = torch.full((num_segments + 1,), empty, dtype=torch.long, device=index.device)
-        return bounds.scatter_reduce_(0, index, positions, reduce=reduce, include_self=True)
-
-    @staticmethod
-    def token_rows(index: torch.Tensor, num_segments: int, mode: str) -> torch.Tensor:
-        """[S] int64: each segment's first ("cls") or last ("last") token index. Empty (padding)
-        segments bound nothing: clamped, their (dropped) rows are valid ones."""
-        if mode == "cls":
-            return _Segments.bound(index, num_segments, "amin", index.shape[0])[:num_segments].clamp(
-                max=index.shape[0] - 1)
-        return _Segments.bound(index, num_segments, "amax", -1)[:num_segments].clamp(min=0)
-
     @property
     def starts(self) -> torch.Tensor:
         if self._starts is None:
-            self._starts = self.bound(self.index, self.num_segments, "amin", self.index.shape[0])
+            self._starts = _bound(self.index, self.num_segments, "amin", self.index.shape[0])
         return self._starts
 
     def pool(self, mode: str) -> torch.Tensor:
         hidden, num_tokens, count = self.hidden, self.hidden.shape[0], self.num_segments
         if mode in ONE_TOKEN_MODES:
-            return hidden[self.token_rows(self.index, count, mode)].float()
+            return hidden[_one_token_rows(self.index, count, mode)].float()
         if mode == "mean":
             return self.sums() / self.lengths.clamp(min=1).unsqueeze(1)
         if mode == "mean_sqrt_len":
