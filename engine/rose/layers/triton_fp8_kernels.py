@@ -29,13 +29,15 @@ import triton.language as tl
 from engine.rose.layers.quantized_rows import FP8_DTYPE, QuantizedRows
 from engine.rose.layers.triton_kernels import ACTIVATIONS
 
-# "gelu-erfc" is GELU too, computed without libdevice's erf (below); the benchmark times the two.
-ROW_ACTIVATIONS = {**ACTIVATIONS, "relu": 3, "gelu-erfc": 4}
+ROW_ACTIVATIONS = {**ACTIVATIONS, "relu": 3}
 _IDENTITY = tl.constexpr(5)  # no activation: quantize_rows runs the activation kernel with it
 _CHUNK = 1024  # columns per step of the two-pass kernels
 # Rows up to this many columns are held whole by one program (read once); longer ones are walked
 # twice in chunks. Past it a thread would hold more values than its registers.
-_WHOLE_ROW_MAX = 8192
+_WHOLE_ROW_MAX = 16384
+# Values of its input a thread holds in a row held whole: fewer warps leave too few loads in
+# flight, more add reduction steps for nothing (bench/fp8_row_kernels.py times both ways).
+_VALUES_PER_THREAD = 32
 
 
 @triton.jit
@@ -204,15 +206,13 @@ def _activate(x, up, ACT: tl.constexpr, GATED: tl.constexpr):
     x = x.to(tl.float32)
     if ACT == 0:
         act = x * tl.sigmoid(x)
-    elif ACT == 1:
-        act = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+    elif ACT == 1:  # GELU by the erfc fit below: libdevice's erf costs more than the row's memory traffic
+        act = x * _normal_cdf(x)
     elif ACT == 2:  # tanh(y) = 2 sigmoid(2y) - 1
         inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
         act = 0.5 * x * (2.0 * tl.sigmoid(2.0 * inner))
     elif ACT == 3:
         act = tl.maximum(x, 0.0)
-    elif ACT == 4:
-        act = x * _normal_cdf(x)
     else:  # _IDENTITY: x is in the storage dtype already
         act = x
     if ACT != _IDENTITY:
@@ -319,14 +319,17 @@ class RowLaunch:
                 "PREFETCH": self.programs is not None, "num_warps": self.num_warps}
 
 
-def row_launch(n_cols: int, rows: int = 1, num_warps: int | None = None, programs: int | None = None) -> RowLaunch:
-    """The row kernels' launch for rows of n_cols: held whole where a row fits _WHOLE_ROW_MAX,
-    else walked in chunks of _CHUNK. By default one row to a program, about 16 values a thread;
-    bench/fp8_row_kernels.py times the others against it."""
+def row_launch(n_cols: int, rows: int = 1, num_warps: int | None = None, programs: int | None = None,
+               gated: bool = False) -> RowLaunch:
+    """The row kernels' launch for rows of n_cols (a gated input is twice as wide): held whole
+    where a row fits _WHOLE_ROW_MAX, else walked in chunks of _CHUNK. By default one row to a
+    program, _VALUES_PER_THREAD input values a thread; bench/fp8_row_kernels.py times the others
+    against it."""
     block = triton.next_power_of_2(n_cols)
     if block > _WHOLE_ROW_MAX:
         return RowLaunch(_CHUNK, False, num_warps=num_warps or 4)
-    return RowLaunch(block, True, rows, num_warps or max(4, min(16, rows * block // 512)), programs)
+    values = rows * block * (2 if gated else 1)
+    return RowLaunch(block, True, rows, num_warps or max(4, min(32, values // (32 * _VALUES_PER_THREAD))), programs)
 
 
 def act_and_mul_rows(gate_up: torch.Tensor, activation: str = "silu", launch: RowLaunch | None = None) -> QuantizedRows:
@@ -336,8 +339,7 @@ def act_and_mul_rows(gate_up: torch.Tensor, activation: str = "silu", launch: Ro
 
 
 def activation_rows(x: torch.Tensor, activation: str, launch: RowLaunch | None = None) -> QuantizedRows:
-    """[T, I] -> act(x) as QuantizedRows; act one of ROW_ACTIVATIONS ("gelu", "gelu_tanh", "relu", "silu",
-    "gelu-erfc")."""
+    """[T, I] -> act(x) as QuantizedRows; act one of ROW_ACTIVATIONS ("gelu", "gelu_tanh", "relu", "silu")."""
     return _activation_rows(x, x.shape[1], ROW_ACTIVATIONS[activation], False, launch)
 
 
@@ -346,7 +348,7 @@ def _activation_rows(x: torch.Tensor, n_cols: int, act: int, gated: bool, launch
     rows = _empty_rows(num_rows, n_cols, x.device)
     if num_rows == 0:
         return rows
-    launch = launch or row_launch(n_cols)
+    launch = launch or row_launch(n_cols, gated=gated)
     _activation_rows_kernel[launch.grid(num_rows)](x, rows.values, rows.scales, num_rows, n_cols, ACT=act,
                                                    GATED=gated, **launch.kwargs())
     return rows
