@@ -67,22 +67,28 @@ NUM_DOCS = {"minilm": 4096, "bert-base": 4096, "qwen3-0.6b": 2048, "qwen3-4b": 5
 TARGET_SPEEDUP = {"minilm": 1.0, "bert-base": 1.25, "qwen3-0.6b": 1.35, "qwen3-4b": 1.5}
 MIN_COSINE, MIN_TOP10 = 0.995, 0.9
 NUM_PASSAGES, NUM_QUERIES, QUERY_TOKENS = 2000, 200, 16
+LINEAR_KINDS = ("qkv_proj", "o_proj", "gate_up_proj", "up_proj", "down_proj")  # the models' linear layers
 _FIRST_LAST = re.compile(r"first(\d+)(?:-last(\d+))?")
 
 
 def plan_named(name: str) -> Fp8Plan | None:
     """One of PLANS, or firstN-lastM: the default's rules, without its width floor, with bf16 in
     the first N and the last M layers (M 1 where left out, as in first3), for any N and M; either
-    with "+pooled": the pooled tokens' rows of every FP8 linear bf16 as well (bf16_pooled_tokens)."""
-    if name.endswith("+pooled"):
-        plan = plan_named(name.removesuffix("+pooled"))
-        return None if plan is None else replace(plan, bf16_pooled_tokens=True)
-    if name in PLANS:
-        return PLANS[name]
-    match = _FIRST_LAST.fullmatch(name)
-    if match is None:
-        return None
-    return replace(_EDGES, bf16_first_layers=int(match[1]), bf16_last_layers=int(match[2] or 1))
+    followed by "+pooled" (the pooled tokens' rows of every FP8 linear bf16 as well:
+    bf16_pooled_tokens) and "+KIND" (a kind of linear, as o_proj: bf16 everywhere), as in
+    first3-last0+o_proj+pooled."""
+    base, *extras = name.split("+")
+    plan = PLANS.get(base)
+    if plan is None and (match := _FIRST_LAST.fullmatch(base)) is not None:
+        plan = replace(_EDGES, bf16_first_layers=int(match[1]), bf16_last_layers=int(match[2] or 1))
+    for extra in extras:
+        if plan is None or extra not in ("pooled", *LINEAR_KINDS):
+            return None
+        if extra == "pooled":
+            plan = replace(plan, bf16_pooled_tokens=True)
+        else:
+            plan = replace(plan, bf16_linears=(*plan.bf16_linears, extra))
+    return plan
 
 
 @torch.inference_mode()
@@ -254,7 +260,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="minilm,bert-base,qwen3-0.6b,qwen3-4b")
     parser.add_argument("--plans", default="default,edges,every,promoted",
-                        help=f"of {', '.join(PLANS)}, or firstN-lastM (bf16 in the first N and the last M layers)")
+                        help=f"of {', '.join(PLANS)}, or firstN-lastM (bf16 in the first N and the last M layers), "
+                             "either followed by +pooled or +KIND (plan_named)")
     parser.add_argument("--texts", type=Path,
                         default=Path(__file__).resolve().parents[1] / "tests/data/stdlib_docstrings.jsonl")
     parser.add_argument("--tokenizer", type=Path, default=None, help="a BERT tokenizer.json (default: all-MiniLM-L6-v2's)")
@@ -270,7 +277,8 @@ def main() -> None:
     plans = args.plans.split(",")
     unknown = sorted(name for name in plans if plan_named(name) is None)
     if unknown:
-        parser.error(f"unknown plans {unknown}; known: {', '.join(PLANS)}, or firstN-lastM")
+        parser.error(f"unknown plans {unknown}; known: {', '.join(PLANS)}, or firstN-lastM; either "
+                     f"followed by +pooled or +KIND ({', '.join(LINEAR_KINDS)})")
     loads = workloads(args.texts, args.tokenizer, num_queries=0)
     rows: list[dict] = []
     for name in args.models.split(","):

@@ -13,10 +13,11 @@ and --first-layers, it measures how far the vectors move as more of the first la
     python bench/tiny_model.py /tmp/qwen3-random --arch qwen3-0.6b
     python bench/fp8_simulation.py --model /tmp/qwen3-random --first-layers 0,2,4,6,8 --num-texts 600
 
-An N written N+pooled also keeps the pooled tokens' rows of every FP8 linear bf16
-(Fp8Plan.bf16_pooled_tokens; models that pool one token):
+An N may carry fp8_bench.py's plan suffixes: N+pooled also keeps the pooled tokens' rows of
+every FP8 linear bf16 (Fp8Plan.bf16_pooled_tokens; models that pool one token), N+o_proj that kind
+of linear bf16 in every layer:
 
-    python bench/fp8_simulation.py --model /tmp/qwen3-random --first-layers 0,0+pooled,2,2+pooled
+    python bench/fp8_simulation.py --model /tmp/qwen3-random --first-layers 0,0+pooled,2,2+pooled,2+o_proj
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import load_texts  # noqa: E402
+from bench.fp8_bench import plan_named  # noqa: E402
 from engine.config import EngineConfig, Fp8Plan  # noqa: E402
 
 _EDGES = replace(Fp8Plan(), min_hidden_size=0, bf16_first_layers=1, bf16_last_layers=1)  # the first and the last layer bf16
@@ -74,9 +76,13 @@ def main() -> None:
     if args.first_layers is not None:
         plans = {}
         for entry in args.first_layers.split(","):
-            n, pooled = entry.removesuffix("+pooled"), entry.endswith("+pooled")
-            label = f"first {n} layers bf16" + (", pooled tokens' rows bf16" if pooled else "")
-            plans[label] = replace(Fp8Plan(), min_hidden_size=0, bf16_first_layers=int(n), bf16_pooled_tokens=pooled)
+            n, *extras = entry.split("+")
+            plan = plan_named(f"first{n}-last0" + "".join(f"+{extra}" for extra in extras))
+            if plan is None:
+                parser.error(f"--first-layers: {entry!r} is not N followed by +pooled or +KIND suffixes")
+            label = f"first {n} layers bf16" + "".join(
+                ", pooled tokens' rows bf16" if extra == "pooled" else f", {extra} bf16" for extra in extras)
+            plans[label] = plan
     reference = engine.embed(texts)
     float32_model = engine.runner.model
     lines = ["| plan | FP8 linears | min cosine | 1st percentile | mean |", "|---|---|---|---|---|"]
