@@ -10,14 +10,17 @@ measurements behind each default and how to measure them again):
   without the GEMM's epilogue) cost: BERT-base's width ran slower in FP8 than in bf16;
 - the first `bf16_first_layers` and last `bf16_last_layers` layers stay bf16: a rounding
   error made early passes through every later layer, so the first layers cost the most
-  quality per layer and little of the time (on the Qwen3 shapes the first three in bf16 bring
-  the vectors about twice as close to float32 as the first one alone, for a few per cent of
-  the speed). The last layer stays FP8: in bf16 it bought nothing measurable on the Qwen3
-  shapes, and the simulated MiniLM held the quality bound with it in FP8. `bf16_linears` keeps
-  whole kinds of linear bf16 instead; the benchmark's plans measure what each buys;
-- the attention's output projection (o_proj) takes its input from the attention kernels,
-  which cannot quantize it (a row's scale needs every head of the token), so FP8 there needs a
-  quantizing pass of its own, which pays only on wide models;
+  quality per layer and little of the time. The last layer stays FP8: in bf16 it bought
+  nothing measurable on the Qwen3 shapes, and the simulated MiniLM held the quality bound with
+  it in FP8. `bf16_linears` keeps whole kinds of linear bf16 instead; the benchmark's plans
+  measure what each buys;
+- the attention's output projection (o_proj) stays bf16 on models narrower than
+  `attention_output_min_hidden_size`. Its input comes from the attention kernels, which cannot
+  quantize it (a row's scale needs every head of the token), so FP8 there needs a quantizing
+  pass of its own, which its GEMM pays for only on wide models; and its rounding weighs more
+  on the vectors than its share of the time: on the Qwen3-0.6B shape, o_proj bf16 with two
+  bf16 layers holds the quality bound at the speed of three bf16 layers with o_proj FP8,
+  which do not hold it;
 - with `bf16_pooled_tokens`, a model that pools one token (last-token pooling, as
   Qwen3-Embedding; CLS) computes that token's rows of every FP8 linear in bf16 as well and keeps
   them: the vector is that token's final state, and its own path carries much of the rounding
