@@ -29,7 +29,7 @@ class Fp8Plan:
     rule; docs/fp8.md has the measurements behind the defaults, which are the engine's)."""
 
     min_hidden_size: int = 1024  # narrower models stay bf16: FP8 does not pay on them (measured on BERT-base)
-    bf16_first_layers: int = 2  # layers at the start of the stack that stay bf16 (engine/rose/fp8_plan.py says why)
+    bf16_first_layers: int = 3  # layers at the start of the stack that stay bf16 (engine/rose/fp8_plan.py says why)
     bf16_last_layers: int = 0  # and at its end
     bf16_linears: tuple[str, ...] = ()  # kinds of linear layer (qkv_proj, down_proj, ...) that stay bf16 everywhere
     # models that pool one token (last-token, CLS) compute its rows of every FP8 linear in bf16 too

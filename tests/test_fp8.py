@@ -92,19 +92,18 @@ def test_the_plan_keeps_narrow_models_edge_layers_and_narrow_attention_outputs_b
                                                       "mlp.down_proj")]
 
 
-def test_the_plan_keeps_the_first_two_layers_bf16_and_whole_kinds_on_request():
+def test_the_plan_keeps_the_first_three_layers_bf16_and_whole_kinds_on_request():
     wide = _bert(layers=5, hidden=512)
     plan = Fp8Plan(min_hidden_size=512)  # the engine's rules but the width floor (o_proj bf16 at this width)
-    assert fp8_linear_names(wide, plan) == [f"layers.{i}.{name}" for i in (2, 3, 4)
+    assert fp8_linear_names(wide, plan) == [f"layers.{i}.{name}" for i in (3, 4)
                                             for name in ("qkv_proj", "up_proj", "down_proj")]
     plan = replace(plan, bf16_last_layers=1)
-    assert fp8_linear_names(wide, plan) == [f"layers.{i}.{name}" for i in (2, 3)
-                                            for name in ("qkv_proj", "up_proj", "down_proj")]
+    assert fp8_linear_names(wide, plan) == [f"layers.3.{name}" for name in ("qkv_proj", "up_proj", "down_proj")]
     no_down = fp8_linear_names(wide, Fp8Plan(min_hidden_size=512, bf16_first_layers=1, bf16_last_layers=1,
                                              bf16_linears=("down_proj",)))
     assert no_down == [f"layers.{i}.{name}" for i in (1, 2, 3) for name in ("qkv_proj", "up_proj")]
     line = quantize_model(_bert(layers=5, hidden=512), replace(plan, bf16_linears=("qkv_proj",)))
-    assert line.startswith("FP8: 4 of 20 linear layers") and "the first 2 and last 1 layer(s)" in line
+    assert line.startswith("FP8: 2 of 20 linear layers") and "the first 3 and last 1 layer(s)" in line
     assert line.endswith("qkv_proj everywhere)")
 
 

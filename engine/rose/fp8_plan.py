@@ -17,10 +17,10 @@ measurements behind each default and how to measure them again):
 - the attention's output projection (o_proj) stays bf16 on models narrower than
   `attention_output_min_hidden_size`. Its input comes from the attention kernels, which cannot
   quantize it (a row's scale needs every head of the token), so FP8 there needs a quantizing
-  pass of its own, which its GEMM pays for only on wide models; and its rounding weighs more
-  on the vectors than its share of the time: on the Qwen3-0.6B shape, o_proj bf16 with two
-  bf16 layers holds the quality bound at the speed of three bf16 layers with o_proj FP8,
-  which do not hold it;
+  pass of its own, which its GEMM pays for only on wide models; and on a narrower model its
+  rounding weighs more on the vectors than its share of the time (on the Qwen3-0.6B shape,
+  o_proj bf16 moves the vectors closer to float32 than a fourth bf16 layer does, at about the
+  same speed);
 - with `bf16_pooled_tokens`, a model that pools one token (last-token pooling, as
   Qwen3-Embedding; CLS) computes that token's rows of every FP8 linear in bf16 as well and keeps
   them: the vector is that token's final state, and its own path carries much of the rounding
