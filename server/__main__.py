@@ -25,7 +25,8 @@ from server.api_keys import API_KEY_ENV, keys_from_env
 from server import embed_cli, hardening_cli
 from server.cli_help import HelpAll, HelpFormatter, advanced, hidden_alias
 from engine.rose.quantization_support import QUANTIZATIONS
-from server.cli_values import DTYPES, device_list, model_choice, port_number, positive_int, quantization_refusal
+from server.cli_values import (DTYPES, FP8_BF16_LAYERS_HELP, device_list, fp8_plan_of, model_choice, port_number,
+                               positive_int, quantization_refusal, whole_number)
 from server.config import ExtraModel, ServerConfig
 from server.listen import ListenError, bind_sockets
 
@@ -125,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "newer (Ada, Hopper); BERT family and Qwen3 embedders (docs/fp8.md). int8: "
                                       "int8 linear layers on a CPU with AVX512-VNNI or AMX, compiled at start "
                                       "(docs/cpu-int8.md). Default: none"))
+    advanced(tuning.add_argument("--fp8-bf16-layers", type=whole_number, default=None, metavar="N",
+                                 help=FP8_BF16_LAYERS_HELP))
     _add_model_flags(serve)
     hardening_cli.add_arguments(serve)
     embed_cli.add_parser(commands, HelpFormatter)
@@ -161,6 +164,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     devices = parse_devices(args.devices)  # named ones were checked as the flag was parsed
     if refusal := quantization_refusal(args.quantization, devices, args.dtype):
         raise ValueError(f"argument --quantization: {refusal}")
+    fp8_plan = fp8_plan_of(args.quantization, args.fp8_bf16_layers)
     (first_name, first_model), *extra_models = args.model or [(None, None)]
     if first_name is not None and args.served_model_name is not None:
         raise ValueError(f"--served-model-name {args.served_model_name} and --model {first_name}=... both name the "
@@ -170,7 +174,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_batch_tokens=args.max_batch_tokens or DEFAULT_MAX_BATCH_TOKENS,
         max_batch_seqs=args.max_batch_seqs, max_seq_len=args.max_seq_len, num_threads=args.num_threads,
         attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
-        fused_kernels=args.fused_kernels, quantization=args.quantization,
+        fused_kernels=args.fused_kernels, quantization=args.quantization, fp8_plan=fp8_plan,
         capture_at_start=not args.lazy_capture,
         model_overrides=ModelOverrides(
             attention=args.attention, pooling=args.pooling, quantization=args.embedding_quantization,

@@ -31,6 +31,13 @@ def positive_int(value: str) -> int:
     return number
 
 
+def whole_number(value: str) -> int:
+    number = _parse(value, int, "a whole number")
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more; got {value}")
+    return number
+
+
 def port_number(value: str) -> int:
     number = _parse(value, int, "a whole number")
     if not 1 <= number <= 65535:
@@ -84,6 +91,22 @@ def quantization_refusal(quantization: str | None, devices: tuple[str, ...], dty
         if refusal := device_refusal(quantization, "cuda:0" if name == "cuda" else name):
             return refusal
     return dtype_refusal(quantization, dtype)
+
+
+FP8_BF16_LAYERS_HELP = ("with --quantization fp8: layers at the start of the model kept bf16 (default 3); more hold "
+                        "the vectors closer to bf16's at less speed (docs/fp8.md measures the trade)")
+
+
+def fp8_plan_of(quantization: str | None, bf16_layers: int | None):
+    """The FP8 plan --fp8-bf16-layers asks for (the default where not given); ValueError where it
+    is given without --quantization fp8, which it would silently not affect."""
+    from engine.config import Fp8Plan
+
+    if bf16_layers is None:
+        return Fp8Plan()
+    if quantization != "fp8":
+        raise ValueError("argument --fp8-bf16-layers: applies to --quantization fp8 only")
+    return Fp8Plan(bf16_first_layers=bf16_layers)
 
 
 def _check_visible(names: tuple[str, ...]) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 from engine.config import LONG_INPUT_MODES, POOLING_MODES, EngineConfig
 from engine.rose.quantization_support import QUANTIZATIONS
 from server.cli_help import hidden_alias
-from server.cli_values import DTYPES, device, positive_int, quantization_refusal
+from server.cli_values import (DTYPES, FP8_BF16_LAYERS_HELP, device, fp8_plan_of, positive_int, quantization_refusal,
+                               whole_number)
 
 _DEFAULT_CHUNK_SIZE = 10_000  # corpus.job.DEFAULT_CHUNK_SIZE, kept here so --help imports no torch
 
@@ -76,6 +77,7 @@ def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
                        help="fp8: the linear layers as e4m3 GEMMs, on GPUs of compute capability 8.9 or newer; "
                             "BERT family and Qwen3 embedders (docs/fp8.md). int8: int8 linear layers on a CPU "
                             "with AVX512-VNNI or AMX, compiled at start (docs/cpu-int8.md). Default: none")
+    model.add_argument("--fp8-bf16-layers", type=whole_number, default=None, metavar="N", help=FP8_BF16_LAYERS_HELP)
     model.add_argument("--attention", choices=["causal", "bidirectional"], default=None,
                        help="override the checkpoint's attention mask (default: from the checkpoint)")
     model.add_argument("--pooling", choices=POOLING_MODES, default=None,
@@ -98,6 +100,10 @@ def run(args: argparse.Namespace) -> None:
     if args.quantization is not None:
         _refuse_quantization_where_it_cannot_run(args)
     try:
+        fp8_plan = fp8_plan_of(args.quantization, args.fp8_bf16_layers)
+    except ValueError as exc:
+        _usage_error(str(exc))
+    try:
         if args.quantization is not None:  # before the job touches its output
             _refuse_quantization_of(args, load_spec(args.model, args.max_seq_len, ModelOverrides(), args.revision))
         output_format = args.output_format or output_format_of(args.output)
@@ -118,7 +124,7 @@ def run(args: argparse.Namespace) -> None:
             max_batch_tokens=args.max_batch_tokens,
             max_batch_seqs=args.max_batch_seqs, max_seq_len=args.max_seq_len, num_threads=args.num_threads,
             attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
-            fused_kernels=args.fused_kernels, quantization=args.quantization,
+            fused_kernels=args.fused_kernels, quantization=args.quantization, fp8_plan=fp8_plan,
             model_overrides=overrides,
         )
         refuse_reranker(engine)  # before the job writes anything

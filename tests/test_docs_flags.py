@@ -46,7 +46,7 @@ def _page_tables() -> list[list[list[str]]]:
         first = line.split("|")[1]
         if set(first.strip()) <= set("- "):
             continue  # the header's rule
-        rows.append(re.findall(r"`(-{1,2}[a-z][a-z-]*)", first))
+        rows.append(re.findall(r"`(-{1,2}[a-z][a-z0-9-]*)", first))
     return tables
 
 

@@ -1,16 +1,19 @@
 """--quantization fp8 refused where it cannot run, before anything starts: on a CPU, on a GPU
 without FP8 tensor cores, at a dtype other than bf16, and for a model family or kind it does not
 serve; each one line naming the flag, exit status 2, as a wrong flag value is (server/cli_values.py).
+--fp8-bf16-layers sets the plan's bf16 layers, and only with --quantization fp8.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
 
+from engine.config import Fp8Plan
 from server.__main__ import build_parser, config_from_args, serve
 from tests.helpers import config_only_model
 from tests.conftest import REPO
@@ -99,4 +102,32 @@ def test_embed_refuses_a_model_fp8_does_not_serve(monkeypatch, tmp_path, capsys)
     assert capsys.readouterr().err.splitlines()[-1] == (
         "rose-embed embed: error: argument --quantization: fp8 does not support modernbert models yet (model); "
         "it supports BERT, DistilBERT, MPNet, Qwen3")
+    assert not (tmp_path / "out.npy").exists()
+
+
+def test_fp8_bf16_layers_sets_the_plan_and_needs_fp8(monkeypatch):
+    _pretend_gpu(monkeypatch, (9, 0))
+    assert _config("--quantization", "fp8").engine.fp8_plan == Fp8Plan()
+    plan = _config("--quantization", "fp8", "--fp8-bf16-layers", "10").engine.fp8_plan
+    assert plan == replace(Fp8Plan(), bf16_first_layers=10)
+    assert _config("--quantization", "fp8", "--fp8-bf16-layers", "0").engine.fp8_plan.bf16_first_layers == 0
+    with pytest.raises(ValueError) as exc:
+        _config("--fp8-bf16-layers", "4")
+    assert str(exc.value) == "argument --fp8-bf16-layers: applies to --quantization fp8 only"
+
+
+def test_fp8_bf16_layers_takes_a_whole_number(capsys):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["serve", "--fp8-bf16-layers", "-1"])
+    assert exc.value.code == 2
+    assert "argument --fp8-bf16-layers: must be 0 or more; got -1" in capsys.readouterr().err
+
+
+def test_embed_refuses_fp8_bf16_layers_without_fp8(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "server", "embed", "in.jsonl", "-o", "out.npy", "--fp8-bf16-layers",
+                           "4"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(REPO), "PATH": ""})
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == ["rose-embed embed: error: argument --fp8-bf16-layers: applies to "
+                                        "--quantization fp8 only"]
     assert not (tmp_path / "out.npy").exists()
