@@ -7,6 +7,8 @@ import argparse
 import math
 import re
 
+from engine.config import Fp8Plan
+
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 
@@ -93,15 +95,14 @@ def quantization_refusal(quantization: str | None, devices: tuple[str, ...], dty
     return dtype_refusal(quantization, dtype)
 
 
-FP8_BF16_LAYERS_HELP = ("with --quantization fp8: layers at the start of the model kept bf16 (default 3); more hold "
-                        "the vectors closer to bf16's at less speed (docs/fp8.md measures the trade)")
+FP8_BF16_LAYERS_HELP = (f"with --quantization fp8: layers at the start of the model kept bf16 (default "
+                        f"{Fp8Plan.bf16_first_layers}); more hold the vectors closer to bf16's at less speed "
+                        "(docs/fp8.md measures the trade)")
 
 
-def fp8_plan_of(quantization: str | None, bf16_layers: int | None):
+def fp8_plan_of(quantization: str | None, bf16_layers: int | None) -> Fp8Plan:
     """The FP8 plan --fp8-bf16-layers asks for (the default where not given); ValueError where it
     is given without --quantization fp8, which it would silently not affect."""
-    from engine.config import Fp8Plan
-
     if bf16_layers is None:
         return Fp8Plan()
     if quantization != "fp8":
