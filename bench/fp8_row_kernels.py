@@ -6,7 +6,8 @@ adds to a batch (bench/results/gpu-profile-fp8.md). This times each kernel on th
 shapes' activations, 16,384 tokens, inside a CUDA graph (as the engine runs it), for rows held
 whole in blocks of `rows`, one block to a program or fewer programs walking them in turn
 (prefetching the next block's rows while the last ones reduce and store), and several warp
-counts, against two floors on the same tensors: torch's plain bf16 -> e4m3 cast of the
+counts, a width that is not a power of two held as a power of two and a tail (the default) or
+padded to the next power of two, against two floors on the same tensors: torch's plain bf16 -> e4m3 cast of the
 output's columns (an elementwise pass: no row maximum, no activation) and a bf16 copy of the
 input. Each launch's output is checked against the kernel's default launch (bitwise: the same
 arithmetic in another grid).
@@ -115,7 +116,12 @@ def case_lines(name: str, kernel: str, activation: str | None, n_cols: int, kern
     if default_launch.whole_row:
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         # Blocks of several rows no larger than the widest row held whole: past it, registers spill.
-        rows_per_block = [rows for rows in ROWS if rows * default_launch.block <= kernels._WHOLE_ROW_MAX]
+        padded = 1 << (n_cols - 1).bit_length()
+        rows_per_block = [rows for rows in ROWS if rows * padded <= kernels._WHOLE_ROW_MAX]
+        # A width not a power of two, padded to the next one as before the head-and-tail split.
+        if default_launch.tail:
+            launches += [kernels.row_launch(n_cols, num_warps=warps, gated=gated, split=False)
+                         for warps in (None, *WARPS)]
         launches += [kernels.row_launch(n_cols, rows, warps, gated=gated) for rows in rows_per_block for warps in WARPS]
         launches += [kernels.row_launch(n_cols, rows, warps, sms * per_sm, gated=gated) for rows in PREFETCH_ROWS
                      for warps in PREFETCH_WARPS for per_sm in PROGRAMS_PER_SM]
@@ -142,7 +148,8 @@ def _label(launch) -> str:
     if not launch.whole_row:
         return f"chunks of {launch.block}, {launch.num_warps} warps"
     walked = f", {launch.programs} programs prefetching" if launch.programs else ""
-    return f"{launch.rows} row(s) whole, {launch.num_warps} warps{walked}"
+    held = f"{launch.block} + {launch.tail}" if launch.tail else f"{launch.block}"
+    return f"{launch.rows} row(s) whole as {held}, {launch.num_warps} warps{walked}"
 
 
 if __name__ == "__main__":

@@ -167,6 +167,23 @@ def test_rows_up_to_the_largest_shapes_are_held_whole():
     assert not kernels.row_launch(16400).whole_row
 
 
+@pytest.mark.parametrize("n_cols,head,tail", [(3072, 2048, 1024), (9728, 8192, 2048), (2500, 2048, 512),
+                                               (1024, 1024, 0)])
+def test_rows_not_a_power_of_two_wide_are_held_as_a_head_and_a_tail(n_cols, head, tail):
+    """A row is held as the largest power of two below its width and a tail, not padded to the
+    next power of two (whose masked lanes would compute the activation too), with the padded
+    launch's values bit for bit."""
+    kernels = _kernels()
+    launch = kernels.row_launch(n_cols)
+    assert (launch.block, launch.tail) == (head, tail)
+    x = _randn(3, n_cols, seed=16, dtype=torch.bfloat16, scale=2.0)
+    padded = kernels.row_launch(n_cols, split=False)
+    assert (padded.block, padded.tail) == (triton.next_power_of_2(n_cols), 0)
+    got, want = kernels.activation_rows(x, "gelu", launch), kernels.activation_rows(x, "gelu", padded)
+    assert torch.equal(got.values.view(torch.uint8), want.values.view(torch.uint8))
+    assert torch.equal(got.scales, want.scales)
+
+
 @triton.jit
 def _gelu_by_erfc_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
     cols = tl.arange(0, BLOCK)

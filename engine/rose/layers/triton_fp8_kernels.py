@@ -62,11 +62,9 @@ def _store_row(h, cols, mask, q_row_ptr, scale_ptr):
 
 
 @triton.jit
-def _store_rows(h, rows, cols, mask, num_rows, n_cols, q_ptr, scale_ptr):
-    """ROWS rows h [ROWS, BLOCK] (float32, zero where masked) held whole: their e4m3 values and scales."""
-    scale = _scale_of(tl.max(tl.abs(h), axis=1))
+def _store_quantized(h, scale, rows, cols, mask, n_cols, q_ptr):
+    """Columns `cols` of ROWS rows h [ROWS, BLOCK] as e4m3 values at their rows' scales [ROWS]."""
     tl.store(q_ptr + rows[:, None] * n_cols + cols[None, :], _quantized(h, scale[:, None], q_ptr), mask=mask)
-    tl.store(scale_ptr + rows, scale, mask=rows < num_rows)
 
 
 @triton.jit
@@ -248,38 +246,80 @@ def _activated(row_ptr, cols, mask, n_cols, ACT: tl.constexpr, GATED: tl.constex
 
 
 @triton.jit
-def _block_of_rows(block, num_rows, n_cols, in_cols, ROWS: tl.constexpr, BLOCK: tl.constexpr):
-    """Rows block * ROWS onwards, ROWS of them: their indices, columns, mask and input offsets."""
+def _block_of_rows(block, num_rows, n_cols, in_cols, first_col, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    """Rows block * ROWS onwards, ROWS of them, columns first_col onwards, BLOCK of them: their
+    indices, columns, mask and input offsets."""
     rows = block * ROWS + tl.arange(0, ROWS).to(tl.int64)
-    cols = tl.arange(0, BLOCK)
+    cols = first_col + tl.arange(0, BLOCK)
     mask = (rows < num_rows)[:, None] & (cols < n_cols)[None, :]
     return rows, cols, mask, rows[:, None] * in_cols + cols[None, :]
 
 
 @triton.jit
+def _load_block(x_ptr, block, num_rows, n_cols, in_cols, first_col, GATED: tl.constexpr, ROWS: tl.constexpr,
+                BLOCK: tl.constexpr):
+    """_block_of_rows' rows and columns with their values as stored (_load_rows)."""
+    rows, cols, mask, offsets = _block_of_rows(block, num_rows, n_cols, in_cols, first_col, ROWS, BLOCK)
+    x, up = _load_rows(x_ptr + offsets, 0, mask, n_cols, GATED)
+    return rows, cols, mask, x, up
+
+
+@triton.jit
+def _activate_and_store(x, up, tail_x, tail_up, rows, cols, mask, tail_cols, tail_mask, num_rows, n_cols, q_ptr,
+                        scale_ptr, ACT: tl.constexpr, GATED: tl.constexpr, TAIL: tl.constexpr):
+    """Rows held whole, as a block of columns and, with TAIL, a block after it: activated, their
+    largest magnitude over both, then their e4m3 values and scales."""
+    h = tl.where(mask, _activate(x, up, ACT, GATED), 0.0)
+    amax = tl.max(tl.abs(h), axis=1)
+    if TAIL:
+        tail_h = tl.where(tail_mask, _activate(tail_x, tail_up, ACT, GATED), 0.0)
+        amax = tl.maximum(amax, tl.max(tl.abs(tail_h), axis=1))
+    scale = _scale_of(amax)
+    _store_quantized(h, scale, rows, cols, mask, n_cols, q_ptr)
+    if TAIL:
+        _store_quantized(tail_h, scale, rows, tail_cols, tail_mask, n_cols, q_ptr)
+    tl.store(scale_ptr + rows, scale, mask=rows < num_rows)
+
+
+@triton.jit
 def _activation_rows_kernel(x_ptr, q_ptr, scale_ptr, num_rows, n_cols, ACT: tl.constexpr, GATED: tl.constexpr,
                             BLOCK: tl.constexpr, WHOLE_ROW: tl.constexpr, ROWS: tl.constexpr,
-                            PREFETCH: tl.constexpr):
-    # Rows held whole where a row fits one block (read and activated once), ROWS to a block: one
-    # block per program, or with PREFETCH blocks in turn, each one's loads issued while the one
-    # before reduces and stores. Longer rows one to a program, in chunks of BLOCK columns, the
-    # largest magnitude first, then the values.
+                            PREFETCH: tl.constexpr, TAIL: tl.constexpr):
+    # Rows held whole where a row fits (read and activated once), ROWS to a block: one block per
+    # program, or with PREFETCH blocks in turn, each one's loads issued while the one before
+    # reduces and stores. A row held whole is BLOCK columns and, with TAIL, TAIL more after them
+    # (both powers of two), so that a width such as 3,072 is held as 2,048 + 1,024 values, not
+    # padded to 4,096, whose masked lanes would compute the activation for nothing. Longer rows
+    # one to a program, in chunks of BLOCK columns, the largest magnitude first, then the values.
     in_cols = 2 * n_cols if GATED else n_cols
     if WHOLE_ROW and PREFETCH:
         step = tl.num_programs(0)
-        rows, cols, mask, offsets = _block_of_rows(tl.program_id(0), num_rows, n_cols, in_cols, ROWS, BLOCK)
-        x, up = _load_rows(x_ptr + offsets, 0, mask, n_cols, GATED)
+        rows, cols, mask, x, up = _load_block(x_ptr, tl.program_id(0), num_rows, n_cols, in_cols, 0, GATED, ROWS,
+                                              BLOCK)
+        tail_cols, tail_mask, tail_x, tail_up = cols, mask, x, up
+        if TAIL:
+            _, tail_cols, tail_mask, tail_x, tail_up = _load_block(x_ptr, tl.program_id(0), num_rows, n_cols, in_cols,
+                                                                   BLOCK, GATED, ROWS, TAIL)
         for block in range(tl.program_id(0), tl.cdiv(num_rows, ROWS), step):
-            rows, cols, mask, offsets = _block_of_rows(block, num_rows, n_cols, in_cols, ROWS, BLOCK)
-            _, _, next_mask, next_offsets = _block_of_rows(block + step, num_rows, n_cols, in_cols, ROWS, BLOCK)
-            next_x, next_up = _load_rows(x_ptr + next_offsets, 0, next_mask, n_cols, GATED)
-            h = tl.where(mask, _activate(x, up, ACT, GATED), 0.0)
-            _store_rows(h, rows, cols, mask, num_rows, n_cols, q_ptr, scale_ptr)
-            x, up = next_x, next_up
+            next_rows, next_cols, next_mask, next_x, next_up = _load_block(
+                x_ptr, block + step, num_rows, n_cols, in_cols, 0, GATED, ROWS, BLOCK)
+            next_tail_cols, next_tail_mask, next_tail_x, next_tail_up = next_cols, next_mask, next_x, next_up
+            if TAIL:
+                _, next_tail_cols, next_tail_mask, next_tail_x, next_tail_up = _load_block(
+                    x_ptr, block + step, num_rows, n_cols, in_cols, BLOCK, GATED, ROWS, TAIL)
+            _activate_and_store(x, up, tail_x, tail_up, rows, cols, mask, tail_cols, tail_mask, num_rows, n_cols,
+                                q_ptr, scale_ptr, ACT, GATED, TAIL)
+            rows, cols, mask, x, up = next_rows, next_cols, next_mask, next_x, next_up
+            tail_cols, tail_mask, tail_x, tail_up = next_tail_cols, next_tail_mask, next_tail_x, next_tail_up
     elif WHOLE_ROW:
-        rows, cols, mask, offsets = _block_of_rows(tl.program_id(0), num_rows, n_cols, in_cols, ROWS, BLOCK)
-        h = tl.where(mask, _activated(x_ptr + offsets, 0, mask, n_cols, ACT, GATED), 0.0)
-        _store_rows(h, rows, cols, mask, num_rows, n_cols, q_ptr, scale_ptr)
+        rows, cols, mask, x, up = _load_block(x_ptr, tl.program_id(0), num_rows, n_cols, in_cols, 0, GATED, ROWS,
+                                              BLOCK)
+        tail_cols, tail_mask, tail_x, tail_up = cols, mask, x, up
+        if TAIL:
+            _, tail_cols, tail_mask, tail_x, tail_up = _load_block(x_ptr, tl.program_id(0), num_rows, n_cols, in_cols,
+                                                                   BLOCK, GATED, ROWS, TAIL)
+        _activate_and_store(x, up, tail_x, tail_up, rows, cols, mask, tail_cols, tail_mask, num_rows, n_cols, q_ptr,
+                            scale_ptr, ACT, GATED, TAIL)
     else:
         row = tl.program_id(0).to(tl.int64)
         row_ptr = x_ptr + row * in_cols
@@ -301,14 +341,15 @@ def _activation_rows_kernel(x_ptr, q_ptr, scale_ptr, num_rows, n_cols, ACT: tl.c
 @dataclass(frozen=True)
 class RowLaunch:
     """How the row kernels cover rows of a width: held whole (`whole_row`, in blocks of `rows`
-    rows; with `programs` set, that many programs walk the blocks in turn, prefetching) or in
-    chunks of `block` columns, one row to a program."""
+    rows, as `block` columns and `tail` more after them; with `programs` set, that many programs
+    walk the blocks in turn, prefetching) or in chunks of `block` columns, one row to a program."""
 
     block: int
     whole_row: bool
     rows: int = 1
     num_warps: int = 4
     programs: int | None = None
+    tail: int = 0
 
     def grid(self, num_rows: int) -> tuple[int]:
         blocks = triton.cdiv(num_rows, self.rows)
@@ -316,20 +357,30 @@ class RowLaunch:
 
     def kwargs(self) -> dict:
         return {"BLOCK": self.block, "WHOLE_ROW": self.whole_row, "ROWS": self.rows,
-                "PREFETCH": self.programs is not None, "num_warps": self.num_warps}
+                "PREFETCH": self.programs is not None, "TAIL": self.tail, "num_warps": self.num_warps}
 
 
 def row_launch(n_cols: int, rows: int = 1, num_warps: int | None = None, programs: int | None = None,
-               gated: bool = False) -> RowLaunch:
+               gated: bool = False, split: bool = True) -> RowLaunch:
     """The row kernels' launch for rows of n_cols (a gated input is twice as wide): held whole
-    where a row fits _WHOLE_ROW_MAX, else walked in chunks of _CHUNK. By default one row to a
-    program, _VALUES_PER_THREAD input values a thread; bench/fp8_row_kernels.py times the others
-    against it."""
-    block = triton.next_power_of_2(n_cols)
-    if block > _WHOLE_ROW_MAX:
+    where a row fits _WHOLE_ROW_MAX, else walked in chunks of _CHUNK. A width that is not a power
+    of two is held as the largest power of two below it and a tail (`split`; without it, padded
+    to the next power of two). By default one row to a program, about _VALUES_PER_THREAD input
+    values a thread; bench/fp8_row_kernels.py times the others against it."""
+    padded = triton.next_power_of_2(n_cols)
+    if padded > _WHOLE_ROW_MAX:
         return RowLaunch(_CHUNK, False, num_warps=num_warps or 4)
-    values = rows * block * (2 if gated else 1)
-    return RowLaunch(block, True, rows, num_warps or max(4, min(32, values // (32 * _VALUES_PER_THREAD))), programs)
+    values = rows * padded * (2 if gated else 1)
+    warps = num_warps or max(4, min(32, values // (32 * _VALUES_PER_THREAD)))
+    block, tail = head_and_tail(n_cols) if split else (padded, 0)
+    return RowLaunch(block, True, rows, warps, programs, tail)
+
+
+def head_and_tail(n_cols: int) -> tuple[int, int]:
+    """n_cols as the largest power of two not above it and the power of two that covers the rest
+    (0 where nothing is left): 3,072 as 2,048 + 1,024, 9,728 as 8,192 + 2,048."""
+    head = 1 << (n_cols.bit_length() - 1)
+    return head, triton.next_power_of_2(n_cols - head) if n_cols > head else 0
 
 
 def act_and_mul_rows(gate_up: torch.Tensor, activation: str = "silu", launch: RowLaunch | None = None) -> QuantizedRows:
