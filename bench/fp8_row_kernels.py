@@ -110,7 +110,7 @@ def case_lines(name: str, kernel: str, activation: str | None, n_cols: int, kern
              f"| {name} | copy of the input | {x.numel() * 4 / copy_rate * 1e6:.1f} | {copy_rate / 1e9:,.0f} | "
              f"{copy_rate / cast_rate:.2f} | |"]
     gated = kernel == "gated"
-    default_launch = kernels.row_launch(n_cols, gated=gated)
+    default_launch = kernels.row_launch(n_cols, gated=gated, split=kernel != "quantize")
     want = run(default_launch)
     launches = [default_launch]
     if default_launch.whole_row:
@@ -119,8 +119,9 @@ def case_lines(name: str, kernel: str, activation: str | None, n_cols: int, kern
         padded = 1 << (n_cols - 1).bit_length()
         rows_per_block = [rows for rows in ROWS if rows * padded <= kernels._WHOLE_ROW_MAX]
         # A width not a power of two, padded to the next one as before the head-and-tail split.
-        if default_launch.tail:
-            launches += [kernels.row_launch(n_cols, num_warps=warps, gated=gated, split=False)
+        if default_launch.tail or 1 << (n_cols.bit_length() - 1) != n_cols:
+            split = not default_launch.tail  # the other way of holding the row
+            launches += [kernels.row_launch(n_cols, num_warps=warps, gated=gated, split=split)
                          for warps in (None, *WARPS)]
         launches += [kernels.row_launch(n_cols, rows, warps, gated=gated) for rows in rows_per_block for warps in WARPS]
         launches += [kernels.row_launch(n_cols, rows, warps, sms * per_sm, gated=gated) for rows in PREFETCH_ROWS

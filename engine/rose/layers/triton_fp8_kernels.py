@@ -35,9 +35,9 @@ _CHUNK = 1024  # columns per step of the two-pass kernels
 # Rows up to this many columns are held whole by one program (read once); longer ones are walked
 # twice in chunks. Past it a thread would hold more values than its registers.
 _WHOLE_ROW_MAX = 16384
-# Values of its input a thread holds in a row held whole: fewer warps leave too few loads in
-# flight, more add reduction steps for nothing (bench/fp8_row_kernels.py times both ways).
-_VALUES_PER_THREAD = 32
+# Most activated values a thread holds of a row held whole: past it they spill from registers;
+# below it, more warps only add reduction steps (bench/fp8_row_kernels.py times other counts).
+_VALUES_PER_THREAD = 96
 
 
 @triton.jit
@@ -365,14 +365,16 @@ def row_launch(n_cols: int, rows: int = 1, num_warps: int | None = None, program
     """The row kernels' launch for rows of n_cols (a gated input is twice as wide): held whole
     where a row fits _WHOLE_ROW_MAX, else walked in chunks of _CHUNK. A width that is not a power
     of two is held as the largest power of two below it and a tail (`split`; without it, padded
-    to the next power of two). By default one row to a program, about _VALUES_PER_THREAD input
-    values a thread; bench/fp8_row_kernels.py times the others against it."""
+    to the next power of two). By default one row to a program, the fewest warps (4 at least)
+    that hold it with at most _VALUES_PER_THREAD values a thread; bench/fp8_row_kernels.py times
+    the others against it. `gated` is kept for the callers: a gated row's two halves become one
+    activated value each, so a thread holds as many values either way."""
     padded = triton.next_power_of_2(n_cols)
     if padded > _WHOLE_ROW_MAX:
         return RowLaunch(_CHUNK, False, num_warps=num_warps or 4)
-    values = rows * padded * (2 if gated else 1)
-    warps = num_warps or max(4, min(32, values // (32 * _VALUES_PER_THREAD)))
     block, tail = head_and_tail(n_cols) if split else (padded, 0)
+    threads = triton.cdiv(rows * (block + tail), _VALUES_PER_THREAD)
+    warps = num_warps or max(4, min(32, triton.next_power_of_2(triton.cdiv(threads, 32))))
     return RowLaunch(block, True, rows, warps, programs, tail)
 
 
@@ -399,7 +401,8 @@ def _activation_rows(x: torch.Tensor, n_cols: int, act: int, gated: bool, launch
     rows = _empty_rows(num_rows, n_cols, x.device)
     if num_rows == 0:
         return rows
-    launch = launch or row_launch(n_cols, gated=gated)
+    # Quantizing alone computes nothing a padded lane could waste, and one block reduces faster than two.
+    launch = launch or row_launch(n_cols, gated=gated, split=act != _IDENTITY.value)
     _activation_rows_kernel[launch.grid(num_rows)](x, rows.values, rows.scales, num_rows, n_cols, ACT=act,
                                                    GATED=gated, **launch.kwargs())
     return rows
