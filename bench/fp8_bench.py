@@ -75,17 +75,19 @@ def plan_named(name: str) -> Fp8Plan | None:
     """One of PLANS, or firstN-lastM: the default's rules, without its width floor, with bf16 in
     the first N and the last M layers (M 1 where left out, as in first3), for any N and M; either
     followed by "+pooled" (the pooled tokens' rows of every FP8 linear bf16 as well:
-    bf16_pooled_tokens) and "+KIND" (a kind of linear, as o_proj: bf16 everywhere), as in
-    first3-last0+o_proj+pooled."""
+    bf16_pooled_tokens), "+KIND" (a kind of linear, as o_proj: bf16 everywhere) and "+nearest"
+    (weights rounded to nearest instead of by GPTQ), as in first3-last0+o_proj+pooled."""
     base, *extras = name.split("+")
     plan = PLANS.get(base)
     if plan is None and (match := _FIRST_LAST.fullmatch(base)) is not None:
         plan = replace(_EDGES, bf16_first_layers=int(match[1]), bf16_last_layers=int(match[2] or 1))
     for extra in extras:
-        if plan is None or extra not in ("pooled", *LINEAR_KINDS):
+        if plan is None or extra not in ("pooled", "nearest", *LINEAR_KINDS):
             return None
         if extra == "pooled":
             plan = replace(plan, bf16_pooled_tokens=True)
+        elif extra == "nearest":
+            plan = replace(plan, weight_rounding="nearest")
         else:
             plan = replace(plan, bf16_linears=(*plan.bf16_linears, extra))
     return plan
@@ -157,6 +159,26 @@ def engine_run(model: torch.nn.Module, is_causal: bool, pooling: str, docs: list
     return rate, vectors
 
 
+def calibration_embed(model: torch.nn.Module, is_causal: bool, pooling: str, args):
+    """What the engine hands quantize_model for GPTQ's calibration: texts -> vectors from the model
+    as it stands, eager (no graph may hold it unquantized), tokenized with the benchmark's tokenizer."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(args.tokenizer))
+    tokenizer.enable_truncation(MAX_SEQLEN)
+
+    def embed(texts: list[str]) -> np.ndarray:
+        seqs = [np.asarray(e.ids, dtype=np.int32) for e in tokenizer.encode_batch(texts)]
+        attention = make_attention_backend("auto", model.attention_shape(is_causal), torch.device("cuda"),
+                                           torch.bfloat16)
+        runner = ModelRunner(model, SentenceHead(pooling), attention, torch.device("cuda"),
+                             max_num_tokens=args.max_batch_tokens, max_num_seqs=args.max_batch_seqs,
+                             max_seqlen=MAX_SEQLEN, enforce_eager=True)
+        return run_ours(runner, seqs, args.max_batch_tokens, args.max_batch_seqs)
+
+    return embed
+
+
 @torch.inference_mode()
 def float32_vectors(model: torch.nn.Module, is_causal: bool, pooling: str, texts: list[np.ndarray], args) -> np.ndarray:
     """The texts' vectors from a float32 copy of the model, eager, exact attention (the reference)."""
@@ -200,7 +222,8 @@ def bench_shape(name: str, loads: dict, plans: list[str], args, rows: list[dict]
             print(f"  {plan_name:9s} no FP8 layer under this plan: the engine runs bf16", flush=True)
             continue
         model = copy.deepcopy(ours)
-        quantize_model(model, plan, pooling)
+        line = quantize_model(model, plan, pooling, calibration_embed(model, is_causal, pooling, args))
+        print(f"  {plan_name}: {line}", flush=True)
         rate, vectors = engine_run(model, is_causal, pooling, docs, texts, args)
         del model
         rows.append(dict(base, run=plan_name, num_fp8=num_fp8, rate=rate, ceiling=ceilings[plan.fast_accumulation],

@@ -80,9 +80,10 @@ def main() -> None:
             n, *extras = entry.split("+")
             plan = plan_named(f"first{n}-last0" + "".join(f"+{extra}" for extra in extras))
             if plan is None:
-                parser.error(f"--first-layers: {entry!r} is not N followed by +pooled or +KIND suffixes")
+                parser.error(f"--first-layers: {entry!r} is not N followed by +pooled, +nearest or +KIND suffixes")
             label = f"first {n} layers bf16" + "".join(
-                ", pooled tokens' rows bf16" if extra == "pooled" else f", {extra} bf16" for extra in extras)
+                ", pooled tokens' rows bf16" if extra == "pooled" else ", weights rounded to nearest"
+                if extra == "nearest" else f", {extra} bf16" for extra in extras)
             plans[label] = plan
     reference = engine.embed(texts)
     float32_model = engine.runner.model
@@ -91,7 +92,7 @@ def main() -> None:
         # The plan's linears swapped in place and back, not a copy of the model: the 4B shape in
         # float32 fills most of a 24 GiB host on its own.
         originals = {name: float32_model.get_submodule(name) for name in fp8_linear_names(float32_model, plan)}
-        line = quantize_model(float32_model, plan, engine.runner.head.pooling)
+        line = quantize_model(float32_model, plan, engine.runner.head.pooling, engine.embed)
         try:
             cos = cosines(engine.embed(texts), reference)
         finally:

@@ -1,6 +1,7 @@
 """FP8's quality on a real checkpoint, on the CPU: the default model (all-MiniLM-L6-v2) with the
 scheme simulated exactly (engine/rose/layers/fp8.py: weights and activations round-tripped
-through e4m3 with the GPU path's scales, products in float32) against its float32 self, on the
+through e4m3 with the GPU path's scales, the weights' values chosen by GPTQ on the built-in texts
+as the engine chooses them, products in float32) against its float32 self, on the
 shared workload's real texts. Bounds (docs/fp8.md): min cosine >= 0.995 over 2,000 paragraphs;
 top-10 neighbours of 200 queries among them >= 0.9 the float32 model's.
 
@@ -51,7 +52,7 @@ def vectors():
     passages, queries = texts[:2000], [" ".join(t.split()[:12]) for t in texts[2000:]]
     engine = Engine(EngineConfig(device="cpu", dtype="float32"))
     reference = engine.embed(passages), engine.embed(queries)
-    line = quantize_model(engine.runner.model, SIMULATED)
+    line = quantize_model(engine.runner.model, SIMULATED, engine.runner.head.pooling, engine.embed)
     assert line.startswith("FP8: 12 of 24 linear layers"), line  # qkv, up and down of layers 1-4
     return reference[0], engine.embed(passages), reference[1], engine.embed(queries)
 

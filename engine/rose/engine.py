@@ -100,20 +100,24 @@ class Engine(ModelView):
         head = head_for(self.spec, state).to(self.device)
         del state  # the model and the head hold what they need of it
         model = model.to(device=self.device, dtype=self.dtype).eval()
-        if config.quantization == "fp8":
-            logger.info("%s", quantize_model(model, config.fp8_plan, getattr(head, "pooling", None)))
         fused.set_fused_kernels(config.fused_kernels)
         shape = model.attention_shape(self.spec.is_causal).bounded_by(self.spec.max_seq_len)
         attention = make_attention_backend(config.attention_backend, shape, self.device, self.dtype)
-        self.runner = ModelRunner(
-            model, head, attention, self.device,
-            max_num_tokens=config.max_batch_tokens, max_num_seqs=config.max_batch_seqs,
-            max_seqlen=self.spec.max_seq_len, enforce_eager=config.enforce_eager,
-        )
+        self.runner = self._runner(model, head, attention, config.enforce_eager or config.quantization == "fp8")
+        if config.quantization == "fp8":
+            # GPTQ calibrates on the model as loaded, run eagerly: no graph may hold it unquantized.
+            logger.info("%s", quantize_model(model, config.fp8_plan, getattr(head, "pooling", None), self.embed))
+            self.runner = self._runner(model, head, attention, config.enforce_eager)
         if config.quantization == "int8":
             logger.info("%s", int8_plan.quantize_model(model, self.embed))  # calibrates on the model as loaded
             if not config.enforce_eager:
                 self.runner.model = CompiledInt8Model(model, attention)
+
+    def _runner(self, model: torch.nn.Module, head, attention, enforce_eager: bool) -> ModelRunner:
+        config = self.config
+        return ModelRunner(model, head, attention, self.device, max_num_tokens=config.max_batch_tokens,
+                           max_num_seqs=config.max_batch_seqs, max_seqlen=self.spec.max_seq_len,
+                           enforce_eager=enforce_eager)
 
     def _refuse_quantization(self, config: EngineConfig) -> None:
         """ValueError naming what --quantization needs that this model, device or dtype lacks."""

@@ -26,13 +26,21 @@ measurements behind each default and how to measure them again):
   them: the vector is that token's final state, and its own path carries much of the rounding
   that reaches it (engine/rose/layers/fp8.py's PooledTokens), for one GEMM row per segment;
 - a layer whose shape torch._scaled_mm cannot take stays bf16.
+
+Each FP8 weight's e4m3 value is chosen by GPTQ (`weight_rounding`, engine/rose/fp8_gptq.py)
+where the caller can run the unquantized model on texts, else rounded to nearest.
 """
 
 from __future__ import annotations
 
+import time
+from typing import Callable
+
+import torch
 from torch import nn
 
 from engine.config import Fp8Plan
+from engine.rose.fp8_gptq import calibration_texts, gptq_rows, input_second_moments
 from engine.rose.layers.fp8 import Fp8Linear, PooledTokens, fits_fp8
 from engine.rose.layers.pooling import ONE_TOKEN_MODES
 from engine.rose.module_swap import replace_submodule
@@ -76,15 +84,24 @@ def pooled_tokens_of(model: nn.Module) -> PooledTokens | None:
     return getattr(model, "fp8_pooled_tokens", None)
 
 
-def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan(), pooling: str | None = None) -> str:
+def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan(), pooling: str | None = None,
+                   embed: Callable[[list[str]], object] | None = None) -> str:
     """Replace the linear layers the plan names by Fp8Linear, in place, after the model's last
     move to its device and dtype; returns a line for the log that says what runs FP8. `pooling`
-    is the sentence head's mode (bf16_pooled_tokens applies to one-token modes)."""
+    is the sentence head's mode (bf16_pooled_tokens applies to one-token modes). `embed` runs
+    the still unquantized model on texts, for GPTQ's calibration; without it (or with the plan's
+    weight_rounding "nearest") each weight is rounded to nearest."""
     names = fp8_linear_names(model, plan)
     pooled = pooled_tokens_for(model, plan, pooling) if names else None
-    model.fp8_pooled_tokens = pooled
+    model.fp8_pooled_tokens = None  # calibration runs the model as it was
+    gptq = plan.weight_rounding == "gptq" and embed is not None and bool(names)
+    started = time.perf_counter()
+    moments = input_second_moments(model, names, embed, calibration_texts()) if gptq else {}
     for name in names:
-        replace_submodule(model, name, Fp8Linear(model.get_submodule(name), plan.fast_accumulation, pooled))
+        linear = model.get_submodule(name)
+        rows = gptq_rows(linear.weight.detach().to(torch.bfloat16), moments[name]) if name in moments else None
+        replace_submodule(model, name, Fp8Linear(linear, plan.fast_accumulation, pooled, rows))
+    model.fp8_pooled_tokens = pooled
     total = sum(isinstance(m, (nn.Linear, Fp8Linear)) for m in model.layers.modules())
     if not names:
         return (f"FP8: no linear layer runs FP8 (hidden size below {plan.min_hidden_size}, where FP8 does not pay, "
@@ -97,7 +114,9 @@ def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan(), pooling: str | N
     elif plan.bf16_pooled_tokens:
         kept += (f"; the pooled tokens' rows run FP8 too: keeping them bf16 needs one-token pooling (this model's: "
                  f"{pooling}) in a model whose producers support it ({type(model).__name__})")
+    rounding = (f"weights rounded by GPTQ on {len(calibration_texts())} built-in texts in "
+                f"{time.perf_counter() - started:.1f} s" if gptq else "weights rounded to nearest")
     return (f"FP8: {len(names)} of {total} linear layers run as e4m3 GEMMs ({', '.join(kinds)}; per-token activation "
-            f"and per-channel weight scales, {accumulation} accumulation); the others stay bf16 (the first "
-            f"{plan.bf16_first_layers} and last {plan.bf16_last_layers} layer(s), o_proj below hidden size "
+            f"and per-channel weight scales, {rounding}, {accumulation} accumulation); the others stay bf16 (the "
+            f"first {plan.bf16_first_layers} and last {plan.bf16_last_layers} layer(s), o_proj below hidden size "
             f"{plan.attention_output_min_hidden_size}{kept})")

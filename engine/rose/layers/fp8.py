@@ -91,17 +91,22 @@ class Fp8Linear(nn.Module):
     The output is in the dtype the linear had (bf16 on a GPU). Build it after the model's last
     dtype change: Module.to(dtype) would turn its e4m3 weight back into that dtype.
 
+    `weight_rows` are the weight's e4m3 values and scales [N, 1] where they were chosen
+    elsewhere (GPTQ); without them each weight is rounded to nearest.
+
     Given `pooled`, it also keeps the unquantized weight and computes the pooled tokens' rows
     from their unquantized inputs (QuantizedRows.pooled, or the tensor's rows), in place of
     the FP8 GEMM's rows for them.
     """
 
-    def __init__(self, linear: nn.Linear, fast_accumulation: bool = True, pooled: PooledTokens | None = None):
+    def __init__(self, linear: nn.Linear, fast_accumulation: bool = True, pooled: PooledTokens | None = None,
+                 weight_rows: QuantizedRows | None = None):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.out_dtype = linear.weight.dtype
         self.fast_accumulation = fast_accumulation
-        rows = quantize_rows_reference(linear.weight.detach().to(torch.bfloat16))
+        # The weight's e4m3 rows as given (GPTQ's, engine/rose/fp8_gptq.py), else rounded to nearest.
+        rows = weight_rows or quantize_rows_reference(linear.weight.detach().to(torch.bfloat16))
         self.register_buffer("weight", rows.values)  # [N, K] e4m3
         self.register_buffer("weight_scale", rows.scales.reshape(1, -1).contiguous())  # [1, N] float32
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
