@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+from dataclasses import replace
 
 from engine.config import Fp8Plan
 
@@ -100,14 +101,25 @@ FP8_BF16_LAYERS_HELP = (f"with --quantization fp8: layers at the start of the mo
                         "(docs/fp8.md measures the trade)")
 
 
-def fp8_plan_of(quantization: str | None, bf16_layers: int | None) -> Fp8Plan:
-    """The FP8 plan --fp8-bf16-layers asks for (the default where not given); ValueError where it
-    is given without --quantization fp8, which it would silently not affect."""
-    if bf16_layers is None:
-        return Fp8Plan()
-    if quantization != "fp8":
-        raise ValueError("argument --fp8-bf16-layers: applies to --quantization fp8 only")
-    return Fp8Plan(bf16_first_layers=bf16_layers)
+FP8_WEIGHT_ROUNDINGS = ("gptq", "nearest")
+FP8_WEIGHT_ROUNDING_HELP = (f"with --quantization fp8: how each weight's e4m3 value is chosen (default "
+                            f"{Fp8Plan.weight_rounding}). gptq: against the layer's inputs on built-in texts, "
+                            "at load (seconds, more for large models), vectors closer to bf16's; nearest: each "
+                            "weight rounded on its own, no calibration (docs/fp8.md)")
+
+
+def fp8_plan_of(quantization: str | None, bf16_layers: int | None, weight_rounding: str | None = None) -> Fp8Plan:
+    """The FP8 plan --fp8-bf16-layers and --fp8-weight-rounding ask for (the default where not
+    given); ValueError where one is given without --quantization fp8, which it would silently not affect."""
+    plan = Fp8Plan()
+    for flag, value, field in (("--fp8-bf16-layers", bf16_layers, "bf16_first_layers"),
+                               ("--fp8-weight-rounding", weight_rounding, "weight_rounding")):
+        if value is None:
+            continue
+        if quantization != "fp8":
+            raise ValueError(f"argument {flag}: applies to --quantization fp8 only")
+        plan = replace(plan, **{field: value})
+    return plan
 
 
 def _check_visible(names: tuple[str, ...]) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 from engine.config import LONG_INPUT_MODES, POOLING_MODES, EngineConfig
 from engine.rose.quantization_support import QUANTIZATIONS
 from server.cli_help import hidden_alias
-from server.cli_values import (DTYPES, FP8_BF16_LAYERS_HELP, device, fp8_plan_of, positive_int, quantization_refusal,
-                               whole_number)
+from server.cli_values import (DTYPES, FP8_BF16_LAYERS_HELP, FP8_WEIGHT_ROUNDING_HELP, FP8_WEIGHT_ROUNDINGS, device,
+                               fp8_plan_of, positive_int, quantization_refusal, whole_number)
 
 _DEFAULT_CHUNK_SIZE = 10_000  # corpus.job.DEFAULT_CHUNK_SIZE, kept here so --help imports no torch
 
@@ -78,6 +78,8 @@ def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
                             "BERT family and Qwen3 embedders (docs/fp8.md). int8: int8 linear layers on a CPU "
                             "with AVX512-VNNI or AMX, compiled at start (docs/cpu-int8.md). Default: none")
     model.add_argument("--fp8-bf16-layers", type=whole_number, default=None, metavar="N", help=FP8_BF16_LAYERS_HELP)
+    model.add_argument("--fp8-weight-rounding", choices=FP8_WEIGHT_ROUNDINGS, default=None,
+                       help=FP8_WEIGHT_ROUNDING_HELP)
     model.add_argument("--attention", choices=["causal", "bidirectional"], default=None,
                        help="override the checkpoint's attention mask (default: from the checkpoint)")
     model.add_argument("--pooling", choices=POOLING_MODES, default=None,
@@ -100,7 +102,7 @@ def run(args: argparse.Namespace) -> None:
     if args.quantization is not None:
         _refuse_quantization_where_it_cannot_run(args)
     try:
-        fp8_plan = fp8_plan_of(args.quantization, args.fp8_bf16_layers)
+        fp8_plan = fp8_plan_of(args.quantization, args.fp8_bf16_layers, args.fp8_weight_rounding)
     except ValueError as exc:
         _usage_error(str(exc))
     try:

@@ -131,3 +131,27 @@ def test_embed_refuses_fp8_bf16_layers_without_fp8(tmp_path):
     assert done.stderr.splitlines() == ["rose-embed embed: error: argument --fp8-bf16-layers: applies to "
                                         "--quantization fp8 only"]
     assert not (tmp_path / "out.npy").exists()
+
+
+def test_fp8_weight_rounding_sets_the_plan_and_needs_fp8(monkeypatch, capsys):
+    _pretend_gpu(monkeypatch, (9, 0))
+    assert _config("--quantization", "fp8").engine.fp8_plan.weight_rounding == "gptq"
+    plan = _config("--quantization", "fp8", "--fp8-weight-rounding", "nearest", "--fp8-bf16-layers", "2").engine.fp8_plan
+    assert plan == replace(Fp8Plan(), weight_rounding="nearest", bf16_first_layers=2)
+    with pytest.raises(ValueError) as exc:
+        _config("--fp8-weight-rounding", "nearest")
+    assert str(exc.value) == "argument --fp8-weight-rounding: applies to --quantization fp8 only"
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["serve", "--fp8-weight-rounding", "stochastic"])
+    assert exit_.value.code == 2
+    assert "argument --fp8-weight-rounding: invalid choice: 'stochastic'" in capsys.readouterr().err
+
+
+def test_embed_refuses_fp8_weight_rounding_without_fp8(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "server", "embed", "in.jsonl", "-o", "out.npy",
+                           "--fp8-weight-rounding", "nearest"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env={"PYTHONPATH": str(REPO), "PATH": ""})
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == ["rose-embed embed: error: argument --fp8-weight-rounding: applies to "
+                                        "--quantization fp8 only"]
+    assert not (tmp_path / "out.npy").exists()
