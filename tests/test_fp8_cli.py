@@ -155,3 +155,26 @@ def test_embed_refuses_fp8_weight_rounding_without_fp8(tmp_path):
     assert done.stderr.splitlines() == ["rose-embed embed: error: argument --fp8-weight-rounding: applies to "
                                         "--quantization fp8 only"]
     assert not (tmp_path / "out.npy").exists()
+
+
+def test_embed_hands_both_fp8_flags_to_the_engine(monkeypatch, tmp_path):
+    import corpus.engine_setup
+    from server.__main__ import main
+
+    _pretend_gpu(monkeypatch, (9, 0))
+    path = config_only_model(tmp_path / "model", {"model_type": "bert", "hidden_size": 64,
+                                                  "max_position_embeddings": 512})
+    (tmp_path / "in.jsonl").write_text('{"text": "a"}\n')
+    built = {}
+
+    def build_engine(**options):  # stops the job where the weights would load
+        built.update(options)
+        raise ValueError("stopped before loading")
+
+    monkeypatch.setattr(corpus.engine_setup, "build_engine", build_engine)
+    with pytest.raises(SystemExit):
+        main(["embed", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out.npy"), "--model", str(path),
+              "--devices", "cuda", "--quantization", "fp8", "--fp8-weight-rounding", "nearest",
+              "--fp8-bf16-layers", "2"])
+    assert built["fp8_plan"] == replace(Fp8Plan(), weight_rounding="nearest", bf16_first_layers=2)
+    assert not (tmp_path / "out.npy").exists()
