@@ -106,7 +106,9 @@ class Fp8Linear(nn.Module):
         self.out_dtype = linear.weight.dtype
         self.fast_accumulation = fast_accumulation
         # The weight's e4m3 rows as given (GPTQ's, engine/rose/fp8_gptq.py), else rounded to nearest.
-        rows = weight_rows or quantize_rows_reference(linear.weight.detach().to(torch.bfloat16))
+        rows = weight_rows
+        if rows is None:
+            rows = quantize_rows_reference(linear.weight.detach().to(torch.bfloat16))
         self.register_buffer("weight", rows.values)  # [N, K] e4m3
         self.register_buffer("weight_scale", rows.scales.reshape(1, -1).contiguous())  # [1, N] float32
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
