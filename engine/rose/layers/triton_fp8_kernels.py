@@ -265,6 +265,19 @@ def _load_block(x_ptr, block, num_rows, n_cols, in_cols, first_col, GATED: tl.co
 
 
 @triton.jit
+def _load_whole_rows(x_ptr, block, num_rows, n_cols, in_cols, GATED: tl.constexpr, ROWS: tl.constexpr,
+                     BLOCK: tl.constexpr, TAIL: tl.constexpr):
+    """A block of rows held whole: its first BLOCK columns and, with TAIL, the TAIL after them
+    (without, the tail's names repeat the first block's and go unused)."""
+    rows, cols, mask, x, up = _load_block(x_ptr, block, num_rows, n_cols, in_cols, 0, GATED, ROWS, BLOCK)
+    tail_cols, tail_mask, tail_x, tail_up = cols, mask, x, up
+    if TAIL:
+        _, tail_cols, tail_mask, tail_x, tail_up = _load_block(x_ptr, block, num_rows, n_cols, in_cols, BLOCK, GATED,
+                                                               ROWS, TAIL)
+    return rows, cols, mask, x, up, tail_cols, tail_mask, tail_x, tail_up
+
+
+@triton.jit
 def _activate_and_store(x, up, tail_x, tail_up, rows, cols, mask, tail_cols, tail_mask, num_rows, n_cols, q_ptr,
                         scale_ptr, ACT: tl.constexpr, GATED: tl.constexpr, TAIL: tl.constexpr):
     """Rows held whole, as a block of columns and, with TAIL, a block after it: activated, their
@@ -294,30 +307,18 @@ def _activation_rows_kernel(x_ptr, q_ptr, scale_ptr, num_rows, n_cols, ACT: tl.c
     in_cols = 2 * n_cols if GATED else n_cols
     if WHOLE_ROW and PREFETCH:
         step = tl.num_programs(0)
-        rows, cols, mask, x, up = _load_block(x_ptr, tl.program_id(0), num_rows, n_cols, in_cols, 0, GATED, ROWS,
-                                              BLOCK)
-        tail_cols, tail_mask, tail_x, tail_up = cols, mask, x, up
-        if TAIL:
-            _, tail_cols, tail_mask, tail_x, tail_up = _load_block(x_ptr, tl.program_id(0), num_rows, n_cols, in_cols,
-                                                                   BLOCK, GATED, ROWS, TAIL)
+        rows, cols, mask, x, up, tail_cols, tail_mask, tail_x, tail_up = _load_whole_rows(
+            x_ptr, tl.program_id(0), num_rows, n_cols, in_cols, GATED, ROWS, BLOCK, TAIL)
         for block in range(tl.program_id(0), tl.cdiv(num_rows, ROWS), step):
-            next_rows, next_cols, next_mask, next_x, next_up = _load_block(
-                x_ptr, block + step, num_rows, n_cols, in_cols, 0, GATED, ROWS, BLOCK)
-            next_tail_cols, next_tail_mask, next_tail_x, next_tail_up = next_cols, next_mask, next_x, next_up
-            if TAIL:
-                _, next_tail_cols, next_tail_mask, next_tail_x, next_tail_up = _load_block(
-                    x_ptr, block + step, num_rows, n_cols, in_cols, BLOCK, GATED, ROWS, TAIL)
+            (next_rows, next_cols, next_mask, next_x, next_up, next_tail_cols, next_tail_mask, next_tail_x,
+             next_tail_up) = _load_whole_rows(x_ptr, block + step, num_rows, n_cols, in_cols, GATED, ROWS, BLOCK, TAIL)
             _activate_and_store(x, up, tail_x, tail_up, rows, cols, mask, tail_cols, tail_mask, num_rows, n_cols,
                                 q_ptr, scale_ptr, ACT, GATED, TAIL)
             rows, cols, mask, x, up = next_rows, next_cols, next_mask, next_x, next_up
             tail_cols, tail_mask, tail_x, tail_up = next_tail_cols, next_tail_mask, next_tail_x, next_tail_up
     elif WHOLE_ROW:
-        rows, cols, mask, x, up = _load_block(x_ptr, tl.program_id(0), num_rows, n_cols, in_cols, 0, GATED, ROWS,
-                                              BLOCK)
-        tail_cols, tail_mask, tail_x, tail_up = cols, mask, x, up
-        if TAIL:
-            _, tail_cols, tail_mask, tail_x, tail_up = _load_block(x_ptr, tl.program_id(0), num_rows, n_cols, in_cols,
-                                                                   BLOCK, GATED, ROWS, TAIL)
+        rows, cols, mask, x, up, tail_cols, tail_mask, tail_x, tail_up = _load_whole_rows(
+            x_ptr, tl.program_id(0), num_rows, n_cols, in_cols, GATED, ROWS, BLOCK, TAIL)
         _activate_and_store(x, up, tail_x, tail_up, rows, cols, mask, tail_cols, tail_mask, num_rows, n_cols, q_ptr,
                             scale_ptr, ACT, GATED, TAIL)
     else:
