@@ -36,11 +36,10 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-import torch
 from torch import nn
 
 from engine.config import Fp8Plan
-from engine.rose.fp8_gptq import calibration_texts, gptq_rows, input_second_moments
+from engine.rose.fp8_gptq import calibration_texts, gptq_weights
 from engine.rose.layers.fp8 import Fp8Linear, PooledTokens, fits_fp8
 from engine.rose.layers.pooling import ONE_TOKEN_MODES
 from engine.rose.module_swap import replace_submodule
@@ -96,10 +95,10 @@ def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan(), pooling: str | N
     model.fp8_pooled_tokens = None  # calibration runs the model as it was
     gptq = plan.weight_rounding == "gptq" and embed is not None and bool(names)
     started = time.perf_counter()
-    moments = input_second_moments(model, names, embed, calibration_texts()) if gptq else {}
+    rounded = gptq_weights(model, names, embed, calibration_texts()) if gptq else None
     for name in names:
         linear = model.get_submodule(name)
-        rows = gptq_rows(linear.weight.detach().to(torch.bfloat16), moments[name]) if name in moments else None
+        rows = rounded.rows[name] if rounded is not None else None
         replace_submodule(model, name, Fp8Linear(linear, plan.fast_accumulation, pooled, rows))
     model.fp8_pooled_tokens = pooled
     total = sum(isinstance(m, (nn.Linear, Fp8Linear)) for m in model.layers.modules())
@@ -115,7 +114,8 @@ def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan(), pooling: str | N
         kept += (f"; the pooled tokens' rows run FP8 too: keeping them bf16 needs one-token pooling (this model's: "
                  f"{pooling}) in a model whose producers support it ({type(model).__name__})")
     rounding = (f"weights rounded by GPTQ on {len(calibration_texts())} built-in texts in "
-                f"{time.perf_counter() - started:.1f} s" if gptq else "weights rounded to nearest")
+                f"{time.perf_counter() - started:.1f} s ({rounded.timing()})" if rounded is not None
+                else "weights rounded to nearest")
     return (f"FP8: {len(names)} of {total} linear layers run as e4m3 GEMMs ({', '.join(kinds)}; per-token activation "
             f"and per-channel weight scales, {rounding}, {accumulation} accumulation); the others stay bf16 (the "
             f"first {plan.bf16_first_layers} and last {plan.bf16_last_layers} layer(s), o_proj below hidden size "
