@@ -28,6 +28,8 @@ from engine.model_files.model_view import ModelView
 
 logger = logging.getLogger("rose_embed.engine")
 
+# The second warm-up batch on the CPU: enough sequences to run every path a batch of many takes.
+CPU_WARM_UP_SEQS = 64
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -143,7 +145,8 @@ class Engine(ModelView):
         return self.runner.execute(batch)
 
     def warm_up(self) -> None:
-        """Run a small and a full-budget batch so that first requests pay no setup cost.
+        """Run a small and a full-budget batch (on the CPU a batch of CPU_WARM_UP_SEQS) so that
+        first requests pay no setup cost.
 
         With attention_backend auto on CUDA the attention backends are timed first, per
         class of batch (engine/rose/layers/attention_choice.py). On CUDA each batch runs twice:
@@ -158,6 +161,10 @@ class Engine(ModelView):
         started = time.perf_counter()
         seq = np.full(min(self.spec.max_seq_len, 16), 100, dtype=np.int32)
         num = max(1, min(self.config.max_batch_seqs, self.config.max_batch_tokens // len(seq)))
+        if self.device.type == "cpu" and not isinstance(self.runner.model, CompiledInt8Model):
+            # Nothing on the CPU is captured or tuned per batch size: a full-budget batch would
+            # spend seconds of every start computing nothing a smaller one does not set up.
+            num = min(num, CPU_WARM_UP_SEQS)
         graphs = self.runner.graphs
         repeats = 2 * graphs.num_slots if graphs is not None else 1  # per slot: eager, then capture
         for seqs in ([seq], [seq] * num):
