@@ -45,9 +45,9 @@ PLANS = {  # label -> plan (MiniLM is narrower than FP8 pays for: every plan her
     "edge layers bf16": _EDGES,
     "edge layers bf16, o_proj FP8": replace(_EDGES, attention_output_min_hidden_size=0),
     "two edge layers each end bf16": replace(_EDGES, bf16_first_layers=2, bf16_last_layers=2),
-    "first layer bf16, last FP8": replace(_EDGES, bf16_last_layers=0),
+    "first layer bf16, last FP8 (the engine's rules at this width)": replace(Fp8Plan(), min_hidden_size=0),
     "first two layers bf16, last FP8": replace(Fp8Plan(), min_hidden_size=0, bf16_first_layers=2),
-    "first three layers bf16, last FP8 (the engine's rules)": replace(Fp8Plan(), min_hidden_size=0),
+    "first three layers bf16, last FP8": replace(Fp8Plan(), min_hidden_size=0, bf16_first_layers=3),
     "first three layers bf16, last bf16": replace(_EDGES, bf16_first_layers=3),
 }
 

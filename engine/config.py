@@ -23,13 +23,21 @@ class ModelOverrides:
     kind: str | None = None  # "embed" | "rerank" (engine/model_files/reranker.py reads it from the files)
 
 
+# Layers at the start of a model kept bf16 where Fp8Plan leaves the count to the model's width.
+NARROW_BF16_FIRST_LAYERS = 1
+WIDE_BF16_FIRST_LAYERS = 3
+
+
 @dataclass(frozen=True)
 class Fp8Plan:
     """Which linear layers --quantization fp8 turns to FP8 (engine/rose/fp8_plan.py says why each
     rule; docs/fp8.md has the measurements behind the defaults, which are the engine's)."""
 
     min_hidden_size: int = 1024  # narrower models stay bf16: FP8 does not pay on them (measured on BERT-base)
-    bf16_first_layers: int = 3  # layers at the start of the stack that stay bf16 (engine/rose/fp8_plan.py says why)
+    # layers at the start of the stack that stay bf16; None: by the model's width,
+    # NARROW_BF16_FIRST_LAYERS below attention_output_min_hidden_size, WIDE_BF16_FIRST_LAYERS from
+    # it (engine/rose/fp8_plan.py says why)
+    bf16_first_layers: int | None = None
     bf16_last_layers: int = 0  # and at its end
     bf16_linears: tuple[str, ...] = ()  # kinds of linear layer (qkv_proj, down_proj, ...) that stay bf16 everywhere
     # models that pool one token (last-token, CLS) compute its rows of every FP8 linear in bf16 too

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.rose.batch import pack
-from engine.config import Fp8Plan
-from engine.rose.fp8_plan import fp8_linear_names, quantize_model
+from engine.config import NARROW_BF16_FIRST_LAYERS, WIDE_BF16_FIRST_LAYERS, Fp8Plan
+from engine.rose.fp8_plan import bf16_first_layers, fp8_linear_names, quantize_model
 from engine.rose.layers.attention import SDPAPerSequenceBackend
 from engine.rose.layers.fp8 import Fp8Linear, wants_rows
 from engine.rose.layers.pooling import pooled_token_rows
@@ -92,9 +92,21 @@ def test_the_plan_keeps_narrow_models_edge_layers_and_narrow_attention_outputs_b
                                                       "mlp.down_proj")]
 
 
+def test_the_first_layers_kept_bf16_follow_the_width_unless_counted():
+    narrow = Fp8Plan(min_hidden_size=0, attention_output_min_hidden_size=1024)
+    assert bf16_first_layers(narrow, 512) == NARROW_BF16_FIRST_LAYERS == 1
+    assert bf16_first_layers(narrow, 1024) == WIDE_BF16_FIRST_LAYERS == 3
+    assert bf16_first_layers(replace(narrow, bf16_first_layers=0), 1024) == 0
+    wide_model = _bert(layers=5, hidden=128)
+    wide = fp8_linear_names(wide_model, replace(narrow, attention_output_min_hidden_size=128))
+    assert wide == [f"layers.{i}.{name}" for i in (3, 4) for name in ("qkv_proj", "o_proj", "up_proj", "down_proj")]
+    assert fp8_linear_names(wide_model, narrow) == [f"layers.{i}.{name}" for i in (1, 2, 3, 4)
+                                                    for name in ("qkv_proj", "up_proj", "down_proj")]
+
+
 def test_the_plan_keeps_the_first_three_layers_bf16_and_whole_kinds_on_request():
     wide = _bert(layers=5, hidden=512)
-    plan = Fp8Plan(min_hidden_size=512)  # the engine's rules but the width floor (o_proj bf16 at this width)
+    plan = Fp8Plan(min_hidden_size=512, bf16_first_layers=3)  # o_proj bf16 at this width
     assert fp8_linear_names(wide, plan) == [f"layers.{i}.{name}" for i in (3, 4)
                                             for name in ("qkv_proj", "up_proj", "down_proj")]
     plan = replace(plan, bf16_last_layers=1)

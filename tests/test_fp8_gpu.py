@@ -237,7 +237,8 @@ def test_the_default_model_in_fp8_is_its_simulation():
     path = resolve_model_dir(None)[0]
     if not (path / "model.safetensors").is_file():
         pytest.skip(f"the default model's weights are not in {path}")
-    plan = replace(Fp8Plan(), min_hidden_size=0, weight_rounding="nearest")
+    # Three bf16 layers, as wider models keep: nearest rounding holds the bound with them.
+    plan = replace(Fp8Plan(), min_hidden_size=0, bf16_first_layers=3, weight_rounding="nearest")
     texts = load_texts(500)
     simulation = Simulation(path, plan, texts)
     engine = _engine(path, device="cuda", quantization="fp8", fp8_plan=plan)

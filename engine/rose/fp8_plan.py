@@ -10,10 +10,14 @@ measurements behind each default and how to measure them again):
   without the GEMM's epilogue) cost: BERT-base's width ran slower in FP8 than in bf16;
 - the first `bf16_first_layers` and last `bf16_last_layers` layers stay bf16: a rounding
   error made early passes through every later layer, so the first layers cost the most
-  quality per layer and little of the time. The last layer stays FP8: in bf16 it bought
-  nothing measurable on the Qwen3 shapes, and the simulated MiniLM held the quality bound with
-  it in FP8. `bf16_linears` keeps whole kinds of linear bf16 instead; the benchmark's plans
-  measure what each buys;
+  quality per layer and little of the time. By default the count follows the width: one layer
+  on models narrower than `attention_output_min_hidden_size` (their o_proj stays bf16 too, and
+  with GPTQ the Qwen3-0.6B shape holds the quality bounds with one, where each more bf16 layer
+  costs it speed it cannot spare), three on wider ones (the Qwen3-4B shape's vectors move
+  twice as far with one as with three). The last layer stays FP8: in bf16 it bought nothing
+  measurable on the Qwen3 shapes, and the simulated MiniLM held the quality bound with it in
+  FP8. `bf16_linears` keeps whole kinds of linear bf16 instead; the benchmark's plans measure
+  what each buys;
 - the attention's output projection (o_proj) stays bf16 on models narrower than
   `attention_output_min_hidden_size`. Its input comes from the attention kernels, which cannot
   quantize it (a row's scale needs every head of the token), so FP8 there needs a quantizing
@@ -38,7 +42,7 @@ from typing import Callable
 
 from torch import nn
 
-from engine.config import Fp8Plan
+from engine.config import NARROW_BF16_FIRST_LAYERS, WIDE_BF16_FIRST_LAYERS, Fp8Plan
 from engine.rose.fp8_gptq import calibration_texts, gptq_weights
 from engine.rose.layers.fp8 import Fp8Linear, PooledTokens, fits_fp8
 from engine.rose.layers.pooling import ONE_TOKEN_MODES
@@ -49,17 +53,30 @@ def is_attention_output(name: str) -> bool:
     return name.rsplit(".", 1)[-1] == "o_proj"
 
 
+def hidden_size_of(model: nn.Module) -> int:
+    return next(m.out_features for n, m in model.layers[0].named_modules() if is_attention_output(n))
+
+
+def bf16_first_layers(plan: Fp8Plan, hidden_size: int) -> int:
+    """How many layers at the start of a model this wide the plan keeps bf16."""
+    if plan.bf16_first_layers is not None:
+        return plan.bf16_first_layers
+    wide = hidden_size >= plan.attention_output_min_hidden_size
+    return WIDE_BF16_FIRST_LAYERS if wide else NARROW_BF16_FIRST_LAYERS
+
+
 def fp8_linear_names(model: nn.Module, plan: Fp8Plan) -> list[str]:
     """The names (as model.named_modules gives them) of the linear layers the plan turns to FP8."""
     layers = list(model.layers)
     if not layers:
         return []
-    hidden_size = next(m.out_features for n, m in layers[0].named_modules() if is_attention_output(n))
+    hidden_size = hidden_size_of(model)
     if hidden_size < plan.min_hidden_size:
         return []
+    first = bf16_first_layers(plan, hidden_size)
     names = []
     for index, layer in enumerate(layers):
-        if index < plan.bf16_first_layers or index >= len(layers) - plan.bf16_last_layers:
+        if index < first or index >= len(layers) - plan.bf16_last_layers:
             continue
         for name, module in layer.named_modules():
             if not fits_fp8(module) or name.rsplit(".", 1)[-1] in plan.bf16_linears:
@@ -118,5 +135,6 @@ def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan(), pooling: str | N
                 else "weights rounded to nearest")
     return (f"FP8: {len(names)} of {total} linear layers run as e4m3 GEMMs ({', '.join(kinds)}; per-token activation "
             f"and per-channel weight scales, {rounding}, {accumulation} accumulation); the others stay bf16 (the "
-            f"first {plan.bf16_first_layers} and last {plan.bf16_last_layers} layer(s), o_proj below hidden size "
+            f"first {bf16_first_layers(plan, hidden_size_of(model))} and last {plan.bf16_last_layers} layer(s), "
+            f"o_proj below hidden size "
             f"{plan.attention_output_min_hidden_size}{kept})")
