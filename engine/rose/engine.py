@@ -14,7 +14,6 @@ from engine.config import EngineConfig
 from engine.cpu_quota import available_cores
 from engine.rose import int8_plan, quantization_support
 from engine.rose.fp8_plan import quantize_model
-from engine.rose.int8_compile import CompiledInt8Model
 from engine.rose.layers import fused
 from engine.rose.layers.attention_backends import make_attention_backend
 from engine.rose.layers.head import SentenceHead
@@ -105,6 +104,7 @@ class Engine(ModelView):
         fused.set_fused_kernels(config.fused_kernels)
         shape = model.attention_shape(self.spec.is_causal).bounded_by(self.spec.max_seq_len)
         attention = make_attention_backend(config.attention_backend, shape, self.device, self.dtype)
+        self.compiled = False  # an int8 model compiled on its first batch (engine/rose/int8_compile.py)
         self.runner = self._runner(model, head, attention, config.enforce_eager or config.quantization == "fp8")
         if config.quantization == "fp8":
             # GPTQ calibrates on the model as loaded, run eagerly: no graph may hold it unquantized.
@@ -113,7 +113,11 @@ class Engine(ModelView):
         if config.quantization == "int8":
             logger.info("%s", int8_plan.quantize_model(model, self.embed))  # calibrates on the model as loaded
             if not config.enforce_eager:
+                # Imported here: torch's compiler takes seconds to import, which every start would pay.
+                from engine.rose.int8_compile import CompiledInt8Model
+
                 self.runner.model = CompiledInt8Model(model, attention)
+                self.compiled = True
 
     def _runner(self, model: torch.nn.Module, head, attention, enforce_eager: bool) -> ModelRunner:
         config = self.config
@@ -161,7 +165,7 @@ class Engine(ModelView):
         started = time.perf_counter()
         seq = np.full(min(self.spec.max_seq_len, 16), 100, dtype=np.int32)
         num = max(1, min(self.config.max_batch_seqs, self.config.max_batch_tokens // len(seq)))
-        if self.device.type == "cpu" and not isinstance(self.runner.model, CompiledInt8Model):
+        if self.device.type == "cpu" and not self.compiled:
             # Nothing on the CPU is captured or tuned per batch size: a full-budget batch would
             # spend seconds of every start computing nothing a smaller one does not set up.
             num = min(num, CPU_WARM_UP_SEQS)
@@ -170,7 +174,7 @@ class Engine(ModelView):
         for seqs in ([seq], [seq] * num):
             for _ in range(repeats):
                 self.execute(seqs).wait()
-        if isinstance(self.runner.model, CompiledInt8Model):  # its first batch compiled it
+        if self.compiled:  # its first batch compiled it
             logger.info("int8: the model compiled (inductor, max-autotune) during a warm-up of %.1f s",
                         time.perf_counter() - started)
         if self.config.capture_at_start:
