@@ -34,6 +34,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if REAL_MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    # The slow tier first (the sort is stable: each tier keeps its order): with the files shared
+    # among processes (the README's -n 2), the long files start early and the short ones fill in
+    # at the end, so the processes finish together.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 class UnmarkedSlowTestError(RuntimeError):

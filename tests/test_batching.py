@@ -104,7 +104,9 @@ def _check_shared_batches(engine, requests: list[list[str]], atol: float) -> Non
 
 def test_concurrent_requests_share_batches_and_get_their_own_vectors(texts):
     """The queue and the HTTP path on the fake engine: no crossed or reordered results."""
-    _check_shared_batches(FakeEngine(delay=0.005), _concurrent_requests(texts, 200), atol=1e-6)
+    # Each batch takes long enough that requests queue behind it even where a busy machine sends
+    # them slowly: batches then form across requests, as under real load.
+    _check_shared_batches(FakeEngine(delay=0.05), _concurrent_requests(texts, 200), atol=1e-6)
 
 
 def test_real_engine_vectors_do_not_depend_on_batch_neighbours(default_engine, texts):
