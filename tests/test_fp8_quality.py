@@ -86,8 +86,10 @@ def test_the_engine_turns_the_plans_layers_to_fp8(monkeypatch, caplog):
     from engine.rose.layers.fp8 import Fp8Linear
 
     monkeypatch.setattr(fp8_support, "device_refusal", lambda device: None)
+    # Which layers turn is what this test checks: rounded to nearest, it skips GPTQ's calibration.
+    plan = replace(SIMULATED, weight_rounding="nearest")
     with caplog.at_level("INFO", logger="rose_embed.engine"):
-        engine = Engine(EngineConfig(device="cpu", quantization="fp8", fp8_plan=SIMULATED))
+        engine = Engine(EngineConfig(device="cpu", quantization="fp8", fp8_plan=plan))
     layers = engine.runner.model.layers
     assert [isinstance(layers[i].qkv_proj, Fp8Linear) for i in range(6)] == [False, True, True, True, True, True]
     assert "FP8: 15 of 24 linear layers run as e4m3 GEMMs" in caplog.text

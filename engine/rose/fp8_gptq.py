@@ -14,8 +14,8 @@ memory fit a budget; each pass's layers are rounded before the next pass records
 
 GPTQ rounds a weight's columns one after another, a handful of small steps each, so its time goes to
 launching them: every linear of one shape in a pass (the same projection of every layer) is rounded
-at once, as one stack, which takes the sequential steps from one per column of the model to one per
-column of the widest input.
+at once, as one stack, which takes the sequential steps from one per column of every linear to one
+per column of each shape.
 """
 
 from __future__ import annotations

@@ -136,5 +136,4 @@ def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan(), pooling: str | N
     return (f"FP8: {len(names)} of {total} linear layers run as e4m3 GEMMs ({', '.join(kinds)}; per-token activation "
             f"and per-channel weight scales, {rounding}, {accumulation} accumulation); the others stay bf16 (the "
             f"first {bf16_first_layers(plan, hidden_size_of(model))} and last {plan.bf16_last_layers} layer(s), "
-            f"o_proj below hidden size "
-            f"{plan.attention_output_min_hidden_size}{kept})")
+            f"o_proj below hidden size {plan.attention_output_min_hidden_size}{kept})")
