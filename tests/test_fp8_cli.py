@@ -123,13 +123,13 @@ def test_fp8_bf16_layers_takes_a_whole_number(capsys):
     assert "argument --fp8-bf16-layers: must be 0 or more; got -1" in capsys.readouterr().err
 
 
-def test_embed_refuses_fp8_bf16_layers_without_fp8(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "server", "embed", "in.jsonl", "-o", "out.npy", "--fp8-bf16-layers",
-                           "4"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+@pytest.mark.parametrize("flag, value", [("--fp8-bf16-layers", "4"), ("--fp8-weight-rounding", "nearest")])
+def test_embed_refuses_an_fp8_flag_without_fp8(tmp_path, flag, value):
+    done = subprocess.run([sys.executable, "-m", "server", "embed", "in.jsonl", "-o", "out.npy", flag, value],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env={"PYTHONPATH": str(REPO), "PATH": ""})
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.splitlines() == ["rose-embed embed: error: argument --fp8-bf16-layers: applies to "
-                                        "--quantization fp8 only"]
+    assert done.stderr.splitlines() == [f"rose-embed embed: error: argument {flag}: applies to --quantization fp8 only"]
     assert not (tmp_path / "out.npy").exists()
 
 
@@ -145,16 +145,6 @@ def test_fp8_weight_rounding_sets_the_plan_and_needs_fp8(monkeypatch, capsys):
         build_parser().parse_args(["serve", "--fp8-weight-rounding", "stochastic"])
     assert exit_.value.code == 2
     assert "argument --fp8-weight-rounding: invalid choice: 'stochastic'" in capsys.readouterr().err
-
-
-def test_embed_refuses_fp8_weight_rounding_without_fp8(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "server", "embed", "in.jsonl", "-o", "out.npy",
-                           "--fp8-weight-rounding", "nearest"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120, env={"PYTHONPATH": str(REPO), "PATH": ""})
-    assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.splitlines() == ["rose-embed embed: error: argument --fp8-weight-rounding: applies to "
-                                        "--quantization fp8 only"]
-    assert not (tmp_path / "out.npy").exists()
 
 
 def test_embed_hands_both_fp8_flags_to_the_engine(monkeypatch, tmp_path):
