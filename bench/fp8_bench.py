@@ -50,8 +50,11 @@ from engine.rose.layers.head import SentenceHead  # noqa: E402
 from engine.rose.runner import ModelRunner  # noqa: E402
 
 FP8_SHAPES = {**SHAPES, "qwen3-4b": ("qwen3", QWEN3_SHAPES["qwen3-4b"])}
-_EDGES = replace(Fp8Plan(), min_hidden_size=0, bf16_first_layers=1, bf16_last_layers=1)  # the first and the last layer bf16
-_EVERY = Fp8Plan(min_hidden_size=0, bf16_first_layers=0, bf16_last_layers=0, attention_output_min_hidden_size=0)
+# Plans by name say what they keep bf16: the pooled tokens' rows only with "+pooled", whatever the width.
+_EDGES = replace(Fp8Plan(), min_hidden_size=0, bf16_first_layers=1, bf16_last_layers=1,
+                 bf16_pooled_tokens=False)  # the first and the last layer bf16
+_EVERY = Fp8Plan(min_hidden_size=0, bf16_first_layers=0, bf16_last_layers=0, attention_output_min_hidden_size=0,
+                 bf16_pooled_tokens=False)
 PLANS = {
     "default": Fp8Plan(),
     "edges": _EDGES,

@@ -37,8 +37,10 @@ from bench.common import load_texts  # noqa: E402
 from bench.fp8_bench import plan_named  # noqa: E402
 from engine.config import EngineConfig, Fp8Plan  # noqa: E402
 
-_EDGES = replace(Fp8Plan(), min_hidden_size=0, bf16_first_layers=1, bf16_last_layers=1)  # the first and the last layer bf16
-_EVERY = Fp8Plan(min_hidden_size=0, bf16_first_layers=0, bf16_last_layers=0, attention_output_min_hidden_size=0)
+# the first and the last layer bf16; the pooled tokens' rows bf16 only where a label says so, whatever the width
+_EDGES = replace(Fp8Plan(), min_hidden_size=0, bf16_first_layers=1, bf16_last_layers=1, bf16_pooled_tokens=False)
+_EVERY = Fp8Plan(min_hidden_size=0, bf16_first_layers=0, bf16_last_layers=0, attention_output_min_hidden_size=0,
+                 bf16_pooled_tokens=False)
 PLANS = {  # label -> plan (MiniLM is narrower than FP8 pays for: every plan here lifts that floor)
     "every linear": _EVERY,
     "every linear but o_proj": replace(_EVERY, attention_output_min_hidden_size=1 << 30),

@@ -33,15 +33,16 @@ class Fp8Plan:
     """Which linear layers --quantization fp8 turns to FP8 (engine/rose/fp8_plan.py says why each
     rule; docs/fp8.md has the measurements behind the defaults, which are the engine's)."""
 
-    min_hidden_size: int = 1024  # narrower models stay bf16: FP8 does not pay on them (measured on BERT-base)
+    min_hidden_size: int = 768  # narrower models stay bf16: FP8 does not pay on them (MiniLM's GEMMs gain next to nothing)
     # layers at the start of the stack that stay bf16; None: by the model's width,
     # NARROW_BF16_FIRST_LAYERS below attention_output_min_hidden_size, WIDE_BF16_FIRST_LAYERS from
     # it (engine/rose/fp8_plan.py says why)
     bf16_first_layers: int | None = None
     bf16_last_layers: int = 0  # and at its end
     bf16_linears: tuple[str, ...] = ()  # kinds of linear layer (qkv_proj, down_proj, ...) that stay bf16 everywhere
-    # models that pool one token (last-token, CLS) compute its rows of every FP8 linear in bf16 too
-    bf16_pooled_tokens: bool = False
+    # models that pool one token (last-token, CLS) compute its rows of every FP8 linear in bf16 too;
+    # None: by the model's width, on from attention_output_min_hidden_size (engine/rose/fp8_plan.py says why)
+    bf16_pooled_tokens: bool | None = None
     attention_output_min_hidden_size: int = 2048  # o_proj runs FP8 on models at least this wide
     fast_accumulation: bool = True  # torch._scaled_mm's use_fast_accum (engine/rose/layers/fp8.py)
     # "gptq": each weight's e4m3 value chosen against the layer's inputs on built-in texts, at load

@@ -18,15 +18,18 @@ from torch import nn
 
 from engine.rose.batch import pack
 from engine.config import NARROW_BF16_FIRST_LAYERS, WIDE_BF16_FIRST_LAYERS, Fp8Plan
-from engine.rose.fp8_plan import bf16_first_layers, fp8_linear_names, quantize_model
+from engine.rose.fp8_plan import bf16_first_layers, fp8_linear_names, keeps_pooled_tokens, quantize_model
 from engine.rose.layers.attention import SDPAPerSequenceBackend
 from engine.rose.layers.fp8 import Fp8Linear, wants_rows
 from engine.rose.layers.pooling import pooled_token_rows
-from engine.rose.layers.quantized_rows import FP8_DTYPE, FP8_MAX, dequantize_rows, quantize_rows_reference
+from engine.rose.layers.quantized_rows import (FP8_DTYPE, FP8_MAX, dequantize_rows, quantize_rows_at,
+                                                quantize_rows_reference)
 from engine.rose.models import MODEL_CLASSES
+from engine.rose.models.bert import BertLayer
 from tests.qwen3_checkpoints import randomize
 
-EVERY_LINEAR = Fp8Plan(min_hidden_size=0, bf16_first_layers=0, bf16_last_layers=0, attention_output_min_hidden_size=0)
+EVERY_LINEAR = Fp8Plan(min_hidden_size=0, bf16_first_layers=0, bf16_last_layers=0, attention_output_min_hidden_size=0,
+                       bf16_pooled_tokens=False)
 
 
 def test_each_rows_largest_magnitude_lands_on_e4m3s_largest_value():
@@ -79,7 +82,9 @@ def _qwen3(layers: int = 3) -> nn.Module:
 
 def test_the_plan_keeps_narrow_models_edge_layers_and_narrow_attention_outputs_bf16():
     assert fp8_linear_names(_bert(hidden=384, layers=2), Fp8Plan()) == []  # MiniLM's width: FP8 does not pay
-    assert fp8_linear_names(_bert(hidden=768, layers=2), Fp8Plan()) == []  # nor BERT-base's, as measured
+    # BERT-base's width pays: every linear but the first layer's and the o_projs.
+    assert fp8_linear_names(_bert(hidden=768, layers=2), Fp8Plan()) == [
+        f"layers.1.{name}" for name in ("qkv_proj", "up_proj", "down_proj")]
     wide = _bert(layers=4, hidden=512)
     narrow_floor = Fp8Plan(min_hidden_size=512, bf16_first_layers=1, bf16_last_layers=1)
     assert fp8_linear_names(wide, narrow_floor) == [f"layers.{i}.{name}" for i in (1, 2)
@@ -102,6 +107,18 @@ def test_the_first_layers_kept_bf16_follow_the_width_unless_counted():
     assert wide == [f"layers.{i}.{name}" for i in (3, 4) for name in ("qkv_proj", "o_proj", "up_proj", "down_proj")]
     assert fp8_linear_names(wide_model, narrow) == [f"layers.{i}.{name}" for i in (1, 2, 3, 4)
                                                     for name in ("qkv_proj", "up_proj", "down_proj")]
+
+
+def test_the_pooled_tokens_are_kept_bf16_on_wide_models_unless_asked_otherwise():
+    plan = Fp8Plan(min_hidden_size=0, bf16_first_layers=0, attention_output_min_hidden_size=128)
+    assert not keeps_pooled_tokens(plan, 64) and keeps_pooled_tokens(plan, 128)
+    assert keeps_pooled_tokens(replace(plan, bf16_pooled_tokens=True), 64)
+    assert not keeps_pooled_tokens(replace(plan, bf16_pooled_tokens=False), 128)
+    narrow, wide = _qwen3(), _qwen3()  # 64 wide
+    quantize_model(narrow, replace(plan, attention_output_min_hidden_size=65), pooling="last")
+    assert narrow.fp8_pooled_tokens is None
+    line = quantize_model(wide, replace(plan, attention_output_min_hidden_size=64), pooling="last")
+    assert wide.fp8_pooled_tokens is not None and "rows of the pooled (last) tokens" in line
 
 
 def test_the_plan_keeps_the_first_three_layers_bf16_and_whole_kinds_on_request():
@@ -144,16 +161,38 @@ def _run(model: nn.Module, is_causal: bool = False) -> torch.Tensor:
         return model(torch.from_numpy(batch.input_ids), torch.from_numpy(batch.positions), attention, meta)
 
 
-def _fake_quantized(model: nn.Module, monkeypatch, is_causal: bool = False) -> torch.Tensor:
-    """The float32 model with every F.linear's input and weight round-tripped through e4m3."""
+def _fake_linear(model: nn.Module, fp8_weights: set[int] | None = None):
+    """F.linear with its input and weight round-tripped through e4m3 (where `fp8_weights`, ids of
+    weights, name the linear, else every one). Each input row at the scale putting its largest
+    magnitude on 448, but a BERT down projection's input: its up projection's GEMM quantizes
+    that activation at a scale bounded before the GEMM runs, from its own input's scale: every
+    input value is at most 448 * that scale, so an output is at most 448 * scale * the largest
+    row sum of |weight| + the largest |bias|, and GELU adds at most 0.17, all grown by 2^-6."""
     linear = F.linear
+    down_of_up = {id(layer.up_proj.weight): id(layer.down_proj.weight) for layer in model.layers
+                  if isinstance(layer, BertLayer)}
+    down_scales = {}
 
     def fake(x, weight, bias=None):
+        if fp8_weights is not None and id(weight) not in fp8_weights:
+            return linear(x, weight, bias)
         quantized = dequantize_rows(quantize_rows_reference(weight.to(torch.bfloat16)))
-        return linear(dequantize_rows(quantize_rows_reference(x)), quantized, bias)
+        scales = down_scales.pop(id(weight), None)
+        rows = quantize_rows_reference(x) if scales is None else quantize_rows_at(x, scales)
+        if id(weight) in down_of_up and (fp8_weights is None or down_of_up[id(weight)] in fp8_weights):
+            grown = 1 + 2.0 ** -6
+            largest_bias = 0.0 if bias is None else bias.abs().max().item()
+            down_scales[down_of_up[id(weight)]] = (rows.scales * (quantized.abs().sum(dim=1).max().item() * grown)
+                                                   + (largest_bias + 0.17) * grown / FP8_MAX)
+        return linear(dequantize_rows(rows), quantized, bias)
 
+    return fake
+
+
+def _fake_quantized(model: nn.Module, monkeypatch, is_causal: bool = False) -> torch.Tensor:
+    """The float32 model with every F.linear's input and weight round-tripped through e4m3 (_fake_linear)."""
     with monkeypatch.context() as patch:
-        patch.setattr(torch.nn.functional, "linear", fake)
+        patch.setattr(torch.nn.functional, "linear", _fake_linear(model))
         return _run(model, is_causal)
 
 
@@ -186,18 +225,10 @@ def test_mixed_layers_pass_bf16_or_rows_between_them(monkeypatch):
     model = _bert(layers=3)
     reference = copy.deepcopy(model)
     quantize_model(model, Fp8Plan(min_hidden_size=0, bf16_first_layers=1, bf16_last_layers=1))
-    linear = F.linear
     fp8_weights = {id(reference.layers[1].get_submodule(n).weight) for n in ("qkv_proj", "up_proj", "down_proj")}
-
-    def fake_where_fp8(x, weight, bias=None):
-        if id(weight) not in fp8_weights:
-            return linear(x, weight, bias)
-        quantized = dequantize_rows(quantize_rows_reference(weight.to(torch.bfloat16)))
-        return linear(dequantize_rows(quantize_rows_reference(x)), quantized, bias)
-
     ours = _run(model)
     with monkeypatch.context() as patch:
-        patch.setattr(torch.nn.functional, "linear", fake_where_fp8)
+        patch.setattr(torch.nn.functional, "linear", _fake_linear(reference, fp8_weights))
         want = _run(reference)
     torch.testing.assert_close(ours, want, rtol=1e-5, atol=1e-5)
 

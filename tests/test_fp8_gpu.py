@@ -45,7 +45,7 @@ pytestmark = [pytest.mark.gpu,
 # calibrated on bf16 activations (GPU) and on float32 ones (CPU) picks slightly different values,
 # which would blur what these tests check (the kernels and the GEMM). GPTQ on the GPU has a test of its own.
 EVERY_LINEAR = Fp8Plan(min_hidden_size=0, bf16_first_layers=0, bf16_last_layers=0, attention_output_min_hidden_size=0,
-                       weight_rounding="nearest")
+                       bf16_pooled_tokens=False, weight_rounding="nearest")
 ATTENTION_OUTPUT_BF16 = replace(EVERY_LINEAR, attention_output_min_hidden_size=1 << 30)
 POOLED_TOKENS_BF16 = replace(EVERY_LINEAR, bf16_pooled_tokens=True)
 DRIFT_FACTOR, DRIFT_FLOOR = 3.0, 2e-4
@@ -128,6 +128,23 @@ def test_activation_rows_kernel(activation, num_tokens, intermediate):
     x = _randn(num_tokens, intermediate, seed=intermediate + 1, scale=2.0)
     rows, rows_ref = both(lambda: fp8_fused.activation_rows(x, activation))
     _close_to_reference(rows, rows_ref)
+
+
+@pytest.mark.parametrize("in_epilogue", [False, True], ids=["pass", "epilogue"])
+@pytest.mark.parametrize("fast_accumulation", [True, False])
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "relu"])
+@pytest.mark.parametrize("num_tokens,k,n,bias", [(1, 768, 3072, True), (4096, 768, 3072, True), (300, 64, 128, True),
+                                                 (33, 1024, 4096, False), (129, 48, 96, True)])
+def test_the_up_projection_that_quantizes_at_bounded_scales_is_its_reference(in_epilogue, fast_accumulation,
+                                                                             activation, num_tokens, k, n, bias):
+    linear = torch.nn.Linear(k, n, bias=bias, device="cuda", dtype=torch.bfloat16)
+    layer = Fp8Linear(linear, fast_accumulation)
+    rows = quantize_rows(_randn(num_tokens, k, seed=k + n))
+    got, want = both(lambda: fp8_fused.linear_activation_rows(layer, rows, activation, in_epilogue))
+    _close_to_reference(got, want)
+    # The bounded scales hold every activated value without saturating.
+    activated = fp8_fused.activation(layer(rows), activation).float()
+    assert (activated.abs() <= 448 * got.scales).all()
 
 
 @pytest.mark.parametrize("fast_accumulation", [True, False])

@@ -28,7 +28,10 @@ measurements behind each default and how to measure them again):
 - with `bf16_pooled_tokens`, a model that pools one token (last-token pooling, as
   Qwen3-Embedding; CLS) computes that token's rows of every FP8 linear in bf16 as well and keeps
   them: the vector is that token's final state, and its own path carries much of the rounding
-  that reaches it (engine/rose/layers/fp8.py's PooledTokens), for one GEMM row per segment;
+  that reaches it (engine/rose/layers/fp8.py's PooledTokens), for one GEMM row per segment. By
+  default on models from `attention_output_min_hidden_size` wide: with three bf16 layers the
+  Qwen3-4B shape reaches the quality bounds only so (more bf16 layers would cost it more speed),
+  while the narrower Qwen3-0.6B holds them without and could not spare the speed;
 - a layer whose shape torch._scaled_mm cannot take stays bf16.
 
 Each FP8 weight's e4m3 value is chosen by GPTQ (`weight_rounding`, engine/rose/fp8_gptq.py)
@@ -65,6 +68,13 @@ def bf16_first_layers(plan: Fp8Plan, hidden_size: int) -> int:
     return WIDE_BF16_FIRST_LAYERS if wide else NARROW_BF16_FIRST_LAYERS
 
 
+def keeps_pooled_tokens(plan: Fp8Plan, hidden_size: int) -> bool:
+    """Whether the plan keeps the pooled tokens' rows bf16 on a model this wide (where it pools one token)."""
+    if plan.bf16_pooled_tokens is not None:
+        return plan.bf16_pooled_tokens
+    return hidden_size >= plan.attention_output_min_hidden_size
+
+
 def fp8_linear_names(model: nn.Module, plan: Fp8Plan) -> list[str]:
     """The names (as model.named_modules gives them) of the linear layers the plan turns to FP8."""
     layers = list(model.layers)
@@ -90,7 +100,8 @@ def fp8_linear_names(model: nn.Module, plan: Fp8Plan) -> list[str]:
 def pooled_tokens_for(model: nn.Module, plan: Fp8Plan, pooling: str | None) -> PooledTokens | None:
     """The PooledTokens the model's FP8 linears share where the plan keeps the pooled tokens bf16,
     the head pools one token, and the model's producers hand on those tokens' rows; else None."""
-    if plan.bf16_pooled_tokens and pooling in ONE_TOKEN_MODES and getattr(model, "fp8_pooled_tokens_supported", False):
+    if (keeps_pooled_tokens(plan, hidden_size_of(model)) and pooling in ONE_TOKEN_MODES
+            and getattr(model, "fp8_pooled_tokens_supported", False)):
         return PooledTokens()
     return None
 
@@ -127,7 +138,7 @@ def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan(), pooling: str | N
     kept = "".join(f", {kind} everywhere" for kind in plan.bf16_linears)
     if pooled is not None:
         kept += f", each FP8 linear's rows of the pooled ({pooling}) tokens"
-    elif plan.bf16_pooled_tokens:
+    elif plan.bf16_pooled_tokens:  # asked for, not merely the width's default
         kept += (f"; the pooled tokens' rows run FP8 too: keeping them bf16 needs one-token pooling (this model's: "
                  f"{pooling}) in a model whose producers support it ({type(model).__name__})")
     rounding = (f"weights rounded by GPTQ on {len(calibration_texts())} built-in texts in "

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.rose.layers import fused
-from engine.rose.layers.quantized_rows import QuantizedRows, dequantize_rows, quantize_rows_reference
+from engine.rose.layers.quantized_rows import QuantizedRows, dequantize_rows, quantize_rows_reference, scale_bound
 
 # torch._scaled_mm's operands need K and N in multiples of 16 (its tensor-core tiles).
 GEMM_ALIGNMENT = 16
@@ -92,7 +92,9 @@ class Fp8Linear(nn.Module):
     dtype change: Module.to(dtype) would turn its e4m3 weight back into that dtype.
 
     `weight_rows` are the weight's e4m3 values and scales [N, 1] where they were chosen
-    elsewhere (GPTQ); without them each weight is rounded to nearest.
+    elsewhere (GPTQ); without them each weight is rounded to nearest. `scale_bound` bounds the
+    layer's output followed by an activation, for the GEMM that quantizes its own activated
+    output (fp8_fused.linear_activation_rows); computed here, at load, since it reads the weight.
 
     Given `pooled`, it also keeps the unquantized weight and computes the pooled tokens' rows
     from their unquantized inputs (QuantizedRows.pooled, or the tensor's rows), in place of
@@ -112,6 +114,7 @@ class Fp8Linear(nn.Module):
         self.register_buffer("weight", rows.values)  # [N, K] e4m3
         self.register_buffer("weight_scale", rows.scales.reshape(1, -1).contiguous())  # [1, N] float32
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
+        self.scale_bound = scale_bound(rows, self.bias)
         self.pooled = pooled
         # The linear's own weight, not a copy: the pooled tokens' rows are the unquantized layer's.
         self.register_buffer("unquantized_weight", None if pooled is None else linear.weight.detach())

@@ -10,12 +10,14 @@ kernels to them.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
 from engine.rose.layers import fused
-from engine.rose.layers.fp8 import fp8_kernels_for, quantize_rows
-from engine.rose.layers.quantized_rows import QuantizedRows
+from engine.rose.layers.fp8 import Fp8Linear, fp8_kernels_for, quantize_rows
+from engine.rose.layers.quantized_rows import QuantizedRows, bounded_scales, quantize_rows_at
 
 # The BERT family's activation after its up projection: linear_gelu's `approximate` ("none",
 # "tanh") or None for ReLU -> the kernels' name for it.
@@ -86,6 +88,33 @@ def activation_rows(x: torch.Tensor, activation: str) -> QuantizedRows:
     if kernels is not None and x.is_contiguous():
         return kernels.activation_rows(x, activation)
     return quantize_rows(_ACTIVATIONS[activation](x))
+
+
+def linear_activation_rows(linear: Fp8Linear, rows: QuantizedRows, activation_name: str,
+                           in_epilogue: bool = False) -> QuantizedRows:
+    """act(linear(rows)) [T, I] as QuantizedRows at the scales linear.scale_bound gives from
+    rows.scales (quantized_rows.bounded_scales), act one of "gelu", "gelu_tanh", "relu": the BERT
+    family's up projection and its activation on their way to an FP8 down projection. Since the
+    scales are known before the GEMM runs, no step needs a whole row: on CUDA the GEMM writes bf16
+    and one elementwise kernel activates and quantizes it; with `in_epilogue`, one Triton GEMM
+    whose epilogue does both (engine/rose/layers/triton_fp8_gemm.py; slower than cuBLAS's GEMM
+    and the pass so far: bench/fp8_gemm_epilogue.py). The reference: the bf16 GEMM output
+    activated in bf16, then quantized at those scales."""
+    kernels = fp8_kernels_for(rows.values)
+    if kernels is not None and in_epilogue and rows.values.is_contiguous() and linear.out_dtype == torch.bfloat16:
+        return _triton_fp8_gemm().linear_activation_rows(rows, linear.weight, linear.weight_scale, linear.bias,
+                                                         linear.scale_bound, activation_name, linear.fast_accumulation)
+    h = linear(rows)
+    if kernels is not None and h.is_contiguous():
+        return kernels.activation_rows_at_scales(h, rows.scales, linear.scale_bound, activation_name)
+    return quantize_rows_at(_ACTIVATIONS[activation_name](h), bounded_scales(rows.scales, linear.scale_bound))
+
+
+@functools.cache
+def _triton_fp8_gemm():
+    from engine.rose.layers import triton_fp8_gemm
+
+    return triton_fp8_gemm
 
 
 def activation(x: torch.Tensor, activation_name: str) -> torch.Tensor:

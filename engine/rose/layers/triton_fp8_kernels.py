@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.rose.layers.quantized_rows import FP8_DTYPE, QuantizedRows
+from engine.rose.layers.quantized_rows import FP8_DTYPE, QuantizedRows, ScaleBound
 from engine.rose.layers.triton_kernels import ACTIVATIONS
 
 ROW_ACTIVATIONS = {**ACTIVATIONS, "relu": 3}
@@ -50,6 +50,16 @@ def _scale_of(amax):
 def _quantized(h, scale, q_ptr):
     """h / scale within e4m3's finite range, in the e4m3 dtype q_ptr points to."""
     q = h / scale
+    return tl.minimum(tl.maximum(q, -448.0), 448.0).to(q_ptr.dtype.element_ty)
+
+
+@triton.jit
+def _quantized_by(h, inverse_scale, q_ptr):
+    """h * inverse_scale within e4m3's finite range, in q_ptr's e4m3 dtype: for elementwise kernels,
+    where a division per value would cost more than the memory traffic (the product may differ from
+    the quotient in float32's last bit, which moves a value to the neighbouring e4m3 value only
+    where it sits on a rounding boundary)."""
+    q = h * inverse_scale
     return tl.minimum(tl.maximum(q, -448.0), 448.0).to(q_ptr.dtype.element_ty)
 
 
@@ -226,7 +236,7 @@ def _normal_cdf(x):
     1.2e-7 everywhere (Numerical Recipes' erfcc): branch-free, one reciprocal and one exp, where
     libdevice's erf takes two polynomial paths. Far below bf16's rounding, the activation's output."""
     z = tl.abs(x) * 0.7071067811865476
-    t = 1.0 / (1.0 + 0.5 * z)
+    t = tl.fdiv(1.0, 1.0 + 0.5 * z)  # not IEEE-rounded: within two units in the last place, and far cheaper
     poly = -0.82215223 + t * 0.17087277
     poly = 1.48851587 + t * poly
     poly = -1.13520398 + t * poly
@@ -406,6 +416,50 @@ def _activation_rows(x: torch.Tensor, n_cols: int, act: int, gated: bool, launch
     launch = launch or row_launch(n_cols, gated=gated, split=act != _IDENTITY.value)
     _activation_rows_kernel[launch.grid(num_rows)](x, rows.values, rows.scales, num_rows, n_cols, ACT=act,
                                                    GATED=gated, **launch.kwargs())
+    return rows
+
+
+@triton.jit
+def _activation_at_scales_kernel(x_ptr, in_scale_ptr, q_ptr, scale_ptr, num_rows, n_cols, bound_weight, bound_offset,
+                                 ACT: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    # Elementwise: each row's scale comes from its input's scale (quantized_rows.bounded_scales),
+    # so no program needs a whole row, and a block of ROWS x BLOCK values is read, activated and
+    # written once.
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    row_mask = rows < num_rows
+    mask = row_mask[:, None] & (cols < n_cols)[None, :]
+    offsets = rows[:, None].to(tl.int64) * n_cols + cols[None, :]
+    x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+    scale = tl.load(in_scale_ptr + rows, mask=row_mask, other=1.0) * bound_weight + bound_offset
+    tl.store(q_ptr + offsets, _quantized_by(_activate(x, x, ACT, False), (1.0 / scale)[:, None], q_ptr), mask=mask)
+    if tl.program_id(1) == 0:
+        tl.store(scale_ptr + rows, scale, mask=row_mask)
+
+
+@dataclass(frozen=True)
+class BlockLaunch:
+    """Blocks of `rows` x `block` values, one to a program."""
+
+    rows: int = 4
+    block: int = 1024
+    num_warps: int = 4
+
+
+def activation_rows_at_scales(x: torch.Tensor, input_scales: torch.Tensor, bound: ScaleBound, activation: str,
+                              launch: BlockLaunch | None = None) -> QuantizedRows:
+    """[T, I] -> act(x) as QuantizedRows at the scales `bound` gives from input_scales [T, 1] (the
+    scales of the GEMM's input that produced x: quantized_rows.bounded_scales), act one of
+    ROW_ACTIVATIONS but "silu"."""
+    num_rows, n_cols = x.shape
+    rows = _empty_rows(num_rows, n_cols, x.device)
+    if num_rows == 0:
+        return rows
+    launch = launch or BlockLaunch()
+    grid = (triton.cdiv(num_rows, launch.rows), triton.cdiv(n_cols, launch.block))
+    _activation_at_scales_kernel[grid](x, input_scales, rows.values, rows.scales, num_rows, n_cols, bound.weight,
+                                       bound.offset, ACT=ROW_ACTIVATIONS[activation], ROWS=launch.rows,
+                                       BLOCK=launch.block, num_warps=launch.num_warps)
     return rows
 
 

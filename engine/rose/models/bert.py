@@ -42,8 +42,11 @@ class BertLayer(nn.Module):
     def _up(self, x: torch.Tensor, rows: QuantizedRows | None = None) -> torch.Tensor | QuantizedRows:
         """The up projection and its activation [T, intermediate], quantized where the down projection is FP8."""
         if fp8.wants_rows(self.up_proj):
-            h = self.up_proj(x if rows is None else rows)  # bf16, its bias added in the GEMM
             activation = fp8_fused.BERT_ACTIVATIONS[self.gelu_form]
+            if fp8.wants_rows(self.down_proj) and rows is not None:
+                # One GEMM whose epilogue activates and quantizes: no bf16 intermediate, no pass of its own.
+                return fp8_fused.linear_activation_rows(self.up_proj, rows, activation)
+            h = self.up_proj(x if rows is None else rows)  # bf16, its bias added in the GEMM
             if fp8.wants_rows(self.down_proj):
                 return fp8_fused.activation_rows(h, activation)
             return fp8_fused.activation(h, activation)
