@@ -33,7 +33,8 @@ class Fp8Plan:
     """Which linear layers --quantization fp8 turns to FP8 (engine/rose/fp8_plan.py says why each
     rule; docs/fp8.md has the measurements behind the defaults, which are the engine's)."""
 
-    min_hidden_size: int = 768  # narrower models stay bf16: FP8 does not pay on them (MiniLM's GEMMs gain next to nothing)
+    # narrower models stay bf16: FP8 does not pay on them (MiniLM's GEMMs gain next to nothing)
+    min_hidden_size: int = 768
     # layers at the start of the stack that stay bf16; None: by the model's width,
     # NARROW_BF16_FIRST_LAYERS below attention_output_min_hidden_size, WIDE_BF16_FIRST_LAYERS from
     # it (engine/rose/fp8_plan.py says why)
