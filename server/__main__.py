@@ -25,8 +25,9 @@ from server.api_keys import API_KEY_ENV, keys_from_env
 from server import embed_cli, hardening_cli
 from server.cli_help import HelpAll, HelpFormatter, advanced, hidden_alias
 from engine.rose.quantization_support import QUANTIZATIONS
-from server.cli_values import (DTYPES, FP8_BF16_LAYERS_HELP, FP8_WEIGHT_ROUNDING_HELP, FP8_WEIGHT_ROUNDINGS, device_list,
-                               fp8_plan_of, model_choice, port_number, positive_int, quantization_refusal, whole_number)
+from server.cli_values import (DTYPES, FP8_BF16_LAYERS_HELP, FP8_POOLED_TOKENS, FP8_POOLED_TOKENS_HELP,
+                               FP8_WEIGHT_ROUNDING_HELP, FP8_WEIGHT_ROUNDINGS, device_list, fp8_plan_of, model_choice,
+                               port_number, positive_int, quantization_refusal, whole_number)
 from server.config import ExtraModel, ServerConfig
 from server.listen import ListenError, bind_sockets
 
@@ -130,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
                                  help=FP8_BF16_LAYERS_HELP))
     advanced(tuning.add_argument("--fp8-weight-rounding", choices=FP8_WEIGHT_ROUNDINGS, default=None,
                                  help=FP8_WEIGHT_ROUNDING_HELP))
+    advanced(tuning.add_argument("--fp8-pooled-tokens", choices=FP8_POOLED_TOKENS, default=None,
+                                 help=FP8_POOLED_TOKENS_HELP))
     _add_model_flags(serve)
     hardening_cli.add_arguments(serve)
     embed_cli.add_parser(commands, HelpFormatter)
@@ -166,7 +169,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     devices = parse_devices(args.devices)  # named ones were checked as the flag was parsed
     if refusal := quantization_refusal(args.quantization, devices, args.dtype):
         raise ValueError(f"argument --quantization: {refusal}")
-    fp8_plan = fp8_plan_of(args.quantization, args.fp8_bf16_layers, args.fp8_weight_rounding)
+    fp8_plan = fp8_plan_of(args.quantization, args.fp8_bf16_layers, args.fp8_weight_rounding, args.fp8_pooled_tokens)
     (first_name, first_model), *extra_models = args.model or [(None, None)]
     if first_name is not None and args.served_model_name is not None:
         raise ValueError(f"--served-model-name {args.served_model_name} and --model {first_name}=... both name the "

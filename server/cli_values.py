@@ -109,12 +109,23 @@ FP8_WEIGHT_ROUNDING_HELP = (f"with --quantization fp8: how each weight's e4m3 va
                             "weight rounded on its own, no calibration (docs/fp8.md)")
 
 
-def fp8_plan_of(quantization: str | None, bf16_layers: int | None, weight_rounding: str | None = None) -> Fp8Plan:
-    """The FP8 plan --fp8-bf16-layers and --fp8-weight-rounding ask for (the default where not
-    given); ValueError where one is given without --quantization fp8, which it would silently not affect."""
+FP8_POOLED_TOKENS = ("bf16", "fp8")
+FP8_POOLED_TOKENS_HELP = (f"with --quantization fp8, on models that pool one token (last-token, as Qwen3-Embedding): "
+                          f"that token's rows of every FP8 linear in bf16 as well (default on models at least "
+                          f"{Fp8Plan.attention_output_min_hidden_size} wide) or fp8 like the rest; bf16 holds the "
+                          "vectors closer to bf16's for a few percent of the speed (docs/fp8.md)")
+
+
+def fp8_plan_of(quantization: str | None, bf16_layers: int | None, weight_rounding: str | None = None,
+                pooled_tokens: str | None = None) -> Fp8Plan:
+    """The FP8 plan --fp8-bf16-layers, --fp8-weight-rounding and --fp8-pooled-tokens ask for (the
+    default where not given); ValueError where one is given without --quantization fp8, which it
+    would silently not affect."""
     plan = Fp8Plan()
+    keep_pooled = None if pooled_tokens is None else pooled_tokens == "bf16"
     for flag, value, field in (("--fp8-bf16-layers", bf16_layers, "bf16_first_layers"),
-                               ("--fp8-weight-rounding", weight_rounding, "weight_rounding")):
+                               ("--fp8-weight-rounding", weight_rounding, "weight_rounding"),
+                               ("--fp8-pooled-tokens", keep_pooled, "bf16_pooled_tokens")):
         if value is None:
             continue
         if quantization != "fp8":

@@ -10,8 +10,9 @@ from pathlib import Path
 from engine.config import LONG_INPUT_MODES, POOLING_MODES, EngineConfig
 from engine.rose.quantization_support import QUANTIZATIONS
 from server.cli_help import hidden_alias
-from server.cli_values import (DTYPES, FP8_BF16_LAYERS_HELP, FP8_WEIGHT_ROUNDING_HELP, FP8_WEIGHT_ROUNDINGS, device,
-                               fp8_plan_of, positive_int, quantization_refusal, whole_number)
+from server.cli_values import (DTYPES, FP8_BF16_LAYERS_HELP, FP8_POOLED_TOKENS, FP8_POOLED_TOKENS_HELP,
+                               FP8_WEIGHT_ROUNDING_HELP, FP8_WEIGHT_ROUNDINGS, device, fp8_plan_of, positive_int,
+                               quantization_refusal, whole_number)
 
 _DEFAULT_CHUNK_SIZE = 10_000  # corpus.job.DEFAULT_CHUNK_SIZE, kept here so --help imports no torch
 
@@ -80,6 +81,7 @@ def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
     model.add_argument("--fp8-bf16-layers", type=whole_number, default=None, metavar="N", help=FP8_BF16_LAYERS_HELP)
     model.add_argument("--fp8-weight-rounding", choices=FP8_WEIGHT_ROUNDINGS, default=None,
                        help=FP8_WEIGHT_ROUNDING_HELP)
+    model.add_argument("--fp8-pooled-tokens", choices=FP8_POOLED_TOKENS, default=None, help=FP8_POOLED_TOKENS_HELP)
     model.add_argument("--attention", choices=["causal", "bidirectional"], default=None,
                        help="override the checkpoint's attention mask (default: from the checkpoint)")
     model.add_argument("--pooling", choices=POOLING_MODES, default=None,
@@ -102,7 +104,8 @@ def run(args: argparse.Namespace) -> None:
     if args.quantization is not None:
         _refuse_quantization_where_it_cannot_run(args)
     try:
-        fp8_plan = fp8_plan_of(args.quantization, args.fp8_bf16_layers, args.fp8_weight_rounding)
+        fp8_plan = fp8_plan_of(args.quantization, args.fp8_bf16_layers, args.fp8_weight_rounding,
+                               args.fp8_pooled_tokens)
     except ValueError as exc:
         _usage_error(str(exc))
     try:

@@ -123,7 +123,8 @@ def test_fp8_bf16_layers_takes_a_whole_number(capsys):
     assert "argument --fp8-bf16-layers: must be 0 or more; got -1" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flag, value", [("--fp8-bf16-layers", "4"), ("--fp8-weight-rounding", "nearest")])
+@pytest.mark.parametrize("flag, value", [("--fp8-bf16-layers", "4"), ("--fp8-weight-rounding", "nearest"),
+                                         ("--fp8-pooled-tokens", "fp8")])
 def test_embed_refuses_an_fp8_flag_without_fp8(tmp_path, flag, value):
     done = subprocess.run([sys.executable, "-m", "server", "embed", "in.jsonl", "-o", "out.npy", flag, value],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120,
@@ -147,7 +148,21 @@ def test_fp8_weight_rounding_sets_the_plan_and_needs_fp8(monkeypatch, capsys):
     assert "argument --fp8-weight-rounding: invalid choice: 'stochastic'" in capsys.readouterr().err
 
 
-def test_embed_hands_both_fp8_flags_to_the_engine(monkeypatch, tmp_path):
+def test_fp8_pooled_tokens_sets_the_plan_and_needs_fp8(monkeypatch, capsys):
+    _pretend_gpu(monkeypatch, (9, 0))
+    assert _config("--quantization", "fp8").engine.fp8_plan.bf16_pooled_tokens is None  # by the model's width
+    assert _config("--quantization", "fp8", "--fp8-pooled-tokens", "fp8").engine.fp8_plan.bf16_pooled_tokens is False
+    assert _config("--quantization", "fp8", "--fp8-pooled-tokens", "bf16").engine.fp8_plan.bf16_pooled_tokens is True
+    with pytest.raises(ValueError) as exc:
+        _config("--fp8-pooled-tokens", "bf16")
+    assert str(exc.value) == "argument --fp8-pooled-tokens: applies to --quantization fp8 only"
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["serve", "--fp8-pooled-tokens", "fp16"])
+    assert exit_.value.code == 2
+    assert "argument --fp8-pooled-tokens: invalid choice: 'fp16'" in capsys.readouterr().err
+
+
+def test_embed_hands_the_fp8_flags_to_the_engine(monkeypatch, tmp_path):
     import corpus.engine_setup
     from server.__main__ import main
 
@@ -165,6 +180,7 @@ def test_embed_hands_both_fp8_flags_to_the_engine(monkeypatch, tmp_path):
     with pytest.raises(SystemExit):
         main(["embed", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out.npy"), "--model", str(path),
               "--devices", "cuda", "--quantization", "fp8", "--fp8-weight-rounding", "nearest",
-              "--fp8-bf16-layers", "2"])
-    assert built["fp8_plan"] == replace(Fp8Plan(), weight_rounding="nearest", bf16_first_layers=2)
+              "--fp8-bf16-layers", "2", "--fp8-pooled-tokens", "fp8"])
+    assert built["fp8_plan"] == replace(Fp8Plan(), weight_rounding="nearest", bf16_first_layers=2,
+                                        bf16_pooled_tokens=False)
     assert not (tmp_path / "out.npy").exists()
