@@ -156,7 +156,9 @@ def _linear_activation_rows_kernel(a_ptr, a_scale_ptr, w_ptr, w_scale_ptr, bias_
 
 
 def default_launch(num_rows: int, n_cols: int, k_dim: int) -> GemmLaunch:
-    """The launch bench/fp8_gemm_epilogue.py measured fastest for this shape."""
+    """Tiles one to a program through plain loads: runs on every GPU with FP8 and every K, and is
+    what the GPU tests hold to the reference. bench/fp8_gemm_epilogue.py times the others (on the
+    H100 the persistent TMA launch ran fastest, every launch's output checked there)."""
     return GemmLaunch()
 
 
@@ -173,6 +175,8 @@ def linear_activation_rows(rows: QuantizedRows, weight: torch.Tensor, weight_sca
                         torch.empty(num_rows, 1, dtype=torch.float32, device=weight.device))
     if num_rows == 0:
         return out
+    if (launch.tma or launch.persistent) and not all(x.data_ptr() % 16 == 0 for x in (rows.values, weight)):
+        launch = GemmLaunch()  # a descriptor needs its base 16-byte aligned
     a_arg, w_arg = rows.values, weight
     if launch.tma or launch.persistent:
         from triton.tools.tensor_descriptor import TensorDescriptor
