@@ -113,7 +113,8 @@ def _linear_activation_rows_kernel(a_ptr, a_scale_ptr, w_ptr, w_scale_ptr, bias_
                                    GROUP_M: tl.constexpr, NUM_STAGES: tl.constexpr):
     if PERSISTENT:
         # One program per SM walks the tiles; the loops flattened into one, so that the pipeline
-        # fetches the next tile's first blocks while this tile's epilogue runs.
+        # fetches the next tile's first blocks while this tile's epilogue runs. The stages are the
+        # loop's own: given to the launch instead, the flattened loop measured slower (docs/fp8.md).
         tiles = tl.cdiv(num_rows, BLOCK_M) * tl.cdiv(n_cols, BLOCK_N)
         for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), flatten=True, num_stages=NUM_STAGES):
             first_row, first_col = _tile(tile, num_rows, n_cols, BLOCK_M, BLOCK_N, GROUP_M)
