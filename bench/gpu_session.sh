@@ -206,9 +206,9 @@ fp8-gemm)
     models bert-base
     step fp8-gemm-epilogue python3 bench/fp8_gemm_epilogue.py --out "$OUT/fp8-gemm-epilogue.md"
     KEEP_LOGS=1 step fp8-gemm-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_fp8_gpu.py \
-        -k "${TESTS:-gemm or scaled_mm}"
+        -k "${TESTS:-bounded or scaled_mm}"
     step fp8-bench-bert python3 bench/fp8_bench.py --tokenizer .carry/minilm/tokenizer.json --models bert-base \
-        --plans ${PLANS:-every,first0-last0} --out "$OUT/fp8-plans-bert-base.md"
+        --plans ${PLANS:-default,every} --out "$OUT/fp8-plans-bert-base.md"
     ;;
 fp8-rows)
     step fp8-row-kernels python3 bench/fp8_row_kernels.py --out "$OUT/fp8-row-kernels.md"
