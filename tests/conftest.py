@@ -22,6 +22,13 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+# Several pytest processes (-n) oversubscribe the cores: each process's torch, and each server's
+# engine, keeps a thread per core. OpenMP's idle threads then spin while they wait for the next
+# parallel region, on cores another process needs; passive ones sleep at once. Same thread count,
+# so every result's bits stay as they were. Set before torch loads (OpenMP reads it then), and
+# inherited by every process a test starts.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # The client compatibility suite's fixtures, registered once so that session fixtures start once.
 pytest_plugins = ["tests.client_support"]
