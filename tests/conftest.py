@@ -129,16 +129,19 @@ class ServerProcess:
             self._wait_ready(ready_timeout)
 
     def _wait_ready(self, timeout: float) -> None:
+        # One client for every poll: a client per poll would load the certificate store each time,
+        # CPU that the starting server waits for on a busy machine.
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        with httpx.Client(timeout=2) as client:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+                try:
+                    if client.get(self.url + "/health").status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"server not ready after {timeout} s:\n{self.log()}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import ssl
 from pathlib import Path
 
 import httpx
@@ -21,8 +22,13 @@ CODE_BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
 _LEAKS = re.compile(r"Traceback|File \"|\.py\b|/secret/|/work/|site-packages")
 
 
+# One TLS context for every one-off request below: a client built without one loads the
+# certificate store each time, CPU taken from the servers under test (which speak plain HTTP).
+_TLS = ssl.create_default_context()
+
+
 def embed(url: str, body, timeout: float = 60, **kwargs) -> httpx.Response:
-    return httpx.post(url + "/v1/embeddings", json=body, timeout=timeout, **kwargs)
+    return httpx.post(url + "/v1/embeddings", json=body, timeout=timeout, verify=_TLS, **kwargs)
 
 
 def assert_envelope(r: httpx.Response, status: int, code: str | None = None) -> dict:
@@ -39,7 +45,7 @@ def assert_envelope(r: httpx.Response, status: int, code: str | None = None) -> 
 
 def metric(url: str, name: str) -> float:
     """One sample's value from a server's /metrics (name with labels as exposed, e.g. 'x_total{a="b"}')."""
-    return sample(httpx.get(url + "/metrics", timeout=10).text, name)
+    return sample(httpx.get(url + "/metrics", timeout=10, verify=_TLS).text, name)
 
 
 def sample(exposition: str, name: str) -> float:
