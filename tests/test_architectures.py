@@ -168,10 +168,20 @@ def checkpoint(request, tmp_path_factory):
     return request.param, SPECS[request.param].save(path)
 
 
-@pytest.mark.slow  # an engine per architecture against sentence-transformers' encode
-def test_engine_matches_sentence_transformers(checkpoint, texts):
+@pytest.fixture(scope="module")
+def reference(checkpoint, texts):
+    """sentence-transformers on the checkpoint, and its float32 vectors of `texts` by prompt name
+    (None: no prompt): computed once for the engine's tests in both dtypes."""
     from sentence_transformers import SentenceTransformer
 
+    arch, path = checkpoint
+    model = SentenceTransformer(str(path), device="cpu")
+    prompts = [None] + (["query"] if SPECS[arch].prompts else [])
+    return model, {name: model.encode(texts, prompt_name=name, convert_to_numpy=True) for name in prompts}
+
+
+@pytest.mark.slow  # an engine per architecture against sentence-transformers' encode
+def test_engine_matches_sentence_transformers(checkpoint, texts, reference):
     from engine.config import EngineConfig
     from engine.rose.engine import Engine
 
@@ -179,12 +189,10 @@ def test_engine_matches_sentence_transformers(checkpoint, texts):
     engine = Engine(EngineConfig(dtype="float32", model=str(path), device="cpu", max_batch_tokens=2048))
     assert engine.spec.architecture == SPECS[arch].architecture
     assert max(len(ids) for ids in engine.tokenize(texts)) == MAX_SEQ_LEN  # the long documents were cut
-    reference = SentenceTransformer(str(path), device="cpu")
-    prompts = [None] + (["query"] if SPECS[arch].prompts else [])
-    for prompt_name in prompts:
-        prefix = reference.prompts[prompt_name] if prompt_name else ""
+    model, vectors = reference
+    for prompt_name, expected in vectors.items():
+        prefix = model.prompts[prompt_name] if prompt_name else ""
         ours = engine.embed([prefix + t for t in texts])
-        expected = reference.encode(texts, prompt_name=prompt_name, convert_to_numpy=True)
         assert ours.shape == expected.shape
         # Different texts must get clearly different vectors, or a match would say little.
         assert np.median(cosines(expected[:-1], expected[1:])) < 0.99
@@ -193,16 +201,14 @@ def test_engine_matches_sentence_transformers(checkpoint, texts):
 
 
 @pytest.mark.slow  # an engine per architecture, in bf16, against sentence-transformers' float32 encode
-def test_engine_in_bf16_stays_within_its_tolerance(checkpoint, texts):
-    from sentence_transformers import SentenceTransformer
-
+def test_engine_in_bf16_stays_within_its_tolerance(checkpoint, texts, reference):
     from engine.config import EngineConfig
     from engine.rose.engine import Engine
 
     arch, path = checkpoint
     engine = Engine(EngineConfig(dtype="bfloat16", model=str(path), device="cpu", max_batch_tokens=2048))
-    expected = SentenceTransformer(str(path), device="cpu").encode(texts, convert_to_numpy=True)
-    worst = cosines(engine.embed(texts), expected)
+    _, vectors = reference
+    worst = cosines(engine.embed(texts), vectors[None])
     assert worst.min() >= MIN_COSINE_BF16, f"{arch}: worst cosine {worst.min()} at text {worst.argmin()}"
 
 
