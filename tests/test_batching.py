@@ -115,13 +115,21 @@ def test_real_engine_vectors_do_not_depend_on_batch_neighbours(default_engine, t
     _check_shared_batches(default_engine, _concurrent_requests(texts, 60), atol=2e-5)
 
 
+@pytest.fixture(scope="module")
+def budget_sample(default_engine, texts) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The texts each budget embeds, and the default engine's vectors of them, as one list and of
+    the first 8 as a list of their own (the same for every budget)."""
+    sample = texts[:64]
+    return sample, default_engine.embed(sample), default_engine.embed(sample[:8])
+
+
 @pytest.mark.parametrize("budget", [300, 1000])
-def test_engine_embed_matches_across_budgets(default_engine, texts, budget):
+def test_engine_embed_matches_across_budgets(budget_sample, budget):
     # The same text gives the same vector whatever batch it lands in.
     from engine.rose.engine import Engine
 
     small = Engine(EngineConfig(dtype="float32", max_batch_tokens=budget))
-    sample = texts[:64]
-    np.testing.assert_allclose(small.embed(sample), default_engine.embed(sample), atol=2e-5)
+    sample, whole, first = budget_sample
+    np.testing.assert_allclose(small.embed(sample), whole, atol=2e-5)
     alone = np.stack([small.embed([t])[0] for t in sample[:8]])
-    np.testing.assert_allclose(alone, default_engine.embed(sample[:8]), atol=2e-5)
+    np.testing.assert_allclose(alone, first, atol=2e-5)
