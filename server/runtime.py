@@ -17,6 +17,7 @@ import asyncio
 import logging
 import os
 import signal
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -61,6 +62,10 @@ class Runtime:
         self._set_models(_as_list(model) if engines is not None else self._local_engines)
         self.engines = engines
         self._in_process: InProcessEngine | None = None
+        # stop() against a load (in a thread) that is about to start the in-process engine: an
+        # engine thread started after stop() would be one nobody stops.
+        self._in_process_lock = threading.Lock()
+        self._stopping = False
         self.is_ready = False
         self._load_task: asyncio.Task | None = None
         # A request's answer is built in this process's heap: keep it from growing (engine/memory.py).
@@ -171,19 +176,26 @@ class Runtime:
             if self.config.engine_plugin:  # after warm-up, so that injected faults hit requests only
                 load_engine_plugin(self.config.engine_plugin)(engine)
         budget = (self.config.engine.max_batch_tokens, self.config.engine.max_batch_seqs)
-        self._in_process = InProcessEngine(self._local_engines, budget, self.config.max_queued_tokens)
-        self._in_process.start()
+        with self._in_process_lock:
+            if self._stopping:
+                raise RuntimeError("the server stopped while its model loaded")
+            self._in_process = InProcessEngine(self._local_engines, budget, self.config.max_queued_tokens)
+            self._in_process.start()
         return EngineLinks([self._in_process.ends], stall_timeout=self.config.engine_stall_timeout, in_process=True,
                            max_queued_tokens=self.config.max_queued_tokens)
 
     async def stop(self) -> None:
         self.is_ready = False
+        with self._in_process_lock:
+            self._stopping = True
         if not self._load_task.done():
             self._load_task.cancel()
         if self.engines is not None:
             self.engines.stop_serving()  # on this loop, where the engines' pipes are read
             await asyncio.to_thread(self.engines.shutdown)
         if self._in_process is not None:
+            if self.engines is None:  # it started as stop() came: no front end is left to say goodbye
+                self._in_process.ends.tasks.close()
             await asyncio.to_thread(self._in_process.close, min(5.0, self.config.shutdown_timeout))
         self.tokenizer_pool.shutdown(wait=False, cancel_futures=True)
         if self.part_processes is not None:

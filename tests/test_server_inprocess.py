@@ -126,3 +126,53 @@ def test_a_client_that_leaves_leaves_no_unretrieved_error_behind():
     status, all_cancelled, logged = json.loads(done.stdout.splitlines()[-1])
     assert status == 499 and all_cancelled
     assert logged == []
+
+
+def _engine_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "rose-engine" and t.is_alive()]
+
+
+def test_a_stop_while_the_model_warms_up_starts_no_engine_behind_it():
+    """SIGTERM during warm-up: the load thread, which outlives its cancelled task, must not start
+    an engine thread that nobody would stop."""
+    warming, release, warmed = threading.Event(), threading.Event(), threading.Event()
+
+    class SlowToWarm(FakeEngine):
+        def warm_up(self):
+            warming.set()
+            release.wait(30)
+            super().warm_up()
+            warmed.set()
+
+    before = set(_engine_threads())
+
+    async def scenario():
+        runtime = Runtime(fake_config(), SlowToWarm())
+        runtime.start()
+        await asyncio.to_thread(warming.wait, 30)
+        await runtime.stop()
+        release.set()
+        await asyncio.to_thread(warmed.wait, 30)
+        await asyncio.sleep(0.5)  # what the load thread does next takes microseconds
+        return runtime._in_process
+
+    assert asyncio.run(scenario()) is None
+    assert not set(_engine_threads()) - before
+
+
+def test_a_stop_after_the_engine_started_but_before_the_front_end_attached_ends_it():
+    """The other side of that window: the engine thread runs, but the cancelled load never handed
+    its links over, so no goodbye can come; stop() ends the engine and frees its memory anyway."""
+    before = set(_engine_threads())
+
+    async def scenario():
+        runtime = Runtime(fake_config(), FakeEngine())
+        runtime._load_task = asyncio.get_running_loop().create_future()
+        runtime._load_task.set_result(None)
+        await asyncio.to_thread(runtime._serve_in_process)  # as a load whose task was then cancelled
+        started = bool(set(_engine_threads()) - before)
+        await runtime.stop()
+        return started, runtime._in_process.thread.is_alive()
+
+    started, still_running = asyncio.run(scenario())
+    assert started and not still_running
