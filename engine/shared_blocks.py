@@ -3,14 +3,27 @@ owned, attached everywhere else, and let go of the same way by both."""
 
 from __future__ import annotations
 
+import os
+import secrets
 from multiprocessing import shared_memory
 
 from engine.child_signals import start_resource_tracker
 
 
+# Blocks are named after the process that made them, so that one left behind in /dev/shm says
+# whose it was. Short enough for every platform's limit (macOS allows 31 characters).
+BLOCK_PREFIX = "rose-embed-"
+
+
 def create_block(size: int) -> shared_memory.SharedMemory:
     start_resource_tracker()  # before the block it is to track (a no-op once it runs)
-    return shared_memory.SharedMemory(create=True, size=size)
+    while True:
+        try:
+            return shared_memory.SharedMemory(f"{BLOCK_PREFIX}{os.getpid()}-{secrets.token_hex(4)}", create=True,
+                                              size=size)
+        except FileExistsError:  # that name is taken: draw another, as multiprocessing does for its own
+            continue
+
 
 
 def attach_block(name: str) -> shared_memory.SharedMemory:

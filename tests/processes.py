@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+from engine.shared_blocks import BLOCK_PREFIX
+
+_MAPPED_BLOCK = re.compile(rf"/dev/shm/({re.escape(BLOCK_PREFIX)}\d+-[0-9a-f]+)$")
 
 
 def _live_processes():
@@ -30,8 +35,13 @@ def is_alive(pid: int) -> bool:
 
 
 def shared_memory() -> set[str]:
-    """Every multiprocessing shared-memory segment on the machine (other users' too)."""
-    return {p.name for p in Path("/dev/shm").glob("psm_*")}
+    """Every shared-memory block of rose-embed's on the machine (other users' too)."""
+    return {p.name for p in Path("/dev/shm").glob(f"{BLOCK_PREFIX}[0-9]*")}
+
+
+def block_creator(name: str) -> int:
+    """The process that made a block (engine/shared_blocks.py names it after it)."""
+    return int(name.removeprefix(BLOCK_PREFIX).split("-", 1)[0])
 
 
 def stats_boards(server_pid: int) -> set[Path]:
@@ -40,14 +50,14 @@ def stats_boards(server_pid: int) -> set[Path]:
 
 
 def mapped_shared_memory(pids: set[int]) -> set[str]:
-    """The multiprocessing segments that these processes have mapped: theirs, whoever else runs."""
+    """The blocks of rose-embed's that these processes have mapped: theirs, whoever else runs."""
     names = set()
     for pid in pids:
         try:
             maps = Path(f"/proc/{pid}/maps").read_text()
         except OSError:
             continue
-        names |= {line.rsplit("/", 1)[1] for line in maps.splitlines() if "/dev/shm/psm_" in line}
+        names |= {m.group(1) for m in map(_MAPPED_BLOCK.search, maps.splitlines()) if m}
     return names
 
 

@@ -19,7 +19,8 @@ import time
 import pytest
 
 from tests.conftest import REPO, free_port
-from tests.processes import command_line, is_alive, mapped_shared_memory, session_members, shared_memory
+from tests.processes import (block_creator, command_line, is_alive, mapped_shared_memory, session_members,
+                             shared_memory)
 
 pytestmark = pytest.mark.slow
 
@@ -40,9 +41,11 @@ def _start(*flags: str, port: int) -> subprocess.Popen:
 
 
 def _left_behind(before: set[str]) -> set[str]:
-    """Shared memory made since `before` that no live process maps (tests running beside may map theirs)."""
+    """Shared memory made since `before` by a process now gone, that no live process maps: the
+    tests running beside make and free their own meanwhile."""
     every_pid = set(map(int, filter(str.isdigit, os.listdir("/proc"))))
-    return shared_memory() - before - mapped_shared_memory(every_pid)
+    made_since = shared_memory() - before - mapped_shared_memory(every_pid)
+    return {name for name in made_since if not is_alive(block_creator(name))}
 
 
 def _none_left(session_id: int, timeout: float = 5.0) -> set[int]:
