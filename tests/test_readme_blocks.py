@@ -92,7 +92,7 @@ def check_install_step(step: str) -> None:
             next(rest)
             continue
         if arg.startswith("-"):
-            assert arg in {"-e", "-q"}, f"{step}: unexpected option {arg}"
+            assert arg in {"-e", "-q", "--no-compile"}, f"{step}: unexpected option {arg}"
             continue
         local = re.fullmatch(r"\.(?:\[([\w,-]+)\])?", arg)
         if local:
