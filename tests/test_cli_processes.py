@@ -40,12 +40,11 @@ def _start(*flags: str, port: int) -> subprocess.Popen:
         signal.signal(signal.SIGINT, previous)
 
 
-def _left_behind(before: set[str]) -> set[str]:
-    """Shared memory made since `before` by a process now gone, that no live process maps: the
-    tests running beside make and free their own meanwhile."""
-    every_pid = set(map(int, filter(str.isdigit, os.listdir("/proc"))))
-    made_since = shared_memory() - before - mapped_shared_memory(every_pid)
-    return {name for name in made_since if not is_alive(block_creator(name))}
+def _left_behind(server_pid: int) -> set[str]:
+    """The shared memory a server that has exited left behind. Its supervisor makes every block
+    (engine/shared_blocks.py names each after its maker), so the tests running beside, which make
+    and free their own meanwhile, are not counted."""
+    return {name for name in shared_memory() if block_creator(name) == server_pid}
 
 
 def _none_left(session_id: int, timeout: float = 5.0) -> set[int]:
@@ -61,7 +60,6 @@ def test_a_taken_port_is_one_line_and_a_quick_exit_with_nothing_left(flags):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        before = shared_memory()
         started = time.monotonic()
         proc = _start(*flags, port=port)
         try:
@@ -73,7 +71,7 @@ def test_a_taken_port_is_one_line_and_a_quick_exit_with_nothing_left(flags):
     assert err.splitlines() == [f"rose-embed: cannot listen on 127.0.0.1:{port}: Address already in use"]
     assert out == ""  # no banner: it says where the server listens, and it does not
     assert not _none_left(proc.pid)
-    assert not _left_behind(before)
+    assert not _left_behind(proc.pid)
 
 
 @pytest.mark.parametrize("frontend_workers", ["1", "2"])
@@ -86,7 +84,6 @@ def test_weights_that_do_not_load_stop_the_server_with_one_line_and_status_1(tmp
     shutil.copytree(resolve_model_dir(None)[0], model)
     weights = model / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-    before = shared_memory()
     proc = _start("--model", str(model), "--devices", "cpu", "--frontend-workers", frontend_workers,
                   port=free_port())
     try:
@@ -103,7 +100,7 @@ def test_weights_that_do_not_load_stop_the_server_with_one_line_and_status_1(tmp
                for line in errors), err
     assert "Traceback" not in err and "restarted" not in err, err
     assert not _none_left(proc.pid)
-    assert not _left_behind(before)
+    assert not _left_behind(proc.pid)
 
 
 def _engine_child(session_id: int, timeout: float = 60.0) -> int:
