@@ -15,7 +15,8 @@ common start and lasts --window seconds); a request lost below HTTP (reset, brok
 closed without a response) is a failure like a non-200 status. Per (R, N) the report gives
 the counted requests' tokens/s, that rate over the engine alone with ids on the same pool in
 the same round (`run_ids`: the pool tokenized beforehand, cut into full batches: the
-device's own speed), the p50 latency of one request beside the engine alone's time for one
+device's own speed), how far one request more or less inside the window moves that ratio
+(a window that holds few requests measures in coarse steps: make it longer), the p50 latency of one request beside the engine alone's time for one
 request's ids, and each client process's CPU share of a core (one near 100 % measures
 itself, not the server). Responses sampled over each client's run (a few, evenly spread)
 are decoded after the window and every vector in them is checked against the engine's.
@@ -289,9 +290,10 @@ def render(args, engine, server_args, rows: list[Measurement], engine_rates: lis
         f"**{check.mismatches} mismatches** (cosine < {check.min_cosine}); worst cosine {check.worst:.7f}; "
         + (f"**{failures} failed requests**" if failures else "no failed requests, none at the transport level"),
         "",
-        "| texts a request | clients | tokens/s | x engine alone | requests counted | request p50 ms "
-        "| engine alone, one request's ids, ms | failed (transport) | client CPU, % of a core (max) |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| texts a request | clients | tokens/s | x engine alone | one request more or less, x "
+        "| requests counted | request p50 ms | engine alone, one request's ids, ms | failed (transport) "
+        "| client CPU, % of a core (max) |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for size, (_, _, one_request_ms) in per_size.items():
         for n in dict.fromkeys(m.num_clients for m in rows if m.request_texts == size):
@@ -299,8 +301,12 @@ def render(args, engine, server_args, rows: list[Measurement], engine_rates: lis
             latencies = [x for m in ms for x in m.latencies]
             p50 = f"{1000 * statistics.median(latencies):.1f}" if latencies else "-"
             shares = [x for m in ms for x in m.cpu_shares]
+            # Only whole requests count: with few inside the window, the ratio moves in coarse steps.
+            step = [m.ratio / m.counted for m in ms if m.counted]
+            step_text = f"{statistics.median(step):.2f}" if step else "-"
             lines.append(f"| {size} | {n} | {statistics.median(m.tokens_per_s for m in ms):,.0f} "
-                         f"| **{statistics.median(m.ratio for m in ms):.2f}x** | {sum(m.counted for m in ms)} | {p50} "
+                         f"| **{statistics.median(m.ratio for m in ms):.2f}x** | {step_text} "
+                         f"| {sum(m.counted for m in ms)} | {p50} "
                          f"| {one_request_ms:.1f} | {sum(m.failures for m in ms)} "
                          f"({sum(m.transport_errors for m in ms)}) | {max(shares):.1%} |")
     lines += ["", "Where a request's time went, as the server timed it (medians of the counted requests' "

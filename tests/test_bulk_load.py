@@ -41,7 +41,7 @@ def test_bulk_pattern_against_a_real_server_on_the_cpu(tmp_path):
                         "--out", str(out)])
     report = out.read_text()
     assert rc == 0, report
-    rows = [row for row in _table_rows(report, 10) if len(row) == 9]
+    rows = [row for row in _table_rows(report, 10) if len(row) == 10]
     assert [row[1] for row in rows] == ["1", "2"], report
     phase_rows = [row for row in _table_rows(report, 10) if len(row) == 8]
     assert [row[1] for row in phase_rows] == ["1", "2"], report
@@ -51,10 +51,11 @@ def test_bulk_pattern_against_a_real_server_on_the_cpu(tmp_path):
         # The phases follow one another within the total; each figure is a median over the
         # requests, and medians of the parts need not add up to the median of the whole.
         assert in_turn <= 1.05 * float(total) + 0.5, report
-    for _, _, tokens_per_s, ratio, counted, p50_ms, one_request_ms, failed, cpu_share in rows:
+    for _, _, tokens_per_s, ratio, step, counted, p50_ms, one_request_ms, failed, cpu_share in rows:
         assert float(tokens_per_s.replace(",", "")) > 0, report
         assert float(ratio.rstrip("x")) > 0, report
         assert int(counted) >= 1, report
+        assert 0 < float(step) <= float(ratio.rstrip("x")) + 0.01, report  # one request's share of the ratio
         assert float(p50_ms) > 0 and float(one_request_ms) > 0, report
         assert failed == "0 (0)", report
         assert 0 <= float(cpu_share.rstrip("%")) < 100, report
