@@ -25,7 +25,6 @@ def create_block(size: int) -> shared_memory.SharedMemory:
             continue
 
 
-
 def attach_block(name: str) -> shared_memory.SharedMemory:
     # A spawned child shares its parent's resource tracker, so attaching registers nothing new;
     # only the creator unlinks the block.
