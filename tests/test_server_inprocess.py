@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 
 from litestar.testing import AsyncTestClient
@@ -10,6 +11,7 @@ from litestar.testing import AsyncTestClient
 from server.app import create_app
 from server.runtime import Runtime
 from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config
+from tests.processes import mapped_shared_memory, shared_memory
 
 
 async def _ready(app) -> None:
@@ -171,8 +173,11 @@ def test_a_stop_after_the_engine_started_but_before_the_front_end_attached_ends_
         runtime._load_task.set_result(None)
         await asyncio.to_thread(runtime._serve_in_process)  # as a load whose task was then cancelled
         started = bool(set(_engine_threads()) - before)
+        blocks = mapped_shared_memory({os.getpid()}) - blocks_before
         await runtime.stop()
-        return started, runtime._in_process.thread.is_alive()
+        return started, runtime._in_process.thread.is_alive(), blocks
 
-    started, still_running = asyncio.run(scenario())
+    blocks_before = mapped_shared_memory({os.getpid()})
+    started, still_running, blocks = asyncio.run(scenario())
     assert started and not still_running
+    assert len(blocks) == 2 and not blocks & shared_memory()  # its arena and board, unlinked
