@@ -62,9 +62,9 @@ class Runtime:
         self._set_models(_as_list(model) if engines is not None else self._local_engines)
         self.engines = engines
         self._in_process: InProcessEngine | None = None
-        # stop() against a load (in a thread) that is about to start the in-process engine: an
-        # engine thread started after stop() would be one nobody stops.
-        self._in_process_lock = threading.Lock()
+        # stop() against a load (in a thread) that is about to start the in-process engine or
+        # part processes: one started after stop() would be one nobody stops.
+        self._stopping_lock = threading.Lock()
         self._stopping = False
         self.is_ready = False
         self._load_task: asyncio.Task | None = None
@@ -157,11 +157,20 @@ class Runtime:
     async def _connect_part_processes(self) -> None:
         addresses = self.config.part_process_addresses
         if not addresses:  # no supervisor started them: this front end's own
-            self._own_part_processes = await asyncio.to_thread(
-                start_part_processes, self.model.tokenizer.recipe, self.config.part_processes)
-            addresses = self._own_part_processes.addresses
+            addresses = (await asyncio.to_thread(self._start_own_part_processes)).addresses
         self.part_processes = PartProcesses(addresses, first=self.config.worker_index)
         await self.part_processes.connect()
+
+    def _start_own_part_processes(self) -> PartProcessPool:
+        """In a thread of the load: the pool, kept where stop() will find it, or stopped at once
+        if stop() came meanwhile (the thread outlives its cancelled task)."""
+        pool = start_part_processes(self.model.tokenizer.recipe, self.config.part_processes)
+        with self._stopping_lock:
+            if not self._stopping:
+                self._own_part_processes = pool
+                return pool
+        pool.stop()
+        raise RuntimeError("the server stopped while its part processes started")
 
     def _serve_in_process(self) -> EngineLinks:
         if not self._local_engines:
@@ -176,7 +185,7 @@ class Runtime:
             if self.config.engine_plugin:  # after warm-up, so that injected faults hit requests only
                 load_engine_plugin(self.config.engine_plugin)(engine)
         budget = (self.config.engine.max_batch_tokens, self.config.engine.max_batch_seqs)
-        with self._in_process_lock:
+        with self._stopping_lock:
             if self._stopping:
                 raise RuntimeError("the server stopped while its model loaded")
             self._in_process = InProcessEngine(self._local_engines, budget, self.config.max_queued_tokens)
@@ -186,7 +195,7 @@ class Runtime:
 
     async def stop(self) -> None:
         self.is_ready = False
-        with self._in_process_lock:
+        with self._stopping_lock:
             self._stopping = True
         if not self._load_task.done():
             self._load_task.cancel()

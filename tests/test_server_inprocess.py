@@ -181,3 +181,33 @@ def test_a_stop_after_the_engine_started_but_before_the_front_end_attached_ends_
     started, still_running, blocks = asyncio.run(scenario())
     assert started and not still_running
     assert len(blocks) == 2 and not blocks & shared_memory()  # its arena and board, unlinked
+
+
+def test_a_stop_while_the_part_processes_start_stops_them(monkeypatch):
+    """The same window for the part processes a front end without a supervisor starts itself."""
+    from server import runtime as runtime_module
+
+    starting, release, stopped = threading.Event(), threading.Event(), threading.Event()
+
+    class Pool:
+        addresses = ()
+
+        def stop(self):
+            stopped.set()
+
+    def slow_start(recipe, num_processes):
+        starting.set()
+        release.wait(30)
+        return Pool()
+
+    monkeypatch.setattr(runtime_module, "start_part_processes", slow_start)
+
+    async def scenario():
+        runtime = Runtime(fake_config(part_processes=1), FakeEngine())
+        runtime.start()
+        await asyncio.to_thread(starting.wait, 30)
+        await runtime.stop()
+        release.set()
+        return await asyncio.to_thread(stopped.wait, 10)
+
+    assert asyncio.run(scenario())
