@@ -51,7 +51,9 @@ class InProcessEngine:
 
     def close(self, timeout: float | None = 5.0) -> None:
         """After the front end's goodbye: wait for the loop (not for ever: a stuck kernel never
-        returns), then free the shared memory."""
+        returns), then free the shared memory. A front end that never attached (stopped as the
+        engine started) sends no goodbye: the end of its task pipe, closed here, says it instead."""
+        self.ends.tasks.close()
         self.thread.join(timeout)
         if not self.thread.is_alive():
             self._loop.board.close()

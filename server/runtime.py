@@ -203,8 +203,6 @@ class Runtime:
             self.engines.stop_serving()  # on this loop, where the engines' pipes are read
             await asyncio.to_thread(self.engines.shutdown)
         if self._in_process is not None:
-            if self.engines is None:  # it started as stop() came: no front end is left to say goodbye
-                self._in_process.ends.tasks.close()
             await asyncio.to_thread(self._in_process.close, min(5.0, self.config.shutdown_timeout))
         self.tokenizer_pool.shutdown(wait=False, cancel_futures=True)
         if self.part_processes is not None:
