@@ -127,10 +127,26 @@ def main() -> None:
                     check = (f"{(values == exact).float().mean().item():.4f} equal to the definition, "
                              f"{((values - exact).abs() <= exact.abs() / 8 + 2.0 ** -9).float().mean().item():.5f} "
                              f"within a step")
+                    fused_lt = cublaslt_fp8.scaled_matmul(rows.values, rows.scales, up8.weight, up8.weight_scale,
+                                                          up8.bias, "gelu_tanh", FP8_DTYPE, 1 / got.scales[0], fast)
                     alone = cublaslt_fp8.scaled_matmul(rows.values, rows.scales, up8.weight, up8.weight_scale, up8.bias,
                                                        None, torch.bfloat16, None, fast)
+                    if fused_lt is None:
+                        check += "; cuBLASLt has no algorithm for it (the engine ran the pass)"
+                        one = torch.ones(1, device="cuda")
+                        for out_dtype in (torch.float8_e4m3fn, torch.bfloat16):
+                            def tensorwise(out_dtype=out_dtype):
+                                return cublaslt_fp8.scaled_matmul(
+                                    rows.values, one, up8.weight, one, up8.bias, "gelu_tanh", out_dtype,
+                                    one if out_dtype == FP8_DTYPE else None, fast, rowwise=False)
+                            try:
+                                took = "no algorithm" if tensorwise() is None else \
+                                    f"{graph_seconds(tensorwise) * 1e6:.1f} us"
+                            except Exception as error:  # a probe: report what cuBLASLt refuses
+                                took = f"{type(error).__name__}: {error}"
+                            check += f"; with one scale per operand, {out_dtype} out: {took}"
                     if alone is None:
-                        check += "; cuBLASLt has no algorithm (the engine ran the pass)"
+                        check += "; bias alone, bf16 out: no algorithm"
                     else:
                         gap = (alone.float() - up8(rows).float()).abs().max().item()
                         lt_us = graph_seconds(lambda: cublaslt_fp8.scaled_matmul(

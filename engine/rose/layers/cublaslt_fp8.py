@@ -150,7 +150,7 @@ _OUT_TYPES = {torch.bfloat16: _CUDA_R_16BF, torch.float8_e4m3fn: _CUDA_R_8F_E4M3
 
 @functools.cache
 def _plan(device_index: int, m: int, n: int, k: int, epilogue: int, out_dtype: torch.dtype,
-          fast_accumulation: bool) -> _Plan | None:
+          fast_accumulation: bool, rowwise: bool) -> _Plan | None:
     """The descriptors and algorithm of out [m, n] = epilogue(x [m, k] @ weight [n, k].T), made once
     per shape (host work only; the pointers are set at each call); None where cuBLASLt is missing
     or has no algorithm for it."""
@@ -164,8 +164,9 @@ def _plan(device_index: int, m: int, n: int, k: int, epilogue: int, out_dtype: t
     _set(desc, _DESC_TRANSB, ctypes.c_int32(_CUBLAS_OP_N))
     _set(desc, _DESC_EPILOGUE, ctypes.c_uint32(epilogue))
     _set(desc, _DESC_BIAS_DATA_TYPE, ctypes.c_int32(_CUDA_R_16BF))
-    _set(desc, _DESC_A_SCALE_MODE, ctypes.c_int32(_SCALE_OUTER_VEC_32F))
-    _set(desc, _DESC_B_SCALE_MODE, ctypes.c_int32(_SCALE_OUTER_VEC_32F))
+    if rowwise:
+        _set(desc, _DESC_A_SCALE_MODE, ctypes.c_int32(_SCALE_OUTER_VEC_32F))
+        _set(desc, _DESC_B_SCALE_MODE, ctypes.c_int32(_SCALE_OUTER_VEC_32F))
     _set(desc, _DESC_FAST_ACCUM, ctypes.c_int8(1 if fast_accumulation else 0))
     layouts = (_layout(_CUDA_R_8F_E4M3, k, n, k), _layout(_CUDA_R_8F_E4M3, k, m, k),
                _layout(_CUDA_R_16BF, n, m, n), _layout(_OUT_TYPES[out_dtype], n, m, n))
@@ -195,20 +196,21 @@ def available(device: torch.device) -> bool:
 
 def scaled_matmul(x: torch.Tensor, x_scales: torch.Tensor, weight: torch.Tensor, weight_scales: torch.Tensor,
                   bias: torch.Tensor | None, activation: str | None, out_dtype: torch.dtype,
-                  out_scale_inverse: torch.Tensor | None, fast_accumulation: bool) -> torch.Tensor | None:
+                  out_scale_inverse: torch.Tensor | None, fast_accumulation: bool,
+                  rowwise: bool = True) -> torch.Tensor | None:
     """act((x * x_scales) @ (weight * weight_scales.T).T + bias) [M, N] in out_dtype, act one of
     EPILOGUES (None: none), applied to the float32 accumulator; None where cuBLASLt has no
     algorithm for it (the caller runs its own steps instead).
 
     x [M, K] and weight [N, K] e4m3, contiguous; x_scales [M, 1], weight_scales [1, N] float32,
     contiguous; bias [N] bf16. An e4m3 output is the activated result times out_scale_inverse (a
-    float32 scalar on the device, 1 / the output's scale), rounded to nearest and saturated to
-    e4m3's finite range."""
+    float32 scalar on the device, 1 / the output's scale), rounded to nearest (a scale that bounds
+    the output keeps it within e4m3's range). With `rowwise` off, x_scales and weight_scales are one float each."""
     m, k = x.shape
     n = weight.shape[0]
     device_index = x.device.index if x.device.index is not None else torch.cuda.current_device()
     epilogue = (EPILOGUES[activation] | (EPILOGUE_BIAS if bias is not None else 0)) or 1
-    plan = _plan(device_index, m, n, k, epilogue, out_dtype, fast_accumulation) if m else None
+    plan = _plan(device_index, m, n, k, epilogue, out_dtype, fast_accumulation, rowwise) if m else None
     if plan is None:
         return None
     out = torch.empty(m, n, dtype=out_dtype, device=x.device)
