@@ -167,10 +167,29 @@ def test_the_up_step_runs_cublaslt_where_it_has_an_algorithm():
         with torch.cuda.graph(graph):
             captured = fp8_fused.linear_activation_rows(layer, rows, "gelu")
     assert len(calls) == 2 and calls[0][6] == torch.float8_e4m3fn
+    assert fp8_fused._cublaslt_agrees[rows.values.device.index] is True
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured.values.view(torch.uint8), eager.values.view(torch.uint8))
     assert torch.equal(captured.scales, eager.scales)
+
+
+def test_a_cublaslt_that_disagrees_with_the_pass_is_not_used(monkeypatch, caplog):
+    linear = torch.nn.Linear(768, 3072, device="cuda", dtype=torch.bfloat16)
+    layer = Fp8Linear(linear)
+    rows = quantize_rows(_randn(256, 768, seed=6))
+    monkeypatch.setattr(fp8_fused, "_cublaslt_agrees", {})
+    wrong = torch.zeros(256, 3072, device="cuda").to(torch.float8_e4m3fn)
+    monkeypatch.setattr(cublaslt_fp8, "scaled_matmul", lambda *args, **kwargs: wrong)
+    got = fp8_fused.linear_activation_rows(layer, rows, "gelu")
+    assert fp8_fused._cublaslt_agrees[rows.values.device.index] is False
+    assert "disagrees" in caplog.text
+    fused.set_fused_kernels(False)
+    try:
+        want = fp8_fused.linear_activation_rows(layer, rows, "gelu")
+    finally:
+        fused.set_fused_kernels(True)
+    _close_to_reference(got, want)
 
 
 @pytest.mark.parametrize("num_tokens", [1, 1000, 1024, 5000])

@@ -10,6 +10,8 @@ kernels to them.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 import torch.nn.functional as F
 
@@ -17,6 +19,8 @@ from engine.rose.layers import cublaslt_fp8, fused
 from engine.rose.layers.fp8 import Fp8Linear, fp8_kernels_for, quantize_rows
 from engine.rose.layers.quantized_rows import (FP8_DTYPE, QuantizedRows, ScaleBound, batch_bounded_scales,
                                                quantize_rows_at)
+
+logger = logging.getLogger("rose_embed.engine")
 
 # The BERT family's activation after its up projection: linear_gelu's `approximate` ("none",
 # "tanh") or None for ReLU -> the kernels' name for it.
@@ -109,16 +113,50 @@ def linear_activation_rows(linear: Fp8Linear, rows: QuantizedRows, activation_na
     kernels = fp8_kernels_for(rows.values)
     if kernels is not None and rows.values.is_contiguous() and linear.out_dtype == torch.bfloat16:
         scales, inverse = kernels.batch_bounded_scales(rows.scales, linear.scale_bound)
-        values = None
-        if cublaslt_fp8.available(rows.values.device):
-            values = cublaslt_fp8.scaled_matmul(rows.values, rows.scales, linear.weight, linear.weight_scale,
-                                                linear.bias, activation_name, FP8_DTYPE, inverse,
-                                                linear.fast_accumulation)
+        values = _cublaslt_values(linear, rows, activation_name, scales, inverse, kernels)
         if values is not None:
             return QuantizedRows(values, scales)
         return kernels.activation_rows_at_scales(linear(rows), scales, GIVEN_SCALES, activation_name)
     scales = batch_bounded_scales(rows.scales, linear.scale_bound)
     return quantize_rows_at(_ACTIVATIONS[activation_name](linear(rows)), scales)
+
+
+# Per GPU, whether cuBLASLt's fused up step agreed with the GEMM-and-pass path on its first use.
+_cublaslt_agrees: dict[int, bool] = {}
+# Two computations of one activation land one e4m3 step apart where they straddle a rounding
+# boundary (the pass activates the GEMM's bf16 output, the epilogue its float32 accumulator):
+# allowed for this share of the values, and no more than one step.
+_SHARE_ONE_STEP_APART = 0.05
+
+
+def _cublaslt_values(linear: Fp8Linear, rows: QuantizedRows, activation_name: str, scales: torch.Tensor,
+                     inverse: torch.Tensor, kernels) -> torch.Tensor | None:
+    """The up step's e4m3 values from cuBLASLt's GEMM, or None where it cannot give them, so that
+    the GEMM and the elementwise pass run instead. Its first use on a GPU (eager: the engine runs
+    each batch shape once before capturing it) is checked against that pass; a GPU where the two
+    disagree runs the pass from then on, and the log says so."""
+    device = rows.values.device
+    agrees = _cublaslt_agrees.get(device.index)
+    if agrees is False or not cublaslt_fp8.available(device):
+        return None
+    if agrees is None and torch.cuda.is_current_stream_capturing():
+        return None  # unchecked, and no comparison can run inside a capture
+    values = cublaslt_fp8.scaled_matmul(rows.values, rows.scales, linear.weight, linear.weight_scale, linear.bias,
+                                        activation_name, FP8_DTYPE, inverse, linear.fast_accumulation)
+    if values is None or agrees:
+        return values
+    passed = kernels.activation_rows_at_scales(linear(rows), scales, GIVEN_SCALES, activation_name).values.float()
+    got = values.float()
+    step = torch.exp2(torch.floor(torch.log2(passed.abs().clamp(min=2.0 ** -6))) - 3)  # e4m3's spacing there
+    agrees = bool((got - passed).abs().le(step).all()) \
+        and (got != passed).float().mean().item() <= _SHARE_ONE_STEP_APART
+    _cublaslt_agrees[device.index] = agrees
+    if not agrees:
+        logger.warning("fp8: cuBLASLt's GEMM with the activation in its epilogue disagrees with the GEMM and "
+                       "activation pass on %s; the up projections run the pass instead",
+                       torch.cuda.get_device_name(device))
+        return None
+    return values
 
 
 def activation(x: torch.Tensor, activation_name: str) -> torch.Tensor:
