@@ -36,9 +36,11 @@
 #   bench/gpu_session.sh fp8-probe   # FP8 GEMM scalings one linear at a time (rowwise against 1x128 blockwise;
 #                                    # bench/results/fp8-scaling-probe.md), then where an FP8 batch's time goes,
 #                                    # kernel by kernel (bench/results/gpu-profile-fp8.md)
-#   bench/gpu_session.sh fp8-lt      # the BERT family's FP8 MLP with cuBLASLt's GEMM activating and quantizing its
-#                                    # output (bench/fp8_cublaslt.py), its GPU tests ($TESTS: pytest -k), then
-#                                    # fp8_bench on $MODELS and $PLANS where MODELS is set
+#   bench/gpu_session.sh fp8-gemm    # the BERT family's MLP with its up projection quantizing its own output
+#                                    # (bench/fp8_gemm_epilogue.py), the GEMMs' GPU tests ($TESTS: pytest -k), then
+#                                    # fp8_bench on BERT-base's plans ($PLANS)
+#   bench/gpu_session.sh fp8-lt      # cuBLASLt's FP8 GEMM with GELU in its epilogue on BERT-base's up projection
+#                                    # (bench/fp8_cublaslt.py, bench/results/fp8-cublaslt*.md; under a minute)
 #   bench/gpu_session.sh fp8-rows    # the FP8 row kernels' launches against the memory's speed
 #                                    # (bench/fp8_row_kernels.py, bench/results/fp8-row-kernels.md; about a minute)
 #   bench/gpu_session.sh fp8-paragraphs  # the paragraphs mode's load with --quantization fp8, BERT-base and the
@@ -202,19 +204,17 @@ fp8-tests)
     KEEP_LOGS=1 step bf16-gpu-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_fused_gpu.py \
         tests/test_qwen3_gpu.py tests/test_gpu_capture.py
     ;;
-fp8-lt)
-    # cuBLASLt's GEMM with the GELU in its epilogue and e4m3 out; then, where MODELS is set,
-    # fp8_bench on $MODELS and $PLANS.
+fp8-gemm)
     models bert-base
+    step fp8-gemm-epilogue python3 bench/fp8_gemm_epilogue.py --out "$OUT/fp8-gemm-epilogue.md"
+    KEEP_LOGS=1 step fp8-gemm-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_fp8_gpu.py \
+        -k "${TESTS:-bounded or scaled_mm}"
+    step fp8-bench-bert python3 bench/fp8_bench.py --tokenizer .carry/minilm/tokenizer.json --models bert-base \
+        --plans ${PLANS:-default,every} --out "$OUT/fp8-plans-bert-base.md"
+    ;;
+fp8-lt)
     step fp8-cublaslt python3 bench/fp8_cublaslt.py --out "$OUT/fp8-cublaslt.md"
     cat "$OUT/fp8-cublaslt.md"
-    KEEP_LOGS=1 step fp8-up-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_fp8_gpu.py \
-        -k "${TESTS:-up_step or batch_scales or cublaslt}"
-    if [ -n "${MODELS:-}" ]; then
-        step fp8-plans python3 bench/fp8_bench.py --tokenizer .carry/minilm/tokenizer.json --models "$MODELS" \
-            --plans "${PLANS:-default}" --out "$OUT/fp8-plans.md"
-        sed -n '/^| model/,$p' "$OUT/fp8-plans.md"
-    fi
     ;;
 fp8-rows)
     step fp8-row-kernels python3 bench/fp8_row_kernels.py --out "$OUT/fp8-row-kernels.md"

@@ -161,20 +161,17 @@ def _run(model: nn.Module, is_causal: bool = False) -> torch.Tensor:
         return model(torch.from_numpy(batch.input_ids), torch.from_numpy(batch.positions), attention, meta)
 
 
-def _fake_linear(patch, model: nn.Module, fp8_weights: set[int] | None = None) -> None:
-    """Patches F.linear to run with its input and weight round-tripped through e4m3 (where
-    `fp8_weights`, ids of weights, name the linear, else every one). Each input row at the scale
-    putting its largest magnitude on 448, but a BERT down projection's input: its up projection's
-    GEMM quantizes that activation at one scale for the batch, bounded before the GEMM runs from
-    its own input's largest scale: every input value is at most 448 * that scale, so an output is
-    at most 448 * scale * the largest row sum of |weight| + the largest |bias|, and GELU adds at
-    most 0.17, all grown by 2^-6. That GEMM's GELU is the tanh form (cuBLASLt's epilogue has no
-    other), so F.gelu is patched too, to take that form on those up projections' outputs."""
-    linear, gelu = F.linear, F.gelu
+def _fake_linear(model: nn.Module, fp8_weights: set[int] | None = None):
+    """F.linear with its input and weight round-tripped through e4m3 (where `fp8_weights`, ids of
+    weights, name the linear, else every one). Each input row at the scale putting its largest
+    magnitude on 448, but a BERT down projection's input: its up projection's GEMM quantizes
+    that activation at a scale bounded before the GEMM runs, from its own input's scale: every
+    input value is at most 448 * that scale, so an output is at most 448 * scale * the largest
+    row sum of |weight| + the largest |bias|, and GELU adds at most 0.17, all grown by 2^-6."""
+    linear = F.linear
     down_of_up = {id(layer.up_proj.weight): id(layer.down_proj.weight) for layer in model.layers
                   if isinstance(layer, BertLayer)}
     down_scales = {}
-    fused_up_outputs = []
 
     def fake(x, weight, bias=None):
         if fp8_weights is not None and id(weight) not in fp8_weights:
@@ -182,27 +179,20 @@ def _fake_linear(patch, model: nn.Module, fp8_weights: set[int] | None = None) -
         quantized = dequantize_rows(quantize_rows_reference(weight.to(torch.bfloat16)))
         scales = down_scales.pop(id(weight), None)
         rows = quantize_rows_reference(x) if scales is None else quantize_rows_at(x, scales)
-        out = linear(dequantize_rows(rows), quantized, bias)
         if id(weight) in down_of_up and (fp8_weights is None or down_of_up[id(weight)] in fp8_weights):
             grown = 1 + 2.0 ** -6
             largest_bias = 0.0 if bias is None else bias.abs().max().item()
-            scale = rows.scales.max() * (quantized.abs().sum(dim=1).max().item() * grown) \
-                + (largest_bias + 0.17) * grown / FP8_MAX
-            down_scales[down_of_up[id(weight)]] = scale.expand_as(rows.scales)
-            fused_up_outputs.append(out)
-        return out
+            down_scales[down_of_up[id(weight)]] = (rows.scales * (quantized.abs().sum(dim=1).max().item() * grown)
+                                                   + (largest_bias + 0.17) * grown / FP8_MAX)
+        return linear(dequantize_rows(rows), quantized, bias)
 
-    def fake_gelu(x, approximate="none"):
-        return gelu(x, approximate="tanh" if any(x is out for out in fused_up_outputs) else approximate)
-
-    patch.setattr(torch.nn.functional, "linear", fake)
-    patch.setattr(torch.nn.functional, "gelu", fake_gelu)
+    return fake
 
 
 def _fake_quantized(model: nn.Module, monkeypatch, is_causal: bool = False) -> torch.Tensor:
     """The float32 model with every F.linear's input and weight round-tripped through e4m3 (_fake_linear)."""
     with monkeypatch.context() as patch:
-        _fake_linear(patch, model)
+        patch.setattr(torch.nn.functional, "linear", _fake_linear(model))
         return _run(model, is_causal)
 
 
@@ -238,7 +228,7 @@ def test_mixed_layers_pass_bf16_or_rows_between_them(monkeypatch):
     fp8_weights = {id(reference.layers[1].get_submodule(n).weight) for n in ("qkv_proj", "up_proj", "down_proj")}
     ours = _run(model)
     with monkeypatch.context() as patch:
-        _fake_linear(patch, reference, fp8_weights)
+        patch.setattr(torch.nn.functional, "linear", _fake_linear(reference, fp8_weights))
         want = _run(reference)
     torch.testing.assert_close(ours, want, rtol=1e-5, atol=1e-5)
 

@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from engine.config import EngineConfig, Fp8Plan
-from engine.rose.layers import cublaslt_fp8, fp8_fused, fused
+from engine.rose.layers import fp8_fused, fused
 from engine.rose.layers.fp8 import Fp8Linear, quantize_rows, scaled_matmul
 from engine.rose.layers.quantized_rows import QuantizedRows, dequantize_rows, quantize_rows_reference
 from tests.fp8_checks import assert_rows_close
@@ -130,79 +130,21 @@ def test_activation_rows_kernel(activation, num_tokens, intermediate):
     _close_to_reference(rows, rows_ref)
 
 
+@pytest.mark.parametrize("in_epilogue", [False, True], ids=["pass", "epilogue"])
 @pytest.mark.parametrize("fast_accumulation", [True, False])
 @pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "relu"])
 @pytest.mark.parametrize("num_tokens,k,n,bias", [(1, 768, 3072, True), (4096, 768, 3072, True), (300, 64, 128, True),
                                                  (33, 1024, 4096, False), (129, 48, 96, True)])
-def test_the_up_step_that_quantizes_its_own_output_is_its_reference(fast_accumulation, activation, num_tokens, k, n,
-                                                                    bias):
+def test_the_up_projection_that_quantizes_at_bounded_scales_is_its_reference(in_epilogue, fast_accumulation,
+                                                                             activation, num_tokens, k, n, bias):
     linear = torch.nn.Linear(k, n, bias=bias, device="cuda", dtype=torch.bfloat16)
     layer = Fp8Linear(linear, fast_accumulation)
     rows = quantize_rows(_randn(num_tokens, k, seed=k + n))
-    got, want = both(lambda: fp8_fused.linear_activation_rows(layer, rows, activation))
+    got, want = both(lambda: fp8_fused.linear_activation_rows(layer, rows, activation, in_epilogue))
     _close_to_reference(got, want)
-    # One scale for the batch, and it holds every activated value without saturating.
-    assert (got.scales == got.scales[0]).all()
-    activated = fp8_fused.activation(layer(rows), fp8_fused.UP_STEP_ACTIVATIONS[activation]).float()
+    # The bounded scales hold every activated value without saturating.
+    activated = fp8_fused.activation(layer(rows), activation).float()
     assert (activated.abs() <= 448 * got.scales).all()
-
-
-def test_the_up_step_runs_cublaslt_where_it_has_an_algorithm():
-    """BERT-base's up projection: cuBLASLt's GEMM writes the e4m3 values itself (no bf16 output and
-    pass), with the bias alone it equals torch._scaled_mm, and it replays in a CUDA graph."""
-    linear = torch.nn.Linear(768, 3072, device="cuda", dtype=torch.bfloat16)
-    layer = Fp8Linear(linear)
-    rows = quantize_rows(_randn(512, 768, seed=5))
-    assert cublaslt_fp8.available(rows.values.device)
-    alone = cublaslt_fp8.scaled_matmul(rows.values, rows.scales, layer.weight, layer.weight_scale, layer.bias, None,
-                                       torch.bfloat16, None, True)
-    assert alone is not None
-    torch.testing.assert_close(alone.float(), layer(rows).float(), rtol=1e-2, atol=1e-2)
-    calls = []
-    original = cublaslt_fp8.scaled_matmul
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cublaslt_fp8, "scaled_matmul", lambda *a, **kw: calls.append(a) or original(*a, **kw))
-        eager = fp8_fused.linear_activation_rows(layer, rows, "gelu")
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = fp8_fused.linear_activation_rows(layer, rows, "gelu")
-    assert len(calls) == 2 and calls[0][6] == torch.float8_e4m3fn
-    assert fp8_fused._cublaslt_agrees[rows.values.device.index] is True
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(captured.values.view(torch.uint8), eager.values.view(torch.uint8))
-    assert torch.equal(captured.scales, eager.scales)
-
-
-def test_a_cublaslt_that_disagrees_with_the_pass_is_not_used(monkeypatch, caplog):
-    linear = torch.nn.Linear(768, 3072, device="cuda", dtype=torch.bfloat16)
-    layer = Fp8Linear(linear)
-    rows = quantize_rows(_randn(256, 768, seed=6))
-    monkeypatch.setattr(fp8_fused, "_cublaslt_agrees", {})
-    wrong = torch.zeros(256, 3072, device="cuda").to(torch.float8_e4m3fn)
-    monkeypatch.setattr(cublaslt_fp8, "scaled_matmul", lambda *args, **kwargs: wrong)
-    got = fp8_fused.linear_activation_rows(layer, rows, "gelu")
-    assert fp8_fused._cublaslt_agrees[rows.values.device.index] is False
-    assert "disagrees" in caplog.text
-    fused.set_fused_kernels(False)
-    try:
-        want = fp8_fused.linear_activation_rows(layer, rows, "gelu")
-    finally:
-        fused.set_fused_kernels(True)
-    _close_to_reference(got, want)
-
-
-@pytest.mark.parametrize("num_tokens", [1, 1000, 1024, 5000])
-def test_batch_scales_kernel(num_tokens):
-    from engine.rose.layers import triton_fp8_kernels
-    from engine.rose.layers.quantized_rows import ScaleBound, batch_bounded_scales
-
-    input_scales = (_randn(num_tokens, 1, seed=num_tokens).float().abs() + 0.01).contiguous()
-    bound = ScaleBound(37.5, 0.003)
-    scales, inverse = triton_fp8_kernels.batch_bounded_scales(input_scales, bound)
-    want = batch_bounded_scales(input_scales, bound)
-    torch.testing.assert_close(scales, want, rtol=1e-6, atol=0)
-    torch.testing.assert_close(inverse, 1 / want[0], rtol=1e-6, atol=0)
 
 
 @pytest.mark.parametrize("fast_accumulation", [True, False])

@@ -1,12 +1,16 @@
-"""cuBLASLt's FP8 GEMM with an epilogue, called through ctypes: the one GEMM that applies the
-bias and GELU to its float32 accumulator and writes e4m3 at a given scale, so that the BERT
-family's up projection writes the down projection's input directly, at cuBLAS's speed.
+"""cuBLASLt's FP8 GEMM with an epilogue, called through ctypes: the GEMM that could apply the
+BERT family's up-projection bias and GELU to its float32 accumulator and write e4m3 at a given
+scale, the down projection's input, with no bf16 output and no pass of its own.
 
-torch._scaled_mm reaches the same library but exposes neither the epilogue nor an e4m3 output
-with rowwise input scales. cuBLASLt ships with torch's CUDA build (libcublasLt), so this needs
-no compiler: the GEMM is described once per shape (its descriptors and the algorithm cuBLASLt's
-heuristic picks) and launched on torch's current stream, so it is captured in CUDA graphs like
-any other kernel.
+torch._scaled_mm exposes neither the epilogue nor an e4m3 output with rowwise scales. cuBLASLt
+ships with torch's CUDA build (libcublasLt), so this needs no compiler: the GEMM is described
+once per shape (its descriptors and the algorithm cuBLASLt's heuristic picks) and launched on
+torch's current stream, so it is captured in CUDA graphs like any other kernel.
+
+The engine does not call it yet: on the H100 (torch 2.11, CUDA 13) cuBLASLt's heuristic serves
+no algorithm with rowwise scales, which the engine's FP8 rows carry, and serves the fused GELU
+with e4m3 out with one scale per operand (bench/fp8_cublaslt.py, docs/fp8.md). It is what that
+measurement runs, and the base for an up projection whose input and weight take one scale each.
 
 Layouts: torch's row-major x [M, K] and weight [N, K] are, read column-major, x^T [K, M] and
 weight^T [K, N]; the product out^T [N, M] = weight (transposed) times x^T is, read back
@@ -176,10 +180,9 @@ def _plan(device_index: int, m: int, n: int, k: int, epilogue: int, out_dtype: t
     _check(lib.cublasLtMatmulPreferenceSetAttribute(preference, _PREF_MAX_WORKSPACE_BYTES, ctypes.byref(workspace),
                                                     ctypes.sizeof(workspace)), "cublasLtMatmulPreferenceSetAttribute")
     result, returned = _HeuristicResult(), ctypes.c_int(0)
-    _check(lib.cublasLtMatmulAlgoGetHeuristic(_handle(device_index), desc, *layouts, preference, 1,
-                                              ctypes.byref(result), ctypes.byref(returned)),
-           "cublasLtMatmulAlgoGetHeuristic")
-    if returned.value < 1:
+    status = lib.cublasLtMatmulAlgoGetHeuristic(_handle(device_index), desc, *layouts, preference, 1,
+                                                ctypes.byref(result), ctypes.byref(returned))
+    if status != 0 or returned.value < 1:  # a combination this cuBLASLt or GPU does not serve
         return None
     return _Plan(desc, layouts, result)
 

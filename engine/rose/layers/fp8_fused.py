@@ -10,25 +10,18 @@ kernels to them.
 
 from __future__ import annotations
 
-import logging
+import functools
 
 import torch
 import torch.nn.functional as F
 
-from engine.rose.layers import cublaslt_fp8, fused
+from engine.rose.layers import fused
 from engine.rose.layers.fp8 import Fp8Linear, fp8_kernels_for, quantize_rows
-from engine.rose.layers.quantized_rows import (FP8_DTYPE, QuantizedRows, ScaleBound, batch_bounded_scales,
-                                               quantize_rows_at)
-
-logger = logging.getLogger("rose_embed.engine")
+from engine.rose.layers.quantized_rows import QuantizedRows, bounded_scales, quantize_rows_at
 
 # The BERT family's activation after its up projection: linear_gelu's `approximate` ("none",
 # "tanh") or None for ReLU -> the kernels' name for it.
 BERT_ACTIVATIONS = {"none": "gelu", "tanh": "gelu_tanh", None: "relu"}
-# What the up step that quantizes its own output computes for each (linear_activation_rows).
-UP_STEP_ACTIVATIONS = {"gelu": "gelu_tanh", "gelu_tanh": "gelu_tanh", "relu": "relu"}
-# A ScaleBound that leaves the scales it is given as they are (scale * 1 + 0).
-GIVEN_SCALES = ScaleBound(1.0, 0.0)
 _ACTIVATIONS = {
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
@@ -97,66 +90,31 @@ def activation_rows(x: torch.Tensor, activation: str) -> QuantizedRows:
     return quantize_rows(_ACTIVATIONS[activation](x))
 
 
-def linear_activation_rows(linear: Fp8Linear, rows: QuantizedRows, activation_name: str) -> QuantizedRows:
-    """act(linear(rows)) [T, I] as QuantizedRows, act one of "gelu", "gelu_tanh", "relu": the BERT
-    family's up projection and its activation on their way to an FP8 down projection.
-
-    Its scale is known before the GEMM runs: one for the whole batch, bounded from the rows'
-    largest input scale (quantized_rows.batch_bounded_scales), so the GEMM can activate and
-    quantize its own output. On CUDA that is one cuBLASLt GEMM whose epilogue adds the bias,
-    activates and writes e4m3 (engine/rose/layers/cublaslt_fp8.py); where cuBLASLt has no
-    algorithm for it, the GEMM writes bf16 and one elementwise kernel activates and quantizes.
-    cuBLASLt's epilogue has GELU's tanh form alone, so the activation is UP_STEP_ACTIVATIONS'
-    (as the bf16 up projection computes it on CUDA: fused.linear_gelu). The reference: the GEMM's
-    output activated in its dtype, then quantized at that scale."""
-    activation_name = UP_STEP_ACTIVATIONS[activation_name]
+def linear_activation_rows(linear: Fp8Linear, rows: QuantizedRows, activation_name: str,
+                           in_epilogue: bool = False) -> QuantizedRows:
+    """act(linear(rows)) [T, I] as QuantizedRows at the scales linear.scale_bound gives from
+    rows.scales (quantized_rows.bounded_scales), act one of "gelu", "gelu_tanh", "relu": the BERT
+    family's up projection and its activation on their way to an FP8 down projection. Since the
+    scales are known before the GEMM runs, no step needs a whole row: on CUDA the GEMM writes bf16
+    and one elementwise kernel activates and quantizes it; with `in_epilogue`, one Triton GEMM
+    whose epilogue does both (engine/rose/layers/triton_fp8_gemm.py; slower than cuBLAS's GEMM
+    and the pass so far: bench/fp8_gemm_epilogue.py). The reference: the bf16 GEMM output
+    activated in bf16, then quantized at those scales."""
     kernels = fp8_kernels_for(rows.values)
-    if kernels is not None and rows.values.is_contiguous() and linear.out_dtype == torch.bfloat16:
-        scales, inverse = kernels.batch_bounded_scales(rows.scales, linear.scale_bound)
-        values = _cublaslt_values(linear, rows, activation_name, scales, inverse, kernels)
-        if values is not None:
-            return QuantizedRows(values, scales)
-        return kernels.activation_rows_at_scales(linear(rows), scales, GIVEN_SCALES, activation_name)
-    scales = batch_bounded_scales(rows.scales, linear.scale_bound)
-    return quantize_rows_at(_ACTIVATIONS[activation_name](linear(rows)), scales)
+    if kernels is not None and in_epilogue and rows.values.is_contiguous() and linear.out_dtype == torch.bfloat16:
+        return _triton_fp8_gemm().linear_activation_rows(rows, linear.weight, linear.weight_scale, linear.bias,
+                                                         linear.scale_bound, activation_name, linear.fast_accumulation)
+    h = linear(rows)
+    if kernels is not None and h.is_contiguous():
+        return kernels.activation_rows_at_scales(h, rows.scales, linear.scale_bound, activation_name)
+    return quantize_rows_at(_ACTIVATIONS[activation_name](h), bounded_scales(rows.scales, linear.scale_bound))
 
 
-# Per GPU, whether cuBLASLt's fused up step agreed with the GEMM-and-pass path on its first use.
-_cublaslt_agrees: dict[int, bool] = {}
-# Two computations of one activation land one e4m3 step apart where they straddle a rounding
-# boundary (the pass activates the GEMM's bf16 output, the epilogue its float32 accumulator):
-# allowed for this share of the values, and no more than one step.
-_SHARE_ONE_STEP_APART = 0.05
+@functools.cache
+def _triton_fp8_gemm():
+    from engine.rose.layers import triton_fp8_gemm
 
-
-def _cublaslt_values(linear: Fp8Linear, rows: QuantizedRows, activation_name: str, scales: torch.Tensor,
-                     inverse: torch.Tensor, kernels) -> torch.Tensor | None:
-    """The up step's e4m3 values from cuBLASLt's GEMM, or None where it cannot give them, so that
-    the GEMM and the elementwise pass run instead. Its first use on a GPU (eager: the engine runs
-    each batch shape once before capturing it) is checked against that pass; a GPU where the two
-    disagree runs the pass from then on, and the log says so."""
-    device = rows.values.device
-    agrees = _cublaslt_agrees.get(device.index)
-    if agrees is False or not cublaslt_fp8.available(device):
-        return None
-    if agrees is None and torch.cuda.is_current_stream_capturing():
-        return None  # unchecked, and no comparison can run inside a capture
-    values = cublaslt_fp8.scaled_matmul(rows.values, rows.scales, linear.weight, linear.weight_scale, linear.bias,
-                                        activation_name, FP8_DTYPE, inverse, linear.fast_accumulation)
-    if values is None or agrees:
-        return values
-    passed = kernels.activation_rows_at_scales(linear(rows), scales, GIVEN_SCALES, activation_name).values.float()
-    got = values.float()
-    step = torch.exp2(torch.floor(torch.log2(passed.abs().clamp(min=2.0 ** -6))) - 3)  # e4m3's spacing there
-    agrees = bool((got - passed).abs().le(step).all()) \
-        and (got != passed).float().mean().item() <= _SHARE_ONE_STEP_APART
-    _cublaslt_agrees[device.index] = agrees
-    if not agrees:
-        logger.warning("fp8: cuBLASLt's GEMM with the activation in its epilogue disagrees with the GEMM and "
-                       "activation pass on %s; the up projections run the pass instead",
-                       torch.cuda.get_device_name(device))
-        return None
-    return values
+    return triton_fp8_gemm
 
 
 def activation(x: torch.Tensor, activation_name: str) -> torch.Tensor:

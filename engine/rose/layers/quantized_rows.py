@@ -69,13 +69,6 @@ def bounded_scales(input_scales: torch.Tensor, bound: ScaleBound) -> torch.Tenso
     return input_scales * bound.weight + bound.offset
 
 
-def batch_bounded_scales(input_scales: torch.Tensor, bound: ScaleBound) -> torch.Tensor:
-    """One scale [T, 1] for every row of act(x @ w.T + b): the bounded scale of the batch's largest
-    input scale, which bounds every row's. The GEMM that activates and quantizes its own output
-    (cuBLASLt's, engine/rose/layers/cublaslt_fp8.py) scales that output by one number."""
-    return bounded_scales(input_scales.amax(dim=0, keepdim=True), bound).expand_as(input_scales).contiguous()
-
-
 def quantize_rows_at(x: torch.Tensor, scales: torch.Tensor) -> QuantizedRows:
     """x [T, K] as e4m3 rows at given scales [T, 1] (values past FP8_MAX saturate)."""
     values = (x.float() / scales).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)

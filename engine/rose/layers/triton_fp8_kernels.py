@@ -463,33 +463,6 @@ def activation_rows_at_scales(x: torch.Tensor, input_scales: torch.Tensor, bound
     return rows
 
 
-@triton.jit
-def _batch_scale_kernel(in_scale_ptr, scale_ptr, inverse_ptr, num_rows, bound_weight, bound_offset,
-                        BLOCK: tl.constexpr):
-    # One program: the batch's rows are a few thousand floats, read twice.
-    largest = tl.zeros((BLOCK,), dtype=tl.float32)
-    for start in range(0, num_rows, BLOCK):
-        rows = start + tl.arange(0, BLOCK)
-        largest = tl.maximum(largest, tl.load(in_scale_ptr + rows, mask=rows < num_rows, other=0.0))
-    scale = tl.max(largest, axis=0) * bound_weight + bound_offset
-    tl.store(inverse_ptr, 1.0 / scale)
-    for start in range(0, num_rows, BLOCK):
-        rows = start + tl.arange(0, BLOCK)
-        tl.store(scale_ptr + rows, tl.zeros((BLOCK,), dtype=tl.float32) + scale, mask=rows < num_rows)
-
-
-def batch_bounded_scales(input_scales: torch.Tensor, bound: ScaleBound) -> tuple[torch.Tensor, torch.Tensor]:
-    """quantized_rows.batch_bounded_scales: the scales [T, 1] (every row the same), and 1 / that
-    scale [1] for a GEMM that multiplies its output by it. input_scales [T, 1] float32, positive."""
-    num_rows = input_scales.shape[0]
-    scales = torch.empty(num_rows, 1, dtype=torch.float32, device=input_scales.device)
-    inverse = torch.empty(1, dtype=torch.float32, device=input_scales.device)
-    if num_rows:
-        _batch_scale_kernel[(1,)](input_scales, scales, inverse, num_rows, bound.weight, bound.offset, BLOCK=1024,
-                                  num_warps=4)
-    return scales, inverse
-
-
 def quantize_rows(x: torch.Tensor, launch: RowLaunch | None = None) -> QuantizedRows:
     """[T, K] contiguous -> QuantizedRows: the attention's output on its way to an FP8 o_proj.
     `launch` as in act_and_mul_rows."""
