@@ -81,7 +81,11 @@ def main() -> None:
         timed("torch._scaled_mm rowwise, bias, bf16 out", lambda: up8(rows))
         timed("cuBLASLt rowwise, bias, bf16 out", lambda: cublaslt_fp8.scaled_matmul(
             rows.values, rows.scales, up8.weight, up8.weight_scale, up8.bias, None, torch.bfloat16, None, True))
+        timed("cuBLASLt rowwise, bias + GELU, bf16 out", lambda: cublaslt_fp8.scaled_matmul(
+            rows.values, rows.scales, up8.weight, up8.weight_scale, up8.bias, "gelu_tanh", torch.bfloat16, None, True))
         inverse = torch.ones(1, device="cuda")
+        timed("cuBLASLt rowwise, bias, e4m3 out", lambda: cublaslt_fp8.scaled_matmul(
+            rows.values, rows.scales, up8.weight, up8.weight_scale, up8.bias, None, FP8_DTYPE, inverse, True))
         timed("cuBLASLt rowwise, bias + GELU, e4m3 out", lambda: cublaslt_fp8.scaled_matmul(
             rows.values, rows.scales, up8.weight, up8.weight_scale, up8.bias, "gelu_tanh", FP8_DTYPE, inverse, True))
 

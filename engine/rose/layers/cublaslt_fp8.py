@@ -8,7 +8,7 @@ once per shape (its descriptors and the algorithm cuBLASLt's heuristic picks) an
 torch's current stream, so it is captured in CUDA graphs like any other kernel.
 
 The engine does not call it yet: on the H100 (torch 2.11, CUDA 13) cuBLASLt's heuristic serves
-no algorithm with rowwise scales, which the engine's FP8 rows carry, and serves the fused GELU
+no e4m3 output with rowwise scales, which the engine's FP8 rows carry, and serves the fused GELU
 with e4m3 out with one scale per operand (bench/fp8_cublaslt.py, docs/fp8.md). It is what that
 measurement runs, and the base for an up projection whose input and weight take one scale each.
 
@@ -167,11 +167,21 @@ def _plan(device_index: int, m: int, n: int, k: int, epilogue: int, out_dtype: t
     _set(desc, _DESC_TRANSA, ctypes.c_int32(_CUBLAS_OP_T))
     _set(desc, _DESC_TRANSB, ctypes.c_int32(_CUBLAS_OP_N))
     _set(desc, _DESC_EPILOGUE, ctypes.c_uint32(epilogue))
-    _set(desc, _DESC_BIAS_DATA_TYPE, ctypes.c_int32(_CUDA_R_16BF))
+    if epilogue & EPILOGUE_BIAS:
+        _set(desc, _DESC_BIAS_DATA_TYPE, ctypes.c_int32(_CUDA_R_16BF))
     if rowwise:
         _set(desc, _DESC_A_SCALE_MODE, ctypes.c_int32(_SCALE_OUTER_VEC_32F))
         _set(desc, _DESC_B_SCALE_MODE, ctypes.c_int32(_SCALE_OUTER_VEC_32F))
     _set(desc, _DESC_FAST_ACCUM, ctypes.c_int8(1 if fast_accumulation else 0))
+    # Without its scales' (and bias's) addresses set, the heuristic serves no rowwise algorithm:
+    # device addresses stand in for those each call sets.
+    placeholder = ctypes.c_void_p(_unread_c(device_index).data_ptr())
+    for attribute in (_DESC_A_SCALE_POINTER, _DESC_B_SCALE_POINTER):
+        _set(desc, attribute, placeholder)
+    if epilogue & EPILOGUE_BIAS:
+        _set(desc, _DESC_BIAS_POINTER, placeholder)
+    if out_dtype == torch.float8_e4m3fn:
+        _set(desc, _DESC_D_SCALE_POINTER, placeholder)
     layouts = (_layout(_CUDA_R_8F_E4M3, k, n, k), _layout(_CUDA_R_8F_E4M3, k, m, k),
                _layout(_CUDA_R_16BF, n, m, n), _layout(_OUT_TYPES[out_dtype], n, m, n))
     preference = ctypes.c_void_p()
