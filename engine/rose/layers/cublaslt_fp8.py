@@ -218,7 +218,8 @@ def scaled_matmul(x: torch.Tensor, x_scales: torch.Tensor, weight: torch.Tensor,
     x [M, K] and weight [N, K] e4m3, contiguous; x_scales [M, 1], weight_scales [1, N] float32,
     contiguous; bias [N] bf16. An e4m3 output is the activated result times out_scale_inverse (a
     float32 scalar on the device, 1 / the output's scale), rounded to nearest (a scale that bounds
-    the output keeps it within e4m3's range). With `rowwise` off, x_scales and weight_scales are one float each."""
+    the output keeps it within e4m3's range). With `rowwise` off, x_scales and weight_scales are
+    one float each."""
     m, k = x.shape
     n = weight.shape[0]
     device_index = x.device.index if x.device.index is not None else torch.cuda.current_device()
