@@ -18,8 +18,9 @@ the same round (`run_ids`: the pool tokenized beforehand, cut into full batches:
 device's own speed), how far one request more or less inside the window moves that ratio
 (a window that holds few requests measures in coarse steps: make it longer), the p50
 latency of one request beside the engine alone's time for one request's ids, and each
-client process's CPU share of a core (one near 100 % measures itself, not the server). Responses sampled over each client's run (a few, evenly spread)
-are decoded after the window and every vector in them is checked against the engine's.
+client process's CPU share of a core (one near 100 % measures itself, not the server).
+Responses sampled over each client's run (a few, evenly spread) are decoded after the
+window and every vector in them is checked against the engine's.
 
 Results: bench/results/bulk-gpu-minilm.md and bulk-gpu-bert-base.md (`bench/gpu_session.sh bulk`;
 the command in bench/load_gen.py's docstring and in each report).

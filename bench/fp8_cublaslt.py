@@ -20,37 +20,27 @@ Usage (on a GPU; bench/gpu_session.sh fp8-lt):
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import publish  # noqa: E402
-from bench.fp8_gemm_epilogue import graph_seconds  # noqa: E402
+from bench.fp8_gemm_epilogue import CALLS_PER_GRAPH, graph_seconds, mlp_arguments, random_linear  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tokens", default="16384,4096,1024")
-    parser.add_argument("--hidden", type=int, default=768)
-    parser.add_argument("--intermediate", type=int, default=3072)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    args = mlp_arguments(__doc__)
     from engine.rose.layers import cublaslt_fp8, fp8_fused, fused
     from engine.rose.layers.fp8 import Fp8Linear
     from engine.rose.layers.quantized_rows import FP8_DTYPE, FP8_MAX, quantize_rows_reference
 
     torch.manual_seed(0)
-    up = nn.Linear(args.hidden, args.intermediate)
-    nn.init.normal_(up.weight, std=0.02)
-    nn.init.normal_(up.bias, std=0.02)
-    up = up.cuda().bfloat16()
+    up = random_linear(args.hidden, args.intermediate)
     up8 = Fp8Linear(up)
     # One scale per operand: the weight's largest magnitude on 448.
     weight_scale = (up.weight.float().abs().max() / FP8_MAX).reshape(1)
@@ -62,7 +52,7 @@ def main() -> None:
         f"- GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; "
         f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         f"- {args.hidden} -> {args.intermediate}, weights and biases N(0, 0.02), inputs N(0, 1) rows; each step "
-        f"20 times in a CUDA graph; fast accumulation",
+        f"{CALLS_PER_GRAPH} times in a CUDA graph; fast accumulation",
         "",
         "| tokens | up step | us | check |",
         "|---:|---|---:|---|",

@@ -64,24 +64,33 @@ def row_cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return F.cosine_similarity(a.float(), b.float(), dim=1)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def mlp_arguments(description: str) -> argparse.Namespace:
+    """--tokens (a list), --hidden, --intermediate (BERT-base's MLP by default) and --out."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", default="16384,4096,1024")
     parser.add_argument("--hidden", type=int, default=768)
     parser.add_argument("--intermediate", type=int, default=3072)
     parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def random_linear(in_features: int, out_features: int) -> nn.Linear:
+    """A bf16 linear layer on the GPU, weights and bias N(0, 0.02) as tiny_model.py makes them."""
+    linear = nn.Linear(in_features, out_features)
+    nn.init.normal_(linear.weight, std=0.02)
+    nn.init.normal_(linear.bias, std=0.02)
+    return linear.cuda().bfloat16()
+
+
+def main() -> None:
+    args = mlp_arguments(__doc__)
     from engine.rose.layers import fp8_fused, fused, triton_fp8_gemm
     from engine.rose.layers import triton_fp8_kernels as kernels
     from engine.rose.layers.fp8 import Fp8Linear
     from engine.rose.layers.quantized_rows import quantize_rows_reference
 
     torch.manual_seed(0)
-    up, down = nn.Linear(args.hidden, args.intermediate), nn.Linear(args.intermediate, args.hidden)
-    for linear in (up, down):
-        nn.init.normal_(linear.weight, std=0.02)
-        nn.init.normal_(linear.bias, std=0.02)
-    up, down = up.cuda().bfloat16(), down.cuda().bfloat16()
+    up, down = random_linear(args.hidden, args.intermediate), random_linear(args.intermediate, args.hidden)
     up8, down8 = Fp8Linear(up), Fp8Linear(down)
     lines = [
         "# The BERT family's FP8 MLP: a GELU-and-quantize pass against the GEMM that quantizes its own output",

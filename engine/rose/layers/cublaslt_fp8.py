@@ -202,11 +202,6 @@ def _plan(device_index: int, m: int, n: int, k: int, epilogue: int, out_dtype: t
 EPILOGUES = {None: 0, "relu": 2, "gelu_tanh": 32}
 
 
-def available(device: torch.device) -> bool:
-    """Whether cuBLASLt's FP8 GEMMs can run here: the library loads and the GPU has FP8 tensor cores."""
-    return device.type == "cuda" and _library() is not None and torch.cuda.get_device_capability(device) >= (8, 9)
-
-
 def scaled_matmul(x: torch.Tensor, x_scales: torch.Tensor, weight: torch.Tensor, weight_scales: torch.Tensor,
                   bias: torch.Tensor | None, activation: str | None, out_dtype: torch.dtype,
                   out_scale_inverse: torch.Tensor | None, fast_accumulation: bool,
