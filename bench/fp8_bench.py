@@ -78,16 +78,19 @@ def plan_named(name: str) -> Fp8Plan | None:
     """One of PLANS, or firstN-lastM: the default's rules, without its width floor, with bf16 in
     the first N and the last M layers (M 1 where left out, as in first3), for any N and M; either
     followed by "+pooled" (the pooled tokens' rows of every FP8 linear bf16 as well:
-    bf16_pooled_tokens), "+KIND" (a kind of linear, as o_proj: bf16 everywhere) and "+nearest"
-    (weights rounded to nearest instead of by GPTQ), as in first3-last0+o_proj+pooled."""
+    bf16_pooled_tokens), "+KIND" (a kind of linear, as o_proj: bf16 everywhere), "+nearest"
+    (weights rounded to nearest instead of by GPTQ) and "+rows-up" (the BERT family's up
+    projections at scales per row, not one per operand), as in first3-last0+o_proj+pooled."""
     base, *extras = name.split("+")
     plan = PLANS.get(base)
     if plan is None and (match := _FIRST_LAST.fullmatch(base)) is not None:
         plan = replace(_EDGES, bf16_first_layers=int(match[1]), bf16_last_layers=int(match[2] or 1))
     for extra in extras:
-        if plan is None or extra not in ("pooled", "nearest", *LINEAR_KINDS):
+        if plan is None or extra not in ("pooled", "nearest", "rows-up", *LINEAR_KINDS):
             return None
-        if extra == "pooled":
+        if extra == "rows-up":
+            plan = replace(plan, one_scale_up_projections=False)
+        elif extra == "pooled":
             plan = replace(plan, bf16_pooled_tokens=True)
         elif extra == "nearest":
             plan = replace(plan, weight_rounding="nearest")

@@ -39,6 +39,9 @@
 #   bench/gpu_session.sh fp8-gemm    # the BERT family's MLP with its up projection quantizing its own output
 #                                    # (bench/fp8_gemm_epilogue.py), the GEMMs' GPU tests ($TESTS: pytest -k), then
 #                                    # fp8_bench on BERT-base's plans ($PLANS)
+#   bench/gpu_session.sh fp8-bert    # the up projection at one scale per operand against its reference, the engines
+#                                    # against their CPU simulation ($TESTS), then fp8_bench on BERT-base's plans
+#                                    # ($PLANS; default against default+rows-up; about 5 minutes)
 #   bench/gpu_session.sh fp8-lt      # cuBLASLt's FP8 GEMM with GELU in its epilogue on BERT-base's up projection
 #                                    # (bench/fp8_cublaslt.py, bench/results/fp8-cublaslt*.md; under a minute)
 #   bench/gpu_session.sh fp8-rows    # the FP8 row kernels' launches against the memory's speed
@@ -212,6 +215,16 @@ fp8-gemm)
     step fp8-bench-bert python3 bench/fp8_bench.py --tokenizer .carry/minilm/tokenizer.json --models bert-base \
         --plans ${PLANS:-default,every} --out "$OUT/fp8-plans-bert-base.md"
     ;;
+fp8-bert)
+    # The up projection at one scale per operand (cuBLASLt's epilogue) against its reference and the
+    # engines against their simulation ($TESTS: pytest -k), then fp8_bench on BERT-base's plans ($PLANS).
+    KEEP_LOGS=1 step fp8-bert-tests python3 -m pytest -q -rs -s -p no:cacheprovider -m gpu tests/test_fp8_gpu.py \
+        -k "${TESTS:-one_scale or simulation}"
+    grep -E "engine vs its simulation|all-MiniLM-L6-v2 FP8" /tmp/step-logs/fp8-bert-tests.log
+    step fp8-bench-bert python3 bench/fp8_bench.py --tokenizer .carry/minilm/tokenizer.json --models bert-base \
+        --plans "${PLANS:-default,default+rows-up}" --out "$OUT/fp8-plans-bert-base.md"
+    sed -n '/^| model/,$p' "$OUT/fp8-plans-bert-base.md"
+    ;;
 fp8-lt)
     step fp8-cublaslt python3 bench/fp8_cublaslt.py --out "$OUT/fp8-cublaslt.md"
     cat "$OUT/fp8-cublaslt.md"
@@ -248,7 +261,7 @@ fp8-paragraphs)
     load_gen e2e-gpu-qwen3-fp8 /tmp/qwen3-random --num-texts 12061 --repeat 8 --latency-queries 200 --quantization fp8
     ;;
 *)
-    echo "usage: $0 tests|engine|paragraphs|bulk|bulk1000|kernels|sweep|flashinfer|ratios|queries|sustained|rerank|profile|fp8-tests|fp8|fp8-4b|fp8-probe|fp8-paragraphs" >&2
+    echo "usage: $0 tests|engine|paragraphs|bulk|bulk1000|kernels|sweep|flashinfer|ratios|queries|sustained|rerank|profile|fp8-tests|fp8|fp8-4b|fp8-plans|fp8-probe|fp8-gemm|fp8-bert|fp8-lt|fp8-rows|fp8-paragraphs" >&2
     exit 2
     ;;
 esac

@@ -46,6 +46,9 @@ class Fp8Plan:
     bf16_pooled_tokens: bool | None = None
     attention_output_min_hidden_size: int = 2048  # o_proj runs FP8 on models at least this wide
     fast_accumulation: bool = True  # torch._scaled_mm's use_fast_accum (engine/rose/layers/fp8.py)
+    # the BERT family's up projections at one scale per operand, bounded at load, their GELU and
+    # quantization in cuBLASLt's GEMM; off: scales per row and a pass of their own (engine/rose/fp8_plan.py)
+    one_scale_up_projections: bool = True
     # "gptq": each weight's e4m3 value chosen against the layer's inputs on built-in texts, at load
     # (engine/rose/fp8_gptq.py); "nearest": each rounded on its own
     weight_rounding: str = "gptq"

@@ -23,7 +23,7 @@ from engine.rose.layers.attention import SDPAPerSequenceBackend
 from engine.rose.layers.fp8 import Fp8Linear, wants_rows
 from engine.rose.layers.pooling import pooled_token_rows
 from engine.rose.layers.quantized_rows import (FP8_DTYPE, FP8_MAX, dequantize_rows, quantize_rows_at,
-                                                quantize_rows_reference)
+                                                quantize_rows_reference, quantize_tensor_reference)
 from engine.rose.models import MODEL_CLASSES
 from engine.rose.models.bert import BertLayer
 from tests.qwen3_checkpoints import randomize
@@ -62,6 +62,63 @@ def test_an_fp8_linear_is_its_float32_definition(bias):
     assert torch.equal(layer(quantize_rows_reference(x)), layer(x))  # rows given, or made from the tensor
     cosine = F.cosine_similarity(layer(x), linear(x), dim=-1)
     assert cosine.min() >= 0.998, cosine  # two e4m3 roundings per product: the scheme's error on one GEMM
+
+
+def test_one_scale_weights_share_the_scale_of_their_largest_magnitude():
+    torch.manual_seed(2)
+    linear = nn.Linear(64, 48)
+    layer = Fp8Linear(linear, input_norm=nn.LayerNorm(64))
+    assert layer.one_scale and layer.weight_scale.shape == (1, 1)
+    weight = linear.weight.detach().to(torch.bfloat16).float()
+    assert layer.weight_scale.item() == pytest.approx(weight.abs().max().item() / FP8_MAX, rel=1e-6)
+    assert layer.weight.float().abs().max() == FP8_MAX
+    x = torch.randn(5, 64)
+    want = F.linear(dequantize_rows(quantize_rows_at(x, layer.input_scale)),
+                    layer.weight.float() * layer.weight_scale, linear.bias)
+    torch.testing.assert_close(layer(x), want, rtol=1e-6, atol=1e-6)
+    with pytest.raises(RuntimeError, match="one scale per operand got an input at a scale per row"):
+        layer(quantize_rows_reference(x))
+
+
+@pytest.mark.parametrize("activation", ["gelu_tanh", "relu"])
+def test_the_one_scale_bounds_hold_for_the_worst_inputs(activation):
+    """An up projection at one scale per operand quantizes its input and its activated output at
+    scales fixed at load, which must bound every value any input can produce (else e4m3
+    saturates) and not by much more (else small values lose precision). The worst cases are
+    built: for the input, a normalised row with all its weight on one feature; for output j, the
+    normalised row pointing along weight_j * norm weight (Cauchy-Schwarz's equality case)."""
+    from engine.rose.layers.fp8_fused import linear_activation_rows
+
+    torch.manual_seed(3)
+    hidden, inner = 64, 96
+    norm = nn.LayerNorm(hidden)
+    with torch.no_grad():
+        norm.weight.uniform_(0.2, 3.0)
+        norm.bias.normal_(0.0, 0.5)
+    linear = nn.Linear(hidden, inner)
+    layer = Fp8Linear(linear, input_norm=norm)
+    gamma, beta = norm.weight.detach(), norm.bias.detach()
+
+    spikes = torch.eye(hidden) * hidden - 1.0  # rows of one large value, the rest equal: normalised, a spike
+    spiked = F.layer_norm(spikes, (hidden,), gamma, beta, norm.eps)
+    input_bound = layer.input_scale.item() * FP8_MAX
+    assert spiked.abs().max() <= input_bound <= 1.05 * spiked.abs().max()
+
+    weight = layer.weight.float() * layer.weight_scale
+    folded = weight * gamma
+    folded = folded - folded.mean(dim=1, keepdim=True)
+    direction = torch.sign(weight @ beta + linear.bias.detach())[:, None]
+    worst = F.layer_norm(direction * folded / folded.norm(dim=1, keepdim=True) * hidden ** 0.5, (hidden,),
+                         gamma, beta, norm.eps)
+    rows = quantize_rows_at(worst, layer.input_scale)
+    h = F.linear(dequantize_rows(rows), weight, linear.bias)
+    reached = {"gelu_tanh": F.gelu(h, approximate="tanh"), "relu": F.relu(h)}[activation].abs().max()
+    output_bound = layer.activation_scale.item() * FP8_MAX
+    print(f"{activation}: reached {reached:.4f} of bound {output_bound:.4f}")
+    assert reached <= output_bound <= 1.2 * reached
+    out = linear_activation_rows(layer, rows, activation)
+    assert out.values.float().abs().max() < FP8_MAX  # nothing saturated
+    assert torch.equal(out.scales, layer.activation_scale.expand(inner, 1))  # one row per output j
 
 
 def _bert(layers: int = 4, hidden_act: str = "gelu", hidden: int = 64) -> nn.Module:
@@ -161,49 +218,77 @@ def _run(model: nn.Module, is_causal: bool = False) -> torch.Tensor:
         return model(torch.from_numpy(batch.input_ids), torch.from_numpy(batch.positions), attention, meta)
 
 
-def _fake_linear(model: nn.Module, fp8_weights: set[int] | None = None):
+def _fake_linear(model: nn.Module, fp8_weights: set[int] | None = None, quantized: nn.Module | None = None):
     """F.linear with its input and weight round-tripped through e4m3 (where `fp8_weights`, ids of
     weights, name the linear, else every one). Each input row at the scale putting its largest
     magnitude on 448, but a BERT down projection's input: its up projection's GEMM quantizes
     that activation at a scale bounded before the GEMM runs, from its own input's scale: every
     input value is at most 448 * that scale, so an output is at most 448 * scale * the largest
-    row sum of |weight| + the largest |bias|, and GELU adds at most 0.17, all grown by 2^-6."""
+    row sum of |weight| + the largest |bias|, and GELU adds at most 0.17, all grown by 2^-6.
+
+    Where `quantized` (the FP8 model made from `model`) runs an up projection at one scale per
+    operand, that projection's weight takes one scale, its input the layer's input_scale and,
+    where its down projection is FP8 too, the down projection's input its activation_scale, with
+    GELU in its tanh form (_one_scale_ups sets it on `model`): the scales are the quantized
+    model's, which test_the_one_scale_bounds_hold_for_the_worst_inputs holds to their meaning."""
     linear = F.linear
     down_of_up = {id(layer.up_proj.weight): id(layer.down_proj.weight) for layer in model.layers
                   if isinstance(layer, BertLayer)}
+    one_scale = _one_scale_ups(model, quantized) if quantized is not None else {}
     down_scales = {}
 
     def fake(x, weight, bias=None):
         if fp8_weights is not None and id(weight) not in fp8_weights:
             return linear(x, weight, bias)
-        quantized = dequantize_rows(quantize_rows_reference(weight.to(torch.bfloat16)))
+        if id(weight) in one_scale:
+            input_scale, activation_scale = one_scale[id(weight)]
+            if id(weight) in down_of_up and (fp8_weights is None or down_of_up[id(weight)] in fp8_weights):
+                down_scales[down_of_up[id(weight)]] = activation_scale
+            whole = dequantize_rows(quantize_tensor_reference(weight.to(torch.bfloat16)))
+            return linear(dequantize_rows(quantize_rows_at(x, input_scale)), whole, bias)
+        quantized_weight = dequantize_rows(quantize_rows_reference(weight.to(torch.bfloat16)))
         scales = down_scales.pop(id(weight), None)
         rows = quantize_rows_reference(x) if scales is None else quantize_rows_at(x, scales)
         if id(weight) in down_of_up and (fp8_weights is None or down_of_up[id(weight)] in fp8_weights):
             grown = 1 + 2.0 ** -6
             largest_bias = 0.0 if bias is None else bias.abs().max().item()
-            down_scales[down_of_up[id(weight)]] = (rows.scales * (quantized.abs().sum(dim=1).max().item() * grown)
+            down_scales[down_of_up[id(weight)]] = (rows.scales * (quantized_weight.abs().sum(dim=1).max().item() * grown)
                                                    + (largest_bias + 0.17) * grown / FP8_MAX)
-        return linear(dequantize_rows(rows), quantized, bias)
+        return linear(dequantize_rows(rows), quantized_weight, bias)
 
     return fake
 
 
-def _fake_quantized(model: nn.Module, monkeypatch, is_causal: bool = False) -> torch.Tensor:
+def _one_scale_ups(model: nn.Module, quantized: nn.Module) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """The up projections `quantized` runs at one scale per operand: the id of `model`'s weight ->
+    (input scale, activation scale). Where such a layer's down projection is FP8 too, `model`'s
+    layer takes GELU's tanh form, as the GEMM's epilogue has it."""
+    ups = {}
+    for plain, layer in zip(model.layers, quantized.layers):
+        if isinstance(layer.up_proj, Fp8Linear) and layer.up_proj.one_scale:
+            ups[id(plain.up_proj.weight)] = (layer.up_proj.input_scale, layer.up_proj.activation_scale)
+            if isinstance(layer.down_proj, Fp8Linear) and plain.gelu_form is not None:
+                plain.gelu_form = "tanh"
+    return ups
+
+
+def _fake_quantized(model: nn.Module, monkeypatch, is_causal: bool = False, quantized: nn.Module | None = None
+                    ) -> torch.Tensor:
     """The float32 model with every F.linear's input and weight round-tripped through e4m3 (_fake_linear)."""
     with monkeypatch.context() as patch:
-        patch.setattr(torch.nn.functional, "linear", _fake_linear(model))
+        patch.setattr(torch.nn.functional, "linear", _fake_linear(model, quantized=quantized))
         return _run(model, is_causal)
 
 
+@pytest.mark.parametrize("one_scale", [True, False], ids=["one-scale-up", "rows-up"])
 @pytest.mark.parametrize("hidden_act", ["gelu", "gelu_new", "relu"])
-def test_an_fp8_bert_is_the_fake_quantized_float32_bert(hidden_act, monkeypatch):
+def test_an_fp8_bert_is_the_fake_quantized_float32_bert(hidden_act, one_scale, monkeypatch):
     model = _bert(hidden_act=hidden_act)
-    reference = copy.deepcopy(model)
-    quantize_model(model, EVERY_LINEAR)
+    reference, exact = copy.deepcopy(model), _run(model)
+    quantize_model(model, replace(EVERY_LINEAR, one_scale_up_projections=one_scale))
+    assert [layer.up_proj.one_scale for layer in model.layers] == [one_scale] * 4
     ours = _run(model)
-    torch.testing.assert_close(ours, _fake_quantized(reference, monkeypatch), rtol=1e-5, atol=1e-5)
-    exact = _run(reference)
+    torch.testing.assert_close(ours, _fake_quantized(reference, monkeypatch, quantized=model), rtol=1e-5, atol=1e-5)
     # Per token, on random weights far from their init: FP8 stays near the float32 model.
     assert F.cosine_similarity(ours, exact, dim=-1).min() >= 0.95
 
@@ -228,7 +313,7 @@ def test_mixed_layers_pass_bf16_or_rows_between_them(monkeypatch):
     fp8_weights = {id(reference.layers[1].get_submodule(n).weight) for n in ("qkv_proj", "up_proj", "down_proj")}
     ours = _run(model)
     with monkeypatch.context() as patch:
-        patch.setattr(torch.nn.functional, "linear", _fake_linear(reference, fp8_weights))
+        patch.setattr(torch.nn.functional, "linear", _fake_linear(reference, fp8_weights, quantized=model))
         want = _run(reference)
     torch.testing.assert_close(ours, want, rtol=1e-5, atol=1e-5)
 

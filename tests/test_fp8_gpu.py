@@ -26,9 +26,9 @@ import pytest
 import torch
 
 from engine.config import EngineConfig, Fp8Plan
-from engine.rose.layers import fp8_fused, fused
+from engine.rose.layers import cublaslt_fp8, fp8_fused, fused
 from engine.rose.layers.fp8 import Fp8Linear, quantize_rows, scaled_matmul
-from engine.rose.layers.quantized_rows import QuantizedRows, dequantize_rows, quantize_rows_reference
+from engine.rose.layers.quantized_rows import QuantizedRows, dequantize_rows, quantize_rows_at, quantize_rows_reference
 from tests.fp8_checks import assert_rows_close
 from tests.test_architectures import SPECS, cosines, corpus, texts  # noqa: F401 (fixtures)
 from tests.test_fused_gpu import both
@@ -82,6 +82,25 @@ def test_add_layer_norm_rows_kernel(num_tokens, hidden):
     torch.testing.assert_close(out.float(), out_ref.float(), rtol=2e-2, atol=2e-2)
     _close_to_reference(rows, rows_ref)
     assert_rows_close(rows, quantize_rows_reference(out), scale_rtol=1e-6, max_share_differing=1e-3)
+
+
+def _one_scale(rows: QuantizedRows) -> QuantizedRows:
+    """Rows at one scale [1, 1] as rows of that scale each, for assert_rows_close."""
+    return QuantizedRows(rows.values, rows.scales.expand(rows.values.shape[0], 1))
+
+
+@pytest.mark.parametrize("num_tokens,hidden", [(1, 384), (513, 768), (4096, 1024)])
+def test_add_layer_norm_rows_kernel_at_one_scale(num_tokens, hidden):
+    x, residual = _randn(num_tokens, hidden, seed=1), _randn(num_tokens, hidden, seed=2)
+    weight, bias = 1 + _randn(hidden, seed=3, scale=0.1), _randn(hidden, seed=4, scale=0.1)
+    scale = torch.full((1, 1), 0.02, device="cuda")
+    (out, rows), (out_ref, rows_ref) = both(lambda: fp8_fused.add_layer_norm_rows(x, residual, weight, bias, 1e-12,
+                                                                                  scale))
+    assert rows.scales is scale and rows_ref.scales is scale
+    torch.testing.assert_close(out.float(), out_ref.float(), rtol=2e-2, atol=2e-2)
+    _close_to_reference(_one_scale(rows), _one_scale(rows_ref))
+    assert_rows_close(_one_scale(rows), _one_scale(quantize_rows_at(out, scale)), scale_rtol=0,
+                      max_share_differing=1e-3)
 
 
 @pytest.mark.parametrize("token_type", [True, False])
@@ -145,6 +164,31 @@ def test_the_up_projection_that_quantizes_at_bounded_scales_is_its_reference(in_
     # The bounded scales hold every activated value without saturating.
     activated = fp8_fused.activation(layer(rows), activation).float()
     assert (activated.abs() <= 448 * got.scales).all()
+
+
+@pytest.mark.parametrize("fast_accumulation", [True, False])
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "relu"])
+@pytest.mark.parametrize("num_tokens,k,n", [(1, 768, 3072), (4096, 768, 3072), (512, 384, 1536), (130, 1024, 4096)])
+def test_the_up_projection_at_one_scale_is_its_reference(fast_accumulation, activation, num_tokens, k, n):
+    """cuBLASLt's GEMM with bias, GELU (tanh form) or ReLU and e4m3 output in its epilogue
+    against the reference: the bf16 GEMM activated in float32, quantized at the same scale."""
+    linear = torch.nn.Linear(k, n, device="cuda", dtype=torch.bfloat16)
+    norm = torch.nn.LayerNorm(k, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        norm.weight.copy_(1 + _randn(k, seed=5, scale=0.2))
+        norm.bias.copy_(_randn(k, seed=6, scale=0.2))
+    layer = Fp8Linear(linear, fast_accumulation, input_norm=norm)
+    x, residual = _randn(num_tokens, k, seed=k), _randn(num_tokens, k, seed=n)
+    _, rows = fp8_fused.add_layer_norm_rows(x, residual, norm.weight, norm.bias, norm.eps, layer.input_scale)
+    served = cublaslt_fp8.scaled_matmul(rows.values, rows.scales, layer.weight, layer.weight_scale, layer.bias,
+                                        fp8_fused.EPILOGUE_ACTIVATIONS[activation], torch.float8_e4m3fn,
+                                        layer.activation_scale_inverse, fast_accumulation, rowwise=False)
+    if num_tokens % 16 == 0:  # as the engine's graphs have them: powers of two, multiples of 1024
+        assert served is not None, "cuBLASLt served no GEMM with this epilogue: the engine would take the reference"
+    got, want = both(lambda: fp8_fused.linear_activation_rows(layer, rows, activation))
+    _close_to_reference(got, want)
+    assert torch.equal(got.scales, layer.activation_scale.expand(num_tokens, 1))
+    assert got.values.float().abs().max() < 448  # the bound held: nothing saturated
 
 
 @pytest.mark.parametrize("fast_accumulation", [True, False])

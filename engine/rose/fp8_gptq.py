@@ -83,11 +83,11 @@ class GptqWeights:
 
 
 def gptq_weights(model: nn.Module, names: list[str], embed: Callable[[list[str]], object], texts: list[str],
-                 budget: int | None = None) -> GptqWeights:
+                 budget: int | None = None, one_scale: frozenset[str] = frozenset()) -> GptqWeights:
     """The e4m3 QuantizedRows GPTQ chooses for the linear layers `names` of `model`, their inputs'
     second moments recorded while `embed` runs the unquantized model on `texts`; as many layers to a
     pass as `budget` bytes allow (by default MEMORY_BUDGET, or a third of the GPU's free memory
-    where that is more)."""
+    where that is more). Those in `one_scale` take one scale for the whole weight (every row's the same)."""
     device = next(model.parameters()).device
     if budget is None:
         budget = _budget(device)
@@ -98,12 +98,12 @@ def gptq_weights(model: nn.Module, names: list[str], embed: Callable[[list[str]]
         result.passes += 1
         rounding = time.perf_counter()
         result.recording_s += rounding - started
-        by_shape: dict[tuple[int, int], list[str]] = {}
+        by_shape: dict[tuple, list[str]] = {}
         for name in group:
-            by_shape.setdefault(tuple(model.get_submodule(name).weight.shape), []).append(name)
-        for same in by_shape.values():
+            by_shape.setdefault((*model.get_submodule(name).weight.shape, name in one_scale), []).append(name)
+        for (*_, whole), same in by_shape.items():
             weights = torch.stack([model.get_submodule(name).weight.detach().to(torch.bfloat16) for name in same])
-            stacked = gptq_stack(weights, torch.stack([moments.pop(name) for name in same]))
+            stacked = gptq_stack(weights, torch.stack([moments.pop(name) for name in same]), one_scale=whole)
             result.rows.update(zip(same, stacked))
         _synchronize(device)
         result.rounding_s += time.perf_counter() - rounding
@@ -162,9 +162,10 @@ def gptq_rows(weight: torch.Tensor, hessian: torch.Tensor, block: int = BLOCK, d
     return gptq_stack(weight[None], hessian[None], block, damping)[0]
 
 
-def gptq_stack(weights: torch.Tensor, hessians: torch.Tensor, block: int = BLOCK,
-               damping: float = DAMPING) -> list[QuantizedRows]:
-    """gptq_rows for B linears of one shape at once: weights [B, N, K], hessians [B, K, K]. Each
+def gptq_stack(weights: torch.Tensor, hessians: torch.Tensor, block: int = BLOCK, damping: float = DAMPING,
+               one_scale: bool = False) -> list[QuantizedRows]:
+    """gptq_rows for B linears of one shape at once: weights [B, N, K], hessians [B, K, K]; with
+    `one_scale`, each linear's rows share the scale of its largest magnitude. Each
     linear's columns are taken in order of decreasing input energy, each rounded, its error spread
     over the row's columns still to come through the inverse H's Cholesky factor. The rows are
     held in units of their scale (the scale is the row's own constant, so the error feeds forward
@@ -172,6 +173,8 @@ def gptq_stack(weights: torch.Tensor, hessians: torch.Tensor, block: int = BLOCK
     w = weights.detach().float()
     b, n, k = w.shape
     scales = w.abs().amax(dim=2, keepdim=True).clamp(min=MIN_AMAX) / FP8_MAX  # [B, N, 1]
+    if one_scale:
+        scales = scales.amax(dim=1, keepdim=True).expand(b, n, 1)
     w = w / scales
     h = hessians.float().clone()
     energy = h.diagonal(dim1=1, dim2=2)  # a view: writes reach h
@@ -202,5 +205,5 @@ def gptq_stack(weights: torch.Tensor, hessians: torch.Tensor, block: int = BLOCK
             w[:, :, stop:].baddbmm_(errors, inverse[:, start:stop, stop:], alpha=-1.0)
     restore = torch.argsort(order, dim=1)[:, None, :].expand(b, n, k)
     values = values.view(torch.uint8).gather(2, restore).view(FP8_DTYPE)
-    scales = scales.to(torch.float32)
+    scales = scales.to(torch.float32).contiguous()
     return [QuantizedRows(values[i].contiguous(), scales[i]) for i in range(b)]

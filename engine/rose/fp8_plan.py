@@ -32,7 +32,13 @@ measurements behind each default and how to measure them again):
   default on models from `attention_output_min_hidden_size` wide: with three bf16 layers the
   Qwen3-4B shape reaches the quality bounds only so (more bf16 layers would cost it more speed),
   while the narrower Qwen3-0.6B holds them without and could not spare the speed;
-- a layer whose shape torch._scaled_mm cannot take stays bf16.
+- a layer whose shape torch._scaled_mm cannot take stays bf16;
+- with `one_scale_up_projections`, a model that names the norm before a linear whose output an
+  activation reads (`fp8_one_scale_inputs`: the BERT family's up projection, after the attention's
+  norm) runs that linear at one scale per operand, each bounded at load (Fp8Linear's
+  `input_norm`): then cuBLASLt's GEMM applies the bias and GELU and writes the down projection's
+  e4m3 input itself, where scales per row need the GEMM's bf16 output and a pass of its own to
+  activate and quantize it, which cost BERT-base its FP8 gain on the MLP.
 
 Each FP8 weight's e4m3 value is chosen by GPTQ (`weight_rounding`, engine/rose/fp8_gptq.py)
 where the caller can run the unquantized model on texts, else rounded to nearest.
@@ -111,6 +117,20 @@ def pooled_tokens_of(model: nn.Module) -> PooledTokens | None:
     return getattr(model, "fp8_pooled_tokens", None)
 
 
+def one_scale_input_norms(model: nn.Module, plan: Fp8Plan, names: list[str]) -> dict[str, nn.Module]:
+    """The linears among `names` the plan runs at one scale per operand, each with the norm whose
+    output is its input (the model's `fp8_one_scale_inputs`: kind of linear -> its layer's norm)."""
+    if not plan.one_scale_up_projections:
+        return {}
+    inputs = getattr(model, "fp8_one_scale_inputs", {})
+    norms = {}
+    for name in names:
+        layer, kind = name.rsplit(".", 1)
+        if kind in inputs:
+            norms[name] = model.get_submodule(f"{layer}.{inputs[kind]}")
+    return norms
+
+
 def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan(), pooling: str | None = None,
                    embed: Callable[[list[str]], object] | None = None) -> str:
     """Replace the linear layers the plan names by Fp8Linear, in place, after the model's last
@@ -120,14 +140,16 @@ def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan(), pooling: str | N
     weight_rounding "nearest") each weight is rounded to nearest."""
     names = fp8_linear_names(model, plan)
     pooled = pooled_tokens_for(model, plan, pooling) if names else None
+    norms = one_scale_input_norms(model, plan, names)
     model.fp8_pooled_tokens = None  # calibration runs the model as it was
     gptq = plan.weight_rounding == "gptq" and embed is not None and bool(names)
     started = time.perf_counter()
-    rounded = gptq_weights(model, names, embed, calibration_texts()) if gptq else None
+    rounded = gptq_weights(model, names, embed, calibration_texts(), one_scale=frozenset(norms)) if gptq else None
     for name in names:
         linear = model.get_submodule(name)
         rows = rounded.rows[name] if rounded is not None else None
-        replace_submodule(model, name, Fp8Linear(linear, plan.fast_accumulation, pooled, rows))
+        norm = norms.get(name)
+        replace_submodule(model, name, Fp8Linear(linear, plan.fast_accumulation, None if norm else pooled, rows, norm))
     model.fp8_pooled_tokens = pooled
     total = sum(isinstance(m, (nn.Linear, Fp8Linear)) for m in model.layers.modules())
     if not names:
@@ -144,7 +166,11 @@ def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan(), pooling: str | N
     rounding = (f"weights rounded by GPTQ on {len(calibration_texts())} built-in texts in "
                 f"{time.perf_counter() - started:.1f} s ({rounded.timing()})" if rounded is not None
                 else "weights rounded to nearest")
-    return (f"FP8: {len(names)} of {total} linear layers run as e4m3 GEMMs ({', '.join(kinds)}; per-token activation "
-            f"and per-channel weight scales, {rounding}, {accumulation} accumulation); the others stay bf16 (the "
+    scales = "per-token activation and per-channel weight scales"
+    if norms:
+        one_scale_kinds = sorted({name.rsplit(".", 1)[-1] for name in norms})
+        scales += f" ({', '.join(one_scale_kinds)}: one scale per operand, bounded at load)"
+    return (f"FP8: {len(names)} of {total} linear layers run as e4m3 GEMMs ({', '.join(kinds)}; {scales}, "
+            f"{rounding}, {accumulation} accumulation); the others stay bf16 (the "
             f"first {bf16_first_layers(plan, hidden_size_of(model))} and last {plan.bf16_last_layers} layer(s), "
             f"o_proj below hidden size {plan.attention_output_min_hidden_size}{kept})")

@@ -6,9 +6,12 @@ A quantized activation is QuantizedRows: e4m3 values [T, K] and one float32 scal
 largest finite value (448), so no value saturates and small ones keep e4m3's relative
 precision down to 2^-14 of the largest. Weights follow the same rule per output channel, from
 their bf16 values (what the engine holds on a GPU; the simulation rounds float32 weights to bf16
-first, so both quantize the same numbers).
+first, so both quantize the same numbers). The exception, a linear whose input is a layer norm's
+output and whose output feeds an activation (the BERT family's up projection), takes one scale per
+operand, each bounded at load (Fp8Linear's `input_norm`), so that cuBLASLt's GEMM can finish the
+activation and its quantization in its epilogue.
 
-On CUDA the GEMM is torch._scaled_mm with rowwise scales: cuBLAS/CUTLASS multiply e4m3 by e4m3,
+On CUDA the GEMM is torch._scaled_mm with rowwise scales (tensorwise at one scale per operand): cuBLAS/CUTLASS multiply e4m3 by e4m3,
 apply both scales and the bias to the float32 accumulator and round once to bf16. Elsewhere it
 is its definition, the dequantized values multiplied in float32: the CPU simulation of the
 scheme that the tests hold to the fp32 reference (tests/test_fp8.py, tests/test_fp8_quality.py).
@@ -22,7 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.rose.layers import fused
-from engine.rose.layers.quantized_rows import QuantizedRows, dequantize_rows, quantize_rows_reference, scale_bound
+from engine.rose.layers.quantized_rows import (FP8_MAX, QuantizedRows, dequantize_rows, layer_norm_bound,
+                                               layer_norm_linear_bound, quantize_rows_at, quantize_rows_reference,
+                                               quantize_tensor_reference, scale_bound)
 
 # torch._scaled_mm's operands need K and N in multiples of 16 (its tensor-core tiles).
 GEMM_ALIGNMENT = 16
@@ -56,7 +61,8 @@ def scaled_matmul(rows: QuantizedRows, weight: torch.Tensor, weight_scale: torch
                   out_dtype: torch.dtype, fast_accumulation: bool) -> torch.Tensor:
     """(rows.values * rows.scales) @ (weight * weight_scale.T).T + bias -> [T, N] in out_dtype.
 
-    weight [N, K] e4m3, weight_scale [1, N] float32. On CUDA one torch._scaled_mm; with
+    weight [N, K] e4m3, weight_scale [1, N] float32 (or [1, 1], with rows.scales [1, 1]: one scale
+    per operand). On CUDA one torch._scaled_mm; with
     fast_accumulation Hopper's tensor cores keep their partial sums at their own reduced
     precision instead of promoting them to float32 every few steps of K (faster; its error is
     measured in docs/fp8.md). Elsewhere the definition in float32."""
@@ -99,28 +105,57 @@ class Fp8Linear(nn.Module):
     Given `pooled`, it also keeps the unquantized weight and computes the pooled tokens' rows
     from their unquantized inputs (QuantizedRows.pooled, or the tensor's rows), in place of
     the FP8 GEMM's rows for them.
+
+    Given `input_norm`, the layer norm whose output is its input, it takes one scale per
+    operand instead (`one_scale`): the weight at one scale, its input at `input_scale`, fixed at
+    load from the norm's weight and bias (quantized_rows.layer_norm_bound), and its activated
+    output at `activation_scale` (layer_norm_linear_bound). With every scale known before the
+    GEMM runs, cuBLASLt's GEMM can apply bias and GELU and write e4m3 itself
+    (fp8_fused.linear_activation_rows): the BERT family's up projection.
     """
 
     def __init__(self, linear: nn.Linear, fast_accumulation: bool = True, pooled: PooledTokens | None = None,
-                 weight_rows: QuantizedRows | None = None):
+                 weight_rows: QuantizedRows | None = None, input_norm: nn.LayerNorm | None = None):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.out_dtype = linear.weight.dtype
         self.fast_accumulation = fast_accumulation
+        self.one_scale = input_norm is not None
+        if self.one_scale and pooled is not None:
+            raise ValueError("an FP8 linear at one scale per operand cannot keep the pooled tokens bf16")
         # The weight's e4m3 rows as given (GPTQ's, engine/rose/fp8_gptq.py), else rounded to nearest.
         rows = weight_rows
         if rows is None:
-            rows = quantize_rows_reference(linear.weight.detach().to(torch.bfloat16))
+            weight = linear.weight.detach().to(torch.bfloat16)
+            rows = quantize_tensor_reference(weight) if self.one_scale else quantize_rows_reference(weight)
+        scales = rows.scales.reshape(1, -1)
+        if self.one_scale:
+            if not bool((scales == scales[0, 0]).all()):
+                raise ValueError("an FP8 linear at one scale per operand got weight rows of several scales")
+            scales = scales[:, :1]
         self.register_buffer("weight", rows.values)  # [N, K] e4m3
-        self.register_buffer("weight_scale", rows.scales.reshape(1, -1).contiguous())  # [1, N] float32
+        self.register_buffer("weight_scale", scales.contiguous())  # [1, N] float32, or [1, 1] at one scale
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
         self.scale_bound = scale_bound(rows, self.bias)
+        if self.one_scale:
+            input_scale = layer_norm_bound(input_norm.weight, input_norm.bias) / FP8_MAX
+            dequantized = rows.values.float() * rows.scales.reshape(-1, 1)
+            activation_scale = layer_norm_linear_bound(dequantized, self.bias, input_norm.weight, input_norm.bias,
+                                                       input_scale) / FP8_MAX
+            device = linear.weight.device
+            self.register_buffer("input_scale", torch.full((1, 1), input_scale, device=device))
+            self.register_buffer("activation_scale", torch.full((1, 1), activation_scale, device=device))
+            # What cuBLASLt multiplies its output by to write e4m3 at activation_scale.
+            self.register_buffer("activation_scale_inverse", torch.full((1,), 1.0 / activation_scale, device=device))
         self.pooled = pooled
         # The linear's own weight, not a copy: the pooled tokens' rows are the unquantized layer's.
         self.register_buffer("unquantized_weight", None if pooled is None else linear.weight.detach())
 
     def forward(self, x: torch.Tensor | QuantizedRows) -> torch.Tensor:
-        rows = x if isinstance(x, QuantizedRows) else quantize_rows(x)
+        rows = x if isinstance(x, QuantizedRows) else self.quantize_input(x)
+        if self.one_scale and rows.scales.numel() != 1:
+            raise RuntimeError("an FP8 linear at one scale per operand got an input at a scale per row: its "
+                               "producer quantizes at the linear's input_scale")
         out = scaled_matmul(rows, self.weight, self.weight_scale, self.bias, self.out_dtype, self.fast_accumulation)
         if self.pooled is not None:
             index = self.pooled.index
@@ -131,8 +166,18 @@ class Fp8Linear(nn.Module):
             out.index_copy_(0, index, F.linear(kept, self.unquantized_weight, self.bias))
         return out
 
+    def quantize_input(self, x: torch.Tensor) -> QuantizedRows:
+        """x as this layer reads it: at its input_scale where it takes one scale per operand, else per row."""
+        return quantize_rows_at(x, self.input_scale) if self.one_scale else quantize_rows(x)
+
+    def activation_scales(self, num_rows: int) -> torch.Tensor:
+        """[num_rows, 1] float32 filled with activation_scale: the scales of its activated output
+        as the next FP8 linear reads them (a scale per row, contiguous, for torch._scaled_mm)."""
+        return self.activation_scale.expand(num_rows, 1).contiguous()
+
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, e4m3"
+        scales = "one scale per operand" if self.one_scale else "per-channel weight and per-token input scales"
+        return f"in_features={self.in_features}, out_features={self.out_features}, e4m3, {scales}"
 
 
 def fits_fp8(linear: nn.Module) -> bool:
@@ -146,6 +191,11 @@ def pooled_index(module: nn.Module | None) -> torch.Tensor | None:
     input's producer must keep them too, as QuantizedRows.pooled), else None."""
     pooled = module.pooled if isinstance(module, Fp8Linear) else None
     return None if pooled is None else pooled.index
+
+
+def input_scale_of(module: nn.Module | None) -> torch.Tensor | None:
+    """The one scale [1, 1] at which an FP8 linear at one scale per operand takes its input, else None."""
+    return module.input_scale if isinstance(module, Fp8Linear) and module.one_scale else None
 
 
 def wants_rows(module: nn.Module | None) -> bool:

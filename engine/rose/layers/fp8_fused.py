@@ -15,13 +15,17 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from engine.rose.layers import fused
+from engine.rose.layers import cublaslt_fp8, fused
 from engine.rose.layers.fp8 import Fp8Linear, fp8_kernels_for, quantize_rows
 from engine.rose.layers.quantized_rows import QuantizedRows, bounded_scales, quantize_rows_at
 
 # The BERT family's activation after its up projection: linear_gelu's `approximate` ("none",
 # "tanh") or None for ReLU -> the kernels' name for it.
 BERT_ACTIVATIONS = {"none": "gelu", "tanh": "gelu_tanh", None: "relu"}
+# The activation a GEMM at one scale per operand applies in its epilogue, by the model's: cuBLASLt
+# has GELU in its tanh form alone, which differs from erf's by under 5e-4, a hundredth of e4m3's
+# step at 1.
+EPILOGUE_ACTIVATIONS = {"gelu": "gelu_tanh", "gelu_tanh": "gelu_tanh", "relu": "relu"}
 _ACTIVATIONS = {
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
@@ -42,13 +46,14 @@ def embed_layer_norm_rows(input_ids: torch.Tensor, positions: torch.Tensor, word
 
 
 def add_layer_norm_rows(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-                        eps: float) -> tuple[torch.Tensor, QuantizedRows]:
-    """fused.add_layer_norm's output [T, H] (the next residual) and its QuantizedRows (the next linear's input)."""
+                        eps: float, scale: torch.Tensor | None = None) -> tuple[torch.Tensor, QuantizedRows]:
+    """fused.add_layer_norm's output [T, H] (the next residual) and its QuantizedRows (the next
+    linear's input): a scale per row, or the one `scale` [1, 1] given (Fp8Linear.input_scale)."""
     kernels = fp8_kernels_for(x)
     if kernels is not None and x.is_contiguous() and residual.is_contiguous():
-        return kernels.add_layer_norm_rows(x, residual, weight, bias, eps)
+        return kernels.add_layer_norm_rows(x, residual, weight, bias, eps, scale)
     out = fused.add_layer_norm(x, residual, weight, bias, eps)
-    return out, quantize_rows(out)
+    return out, quantize_rows(out) if scale is None else quantize_rows_at(out, scale)
 
 
 def rms_norm_rows(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None,
@@ -92,6 +97,16 @@ def activation_rows(x: torch.Tensor, activation: str) -> QuantizedRows:
 
 def linear_activation_rows(linear: Fp8Linear, rows: QuantizedRows, activation_name: str,
                            in_epilogue: bool = False) -> QuantizedRows:
+    """act(linear(rows)) [T, I] as QuantizedRows, act one of "gelu", "gelu_tanh", "relu": the BERT
+    family's up projection and its activation on their way to an FP8 down projection, at one
+    scale per operand where the linear takes them so, else at scales bounded per row."""
+    if linear.one_scale:
+        return _one_scale_linear_activation_rows(linear, rows, activation_name)
+    return _bounded_linear_activation_rows(linear, rows, activation_name, in_epilogue)
+
+
+def _bounded_linear_activation_rows(linear: Fp8Linear, rows: QuantizedRows, activation_name: str,
+                                    in_epilogue: bool) -> QuantizedRows:
     """act(linear(rows)) [T, I] as QuantizedRows at the scales linear.scale_bound gives from
     rows.scales (quantized_rows.bounded_scales), act one of "gelu", "gelu_tanh", "relu": the BERT
     family's up projection and its activation on their way to an FP8 down projection. Since the
@@ -108,6 +123,26 @@ def linear_activation_rows(linear: Fp8Linear, rows: QuantizedRows, activation_na
     if kernels is not None and h.is_contiguous():
         return kernels.activation_rows_at_scales(h, rows.scales, linear.scale_bound, activation_name)
     return quantize_rows_at(_ACTIVATIONS[activation_name](h), bounded_scales(rows.scales, linear.scale_bound))
+
+
+def _one_scale_linear_activation_rows(linear: Fp8Linear, rows: QuantizedRows, activation_name: str) -> QuantizedRows:
+    """act(linear(rows)) for a linear at one scale per operand (Fp8Linear.one_scale), quantized at
+    its activation_scale. GELU takes its tanh form whatever the model's (EPILOGUE_ACTIVATIONS).
+    On CUDA one cuBLASLt GEMM applies the bias and the activation to its float32 accumulator and
+    writes e4m3 (engine/rose/layers/cublaslt_fp8.py); where cuBLASLt serves no such GEMM, and as
+    the reference, the GEMM's output in the linear's dtype, activated in float32, then quantized."""
+    activation_name = EPILOGUE_ACTIVATIONS[activation_name]
+    num_rows = rows.values.shape[0]
+    # cuBLASLt's GEMM is described with a bf16 bias: other dtypes take the reference.
+    if fp8_kernels_for(rows.values) is not None and rows.values.is_contiguous() and linear.out_dtype == torch.bfloat16:
+        values = cublaslt_fp8.scaled_matmul(rows.values, rows.scales, linear.weight, linear.weight_scale, linear.bias,
+                                            activation_name, torch.float8_e4m3fn, linear.activation_scale_inverse,
+                                            linear.fast_accumulation, rowwise=False)
+        if values is not None:
+            return QuantizedRows(values, linear.activation_scales(num_rows))
+    h = linear(rows).float()
+    values = quantize_rows_at(_ACTIVATIONS[activation_name](h), linear.activation_scale).values
+    return QuantizedRows(values, linear.activation_scales(num_rows))
 
 
 @functools.cache

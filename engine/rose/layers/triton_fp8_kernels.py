@@ -90,7 +90,8 @@ def _layer_norm_row(h, cols, mask, n_cols, eps, weight_ptr, bias_ptr):
 
 @triton.jit
 def _add_layer_norm_rows_kernel(x_ptr, residual_ptr, weight_ptr, bias_ptr, out_ptr, q_ptr, scale_ptr, n_cols, eps,
-                                BLOCK: tl.constexpr):
+                                ONE_SCALE: tl.constexpr, BLOCK: tl.constexpr):
+    # ONE_SCALE: scale_ptr holds the one scale to quantize at, read; else each row's scale, written.
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -100,21 +101,29 @@ def _add_layer_norm_rows_kernel(x_ptr, residual_ptr, weight_ptr, bias_ptr, out_p
     h = (x + r).to(out_ptr.dtype.element_ty).to(tl.float32)
     y = _layer_norm_row(h, cols, mask, n_cols, eps, weight_ptr, bias_ptr).to(out_ptr.dtype.element_ty)
     tl.store(out_ptr + row * n_cols + cols, y, mask=mask)
-    _store_row(y.to(tl.float32), cols, mask, q_ptr + row * n_cols, scale_ptr + row)
+    if ONE_SCALE:
+        tl.store(q_ptr + row * n_cols + cols, _quantized(y.to(tl.float32), tl.load(scale_ptr), q_ptr), mask=mask)
+    else:
+        _store_row(y.to(tl.float32), cols, mask, q_ptr + row * n_cols, scale_ptr + row)
 
 
 def add_layer_norm_rows(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-                        eps: float) -> tuple[torch.Tensor, QuantizedRows]:
-    """layer_norm(x + residual) * weight + bias [T, H] as a new tensor, and as QuantizedRows."""
+                        eps: float, scale: torch.Tensor | None = None) -> tuple[torch.Tensor, QuantizedRows]:
+    """layer_norm(x + residual) * weight + bias [T, H] as a new tensor, and as QuantizedRows: a
+    scale per row, or the one `scale` [1, 1] (float32, on the device) given."""
     n_cols = x.shape[-1]
     num_rows = x.numel() // n_cols
-    out, rows = torch.empty_like(x), _empty_rows(num_rows, n_cols, x.device)
+    out = torch.empty_like(x)
+    if scale is None:
+        rows = _empty_rows(num_rows, n_cols, x.device)
+    else:
+        rows = QuantizedRows(torch.empty(num_rows, n_cols, dtype=FP8_DTYPE, device=x.device), scale)
     if num_rows == 0:
         return out, rows
     block = triton.next_power_of_2(n_cols)
     _add_layer_norm_rows_kernel[(num_rows,)](
-        x, residual, weight, bias, out, rows.values, rows.scales, n_cols, eps, BLOCK=block,
-        num_warps=min(16, max(1, block // 256)),
+        x, residual, weight, bias, out, rows.values, rows.scales, n_cols, eps, ONE_SCALE=scale is not None,
+        BLOCK=block, num_warps=min(16, max(1, block // 256)),
     )
     return out, rows
 

@@ -36,7 +36,8 @@ class BertLayer(nn.Module):
         q, k, v = self.qkv_proj(x if rows is None else rows).view(num_tokens, 3, self.num_heads,
                                                                    self.head_dim).unbind(1)
         attn = attention.forward(q, k, v, meta, position_bias=position_bias).reshape(num_tokens, -1)
-        x, rows = _add_norm(self.o_proj(attn), x, self.attention_norm, fp8.wants_rows(self.up_proj))
+        x, rows = _add_norm(self.o_proj(attn), x, self.attention_norm, fp8.wants_rows(self.up_proj),
+                            fp8.input_scale_of(self.up_proj))
         return _add_norm(self.down_proj(self._up(x, rows)), x, self.mlp_norm, output_rows)
 
     def _up(self, x: torch.Tensor, rows: QuantizedRows | None = None) -> torch.Tensor | QuantizedRows:
@@ -74,11 +75,12 @@ def as_bert_names(state: dict[str, torch.Tensor], prefix: str, layer_root: str,
     return renamed
 
 
-def _add_norm(x: torch.Tensor, residual: torch.Tensor, norm: nn.LayerNorm,
-              output_rows: bool = False) -> tuple[torch.Tensor, QuantizedRows | None]:
-    """layer_norm(x + residual), and the same as QuantizedRows where `output_rows` asks."""
+def _add_norm(x: torch.Tensor, residual: torch.Tensor, norm: nn.LayerNorm, output_rows: bool = False,
+              scale: torch.Tensor | None = None) -> tuple[torch.Tensor, QuantizedRows | None]:
+    """layer_norm(x + residual), and the same as QuantizedRows where `output_rows` asks (at the one
+    `scale` given, else a scale per row)."""
     if output_rows:
-        return fp8_fused.add_layer_norm_rows(x, residual, norm.weight, norm.bias, norm.eps)
+        return fp8_fused.add_layer_norm_rows(x, residual, norm.weight, norm.bias, norm.eps, scale)
     return fused.add_layer_norm(x, residual, norm.weight, norm.bias, norm.eps), None
 
 
@@ -89,6 +91,10 @@ class BertModel(nn.Module):
     (engine/rose/models/distilbert.py, engine/rose/models/mpnet.py): they pass `position_offset`,
     drop token types (`type_vocab_size` 0) and, for MPNet, set `relative_bias`.
     """
+
+    # An FP8 up projection's input is the attention norm's output: it can take one scale, bounded
+    # at load, and so its GEMM can finish GELU and quantization (engine/rose/fp8_plan.py).
+    fp8_one_scale_inputs = {"up_proj": "attention_norm"}
 
     def __init__(self, config: dict, position_offset: int | None = None, token_types_in_ids: bool = False):
         super().__init__()
