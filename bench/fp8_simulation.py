@@ -15,7 +15,7 @@ and --first-layers, it measures how far the vectors move as more of the first la
 
 An N may carry fp8_bench.py's plan suffixes: N+pooled also keeps the pooled tokens' rows of
 every FP8 linear bf16 (Fp8Plan.bf16_pooled_tokens; models that pool one token), N+o_proj that kind
-of linear bf16 in every layer:
+of linear bf16 in every layer, N+rows-up the BERT family's up projections at scales per row:
 
     python bench/fp8_simulation.py --model /tmp/qwen3-random --first-layers 0,0+pooled,2,2+pooled,2+o_proj
 """
@@ -82,10 +82,11 @@ def main() -> None:
             n, *extras = entry.split("+")
             plan = plan_named(f"first{n}-last0" + "".join(f"+{extra}" for extra in extras))
             if plan is None:
-                parser.error(f"--first-layers: {entry!r} is not N followed by +pooled, +nearest or +KIND suffixes")
-            label = f"first {n} layers bf16" + "".join(
-                ", pooled tokens' rows bf16" if extra == "pooled" else ", weights rounded to nearest"
-                if extra == "nearest" else f", {extra} bf16" for extra in extras)
+                parser.error(f"--first-layers: {entry!r} is not N followed by +pooled, +nearest, +rows-up or +KIND "
+                             "suffixes")
+            labels = {"pooled": ", pooled tokens' rows bf16", "nearest": ", weights rounded to nearest",
+                      "rows-up": ", up projections at scales per row"}
+            label = f"first {n} layers bf16" + "".join(labels.get(extra, f", {extra} bf16") for extra in extras)
             plans[label] = plan
     reference = engine.embed(texts)
     float32_model = engine.runner.model
