@@ -219,7 +219,7 @@ fp8-bert)
     # The up projection at one scale per operand (cuBLASLt's epilogue) against its reference and the
     # engines against their simulation ($TESTS: pytest -k), then fp8_bench on BERT-base's plans ($PLANS).
     KEEP_LOGS=1 step fp8-bert-tests python3 -m pytest -q -rs -s -p no:cacheprovider -m gpu tests/test_fp8_gpu.py \
-        -k "${TESTS:-one_scale or simulation}"
+        -k "${TESTS:-one_scale or engine_is_its_cpu or pooled_tokens_kept or scaled_mm}"
     grep -E "engine vs its simulation|all-MiniLM-L6-v2 FP8" /tmp/step-logs/fp8-bert-tests.log
     step fp8-bench-bert python3 bench/fp8_bench.py --tokenizer .carry/minilm/tokenizer.json --models bert-base \
         --plans "${PLANS:-default,default+rows-up}" --out "$OUT/fp8-plans-bert-base.md"

@@ -76,8 +76,13 @@ def test_one_scale_weights_share_the_scale_of_their_largest_magnitude():
     want = F.linear(dequantize_rows(quantize_rows_at(x, layer.input_scale)),
                     layer.weight.float() * layer.weight_scale, linear.bias)
     torch.testing.assert_close(layer(x), want, rtol=1e-6, atol=1e-6)
-    with pytest.raises(RuntimeError, match="one scale per operand got an input at a scale per row"):
+    with pytest.raises(RuntimeError, match=r"at one scale got an input at scales \(5, 1\) for 5 rows"):
         layer(quantize_rows_reference(x))
+    with pytest.raises(RuntimeError, match=r"at scales per row got an input at scales \(1, 1\) for 5 rows"):
+        Fp8Linear(linear)(quantize_rows_at(x, layer.input_scale))
+    # Without a norm to bound its input, a tensor is quantized at its own largest magnitude's scale.
+    after = Fp8Linear(linear, one_scale=True)
+    assert not after.input_norm_bounded and torch.equal(after(x), after(quantize_tensor_reference(x)))
 
 
 @pytest.mark.parametrize("activation", ["gelu_tanh", "relu"])
@@ -118,7 +123,7 @@ def test_the_one_scale_bounds_hold_for_the_worst_inputs(activation):
     assert reached <= output_bound <= 1.2 * reached
     out = linear_activation_rows(layer, rows, activation)
     assert out.values.float().abs().max() < FP8_MAX  # nothing saturated
-    assert torch.equal(out.scales, layer.activation_scale.expand(inner, 1))  # one row per output j
+    assert out.scales is layer.activation_scale  # the one scale its down projection reads
 
 
 def _bert(layers: int = 4, hidden_act: str = "gelu", hidden: int = 64) -> nn.Module:
@@ -228,9 +233,10 @@ def _fake_linear(model: nn.Module, fp8_weights: set[int] | None = None, quantize
 
     Where `quantized` (the FP8 model made from `model`) runs an up projection at one scale per
     operand, that projection's weight takes one scale, its input the layer's input_scale and,
-    where its down projection is FP8 too, the down projection's input its activation_scale, with
-    GELU in its tanh form (_one_scale_ups sets it on `model`): the scales are the quantized
-    model's, which test_the_one_scale_bounds_hold_for_the_worst_inputs holds to their meaning."""
+    where its down projection is FP8 too, the down projection's weight one scale and its input
+    the up projection's activation_scale, with GELU in its tanh form (_one_scale_ups sets it on
+    `model`): the scales are the quantized model's, which
+    test_the_one_scale_bounds_hold_for_the_worst_inputs holds to their meaning."""
     linear = F.linear
     down_of_up = {id(layer.up_proj.weight): id(layer.down_proj.weight) for layer in model.layers
                   if isinstance(layer, BertLayer)}
@@ -240,12 +246,14 @@ def _fake_linear(model: nn.Module, fp8_weights: set[int] | None = None, quantize
     def fake(x, weight, bias=None):
         if fp8_weights is not None and id(weight) not in fp8_weights:
             return linear(x, weight, bias)
+        whole = dequantize_rows(quantize_tensor_reference(weight.to(torch.bfloat16)))
         if id(weight) in one_scale:
             input_scale, activation_scale = one_scale[id(weight)]
             if id(weight) in down_of_up and (fp8_weights is None or down_of_up[id(weight)] in fp8_weights):
-                down_scales[down_of_up[id(weight)]] = activation_scale
-            whole = dequantize_rows(quantize_tensor_reference(weight.to(torch.bfloat16)))
+                down_scales[down_of_up[id(weight)]] = ("one scale", activation_scale)
             return linear(dequantize_rows(quantize_rows_at(x, input_scale)), whole, bias)
+        if isinstance(down_scales.get(id(weight)), tuple):  # the down projection of an up at one scale
+            return linear(dequantize_rows(quantize_rows_at(x, down_scales.pop(id(weight))[1])), whole, bias)
         quantized_weight = dequantize_rows(quantize_rows_reference(weight.to(torch.bfloat16)))
         scales = down_scales.pop(id(weight), None)
         rows = quantize_rows_reference(x) if scales is None else quantize_rows_at(x, scales)
@@ -286,7 +294,8 @@ def test_an_fp8_bert_is_the_fake_quantized_float32_bert(hidden_act, one_scale, m
     model = _bert(hidden_act=hidden_act)
     reference, exact = copy.deepcopy(model), _run(model)
     quantize_model(model, replace(EVERY_LINEAR, one_scale_up_projections=one_scale))
-    assert [layer.up_proj.one_scale for layer in model.layers] == [one_scale] * 4
+    assert [(layer.up_proj.one_scale, layer.down_proj.one_scale) for layer in model.layers] == [(one_scale,) * 2] * 4
+    assert not any(layer.qkv_proj.one_scale for layer in model.layers)
     ours = _run(model)
     torch.testing.assert_close(ours, _fake_quantized(reference, monkeypatch, quantized=model), rtol=1e-5, atol=1e-5)
     # Per token, on random weights far from their init: FP8 stays near the float32 model.

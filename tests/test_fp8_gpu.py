@@ -28,7 +28,8 @@ import torch
 from engine.config import EngineConfig, Fp8Plan
 from engine.rose.layers import cublaslt_fp8, fp8_fused, fused
 from engine.rose.layers.fp8 import Fp8Linear, quantize_rows, scaled_matmul
-from engine.rose.layers.quantized_rows import QuantizedRows, dequantize_rows, quantize_rows_at, quantize_rows_reference
+from engine.rose.layers.quantized_rows import (QuantizedRows, dequantize_rows, quantize_rows_at, quantize_rows_reference,
+                                               quantize_tensor_reference)
 from tests.fp8_checks import assert_rows_close
 from tests.test_architectures import SPECS, cosines, corpus, texts  # noqa: F401 (fixtures)
 from tests.test_fused_gpu import both
@@ -186,18 +187,20 @@ def test_the_up_projection_at_one_scale_is_its_reference(fast_accumulation, acti
     if num_tokens % 16 == 0:  # as the engine's graphs have them: powers of two, multiples of 1024
         assert served is not None, "cuBLASLt served no GEMM with this epilogue: the engine would take the reference"
     got, want = both(lambda: fp8_fused.linear_activation_rows(layer, rows, activation))
-    _close_to_reference(got, want)
-    assert torch.equal(got.scales, layer.activation_scale.expand(num_tokens, 1))
+    _close_to_reference(_one_scale(got), _one_scale(want))
+    assert got.scales is layer.activation_scale and want.scales is layer.activation_scale
     assert got.values.float().abs().max() < 448  # the bound held: nothing saturated
 
 
+@pytest.mark.parametrize("one_scale", [False, True], ids=["rowwise", "tensorwise"])
 @pytest.mark.parametrize("fast_accumulation", [True, False])
 @pytest.mark.parametrize("num_tokens,k,n,bias", [(1, 384, 1152, True), (77, 768, 3072, True),
                                                  (4096, 1024, 4096, False), (300, 9728, 2560, False)])
-def test_scaled_mm_is_the_gemms_definition(fast_accumulation, num_tokens, k, n, bias):
+def test_scaled_mm_is_the_gemms_definition(one_scale, fast_accumulation, num_tokens, k, n, bias):
     linear = torch.nn.Linear(k, n, bias=bias, device="cuda", dtype=torch.bfloat16)
-    layer = Fp8Linear(linear, fast_accumulation)
-    rows = quantize_rows(_randn(num_tokens, k, seed=k))
+    layer = Fp8Linear(linear, fast_accumulation, one_scale=one_scale)
+    x = _randn(num_tokens, k, seed=k)
+    rows = quantize_tensor_reference(x) if one_scale else quantize_rows(x)
     out = layer(rows)
     assert out.dtype == torch.bfloat16 and out.shape == (num_tokens, n)
     got = out.float().cpu()
@@ -205,7 +208,8 @@ def test_scaled_mm_is_the_gemms_definition(fast_accumulation, num_tokens, k, n, 
     want = scaled_matmul(on_cpu, layer.weight.cpu(), layer.weight_scale.cpu(),
                          None if layer.bias is None else layer.bias.float().cpu(), torch.float32, fast_accumulation)
     error = ((got - want).norm(dim=1) / want.norm(dim=1)).max().item()
-    print(f"{num_tokens}x{k}->{n} {'fast' if fast_accumulation else 'promoted'} accumulation: "
+    print(f"{num_tokens}x{k}->{n} {'one scale' if one_scale else 'rowwise'}, "
+          f"{'fast' if fast_accumulation else 'promoted'} accumulation: "
           f"largest row error {error:.2e}")
     assert error <= 2e-2
     # And the definition itself is the dequantized product.

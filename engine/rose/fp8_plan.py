@@ -38,7 +38,9 @@ measurements behind each default and how to measure them again):
   norm) runs that linear at one scale per operand, each bounded at load (Fp8Linear's
   `input_norm`): then cuBLASLt's GEMM applies the bias and GELU and writes the down projection's
   e4m3 input itself, where scales per row need the GEMM's bf16 output and a pass of its own to
-  activate and quantize it, which cost BERT-base its FP8 gain on the MLP.
+  activate and quantize it, which cost BERT-base its FP8 gain on the MLP. The linear that reads
+  that output (`fp8_one_scale_after`: the down projection) takes it at its one scale, and so its
+  weight at one scale too: torch._scaled_mm's tensorwise GEMM, a little faster than its rowwise one.
 
 Each FP8 weight's e4m3 value is chosen by GPTQ (`weight_rounding`, engine/rose/fp8_gptq.py)
 where the caller can run the unquantized model on texts, else rounded to nearest.
@@ -117,18 +119,25 @@ def pooled_tokens_of(model: nn.Module) -> PooledTokens | None:
     return getattr(model, "fp8_pooled_tokens", None)
 
 
-def one_scale_input_norms(model: nn.Module, plan: Fp8Plan, names: list[str]) -> dict[str, nn.Module]:
-    """The linears among `names` the plan runs at one scale per operand, each with the norm whose
-    output is its input (the model's `fp8_one_scale_inputs`: kind of linear -> its layer's norm)."""
+def one_scale_linears(model: nn.Module, plan: Fp8Plan, names: list[str]) -> dict[str, nn.Module | None]:
+    """The linears among `names` the plan runs at one scale per operand -> the norm whose output is
+    their input (the model's `fp8_one_scale_inputs`: kind of linear -> its layer's norm), or None
+    for one that reads such a linear's activated output (`fp8_one_scale_after`: kind -> the kind
+    of linear before it in the layer), which comes at one scale."""
     if not plan.one_scale_up_projections:
         return {}
     inputs = getattr(model, "fp8_one_scale_inputs", {})
-    norms = {}
+    after = getattr(model, "fp8_one_scale_after", {})
+    chosen: dict[str, nn.Module | None] = {}
     for name in names:
         layer, kind = name.rsplit(".", 1)
         if kind in inputs:
-            norms[name] = model.get_submodule(f"{layer}.{inputs[kind]}")
-    return norms
+            chosen[name] = model.get_submodule(f"{layer}.{inputs[kind]}")
+    for name in names:
+        layer, kind = name.rsplit(".", 1)
+        if kind in after and f"{layer}.{after[kind]}" in chosen:
+            chosen[name] = None
+    return chosen
 
 
 def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan(), pooling: str | None = None,
@@ -140,16 +149,16 @@ def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan(), pooling: str | N
     weight_rounding "nearest") each weight is rounded to nearest."""
     names = fp8_linear_names(model, plan)
     pooled = pooled_tokens_for(model, plan, pooling) if names else None
-    norms = one_scale_input_norms(model, plan, names)
+    one_scale = one_scale_linears(model, plan, names)
     model.fp8_pooled_tokens = None  # calibration runs the model as it was
     gptq = plan.weight_rounding == "gptq" and embed is not None and bool(names)
     started = time.perf_counter()
-    rounded = gptq_weights(model, names, embed, calibration_texts(), one_scale=frozenset(norms)) if gptq else None
+    rounded = gptq_weights(model, names, embed, calibration_texts(), one_scale=frozenset(one_scale)) if gptq else None
     for name in names:
         linear = model.get_submodule(name)
         rows = rounded.rows[name] if rounded is not None else None
-        norm = norms.get(name)
-        replace_submodule(model, name, Fp8Linear(linear, plan.fast_accumulation, None if norm else pooled, rows, norm))
+        replace_submodule(model, name, Fp8Linear(linear, plan.fast_accumulation, None if name in one_scale else pooled,
+                                                 rows, one_scale.get(name), one_scale=name in one_scale))
     model.fp8_pooled_tokens = pooled
     total = sum(isinstance(m, (nn.Linear, Fp8Linear)) for m in model.layers.modules())
     if not names:
@@ -167,8 +176,8 @@ def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan(), pooling: str | N
                 f"{time.perf_counter() - started:.1f} s ({rounded.timing()})" if rounded is not None
                 else "weights rounded to nearest")
     scales = "per-token activation and per-channel weight scales"
-    if norms:
-        one_scale_kinds = sorted({name.rsplit(".", 1)[-1] for name in norms})
+    if one_scale:
+        one_scale_kinds = sorted({name.rsplit(".", 1)[-1] for name in one_scale})
         scales += f" ({', '.join(one_scale_kinds)}: one scale per operand, bounded at load)"
     return (f"FP8: {len(names)} of {total} linear layers run as e4m3 GEMMs ({', '.join(kinds)}; {scales}, "
             f"{rounding}, {accumulation} accumulation); the others stay bf16 (the "

@@ -106,21 +106,25 @@ class Fp8Linear(nn.Module):
     from their unquantized inputs (QuantizedRows.pooled, or the tensor's rows), in place of
     the FP8 GEMM's rows for them.
 
-    Given `input_norm`, the layer norm whose output is its input, it takes one scale per
-    operand instead (`one_scale`): the weight at one scale, its input at `input_scale`, fixed at
-    load from the norm's weight and bias (quantized_rows.layer_norm_bound), and its activated
-    output at `activation_scale` (layer_norm_linear_bound). With every scale known before the
-    GEMM runs, cuBLASLt's GEMM can apply bias and GELU and write e4m3 itself
-    (fp8_fused.linear_activation_rows): the BERT family's up projection.
+    With `one_scale` it takes one scale per operand instead: the weight at one scale, and its
+    input as QuantizedRows at one scale [1, 1] (a tensor, it quantizes at one scale of its own).
+    Given `input_norm`, the layer norm whose output is its input, that scale is `input_scale`,
+    fixed at load from the norm's weight and bias (quantized_rows.layer_norm_bound), and its
+    activated output takes `activation_scale` (layer_norm_linear_bound). With every scale known
+    before the GEMM runs, cuBLASLt's GEMM can apply bias and GELU and write e4m3 itself
+    (fp8_fused.linear_activation_rows): the BERT family's up projection, whose down projection
+    then reads its output at that one scale.
     """
 
     def __init__(self, linear: nn.Linear, fast_accumulation: bool = True, pooled: PooledTokens | None = None,
-                 weight_rows: QuantizedRows | None = None, input_norm: nn.LayerNorm | None = None):
+                 weight_rows: QuantizedRows | None = None, input_norm: nn.LayerNorm | None = None,
+                 one_scale: bool = False):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.out_dtype = linear.weight.dtype
         self.fast_accumulation = fast_accumulation
-        self.one_scale = input_norm is not None
+        self.one_scale = one_scale or input_norm is not None
+        self.input_norm_bounded = input_norm is not None
         if self.one_scale and pooled is not None:
             raise ValueError("an FP8 linear at one scale per operand cannot keep the pooled tokens bf16")
         # The weight's e4m3 rows as given (GPTQ's, engine/rose/fp8_gptq.py), else rounded to nearest.
@@ -137,7 +141,7 @@ class Fp8Linear(nn.Module):
         self.register_buffer("weight_scale", scales.contiguous())  # [1, N] float32, or [1, 1] at one scale
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
         self.scale_bound = scale_bound(rows, self.bias)
-        if self.one_scale:
+        if self.input_norm_bounded:
             input_scale = layer_norm_bound(input_norm.weight, input_norm.bias) / FP8_MAX
             dequantized = rows.values.float() * rows.scales.reshape(-1, 1)
             activation_scale = layer_norm_linear_bound(dequantized, self.bias, input_norm.weight, input_norm.bias,
@@ -153,9 +157,10 @@ class Fp8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor | QuantizedRows) -> torch.Tensor:
         rows = x if isinstance(x, QuantizedRows) else self.quantize_input(x)
-        if self.one_scale and rows.scales.numel() != 1:
-            raise RuntimeError("an FP8 linear at one scale per operand got an input at a scale per row: its "
-                               "producer quantizes at the linear's input_scale")
+        if rows.scales.numel() != 1 if self.one_scale else rows.scales.shape[0] != rows.values.shape[0]:
+            raise RuntimeError(f"an FP8 linear at {'one scale' if self.one_scale else 'scales per row'} got an "
+                               f"input at scales {tuple(rows.scales.shape)} for {rows.values.shape[0]} rows: its "
+                               "producer quantizes at the scales the linear takes")
         out = scaled_matmul(rows, self.weight, self.weight_scale, self.bias, self.out_dtype, self.fast_accumulation)
         if self.pooled is not None:
             index = self.pooled.index
@@ -167,13 +172,11 @@ class Fp8Linear(nn.Module):
         return out
 
     def quantize_input(self, x: torch.Tensor) -> QuantizedRows:
-        """x as this layer reads it: at its input_scale where it takes one scale per operand, else per row."""
-        return quantize_rows_at(x, self.input_scale) if self.one_scale else quantize_rows(x)
-
-    def activation_scales(self, num_rows: int) -> torch.Tensor:
-        """[num_rows, 1] float32 filled with activation_scale: the scales of its activated output
-        as the next FP8 linear reads them (a scale per row, contiguous, for torch._scaled_mm)."""
-        return self.activation_scale.expand(num_rows, 1).contiguous()
+        """x as this layer reads it: at one scale where it takes one scale per operand (its
+        input_scale, where a norm bounds it, else x's largest magnitude's), else per row."""
+        if self.input_norm_bounded:
+            return quantize_rows_at(x, self.input_scale)
+        return quantize_tensor_reference(x) if self.one_scale else quantize_rows(x)
 
     def extra_repr(self) -> str:
         scales = "one scale per operand" if self.one_scale else "per-channel weight and per-token input scales"
@@ -195,7 +198,7 @@ def pooled_index(module: nn.Module | None) -> torch.Tensor | None:
 
 def input_scale_of(module: nn.Module | None) -> torch.Tensor | None:
     """The one scale [1, 1] at which an FP8 linear at one scale per operand takes its input, else None."""
-    return module.input_scale if isinstance(module, Fp8Linear) and module.one_scale else None
+    return module.input_scale if isinstance(module, Fp8Linear) and module.input_norm_bounded else None
 
 
 def wants_rows(module: nn.Module | None) -> bool:
