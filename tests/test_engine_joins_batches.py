@@ -11,6 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
+from engine.rose.cpu_features import native_bf16
 from tests.conftest import ServerProcess
 from tests.fault_plugins import RAISE_ID
 from tests.helpers import MODEL, PLUGIN, embed, metric, sample
@@ -18,6 +19,10 @@ from tests.helpers import MODEL, PLUGIN, embed, metric, sample
 pytestmark = pytest.mark.slow  # three front ends and an engine process
 
 FRONT_ENDS = 3
+# A vector computed in a joined batch against the same text's alone: equal but for rounding. In
+# bf16 (the default dtype on a CPU that computes it natively) the batch's other rows change how the
+# GEMMs block and so where bf16 rounds: 1e-5 of cosine apart. Another piece's vector is far further.
+SAME_VECTOR_COSINE = 0.9999 if native_bf16() else 0.99999
 DEVICE_BATCHES = 'rose_engine_batches_total{device="cpu",engine="0"}'  # what the engine ran
 
 
@@ -64,7 +69,7 @@ def test_batches_of_several_front_ends_run_as_one_and_each_gets_its_own_vectors(
     alone = embed(slow_engine.url, {"input": texts, "model": MODEL}).json()["data"]  # one front end's batch
     want = np.asarray([d["embedding"] for d in alone], np.float32)
     cos = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
-    assert cos.min() >= 0.99999
+    assert cos.min() >= SAME_VECTOR_COSINE
 
 
 def test_a_joined_batch_that_raises_fails_only_the_piece_that_held_the_fault(slow_engine):
@@ -105,4 +110,4 @@ def test_late_chunked_documents_joined_with_plain_texts_keep_their_own_chunks(sl
             want = np.asarray([d["embedding"] for d in single.json()["data"]], np.float32)
         assert got.shape == want.shape
         cos = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
-        assert cos.min() >= 0.99999
+        assert cos.min() >= SAME_VECTOR_COSINE
