@@ -7,10 +7,11 @@ ships with torch's CUDA build (libcublasLt), so this needs no compiler: the GEMM
 once per shape (its descriptors and the algorithm cuBLASLt's heuristic picks) and launched on
 torch's current stream, so it is captured in CUDA graphs like any other kernel.
 
-The engine does not call it yet: on the H100 (torch 2.11, CUDA 13) cuBLASLt's heuristic serves
-no e4m3 output with rowwise scales, which the engine's FP8 rows carry, and serves the fused GELU
-with e4m3 out with one scale per operand (bench/fp8_cublaslt.py, docs/fp8.md). It is what that
-measurement runs, and the base for an up projection whose input and weight take one scale each.
+The engine calls it for the BERT family's up projection at one scale per operand
+(fp8_fused.linear_activation_rows): on the H100 (torch 2.11, CUDA 13) cuBLASLt's heuristic serves
+the fused GELU with e4m3 out at one scale per operand but no e4m3 output with rowwise scales
+(bench/fp8_cublaslt.py, docs/fp8.md). Where it serves no algorithm, scaled_matmul returns None
+and the caller runs its own steps.
 
 Layouts: torch's row-major x [M, K] and weight [N, K] are, read column-major, x^T [K, M] and
 weight^T [K, N]; the product out^T [N, M] = weight (transposed) times x^T is, read back

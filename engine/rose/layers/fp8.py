@@ -6,15 +6,16 @@ A quantized activation is QuantizedRows: e4m3 values [T, K] and one float32 scal
 largest finite value (448), so no value saturates and small ones keep e4m3's relative
 precision down to 2^-14 of the largest. Weights follow the same rule per output channel, from
 their bf16 values (what the engine holds on a GPU; the simulation rounds float32 weights to bf16
-first, so both quantize the same numbers). The exception, a linear whose input is a layer norm's
-output and whose output feeds an activation (the BERT family's up projection), takes one scale per
-operand, each bounded at load (Fp8Linear's `input_norm`), so that cuBLASLt's GEMM can finish the
-activation and its quantization in its epilogue.
+first, so both quantize the same numbers). The exception is the BERT family's MLP: its up
+projection, whose input is a layer norm's output, takes one scale per operand, each bounded at
+load (Fp8Linear's `input_norm`), so that cuBLASLt's GEMM can finish the activation and its
+quantization in its epilogue; its down projection reads that output at its one scale.
 
-On CUDA the GEMM is torch._scaled_mm with rowwise scales (tensorwise at one scale per operand): cuBLAS/CUTLASS multiply e4m3 by e4m3,
-apply both scales and the bias to the float32 accumulator and round once to bf16. Elsewhere it
-is its definition, the dequantized values multiplied in float32: the CPU simulation of the
-scheme that the tests hold to the fp32 reference (tests/test_fp8.py, tests/test_fp8_quality.py).
+On CUDA the GEMM is torch._scaled_mm with rowwise scales (tensorwise at one scale per operand):
+cuBLAS/CUTLASS multiply e4m3 by e4m3, apply both scales and the bias to the float32 accumulator
+and round once to bf16. Elsewhere it is its definition, the dequantized values multiplied in
+float32: the CPU simulation of the scheme that the tests hold to the fp32 reference
+(tests/test_fp8.py, tests/test_fp8_quality.py).
 """
 
 from __future__ import annotations
@@ -62,10 +63,10 @@ def scaled_matmul(rows: QuantizedRows, weight: torch.Tensor, weight_scale: torch
     """(rows.values * rows.scales) @ (weight * weight_scale.T).T + bias -> [T, N] in out_dtype.
 
     weight [N, K] e4m3, weight_scale [1, N] float32 (or [1, 1], with rows.scales [1, 1]: one scale
-    per operand). On CUDA one torch._scaled_mm; with
-    fast_accumulation Hopper's tensor cores keep their partial sums at their own reduced
-    precision instead of promoting them to float32 every few steps of K (faster; its error is
-    measured in docs/fp8.md). Elsewhere the definition in float32."""
+    per operand). On CUDA one torch._scaled_mm; with fast_accumulation Hopper's tensor cores keep
+    their partial sums at their own reduced precision instead of promoting them to float32 every
+    few steps of K (faster; its error is measured in docs/fp8.md). Elsewhere the definition in
+    float32."""
     if rows.values.is_cuda:
         return torch._scaled_mm(rows.values, weight.t(), scale_a=rows.scales, scale_b=weight_scale, bias=bias,
                                 out_dtype=out_dtype, use_fast_accum=fast_accumulation)

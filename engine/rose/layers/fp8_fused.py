@@ -127,10 +127,11 @@ def _bounded_linear_activation_rows(linear: Fp8Linear, rows: QuantizedRows, acti
 
 def _one_scale_linear_activation_rows(linear: Fp8Linear, rows: QuantizedRows, activation_name: str) -> QuantizedRows:
     """act(linear(rows)) for a linear at one scale per operand (Fp8Linear.one_scale), quantized at
-    its activation_scale, the one scale [1, 1] its down projection reads. GELU takes its tanh form whatever the model's (EPILOGUE_ACTIVATIONS).
-    On CUDA one cuBLASLt GEMM applies the bias and the activation to its float32 accumulator and
-    writes e4m3 (engine/rose/layers/cublaslt_fp8.py); where cuBLASLt serves no such GEMM, and as
-    the reference, the GEMM's output in the linear's dtype, activated in float32, then quantized."""
+    its activation_scale, the one scale [1, 1] its down projection reads. GELU takes its tanh
+    form whatever the model's (EPILOGUE_ACTIVATIONS). On CUDA one cuBLASLt GEMM applies the bias
+    and the activation to its float32 accumulator and writes e4m3 (engine/rose/layers/cublaslt_fp8.py);
+    where cuBLASLt serves no such GEMM, and as the reference, the GEMM's output in the linear's
+    dtype, activated in float32, then quantized."""
     activation_name = EPILOGUE_ACTIVATIONS[activation_name]
     # cuBLASLt's GEMM is described with a bf16 bias: other dtypes take the reference.
     if fp8_kernels_for(rows.values) is not None and rows.values.is_contiguous() and linear.out_dtype == torch.bfloat16:
