@@ -1,4 +1,4 @@
-"""cuBLASLt's FP8 GEMM with an epilogue, called through ctypes: the GEMM that could apply the
+"""cuBLASLt's FP8 GEMM with an epilogue, called through ctypes: the GEMM that applies the
 BERT family's up-projection bias and GELU to its float32 accumulator and write e4m3 at a given
 scale, the down projection's input, with no bf16 output and no pass of its own.
 
