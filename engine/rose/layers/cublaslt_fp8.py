@@ -1,5 +1,5 @@
 """cuBLASLt's FP8 GEMM with an epilogue, called through ctypes: the GEMM that applies the
-BERT family's up-projection bias and GELU to its float32 accumulator and write e4m3 at a given
+BERT family's up-projection bias and GELU to its float32 accumulator and writes e4m3 at a given
 scale, the down projection's input, with no bf16 output and no pass of its own.
 
 torch._scaled_mm exposes neither the epilogue nor an e4m3 output with rowwise scales. cuBLASLt
