@@ -23,7 +23,9 @@ class ModelOverrides:
     kind: str | None = None  # "embed" | "rerank" (engine/model_files/reranker.py reads it from the files)
 
 
-# Layers at the start of a model kept bf16 where Fp8Plan leaves the count to the model's width.
+# Layers at the start of a model kept bf16 where Fp8Plan leaves the count to the model: none where
+# the model normalises after each residual add (the BERT family), else by its width.
+POST_NORM_BF16_FIRST_LAYERS = 0
 NARROW_BF16_FIRST_LAYERS = 1
 WIDE_BF16_FIRST_LAYERS = 3
 
@@ -35,9 +37,9 @@ class Fp8Plan:
 
     # narrower models stay bf16: FP8 does not pay on them (MiniLM's GEMMs gain next to nothing)
     min_hidden_size: int = 768
-    # layers at the start of the stack that stay bf16; None: by the model's width,
-    # NARROW_BF16_FIRST_LAYERS below attention_output_min_hidden_size, WIDE_BF16_FIRST_LAYERS from
-    # it (engine/rose/fp8_plan.py says why)
+    # layers at the start of the stack that stay bf16; None: by the model, POST_NORM_BF16_FIRST_LAYERS
+    # where it normalises after each residual add, else NARROW_BF16_FIRST_LAYERS below
+    # attention_output_min_hidden_size, WIDE_BF16_FIRST_LAYERS from it (engine/rose/fp8_plan.py says why)
     bf16_first_layers: int | None = None
     bf16_last_layers: int = 0  # and at its end
     bf16_linears: tuple[str, ...] = ()  # kinds of linear layer (qkv_proj, down_proj, ...) that stay bf16 everywhere

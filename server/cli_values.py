@@ -8,7 +8,7 @@ import math
 import re
 from dataclasses import replace
 
-from engine.config import NARROW_BF16_FIRST_LAYERS, WIDE_BF16_FIRST_LAYERS, Fp8Plan
+from engine.config import NARROW_BF16_FIRST_LAYERS, POST_NORM_BF16_FIRST_LAYERS, WIDE_BF16_FIRST_LAYERS, Fp8Plan
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
@@ -97,9 +97,9 @@ def quantization_refusal(quantization: str | None, devices: tuple[str, ...], dty
 
 
 FP8_BF16_LAYERS_HELP = (f"with --quantization fp8: layers at the start of the model kept bf16 (default "
-                        f"{NARROW_BF16_FIRST_LAYERS}, or {WIDE_BF16_FIRST_LAYERS} on models at least "
-                        f"{Fp8Plan.attention_output_min_hidden_size} wide); more hold the vectors closer to "
-                        "bf16's at less speed (docs/fp8.md measures the trade)")
+                        f"{POST_NORM_BF16_FIRST_LAYERS} on the BERT family, else {NARROW_BF16_FIRST_LAYERS}, or "
+                        f"{WIDE_BF16_FIRST_LAYERS} on models at least {Fp8Plan.attention_output_min_hidden_size} "
+                        "wide); more hold the vectors closer to bf16's at less speed (docs/fp8.md measures the trade)")
 
 
 FP8_WEIGHT_ROUNDINGS = ("gptq", "nearest")

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.rose.batch import pack
-from engine.config import NARROW_BF16_FIRST_LAYERS, WIDE_BF16_FIRST_LAYERS, Fp8Plan
+from engine.config import NARROW_BF16_FIRST_LAYERS, POST_NORM_BF16_FIRST_LAYERS, WIDE_BF16_FIRST_LAYERS, Fp8Plan
 from engine.rose.fp8_plan import bf16_first_layers, fp8_linear_names, keeps_pooled_tokens, quantize_model
 from engine.rose.layers.attention import SDPAPerSequenceBackend
 from engine.rose.layers.fp8 import Fp8Linear, wants_rows
@@ -144,9 +144,9 @@ def _qwen3(layers: int = 3) -> nn.Module:
 
 def test_the_plan_keeps_narrow_models_edge_layers_and_narrow_attention_outputs_bf16():
     assert fp8_linear_names(_bert(hidden=384, layers=2), Fp8Plan()) == []  # MiniLM's width: FP8 does not pay
-    # BERT-base's width pays: every linear but the first layer's and the o_projs.
+    # BERT-base's width pays: every linear but the o_projs (post-norm: no bf16 layer at the start).
     assert fp8_linear_names(_bert(hidden=768, layers=2), Fp8Plan()) == [
-        f"layers.1.{name}" for name in ("qkv_proj", "up_proj", "down_proj")]
+        f"layers.{i}.{name}" for i in (0, 1) for name in ("qkv_proj", "up_proj", "down_proj")]
     wide = _bert(layers=4, hidden=512)
     narrow_floor = Fp8Plan(min_hidden_size=512, bf16_first_layers=1, bf16_last_layers=1)
     assert fp8_linear_names(wide, narrow_floor) == [f"layers.{i}.{name}" for i in (1, 2)
@@ -159,16 +159,21 @@ def test_the_plan_keeps_narrow_models_edge_layers_and_narrow_attention_outputs_b
                                                       "mlp.down_proj")]
 
 
-def test_the_first_layers_kept_bf16_follow_the_width_unless_counted():
+def test_the_first_layers_kept_bf16_follow_the_model_unless_counted():
     narrow = Fp8Plan(min_hidden_size=0, attention_output_min_hidden_size=1024)
     assert bf16_first_layers(narrow, 512) == NARROW_BF16_FIRST_LAYERS == 1
     assert bf16_first_layers(narrow, 1024) == WIDE_BF16_FIRST_LAYERS == 3
-    assert bf16_first_layers(replace(narrow, bf16_first_layers=0), 1024) == 0
-    wide_model = _bert(layers=5, hidden=128)
-    wide = fp8_linear_names(wide_model, replace(narrow, attention_output_min_hidden_size=128))
-    assert wide == [f"layers.{i}.{name}" for i in (3, 4) for name in ("qkv_proj", "o_proj", "up_proj", "down_proj")]
-    assert fp8_linear_names(wide_model, narrow) == [f"layers.{i}.{name}" for i in (1, 2, 3, 4)
-                                                    for name in ("qkv_proj", "up_proj", "down_proj")]
+    assert bf16_first_layers(narrow, 1024, post_norm=True) == POST_NORM_BF16_FIRST_LAYERS == 0
+    assert bf16_first_layers(replace(narrow, bf16_first_layers=2), 1024, post_norm=True) == 2
+    kinds = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
+    pre_norm = _qwen3(layers=5)  # 64 wide
+    wide = fp8_linear_names(pre_norm, replace(narrow, attention_output_min_hidden_size=64))
+    assert wide == [f"layers.{i}.{name}" for i in (3, 4) for name in kinds]
+    assert fp8_linear_names(pre_norm, narrow) == [f"layers.{i}.{name}" for i in (1, 2, 3, 4)
+                                                  for name in kinds if name != "self_attn.o_proj"]
+    post_norm = fp8_linear_names(_bert(layers=5, hidden=128), replace(narrow, attention_output_min_hidden_size=128))
+    assert post_norm == [f"layers.{i}.{name}" for i in range(5) for name in ("qkv_proj", "o_proj", "up_proj",
+                                                                              "down_proj")]
 
 
 def test_the_pooled_tokens_are_kept_bf16_on_wide_models_unless_asked_otherwise():

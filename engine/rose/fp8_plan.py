@@ -8,13 +8,18 @@ measurements behind each default and how to measure them again):
 - a model narrower than `min_hidden_size` keeps every layer bf16: its GEMMs are small, FP8
   beats bf16 on them by less than the extra passes (the norms' second copies, the activation
   without the GEMM's epilogue) cost: BERT-base's width ran slower in FP8 than in bf16;
-- the first `bf16_first_layers` and last `bf16_last_layers` layers stay bf16: a rounding
-  error made early passes through every later layer, so the first layers cost the most
-  quality per layer and little of the time. By default the count follows the width: one layer
-  on models narrower than `attention_output_min_hidden_size` (their o_proj stays bf16 too, and
+- the first `bf16_first_layers` and last `bf16_last_layers` layers stay bf16: in a model whose
+  residual stream runs through every layer unnormalised (pre-norm, as Qwen3), a rounding error
+  made early passes through every later layer, so the first layers cost the most quality per
+  layer and little of the time. By default the count follows the width there: one layer on
+  models narrower than `attention_output_min_hidden_size` (their o_proj stays bf16 too, and
   with GPTQ the Qwen3-0.6B shape holds the quality bounds with one, where each more bf16 layer
   costs it speed it cannot spare), three on wider ones (the Qwen3-4B shape's vectors move
-  twice as far with one as with three). The last layer stays FP8: in bf16 it bought nothing
+  twice as far with one as with three). A model that normalises after each residual add
+  (post-norm: the BERT family, `normalises_each_residual`) keeps none: the first layers' error
+  does not carry so (on the simulated BERT-base shape a bf16 first layer moves min cosine from
+  0.99822 to 0.99833), and its bf16 layer costs BERT-base about 2% of its speed. The last layer
+  stays FP8: in bf16 it bought nothing
   measurable on the Qwen3 shapes, and the simulated MiniLM held the quality bound with it in
   FP8. `bf16_linears` keeps whole kinds of linear bf16 instead; the benchmark's plans measure
   what each buys;
@@ -53,7 +58,7 @@ from typing import Callable
 
 from torch import nn
 
-from engine.config import NARROW_BF16_FIRST_LAYERS, WIDE_BF16_FIRST_LAYERS, Fp8Plan
+from engine.config import NARROW_BF16_FIRST_LAYERS, POST_NORM_BF16_FIRST_LAYERS, WIDE_BF16_FIRST_LAYERS, Fp8Plan
 from engine.rose.fp8_gptq import calibration_texts, gptq_weights
 from engine.rose.layers.fp8 import Fp8Linear, PooledTokens, fits_fp8
 from engine.rose.layers.pooling import ONE_TOKEN_MODES
@@ -68,12 +73,19 @@ def hidden_size_of(model: nn.Module) -> int:
     return next(m.out_features for n, m in model.layers[0].named_modules() if is_attention_output(n))
 
 
-def bf16_first_layers(plan: Fp8Plan, hidden_size: int) -> int:
-    """How many layers at the start of a model this wide the plan keeps bf16."""
+def bf16_first_layers(plan: Fp8Plan, hidden_size: int, post_norm: bool = False) -> int:
+    """How many layers at the start of a model this wide (post-norm: normalising after each
+    residual add) the plan keeps bf16."""
     if plan.bf16_first_layers is not None:
         return plan.bf16_first_layers
+    if post_norm:
+        return POST_NORM_BF16_FIRST_LAYERS
     wide = hidden_size >= plan.attention_output_min_hidden_size
     return WIDE_BF16_FIRST_LAYERS if wide else NARROW_BF16_FIRST_LAYERS
+
+
+def is_post_norm(model: nn.Module) -> bool:
+    return getattr(model, "normalises_each_residual", False)
 
 
 def keeps_pooled_tokens(plan: Fp8Plan, hidden_size: int) -> bool:
@@ -91,7 +103,7 @@ def fp8_linear_names(model: nn.Module, plan: Fp8Plan) -> list[str]:
     hidden_size = hidden_size_of(model)
     if hidden_size < plan.min_hidden_size:
         return []
-    first = bf16_first_layers(plan, hidden_size)
+    first = bf16_first_layers(plan, hidden_size, is_post_norm(model))
     names = []
     for index, layer in enumerate(layers):
         if index < first or index >= len(layers) - plan.bf16_last_layers:
@@ -181,5 +193,6 @@ def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan(), pooling: str | N
         scales += f" ({', '.join(one_scale_kinds)}: one scale per operand, bounded at load)"
     return (f"FP8: {len(names)} of {total} linear layers run as e4m3 GEMMs ({', '.join(kinds)}; {scales}, "
             f"{rounding}, {accumulation} accumulation); the others stay bf16 (the "
-            f"first {bf16_first_layers(plan, hidden_size_of(model))} and last {plan.bf16_last_layers} layer(s), "
+            f"first {bf16_first_layers(plan, hidden_size_of(model), is_post_norm(model))} and last "
+            f"{plan.bf16_last_layers} layer(s), "
             f"o_proj below hidden size {plan.attention_output_min_hidden_size}{kept})")
