@@ -5,9 +5,8 @@ than the quantized copies of its input cost to write, and costs quality in every
 touches; so the plan says, per model and per linear layer, which run FP8 (docs/fp8.md has the
 measurements behind each default and how to measure them again):
 
-- a model narrower than `min_hidden_size` keeps every layer bf16: its GEMMs are small, FP8
-  beats bf16 on them by less than the extra passes (the norms' second copies, the activation
-  without the GEMM's epilogue) cost: BERT-base's width ran slower in FP8 than in bf16;
+- a model narrower than `min_hidden_size` keeps every layer bf16: its GEMMs are small, and FP8
+  beats bf16 on them (1.05x on MiniLM's) by less than the norms' second copies cost;
 - the first `bf16_first_layers` and last `bf16_last_layers` layers stay bf16: in a model whose
   residual stream runs through every layer unnormalised (pre-norm, as Qwen3), a rounding error
   made early passes through every later layer, so the first layers cost the most quality per
@@ -19,10 +18,9 @@ measurements behind each default and how to measure them again):
   (post-norm: the BERT family, `normalises_each_residual`) keeps none: the first layers' error
   does not carry so (on the simulated BERT-base shape a bf16 first layer moves min cosine from
   0.99822 to 0.99833), and its bf16 layer costs BERT-base about 2% of its speed. The last layer
-  stays FP8: in bf16 it bought nothing
-  measurable on the Qwen3 shapes, and the simulated MiniLM held the quality bound with it in
-  FP8. `bf16_linears` keeps whole kinds of linear bf16 instead; the benchmark's plans measure
-  what each buys;
+  stays FP8: in bf16 it bought nothing measurable on the Qwen3 shapes, and the simulated MiniLM
+  held the quality bound with it in FP8. `bf16_linears` keeps whole kinds of linear bf16
+  instead; the benchmark's plans measure what each buys;
 - the attention's output projection (o_proj) stays bf16 on models narrower than
   `attention_output_min_hidden_size`. Its input comes from the attention kernels, which cannot
   quantize it (a row's scale needs every head of the token), so FP8 there needs a quantizing

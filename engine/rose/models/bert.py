@@ -93,12 +93,13 @@ class BertModel(nn.Module):
     """
 
     # An FP8 up projection's input is the attention norm's output: it can take one scale, bounded
-    # at load, and so its GEMM can finish GELU and quantization (engine/rose/fp8_plan.py).
+    # at load, and so its GEMM can finish GELU and quantization; the down projection then reads that
+    # output at its one scale (engine/rose/fp8_plan.py).
     fp8_one_scale_inputs = {"up_proj": "attention_norm"}
+    fp8_one_scale_after = {"down_proj": "up_proj"}
     # Each residual add is normalised (post-norm): an early layer's rounding error does not run on
     # through the stack, so FP8 keeps no bf16 layers at its start (engine/rose/fp8_plan.py).
     normalises_each_residual = True
-    fp8_one_scale_after = {"down_proj": "up_proj"}  # its input, the up projection's GELU, comes at that one scale
 
     def __init__(self, config: dict, position_offset: int | None = None, token_types_in_ids: bool = False):
         super().__init__()
