@@ -93,6 +93,26 @@ def capture_graph(fn, warmups: int = 1):
     return graph
 
 
+# How many calls of a step one graph holds in graph_seconds: enough that a replay's launch is noise.
+CALLS_PER_GRAPH = 20
+
+
+def graph_seconds(fn, repeats: int = 5) -> float:
+    """Seconds per call of fn, from a CUDA graph of CALLS_PER_GRAPH calls (the median of `repeats` replays)."""
+    import torch
+
+    graph = capture_graph(lambda: [fn() for _ in range(CALLS_PER_GRAPH)], warmups=2)
+    times = []
+    for _ in range(repeats + 1):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        graph.replay()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    del graph
+    return sorted(times[1:])[repeats // 2] / CALLS_PER_GRAPH
+
+
 def publish(report: str, out: Path | None) -> None:
     """Print a benchmark's markdown report and, when asked, write it where results are kept."""
     print(report)

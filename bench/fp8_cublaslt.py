@@ -29,8 +29,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import publish  # noqa: E402
-from bench.fp8_gemm_epilogue import CALLS_PER_GRAPH, graph_seconds, mlp_arguments, random_linear  # noqa: E402
+from bench.common import CALLS_PER_GRAPH, graph_seconds, publish  # noqa: E402
+from bench.fp8_gemm_epilogue import mlp_arguments, random_linear  # noqa: E402
 
 
 def main() -> None:

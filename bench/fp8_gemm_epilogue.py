@@ -29,9 +29,8 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import capture_graph, publish  # noqa: E402
+from bench.common import CALLS_PER_GRAPH, graph_seconds, publish  # noqa: E402
 
-CALLS_PER_GRAPH = 20
 LAUNCHES = [  # block_m, block_n, block_k, group_m, warps, stages, tma, persistent
     (128, 128, 128, 8, 8, 3, True, True),
     (128, 128, 128, 8, 8, 4, True, True),
@@ -44,20 +43,6 @@ LAUNCHES = [  # block_m, block_n, block_k, group_m, warps, stages, tma, persiste
 ]
 # The elementwise pass's launches: rows, columns, warps.
 BLOCK_LAUNCHES = [(4, 1024, 4), (1, 1024, 4), (2, 2048, 8), (8, 512, 4), (4, 1024, 8), (16, 256, 4)]
-
-
-def graph_seconds(fn, repeats: int = 5) -> float:
-    """Seconds per call of fn, from a CUDA graph of CALLS_PER_GRAPH calls (the median of `repeats` replays)."""
-    graph = capture_graph(lambda: [fn() for _ in range(CALLS_PER_GRAPH)], warmups=2)
-    times = []
-    for _ in range(repeats + 1):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        graph.replay()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    del graph
-    return sorted(times[1:])[repeats // 2] / CALLS_PER_GRAPH
 
 
 def row_cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

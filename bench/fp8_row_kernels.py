@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import capture_graph, publish  # noqa: E402
+from bench.common import CALLS_PER_GRAPH, graph_seconds, publish  # noqa: E402
 
 TOKENS = 16384
 # name, kernel, activation, columns of its output (a gated input is twice as wide)
@@ -44,21 +44,6 @@ ROWS = (1, 2, 4, 8)
 WARPS = (4, 8, 16, 32)
 # Prefetching launches: rows per block, warps, programs per SM.
 PREFETCH_ROWS, PREFETCH_WARPS, PROGRAMS_PER_SM = (1, 2), (4, 8), (4, 8)
-CALLS_PER_GRAPH = 20
-
-
-def graph_seconds(fn, repeats: int = 5) -> float:
-    """Seconds per call of fn, from a CUDA graph of CALLS_PER_GRAPH calls (the median of `repeats` replays)."""
-    graph = capture_graph(lambda: [fn() for _ in range(CALLS_PER_GRAPH)], warmups=2)
-    times = []
-    for _ in range(repeats + 1):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        graph.replay()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    del graph
-    return sorted(times[1:])[repeats // 2] / CALLS_PER_GRAPH
 
 
 def case_rows(kernel: str, activation: str | None, n_cols: int, kernels):
