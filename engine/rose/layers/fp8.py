@@ -99,9 +99,10 @@ class Fp8Linear(nn.Module):
     dtype change: Module.to(dtype) would turn its e4m3 weight back into that dtype.
 
     `weight_rows` are the weight's e4m3 values and scales [N, 1] where they were chosen
-    elsewhere (GPTQ); without them each weight is rounded to nearest. `scale_bound` bounds the
-    layer's output followed by an activation, for the GEMM that quantizes its own activated
-    output (fp8_fused.linear_activation_rows); computed here, at load, since it reads the weight.
+    elsewhere (GPTQ); without them each weight is rounded to nearest. At scales per row,
+    `scale_bound` bounds the layer's output followed by an activation, for the GEMM that quantizes
+    its own activated output (fp8_fused.linear_activation_rows); computed here, at load, since it
+    reads the weight.
 
     Given `pooled`, it also keeps the unquantized weight and computes the pooled tokens' rows
     from their unquantized inputs (QuantizedRows.pooled, or the tensor's rows), in place of
@@ -125,7 +126,6 @@ class Fp8Linear(nn.Module):
         self.out_dtype = linear.weight.dtype
         self.fast_accumulation = fast_accumulation
         self.one_scale = one_scale or input_norm is not None
-        self.input_norm_bounded = input_norm is not None
         if self.one_scale and pooled is not None:
             raise ValueError("an FP8 linear at one scale per operand cannot keep the pooled tokens bf16")
         # The weight's e4m3 rows as given (GPTQ's, engine/rose/fp8_gptq.py), else rounded to nearest.
@@ -141,17 +141,20 @@ class Fp8Linear(nn.Module):
         self.register_buffer("weight", rows.values)  # [N, K] e4m3
         self.register_buffer("weight_scale", scales.contiguous())  # [1, N] float32, or [1, 1] at one scale
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
-        self.scale_bound = scale_bound(rows, self.bias)
-        if self.input_norm_bounded:
+        self.scale_bound = None if self.one_scale else scale_bound(rows, self.bias)
+        # Where a norm bounds its input: that input's scale, its activated output's, and 1 / the
+        # latter, which cuBLASLt multiplies its output by to write e4m3 at it.
+        for name in ("input_scale", "activation_scale", "activation_scale_inverse"):
+            self.register_buffer(name, None)
+        if input_norm is not None:
             input_scale = layer_norm_bound(input_norm.weight, input_norm.bias) / FP8_MAX
             dequantized = rows.values.float() * rows.scales.reshape(-1, 1)
             activation_scale = layer_norm_linear_bound(dequantized, self.bias, input_norm.weight, input_norm.bias,
                                                        input_scale) / FP8_MAX
             device = linear.weight.device
-            self.register_buffer("input_scale", torch.full((1, 1), input_scale, device=device))
-            self.register_buffer("activation_scale", torch.full((1, 1), activation_scale, device=device))
-            # What cuBLASLt multiplies its output by to write e4m3 at activation_scale.
-            self.register_buffer("activation_scale_inverse", torch.full((1,), 1.0 / activation_scale, device=device))
+            self.input_scale = torch.full((1, 1), input_scale, device=device)
+            self.activation_scale = torch.full((1, 1), activation_scale, device=device)
+            self.activation_scale_inverse = torch.full((1,), 1.0 / activation_scale, device=device)
         self.pooled = pooled
         # The linear's own weight, not a copy: the pooled tokens' rows are the unquantized layer's.
         self.register_buffer("unquantized_weight", None if pooled is None else linear.weight.detach())
@@ -171,6 +174,11 @@ class Fp8Linear(nn.Module):
                                    "the runner sets PooledTokens.index, the producer of its input QuantizedRows.pooled")
             out.index_copy_(0, index, F.linear(kept, self.unquantized_weight, self.bias))
         return out
+
+    @property
+    def input_norm_bounded(self) -> bool:
+        """Whether its input comes at a scale fixed at load from the norm that produces it."""
+        return self.input_scale is not None
 
     def quantize_input(self, x: torch.Tensor) -> QuantizedRows:
         """x as this layer reads it: at one scale where it takes one scale per operand (its
