@@ -100,6 +100,9 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         "cublasLtMatmulAlgoGetHeuristic": [p, p, p, p, p, p, p, i, ctypes.POINTER(_HeuristicResult),
                                            ctypes.POINTER(i)],
         "cublasLtMatmul": [p, p, p, p, p, p, p, p, p, p, p, p, p, p, size, p],
+        "cublasLtMatmulPreferenceDestroy": [p],
+        "cublasLtMatmulDescDestroy": [p],
+        "cublasLtMatrixLayoutDestroy": [p],
     }
     for name, argtypes in signatures.items():
         fn = getattr(lib, name)
@@ -185,17 +188,31 @@ def _plan(device_index: int, m: int, n: int, k: int, epilogue: int, out_dtype: t
         _set(desc, _DESC_D_SCALE_POINTER, placeholder)
     layouts = (_layout(_CUDA_R_8F_E4M3, k, n, k), _layout(_CUDA_R_8F_E4M3, k, m, k),
                _layout(_CUDA_R_16BF, n, m, n), _layout(_OUT_TYPES[out_dtype], n, m, n))
-    preference = ctypes.c_void_p()
-    _check(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(preference)), "cublasLtMatmulPreferenceCreate")
-    workspace = ctypes.c_uint64(WORKSPACE_BYTES)
-    _check(lib.cublasLtMatmulPreferenceSetAttribute(preference, _PREF_MAX_WORKSPACE_BYTES, ctypes.byref(workspace),
-                                                    ctypes.sizeof(workspace)), "cublasLtMatmulPreferenceSetAttribute")
     result, returned = _HeuristicResult(), ctypes.c_int(0)
-    status = lib.cublasLtMatmulAlgoGetHeuristic(_handle(device_index), desc, *layouts, preference, 1,
-                                                ctypes.byref(result), ctypes.byref(returned))
+    status = _heuristic(lib, device_index, desc, layouts, result, returned)
     if status != 0 or returned.value < 1:  # a combination this cuBLASLt or GPU does not serve
+        for layout in layouts:
+            lib.cublasLtMatrixLayoutDestroy(layout)
+        lib.cublasLtMatmulDescDestroy(desc)
         return None
     return _Plan(desc, layouts, result)
+
+
+def _heuristic(lib: ctypes.CDLL, device_index: int, desc, layouts: tuple, result: _HeuristicResult,
+               returned: ctypes.c_int) -> int:
+    """cuBLASLt's best algorithm for the plan within WORKSPACE_BYTES, its preference object freed
+    once asked (the plan keeps only the algorithm)."""
+    preference = ctypes.c_void_p()
+    _check(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(preference)), "cublasLtMatmulPreferenceCreate")
+    try:
+        workspace = ctypes.c_uint64(WORKSPACE_BYTES)
+        _check(lib.cublasLtMatmulPreferenceSetAttribute(preference, _PREF_MAX_WORKSPACE_BYTES,
+                                                        ctypes.byref(workspace), ctypes.sizeof(workspace)),
+               "cublasLtMatmulPreferenceSetAttribute")
+        return lib.cublasLtMatmulAlgoGetHeuristic(_handle(device_index), desc, *layouts, preference, 1,
+                                                  ctypes.byref(result), ctypes.byref(returned))
+    finally:
+        lib.cublasLtMatmulPreferenceDestroy(preference)
 
 
 # cublasLtEpilogue_t by the activation it applies, its bits or'ed with EPILOGUE_BIAS for a bias;
