@@ -124,9 +124,10 @@ def ours_from_hf(arch: str, hf, config) -> torch.nn.Module:
     return ours.to(device="cuda", dtype=torch.bfloat16).eval()
 
 
-def ours_model(name: str) -> tuple[torch.nn.Module, bool, str]:
-    """(the engine's model, is_causal, pooling) of a shape in SHAPES, random weights, no HF model kept."""
-    arch, shape = SHAPES[name]
+def ours_model(name: str, shapes: dict | None = None) -> tuple[torch.nn.Module, bool, str]:
+    """(the engine's model, is_causal, pooling) of a shape in `shapes` (SHAPES unless given), random
+    weights, no HF model kept."""
+    arch, shape = (shapes or SHAPES)[name]
     hf, config = hf_model(arch, shape)
     ours = ours_from_hf(arch, hf, config)
     del hf

@@ -4,6 +4,8 @@ projection's epilogue), next to the dense ceiling.
 
     python3 bench/gpu_profile.py [--models minilm,bert-base,qwen3-0.6b] [--tokens 16384] [--workload docs|queries] [--out FILE]
 
+--models takes fp8_bench's shapes, the Qwen3-Embedding-4B shape (qwen3-4b) among them.
+
 For each model shape (random bf16 weights) and each setting of the fused kernels:
   - the first batch of gpu_bench's docs (or queries) workload, cut at --tokens tokens, is run
     eagerly under torch.profiler; the table lists its kernels grouped by name, with time per
@@ -22,6 +24,7 @@ Results in bench/results/ (`bench/gpu_session.sh profile` runs the second):
   gpu-profile-in-graph.md       python3 bench/gpu_profile.py --backend packed --models bert-base,qwen3-0.6b
   gpu-profile-filled.md         python3 bench/gpu_profile.py --backend packed --models bert-base,qwen3-0.6b --fill
   gpu-profile-fp8.md            python3 bench/gpu_profile.py --backend packed --models qwen3-0.6b,bert-base --fp8-plan every
+  gpu-profile-fp8-qwen3-4b-h100.md  python3 bench/gpu_profile.py --backend packed --models qwen3-4b --fill --fp8-plan default --top 20
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import cuda_event_ms  # noqa: E402
-from bench.gpu_bench import SHAPES, dense_ceiling, latency_ms, ours_model  # noqa: E402
+from bench.fp8_bench import FP8_SHAPES  # noqa: E402
+from bench.gpu_bench import dense_ceiling, latency_ms, ours_model  # noqa: E402
 from engine.rose.batch import pack  # noqa: E402
 from engine.rose.batch import cut_batches  # noqa: E402
 from engine.rose.layers import fused  # noqa: E402
@@ -147,7 +151,7 @@ def _only_graph(runner: ModelRunner) -> torch.cuda.CUDAGraph | None:
 
 
 def profile_model(name: str, args, out: list[str]) -> None:
-    ours, is_causal, pooling = ours_model(name)
+    ours, is_causal, pooling = ours_model(name, FP8_SHAPES)
     ceiling = dense_ceiling(ours, 3)
     fp8_line = ""
     if args.fp8_plan is not None:
@@ -165,7 +169,7 @@ def profile_model(name: str, args, out: list[str]) -> None:
     vectors = {}
     default_epilogue = fused.gelu_epilogue_enabled()
     settings = [("unfused", False, False), ("fused", True, False)]
-    if SHAPES[name][0] == "bert":  # an up projection with a GELU of its own (fused.linear_gelu)
+    if FP8_SHAPES[name][0] == "bert":  # an up projection with a GELU of its own (fused.linear_gelu)
         settings.append(("fused, GELU in the matmul's epilogue", True, True))
     if args.fp8_plan is not None:  # the FP8 kernels are the fused ones
         settings = [("FP8, fused", True, default_epilogue)]
