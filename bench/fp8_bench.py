@@ -79,16 +79,22 @@ def plan_named(name: str) -> Fp8Plan | None:
     the first N and the last M layers (M 1 where left out, as in first3), for any N and M; either
     followed by "+pooled" (the pooled tokens' rows of every FP8 linear bf16 as well:
     bf16_pooled_tokens), "+KIND" (a kind of linear, as o_proj: bf16 everywhere), "+nearest"
-    (weights rounded to nearest instead of by GPTQ) and "+rows-up" (the BERT family's up
-    projections at scales per row, not one per operand), as in first3-last0+o_proj+pooled."""
+    (weights rounded to nearest instead of by GPTQ), "+rows-up" (the BERT family's up
+    projections at scales per row, not one per operand) and "+edge-KIND" (the first and last
+    layers keep only the kinds of linear so named bf16, the others FP8), as in
+    first3-last0+o_proj+pooled or first3-last0+pooled+edge-qkv_proj+edge-o_proj."""
     base, *extras = name.split("+")
     plan = PLANS.get(base)
     if plan is None and (match := _FIRST_LAST.fullmatch(base)) is not None:
         plan = replace(_EDGES, bf16_first_layers=int(match[1]), bf16_last_layers=int(match[2] or 1))
     for extra in extras:
-        if plan is None or extra not in ("pooled", "nearest", "rows-up", *LINEAR_KINDS):
+        edge_kind = extra.removeprefix("edge-")
+        if plan is None or (extra not in ("pooled", "nearest", "rows-up", *LINEAR_KINDS)
+                            and not (extra.startswith("edge-") and edge_kind in LINEAR_KINDS)):
             return None
-        if extra == "rows-up":
+        if extra.startswith("edge-"):
+            plan = replace(plan, edge_bf16_linears=(*(plan.edge_bf16_linears or ()), edge_kind))
+        elif extra == "rows-up":
             plan = replace(plan, one_scale_up_projections=False)
         elif extra == "pooled":
             plan = replace(plan, bf16_pooled_tokens=True)

@@ -42,6 +42,8 @@ class Fp8Plan:
     # attention_output_min_hidden_size, WIDE_BF16_FIRST_LAYERS from it (engine/rose/fp8_plan.py says why)
     bf16_first_layers: int | None = None
     bf16_last_layers: int = 0  # and at its end
+    # the kinds of linear layer that those first and last layers keep bf16; None: every kind
+    edge_bf16_linears: tuple[str, ...] | None = None
     bf16_linears: tuple[str, ...] = ()  # kinds of linear layer (qkv_proj, down_proj, ...) that stay bf16 everywhere
     # models that pool one token (last-token, CLS) compute its rows of every FP8 linear in bf16 too;
     # None: by the model's width, on from attention_output_min_hidden_size (engine/rose/fp8_plan.py says why)

@@ -203,6 +203,17 @@ def test_the_plan_keeps_the_first_three_layers_bf16_and_whole_kinds_on_request()
     assert line.endswith("qkv_proj everywhere)")
 
 
+def test_the_edge_layers_keep_only_the_kinds_named_bf16_where_the_plan_names_some():
+    kinds = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
+    plan = Fp8Plan(min_hidden_size=0, attention_output_min_hidden_size=0, bf16_first_layers=2, bf16_last_layers=1,
+                   edge_bf16_linears=("qkv_proj", "o_proj"))
+    names = fp8_linear_names(_qwen3(layers=4), plan)
+    assert names == [f"layers.{i}.{name}" for i in range(4) for name in kinds
+                     if i == 2 or not name.startswith("self_attn.")]
+    assert fp8_linear_names(_qwen3(layers=4), replace(plan, edge_bf16_linears=None)) == [
+        f"layers.2.{name}" for name in kinds]
+
+
 def test_quantize_model_replaces_what_the_plan_names_and_says_so():
     model = _bert(layers=3)
     line = quantize_model(model, Fp8Plan(min_hidden_size=0, bf16_first_layers=1, bf16_last_layers=1))

@@ -19,8 +19,10 @@ measurements behind each default and how to measure them again):
   does not carry so (on the simulated BERT-base shape a bf16 first layer moves min cosine from
   0.99822 to 0.99833), and its bf16 layer costs BERT-base about 2% of its speed. The last layer
   stays FP8: in bf16 it bought nothing measurable on the Qwen3 shapes, and the simulated MiniLM
-  held the quality bound with it in FP8. `bf16_linears` keeps whole kinds of linear bf16
-  instead; the benchmark's plans measure what each buys;
+  held the quality bound with it in FP8. `edge_bf16_linears` keeps only the kinds it names bf16
+  in those layers (on the Qwen3-4B shape neither the attention's nor the MLP's linears alone hold
+  the quality), and `bf16_linears` keeps whole kinds of linear bf16 everywhere instead; the
+  benchmark's plans measure what each buys;
 - the attention's output projection (o_proj) stays bf16 on models narrower than
   `attention_output_min_hidden_size`. Its input comes from the attention kernels, which cannot
   quantize it (a row's scale needs every head of the token), so FP8 there needs a quantizing
@@ -104,10 +106,12 @@ def fp8_linear_names(model: nn.Module, plan: Fp8Plan) -> list[str]:
     first = bf16_first_layers(plan, hidden_size, is_post_norm(model))
     names = []
     for index, layer in enumerate(layers):
-        if index < first or index >= len(layers) - plan.bf16_last_layers:
+        at_edge = index < first or index >= len(layers) - plan.bf16_last_layers
+        if at_edge and plan.edge_bf16_linears is None:
             continue
         for name, module in layer.named_modules():
-            if not fits_fp8(module) or name.rsplit(".", 1)[-1] in plan.bf16_linears:
+            kind = name.rsplit(".", 1)[-1]
+            if not fits_fp8(module) or kind in plan.bf16_linears or (at_edge and kind in plan.edge_bf16_linears):
                 continue
             if is_attention_output(name) and hidden_size < plan.attention_output_min_hidden_size:
                 continue
