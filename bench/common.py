@@ -121,6 +121,16 @@ def publish(report: str, out: Path | None) -> None:
         out.write_text(report)
 
 
+def gpu_run_lines(extra: str = "") -> list[str]:
+    """A GPU benchmark report's first lines: the command that ran, then the GPU, torch (and
+    `extra`, as "; triton X") and the date."""
+    import torch
+
+    return [f"- command: `python3 {' '.join(sys.argv)}`",
+            f"- GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}{extra}; "
+            f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"]
+
+
 def machine_description() -> str:
     cpu = platform.processor() or platform.machine()
     try:

@@ -38,7 +38,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import capture_graph  # noqa: E402
+from bench.common import capture_graph, gpu_run_lines  # noqa: E402
 from bench.gpu_bench import (CEILING_TOKENS, MAX_SEQLEN, MIN_TIMED_SECONDS, SHAPES, cuda_time,  # noqa: E402
                              dense_ceiling, hf_model, ours_from_hf, run_ours, shape_head, workloads)
 from bench.tiny_model import QWEN3_SHAPES  # noqa: E402
@@ -281,9 +281,7 @@ def targets(rows: list[dict]) -> str:
 def report(rows: list[dict], args) -> str:
     return "\n".join([
         "# FP8 against bf16: the engine alone, the dense ceilings, quality", "",
-        f"- command: `python3 bench/fp8_bench.py {' '.join(sys.argv[1:])}`",
-        f"- GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; "
-        f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        *gpu_run_lines(),
         f"- random weights, --max-batch-tokens {args.max_batch_tokens}; docs = gpu_bench's documents (lognormal, "
         "median 128 tokens), 4,096 of them (2,048 for Qwen3-0.6B, 512 for Qwen3-4B); ceilings on 8,192 tokens; "
         f"quality on {NUM_PASSAGES:,} docstrings and {NUM_QUERIES} queries of their first {QUERY_TOKENS} tokens, "

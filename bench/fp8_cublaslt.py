@@ -21,7 +21,6 @@ Usage (on a GPU; bench/gpu_session.sh fp8-lt):
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -29,7 +28,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import CALLS_PER_GRAPH, graph_seconds, publish  # noqa: E402
+from bench.common import CALLS_PER_GRAPH, gpu_run_lines, graph_seconds, publish  # noqa: E402
 from bench.fp8_gemm_epilogue import mlp_arguments, random_linear  # noqa: E402
 
 
@@ -48,9 +47,7 @@ def main() -> None:
     lines = [
         "# cuBLASLt's FP8 GEMM with GELU in its epilogue, on the BERT family's up projection",
         "",
-        f"- command: `python3 {' '.join(sys.argv)}`",
-        f"- GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; "
-        f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        *gpu_run_lines(),
         f"- {args.hidden} -> {args.intermediate}, weights and biases N(0, 0.02), inputs N(0, 1) rows; each step "
         f"{CALLS_PER_GRAPH} times in a CUDA graph; fast accumulation",
         "",

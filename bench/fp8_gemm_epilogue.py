@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -29,7 +28,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import CALLS_PER_GRAPH, graph_seconds, publish  # noqa: E402
+from bench.common import CALLS_PER_GRAPH, gpu_run_lines, graph_seconds, publish  # noqa: E402
 
 LAUNCHES = [  # block_m, block_n, block_k, group_m, warps, stages, tma, persistent
     (128, 128, 128, 8, 8, 3, True, True),
@@ -80,9 +79,7 @@ def main() -> None:
     lines = [
         "# The BERT family's FP8 MLP: a GELU-and-quantize pass against the GEMM that quantizes its own output",
         "",
-        f"- command: `python3 {' '.join(sys.argv)}`",
-        f"- GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; triton {__import__('triton').__version__}; "
-        f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        *gpu_run_lines(f"; triton {__import__('triton').__version__}"),
         f"- {args.hidden} -> {args.intermediate} -> {args.hidden}, weights and biases N(0, 0.02), inputs N(0, 1) "
         f"rows as a LayerNorm leaves them; each step {CALLS_PER_GRAPH} times in a CUDA graph; fast accumulation; "
         f"bound/max: the bounded scale over the row's own largest value's (median); cos: the MLP's output "

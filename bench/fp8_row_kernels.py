@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import CALLS_PER_GRAPH, graph_seconds, publish  # noqa: E402
+from bench.common import CALLS_PER_GRAPH, gpu_run_lines, graph_seconds, publish  # noqa: E402
 
 TOKENS = 16384
 # name, kernel, activation, columns of its output (a gated input is twice as wide)
@@ -68,9 +67,7 @@ def main() -> None:
     lines = [
         "# FP8 row kernels against the memory's speed",
         "",
-        f"- command: `python3 {' '.join(sys.argv)}`",
-        f"- GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; "
-        f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        *gpu_run_lines(),
         f"- {TOKENS:,} tokens of N(0, 2) bf16, each kernel {CALLS_PER_GRAPH} times in a CUDA graph; GB/s counts "
         "the bf16 read and the e4m3 and scales written; `cast` is torch's bf16 -> e4m3 cast of the output's "
         "columns (an elementwise pass: no row maximum, no activation), `copy` a bf16 copy of the input",
