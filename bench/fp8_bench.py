@@ -72,6 +72,7 @@ MIN_COSINE, MIN_TOP10 = 0.995, 0.9
 NUM_PASSAGES, NUM_QUERIES, QUERY_TOKENS = 2000, 200, 16
 LINEAR_KINDS = ("qkv_proj", "o_proj", "gate_up_proj", "up_proj", "down_proj")  # the models' linear layers
 _FIRST_LAST = re.compile(r"first(\d+)(?:-last(\d+))?")
+_ATTENTION_FIRST = re.compile(r"attention-first(\d+)")
 
 
 def plan_named(name: str) -> Fp8Plan | None:
@@ -80,19 +81,23 @@ def plan_named(name: str) -> Fp8Plan | None:
     followed by "+pooled" (the pooled tokens' rows of every FP8 linear bf16 as well:
     bf16_pooled_tokens), "+KIND" (a kind of linear, as o_proj: bf16 everywhere), "+nearest"
     (weights rounded to nearest instead of by GPTQ), "+rows-up" (the BERT family's up
-    projections at scales per row, not one per operand) and "+edge-KIND" (the first and last
-    layers keep only the kinds of linear so named bf16, the others FP8), as in
-    first3-last0+o_proj+pooled or first3-last0+pooled+edge-qkv_proj+edge-o_proj."""
+    projections at scales per row, not one per operand), "+edge-KIND" (the first and last
+    layers keep only the kinds of linear so named bf16, the others FP8) and "+attention-firstK"
+    (the first K layers keep their attention's linears bf16), as in first3-last0+o_proj+pooled,
+    first3-last0+pooled+edge-qkv_proj+edge-o_proj or first2-last0+pooled+attention-first3."""
     base, *extras = name.split("+")
     plan = PLANS.get(base)
     if plan is None and (match := _FIRST_LAST.fullmatch(base)) is not None:
         plan = replace(_EDGES, bf16_first_layers=int(match[1]), bf16_last_layers=int(match[2] or 1))
     for extra in extras:
         edge_kind = extra.removeprefix("edge-")
-        if plan is None or (extra not in ("pooled", "nearest", "rows-up", *LINEAR_KINDS)
+        attention_first = _ATTENTION_FIRST.fullmatch(extra)
+        if plan is None or (extra not in ("pooled", "nearest", "rows-up", *LINEAR_KINDS) and attention_first is None
                             and not (extra.startswith("edge-") and edge_kind in LINEAR_KINDS)):
             return None
-        if extra.startswith("edge-"):
+        if attention_first is not None:
+            plan = replace(plan, bf16_attention_first_layers=int(attention_first[1]))
+        elif extra.startswith("edge-"):
             plan = replace(plan, edge_bf16_linears=(*(plan.edge_bf16_linears or ()), edge_kind))
         elif extra == "rows-up":
             plan = replace(plan, one_scale_up_projections=False)

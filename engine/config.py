@@ -42,6 +42,9 @@ class Fp8Plan:
     # attention_output_min_hidden_size, WIDE_BF16_FIRST_LAYERS from it (engine/rose/fp8_plan.py says why)
     bf16_first_layers: int | None = None
     bf16_last_layers: int = 0  # and at its end
+    # layers at the start whose attention linears (qkv_proj, o_proj) stay bf16, counting the bf16 first
+    # layers; None: only those (engine/rose/fp8_plan.py says why an early attention weighs more)
+    bf16_attention_first_layers: int | None = None
     # the kinds of linear layer that those first and last layers keep bf16; None: every kind
     edge_bf16_linears: tuple[str, ...] | None = None
     bf16_linears: tuple[str, ...] = ()  # kinds of linear layer (qkv_proj, down_proj, ...) that stay bf16 everywhere

@@ -214,6 +214,19 @@ def test_the_edge_layers_keep_only_the_kinds_named_bf16_where_the_plan_names_som
         f"layers.2.{name}" for name in kinds]
 
 
+def test_the_first_attention_layers_kept_bf16_extend_past_the_bf16_first_layers():
+    kinds = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
+    plan = Fp8Plan(min_hidden_size=0, attention_output_min_hidden_size=0, bf16_first_layers=1,
+                   bf16_attention_first_layers=3)
+    names = fp8_linear_names(_qwen3(layers=4), plan)
+    assert names == [f"layers.{i}.{name}" for i in (1, 2, 3) for name in kinds
+                     if i == 3 or name.startswith("mlp.")]
+    # fewer than the bf16 first layers changes nothing: those keep every linear bf16
+    assert fp8_linear_names(_qwen3(layers=4), replace(plan, bf16_attention_first_layers=0)) == \
+        fp8_linear_names(_qwen3(layers=4), replace(plan, bf16_attention_first_layers=None)) == [
+            f"layers.{i}.{name}" for i in (1, 2, 3) for name in kinds]
+
+
 def test_quantize_model_replaces_what_the_plan_names_and_says_so():
     model = _bert(layers=3)
     line = quantize_model(model, Fp8Plan(min_hidden_size=0, bf16_first_layers=1, bf16_last_layers=1))

@@ -65,6 +65,9 @@ from engine.rose.layers.pooling import ONE_TOKEN_MODES
 from engine.rose.module_swap import replace_submodule
 
 
+ATTENTION_LINEARS = ("qkv_proj", "o_proj")
+
+
 def is_attention_output(name: str) -> bool:
     return name.rsplit(".", 1)[-1] == "o_proj"
 
@@ -104,6 +107,7 @@ def fp8_linear_names(model: nn.Module, plan: Fp8Plan) -> list[str]:
     if hidden_size < plan.min_hidden_size:
         return []
     first = bf16_first_layers(plan, hidden_size, is_post_norm(model))
+    attention_first = max(first, plan.bf16_attention_first_layers or 0)
     names = []
     for index, layer in enumerate(layers):
         at_edge = index < first or index >= len(layers) - plan.bf16_last_layers
@@ -112,6 +116,8 @@ def fp8_linear_names(model: nn.Module, plan: Fp8Plan) -> list[str]:
         for name, module in layer.named_modules():
             kind = name.rsplit(".", 1)[-1]
             if not fits_fp8(module) or kind in plan.bf16_linears or (at_edge and kind in plan.edge_bf16_linears):
+                continue
+            if index < attention_first and kind in ATTENTION_LINEARS:
                 continue
             if is_attention_output(name) and hidden_size < plan.attention_output_min_hidden_size:
                 continue
