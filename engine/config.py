@@ -24,10 +24,12 @@ class ModelOverrides:
 
 
 # Layers at the start of a model kept bf16 where Fp8Plan leaves the count to the model: none where
-# the model normalises after each residual add (the BERT family), else by its width.
+# the model normalises after each residual add (the BERT family), else by its width; on wide models
+# the attention's linears of one more layer too.
 POST_NORM_BF16_FIRST_LAYERS = 0
 NARROW_BF16_FIRST_LAYERS = 1
-WIDE_BF16_FIRST_LAYERS = 3
+WIDE_BF16_FIRST_LAYERS = 2
+WIDE_BF16_ATTENTION_FIRST_LAYERS = 3
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,8 @@ class Fp8Plan:
     bf16_first_layers: int | None = None
     bf16_last_layers: int = 0  # and at its end
     # layers at the start whose attention linears (qkv_proj, o_proj) stay bf16, counting the bf16 first
-    # layers; None: only those (engine/rose/fp8_plan.py says why an early attention weighs more)
+    # layers; None: WIDE_BF16_ATTENTION_FIRST_LAYERS where the bf16 first layers are the wide models'
+    # default, else only those (engine/rose/fp8_plan.py says why)
     bf16_attention_first_layers: int | None = None
     # the kinds of linear layer that those first and last layers keep bf16; None: every kind
     edge_bf16_linears: tuple[str, ...] | None = None

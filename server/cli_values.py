@@ -98,8 +98,9 @@ def quantization_refusal(quantization: str | None, devices: tuple[str, ...], dty
 
 FP8_BF16_LAYERS_HELP = (f"with --quantization fp8: layers at the start of the model kept bf16 (default "
                         f"{POST_NORM_BF16_FIRST_LAYERS} on the BERT family, else {NARROW_BF16_FIRST_LAYERS}, or "
-                        f"{WIDE_BF16_FIRST_LAYERS} on models at least {Fp8Plan.attention_output_min_hidden_size} "
-                        "wide); more hold the vectors closer to bf16's at less speed (docs/fp8.md measures the trade)")
+                        f"{WIDE_BF16_FIRST_LAYERS} and the attention of the next on models at least "
+                        f"{Fp8Plan.attention_output_min_hidden_size} wide; given, exactly N whole layers); more hold "
+                        "the vectors closer to bf16's at less speed (docs/fp8.md measures the trade)")
 
 
 FP8_WEIGHT_ROUNDINGS = ("gptq", "nearest")

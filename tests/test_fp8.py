@@ -17,8 +17,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.rose.batch import pack
-from engine.config import NARROW_BF16_FIRST_LAYERS, POST_NORM_BF16_FIRST_LAYERS, WIDE_BF16_FIRST_LAYERS, Fp8Plan
-from engine.rose.fp8_plan import bf16_first_layers, fp8_linear_names, keeps_pooled_tokens, quantize_model
+from engine.config import (NARROW_BF16_FIRST_LAYERS, POST_NORM_BF16_FIRST_LAYERS, WIDE_BF16_ATTENTION_FIRST_LAYERS,
+                           WIDE_BF16_FIRST_LAYERS, Fp8Plan)
+from engine.rose.fp8_plan import (bf16_attention_first_layers, bf16_first_layers, fp8_linear_names, keeps_pooled_tokens,
+                                  quantize_model)
 from engine.rose.layers.attention import SDPAPerSequenceBackend
 from engine.rose.layers.fp8 import Fp8Linear, wants_rows
 from engine.rose.layers.pooling import pooled_token_rows
@@ -162,13 +164,19 @@ def test_the_plan_keeps_narrow_models_edge_layers_and_narrow_attention_outputs_b
 def test_the_first_layers_kept_bf16_follow_the_model_unless_counted():
     narrow = Fp8Plan(min_hidden_size=0, attention_output_min_hidden_size=1024)
     assert bf16_first_layers(narrow, 512) == NARROW_BF16_FIRST_LAYERS == 1
-    assert bf16_first_layers(narrow, 1024) == WIDE_BF16_FIRST_LAYERS == 3
+    assert bf16_first_layers(narrow, 1024) == WIDE_BF16_FIRST_LAYERS == 2
     assert bf16_first_layers(narrow, 1024, post_norm=True) == POST_NORM_BF16_FIRST_LAYERS == 0
     assert bf16_first_layers(replace(narrow, bf16_first_layers=2), 1024, post_norm=True) == 2
+    # wide pre-norm models keep the next layer's attention bf16 too; a counted plan keeps exactly its layers
+    assert bf16_attention_first_layers(narrow, 1024) == WIDE_BF16_ATTENTION_FIRST_LAYERS == 3
+    assert bf16_attention_first_layers(narrow, 512) == 1
+    assert bf16_attention_first_layers(narrow, 1024, post_norm=True) == 0
+    assert bf16_attention_first_layers(replace(narrow, bf16_first_layers=2), 1024) == 2
+    assert bf16_attention_first_layers(replace(narrow, bf16_first_layers=4), 1024) == 4
     kinds = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
     pre_norm = _qwen3(layers=5)  # 64 wide
     wide = fp8_linear_names(pre_norm, replace(narrow, attention_output_min_hidden_size=64))
-    assert wide == [f"layers.{i}.{name}" for i in (3, 4) for name in kinds]
+    assert wide == [f"layers.{i}.{name}" for i in (2, 3, 4) for name in kinds if i > 2 or name.startswith("mlp.")]
     assert fp8_linear_names(pre_norm, narrow) == [f"layers.{i}.{name}" for i in (1, 2, 3, 4)
                                                   for name in kinds if name != "self_attn.o_proj"]
     post_norm = fp8_linear_names(_bert(layers=5, hidden=128), replace(narrow, attention_output_min_hidden_size=128))
@@ -225,6 +233,9 @@ def test_the_first_attention_layers_kept_bf16_extend_past_the_bf16_first_layers(
     assert fp8_linear_names(_qwen3(layers=4), replace(plan, bf16_attention_first_layers=0)) == \
         fp8_linear_names(_qwen3(layers=4), replace(plan, bf16_attention_first_layers=None)) == [
             f"layers.{i}.{name}" for i in (1, 2, 3) for name in kinds]
+    line = quantize_model(_qwen3(layers=4), plan)
+    assert line.startswith("FP8: 8 of 16 linear layers")
+    assert "the first 1 and last 0 layer(s), the attention of the first 3," in line
 
 
 def test_quantize_model_replaces_what_the_plan_names_and_says_so():

@@ -13,9 +13,13 @@ measurements behind each default and how to measure them again):
   layer and little of the time. By default the count follows the width there: one layer on
   models narrower than `attention_output_min_hidden_size` (their o_proj stays bf16 too, and
   with GPTQ the Qwen3-0.6B shape holds the quality bounds with one, where each more bf16 layer
-  costs it speed it cannot spare), three on wider ones (the Qwen3-4B shape's vectors move
-  twice as far with one as with three). A model that normalises after each residual add
-  (post-norm: the BERT family, `normalises_each_residual`) keeps none: the first layers' error
+  costs it speed it cannot spare), two on wider ones and the attention's linears of the third
+  (`bf16_attention_first_layers`; the Qwen3-4B shape's vectors move twice as far with one bf16
+  layer as with three). An early layer's attention weighs more on the vectors than its MLP, which
+  holds most of the layer's arithmetic: on the Qwen3-4B shape the three first layers' attention
+  linears in FP8 cost more quality than their MLPs, and the third layer's MLP in FP8 keeps the
+  quality bounds where its whole layer in FP8 does not. A model that normalises after each
+  residual add (post-norm: the BERT family, `normalises_each_residual`) keeps none: the first layers' error
   does not carry so (on the simulated BERT-base shape a bf16 first layer moves min cosine from
   0.99822 to 0.99833), and its bf16 layer costs BERT-base about 2% of its speed. The last layer
   stays FP8: in bf16 it bought nothing measurable on the Qwen3 shapes, and the simulated MiniLM
@@ -34,7 +38,7 @@ measurements behind each default and how to measure them again):
   Qwen3-Embedding; CLS) computes that token's rows of every FP8 linear in bf16 as well and keeps
   them: the vector is that token's final state, and its own path carries much of the rounding
   that reaches it (engine/rose/layers/fp8.py's PooledTokens), for one GEMM row per segment. By
-  default on models from `attention_output_min_hidden_size` wide: with three bf16 layers the
+  default on models from `attention_output_min_hidden_size` wide: with its bf16 first layers the
   Qwen3-4B shape reaches the quality bounds only so (more bf16 layers would cost it more speed),
   while the narrower Qwen3-0.6B holds them without and could not spare the speed;
 - a layer whose shape torch._scaled_mm cannot take stays bf16;
@@ -58,7 +62,8 @@ from typing import Callable
 
 from torch import nn
 
-from engine.config import NARROW_BF16_FIRST_LAYERS, POST_NORM_BF16_FIRST_LAYERS, WIDE_BF16_FIRST_LAYERS, Fp8Plan
+from engine.config import (NARROW_BF16_FIRST_LAYERS, POST_NORM_BF16_FIRST_LAYERS, WIDE_BF16_ATTENTION_FIRST_LAYERS,
+                           WIDE_BF16_FIRST_LAYERS, Fp8Plan)
 from engine.rose.fp8_gptq import calibration_texts, gptq_weights
 from engine.rose.layers.fp8 import Fp8Linear, PooledTokens, fits_fp8
 from engine.rose.layers.pooling import ONE_TOKEN_MODES
@@ -87,6 +92,18 @@ def bf16_first_layers(plan: Fp8Plan, hidden_size: int, post_norm: bool = False) 
     return WIDE_BF16_FIRST_LAYERS if wide else NARROW_BF16_FIRST_LAYERS
 
 
+def bf16_attention_first_layers(plan: Fp8Plan, hidden_size: int, post_norm: bool = False) -> int:
+    """How many layers at the start of a model this wide keep at least their attention's linears
+    bf16 (the whole bf16 first layers among them)."""
+    first = bf16_first_layers(plan, hidden_size, post_norm)
+    if plan.bf16_attention_first_layers is not None:
+        return max(first, plan.bf16_attention_first_layers)
+    wide = hidden_size >= plan.attention_output_min_hidden_size
+    if plan.bf16_first_layers is None and not post_norm and wide:
+        return max(first, WIDE_BF16_ATTENTION_FIRST_LAYERS)
+    return first
+
+
 def is_post_norm(model: nn.Module) -> bool:
     return getattr(model, "normalises_each_residual", False)
 
@@ -107,7 +124,7 @@ def fp8_linear_names(model: nn.Module, plan: Fp8Plan) -> list[str]:
     if hidden_size < plan.min_hidden_size:
         return []
     first = bf16_first_layers(plan, hidden_size, is_post_norm(model))
-    attention_first = max(first, plan.bf16_attention_first_layers or 0)
+    attention_first = bf16_attention_first_layers(plan, hidden_size, is_post_norm(model))
     names = []
     for index, layer in enumerate(layers):
         at_edge = index < first or index >= len(layers) - plan.bf16_last_layers
@@ -199,8 +216,11 @@ def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan(), pooling: str | N
     if one_scale:
         one_scale_kinds = sorted({name.rsplit(".", 1)[-1] for name in one_scale})
         scales += f" ({', '.join(one_scale_kinds)}: one scale per operand, bounded at load)"
+    hidden_size, post_norm = hidden_size_of(model), is_post_norm(model)
+    first = bf16_first_layers(plan, hidden_size, post_norm)
+    attention_first = bf16_attention_first_layers(plan, hidden_size, post_norm)
+    attention = f", the attention of the first {attention_first}" if attention_first > first else ""
     return (f"FP8: {len(names)} of {total} linear layers run as e4m3 GEMMs ({', '.join(kinds)}; {scales}, "
             f"{rounding}, {accumulation} accumulation); the others stay bf16 (the "
-            f"first {bf16_first_layers(plan, hidden_size_of(model), is_post_norm(model))} and last "
-            f"{plan.bf16_last_layers} layer(s), "
+            f"first {first} and last {plan.bf16_last_layers} layer(s){attention}, "
             f"o_proj below hidden size {plan.attention_output_min_hidden_size}{kept})")
