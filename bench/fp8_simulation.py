@@ -82,8 +82,8 @@ def main() -> None:
             n, *extras = entry.split("+")
             plan = plan_named(f"first{n}-last0" + "".join(f"+{extra}" for extra in extras))
             if plan is None:
-                parser.error(f"--first-layers: {entry!r} is not N followed by +pooled, +nearest, +rows-up or +KIND "
-                             "suffixes")
+                parser.error(f"--first-layers: {entry!r} is not N followed by fp8_bench.py's plan suffixes "
+                             "(+pooled, +nearest, +rows-up, +KIND, +edge-KIND, +attention-firstK)")
             labels = {"pooled": ", pooled tokens' rows bf16", "nearest": ", weights rounded to nearest",
                       "rows-up": ", up projections at scales per row"}
             label = f"first {n} layers bf16" + "".join(labels.get(extra, f", {extra} bf16") for extra in extras)

@@ -81,6 +81,12 @@ def hidden_size_of(model: nn.Module) -> int:
     return next(m.out_features for n, m in model.layers[0].named_modules() if is_attention_output(n))
 
 
+def is_wide(plan: Fp8Plan, hidden_size: int) -> bool:
+    """Whether a model this wide takes the wide models' defaults: o_proj FP8, the pooled tokens'
+    rows bf16, more bf16 first layers."""
+    return hidden_size >= plan.attention_output_min_hidden_size
+
+
 def bf16_first_layers(plan: Fp8Plan, hidden_size: int, post_norm: bool = False) -> int:
     """How many layers at the start of a model this wide (post-norm: normalising after each
     residual add) the plan keeps bf16."""
@@ -88,8 +94,7 @@ def bf16_first_layers(plan: Fp8Plan, hidden_size: int, post_norm: bool = False) 
         return plan.bf16_first_layers
     if post_norm:
         return POST_NORM_BF16_FIRST_LAYERS
-    wide = hidden_size >= plan.attention_output_min_hidden_size
-    return WIDE_BF16_FIRST_LAYERS if wide else NARROW_BF16_FIRST_LAYERS
+    return WIDE_BF16_FIRST_LAYERS if is_wide(plan, hidden_size) else NARROW_BF16_FIRST_LAYERS
 
 
 def bf16_attention_first_layers(plan: Fp8Plan, hidden_size: int, post_norm: bool = False) -> int:
@@ -98,8 +103,7 @@ def bf16_attention_first_layers(plan: Fp8Plan, hidden_size: int, post_norm: bool
     first = bf16_first_layers(plan, hidden_size, post_norm)
     if plan.bf16_attention_first_layers is not None:
         return max(first, plan.bf16_attention_first_layers)
-    wide = hidden_size >= plan.attention_output_min_hidden_size
-    if plan.bf16_first_layers is None and not post_norm and wide:
+    if plan.bf16_first_layers is None and not post_norm and is_wide(plan, hidden_size):
         return max(first, WIDE_BF16_ATTENTION_FIRST_LAYERS)
     return first
 
@@ -108,11 +112,19 @@ def is_post_norm(model: nn.Module) -> bool:
     return getattr(model, "normalises_each_residual", False)
 
 
+def bf16_first_layer_counts(model: nn.Module, plan: Fp8Plan) -> tuple[int, int]:
+    """(whole layers, layers with at least their attention's linears) the plan keeps bf16 at the
+    start of this model."""
+    hidden_size, post_norm = hidden_size_of(model), is_post_norm(model)
+    return (bf16_first_layers(plan, hidden_size, post_norm),
+            bf16_attention_first_layers(plan, hidden_size, post_norm))
+
+
 def keeps_pooled_tokens(plan: Fp8Plan, hidden_size: int) -> bool:
     """Whether the plan keeps the pooled tokens' rows bf16 on a model this wide (where it pools one token)."""
     if plan.bf16_pooled_tokens is not None:
         return plan.bf16_pooled_tokens
-    return hidden_size >= plan.attention_output_min_hidden_size
+    return is_wide(plan, hidden_size)
 
 
 def fp8_linear_names(model: nn.Module, plan: Fp8Plan) -> list[str]:
@@ -123,8 +135,7 @@ def fp8_linear_names(model: nn.Module, plan: Fp8Plan) -> list[str]:
     hidden_size = hidden_size_of(model)
     if hidden_size < plan.min_hidden_size:
         return []
-    first = bf16_first_layers(plan, hidden_size, is_post_norm(model))
-    attention_first = bf16_attention_first_layers(plan, hidden_size, is_post_norm(model))
+    first, attention_first = bf16_first_layer_counts(model, plan)
     names = []
     for index, layer in enumerate(layers):
         at_edge = index < first or index >= len(layers) - plan.bf16_last_layers
@@ -136,7 +147,7 @@ def fp8_linear_names(model: nn.Module, plan: Fp8Plan) -> list[str]:
                 continue
             if index < attention_first and kind in ATTENTION_LINEARS:
                 continue
-            if is_attention_output(name) and hidden_size < plan.attention_output_min_hidden_size:
+            if is_attention_output(name) and not is_wide(plan, hidden_size):
                 continue
             names.append(f"layers.{index}.{name}")
     return names
@@ -216,9 +227,7 @@ def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan(), pooling: str | N
     if one_scale:
         one_scale_kinds = sorted({name.rsplit(".", 1)[-1] for name in one_scale})
         scales += f" ({', '.join(one_scale_kinds)}: one scale per operand, bounded at load)"
-    hidden_size, post_norm = hidden_size_of(model), is_post_norm(model)
-    first = bf16_first_layers(plan, hidden_size, post_norm)
-    attention_first = bf16_attention_first_layers(plan, hidden_size, post_norm)
+    first, attention_first = bf16_first_layer_counts(model, plan)
     attention = f", the attention of the first {attention_first}" if attention_first > first else ""
     return (f"FP8: {len(names)} of {total} linear layers run as e4m3 GEMMs ({', '.join(kinds)}; {scales}, "
             f"{rounding}, {accumulation} accumulation); the others stay bf16 (the "

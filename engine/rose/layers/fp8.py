@@ -161,7 +161,8 @@ class Fp8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor | QuantizedRows) -> torch.Tensor:
         rows = x if isinstance(x, QuantizedRows) else self.quantize_input(x)
-        if rows.scales.numel() != 1 if self.one_scale else rows.scales.shape[0] != rows.values.shape[0]:
+        scales_fit = rows.scales.numel() == 1 if self.one_scale else rows.scales.shape[0] == rows.values.shape[0]
+        if not scales_fit:
             raise RuntimeError(f"an FP8 linear at {'one scale' if self.one_scale else 'scales per row'} got an "
                                f"input at scales {tuple(rows.scales.shape)} for {rows.values.shape[0]} rows: its "
                                "producer quantizes at the scales the linear takes")
