@@ -80,7 +80,8 @@ def plan_named(name: str) -> Fp8Plan | None:
     the first N and the last M layers (M 1 where left out, as in first3), for any N and M; either
     followed by "+pooled" (the pooled tokens' rows of every FP8 linear bf16 as well:
     bf16_pooled_tokens), "+KIND" (a kind of linear, as o_proj: bf16 everywhere), "+nearest"
-    (weights rounded to nearest instead of by GPTQ), "+rows-up" (the BERT family's up
+    (weights rounded to nearest instead of by GPTQ), "+scaled-mm" (the GEMMs by torch._scaled_mm
+    instead of cuBLASLt's algorithm that needs no workspace), "+rows-up" (the BERT family's up
     projections at scales per row, not one per operand), "+edge-KIND" (the first and last
     layers keep only the kinds of linear so named bf16, the others FP8) and "+attention-firstK"
     (the first K layers keep their attention's linears bf16), as in first3-last0+o_proj+pooled,
@@ -92,7 +93,7 @@ def plan_named(name: str) -> Fp8Plan | None:
     for extra in extras:
         edge_kind = extra.removeprefix("edge-")
         attention_first = _ATTENTION_FIRST.fullmatch(extra)
-        if plan is None or (extra not in ("pooled", "nearest", "rows-up", *LINEAR_KINDS) and attention_first is None
+        if plan is None or (extra not in ("pooled", "nearest", "scaled-mm", "rows-up", *LINEAR_KINDS) and attention_first is None
                             and not (extra.startswith("edge-") and edge_kind in LINEAR_KINDS)):
             return None
         if attention_first is not None:
@@ -105,6 +106,8 @@ def plan_named(name: str) -> Fp8Plan | None:
             plan = replace(plan, bf16_pooled_tokens=True)
         elif extra == "nearest":
             plan = replace(plan, weight_rounding="nearest")
+        elif extra == "scaled-mm":
+            plan = replace(plan, workspace_free_gemms=False)
         else:
             plan = replace(plan, bf16_linears=(*plan.bf16_linears, extra))
     return plan

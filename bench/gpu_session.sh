@@ -249,6 +249,12 @@ fp8-plans)
         --plans "$PLANS" --out "$OUT/fp8-plans.md"
     sed -n '/^| model/,$p' "$OUT/fp8-plans.md"
     ;;
+cublas-workspace)
+    step cublas-workspace python3 bench/cublas_workspace.py --out "$OUT/cublas-workspace.md"
+    ;;
+fp8-algos)
+    step fp8-gemm-algos python3 bench/fp8_gemm_algos.py --out "$OUT/fp8-gemm-algos.md"
+    ;;
 fp8-probe)
     step fp8-scaling-probe python3 bench/fp8_scaling_probe.py --out "$OUT/fp8-scaling-probe.md"
     step gpu-profile-fp8 python3 bench/gpu_profile.py --backend packed --models qwen3-0.6b,bert-base --fp8-plan every \
@@ -261,7 +267,7 @@ fp8-paragraphs)
     load_gen e2e-gpu-qwen3-fp8 /tmp/qwen3-random --num-texts 12061 --repeat 8 --latency-queries 200 --quantization fp8
     ;;
 *)
-    echo "usage: $0 tests|engine|paragraphs|bulk|bulk1000|kernels|sweep|flashinfer|ratios|queries|sustained|rerank|profile|fp8-tests|fp8|fp8-4b|fp8-plans|fp8-probe|fp8-gemm|fp8-bert|fp8-lt|fp8-rows|fp8-paragraphs" >&2
+    echo "usage: $0 tests|engine|paragraphs|bulk|bulk1000|kernels|sweep|flashinfer|ratios|queries|sustained|rerank|profile|fp8-tests|fp8|fp8-4b|fp8-plans|fp8-algos|cublas-workspace|fp8-probe|fp8-gemm|fp8-bert|fp8-lt|fp8-rows|fp8-paragraphs" >&2
     exit 2
     ;;
 esac

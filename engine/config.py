@@ -55,7 +55,10 @@ class Fp8Plan:
     # None: by the model's width, on from attention_output_min_hidden_size (engine/rose/fp8_plan.py says why)
     bf16_pooled_tokens: bool | None = None
     attention_output_min_hidden_size: int = 2048  # o_proj runs FP8 on models at least this wide
-    fast_accumulation: bool = True  # torch._scaled_mm's use_fast_accum (engine/rose/layers/fp8.py)
+    fast_accumulation: bool = True  # the GEMMs' fast accumulation (engine/rose/layers/fp8.py)
+    # the GEMMs at cuBLASLt's best algorithm that needs no workspace, sparing a memset before each; off:
+    # torch._scaled_mm, and cuBLASLt's best within its workspace for the epilogue GEMM (engine/rose/layers/fp8.py)
+    workspace_free_gemms: bool = True
     # the BERT family's up projections at one scale per operand, bounded at load, their GELU and
     # quantization in cuBLASLt's GEMM; off: scales per row and a pass of their own (engine/rose/fp8_plan.py)
     one_scale_up_projections: bool = True

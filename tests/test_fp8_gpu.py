@@ -192,13 +192,14 @@ def test_the_up_projection_at_one_scale_is_its_reference(fast_accumulation, acti
     assert got.values.float().abs().max() < 448  # the bound held: nothing saturated
 
 
+@pytest.mark.parametrize("workspace_free", [True, False], ids=["cublaslt", "scaled_mm"])
 @pytest.mark.parametrize("one_scale", [False, True], ids=["rowwise", "tensorwise"])
 @pytest.mark.parametrize("fast_accumulation", [True, False])
 @pytest.mark.parametrize("num_tokens,k,n,bias", [(1, 384, 1152, True), (77, 768, 3072, True),
                                                  (4096, 1024, 4096, False), (300, 9728, 2560, False)])
-def test_scaled_mm_is_the_gemms_definition(one_scale, fast_accumulation, num_tokens, k, n, bias):
+def test_scaled_mm_is_the_gemms_definition(workspace_free, one_scale, fast_accumulation, num_tokens, k, n, bias):
     linear = torch.nn.Linear(k, n, bias=bias, device="cuda", dtype=torch.bfloat16)
-    layer = Fp8Linear(linear, fast_accumulation, one_scale=one_scale)
+    layer = Fp8Linear(linear, fast_accumulation, one_scale=one_scale, workspace_free=workspace_free)
     x = _randn(num_tokens, k, seed=k)
     rows = quantize_tensor_reference(x) if one_scale else quantize_rows(x)
     out = layer(rows)
@@ -218,6 +219,27 @@ def test_scaled_mm_is_the_gemms_definition(one_scale, fast_accumulation, num_tok
     if layer.bias is not None:
         want_too += layer.bias.float().cpu()
     torch.testing.assert_close(want, want_too, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("one_scale", [False, True], ids=["rowwise", "tensorwise"])
+@pytest.mark.parametrize("num_tokens,k,n,bias", [(16384, 1024, 6144, False), (4096, 768, 2304, True),
+                                                 (1024, 9728, 2560, False), (48, 2048, 1024, False)])
+def test_the_workspace_free_gemm_is_torchs(one_scale, num_tokens, k, n, bias):
+    """The engine's GEMM, cuBLASLt's algorithm that needs no workspace, is served for the shapes
+    the engine's graphs run (token counts in multiples of 16) and gives torch._scaled_mm's output
+    to within bf16's rounding, so that leaving torch's choice of algorithm moves no vector."""
+    linear = torch.nn.Linear(k, n, bias=bias, device="cuda", dtype=torch.bfloat16)
+    layer = Fp8Linear(linear, one_scale=one_scale)
+    x = _randn(num_tokens, k, seed=n)
+    rows = quantize_tensor_reference(x) if one_scale else quantize_rows(x)
+    served = cublaslt_fp8.scaled_matmul(rows.values, rows.scales, layer.weight, layer.weight_scale, layer.bias, None,
+                                        torch.bfloat16, None, True, rowwise=not one_scale, workspace_limits=(0,))
+    assert served is not None, "cuBLASLt has no algorithm without workspace for this GEMM: the engine takes torch's"
+    want = torch._scaled_mm(rows.values, layer.weight.t(), scale_a=rows.scales, scale_b=layer.weight_scale,
+                            bias=layer.bias, out_dtype=torch.bfloat16, use_fast_accum=True)
+    torch.testing.assert_close(layer(rows), served, rtol=0, atol=0)
+    error = ((served.float() - want.float()).norm(dim=1) / want.float().norm(dim=1)).max().item()
+    assert error <= 4e-3, f"largest row error {error:.2e} against torch._scaled_mm"
 
 
 def _engine(path, **overrides):

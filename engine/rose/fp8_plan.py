@@ -206,7 +206,8 @@ def quantize_model(model: nn.Module, plan: Fp8Plan = Fp8Plan(), pooling: str | N
         linear = model.get_submodule(name)
         rows = rounded.rows[name] if rounded is not None else None
         replace_submodule(model, name, Fp8Linear(linear, plan.fast_accumulation, None if name in one_scale else pooled,
-                                                 rows, one_scale.get(name), one_scale=name in one_scale))
+                                                 rows, one_scale.get(name), one_scale=name in one_scale,
+                                                 workspace_free=plan.workspace_free_gemms))
     model.fp8_pooled_tokens = pooled
     total = sum(isinstance(m, (nn.Linear, Fp8Linear)) for m in model.layers.modules())
     if not names:

@@ -151,6 +151,7 @@ class _Plan:
     desc: ctypes.c_void_p
     layouts: tuple  # A, B, C, D
     algo: _HeuristicResult
+    workspace_bytes: int
 
 
 _OUT_TYPES = {torch.bfloat16: _CUDA_R_16BF, torch.float8_e4m3fn: _CUDA_R_8F_E4M3}
@@ -158,10 +159,11 @@ _OUT_TYPES = {torch.bfloat16: _CUDA_R_16BF, torch.float8_e4m3fn: _CUDA_R_8F_E4M3
 
 @functools.cache
 def _plan(device_index: int, m: int, n: int, k: int, epilogue: int, out_dtype: torch.dtype,
-          fast_accumulation: bool, rowwise: bool) -> _Plan | None:
+          fast_accumulation: bool, rowwise: bool, workspace_bytes: int = WORKSPACE_BYTES,
+          rank: int = 0) -> _Plan | None:
     """The descriptors and algorithm of out [m, n] = epilogue(x [m, k] @ weight [n, k].T), made once
-    per shape (host work only; the pointers are set at each call); None where cuBLASLt is missing
-    or has no algorithm for it."""
+    per shape (host work only; the pointers are set at each call): the heuristic's `rank`-th choice
+    (0: its best) within `workspace_bytes`; None where cuBLASLt is missing or has no such algorithm."""
     lib = _library()
     if lib is None:
         return None
@@ -188,31 +190,38 @@ def _plan(device_index: int, m: int, n: int, k: int, epilogue: int, out_dtype: t
         _set(desc, _DESC_D_SCALE_POINTER, placeholder)
     layouts = (_layout(_CUDA_R_8F_E4M3, k, n, k), _layout(_CUDA_R_8F_E4M3, k, m, k),
                _layout(_CUDA_R_16BF, n, m, n), _layout(_OUT_TYPES[out_dtype], n, m, n))
-    result, returned = _HeuristicResult(), ctypes.c_int(0)
-    status = _heuristic(lib, device_index, desc, layouts, result, returned)
-    if status != 0 or returned.value < 1:  # a combination this cuBLASLt or GPU does not serve
+    results = _heuristic(lib, device_index, desc, layouts, rank + 1, workspace_bytes)
+    if len(results) <= rank:  # a combination this cuBLASLt or GPU does not serve
         for layout in layouts:
             lib.cublasLtMatrixLayoutDestroy(layout)
         lib.cublasLtMatmulDescDestroy(desc)
         return None
-    return _Plan(desc, layouts, result)
+    return _Plan(desc, layouts, results[rank], workspace_bytes)
 
 
-def _heuristic(lib: ctypes.CDLL, device_index: int, desc, layouts: tuple, result: _HeuristicResult,
-               returned: ctypes.c_int) -> int:
-    """cuBLASLt's best algorithm for the plan within WORKSPACE_BYTES, its preference object freed
-    once asked (the plan keeps only the algorithm)."""
+def _heuristic(lib: ctypes.CDLL, device_index: int, desc, layouts: tuple, count: int = 1,
+               workspace_bytes: int = WORKSPACE_BYTES) -> list[_HeuristicResult]:
+    """cuBLASLt's best `count` algorithms for the plan within `workspace_bytes`, best first (none
+    where it serves none), its preference object freed once asked (the plan keeps only the algorithm)."""
     preference = ctypes.c_void_p()
     _check(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(preference)), "cublasLtMatmulPreferenceCreate")
     try:
-        workspace = ctypes.c_uint64(WORKSPACE_BYTES)
+        workspace = ctypes.c_uint64(workspace_bytes)
         _check(lib.cublasLtMatmulPreferenceSetAttribute(preference, _PREF_MAX_WORKSPACE_BYTES,
                                                         ctypes.byref(workspace), ctypes.sizeof(workspace)),
                "cublasLtMatmulPreferenceSetAttribute")
-        return lib.cublasLtMatmulAlgoGetHeuristic(_handle(device_index), desc, *layouts, preference, 1,
-                                                  ctypes.byref(result), ctypes.byref(returned))
+        results, returned = (_HeuristicResult * count)(), ctypes.c_int(0)
+        status = lib.cublasLtMatmulAlgoGetHeuristic(_handle(device_index), desc, *layouts, preference, count,
+                                                    results, ctypes.byref(returned))
+        return list(results[:returned.value]) if status == 0 else []
     finally:
         lib.cublasLtMatmulPreferenceDestroy(preference)
+
+
+def workspace_limits(workspace_free: bool) -> tuple[int, ...]:
+    """scaled_matmul's workspace_limits: an algorithm that needs none first where `workspace_free`,
+    else cuBLASLt's best within WORKSPACE_BYTES alone."""
+    return (0, WORKSPACE_BYTES) if workspace_free else (WORKSPACE_BYTES,)
 
 
 # cublasLtEpilogue_t by the activation it applies, its bits or'ed with EPILOGUE_BIAS for a bias;
@@ -223,7 +232,8 @@ EPILOGUES = {None: 0, "relu": 2, "gelu_tanh": 32}
 def scaled_matmul(x: torch.Tensor, x_scales: torch.Tensor, weight: torch.Tensor, weight_scales: torch.Tensor,
                   bias: torch.Tensor | None, activation: str | None, out_dtype: torch.dtype,
                   out_scale_inverse: torch.Tensor | None, fast_accumulation: bool,
-                  rowwise: bool = True) -> torch.Tensor | None:
+                  rowwise: bool = True, workspace_limits: tuple[int, ...] = (0, WORKSPACE_BYTES),
+                  rank: int = 0) -> torch.Tensor | None:
     """act((x * x_scales) @ (weight * weight_scales.T).T + bias) [M, N] in out_dtype, act one of
     EPILOGUES (None: none), applied to the float32 accumulator; None where cuBLASLt has no
     algorithm for it (the caller runs its own steps instead).
@@ -232,12 +242,21 @@ def scaled_matmul(x: torch.Tensor, x_scales: torch.Tensor, weight: torch.Tensor,
     contiguous; bias [N] bf16. An e4m3 output is the activated result times out_scale_inverse (a
     float32 scalar on the device, 1 / the output's scale), rounded to nearest (a scale that bounds
     the output keeps it within e4m3's range). With `rowwise` off, x_scales and weight_scales are
-    one float each."""
+    one float each.
+
+    The algorithm is the heuristic's `rank`-th (0: its best) within the first of
+    `workspace_limits` that has one. cuBLASLt clears part of its workspace before each GEMM whose
+    algorithm uses some, a memset that in a CUDA graph is a node of its own, waited on; its best
+    algorithm within no workspace at all needs none (bench/fp8_gemm_algos.py measures both)."""
     m, k = x.shape
     n = weight.shape[0]
     device_index = x.device.index if x.device.index is not None else torch.cuda.current_device()
     epilogue = (EPILOGUES[activation] | (EPILOGUE_BIAS if bias is not None else 0)) or 1
-    plan = _plan(device_index, m, n, k, epilogue, out_dtype, fast_accumulation, rowwise) if m else None
+    if not m or out_dtype not in _OUT_TYPES:
+        return None
+    plan = next((plan for limit in workspace_limits
+                 if (plan := _plan(device_index, m, n, k, epilogue, out_dtype, fast_accumulation, rowwise, limit, rank))
+                 is not None), None)
     if plan is None:
         return None
     out = torch.empty(m, n, dtype=out_dtype, device=x.device)
@@ -251,6 +270,7 @@ def scaled_matmul(x: torch.Tensor, x_scales: torch.Tensor, weight: torch.Tensor,
     _check(_library().cublasLtMatmul(
         _handle(device_index), plan.desc, ctypes.byref(alpha), weight.data_ptr(), a_layout, x.data_ptr(), b_layout,
         ctypes.byref(beta), _unread_c(device_index).data_ptr(), c_layout, out.data_ptr(), d_layout,
-        ctypes.byref(plan.algo.algo), _workspace(device_index).data_ptr(), WORKSPACE_BYTES,
+        ctypes.byref(plan.algo.algo), _workspace(device_index).data_ptr() if plan.workspace_bytes else None,
+        plan.workspace_bytes,
         torch.cuda.current_stream(x.device).cuda_stream), "cublasLtMatmul")
     return out

@@ -11,9 +11,10 @@ projection, whose input is a layer norm's output, takes one scale per operand, e
 load (Fp8Linear's `input_norm`), so that cuBLASLt's GEMM can finish the activation and its
 quantization in its epilogue; its down projection reads that output at its one scale.
 
-On CUDA the GEMM is torch._scaled_mm with rowwise scales (tensorwise at one scale per operand):
-cuBLAS/CUTLASS multiply e4m3 by e4m3, apply both scales and the bias to the float32 accumulator
-and round once to bf16. Elsewhere it is its definition, the dequantized values multiplied in
+On CUDA the GEMM is cuBLASLt's with rowwise scales (tensorwise at one scale per operand),
+called at its best algorithm that needs no workspace (engine/rose/layers/cublaslt_fp8.py), else
+torch._scaled_mm, the same GEMM at the algorithm cuBLAS picks: both multiply e4m3 by e4m3, apply
+both scales and the bias to the float32 accumulator and round once to bf16. Elsewhere it is its definition, the dequantized values multiplied in
 float32: the CPU simulation of the scheme that the tests hold to the fp32 reference
 (tests/test_fp8.py, tests/test_fp8_quality.py).
 """
@@ -25,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.rose.layers import fused
+from engine.rose.layers import cublaslt_fp8, fused
 from engine.rose.layers.quantized_rows import (FP8_MAX, QuantizedRows, dequantize_rows, layer_norm_bound,
                                                layer_norm_linear_bound, quantize_rows_at, quantize_rows_reference,
                                                quantize_tensor_reference, scale_bound)
@@ -59,15 +60,25 @@ def quantize_rows(x: torch.Tensor) -> QuantizedRows:
 
 
 def scaled_matmul(rows: QuantizedRows, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None,
-                  out_dtype: torch.dtype, fast_accumulation: bool) -> torch.Tensor:
+                  out_dtype: torch.dtype, fast_accumulation: bool, workspace_free: bool = True) -> torch.Tensor:
     """(rows.values * rows.scales) @ (weight * weight_scale.T).T + bias -> [T, N] in out_dtype.
 
     weight [N, K] e4m3, weight_scale [1, N] float32 (or [1, 1], with rows.scales [1, 1]: one scale
-    per operand). On CUDA one torch._scaled_mm; with fast_accumulation Hopper's tensor cores keep
-    their partial sums at their own reduced precision instead of promoting them to float32 every
-    few steps of K (faster; its error is measured in docs/fp8.md). Elsewhere the definition in
+    per operand). On CUDA one GEMM: with `workspace_free`, cuBLASLt's at its best algorithm that
+    needs no workspace, which spares the memset cuBLAS launches before each GEMM at the algorithm
+    it picks (bench/fp8_gemm_algos.py), where it serves one and the operands are laid out as it
+    reads them; else torch._scaled_mm. With fast_accumulation Hopper's tensor cores keep their
+    partial sums at their own reduced precision instead of promoting them to float32 every few
+    steps of K (faster; its error is measured in docs/fp8.md). Elsewhere the definition in
     float32."""
     if rows.values.is_cuda:
+        if (workspace_free and rows.values.is_contiguous() and rows.scales.is_contiguous()
+                and (bias is None or bias.dtype == torch.bfloat16)):
+            out = cublaslt_fp8.scaled_matmul(rows.values, rows.scales, weight, weight_scale, bias, None, out_dtype,
+                                             None, fast_accumulation, rowwise=weight_scale.numel() > 1,
+                                             workspace_limits=(0,))
+            if out is not None:
+                return out
         return torch._scaled_mm(rows.values, weight.t(), scale_a=rows.scales, scale_b=weight_scale, bias=bias,
                                 out_dtype=out_dtype, use_fast_accum=fast_accumulation)
     dequantized_weight = weight.float() * weight_scale.t()
@@ -120,11 +131,12 @@ class Fp8Linear(nn.Module):
 
     def __init__(self, linear: nn.Linear, fast_accumulation: bool = True, pooled: PooledTokens | None = None,
                  weight_rows: QuantizedRows | None = None, input_norm: nn.LayerNorm | None = None,
-                 one_scale: bool = False):
+                 one_scale: bool = False, workspace_free: bool = True):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.out_dtype = linear.weight.dtype
         self.fast_accumulation = fast_accumulation
+        self.workspace_free = workspace_free  # scaled_matmul's
         self.one_scale = one_scale or input_norm is not None
         if self.one_scale and pooled is not None:
             raise ValueError("an FP8 linear at one scale per operand cannot keep the pooled tokens bf16")
@@ -166,7 +178,8 @@ class Fp8Linear(nn.Module):
             raise RuntimeError(f"an FP8 linear at {'one scale' if self.one_scale else 'scales per row'} got an "
                                f"input at scales {tuple(rows.scales.shape)} for {rows.values.shape[0]} rows: its "
                                "producer quantizes at the scales the linear takes")
-        out = scaled_matmul(rows, self.weight, self.weight_scale, self.bias, self.out_dtype, self.fast_accumulation)
+        out = scaled_matmul(rows, self.weight, self.weight_scale, self.bias, self.out_dtype, self.fast_accumulation,
+                            self.workspace_free)
         if self.pooled is not None:
             index = self.pooled.index
             kept = rows.pooled if x is rows else None if index is None else x[index]

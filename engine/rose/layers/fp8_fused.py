@@ -137,7 +137,8 @@ def _one_scale_linear_activation_rows(linear: Fp8Linear, rows: QuantizedRows, ac
     if fp8_kernels_for(rows.values) is not None and rows.values.is_contiguous() and linear.out_dtype == torch.bfloat16:
         values = cublaslt_fp8.scaled_matmul(rows.values, rows.scales, linear.weight, linear.weight_scale, linear.bias,
                                             activation_name, torch.float8_e4m3fn, linear.activation_scale_inverse,
-                                            linear.fast_accumulation, rowwise=False)
+                                            linear.fast_accumulation, rowwise=False,
+                                            workspace_limits=cublaslt_fp8.workspace_limits(linear.workspace_free))
         if values is not None:
             return QuantizedRows(values, linear.activation_scale)
     h = linear(rows).float()
