@@ -41,6 +41,7 @@ class FakeEngine:
         self.index, self.delay = index, delay
         self.computed: list[int] = []  # first ids, in the order computed
         self.batches: list[list[int]] = []
+        self.finished: list[float] = []  # when each batch's compute ended
         self.release = threading.Event()
 
     def __str__(self) -> str:
@@ -58,6 +59,7 @@ class FakeEngine:
             self.release.wait(30)  # a stuck kernel, until the test lets it go
         self.computed.extend(firsts)
         self.batches.append(firsts)
+        self.finished.append(time.monotonic())
         out = np.zeros((batch.num_seqs, DIM), np.float32)
         out[:, 0], out[:, 1], out[:, 2] = firsts, np.diff(cu), self.index
         return _Ready(out)
@@ -115,6 +117,24 @@ def test_pieces_of_many_requests_come_back_whole_and_in_order_and_batches_form_a
         np.testing.assert_array_equal(second[:, :2], [[10 * r + 3, 3]])
     assert sorted(fake.computed) == sorted(10 * r + i for r in range(10) for i in (1, 2, 3))
     assert len(fake.batches) < 20  # pieces that waited together ran together
+
+
+def test_on_the_cpu_a_batch_is_answered_before_the_next_one_computes():
+    """A CPU computes a batch as it is launched: were a second one launched before the first is
+    answered, the first request would wait for both."""
+    fake = FakeEngine(delay=0.4)
+
+    async def main():
+        async with engines(fake, budget=(8, 1)) as links:
+            async def timed(first):
+                await request(links, [seq(first)])
+                return time.monotonic()
+
+            return await asyncio.gather(timed(1), timed(2))
+
+    first_answered, _ = run(main())
+    assert len(fake.batches) == 2
+    assert first_answered < fake.finished[1], "the first request waited for the second batch's compute"
 
 
 def test_a_piece_past_the_budget_is_cut_across_batches_and_its_rows_come_back_in_order():

@@ -2,9 +2,11 @@
 
 One thread (the caller's) owns the queue and the device: it reads every front end's pipe
 as messages come (`connection.wait` over all of them), queues the pieces, and launches a
-batch cut from the queue whenever the device has room. Two device batches are kept in
+batch cut from the queue whenever the device has room. On a GPU two device batches are kept in
 flight, one computing and one queued behind it; what arrives meanwhile waits in the queue
-and goes into the next batch, which is then as large as the budget allows. A second thread
+and goes into the next batch, which is then as large as the budget allows. On the CPU a batch
+computes inside its launch, on this thread, so one is in flight: a second launched at once would
+compute before the first one's pieces are answered or a cancel is read. A second thread
 waits for each batch's vectors, writes them into the rows of the pieces they belong to and
 tells the first thread, which answers each piece once nothing of it is left to run.
 
@@ -38,9 +40,11 @@ from engine.memory import HeapTrimmer
 from engine.messages import Attach, Cancel, Goodbye, Piece, Release
 from engine.queue.piece_queue import Batch, PieceQueue, QueuedPiece
 
-# Device batches launched and not yet read back: one computing and one queued behind it keep
-# the device busy; what arrives meanwhile is joined into the next batch.
+# Device batches launched and not yet read back: on a GPU one computing and one queued behind it
+# keep the device busy; what arrives meanwhile is joined into the next batch. A CPU computes each
+# batch as it is launched.
 DEVICE_BATCHES_IN_FLIGHT = 2
+CPU_BATCHES_IN_FLIGHT = 1
 _RATE_WINDOW_S = 10.0
 _MEMORY_EVERY_S = 0.5  # torch.cuda.memory_allocated builds the allocator's whole statistics dict
 
@@ -92,6 +96,8 @@ class EngineLoop:
         # The readback thread's word that a batch landed wakes this thread's wait on the pipes.
         self._wake_reader, self._wake_writer = Pipe(duplex=False)
         self._num_in_flight = 0
+        is_cpu = getattr(getattr(engine, "device", None), "type", "cpu") == "cpu"
+        self._max_in_flight = CPU_BATCHES_IN_FLIGHT if is_cpu else DEVICE_BATCHES_IN_FLIGHT
         self._reader = threading.Thread(target=self._read_back, name="rose-readback", daemon=True)
         for attach in front_ends:
             self._attach(attach)
@@ -100,7 +106,7 @@ class EngineLoop:
         self._reader.start()
         try:
             while self.control is not None or self.front_ends:
-                busy = self.queue and self._num_in_flight < DEVICE_BATCHES_IN_FLIGHT and not self._is_blocked
+                busy = self.queue and self._num_in_flight < self._max_in_flight and not self._is_blocked
                 ready = wait([*self.front_ends, self._wake_reader, *([self.control] if self.control else [])],
                              0 if busy else None)
                 for conn in ready:
@@ -110,7 +116,7 @@ class EngineLoop:
                         self._on_landed()
                     else:
                         self._on_messages(self.front_ends[conn])
-                while self.queue and self._num_in_flight < DEVICE_BATCHES_IN_FLIGHT and not self._is_blocked:
+                while self.queue and self._num_in_flight < self._max_in_flight and not self._is_blocked:
                     batch = self.queue.cut()
                     if batch is None:
                         self._is_blocked = True  # until a front end gives rows back
