@@ -42,12 +42,13 @@ def normalise_input(value: object, max_inputs: int = MAX_INPUTS) -> NormalisedIn
         )
     if not value:
         raise InvalidInputError("'input' must not be an empty array")
+    # A flat array of token ids is one input, however many ids it holds (the model truncates it).
+    if all(_is_token(v) for v in value):
+        return NormalisedInput(token_ids=[value])
     if len(value) > max_inputs:
         raise InvalidInputError(f"'input' holds {len(value)} items; at most {max_inputs} are allowed per request")
     if all(isinstance(v, str) for v in value):
         return NormalisedInput(texts=value)
-    if all(_is_token(v) for v in value):
-        return NormalisedInput(token_ids=[value])
     if all(isinstance(v, list) for v in value):
         for i, ids in enumerate(value):
             if not ids:

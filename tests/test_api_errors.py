@@ -73,6 +73,16 @@ def test_unknown_fields_and_user_are_ignored(client, fake):
     np.testing.assert_allclose(r.json()["data"][0]["embedding"], fake.embed(["hi"])[0], atol=1e-6, rtol=0)
 
 
+def test_a_flat_token_array_longer_than_the_input_cap_is_one_input(client, fake):
+    """OpenAI takes up to 8,191 ids in one input: the cap on inputs counts inputs, not ids."""
+    ids = [101 + i % 50 for i in range(3000)]
+    r = client.post("/v1/embeddings", json={"input": ids, "model": FAKE_MODEL, "encoding_format": "float"})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["data"]) == 1
+    nested = client.post("/v1/embeddings", json={"input": [ids], "model": FAKE_MODEL, "encoding_format": "float"})
+    assert r.json()["data"][0]["embedding"] == nested.json()["data"][0]["embedding"]
+
+
 def test_server_still_answers_after_errors(client, fake):
     for _, body, *_ in CASES:
         _post(client, body)
