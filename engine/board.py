@@ -22,7 +22,8 @@ _FIELDS = (
     "heartbeat",  # time.monotonic() of the engine's latest sign of life (a batch done, or idle)
     "busy_since",  # time.monotonic() when the batch now on the device started; 0: idle
     "queued_tokens", "queued_pieces",  # waiting in the queue, not yet in a batch
-    "tokens_per_second",  # recent throughput, for Retry-After and /metrics
+    "tokens_per_second",  # recent throughput, idle time included, for /metrics
+    "busy_tokens_per_second",  # the device's speed while it computes, over its recent batches, for Retry-After
     "batches", "sequences", "tokens", "compute_seconds",  # batches run, and what they held
     "batches_failed", "pieces_cancelled", "pieces_refused",
     "graph_replays", "eager_runs", "capture_failures",

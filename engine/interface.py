@@ -27,7 +27,8 @@ class QueueFullError(RuntimeError):
 
 
 def retry_after_seconds(tokens_ahead: float, tokens_per_second: float) -> int:
-    """Seconds until `tokens_ahead` are computed at the recent rate, as Retry-After says it: 1 to 60."""
+    """Seconds until `tokens_ahead` are computed at `tokens_per_second` (the device's speed while
+    busy: an idle spell before a burst must not stretch it), as Retry-After says it: 1 to 60."""
     return int(min(60, max(1, tokens_ahead / tokens_per_second))) if tokens_per_second > 0 else 1
 
 

@@ -143,7 +143,7 @@ class EngineLink:
 
     def retry_after(self) -> int:
         """Seconds until the engine has worked through its queue and this front end's backlog, 1 to 60."""
-        return retry_after_seconds(self.load(), self.board["tokens_per_second"])
+        return retry_after_seconds(self.load(), self.board["busy_tokens_per_second"])
 
     def _fits(self, num_ints: int) -> bool:
         offset = self._ints.take(num_ints)

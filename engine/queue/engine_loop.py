@@ -38,6 +38,7 @@ from engine.board import EngineBoard
 from engine.interface import retry_after_seconds
 from engine.memory import HeapTrimmer
 from engine.messages import Attach, Cancel, Goodbye, Piece, Release
+from engine.queue.busy_rate import BusyRate
 from engine.queue.piece_queue import Batch, PieceQueue, QueuedPiece
 
 # Device batches launched and not yet read back: on a GPU one computing and one queued behind it
@@ -187,7 +188,7 @@ class EngineLoop:
             front_end.send(messages.PieceRefused(message.request, message.index, self._retry_after()))
 
     def _retry_after(self) -> int:
-        return retry_after_seconds(self.queue.queued_tokens, self.board["tokens_per_second"])
+        return retry_after_seconds(self.queue.queued_tokens, self.board["busy_tokens_per_second"])
 
     def _answer_settled(self, pieces: list[QueuedPiece]) -> None:
         for piece in pieces:
@@ -266,6 +267,7 @@ class EngineLoop:
         """The second thread: each batch's vectors into its pieces' rows, in launch order."""
         trimmer = HeapTrimmer() if getattr(self.engine.device, "type", "cpu") == "cpu" else None
         recent: collections.deque[tuple[float, int]] = collections.deque()
+        busy = BusyRate()
         memory_read = float("-inf")
         while (item := self._launched.get()) is not None:
             if isinstance(item, FrontEnd):  # launched before: everything of its has landed
@@ -294,6 +296,7 @@ class EngineLoop:
                 while recent and finished - recent[0][0] > _RATE_WINDOW_S:
                     recent.popleft()
                 self.board["tokens_per_second"] = sum(n for _, n in recent) / _RATE_WINDOW_S
+                self.board["busy_tokens_per_second"] = busy.record(packed.num_tokens, started, finished)
             self._record_runner()
             if finished - memory_read >= _MEMORY_EVERY_S:
                 memory_read = finished
