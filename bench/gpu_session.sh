@@ -250,7 +250,7 @@ fp8-plans)
     sed -n '/^| model/,$p' "$OUT/fp8-plans.md"
     ;;
 cublas-workspace)
-    step cublas-workspace python3 bench/cublas_workspace.py --out "$OUT/cublas-workspace.md"
+    step cublas-workspace python3 bench/cublas_workspace.py --models "${MODELS:-bert-base,qwen3-0.6b}" --out "$OUT/cublas-workspace.md"
     ;;
 fp8-algos)
     step fp8-gemm-algos python3 bench/fp8_gemm_algos.py --out "$OUT/fp8-gemm-algos.md"

@@ -73,6 +73,7 @@ from bench.common import (DEFAULT_DATA, ServerProcess, VectorCheck, build_texts,
                           hardware, load_texts, process_cpu_seconds, publish)
 from bench.traffic import (STEADY_WINDOW_LATENCIES, PlannedRequest, make_plan, run_latency,  # noqa: E402
                            run_worker, steady_window)
+from engine.rose.cublas_workspace import give_cublas_no_workspace  # noqa: E402
 from engine.rose.quantization_support import QUANTIZATIONS  # noqa: E402
 
 
@@ -177,6 +178,7 @@ def percentile_ms(values: list[float], q: float) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    give_cublas_no_workspace()  # as the server's engine processes run
     if args.py_spy is not None and shutil.which("py-spy") is None:
         sys.exit("load_gen: --py-spy needs py-spy on PATH (pip install py-spy), or leave the flag out")
     from engine.config import EngineConfig

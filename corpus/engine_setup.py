@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from engine.config import EngineConfig, ModelOverrides
+from engine.rose.cublas_workspace import give_cublas_no_workspace
 from engine.rose.engine import Engine
 from engine.model_files.loader import ModelSpec, load_spec
 
@@ -23,6 +24,7 @@ def build_engine(**options) -> Engine:
         spec = load_spec(options.get("model"), options.get("max_seq_len"),
                          options.get("model_overrides") or ModelOverrides(), options.get("revision"))
         options["max_batch_tokens"] = max(EngineConfig.max_batch_tokens, spec.max_seq_len)
+    give_cublas_no_workspace()  # this process is the job's own
     engine = Engine(EngineConfig(**options))
     if engine.config.quantization == "int8" and not engine.config.enforce_eager:
         # The int8 model compiles on its first batch, for most of a minute: do it before the job's

@@ -21,6 +21,7 @@ from engine.parent_watch import exit_with_parent
 from engine import messages
 from engine.messages import Attach
 from engine.queue.engine_loop import EngineLoop
+from engine.rose.cublas_workspace import give_cublas_no_workspace
 
 
 def run_engine_process(configs: list[EngineConfig], control: Connection, board_name: str,
@@ -81,6 +82,7 @@ def load_engine(config: EngineConfig, plugin: Callable | None = None):
     from engine.rose.engine import Engine
 
     if config.device.startswith("cuda"):
+        give_cublas_no_workspace()
         # Before anything touches CUDA: pinned buffers and graphs belong to this device only.
         # A bare "cuda" means the current device, as everywhere else in torch.
         torch.cuda.set_device(torch.device(config.device).index or 0)
