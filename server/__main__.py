@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     advanced(tuning.add_argument("--fp8-pooled-tokens", choices=FP8_POOLED_TOKENS, default=None,
                                  help=FP8_POOLED_TOKENS_HELP))
     _add_model_flags(serve)
-    hardening_cli.add_arguments(serve)
+    hardening_cli.add_arguments(serve, tuning)
     embed_cli.add_parser(commands, HelpFormatter)
     return parser
 

@@ -12,13 +12,13 @@ _FULL_HELP = "_full_help"
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Append "(default: ...)" only where the help text does not already say it, and never to an
-    on/off flag, whose default is the state it does not ask for ("--no-fused-kernels (default:
-    True)" reads as if it were on)."""
+    """Append "(default: ...)" only where the help text does not already say it, in either case
+    ("Default: none" says it too), and never to an on/off flag, whose default is the state it
+    does not ask for ("--no-fused-kernels (default: True)" reads as if it were on)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "default" in text or action.nargs == 0:
+        if "default" in text.lower() or action.nargs == 0:
             return text
         return super()._get_help_string(action)
 

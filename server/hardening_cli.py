@@ -11,26 +11,28 @@ from server.config import ServerConfig
 _DEFAULTS = ServerConfig()
 
 
-def add_arguments(serve: argparse.ArgumentParser) -> None:
+def add_arguments(serve: argparse.ArgumentParser, tuning: argparse._ArgumentGroup) -> None:
+    """The flags on `serve`, the advanced ones in its `tuning` group, where --help-all lists them."""
     serve.add_argument("--max-body-bytes", type=positive_int, default=_DEFAULTS.max_body_bytes,
                        help="largest request body; larger ones get 413")
-    advanced(serve.add_argument("--max-input-chars", type=positive_int, default=_DEFAULTS.max_input_chars,
-                                help="longest text input in characters, checked before tokenizing; longer ones get 400"))
+    advanced(tuning.add_argument("--max-input-chars", type=positive_int, default=_DEFAULTS.max_input_chars,
+                                 help="longest text input in characters, checked before tokenizing; longer ones get 400"))
     serve.add_argument("--max-request-inputs", type=positive_int, default=_DEFAULTS.max_request_inputs,
                        help="most inputs in one request; more get 400")
     serve.add_argument("--request-timeout", type=seconds_or_zero, default=_DEFAULTS.request_timeout,
                        help="seconds from a request's arrival to its vectors; then 504 (0: no limit)")
-    advanced(serve.add_argument("--engine-stall-timeout", type=positive_seconds, default=_DEFAULTS.engine_stall_timeout,
-                                help="a batch running longer marks the engine stuck: /health and requests get 503"))
+    advanced(tuning.add_argument("--engine-stall-timeout", type=positive_seconds,
+                                 default=_DEFAULTS.engine_stall_timeout,
+                                 help="a batch running longer marks the engine stuck: /health and requests get 503"))
     serve.add_argument("--shutdown-timeout", type=seconds_or_zero, default=_DEFAULTS.shutdown_timeout,
                        help="on SIGTERM, seconds to finish requests in flight before exiting")
-    advanced(serve.add_argument("--keep-alive-timeout", type=positive_seconds, default=_DEFAULTS.keep_alive_timeout,
-                                help="seconds an idle keep-alive connection stays open; longer than the clients' "
-                                     "and proxies' idle timeouts, so that they close first"))
+    advanced(tuning.add_argument("--keep-alive-timeout", type=positive_seconds, default=_DEFAULTS.keep_alive_timeout,
+                                 help="seconds an idle keep-alive connection stays open; longer than the clients' "
+                                      "and proxies' idle timeouts, so that they close first"))
     serve.add_argument("--log-format", choices=["text", "json"], default=_DEFAULTS.log_format,
                        help="log lines as text or one JSON object each")
-    advanced(serve.add_argument("--log-inputs", action="store_true",
-                                help="put the input texts in the per-request log line (off: they may be private)"))
+    advanced(tuning.add_argument("--log-inputs", action="store_true",
+                                 help="put the input texts in the per-request log line (off: they may be private)"))
     serve.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                        help="allow browser calls from this origin (repeatable; '*' for any); default: no CORS")
     serve.add_argument("--engine-plugin", default=None, help=argparse.SUPPRESS)  # fault injection in tests
