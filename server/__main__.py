@@ -29,7 +29,7 @@ from server.cli_values import (DTYPES, FP8_BF16_LAYERS_HELP, FP8_POOLED_TOKENS, 
                                FP8_WEIGHT_ROUNDING_HELP, FP8_WEIGHT_ROUNDINGS, device_list, fp8_plan_of, model_choice,
                                port_number, positive_int, quantization_refusal, whole_number)
 from server.config import ExtraModel, ServerConfig
-from server.listen import ListenError, bind_sockets
+from server.listen import ListenError, address, bind_sockets
 
 
 DEFAULT_MAX_BATCH_TOKENS = 16384
@@ -261,7 +261,8 @@ def _listen(config: ServerConfig) -> list[socket.socket]:
 
 
 def _banner(config: ServerConfig, name: str) -> None:
-    print(f"rose-embed: serving {name} on http://{config.host}:{config.port}/v1 (GET /health turns 200 once ready)",
+    print(f"rose-embed: serving {name} on http://{address(config.host, config.port)}/v1 "
+          "(GET /health turns 200 once ready)",
           flush=True)
 
 

@@ -15,14 +15,21 @@ class ListenError(OSError):
     """The port cannot be had; the message names host:port and the reason."""
 
 
+# uvicorn's default backlog; uvicorn listens again with its own when it starts, which only sets it anew.
+_BACKLOG = 2048
+
+
 def bind_sockets(host: str, port: int, count: int) -> list[socket.socket]:
     """One socket for a single-process server; `count` > 1: one per front end, sharing the port
-    (SO_REUSEPORT) so that the kernel spreads new connections over them. Only the first of a
-    shared set listens yet (server/front_end.py says why); uvicorn makes the others
-    listen as their front ends start. Raises ListenError."""
+    (SO_REUSEPORT) so that the kernel spreads new connections over them. The first socket
+    listens at once, so that the port takes connections (queued until the app answers them)
+    from the moment the banner says it is served; the others of a shared set listen as their
+    front ends start (server/front_end.py says why). Raises ListenError."""
     try:
         if count == 1:
-            return [_bound(host, port, reuse_port=False)]
+            sock = _bound(host, port, reuse_port=False)
+            _listen(sock)
+            return [sock]
         # SO_REUSEPORT would also share the port with another server that set it: a probe
         # without it fails where anything at all holds the port.
         _bound(host, port, reuse_port=False).close()
@@ -30,14 +37,28 @@ def bind_sockets(host: str, port: int, count: int) -> list[socket.socket]:
         try:
             for _ in range(count):
                 sockets.append(_bound(host, port, reuse_port=True))
-            sockets[0].listen(2048)
+            _listen(sockets[0])
         except OSError:
             for sock in sockets:
                 sock.close()
             raise
         return sockets
     except OSError as exc:
-        raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        raise ListenError(f"cannot listen on {address(host, port)}: {exc.strerror or exc}") from None
+
+
+def address(host: str, port: int) -> str:
+    """host:port as a URL writes it: an IPv6 address in brackets ([::1]:8000)."""
+    host = host.strip("[]")
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _listen(sock: socket.socket) -> None:
+    try:
+        sock.listen(_BACKLOG)
+    except BaseException:
+        sock.close()
+        raise
 
 
 def _bound(host: str, port: int, reuse_port: bool) -> socket.socket:

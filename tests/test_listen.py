@@ -1,0 +1,78 @@
+"""The port, bound before anything starts (server/listen.py), and the banner's address."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from server.__main__ import _banner
+from server.config import ServerConfig
+from server.listen import ListenError, address, bind_sockets
+
+
+def _free_port(family: int = socket.AF_INET, host: str = "127.0.0.1") -> int:
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_the_port_takes_connections_once_bound(count):
+    """The banner follows bind_sockets: a client that connects then must not be refused."""
+    port = _free_port()
+    sockets = bind_sockets("127.0.0.1", port, count)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            pass  # queued by the kernel until the app accepts it
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def test_a_taken_port_is_refused_with_its_address():
+    port = _free_port()
+    (held,) = bind_sockets("127.0.0.1", port, 1)
+    try:
+        with pytest.raises(ListenError, match=f"^cannot listen on 127.0.0.1:{port}: "):
+            bind_sockets("127.0.0.1", port, 1)
+    finally:
+        held.close()
+
+
+@pytest.mark.parametrize("host, port, written", [
+    ("127.0.0.1", 8000, "127.0.0.1:8000"),
+    ("localhost", 80, "localhost:80"),
+    ("::1", 8000, "[::1]:8000"),
+    ("[::1]", 8000, "[::1]:8000"),
+    ("::", 9000, "[::]:9000"),
+    ("fe80::1%eth0", 8000, "[fe80::1%eth0]:8000"),
+])
+def test_address_writes_ipv6_in_brackets(host, port, written):
+    assert address(host, port) == written
+
+
+def test_banner_writes_an_ipv6_host_in_brackets(capsys):
+    _banner(ServerConfig(host="::1", port=8123), "model")
+    assert capsys.readouterr().out == (
+        "rose-embed: serving model on http://[::1]:8123/v1 (GET /health turns 200 once ready)\n")
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="needs an IPv6 loopback")
+def test_an_ipv6_host_binds_and_takes_connections():
+    port = _free_port(socket.AF_INET6, "::1")
+    (sock,) = bind_sockets("::1", port, 1)
+    try:
+        with socket.create_connection(("::1", port), timeout=2):
+            pass
+    finally:
+        sock.close()
