@@ -26,8 +26,8 @@ from server import embed_cli, hardening_cli
 from server.cli_help import HelpAll, HelpFormatter, advanced, hidden_alias
 from engine.rose.quantization_support import QUANTIZATIONS
 from server.cli_values import (DTYPES, FP8_BF16_LAYERS_HELP, FP8_POOLED_TOKENS, FP8_POOLED_TOKENS_HELP,
-                               FP8_WEIGHT_ROUNDING_HELP, FP8_WEIGHT_ROUNDINGS, device_list, fp8_plan_of, model_choice,
-                               port_number, positive_int, quantization_refusal, whole_number)
+                               FP8_WEIGHT_ROUNDING_HELP, FP8_WEIGHT_ROUNDINGS, api_key, device_list, fp8_plan_of,
+                               model_choice, port_number, positive_int, quantization_refusal, whole_number)
 from server.config import ExtraModel, ServerConfig
 from server.listen import ListenError, address, bind_sockets
 
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--long-inputs", choices=LONG_INPUT_MODES, default="truncate",
                        help="inputs over the model's limit: truncate them, chunk (embed them window by window and "
                             "average), or error (OpenAI's 400); a request's `long_inputs` overrides it")
-    serve.add_argument("--api-key", action="append", default=[], metavar="KEY",
+    serve.add_argument("--api-key", type=api_key, action="append", default=[], metavar="KEY",
                        help=f"require `Authorization: Bearer KEY` (repeatable; also ${API_KEY_ENV}, comma-separated)")
     serve.add_argument("--token-ids", choices=["cl100k", "model"], default="cl100k",
                        help="token-id input: cl100k (OpenAI's ids, as LangChain sends them; re-tokenized) "
@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  help="most sequences in one batch"))
     advanced(tuning.add_argument("--tokenizer-workers", type=positive_int, default=2,
                                  help="threads of each front end that tokenize requests"))
-    advanced(tuning.add_argument("--part-processes", type=int, default=None, metavar="N",
+    advanced(tuning.add_argument("--part-processes", type=whole_number, default=None, metavar="N",
                                  help="processes shared by the front ends that tokenize large requests' parts and "
                                       "encode their vectors side by side (default: half the cores, at most 8, on a "
                                       "GPU server; none on a CPU server; 0: none)"))
@@ -188,8 +188,6 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         ),
     )
     front_ends = args.frontend_workers or default_front_ends(devices)
-    if args.part_processes is not None and args.part_processes < 0:
-        raise ValueError(f"--part-processes must be 0 or more; got {args.part_processes}")
     part_processes = default_part_processes(devices) if args.part_processes is None else args.part_processes
     return ServerConfig(
         engine=engine, host=args.host, port=args.port, served_model_name=args.served_model_name or first_name,

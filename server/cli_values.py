@@ -41,6 +41,17 @@ def whole_number(value: str) -> int:
     return number
 
 
+def api_key(value: str) -> str:
+    """A key as a client's bearer token carries it: spaces around it dropped (as the server drops
+    them from the token, and from $ROSE_EMBED_API_KEY's keys); an empty one is refused, since no
+    request could send it and every one would get 401."""
+    key = value.strip()
+    if not key:
+        raise argparse.ArgumentTypeError(f"must not be empty (no request could send it, so every one would get "
+                                         f"401); got {value!r}")
+    return key
+
+
 def port_number(value: str) -> int:
     number = _parse(value, int, "a whole number")
     if not 1 <= number <= 65535:

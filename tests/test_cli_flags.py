@@ -43,6 +43,12 @@ WRONG = [
     (["--shutdown-timeout", "-2"], "argument --shutdown-timeout: must be a number of seconds, 0 or more; got -2"),
     (["--log-level", "loud"],
      "argument --log-level: invalid choice: 'loud' (choose from 'debug', 'info', 'warning', 'error')"),
+    (["--api-key", ""],
+     "argument --api-key: must not be empty (no request could send it, so every one would get 401); got ''"),
+    (["--api-key", "k", "--api-key", "  "],
+     "argument --api-key: must not be empty (no request could send it, so every one would get 401); got '  '"),
+    (["--part-processes", "x"], "argument --part-processes: must be a whole number; got 'x'"),
+    (["--part-processes", "-1"], "argument --part-processes: must be 0 or more; got -1"),
 ]
 
 
@@ -54,6 +60,14 @@ def test_a_wrong_serve_flag_is_one_line_naming_it_and_status_2(flags, message, c
     captured = capsys.readouterr()
     assert captured.err.splitlines() == [SERVE_USAGE, f"rose-embed serve: error: {message}"]
     assert captured.out == ""
+
+
+def test_api_keys_are_kept_as_a_bearer_token_carries_them(monkeypatch):
+    from server.__main__ import config_from_args
+
+    monkeypatch.setenv("ROSE_EMBED_API_KEY", "env-key, k")
+    args = build_parser().parse_args(["serve", "--api-key", " k ", "--api-key", "other"])
+    assert config_from_args(args).api_keys == ("k", "other", "env-key")
 
 
 @pytest.mark.parametrize("flags, message", [
