@@ -62,6 +62,13 @@ def engine_unavailable(reason: str) -> APIError:
                     "engine_unavailable")
 
 
+def shutting_down() -> APIError:
+    """A request the server's stop cut off: a second Ctrl-C, or --shutdown-timeout passed."""
+    # No Retry-After: this server is going away; whatever balances the load sends the retry elsewhere.
+    return APIError(503, "The server is shutting down; retry the request.", "server_error", None,
+                    "server_shutting_down")
+
+
 def from_decode_error(exc: msgspec.DecodeError) -> APIError:
     """msgspec says e.g. "Expected `int | null`, got `str` - at `$.dimensions`"; name the field."""
     text = str(exc)
@@ -102,9 +109,14 @@ def _to_api_error(exc: Exception) -> APIError:
     return APIError(500, "The server had an error while processing your request.", "server_error")
 
 
+def envelope(err: APIError) -> bytes:
+    """`err` in OpenAI's envelope, as JSON."""
+    body = ErrorResponse(error=ErrorDetail(message=err.message, type=err.type, param=err.param, code=err.code))
+    return msgspec.json.encode(body)
+
+
 def error_response(request: Request, exc: Exception) -> Response:
     """Litestar exception handler: every error leaves in OpenAI's envelope."""
     err = _to_api_error(exc)
-    body = ErrorResponse(error=ErrorDetail(message=err.message, type=err.type, param=err.param, code=err.code))
-    return Response(content=msgspec.json.encode(body), status_code=err.status, headers=err.headers,
+    return Response(content=envelope(err), status_code=err.status, headers=err.headers,
                     media_type="application/json")

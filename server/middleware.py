@@ -1,4 +1,5 @@
-"""ASGI wrapper around the whole app: request id, timing headers, metrics and one log line.
+"""ASGI wrapper around the whole app: request id, timing headers, metrics and one log line,
+and a 503 in OpenAI's envelope for a request that the server's stop cuts off.
 
 It wraps the Litestar app from outside (not as Litestar middleware), so that it also sees
 the requests Litestar answers before any route runs: 404, 405, 413.
@@ -6,11 +7,13 @@ the requests Litestar answers before any route runs: 404, 405, 413.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
 from litestar import Litestar
 
+from server.errors import envelope, shutting_down
 from server.logs import ACCESS_LOGGER
 from server.trace import SCOPE_KEY, RequestTrace, request_id_from
 
@@ -75,6 +78,12 @@ class ObservedApp:
 
         try:
             await self.app(scope, counted_receive, observed_send)
+        except asyncio.CancelledError:
+            # Only the server's stop cancels a request: a second Ctrl-C, or --shutdown-timeout
+            # passed. Let through, uvicorn would log the cancellation as a traceback and answer
+            # a plain-text 500; the request ends here instead, answered as any other error.
+            if trace.responded is None:
+                await _send_shutting_down(observed_send)
         finally:
             total = time.perf_counter() - trace.started
             phases = {**trace.phases(), "total": total}
@@ -91,3 +100,12 @@ class ObservedApp:
             quiet = scope["path"] in _PROBES and (status < 400 or (status == 503 and scope["path"] == "/health"))
             access_log.log(logging.DEBUG if quiet else logging.INFO, "%s %s %d", scope["method"], scope["path"], status,
                            extra={"fields": fields})
+
+
+async def _send_shutting_down(send) -> None:
+    err = shutting_down()
+    body = envelope(err)
+    await send({"type": "http.response.start", "status": err.status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})

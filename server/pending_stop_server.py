@@ -13,8 +13,10 @@ from contextlib import contextmanager
 
 import uvicorn
 
+from server.forced_stop_server import ForcedStopServer
 
-class _PendingStopServer(uvicorn.Server):
+
+class _PendingStopServer(ForcedStopServer):
     def __init__(self, config: uvicorn.Config, pending_stop: Callable[[], int | None]):
         super().__init__(config)
         self._pending_stop = pending_stop
@@ -29,4 +31,5 @@ class _PendingStopServer(uvicorn.Server):
 
 
 def uvicorn_server(config: uvicorn.Config, pending_stop: Callable[[], int | None] | None) -> uvicorn.Server:
-    return uvicorn.Server(config) if pending_stop is None else _PendingStopServer(config, pending_stop)
+    """The front end's server (server/forced_stop_server.py), told of `pending_stop` where given."""
+    return ForcedStopServer(config) if pending_stop is None else _PendingStopServer(config, pending_stop)

@@ -16,6 +16,7 @@ part processes the front ends share (server/part_processes.py) and K front ends
 - On SIGTERM, SIGINT or SIGHUP every front end drains its requests within --shutdown-timeout
   and tells the engines it is done; then the engines exit and the shared memory is freed, and
   the server ends as the signal ends a process (SIGINT for Ctrl-C, else SIGTERM), whatever K is.
+  Ctrl-C again ends the drain: the requests still in flight are answered 503.
   Every child also watches this process: should it be killed outright, none outlives it by
   more than a second or so (engine/parent_watch.py).
 """
@@ -121,6 +122,8 @@ class _FrontEnds:
         self._restarted: set[int] = set()
         self._stop = threading.Event()
         self._stopped_by: int | None = None
+        self._is_forced = False  # a second Ctrl-C
+        self._is_draining = False
         self._pending_stop = pending_stop
 
     def run(self) -> None:
@@ -155,7 +158,22 @@ class _FrontEnds:
     def _on_stop_signal(self, signum: int, _frame) -> None:
         if self._stopped_by is None:
             self._stopped_by = signum
+        elif signum == signal.SIGINT:
+            self._is_forced = True
+            if self._is_draining:
+                self._force_front_ends()
         self._stop.set()
+
+    def _force_front_ends(self) -> None:
+        """A second Ctrl-C, passed on to front ends already draining: each cuts off what it still
+        serves (server/forced_stop_server.py). Ctrl-C at a terminal reaches them itself; a
+        `kill -INT` of this process twice does only through here."""
+        for process in self._processes.values():
+            if process.is_alive():
+                try:
+                    os.kill(process.pid, signal.SIGINT)
+                except ProcessLookupError:  # it ended just now
+                    pass
 
     def _start(self, index: int) -> None:
         ends = [host.connect(index) for host in self.hosts]
@@ -197,6 +215,9 @@ class _FrontEnds:
         for process in self._processes.values():
             if process.is_alive():
                 os.kill(process.pid, signal.SIGTERM)
+        self._is_draining = True  # a second Ctrl-C from now on is passed on at once
+        if self._is_forced:
+            self._force_front_ends()
         # A front end takes up to --shutdown-timeout for its requests, then up to 5 s for its batches.
         # They drain side by side: one that finishes early says nothing of how long the others need.
         deadline = time.monotonic() + self.config.shutdown_timeout + 10.0

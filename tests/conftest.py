@@ -113,7 +113,8 @@ def free_port() -> int:
 class ServerProcess:
     """`python -m server serve ...` on loopback, ready once /health says 200."""
 
-    def __init__(self, *args: str, ready_timeout: float = 120.0, env: dict | None = None, wait_ready: bool = True):
+    def __init__(self, *args: str, ready_timeout: float = 120.0, env: dict | None = None, wait_ready: bool = True,
+                 new_session: bool = False):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
@@ -124,6 +125,7 @@ class ServerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "server", "serve", "--port", str(self.port), *args],
             cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=new_session,  # a group of its own, for a signal to all of it, as Ctrl-C sends
         )
         if wait_ready:
             self._wait_ready(ready_timeout)

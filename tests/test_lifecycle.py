@@ -6,6 +6,7 @@ many batches, so that work is reliably queued or in flight when a test acts.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -127,6 +128,39 @@ def test_sigterm_cuts_off_work_past_the_shutdown_timeout():
                 status = None  # the connection closed without an answer
         assert elapsed < 1 + 8, elapsed
         assert code in (0, -signal.SIGTERM)
-        assert status in (None, 499, 500, 503)
+        assert status in (None, 503)
+        assert "Traceback" not in proc.log_path.read_text()
+    finally:
+        proc.stop()
+
+
+@pytest.mark.parametrize("frontend_workers, to_group", [(1, True), (2, False)],
+                         ids=["ctrl-c-one-process", "kill-int-frontend-workers"])
+def test_a_second_ctrl_c_answers_requests_in_flight_503_and_logs_no_traceback(frontend_workers, to_group):
+    """Ctrl-C twice while requests compute: the second cuts off the drain; each request still in
+    flight gets a 503 in the envelope (not uvicorn's plain-text 500), the log one line, not a
+    traceback per request. A terminal's Ctrl-C reaches every process of the group; `kill -INT`
+    of the supervisor reaches it alone, which passes it on to its front ends."""
+    proc = ServerProcess(*SLOW, "--frontend-workers", str(frontend_workers), "--shutdown-timeout", "60",
+                         env=DELAY, new_session=True)
+    send = os.killpg if to_group else os.kill
+    try:
+        bodies = [{"input": [f"in flight {i}"] * 8, "model": MODEL} for i in range(4)]  # 16 batches, ~8 s
+        with ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(embed, proc.url, body) for body in bodies]
+            time.sleep(1.0)
+            send(proc.proc.pid, signal.SIGINT)
+            time.sleep(0.5)
+            send(proc.proc.pid, signal.SIGINT)
+            forced = time.monotonic()
+            responses = [f.result() for f in futures]
+        assert time.monotonic() - forced < 5
+        for r in responses:
+            error = assert_envelope(r, 503, "server_shutting_down")
+            assert error["type"] == "server_error"
+        assert proc.proc.wait(30) == -signal.SIGINT
+        log = proc.log_path.read_text()
+        assert "Traceback" not in log and "Exception in ASGI application" not in log, log
+        assert log.count("forcing the shutdown") == frontend_workers, log
     finally:
         proc.stop()
