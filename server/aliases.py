@@ -39,22 +39,27 @@ def resolve_aliases(values: tuple[str, ...], served_name: str, others: tuple[str
     """Check every `--model-alias` against the served models (`served_name` the first, the default
     one, and `others`); return the alias names.
 
-    An alias that points at no served model is a configuration mistake: better a clear exit at
-    start-up than 404s at run time.
+    An alias that points at no served model, takes a served model's own name or names two
+    models is a configuration mistake: better a clear exit at start-up than 404s, or requests
+    answered by another model than meant, at run time.
     """
     served = (served_name, *others)
-    names: list[str] = []
+    targets: dict[str, str] = {}  # alias -> the served model it names
     for value in values:
         alias, target = parse_alias(value)
         if target is not None and target not in served:
             raise AliasError(
                 f"--model-alias {value!r}: this server serves {', '.join(map(repr, served))}, not {target!r}"
             )
-        if alias in served and (target or served_name) != alias:
+        target = target or served_name
+        if alias in served and target != alias:
             raise AliasError(f"--model-alias {value!r}: {alias!r} is a served model's own name")
-        if alias not in served and alias not in names:
-            names.append(alias)
-    return tuple(names)
+        if targets.get(alias, target) != target:
+            raise AliasError(f"--model-alias {value!r}: {alias!r} already names {targets[alias]!r}; "
+                             "an alias names one model")
+        if alias not in served:
+            targets[alias] = target
+    return tuple(targets)
 
 
 @dataclass(frozen=True)

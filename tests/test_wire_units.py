@@ -122,6 +122,18 @@ def test_resolve_aliases_checks_targets():
     assert model_names("served", ("a", "b=served", "a")).listed() == ["served", "a", "b"]
 
 
+def test_resolve_aliases_refuses_an_alias_of_two_models_or_a_served_name():
+    assert resolve_aliases(("x=a", "x=a", "x"), "a", ("b",)) == ("x",)  # one model, named thrice
+    with pytest.raises(AliasError, match=r"^--model-alias 'x=b': 'x' already names 'a'; an alias names one model$"):
+        resolve_aliases(("x=a", "x=b"), "a", ("b",))
+    with pytest.raises(AliasError, match=r"^--model-alias 'x': 'x' already names 'b'"):
+        resolve_aliases(("x=b", "x"), "a", ("b",))
+    for value in ("b=a", "b", "a=b"):
+        with pytest.raises(AliasError, match=r"is a served model's own name$"):
+            resolve_aliases((value,), "a", ("b",))
+    assert resolve_aliases(("a", "b=b"), "a", ("b",)) == ()  # a model's own name for itself: nothing to add
+
+
 def test_api_keys():
     keys = ("sk-one", "sk-two")
     assert is_valid_key("sk-two", keys) and is_valid_key("sk-one", keys)
