@@ -6,7 +6,6 @@ downloaded when the network allows), or None for the embedded default model.
 
 from __future__ import annotations
 
-import json
 import pickle
 import zipfile
 from dataclasses import dataclass, field
@@ -16,6 +15,8 @@ from typing import TYPE_CHECKING
 from engine.model_files.architecture_support import config_refusal
 from engine.config import ModelOverrides
 from engine.model_files.flavour import PPLX_MODEL_TYPE, FlavourError, read_flavour
+from engine.model_files.json_files import read_json, read_json_object
+from engine.model_files.load_error import ModelLoadError
 from engine.model_files.reranker import QWEN3_MAX_LEN, Reranker, RerankerError, is_reranker, read_reranker
 from engine.model_files.st_modules import HeadStep, ModuleError, SentenceModules, output_dim, read_modules
 
@@ -44,10 +45,6 @@ _POSITIONS_AFTER_PADDING = {"roberta", "xlm-roberta", "camembert", "mpnet"}
 # "[0-9]*_*/*": the sentence-transformers module folders (1_Pooling, 2_Dense with its weights,
 # which 2.x saved as pytorch_model.bin).
 _HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "[0-9]*_*/*"]
-
-
-class ModelLoadError(RuntimeError):
-    """The model could not be found or is not one this engine can run."""
 
 
 @dataclass(frozen=True)
@@ -116,18 +113,11 @@ def resolve_model_dir(model: str | None, revision: str | None = None) -> tuple[P
     return local, model
 
 
-def _read_json(path: Path) -> dict | list | None:
-    if not path.is_file():
-        return None
-    with path.open(encoding="utf-8") as f:
-        return json.load(f)
-
-
 def _max_seq_len(model_dir: Path, hf_config: dict, modules: SentenceModules) -> int:
     if modules.max_seq_length:
         return modules.max_seq_length
     limits = [hf_config.get("max_position_embeddings") or 512]
-    tok_cfg = _read_json(model_dir / "tokenizer_config.json") or {}
+    tok_cfg = read_json_object(model_dir / "tokenizer_config.json") or {}
     if isinstance(tok_cfg.get("model_max_length"), int) and tok_cfg["model_max_length"] < 10**9:
         limits.append(tok_cfg["model_max_length"])
     if hf_config.get("model_type") in _POSITIONS_AFTER_PADDING:
@@ -140,8 +130,8 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
               revision: str | None = None) -> ModelSpec:
     """Read a model's description (no weights); engine/model_files/flavour.py says how each choice is made."""
     model_dir, name = resolve_model_dir(model, revision)
-    hf_config = _read_json(model_dir / "config.json")
-    if not isinstance(hf_config, dict):
+    hf_config = read_json_object(model_dir / "config.json")
+    if hf_config is None:
         raise ModelLoadError(f"{model_dir} has no config.json")
     if not (model_dir / "tokenizer.json").is_file():
         raise ModelLoadError(f"{model_dir} has no tokenizer.json (a fast tokenizer is required)")
@@ -154,7 +144,7 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
     # DistilBERT's config calls the hidden size `dim`.
     hidden_size = int(hf_config.get("hidden_size") or hf_config.get("dim") or 0)
 
-    st_cfg = _read_json(model_dir / "config_sentence_transformers.json") or {}
+    st_cfg = read_json_object(model_dir / "config_sentence_transformers.json") or {}
     overrides = overrides or ModelOverrides()
     try:
         if is_reranker(hf_config, st_cfg, overrides.kind):
@@ -208,7 +198,7 @@ def _reranker_spec(model_dir: Path, name: str, architecture: str, hf_config: dic
         return Tokenizer.from_file(str(model_dir / "tokenizer.json")).get_vocab(with_added_tokens=True)
 
     reranker = read_reranker(model_dir, hf_config, st_cfg, vocab)
-    st_transformer = _read_json(model_dir / "sentence_bert_config.json") or {}
+    st_transformer = read_json_object(model_dir / "sentence_bert_config.json") or {}
     model_limit = _max_seq_len(model_dir, hf_config, SentenceModules(max_seq_length=st_transformer.get("max_seq_length")))
     if reranker.is_template:
         model_limit = min(model_limit, QWEN3_MAX_LEN)
@@ -225,7 +215,7 @@ def load_state_dict(model_dir: Path) -> dict[str, torch.Tensor]:
     older `pytorch_model.bin` (one file or shards), read with torch.load(weights_only=True)."""
     for index_name, pattern in (("model.safetensors.index.json", "*.safetensors"),
                                 ("pytorch_model.bin.index.json", "pytorch_model*.bin")):
-        index = _read_json(model_dir / index_name)
+        index = read_json(model_dir / index_name)
         if isinstance(index, dict) and "weight_map" in index:
             files = sorted({model_dir / f for f in index["weight_map"].values()})
         else:

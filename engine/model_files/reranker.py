@@ -27,11 +27,11 @@ and no CrossEncoder marking stays an embedder of its backbone, as before.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.model_files.json_files import read_json, read_json_object
 from engine.model_files.st_modules import ACTIVATIONS
 
 KINDS = ("embed", "rerank")
@@ -79,13 +79,6 @@ class Reranker:
         return self.head == "yes_no"
 
 
-def _read_json(path: Path):
-    if not path.is_file():
-        return None
-    with path.open(encoding="utf-8") as f:
-        return json.load(f)
-
-
 def _architecture(hf_config: dict) -> str:
     names = hf_config.get("architectures") or [""]
     return str(names[0])
@@ -121,7 +114,7 @@ def _activation(hf_config: dict, st_cfg: dict) -> str:
 
 def _modules(model_dir: Path) -> list[str]:
     """The class names of modules.json's entries (empty without one)."""
-    entries = _read_json(model_dir / "modules.json") or []
+    entries = read_json(model_dir / "modules.json") or []
     return [str(entry.get("type", "")).rsplit(".", 1)[-1] for entry in entries if isinstance(entry, dict)]
 
 
@@ -131,8 +124,8 @@ def _qwen3(model_dir: Path, hf_config: dict, st_cfg: dict, vocab: dict[str, int]
         raise RerankerError(f"a Qwen3 reranker with modules {modules} is not supported (Transformer and LogitScore are)")
     if "LogitScore" in modules:
         index = modules.index("LogitScore")
-        entry = (_read_json(model_dir / "modules.json") or [])[index]
-        cfg = _read_json(model_dir / str(entry.get("path", "")) / "config.json") or {}
+        entry = (read_json(model_dir / "modules.json") or [])[index]
+        cfg = read_json_object(model_dir / str(entry.get("path", "")) / "config.json") or {}
         if (cfg.get("true_token_id"), cfg.get("false_token_id")) != (vocab.get("yes"), vocab.get("no")):
             raise RerankerError("the LogitScore module compares other tokens than 'yes' and 'no'; only Qwen3-Reranker's "
                                 "yes/no score is supported")

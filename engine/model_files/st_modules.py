@@ -23,9 +23,10 @@ naming the module's folder and its type.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from engine.model_files.json_files import read_json
 
 # sentence-transformers' pooling mode names -> ours (engine/rose/layers/pooling.py).
 _POOLING_MODES = {"cls": "cls", "mean": "mean", "lasttoken": "last", "max": "max",
@@ -89,13 +90,6 @@ class SentenceModules:
     truncate_dim: int | None = None  # config_sentence_transformers.json: vectors cut to this size
 
 
-def _read_json(path: Path):
-    if not path.is_file():
-        return None
-    with path.open(encoding="utf-8") as f:
-        return json.load(f)
-
-
 def _class_name(type_ref: str) -> str | None:
     """The class name for a sentence-transformers class, whatever its package path; None for others."""
     return type_ref.rsplit(".", 1)[-1] if type_ref.startswith("sentence_transformers.") else None
@@ -119,7 +113,7 @@ class _Module:
         return ModuleError(f"{self.label()}: {why}")
 
     def config(self, filename: str = "config.json") -> dict:
-        cfg = _read_json(self.folder / filename)
+        cfg = read_json(self.folder / filename)
         if cfg is None:
             return {}
         if not isinstance(cfg, dict):
@@ -203,8 +197,9 @@ def _layer_norm(module: _Module, in_dim: int) -> LayerNorm:
 
 
 def read_modules(model_dir: Path, hidden_size: int, st_config: dict) -> SentenceModules:
-    """Read modules.json (and truncate_dim from config_sentence_transformers.json); raise ModuleError."""
-    entries = _read_json(model_dir / "modules.json")
+    """Read modules.json (and truncate_dim from config_sentence_transformers.json); raise ModuleError
+    (or, for a file that is not valid JSON, json_files' ModelLoadError naming it)."""
+    entries = read_json(model_dir / "modules.json")
     truncate_dim = st_config.get("truncate_dim")
     if entries is None:
         return SentenceModules(truncate_dim=_truncate_dim(truncate_dim, hidden_size))

@@ -13,6 +13,7 @@ import numpy as np
 from tokenizers import Tokenizer, normalizers
 from tokenizers.processors import TemplateProcessing
 
+from engine.model_files.json_files import read_json_object
 from engine.text.ascii_wordpiece import AsciiWordPiece
 from engine.rose.batch import PackedBatch, pack_flat, split_flat
 
@@ -31,8 +32,7 @@ def _end_token(model_dir: Path, tokenizer: Tokenizer) -> str:
     """<|endoftext|> where the vocabulary has it, else tokenizer_config.json's eos_token."""
     if tokenizer.token_to_id(_QWEN_END_TOKEN) is not None:
         return _QWEN_END_TOKEN
-    path = model_dir / "tokenizer_config.json"
-    eos = json.loads(path.read_text(encoding="utf-8")).get("eos_token") if path.is_file() else None
+    eos = (read_json_object(model_dir / "tokenizer_config.json") or {}).get("eos_token")
     if isinstance(eos, dict):  # {"content": "</s>", ...} in older files
         eos = eos.get("content")
     if not eos or tokenizer.token_to_id(eos) is None:
