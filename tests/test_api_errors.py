@@ -91,3 +91,34 @@ def test_server_still_answers_after_errors(client, fake):
     data = r.json()["data"]
     assert [d["index"] for d in data] == [0, 1]
     np.testing.assert_allclose([d["embedding"] for d in data], fake.embed(["still", "fine"]), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("body,where,escape", [
+    (b'{"input": "\\ud800 x"}', "'input'", "\\ud800"),  # msgspec alone: "Input data was truncated"
+    (b'{"input": "\\udc00"}', "'input'", "\\udc00"),  # msgspec alone: "invalid utf-16 surrogate pair"
+    (b'{"input": ["fine", "\\ud83d!"]}', "'input[1]'", "\\ud83d"),
+    (b'{"input": "a", "model": "\\udfff"}', "'model'", "\\udfff"),
+], ids=["high", "low", "in a list", "in model"])
+def test_an_unpaired_surrogate_escape_is_named_as_such(client, body, where, escape):
+    error = assert_envelope(_post(client, body), 400)
+    assert error["message"] == f"{where} holds an unpaired UTF-16 surrogate ({escape}); text must be valid Unicode"
+    assert error["param"] == where.strip("'").split("[")[0]
+
+
+def test_a_surrogate_pair_escape_is_one_character(client, fake):
+    r = _post(client, b'{"input": "smile \\ud83d\\ude00", "encoding_format": "float"}')
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose(r.json()["data"][0]["embedding"], fake.embed(["smile \U0001F600"])[0], atol=1e-6, rtol=0)
+
+
+def test_a_utf8_byte_order_mark_before_the_body_is_ignored(client, fake):
+    """As Windows tools write one (msgspec alone: "invalid character (byte 0)")."""
+    r = _post(client, b'\xef\xbb\xbf{"input": "hi", "encoding_format": "float"}')
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose(r.json()["data"][0]["embedding"], fake.embed(["hi"])[0], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32"])
+def test_a_body_in_another_unicode_encoding_is_named(client, encoding):
+    error = assert_envelope(_post(client, '{"input": "hi"}'.encode(encoding)), 400)
+    assert error["message"].startswith(f"The body is {encoding.upper()} text")
