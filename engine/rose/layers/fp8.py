@@ -14,8 +14,8 @@ quantization in its epilogue; its down projection reads that output at its one s
 On CUDA the GEMM is cuBLASLt's with rowwise scales (tensorwise at one scale per operand),
 called at its best algorithm that needs no workspace (engine/rose/layers/cublaslt_fp8.py), else
 torch._scaled_mm, the same GEMM at the algorithm cuBLAS picks: both multiply e4m3 by e4m3, apply
-both scales and the bias to the float32 accumulator and round once to bf16. Elsewhere it is its definition, the dequantized values multiplied in
-float32: the CPU simulation of the scheme that the tests hold to the fp32 reference
+both scales and the bias to the float32 accumulator and round once to bf16. Elsewhere it is its
+definition, the dequantized values multiplied in float32: the CPU simulation of the scheme that the tests hold to the fp32 reference
 (tests/test_fp8.py, tests/test_fp8_quality.py).
 """
 
