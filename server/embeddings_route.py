@@ -40,7 +40,8 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
     check_encoding_format(spec, data.encoding_format)
     check_dimensions(spec, data.dimensions)
     token_inputs: TokenInputs = state.token_inputs
-    inputs = await token_inputs.decode_token_ids(normalise_input(data.input, runtime.config.max_request_inputs))
+    sent = normalise_input(data.input, runtime.config.max_request_inputs)
+    inputs = await token_inputs.decode_token_ids(sent)
     prompt = resolve_prompt(spec.prompts, spec.default_prompt_name, data.prompt_name, data.input_type)
     mode = long_inputs_mode(runtime.config.long_inputs, data.long_inputs)
     trace = trace_of(request)
@@ -53,7 +54,8 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
         return await runtime.encode(vectors, data.encoding_format, data.dimensions, is_large_request, model)
 
     if inputs.texts is not None:
-        check_input_chars(inputs.texts, runtime.config.max_input_chars, is_chunked=mode == "chunk")
+        check_input_chars(inputs.texts, runtime.config.max_input_chars, is_chunked=mode == "chunk",
+                          token_ids=sent.token_ids)
         trace.texts = inputs.texts if runtime.config.log_inputs else None
         parts = [partial(_texts_part, runtime, model, inputs.texts[lo:hi], prompt, mode, finish, is_large_request)
                  for lo, hi in part_bounds(len(inputs.texts), runtime.part_texts(model, len(inputs.texts)))]

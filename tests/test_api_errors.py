@@ -122,3 +122,14 @@ def test_a_utf8_byte_order_mark_before_the_body_is_ignored(client, fake):
 def test_a_body_in_another_unicode_encoding_is_named(client, encoding):
     error = assert_envelope(_post(client, '{"input": "hi"}'.encode(encoding)), 400)
     assert error["message"].startswith(f"The body is {encoding.upper()} text")
+
+
+def test_token_ids_that_decode_past_the_character_cap_are_counted_in_ids(client):
+    """cl100k ids are decoded to text before the cap on characters: the answer counts the ids
+    the client sent, and says that they decode to too much text."""
+    spaces = 58040  # cl100k_base's longest token: 128 spaces
+    error = assert_envelope(_post(client, {"input": [[101, 102], [spaces] * 1600]}), 400, "input_too_long")
+    assert error["param"] == "input"
+    assert error["message"].startswith("'input[1]' holds 1600 token ids, which decode to 204800 characters of text; "
+                                       "at most 200000 characters are allowed per input"), error["message"]
+    assert "send fewer ids per input" in error["message"]
