@@ -78,12 +78,14 @@ def part_bounds(num_items: int, part_size: int = PART_TEXTS) -> list[tuple[int, 
 
 async def run_parts(request: Request, engines: Engines, trace: RequestTrace,
                     parts: Sequence[Callable[[], Awaitable[ReadyPart]]], budget: tuple[int, int],
-                    max_tokens: int, tokens_error: Callable[[int], APIError], timeout: float | None,
+                    max_tokens: int, tokens_error: Callable[[int, bool], APIError], timeout: float | None,
                     parts_ahead: int = 1, model: int = 0) -> Outcome:
     """Make each part ready in turn and compute it; every part's `finish` result, in order.
 
     `budget`: (max tokens, max vectors) of one piece, the engine's batch budget. The request's
-    tokens may not pass `max_tokens`: past it, `tokens_error(count)` ends the request.
+    tokens may not pass `max_tokens`: past it, `tokens_error(count, is_whole)` ends the request, where
+    `count` is what the parts made ready so far hold and `is_whole` whether they are all of them (the
+    rest is never tokenized: a request past the cap is refused as soon as it is known to be).
     `parts_ahead`: parts being made ready at once (more than one where they are tokenized in
     processes, side by side; a part tokenized in place would only delay the first piece).
     `model`: the served model that computes every part (its place in the server's list)."""
@@ -115,7 +117,7 @@ class _Job:
                 ahead.append(asyncio.ensure_future(make_ready()))
             num_tokens += part.num_tokens
             if num_tokens > max_tokens:
-                raise tokens_error(num_tokens)
+                raise tokens_error(num_tokens, not ahead and next(upcoming, None) is None)
             self.tasks.append(asyncio.ensure_future(self._compute(part)))
             if self.trace.submitted is None:
                 self.trace.submitted = time.monotonic()

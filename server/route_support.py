@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from litestar import Request
 from litestar.datastructures import State
 
-from server.errors import engine_unavailable, not_ready
+from server.errors import APIError, engine_unavailable, not_ready
 from server.request_pipeline import Outcome, ReadyPart, run_parts
 from server.runtime import Runtime
 from server.served_models import ServedModel
@@ -50,10 +50,13 @@ async def compute_parts(request: Request, runtime: Runtime, trace: RequestTrace,
     time_left = None
     if config.request_timeout is not None:
         time_left = max(0.0, config.request_timeout - (time.perf_counter() - trace.started))
+    def tokens_error(num_tokens: int, is_whole: bool) -> APIError:
+        return request_tokens_error(num_tokens, config.max_request_tokens, is_whole)
+
     try:
         return await run_parts(request, runtime.engines, trace, parts,
                                (config.engine.max_batch_tokens, config.engine.max_batch_seqs), config.max_request_tokens,
-                               lambda num_tokens: request_tokens_error(num_tokens, config.max_request_tokens), time_left,
+                               tokens_error, time_left,
                                parts_ahead=parts_ahead or runtime.parts_ahead(model), model=model.index)
     finally:
         runtime.heap_trimmer.maybe_trim()

@@ -26,9 +26,13 @@ MODEL_IDS_HINT = (
 )
 
 
-def request_tokens_error(num_tokens: int, max_tokens: int) -> APIError:
+def request_tokens_error(num_tokens: int, max_tokens: int, is_whole: bool = True) -> APIError:
+    """OpenAI's 400 for a request past --max-request-tokens. `is_whole`: `num_tokens` counts the whole
+    request; else only its texts tokenized before the count passed the cap (the rest never are)."""
+    requested = f"{num_tokens}" if is_whole else f"at least {num_tokens}"
+    counted = "" if is_whole else " (counting stopped once past the cap)"
     return APIError(
-        400, f"Requested {num_tokens} tokens, max {max_tokens} tokens per request",
+        400, f"Requested {requested} tokens{counted}, max {max_tokens} tokens per request",
         "max_tokens_per_request", None, "max_tokens_per_request",
     )
 

@@ -303,3 +303,21 @@ def test_corpus_job_chunks_as_the_server_does(tmp_path, fake, chunking, document
     with pytest.raises(ValueError, match="text 2 of the input .* more than the model's limit of 256"):
         run_job(fake, CorpusJob(input=source, output=tmp_path / "err.npy", output_format="npy", chunk_size=3,
                                 long_inputs="error", quiet=True))
+
+
+def test_a_request_refused_part_way_says_its_count_is_a_lower_bound(fake):
+    """A large request is tokenized part by part and refused as soon as it passes the cap: the
+    answer says how many tokens it held at least, not a total it never counted."""
+    texts = [f"word {i} " * 4 for i in range(400)]  # parts of 16, 32, then 64 texts
+    whole = sum(len(s) for s in fake.tokenize(texts))
+    with serve(fake, fake_config(max_request_tokens=500)) as client:
+        r = embed(client, {"input": texts})
+        small = embed(client, {"input": texts[:60]})  # one part: counted whole
+    error = r.json()["error"]
+    assert r.status_code == 400 and error["code"] == "max_tokens_per_request"
+    counted = int(error["message"].split("at least ", 1)[1].split(" ", 1)[0])
+    assert 500 < counted < whole
+    assert error["message"] == (f"Requested at least {counted} tokens (counting stopped once past the cap), "
+                                "max 500 tokens per request")
+    exact = sum(len(s) for s in fake.tokenize(texts[:60]))
+    assert small.json()["error"]["message"] == f"Requested {exact} tokens, max 500 tokens per request"
