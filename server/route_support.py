@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from litestar import Request
 from litestar.datastructures import State
 
-from server.errors import APIError, engine_unavailable, not_ready
+from server.errors import APIError, engine_unavailable, invalid_request, not_ready
 from server.request_pipeline import Outcome, ReadyPart, run_parts
 from server.runtime import Runtime
 from server.served_models import ServedModel
@@ -36,6 +36,10 @@ def trace_of(request: Request) -> RequestTrace:
 
 def pick_model(request: Request, runtime: Runtime, asked: str | None, kind: str | None = None) -> ServedModel:
     """Runtime.pick, noted on the request's trace: /metrics counts the request under that model's id."""
+    if asked == "":  # no name to look up: the 404's advice, --model-alias '', would make it one
+        raise invalid_request("you must provide a model parameter: 'model' is empty. Name one of the models "
+                              "that /v1/models lists, or leave 'model' out for this server's default, "
+                              f"'{runtime.pick(None, kind).name}'.", "model")
     model = runtime.pick(asked, kind)
     trace_of(request).model = model.name
     return model

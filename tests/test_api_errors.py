@@ -133,3 +133,12 @@ def test_token_ids_that_decode_past_the_character_cap_are_counted_in_ids(client)
     assert error["message"].startswith("'input[1]' holds 1600 token ids, which decode to 204800 characters of text; "
                                        "at most 200000 characters are allowed per input"), error["message"]
     assert "send fewer ids per input" in error["message"]
+
+
+def test_an_empty_model_name_is_a_400_that_says_so(client):
+    """OpenAI answers `model: ""` with a 400 'you must provide a model parameter'; a 404 would
+    advise `--model-alias ''`."""
+    error = assert_envelope(_post(client, {"input": "a", "model": ""}), 400)
+    assert error["type"] == "invalid_request_error" and error["param"] == "model"
+    assert error["message"].startswith("you must provide a model parameter: 'model' is empty")
+    assert f"'{FAKE_MODEL}'" in error["message"] and "--model-alias" not in error["message"]
