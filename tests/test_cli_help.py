@@ -44,3 +44,11 @@ def test_advanced_hardening_flags_are_under_the_advanced_heading(capsys):
     assert set(HARDENING_ADVANCED) <= set(advanced)
     assert not set(HARDENING_ADVANCED) & set(sections["options"])
     assert {"--max-body-bytes", "--request-timeout", "--log-format"} <= set(sections["options"])
+
+
+@pytest.mark.parametrize("argv", [["serve", "--help"], ["embed", "--help"]])
+def test_max_seq_len_help_says_the_model_caps_it(argv, capsys):
+    text = " ".join(_help_text(argv, capsys).split())
+    assert "--max-seq-len MAX_SEQ_LEN truncate" in text
+    start = text.index("--max-seq-len MAX_SEQ_LEN truncate")
+    assert "at most the model's limit (default: the model's limit)" in text[start:start + 200]
