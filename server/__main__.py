@@ -27,9 +27,9 @@ from server import embed_cli, hardening_cli
 from server.cli_help import HelpAll, HelpFormatter, advanced, hidden_alias
 from engine.rose.quantization_support import QUANTIZATIONS
 from server.cli_values import (DTYPES, FP8_BF16_LAYERS_HELP, FP8_POOLED_TOKENS, FP8_POOLED_TOKENS_HELP,
-                               FP8_WEIGHT_ROUNDING_HELP, FP8_WEIGHT_ROUNDINGS, api_key, device_list, fp8_plan_of,
-                               matryoshka_sizes, model_choice, port_number, positive_int, quantization_refusal,
-                               whole_number)
+                               FP8_WEIGHT_ROUNDING_HELP, FP8_WEIGHT_ROUNDINGS, api_key, attention_refusal,
+                               device_list, fp8_plan_of, matryoshka_sizes, model_choice, port_number, positive_int,
+                               quantization_refusal, whole_number)
 from server.config import ExtraModel, ServerConfig
 from server.listen import ListenError, address, bind_sockets
 
@@ -172,6 +172,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     devices = parse_devices(args.devices)  # named ones were checked as the flag was parsed
     if refusal := quantization_refusal(args.quantization, devices, args.dtype):
         raise ValueError(f"argument --quantization: {refusal}")
+    if refusal := attention_refusal(args.attention_backend, devices, args.dtype):
+        raise ValueError(f"argument --attention-backend: {refusal}")
     fp8_plan = fp8_plan_of(args.quantization, args.fp8_bf16_layers, args.fp8_weight_rounding, args.fp8_pooled_tokens)
     (first_name, first_model), *extra_models = args.model or [(None, None)]
     if first_name is not None and args.served_model_name is not None:

@@ -121,6 +121,23 @@ def quantization_refusal(quantization: str | None, devices: tuple[str, ...], dty
     return dtype_refusal(quantization, dtype)
 
 
+def attention_refusal(backend: str, devices: tuple[str, ...], dtype: str) -> str | None:
+    """Why --attention-backend cannot run on these devices at this --dtype (one line), or None,
+    as far as the engine can tell before a model loads (engine/rose/layers/attention_backends.py)."""
+    if backend == "auto":
+        return None  # it picks a backend that runs; torch stays unimported
+    import torch
+
+    from engine.rose.engine import resolve_dtype
+    from engine.rose.layers.attention_backends import device_refusal
+
+    for name in devices:
+        device = torch.device(name)
+        if refusal := device_refusal(backend, device, resolve_dtype(dtype, device)[0]):
+            return refusal
+    return None
+
+
 FP8_BF16_LAYERS_HELP = (f"with --quantization fp8: layers at the start of the model kept bf16 (default "
                         f"{POST_NORM_BF16_FIRST_LAYERS} on the BERT family, else {NARROW_BF16_FIRST_LAYERS}, or "
                         f"{WIDE_BF16_FIRST_LAYERS} and the attention of the next on models at least "

@@ -11,8 +11,8 @@ from engine.config import LONG_INPUT_MODES, POOLING_MODES, EngineConfig
 from engine.rose.quantization_support import QUANTIZATIONS
 from server.cli_help import hidden_alias
 from server.cli_values import (DTYPES, FP8_BF16_LAYERS_HELP, FP8_POOLED_TOKENS, FP8_POOLED_TOKENS_HELP,
-                               FP8_WEIGHT_ROUNDING_HELP, FP8_WEIGHT_ROUNDINGS, device, fp8_plan_of, positive_int,
-                               quantization_refusal, whole_number)
+                               FP8_WEIGHT_ROUNDING_HELP, FP8_WEIGHT_ROUNDINGS, attention_refusal, device, fp8_plan_of,
+                               positive_int, quantization_refusal, whole_number)
 
 _DEFAULT_CHUNK_SIZE = 10_000  # corpus.job.DEFAULT_CHUNK_SIZE, kept here so --help imports no torch
 
@@ -102,8 +102,7 @@ def run(args: argparse.Namespace) -> None:
     from engine.text.late_chunking import late_chunking_problem
     from engine.model_files.loader import ModelLoadError, load_spec
 
-    if args.quantization is not None:
-        _refuse_quantization_where_it_cannot_run(args)
+    _refuse_what_the_device_cannot_run(args)
     try:
         fp8_plan = fp8_plan_of(args.quantization, args.fp8_bf16_layers, args.fp8_weight_rounding,
                                args.fp8_pooled_tokens)
@@ -153,13 +152,18 @@ def run(args: argparse.Namespace) -> None:
               f"in {report.seconds:.1f} s ({rate:.0f} texts/s)", file=sys.stderr)
 
 
-def _refuse_quantization_where_it_cannot_run(args: argparse.Namespace) -> None:
-    """--quantization on a device or dtype it cannot run on: one line and status 2, as serve says it."""
+def _refuse_what_the_device_cannot_run(args: argparse.Namespace) -> None:
+    """--quantization or --attention-backend on a device or dtype it cannot run on: one line and
+    status 2, as serve says it."""
+    if args.quantization is None and args.attention_backend == "auto":
+        return  # nothing to check: torch and the GPU driver stay unasked
     from server.topology import visible_gpus
 
     where = args.device if args.device != "auto" else ("cuda" if visible_gpus() else "cpu")
     if refusal := quantization_refusal(args.quantization, (where,), args.dtype):
         _usage_error(f"argument --quantization: {refusal}")
+    if refusal := attention_refusal(args.attention_backend, (where,), args.dtype):
+        _usage_error(f"argument --attention-backend: {refusal}")
 
 
 def _refuse_quantization_of(args: argparse.Namespace, spec) -> None:

@@ -97,3 +97,67 @@ def test_a_max_seq_len_past_the_models_limit_is_capped_with_one_warning(max_seq_
     with caplog.at_level(logging.WARNING), pytest.raises(_ReachedThePort):
         _serve("--max-seq-len", max_seq_len)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == warnings
+
+
+@pytest.mark.parametrize("backend", ["varlen", "packed", "flashinfer"])
+def test_a_cuda_attention_backend_on_the_cpu_is_refused(backend, refused):
+    assert refused("--devices", "cpu", "--attention-backend", backend) == [
+        f"rose-embed serve: error: argument --attention-backend: attention backend {backend!r} needs CUDA; "
+        "on CPU 'native' and 'sdpa' run"]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32", "float16"])
+def test_native_attention_is_refused_where_this_cpu_lacks_its_kernel(dtype, refused):
+    """Whichever this CPU is: refused exactly where the engine's own check says the kernel cannot run."""
+    import torch
+
+    from engine.rose.layers.attention_cpu_native import cpu_refusal
+
+    flags = ("--devices", "cpu", "--attention-backend", "native", "--dtype", dtype)
+    reason = cpu_refusal(getattr(torch, dtype))
+    if reason is None:
+        assert cli.config_from_args(cli.build_parser().parse_args(["serve", *flags])).engine.attention_backend == "native"
+    else:
+        assert refused(*flags) == [f"rose-embed serve: error: argument --attention-backend: the native CPU attention "
+                                   f"cannot run here: {reason}"]
+
+
+@pytest.mark.parametrize("cpu_flags, is_refused", [(set(), True), ({"avx512f", "avx512bw", "avx512vl", "avx512dq",
+                                                                    "avx512_bf16", "fma"}, False)])
+def test_native_bf16_attention_follows_the_cpus_own_flags(cpu_flags, is_refused, monkeypatch):
+    from engine.rose.layers import attention_cpu_native
+    from server.cli_values import attention_refusal
+
+    monkeypatch.setattr(attention_cpu_native, "cpu_flags", lambda: cpu_flags)
+    refusal = attention_refusal("native", ("cpu",), "bfloat16")
+    assert (refusal is not None) == is_refused
+    if is_refused:
+        assert "avx512_bf16" in refusal and "which this CPU lacks" in refusal
+
+
+def test_the_engine_refuses_as_the_cli_does():
+    """The factory and the CLI ask the one predicate: the same words either way."""
+    import torch
+
+    from engine.rose.layers.attention import AttentionShape
+    from engine.rose.layers.attention_backends import device_refusal, make_attention_backend
+
+    cpu = torch.device("cpu")
+    with pytest.raises(ValueError) as exc:
+        make_attention_backend("varlen", AttentionShape(2, 2, 32, False), cpu)
+    assert str(exc.value) == device_refusal("varlen", cpu, torch.float32)
+    assert device_refusal("native", torch.device("cuda"), torch.bfloat16) == (
+        "attention backend native is the CPU's; on CUDA choose auto, varlen, packed or flashinfer")
+    assert device_refusal("sdpa", cpu, torch.float32) is None
+
+
+def test_embed_refuses_a_cuda_attention_backend_on_the_cpu(tmp_path, capsys):
+    (tmp_path / "in.jsonl").write_text('{"text": "a"}\n')
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["embed", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out.npy"), "--devices", "cpu",
+                  "--attention-backend", "varlen"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "rose-embed embed: error: argument --attention-backend: attention backend 'varlen' needs CUDA; "
+        "on CPU 'native' and 'sdpa' run"]
+    assert not (tmp_path / "out.npy").exists()

@@ -14,6 +14,8 @@ from engine.rose.layers.attention import AttentionBackend, AttentionShape, SDPAP
 
 logger = logging.getLogger(__name__)
 
+CPU_BACKENDS = ("auto", "sdpa", "native")
+
 
 def make_attention_backend(
     name: str, shape: AttentionShape, device: torch.device, dtype: torch.dtype = torch.float32
@@ -30,10 +32,30 @@ def make_attention_backend(
     raise ValueError(f"no attention backend {name!r} for device {device}")
 
 
+def device_refusal(name: str, device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why the backend called `name` cannot run on `device` at `dtype`, whatever the model, or None
+    where it may: what can be told before a model loads, so that the CLI refuses it up front. The
+    rest (a head size without a kernel, a compiler that fails) the factory tells as it builds one."""
+    if device.type == "cuda":
+        from engine.rose.layers.attention_cuda import cuda_refusal
+
+        return cuda_refusal(name)
+    if device.type != "cpu":
+        return None
+    if name not in CPU_BACKENDS:
+        return f"attention backend {name!r} needs CUDA; on CPU 'native' and 'sdpa' run"
+    if name == "native":
+        from engine.rose.layers.attention_cpu_native import NATIVE_REFUSAL, cpu_refusal
+
+        if (refusal := cpu_refusal(dtype)) is not None:
+            return NATIVE_REFUSAL.format(refusal)
+    return None
+
+
 def _cpu_attention_backend(name: str, shape: AttentionShape, dtype: torch.dtype) -> AttentionBackend:
     """"auto": the native kernel where it runs (bf16 on AVX512-BF16, float32 on AVX2), else grouped SDPA."""
-    if name not in ("auto", "sdpa", "native"):
-        raise ValueError(f"attention backend {name!r} needs CUDA; on CPU 'native' and 'sdpa' run")
+    if name not in CPU_BACKENDS:
+        raise ValueError(device_refusal(name, torch.device("cpu"), dtype))
     from engine.rose.layers.attention_cpu import GroupedSDPABackend
     from engine.rose.layers.attention_cpu_native import NativeCPUAttentionBackend
 

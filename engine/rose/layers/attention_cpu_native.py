@@ -38,6 +38,9 @@ KERNELS = {
 }
 
 
+NATIVE_REFUSAL = "the native CPU attention cannot run here: {}"
+
+
 class _Arguments(ctypes.Structure):
     _fields_ = [
         ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("out", ctypes.c_void_p),
@@ -56,14 +59,22 @@ class _Arguments(ctypes.Structure):
     ]
 
 
-def unavailable_reason(shape: AttentionShape, dtype: torch.dtype) -> str | None:
-    """Why no kernel can serve this model here, or None when one can (building it if needed)."""
+def cpu_refusal(dtype: torch.dtype) -> str | None:
+    """Why no kernel computes `dtype` on this CPU, whatever the model, or None when one may."""
     kernel = KERNELS.get(dtype)
     if kernel is None:
         return f"it computes bf16 and float32, and the model runs in {str(dtype).removeprefix('torch.')}"
     missing = [flag for flag in kernel.cpu_flags if flag not in cpu_flags()]
     if missing:
         return f"its {str(dtype).removeprefix('torch.')} kernel needs " + ", ".join(missing) + ", which this CPU lacks"
+    return None
+
+
+def unavailable_reason(shape: AttentionShape, dtype: torch.dtype) -> str | None:
+    """Why no kernel can serve this model here, or None when one can (building it if needed)."""
+    if (refusal := cpu_refusal(dtype)) is not None:
+        return refusal
+    kernel = KERNELS[dtype]
     built = load_kernel(kernel.source, kernel.isa_flags)
     if built.library is None:
         return built.reason
@@ -78,7 +89,7 @@ class NativeCPUAttentionBackend:
     def __init__(self, shape: AttentionShape, dtype: torch.dtype = torch.bfloat16):
         reason = unavailable_reason(shape, dtype)
         if reason is not None:
-            raise ValueError(f"the native CPU attention cannot run here: {reason}")
+            raise ValueError(NATIVE_REFUSAL.format(reason))
         self.shape = shape
         self.dtype = dtype
         kernel = KERNELS[dtype]

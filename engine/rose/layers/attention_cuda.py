@@ -222,14 +222,21 @@ def make_cuda_attention_backend(name: str, shape: AttentionShape, device: torch.
         return VarlenAttentionBackend(shape)
     if name == "packed":
         return PackedAttentionBackend(shape)
+    if (refusal := cuda_refusal(name)) is not None:
+        raise ValueError(refusal)
     if name == "flashinfer":
         refuse_for_flashinfer(shape)
-        if not flashinfer_available():
-            raise ValueError("attention backend flashinfer: the flashinfer package is not installed (pip install 'rose-embed[gpu]')")
         return FlashInferAttentionBackend(shape, device, dtype)
-    if name == "native":
-        raise ValueError("attention backend native is the CPU's; on CUDA choose auto, varlen, packed or flashinfer")
     raise ValueError(f"unknown attention backend {name!r}; choose auto, varlen, packed, flashinfer (or native, sdpa on CPU)")
+
+
+def cuda_refusal(name: str) -> str | None:
+    """Why the backend called `name` cannot run on a GPU here, whatever the model, or None where it may."""
+    if name == "native":
+        return "attention backend native is the CPU's; on CUDA choose auto, varlen, packed or flashinfer"
+    if name == "flashinfer" and not flashinfer_available():
+        return "attention backend flashinfer: the flashinfer package is not installed (pip install 'rose-embed[gpu]')"
+    return None
 
 
 def auto_candidates(shape: AttentionShape, device: torch.device, dtype: torch.dtype) -> list:
