@@ -167,6 +167,8 @@ def open_source(path: Path, input_format: str | None, text_field: str, id_field:
                 is_documents: bool = False):
     """A JsonlSource or ParquetSource for `path` (format from its suffix unless given);
     `is_documents`: `text_field` holds each row's document as the list of its chunks."""
+    if path.is_dir():
+        raise CorpusInputError(f"{path}: is a directory; give a file")
     if not path.is_file():
         raise CorpusInputError(f"{path}: no such file")
     fmt = input_format or input_format_of(path)

@@ -21,6 +21,8 @@ def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
     embed = commands.add_parser(
         "embed", help="embed a JSONL or Parquet file of texts into Parquet or NumPy (resumable)",
         formatter_class=formatter_class,
+        # A short usage line, as serve's: argparse prints it above every flag error.
+        usage="%(prog)s INPUT -o OUTPUT [flags]",
         description="Embed every row of INPUT into OUTPUT, in input order. Work is committed chunk by chunk "
                     "in OUTPUT.parts/; run the same command again after an interruption to continue.",
     )
@@ -68,7 +70,8 @@ def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
                        help="truncate texts to this many tokens, at most the model's limit (default: the "
                             "model's limit)")
     model.add_argument("--num-threads", type=positive_int, default=None,
-                       help="torch CPU threads (default: torch's choice)")
+                       help="torch CPU threads (default: torch's own count, at most the cores this process may "
+                            "use: its affinity and CPU quota)")
     model.add_argument("--attention-backend", default="auto", choices=["auto", "varlen", "packed", "flashinfer", "native", "sdpa"],
                        help="ragged attention kernels (auto: on CUDA the fastest per batch shape, on the CPU the native "
                             "kernel where it runs, else sdpa)")
@@ -99,7 +102,6 @@ def run(args: argparse.Namespace) -> None:
     from corpus.source import CorpusInputError
     from engine.config import ModelOverrides
     from engine.rose.pipeline import refuse_reranker
-    from engine.text.late_chunking import late_chunking_problem
     from engine.model_files.loader import ModelLoadError, load_spec
 
     _refuse_what_the_device_cannot_run(args)
@@ -109,8 +111,6 @@ def run(args: argparse.Namespace) -> None:
     except ValueError as exc:
         _usage_error(str(exc))
     try:
-        if args.quantization is not None:  # before the job touches its output
-            _refuse_quantization_of(args, load_spec(args.model, args.max_seq_len, ModelOverrides(), args.revision))
         output_format = args.output_format or output_format_of(args.output)
         job = CorpusJob(
             input=args.input, output=args.output, output_format=output_format, input_format=args.input_format,
@@ -119,11 +119,9 @@ def run(args: argparse.Namespace) -> None:
         )
         preflight(job)
         overrides = ModelOverrides(attention=args.attention, pooling=args.pooling)
-        if args.chunks_field is not None:  # before the weights load
-            problem = late_chunking_problem(load_spec(args.model, args.max_seq_len, overrides, args.revision))
-            if problem is not None:
-                raise ValueError(f"--chunks-field: this model cannot embed chunks in the context of their "
-                                 f"document: {problem}")
+        # The model's files, not its weights: what they say is checked before the weights load,
+        # and before the job touches its output.
+        _check_flags_against(args, load_spec(args.model, args.max_seq_len, overrides, args.revision))
         engine = build_engine(
             model=args.model, revision=args.revision, device=args.device, dtype=args.dtype,
             max_batch_tokens=args.max_batch_tokens,
@@ -166,12 +164,24 @@ def _refuse_what_the_device_cannot_run(args: argparse.Namespace) -> None:
         _usage_error(f"argument --attention-backend: {refusal}")
 
 
-def _refuse_quantization_of(args: argparse.Namespace, spec) -> None:
-    """--quantization on a model it does not serve: one line and status 2."""
+def _check_flags_against(args: argparse.Namespace, spec) -> None:
+    """The flags the model's files judge, as serve judges them: --quantization on a model it does
+    not serve and a --max-batch-tokens that cannot hold one whole text are one line and status 2;
+    a --max-seq-len past the model's limit is one warning; --chunks-field on a model that cannot
+    embed chunks in context, a ValueError."""
     from engine.rose.quantization_support import model_refusal
+    from engine.text.late_chunking import late_chunking_problem
+    from server.flag_checks import batch_tokens_refusal, capped_seq_len_warning
 
-    if refusal := model_refusal(args.quantization, spec.architecture, spec.name, spec.reranker is not None):
+    if args.quantization is not None and (
+            refusal := model_refusal(args.quantization, spec.architecture, spec.name, spec.reranker is not None)):
         _usage_error(f"argument --quantization: {refusal}")
+    if args.max_batch_tokens is not None and (refusal := batch_tokens_refusal(args.max_batch_tokens, [spec])):
+        _usage_error(refusal)
+    if warning := capped_seq_len_warning(args.max_seq_len, [spec]):
+        print(f"rose-embed embed: warning: {warning}", file=sys.stderr)
+    if args.chunks_field is not None and (problem := late_chunking_problem(spec)) is not None:
+        raise ValueError(f"--chunks-field: this model cannot embed chunks in the context of their document: {problem}")
 
 
 def _usage_error(message: str) -> None:

@@ -39,8 +39,8 @@ def batch_tokens_refusal(max_batch_tokens: int, specs: Sequence[ModelSpec]) -> s
     longest = max(spec.max_seq_len for spec in specs)
     if max_batch_tokens >= longest:
         return None
-    return (f"argument --max-batch-tokens: must be at least the models' longest max sequence length ({longest}); "
-            f"got {max_batch_tokens}")
+    whose = "the models' longest" if len(specs) > 1 else "the model's"
+    return f"argument --max-batch-tokens: must be at least {whose} max sequence length ({longest}); got {max_batch_tokens}"
 
 
 def capped_seq_len_warning(max_seq_len: int | None, specs: Sequence[ModelSpec]) -> str | None:

@@ -16,6 +16,7 @@ from server.__main__ import build_parser, main
 from tests.conftest import REPO
 
 SERVE_USAGE = "usage: rose-embed serve [flags]"
+EMBED_USAGE = "usage: rose-embed embed INPUT -o OUTPUT [flags]"
 
 WRONG = [
     (["--devices", "gpu"], "argument --devices: takes cpu, cuda or cuda:N names, comma-separated; got 'gpu'"),
@@ -86,7 +87,9 @@ def test_a_wrong_embed_flag_is_refused_the_same_way(flags, message, capsys, tmp_
     with pytest.raises(SystemExit) as exc:
         build_parser().parse_args(["embed", "in.jsonl", "-o", str(tmp_path / "out.npy"), *flags])
     assert exc.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1].startswith(f"rose-embed embed: error: {message}")
+    usage, error = capsys.readouterr().err.splitlines()  # the short usage line, as serve's
+    assert usage == EMBED_USAGE
+    assert error.startswith(f"rose-embed embed: error: {message}")
 
 
 def _pretend_gpus(monkeypatch, count: int) -> None:

@@ -61,3 +61,10 @@ def test_bad_rows_name_their_line_or_row(tmp_path: Path):
     (tmp_path / "c.parquet").rename(tmp_path / "c.parquet.gz")
     with pytest.raises(CorpusInputError, match="cannot tell the format"):
         open_source(tmp_path / "c.parquet.gz", None, "text", None)
+
+
+def test_a_folder_or_a_missing_input_says_which(tmp_path: Path):
+    with pytest.raises(CorpusInputError, match=r": is a directory; give a file$"):
+        open_source(tmp_path, None, "text", None)
+    with pytest.raises(CorpusInputError, match=r"none\.jsonl: no such file$"):
+        open_source(tmp_path / "none.jsonl", None, "text", None)
