@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from server.__main__ import _banner
 from server.config import ServerConfig
 from server.listen import ListenError, address, bind_sockets
+from tests.conftest import REPO
 
 
 def _free_port(family: int = socket.AF_INET, host: str = "127.0.0.1") -> int:
@@ -76,3 +78,11 @@ def test_an_ipv6_host_binds_and_takes_connections():
             pass
     finally:
         sock.close()
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/serve.md"])
+def test_the_docs_quote_the_banner_as_printed(page, capsys):
+    _banner(ServerConfig(), "sentence-transformers/all-MiniLM-L6-v2")
+    printed = capsys.readouterr().out.strip()
+    quoted = re.findall(r"`(rose-embed: serving [^`]+)`", (REPO / page).read_text(encoding="utf-8"))
+    assert quoted == [printed]
