@@ -214,10 +214,8 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
     before anything starts: no engine process, no shared memory, no banner before it holds.
     """
     from engine.model_files.loader import ModelLoadError
-    from engine.rose.quantization_support import model_refusal
-    from server.aliases import AliasError, resolve_aliases
     from server.config import load_specs
-    from server.flag_checks import batch_tokens_refusal, capped_seq_len_warning, flavour_flag_refusal
+    from server.flag_checks import capped_seq_len_warning, flavour_flag_refusal, model_flag_refusal, served_names
     from server.logs import configure_logging
 
     try:
@@ -226,38 +224,20 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
         if refusal := flavour_flag_refusal(config.engine):
             _usage_error(refusal)
         sys.exit(f"rose-embed: {exc}")
-    if config.engine.quantization is not None:
-        for spec in specs:
-            if refusal := model_refusal(config.engine.quantization, spec.architecture, spec.name,
-                                        spec.reranker is not None):
-                _usage_error(f"argument --quantization: {refusal}")
     longest = max(spec.max_seq_len for spec in specs)
     if config.engine.max_batch_tokens < longest and budget_is_default:
         # A 32k-context model must still fit one whole sequence into a batch.
         config = replace(config, engine=replace(config.engine, max_batch_tokens=longest))
-    if refusal := batch_tokens_refusal(config.engine.max_batch_tokens, specs):
+    if refusal := model_flag_refusal(config, specs):
         _usage_error(refusal)
     configure_logging(config.log_level, config.log_format)
-    names = [config.served_model_name or specs[0].name,
-             *(extra.served_name or spec.name for extra, spec in zip(config.extra_models, specs[1:]))]
-    if len(set(names)) < len(names):
-        _usage_error(f"argument --model: two models would be served as {_first_repeat(names)!r}; "
-                     "name them with --model NAME=PATH")
-    try:
-        resolve_aliases(config.model_aliases, names[0], tuple(names[1:]))
-    except AliasError as exc:
-        _usage_error(str(exc))  # it names --model-alias
     if warning := capped_seq_len_warning(config.engine.max_seq_len, specs):
         logging.getLogger("rose_embed.server").warning("%s", warning)
     from server.supervisor import run_supervisor
 
     sockets = _listen(config)
-    _banner(config, ", ".join(names))
+    _banner(config, ", ".join(served_names(config, specs)))
     run_supervisor(config, specs, sockets)
-
-
-def _first_repeat(names: list[str]) -> str:
-    return next(name for i, name in enumerate(names) if name in names[:i])
 
 
 def _listen(config: ServerConfig) -> list[socket.socket]:

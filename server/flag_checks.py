@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from engine.config import EngineConfig, ModelOverrides
 from engine.model_files.loader import ModelLoadError, ModelSpec, load_spec
+from server.config import ServerConfig
 
 # The model-flavour flags whose values only the files can judge: the sizes a model's output
 # allows, and the prompts it ships.
@@ -30,6 +31,36 @@ def flavour_flag_refusal(engine: EngineConfig) -> str | None:
         value = getattr(overrides, field)
         if value is not None and (problem := _load_problem(engine, replace(plain, **{field: value}))):
             return f"argument {flag}: {problem}"
+    return None
+
+
+def served_names(config: ServerConfig, specs: Sequence[ModelSpec]) -> list[str]:
+    """The name each model is served as, the first (default) model's first."""
+    return [config.served_model_name or specs[0].name,
+            *(extra.served_name or spec.name for extra, spec in zip(config.extra_models, specs[1:]))]
+
+
+def model_flag_refusal(config: ServerConfig, specs: Sequence[ModelSpec]) -> str | None:
+    """The first flag the served models' files refuse, as argparse words it: a --quantization a
+    model cannot take, a --max-batch-tokens too small for one whole text, two models served as one
+    name, a --model-alias that cannot be (server/aliases.py); None where every one fits."""
+    from engine.rose.quantization_support import model_refusal
+    from server.aliases import AliasError, resolve_aliases
+
+    if config.engine.quantization is not None:
+        for spec in specs:
+            if refusal := model_refusal(config.engine.quantization, spec.architecture, spec.name,
+                                        spec.reranker is not None):
+                return f"argument --quantization: {refusal}"
+    if refusal := batch_tokens_refusal(config.engine.max_batch_tokens, specs):
+        return refusal
+    names = served_names(config, specs)
+    if repeated := next((name for i, name in enumerate(names) if name in names[:i]), None):
+        return f"argument --model: two models would be served as {repeated!r}; name them with --model NAME=PATH"
+    try:
+        resolve_aliases(config.model_aliases, names[0], tuple(names[1:]))
+    except AliasError as exc:
+        return str(exc)  # it names --model-alias
     return None
 
 
