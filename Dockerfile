@@ -33,7 +33,10 @@ RUN pip install --no-cache-dir "torch==${TORCH_VERSION}" . \
     && useradd --create-home --uid 10001 --gid 10001 rose
 
 USER 10001:10001
+# The port, read by the server (where no --port is given) and by the health check alike: set it
+# with `docker run -e ROSE_EMBED_PORT=...`, so that the two agree.
+ENV ROSE_EMBED_PORT=8000
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s --start-period=120s --retries=3 \
-    CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2).status != 200)"]
-ENTRYPOINT ["rose-embed", "serve", "--host", "0.0.0.0", "--port", "8000"]
+    CMD ["python", "-c", "import os, sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:' + os.environ['ROSE_EMBED_PORT'] + '/health', timeout=2).status != 200)"]
+ENTRYPOINT ["rose-embed", "serve", "--host", "0.0.0.0"]

@@ -28,13 +28,14 @@ from server.cli_help import HelpAll, HelpFormatter, advanced, hidden_alias
 from engine.rose.quantization_support import QUANTIZATIONS
 from server.cli_values import (DTYPES, FP8_BF16_LAYERS_HELP, FP8_POOLED_TOKENS, FP8_POOLED_TOKENS_HELP,
                                FP8_WEIGHT_ROUNDING_HELP, FP8_WEIGHT_ROUNDINGS, api_key, attention_refusal,
-                               device_list, fp8_plan_of, matryoshka_sizes, model_choice, port_number, positive_int,
-                               quantization_refusal, whole_number)
+                               device_list, fp8_plan_of, from_environment, matryoshka_sizes, model_choice,
+                               port_number, positive_int, quantization_refusal, whole_number)
 from server.config import ExtraModel, ServerConfig
-from server.listen import ListenError, address, bind_sockets
+from server.listen import PORT_ENV, ListenError, address, bind_sockets, port_env_warning
 
 
 DEFAULT_MAX_BATCH_TOKENS = 16384
+DEFAULT_PORT = 8000
 
 
 def version() -> str:
@@ -53,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 usage="%(prog)s [flags]")
     serve.add_argument("--help-all", action=HelpAll, help="show every flag, the advanced ones too, and exit")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for all)")
-    serve.add_argument("--port", type=port_number, default=8000, help="TCP port to listen on (1-65535)")
+    serve.add_argument("--port", type=port_number, default=from_environment(PORT_ENV, DEFAULT_PORT),
+                       help=f"TCP port to listen on, 1-65535 (default: ${PORT_ENV} where set, else {DEFAULT_PORT})")
     serve.add_argument("--model", type=model_choice, action="append", default=None, metavar="[NAME=]MODEL",
                        help="local model directory or Hugging Face hub id, served as NAME if given; repeat it to serve "
                             "several models, the first the default (default: the embedded all-MiniLM-L6-v2)")
@@ -231,8 +233,9 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
     if refusal := model_flag_refusal(config, specs):
         _usage_error(refusal)
     configure_logging(config.log_level, config.log_format)
-    if warning := capped_seq_len_warning(config.engine.max_seq_len, specs):
-        logging.getLogger("rose_embed.server").warning("%s", warning)
+    for warning in (capped_seq_len_warning(config.engine.max_seq_len, specs), port_env_warning(config.port)):
+        if warning:
+            logging.getLogger("rose_embed.server").warning("%s", warning)
     from server.supervisor import run_supervisor
 
     sockets = _listen(config)

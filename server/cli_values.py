@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import sys
 from dataclasses import replace
@@ -66,10 +67,32 @@ def matryoshka_sizes(value: str) -> str:
     return value
 
 
+class EnvironmentValue(str):
+    """A flag's default read from the environment variable `variable`: argparse converts a string
+    default as it converts a typed value, and the type's error then names the variable."""
+
+    variable: str
+
+
+def from_environment(variable: str, default):
+    """`variable`'s value where it is set and not blank, else `default`."""
+    value = os.environ.get(variable, "").strip()
+    if not value:
+        return default
+    text = EnvironmentValue(value)
+    text.variable = variable
+    return text
+
+
 def port_number(value: str) -> int:
-    number = _parse(value, int, "a whole number")
-    if not 1 <= number <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a TCP port, 1 to 65535; got {value}")
+    try:
+        number = _parse(value, int, "a whole number")
+        if not 1 <= number <= 65535:
+            raise argparse.ArgumentTypeError(f"must be a TCP port, 1 to 65535; got {value}")
+    except argparse.ArgumentTypeError as exc:
+        if isinstance(value, EnvironmentValue):
+            raise argparse.ArgumentTypeError(f"{exc} (from ${value.variable})") from None
+        raise
     return number
 
 

@@ -8,7 +8,13 @@ binding late itself, after the engines have started.
 
 from __future__ import annotations
 
+import os
 import socket
+
+
+# Where no --port is given, the port: one setting read both by the server and by whatever looks
+# for it there (the image's HEALTHCHECK, Dockerfile).
+PORT_ENV = "ROSE_EMBED_PORT"
 
 
 class ListenError(OSError):
@@ -51,6 +57,15 @@ def address(host: str, port: int) -> str:
     """host:port as a URL writes it: an IPv6 address in brackets ([::1]:8000)."""
     host = host.strip("[]")
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def port_env_warning(port: int) -> str | None:
+    """One line where --port moves the server off the port $ROSE_EMBED_PORT names, where others look for it."""
+    named = os.environ.get(PORT_ENV, "").strip()
+    if not named or named == str(port):
+        return None
+    return (f"--port {port} is not ${PORT_ENV} ({named}), where whatever reads it looks for this server "
+            f"(the image's health check): set ${PORT_ENV}={port} instead")
 
 
 def _listen(sock: socket.socket) -> None:

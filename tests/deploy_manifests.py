@@ -11,6 +11,7 @@ import ast
 import copy
 import json
 import re
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -60,12 +61,27 @@ class Manifests:
         return containers[0]
 
 
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """The Dockerfile's instructions as (NAME, argument), a continued line joined to the next."""
+    text = re.sub(r"\\\n\s*", " ", (REPO / "Dockerfile").read_text())
+    return [(line.split(None, 1)[0], line.split(None, 1)[1].strip()) for line in text.splitlines()
+            if line.strip() and not line.lstrip().startswith("#") and len(line.split(None, 1)) == 2]
+
+
 def dockerfile_instruction(name: str) -> str:
     """The argument of the Dockerfile's last `name` instruction (the one that takes effect)."""
-    values = [line.split(None, 1)[1] for line in (REPO / "Dockerfile").read_text().splitlines()
-              if line.split(None, 1)[:1] == [name]]
+    values = [argument for instruction, argument in dockerfile_instructions() if instruction == name]
     assert values, f"the Dockerfile has no {name}"
-    return values[-1].strip()
+    return values[-1]
+
+
+def dockerfile_env() -> dict[str, str]:
+    """The environment the image's ENV instructions set (KEY=VALUE pairs)."""
+    env: dict[str, str] = {}
+    for instruction, argument in dockerfile_instructions():
+        if instruction == "ENV":
+            env.update(pair.split("=", 1) for pair in shlex.split(argument))
+    return env
 
 
 def server_args(m: Manifests) -> argparse.Namespace:
@@ -75,12 +91,15 @@ def server_args(m: Manifests) -> argparse.Namespace:
     command = m.container.get("command") or json.loads(dockerfile_instruction("ENTRYPOINT"))
     argv = [*command, *m.container.get("args", [])]
     assert argv[:2] == ["rose-embed", "serve"], f"the container does not run `rose-embed serve`: {argv}"
+    # The server reads the image's environment and the container's (ROSE_EMBED_PORT, say) as well.
+    environment = {**dockerfile_env(), **{e["name"]: e.get("value", "") for e in m.container.get("env", [])}}
     # The manifests run on a GPU node, where `--devices cuda` names a GPU torch sees; the parser
     # checks that, so it is shown one here as well (the check itself: tests/test_cli_flags.py).
     try:
         with mock.patch("server.topology._gpu_driver_present", return_value=True), \
                 mock.patch("torch.cuda.is_available", return_value=True), \
-                mock.patch("torch.cuda.device_count", return_value=1):
+                mock.patch("torch.cuda.device_count", return_value=1), \
+                mock.patch.dict("os.environ", environment):
             return build_parser().parse_args(argv[1:])
     except SystemExit:
         raise AssertionError(f"`rose-embed serve` rejects the container's flags: {argv}") from None

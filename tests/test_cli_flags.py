@@ -159,7 +159,7 @@ def test_help_says_something_of_every_flag_and_no_backwards_default(capsys):
     text = " ".join(capsys.readouterr().out.split())
     fused = text[text.index("--no-fused-kernels"):text.index("--lazy-capture")]
     assert "default" not in fused  # "(default: True)" on a flag that switches them off read backwards
-    assert "--port PORT TCP port to listen on (1-65535) (default: 8000)" in text
+    assert "--port PORT TCP port to listen on, 1-65535 (default: $ROSE_EMBED_PORT where set, else 8000)" in text
 
 
 def test_help_shows_at_most_28_flags_and_help_all_shows_the_rest(capsys):

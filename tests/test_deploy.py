@@ -71,6 +71,7 @@ BREAKAGES = [
     ("liveness on another path", _set("c.livenessProbe.httpGet.path", "/healthz"), check_probes),
     ("readiness on another port", _set("c.readinessProbe.httpGet.port", 8080), check_probes),
     ("server moved to another port", _flag("--port=9000"), check_probes),
+    ("server moved by the environment", _set("c.env", [{"name": "ROSE_EMBED_PORT", "value": "9000"}]), check_probes),
     ("startup probe dropped", lambda m: m.container.pop("startupProbe"), check_probes),
     ("liveness hastier than readiness", _set("c.livenessProbe.periodSeconds", 2), check_probes),
     ("Service selector misses the pods", _set("Service.spec.selector", {"app": "rose"}), check_service),

@@ -7,9 +7,9 @@ import socket
 
 import pytest
 
-from server.__main__ import _banner
+from server.__main__ import _banner, build_parser
 from server.config import ServerConfig
-from server.listen import ListenError, address, bind_sockets
+from server.listen import ListenError, address, bind_sockets, port_env_warning
 from tests.conftest import REPO
 
 
@@ -86,3 +86,35 @@ def test_the_docs_quote_the_banner_as_printed(page, capsys):
     printed = capsys.readouterr().out.strip()
     quoted = re.findall(r"`(rose-embed: serving [^`]+)`", (REPO / page).read_text(encoding="utf-8"))
     assert quoted == [printed]
+
+
+def test_the_port_defaults_to_rose_embed_port(monkeypatch):
+    monkeypatch.delenv("ROSE_EMBED_PORT", raising=False)
+    assert build_parser().parse_args(["serve"]).port == 8000
+    monkeypatch.setenv("ROSE_EMBED_PORT", "9001")
+    assert build_parser().parse_args(["serve"]).port == 9001
+    assert build_parser().parse_args(["serve", "--port", "9002"]).port == 9002  # the flag wins
+    monkeypatch.setenv("ROSE_EMBED_PORT", " ")
+    assert build_parser().parse_args(["serve"]).port == 8000  # blank: not set
+
+
+@pytest.mark.parametrize("value, message", [
+    ("99999", "argument --port: must be a TCP port, 1 to 65535; got 99999 (from $ROSE_EMBED_PORT)"),
+    ("http", "argument --port: must be a whole number; got 'http' (from $ROSE_EMBED_PORT)"),
+])
+def test_a_wrong_rose_embed_port_is_refused_naming_it(value, message, monkeypatch, capsys):
+    monkeypatch.setenv("ROSE_EMBED_PORT", value)
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["serve"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"rose-embed serve: error: {message}"
+
+
+def test_a_port_off_rose_embed_port_is_warned_of(monkeypatch):
+    monkeypatch.delenv("ROSE_EMBED_PORT", raising=False)
+    assert port_env_warning(9000) is None
+    monkeypatch.setenv("ROSE_EMBED_PORT", "9000")
+    assert port_env_warning(9000) is None
+    assert port_env_warning(9001) == (
+        "--port 9001 is not $ROSE_EMBED_PORT (9000), where whatever reads it looks for this server (the image's "
+        "health check): set $ROSE_EMBED_PORT=9001 instead")
