@@ -71,7 +71,8 @@ def batch_tokens_refusal(max_batch_tokens: int, specs: Sequence[ModelSpec]) -> s
     if max_batch_tokens >= longest:
         return None
     whose = "the models' longest" if len(specs) > 1 else "the model's"
-    return f"argument --max-batch-tokens: must be at least {whose} max sequence length ({longest}); got {max_batch_tokens}"
+    return (f"argument --max-batch-tokens: must be at least {whose} max sequence length ({longest}); "
+            f"got {max_batch_tokens}")
 
 
 def capped_seq_len_warning(max_seq_len: int | None, specs: Sequence[ModelSpec]) -> str | None:

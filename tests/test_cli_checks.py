@@ -116,7 +116,8 @@ def test_native_attention_is_refused_where_this_cpu_lacks_its_kernel(dtype, refu
     flags = ("--devices", "cpu", "--attention-backend", "native", "--dtype", dtype)
     reason = cpu_refusal(getattr(torch, dtype))
     if reason is None:
-        assert cli.config_from_args(cli.build_parser().parse_args(["serve", *flags])).engine.attention_backend == "native"
+        config = cli.config_from_args(cli.build_parser().parse_args(["serve", *flags]))
+        assert config.engine.attention_backend == "native"
     else:
         assert refused(*flags) == [f"rose-embed serve: error: argument --attention-backend: the native CPU attention "
                                    f"cannot run here: {reason}"]
