@@ -216,12 +216,15 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
     before anything starts: no engine process, no shared memory, no banner before it holds.
     """
     from engine.model_files.loader import ModelLoadError
+    from engine.text.tokenizer import tokenizer_for
     from server.config import load_specs
     from server.flag_checks import capped_seq_len_warning, flavour_flag_refusal, model_flag_refusal, served_names
     from server.logs import configure_logging
 
     try:
         specs = load_specs(config)  # fail fast
+        for spec in specs:  # the front ends read each tokenizer again: here, a broken one is one line
+            tokenizer_for(spec)
     except (ModelLoadError, ValueError) as exc:
         if refusal := flavour_flag_refusal(config.engine):
             _usage_error(refusal)

@@ -83,3 +83,18 @@ def test_serve_names_the_broken_file_in_one_line_and_exits_1(minilm):
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert run.returncode == 1, run.stderr
     assert run.stderr.splitlines() == [f"rose-embed: {minilm / 'config.json'} {WHERE}"]
+
+
+def test_serve_names_a_broken_tokenizer_in_one_line_before_it_starts(minilm):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, free_port
+
+    (minilm / "tokenizer.json").write_text(BROKEN)
+    run = subprocess.run([sys.executable, "-m", "server", "serve", "--model", str(minilm), "--port", str(free_port())],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stderr
+    (line,) = run.stderr.splitlines()
+    assert line.startswith(f"rose-embed: {minilm / 'tokenizer.json'} is not a tokenizer the tokenizers library can read")
+    assert "serving" not in run.stdout

@@ -14,6 +14,7 @@ from tokenizers import Tokenizer, normalizers
 from tokenizers.processors import TemplateProcessing
 
 from engine.model_files.json_files import read_json_object
+from engine.model_files.load_error import ModelLoadError
 from engine.text.ascii_wordpiece import AsciiWordPiece
 from engine.rose.batch import PackedBatch, pack_flat, split_flat
 
@@ -80,6 +81,15 @@ def lowercase_first(tokenizer: Tokenizer) -> None:
     tokenizer.normalizer = normalizers.Sequence([normalizers.Lowercase(), *steps])
 
 
+def read_tokenizer(path: Path) -> Tokenizer:
+    """The tokenizers library's tokenizer from `path`; ModelLoadError, naming the file, where it
+    cannot read it (the library raises a bare Exception that names neither)."""
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:
+        raise ModelLoadError(f"{path} is not a tokenizer the tokenizers library can read: {exc}") from exc
+
+
 class TextTokenizer:
     """A fast (Rust) tokenizer configured for embedding: truncation on, padding off.
 
@@ -93,7 +103,7 @@ class TextTokenizer:
         self.recipe = (Path(model_dir), max_seq_len, append_end_token, strip_texts, lowercase)
         self.max_seq_len = max_seq_len
         self.strip_texts = strip_texts
-        self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self._tokenizer = read_tokenizer(Path(model_dir) / "tokenizer.json")
         if lowercase:
             lowercase_first(self._tokenizer)
         if append_end_token:
