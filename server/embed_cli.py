@@ -167,8 +167,9 @@ def _refuse_what_the_device_cannot_run(args: argparse.Namespace) -> None:
 def _check_flags_against(args: argparse.Namespace, spec) -> None:
     """The flags the model's files judge, as serve judges them: --quantization on a model it does
     not serve and a --max-batch-tokens that cannot hold one whole text are one line and status 2;
-    a --max-seq-len past the model's limit is one warning; --chunks-field on a model that cannot
-    embed chunks in context, a ValueError."""
+    a --max-seq-len past the model's limit is one warning; a --prompt-name the model lacks is one
+    line and status 2; --chunks-field on a model that cannot embed chunks in context, a ValueError."""
+    from corpus.engine_setup import prompt_for
     from engine.rose.quantization_support import model_refusal
     from engine.text.late_chunking import late_chunking_problem
     from server.flag_checks import batch_tokens_refusal, capped_seq_len_warning
@@ -180,6 +181,10 @@ def _check_flags_against(args: argparse.Namespace, spec) -> None:
         _usage_error(refusal)
     if warning := capped_seq_len_warning(args.max_seq_len, [spec]):
         print(f"rose-embed embed: warning: {warning}", file=sys.stderr)
+    try:
+        prompt_for(spec, args.prompt_name)
+    except ValueError as exc:
+        _usage_error(f"argument --prompt-name: {exc}")
     if args.chunks_field is not None and (problem := late_chunking_problem(spec)) is not None:
         raise ValueError(f"--chunks-field: this model cannot embed chunks in the context of their document: {problem}")
 

@@ -51,6 +51,16 @@ def test_a_batch_budget_below_the_models_length_is_refused_as_serve_refuses_it(j
     assert job("--max-batch-tokens", "100", "--max-seq-len", "100")["max_batch_tokens"] == 100
 
 
+def test_a_prompt_the_model_lacks_is_refused_naming_the_flag(job, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        job("--prompt-name", "query")
+    assert exc.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("rose-embed embed: error: argument --prompt-name: prompt 'query' is not one of this "
+                           "model's prompts")
+    assert not (tmp_path / "out.npy").exists()
+
+
 def test_a_max_seq_len_past_the_models_limit_is_one_warning(job, capsys):
     assert job("--max-seq-len", "1000")["max_seq_len"] == 1000
     assert capsys.readouterr().err.splitlines() == [
