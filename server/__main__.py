@@ -223,8 +223,6 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
 
     try:
         specs = load_specs(config)  # fail fast
-        for spec in specs:  # the front ends read each tokenizer again: here, a broken one is one line
-            tokenizer_for(spec)
     except (ModelLoadError, ValueError) as exc:
         if refusal := flavour_flag_refusal(config.engine):
             _usage_error(refusal)
@@ -235,6 +233,11 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
         config = replace(config, engine=replace(config.engine, max_batch_tokens=longest))
     if refusal := model_flag_refusal(config, specs):
         _usage_error(refusal)
+    try:
+        for spec in specs:  # the front ends read each tokenizer again: here, a broken one is one line
+            tokenizer_for(spec)
+    except (ModelLoadError, ValueError) as exc:
+        sys.exit(f"rose-embed: {exc}")
     configure_logging(config.log_level, config.log_format)
     for warning in (capped_seq_len_warning(config.engine.max_seq_len, specs), port_env_warning(config.port)):
         if warning:
