@@ -192,9 +192,9 @@ def _reranker_spec(model_dir: Path, name: str, architecture: str, hf_config: dic
     """A reranker's description (engine/model_files/reranker.py says which checkpoints are rerankers)."""
 
     def vocab() -> dict[str, int]:
-        from tokenizers import Tokenizer
+        from engine.model_files.tokenizer_file import read_tokenizer
 
-        return Tokenizer.from_file(str(model_dir / "tokenizer.json")).get_vocab(with_added_tokens=True)
+        return read_tokenizer(model_dir / "tokenizer.json").get_vocab(with_added_tokens=True)
 
     reranker = read_reranker(model_dir, hf_config, st_cfg, vocab)
     st_transformer = read_json_object(model_dir / "sentence_bert_config.json") or {}

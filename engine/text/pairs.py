@@ -26,6 +26,7 @@ import numpy as np
 from tokenizers import Encoding, Tokenizer
 
 from engine.model_files.reranker import QWEN3_BODY, QWEN3_INSTRUCTION, QWEN3_PREFIX, QWEN3_SUFFIX
+from engine.model_files.tokenizer_file import read_tokenizer
 from engine.text.fast_pairs import FastPairs
 
 if TYPE_CHECKING:  # the loader imports what a tokenizer-only process does without
@@ -41,7 +42,7 @@ class EncodedPairs:
 
 
 def _tokenizer(spec: ModelSpec, max_length: int | None) -> Tokenizer:
-    tokenizer = Tokenizer.from_file(str(spec.path / "tokenizer.json"))
+    tokenizer = read_tokenizer(spec.path / "tokenizer.json")
     tokenizer.no_padding()
     if max_length is None:
         tokenizer.no_truncation()

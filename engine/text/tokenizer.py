@@ -14,7 +14,7 @@ from tokenizers import Tokenizer, normalizers
 from tokenizers.processors import TemplateProcessing
 
 from engine.model_files.json_files import read_json_object
-from engine.model_files.load_error import ModelLoadError
+from engine.model_files.tokenizer_file import read_tokenizer
 from engine.text.ascii_wordpiece import AsciiWordPiece
 from engine.rose.batch import PackedBatch, pack_flat, split_flat
 
@@ -79,15 +79,6 @@ def lowercase_first(tokenizer: Tokenizer) -> None:
     if any(isinstance(step, normalizers.Lowercase) for step in steps):
         return
     tokenizer.normalizer = normalizers.Sequence([normalizers.Lowercase(), *steps])
-
-
-def read_tokenizer(path: Path) -> Tokenizer:
-    """The tokenizers library's tokenizer from `path`; ModelLoadError, naming the file, where it
-    cannot read it (the library raises a bare Exception that names neither)."""
-    try:
-        return Tokenizer.from_file(str(path))
-    except Exception as exc:
-        raise ModelLoadError(f"{path} is not a tokenizer the tokenizers library can read: {exc}") from exc
 
 
 class TextTokenizer:
