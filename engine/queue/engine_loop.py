@@ -97,8 +97,8 @@ class EngineLoop:
         # The readback thread's word that a batch landed wakes this thread's wait on the pipes.
         self._wake_reader, self._wake_writer = Pipe(duplex=False)
         self._num_in_flight = 0
-        is_cpu = getattr(getattr(engine, "device", None), "type", "cpu") == "cpu"
-        self._max_in_flight = CPU_BATCHES_IN_FLIGHT if is_cpu else DEVICE_BATCHES_IN_FLIGHT
+        self._is_cpu = getattr(getattr(engine, "device", None), "type", "cpu") == "cpu"
+        self._max_in_flight = CPU_BATCHES_IN_FLIGHT if self._is_cpu else DEVICE_BATCHES_IN_FLIGHT
         self._reader = threading.Thread(target=self._read_back, name="rose-readback", daemon=True)
         for attach in front_ends:
             self._attach(attach)
@@ -265,7 +265,7 @@ class EngineLoop:
 
     def _read_back(self) -> None:
         """The second thread: each batch's vectors into its pieces' rows, in launch order."""
-        trimmer = HeapTrimmer() if getattr(self.engine.device, "type", "cpu") == "cpu" else None
+        trimmer = HeapTrimmer() if self._is_cpu else None
         recent: collections.deque[tuple[float, int]] = collections.deque()
         busy = BusyRate()
         memory_read = float("-inf")
