@@ -74,6 +74,9 @@ NUM_PASSAGES, NUM_QUERIES, QUERY_TOKENS = 2000, 200, 16
 LINEAR_KINDS = ("qkv_proj", "o_proj", "gate_up_proj", "up_proj", "down_proj")  # the models' linear layers
 _FIRST_LAST = re.compile(r"first(\d+)(?:-last(\d+))?")
 _ATTENTION_FIRST = re.compile(r"attention-first(\d+)")
+# plan_named's suffixes that set one field of the plan
+_PLAN_SUFFIXES = {"pooled": {"bf16_pooled_tokens": True}, "nearest": {"weight_rounding": "nearest"},
+                  "scaled-mm": {"workspace_free_gemms": False}, "rows-up": {"one_scale_up_projections": False}}
 
 
 def plan_named(name: str) -> Fp8Plan | None:
@@ -91,26 +94,21 @@ def plan_named(name: str) -> Fp8Plan | None:
     plan = PLANS.get(base)
     if plan is None and (match := _FIRST_LAST.fullmatch(base)) is not None:
         plan = replace(_EDGES, bf16_first_layers=int(match[1]), bf16_last_layers=int(match[2] or 1))
+    if plan is None:
+        return None
     for extra in extras:
         edge_kind = extra.removeprefix("edge-")
         attention_first = _ATTENTION_FIRST.fullmatch(extra)
-        if plan is None or (extra not in ("pooled", "nearest", "scaled-mm", "rows-up", *LINEAR_KINDS) and attention_first is None
-                            and not (extra.startswith("edge-") and edge_kind in LINEAR_KINDS)):
-            return None
-        if attention_first is not None:
+        if extra in _PLAN_SUFFIXES:
+            plan = replace(plan, **_PLAN_SUFFIXES[extra])
+        elif attention_first is not None:
             plan = replace(plan, bf16_attention_first_layers=int(attention_first[1]))
-        elif extra.startswith("edge-"):
+        elif extra.startswith("edge-") and edge_kind in LINEAR_KINDS:
             plan = replace(plan, edge_bf16_linears=(*(plan.edge_bf16_linears or ()), edge_kind))
-        elif extra == "rows-up":
-            plan = replace(plan, one_scale_up_projections=False)
-        elif extra == "pooled":
-            plan = replace(plan, bf16_pooled_tokens=True)
-        elif extra == "nearest":
-            plan = replace(plan, weight_rounding="nearest")
-        elif extra == "scaled-mm":
-            plan = replace(plan, workspace_free_gemms=False)
-        else:
+        elif extra in LINEAR_KINDS:
             plan = replace(plan, bf16_linears=(*plan.bf16_linears, extra))
+        else:
+            return None
     return plan
 
 
