@@ -48,6 +48,8 @@
 #                                    # (bench/fp8_row_kernels.py, bench/results/fp8-row-kernels.md; about a minute)
 #   bench/gpu_session.sh fp8-paragraphs  # the paragraphs mode's load with --quantization fp8, BERT-base and the
 #                                    # Qwen3-0.6B shape, against the FP8 engine alone (bench/results/e2e-gpu-*-fp8.md)
+#   bench/gpu_session.sh fp8-bulk    # the bulk pattern with --quantization fp8: 1,000-text requests from 1 and 4
+#                                    # clients, BERT-base and the Qwen3-0.6B shape (bench/results/bulk-gpu-*-fp8.md)
 #
 # A device call runs at most 10 minutes: one mode per call.
 #
@@ -266,8 +268,14 @@ fp8-paragraphs)
         --quantization fp8
     load_gen e2e-gpu-qwen3-fp8 /tmp/qwen3-random --num-texts 12061 --repeat 8 --latency-queries 200 --quantization fp8
     ;;
+fp8-bulk)
+    # The bulk pattern with --quantization fp8: 1,000-text requests from 1 and from 4 clients, two rounds.
+    models bert-base qwen3
+    bulk bulk-gpu-bert-base-fp8 /tmp/bert-base-random 1000 1,4 2 --quantization fp8
+    bulk bulk-gpu-qwen3-fp8 /tmp/qwen3-random 1000 1,4 2 --quantization fp8
+    ;;
 *)
-    echo "usage: $0 tests|engine|paragraphs|bulk|bulk1000|kernels|sweep|flashinfer|ratios|queries|sustained|rerank|profile|fp8-tests|fp8|fp8-4b|fp8-plans|fp8-algos|cublas-workspace|fp8-probe|fp8-gemm|fp8-bert|fp8-lt|fp8-rows|fp8-paragraphs" >&2
+    echo "usage: $0 tests|engine|paragraphs|bulk|bulk1000|kernels|sweep|flashinfer|ratios|queries|sustained|rerank|profile|fp8-tests|fp8|fp8-4b|fp8-plans|fp8-algos|cublas-workspace|fp8-probe|fp8-gemm|fp8-bert|fp8-lt|fp8-rows|fp8-paragraphs|fp8-bulk" >&2
     exit 2
     ;;
 esac
