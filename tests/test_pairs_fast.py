@@ -99,6 +99,17 @@ def test_longest_first_on_cases_worked_by_hand():
     assert query_keep.tolist() == [4, 3, 3] and doc_keep.tolist() == [3, 4, 4]
 
 
+def test_a_cap_past_int64_cuts_nothing(bert_spec):
+    """Cohere's max_tokens_per_doc may be any JSON integer: one too large for int64 (numpy's and the
+    Rust tokenizer's limit) is a cap no document reaches, as no cap, on the fast and the Rust path."""
+    pairs = _pairs_at(bert_spec, 32)
+    documents = ["a short one", " ".join("b" * 40), "café au lait"]
+    for query in ("a query", " ".join("a" * 40)):  # the second is past the limit: the Rust path
+        uncut = _as_lists(pairs.encode(query, documents))
+        for cap in (2**63, 2**64, 10**30):
+            assert _as_lists(pairs.encode(query, documents, cap)) == uncut
+
+
 _ODD_PIECES = ["café", "naïve", "日本語", "\U0001f600", "\x00", "\x0b", "\x1f", "\x7f", "\u00a0", "[SEP]",
                "[MASK]", "[cls]", "\t", "\r\n", "  "]
 

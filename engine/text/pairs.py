@@ -32,6 +32,10 @@ from engine.text.fast_pairs import FastPairs
 if TYPE_CHECKING:  # the loader imports what a tokenizer-only process does without
     from engine.model_files.loader import ModelSpec
 
+# No document holds this many tokens, so a larger cap cuts nothing; numpy's int64 arithmetic (the
+# fast path) and the Rust tokenizer's truncation overflow on one past it.
+_LARGEST_DOC_CAP = int(np.iinfo(np.int64).max)
+
 
 @dataclass
 class EncodedPairs:
@@ -80,6 +84,8 @@ class PairTokenizer:
 
     def encode(self, query: str, documents: list[str], max_doc_tokens: int | None = None) -> EncodedPairs:
         """The sequences of (query, document) for each document, in order."""
+        if max_doc_tokens is not None:
+            max_doc_tokens = min(max_doc_tokens, _LARGEST_DOC_CAP)
         if self.is_template:
             return self._encode_template(query, documents, max_doc_tokens)
         fast = self._fast.encode(query, documents, max_doc_tokens) if self._fast is not None else None
