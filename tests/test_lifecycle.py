@@ -89,8 +89,11 @@ def test_overload_gets_429_with_an_integer_retry_after_and_a_retry_succeeds(slow
         == len(rejected)
 
 
-def test_sigterm_finishes_requests_in_flight_and_exits_in_time():
-    proc = ServerProcess(*SLOW, "--shutdown-timeout", "20", env=DELAY)
+@pytest.mark.parametrize("frontend_workers", [1, 2])
+def test_sigterm_finishes_requests_in_flight_and_exits_in_time(frontend_workers):
+    """New connections are refused from the SIGTERM on, with several front ends too: none waits
+    in a queue that nobody accepts from, to be reset when the drain ends."""
+    proc = ServerProcess(*SLOW, "--shutdown-timeout", "20", "--frontend-workers", str(frontend_workers), env=DELAY)
     try:
         bodies = [{"input": [f"in flight {i}"] * 4, "model": MODEL} for i in range(4)]  # 8 batches, ~4 s
         with ThreadPoolExecutor(4) as pool:
