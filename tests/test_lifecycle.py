@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -67,6 +68,26 @@ def test_request_timeout_gives_504_in_the_envelope_and_frees_the_queue(slow):
     assert 3.0 <= elapsed < 6.0
     _wait_idle(slow.url)
     assert metric(slow.url, "rose_queue_pieces") == 0
+    assert embed(slow.url, {"input": "after", "model": MODEL}).status_code == 200
+
+
+def test_a_body_that_stops_arriving_gets_408_within_the_request_timeout(slow):
+    """A client that sends its headers and then stalls its body (a slow loris) is answered 408 in
+    the envelope once --request-timeout (3 s) has passed, and its connection is closed."""
+    host, port = slow.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=15) as sock:
+        sock.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{\"input\": ")
+        started = time.monotonic()
+        answer = b""
+        while chunk := sock.recv(65536):  # until the server closes the connection
+            answer += chunk
+    elapsed = time.monotonic() - started
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 "), answer
+    error = assert_envelope(httpx.Response(408, content=body), 408, "request_timeout")
+    assert error["type"] == "invalid_request_error"
+    assert 2.5 <= elapsed < 8.0, elapsed
     assert embed(slow.url, {"input": "after", "model": MODEL}).status_code == 200
 
 
