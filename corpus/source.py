@@ -140,7 +140,7 @@ class JsonlSource:
             if problem is not None:
                 raise CorpusInputError(f"{where}: {self.text_field!r}: {problem} (see --chunks-field)")
         elif not isinstance(text, str):
-            problem = "has no" if text is None else "has a non-string"
+            problem = "has no" if self.text_field not in record else "has a non-string"
             raise CorpusInputError(f"{where} {problem} {self.text_field!r} field (see --text-field)")
         if self.id_field is not None and self.id_field not in record:
             raise CorpusInputError(f"{where} has no {self.id_field!r} field (see --id-field)")
@@ -155,7 +155,10 @@ class ParquetSource:
         import pyarrow.parquet as pq
 
         self.path, self.text_field, self.id_field, self.is_documents = path, text_field, id_field, is_documents
-        self._file = pq.ParquetFile(path)
+        try:
+            self._file = pq.ParquetFile(path)
+        except (ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError: not Parquet, or cut short
+            raise CorpusInputError(f"{path.name}: cannot be read as Parquet ({exc})") from None
         names = self._file.schema_arrow.names
         for field, flag in ((text_field, "--chunks-field" if is_documents else "--text-field"),
                             (id_field, "--id-field")):
