@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -24,6 +25,9 @@ from corpus.optional import require
 INPUT_FORMATS = ("jsonl", "parquet")
 _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
 _READ_ROWS = 4096  # rows per read from the file, before they are regrouped into chunks
+# What reading a file raises by itself: a .gz file that is no gzip (OSError), one cut short
+# (EOFError) or damaged (zlib.error), a failing disk. The user gets one line, not a traceback.
+_READ_ERRORS = (OSError, EOFError, zlib.error)
 
 
 class CorpusInputError(ValueError):
@@ -81,33 +85,48 @@ class JsonlSource:
     def _open(self):
         return gzip.open(self.path, "rb") if self.path.suffix == ".gz" else self.path.open("rb")
 
+    def _unreadable(self, exc: Exception, line_number: int) -> CorpusInputError:
+        return CorpusInputError(f"{self.path.name}: cannot be read past line {line_number} ({exc})")
+
+    def _lines(self) -> Iterator[tuple[int, bytes]]:
+        """(line number from 1, line); a file that fails to read raises CorpusInputError."""
+        line_number = 0
+        try:
+            with self._open() as f:
+                for line_number, line in enumerate(f, 1):
+                    yield line_number, line
+        except _READ_ERRORS as exc:
+            raise self._unreadable(exc, line_number) from None
+
     def estimate_rows(self) -> int:
         """Lines in the file, counted without parsing them (the progress bar's total)."""
         count, last = 0, b"\n"
-        with self._open() as f:
-            while block := f.read(1 << 24):
-                count += block.count(b"\n")
-                last = block[-1:]
+        try:
+            with self._open() as f:
+                while block := f.read(1 << 24):
+                    count += block.count(b"\n")
+                    last = block[-1:]
+        except _READ_ERRORS as exc:
+            raise self._unreadable(exc, count) from None
         return count + (last != b"\n")
 
     def batches(self) -> Iterator[tuple[list[str], list[Any] | None]]:
         texts: list[str] = []
         ids: list[Any] | None = [] if self.id_field else None
-        with self._open() as f:
-            for line_number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = self._decoder.decode(line)
-                except msgspec.DecodeError as exc:
-                    raise CorpusInputError(f"{self.path.name} line {line_number}: not JSON ({exc})") from None
-                text, row_id = self._fields(record, line_number)
-                texts.append(text)
-                if ids is not None:
-                    ids.append(row_id)
-                if len(texts) == _READ_ROWS:
-                    yield texts, ids
-                    texts, ids = [], ([] if self.id_field else None)
+        for line_number, line in self._lines():
+            if not line.strip():
+                continue
+            try:
+                record = self._decoder.decode(line)
+            except msgspec.DecodeError as exc:
+                raise CorpusInputError(f"{self.path.name} line {line_number}: not JSON ({exc})") from None
+            text, row_id = self._fields(record, line_number)
+            texts.append(text)
+            if ids is not None:
+                ids.append(row_id)
+            if len(texts) == _READ_ROWS:
+                yield texts, ids
+                texts, ids = [], ([] if self.id_field else None)
         if texts:
             yield texts, ids
 
@@ -121,7 +140,7 @@ class JsonlSource:
             if problem is not None:
                 raise CorpusInputError(f"{where}: {self.text_field!r}: {problem} (see --chunks-field)")
         elif not isinstance(text, str):
-            problem = "has no" if text is None else "has a non-string"
+            problem = "has no" if self.text_field not in record else "has a non-string"
             raise CorpusInputError(f"{where} {problem} {self.text_field!r} field (see --text-field)")
         if self.id_field is not None and self.id_field not in record:
             raise CorpusInputError(f"{where} has no {self.id_field!r} field (see --id-field)")
@@ -136,7 +155,10 @@ class ParquetSource:
         import pyarrow.parquet as pq
 
         self.path, self.text_field, self.id_field, self.is_documents = path, text_field, id_field, is_documents
-        self._file = pq.ParquetFile(path)
+        try:
+            self._file = pq.ParquetFile(path)
+        except (ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError: not Parquet, or cut short
+            raise CorpusInputError(f"{path.name}: cannot be read as Parquet ({exc})") from None
         names = self._file.schema_arrow.names
         for field, flag in ((text_field, "--chunks-field" if is_documents else "--text-field"),
                             (id_field, "--id-field")):

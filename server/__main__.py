@@ -29,7 +29,7 @@ from engine.rose.quantization_support import QUANTIZATIONS
 from server.cli_values import (DTYPES, FP8_BF16_LAYERS_HELP, FP8_POOLED_TOKENS, FP8_POOLED_TOKENS_HELP,
                                FP8_WEIGHT_ROUNDING_HELP, FP8_WEIGHT_ROUNDINGS, api_key, attention_refusal,
                                device_list, fp8_plan_of, from_environment, matryoshka_sizes, model_choice,
-                               port_number, positive_int, quantization_refusal, whole_number)
+                               non_empty, port_number, positive_int, quantization_refusal, whole_number)
 from server.config import ExtraModel, ServerConfig
 from server.listen import PORT_ENV, ListenError, address, bind_sockets, port_env_warning
 
@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="serve /v1/embeddings over HTTP", formatter_class=HelpFormatter,
                                 usage="%(prog)s [flags]")
     serve.add_argument("--help-all", action=HelpAll, help="show every flag, the advanced ones too, and exit")
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for all)")
+    serve.add_argument("--host", type=non_empty, default="127.0.0.1", help="address to listen on (0.0.0.0 for all)")
     serve.add_argument("--port", type=port_number, default=from_environment(PORT_ENV, DEFAULT_PORT),
                        help=f"TCP port to listen on, 1-65535 (default: ${PORT_ENV} where set, else {DEFAULT_PORT})")
     serve.add_argument("--model", type=model_choice, action="append", default=None, metavar="[NAME=]MODEL",
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "several models, the first the default (default: the embedded all-MiniLM-L6-v2)")
     serve.add_argument("--revision", default=None,
                        help="a hub id's branch, tag or commit hash (default: its default branch)")
-    serve.add_argument("--served-model-name", default=None,
+    serve.add_argument("--served-model-name", type=non_empty, default=None,
                        help="the name clients send as `model` and /v1/models lists (default: the model's name)")
     serve.add_argument("--model-alias", action="append", default=[], metavar="ALIAS[=MODEL]",
                        help="another name clients may send as `model`, e.g. my-embedder (repeatable; OpenAI's "

@@ -21,12 +21,22 @@ def model_choice(value: str) -> tuple[str | None, str]:
     A directory whose own name holds "=" is taken whole."""
     import os
 
+    if not value.strip():  # else read as the current directory, which the user never named
+        raise argparse.ArgumentTypeError(f"expected PATH, HUB_ID or NAME=PATH; got {value!r}")
     name, sep, where = value.partition("=")
     if not sep or os.path.exists(value):
         return None, value
     if not name.strip() or not where.strip():
         raise argparse.ArgumentTypeError(f"expected PATH, HUB_ID or NAME=PATH; got {value!r}")
     return name.strip(), where.strip()
+
+
+def non_empty(value: str) -> str:
+    """A name or an address: an empty one would quietly count as none given (--host '' listens on
+    every interface, --served-model-name '' serves the model's own name), so it is refused."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError(f"must not be empty; got {value!r}")
+    return value
 
 
 def positive_int(value: str) -> int:

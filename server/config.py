@@ -64,7 +64,7 @@ class ServerConfig:
     # Hardening (server/hardening_cli.py documents each; docs/reliability.md says why).
     max_body_bytes: int = 32 * 1024 * 1024
     max_input_chars: int = 200_000  # checked before tokenizing: the tokenizer reads all of a string
-    request_timeout: float | None = 120.0  # seconds from the parsed body to the response; None: none
+    request_timeout: float | None = 120.0  # seconds from arrival (the body's too) to the response; None: none
     engine_stall_timeout: float = 120.0  # a batch running longer marks the engine stuck
     shutdown_timeout: float = 30.0  # SIGTERM: seconds to finish in-flight requests
     # Seconds an idle keep-alive connection stays open. A server that closes an idle connection

@@ -75,7 +75,8 @@ def _uvicorn_server(config: ServerConfig, sock: socket.socket, ends: list[Engine
         sys.exit(f"rose-embed: {exc}")
     worker_pid = os.getpid() if config.frontend_workers > 1 else None
     return uvicorn_server(uvicorn.Config(
-        ObservedApp(app, log_inputs=config.log_inputs, worker_pid=worker_pid), loop="uvloop", http="httptools",
+        ObservedApp(app, log_inputs=config.log_inputs, worker_pid=worker_pid,
+                    request_timeout=config.request_timeout), loop="uvloop", http="httptools",
         log_level=config.log_level, access_log=False, log_config=None,
         timeout_graceful_shutdown=config.shutdown_timeout, timeout_keep_alive=config.keep_alive_timeout,
     ), pending_stop)

@@ -64,6 +64,13 @@ def check_finite(vectors: np.ndarray, request_id: str) -> None:
                        "server_error", None, "non_finite_embedding")
 
 
+def body_too_slow() -> APIError:
+    """408, not 504: here the client was slow to send, not the server to answer. The connection
+    closes: the rest of the body, should it come, would read as the next request."""
+    return APIError(408, "The request body did not arrive within the server's --request-timeout; send it "
+                    "again.", "invalid_request_error", None, "request_timeout", headers={"connection": "close"})
+
+
 def request_timeout() -> APIError:
     return APIError(504, "The request did not finish within the server's --request-timeout; retry it, "
                     "perhaps with fewer inputs.", "server_error", None, "request_timeout")

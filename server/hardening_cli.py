@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from server.cli_help import advanced
-from server.cli_values import positive_int, positive_seconds, seconds_or_zero
+from server.cli_values import non_empty, positive_int, positive_seconds, seconds_or_zero
 from server.config import ServerConfig
 
 _DEFAULTS = ServerConfig()
@@ -33,7 +33,7 @@ def add_arguments(serve: argparse.ArgumentParser, tuning: argparse._ArgumentGrou
                        help="log lines as text or one JSON object each")
     advanced(tuning.add_argument("--log-inputs", action="store_true",
                                  help="put the input texts in the per-request log line (off: they may be private)"))
-    serve.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+    serve.add_argument("--cors-origin", type=non_empty, action="append", default=[], metavar="ORIGIN",
                        help="allow browser calls from this origin (repeatable; '*' for any); default: no CORS")
     serve.add_argument("--engine-plugin", default=None, help=argparse.SUPPRESS)  # fault injection in tests
 

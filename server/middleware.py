@@ -14,6 +14,7 @@ import time
 from litestar import Litestar
 
 from server.errors import envelope, shutting_down
+from server.guards import body_too_slow
 from server.logs import ACCESS_LOGGER
 from server.trace import SCOPE_KEY, RequestTrace, request_id_from
 
@@ -41,8 +42,12 @@ def _ms(seconds: float) -> str:
 class ObservedApp:
     """Wraps an ASGI app; `app.state.metrics` receives the counts."""
 
-    def __init__(self, app: Litestar, log_inputs: bool = False, worker_pid: int | None = None):
+    def __init__(self, app: Litestar, log_inputs: bool = False, worker_pid: int | None = None,
+                 request_timeout: float | None = None):
         self.app, self.metrics, self.log_inputs = app, app.state.metrics, log_inputs
+        # uvicorn bounds no body's arrival: without this a client that stops sending its body
+        # would hold its connection and its request forever, --request-timeout notwithstanding.
+        self.request_timeout = request_timeout
         # --frontend-workers: every response names the front-end process that answered it.
         self._worker_header = [(b"x-rose-worker", str(worker_pid).encode())] if worker_pid is not None else []
 
@@ -55,8 +60,20 @@ class ObservedApp:
         sizes = {"bytes_in": 0, "bytes_out": 0}
         status = 500  # what the client sees if the app raises without answering
 
+        is_body_pending = True
+
         async def counted_receive():
-            message = await receive()
+            nonlocal is_body_pending
+            if is_body_pending and self.request_timeout is not None:
+                time_left = self.request_timeout - (time.perf_counter() - trace.started)
+                try:
+                    async with asyncio.timeout(max(0.0, time_left)):
+                        message = await receive()
+                except TimeoutError:
+                    raise body_too_slow() from None
+            else:
+                message = await receive()  # after the body: waits for the client to leave, unbounded
+            is_body_pending = message["type"] == "http.request" and message.get("more_body", False)
             sizes["bytes_in"] += len(message.get("body", b""))
             return message
 

@@ -212,6 +212,12 @@ class _FrontEnds:
 
     def _drain(self) -> None:
         """Every front end drains (SIGTERM: uvicorn's graceful shutdown) against one deadline."""
+        # Each front end stops accepting at once, but this process's copies of their sockets (kept
+        # for restarts) would keep the port listening: the kernel would queue new connections that
+        # nobody accepts for the whole drain, then reset them. Closed now, the port refuses them at
+        # once, as a server with one front end does, and clients retry elsewhere.
+        for sock in self.sockets:
+            sock.close()
         for process in self._processes.values():
             if process.is_alive():
                 os.kill(process.pid, signal.SIGTERM)

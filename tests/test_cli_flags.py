@@ -54,6 +54,10 @@ WRONG = [
      "argument --matryoshka-dims: must be 'any', 'none' or sizes of at least 1 such as 128,256,512; got '0'"),
     (["--part-processes", "x"], "argument --part-processes: must be a whole number; got 'x'"),
     (["--part-processes", "-1"], "argument --part-processes: must be 0 or more; got -1"),
+    (["--host", ""], "argument --host: must not be empty; got ''"),
+    (["--served-model-name", " "], "argument --served-model-name: must not be empty; got ' '"),
+    (["--cors-origin", ""], "argument --cors-origin: must not be empty; got ''"),
+    (["--model", ""], "argument --model: expected PATH, HUB_ID or NAME=PATH; got ''"),
 ]
 
 

@@ -68,3 +68,26 @@ def test_a_folder_or_a_missing_input_says_which(tmp_path: Path):
         open_source(tmp_path, None, "text", None)
     with pytest.raises(CorpusInputError, match=r"none\.jsonl: no such file$"):
         open_source(tmp_path / "none.jsonl", None, "text", None)
+
+
+def test_a_gzip_file_that_is_none_or_cut_short_is_one_error_not_a_traceback(tmp_path: Path):
+    rows = _rows(20_000)  # past the first read batch, so the cut shows after rows were handed out
+    whole = gzip.compress(_jsonl(rows))
+    (tmp_path / "cut.jsonl.gz").write_bytes(whole[: len(whole) * 9 // 10])
+    (tmp_path / "plain.jsonl.gz").write_bytes(_jsonl(rows[:3]))  # named .gz, never compressed
+    for name, why in [("cut.jsonl.gz", "ended before the end-of-stream marker"), ("plain.jsonl.gz", "Not a gzipped file")]:
+        source = open_source(tmp_path / name, None, "text", None)
+        with pytest.raises(CorpusInputError, match=rf"^{name}: cannot be read past line \d+ \(.*{why}"):
+            list(cut_chunks(source, 3000))
+        with pytest.raises(CorpusInputError, match=rf"^{name}: cannot be read past line \d+ \(.*{why}"):
+            source.estimate_rows()
+
+
+def test_a_null_text_and_a_file_that_is_no_parquet_say_so_and_name_the_file(tmp_path: Path):
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b'{"text": "fine"}\n{"text": null}\n')
+    with pytest.raises(CorpusInputError, match="^c.jsonl line 2 has a non-string 'text' field"):
+        list(cut_chunks(open_source(path, None, "text", None), 10))
+    (tmp_path / "c.parquet").write_bytes(b"PAR1 but not Parquet\n")
+    with pytest.raises(CorpusInputError, match=r"^c.parquet: cannot be read as Parquet \(.*magic bytes"):
+        open_source(tmp_path / "c.parquet", None, "text", None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -70,6 +71,26 @@ def test_request_timeout_gives_504_in_the_envelope_and_frees_the_queue(slow):
     assert embed(slow.url, {"input": "after", "model": MODEL}).status_code == 200
 
 
+def test_a_body_that_stops_arriving_gets_408_within_the_request_timeout(slow):
+    """A client that sends its headers and then stalls its body (a slow loris) is answered 408 in
+    the envelope once --request-timeout (3 s) has passed, and its connection is closed."""
+    host, port = slow.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=15) as sock:
+        sock.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{\"input\": ")
+        started = time.monotonic()
+        answer = b""
+        while chunk := sock.recv(65536):  # until the server closes the connection
+            answer += chunk
+    elapsed = time.monotonic() - started
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 "), answer
+    error = assert_envelope(httpx.Response(408, content=body), 408, "request_timeout")
+    assert error["type"] == "invalid_request_error"
+    assert 2.5 <= elapsed < 8.0, elapsed
+    assert embed(slow.url, {"input": "after", "model": MODEL}).status_code == 200
+
+
 def test_overload_gets_429_with_an_integer_retry_after_and_a_retry_succeeds(slow):
     _wait_idle(slow.url)
     body = {"input": ["busy"] * 8, "model": MODEL}  # 24 tokens; the queue holds at most 60
@@ -89,8 +110,11 @@ def test_overload_gets_429_with_an_integer_retry_after_and_a_retry_succeeds(slow
         == len(rejected)
 
 
-def test_sigterm_finishes_requests_in_flight_and_exits_in_time():
-    proc = ServerProcess(*SLOW, "--shutdown-timeout", "20", env=DELAY)
+@pytest.mark.parametrize("frontend_workers", [1, 2])
+def test_sigterm_finishes_requests_in_flight_and_exits_in_time(frontend_workers):
+    """New connections are refused from the SIGTERM on, with several front ends too: none waits
+    in a queue that nobody accepts from, to be reset when the drain ends."""
+    proc = ServerProcess(*SLOW, "--shutdown-timeout", "20", "--frontend-workers", str(frontend_workers), env=DELAY)
     try:
         bodies = [{"input": [f"in flight {i}"] * 4, "model": MODEL} for i in range(4)]  # 8 batches, ~4 s
         with ThreadPoolExecutor(4) as pool:
