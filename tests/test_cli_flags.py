@@ -79,6 +79,17 @@ def test_api_keys_are_kept_as_a_bearer_token_carries_them(monkeypatch):
     assert config_from_args(args).api_keys == ("k", "other", "env-key")
 
 
+@pytest.mark.parametrize("value", ["", " ", ",", " , "])
+def test_an_api_key_variable_set_to_no_key_is_refused_not_served_open(value, monkeypatch):
+    """Refused as a ValueError, which `rose-embed serve` reports as one line with status 2."""
+    from server.__main__ import config_from_args
+
+    monkeypatch.setenv("ROSE_EMBED_API_KEY", value)
+    with pytest.raises(ValueError) as exc:
+        config_from_args(build_parser().parse_args(["serve"]))
+    assert str(exc.value) == f"$ROSE_EMBED_API_KEY is set but holds no key ({value!r}); unset it to serve without keys"
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--device", "gpu"], "argument --device: must be auto, cpu, cuda or cuda:N; got 'gpu'"),
     (["--devices", "gpu"], "argument --devices: must be auto, cpu, cuda or cuda:N; got 'gpu'"),
