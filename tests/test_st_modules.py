@@ -341,6 +341,16 @@ def test_processing_kwargs_that_reach_the_text_are_refused(tmp_path, bert_dir, p
         load_spec(str(path))
 
 
+def test_lengths_of_their_own_for_queries_or_documents_are_refused(tmp_path, bert_dir):
+    """A query_length of 8: sentence-transformers' encode_query cuts each query there, which a request
+    with input_type query would not."""
+    path = save_st_model(tmp_path / "st", bert_dir, pooling="mean")
+    config = json.loads((path / "sentence_bert_config.json").read_text())
+    (path / "sentence_bert_config.json").write_text(json.dumps({**config, "query_length": 8}))
+    with pytest.raises(ModelLoadError, match="module '0'.*query_length are not supported"):
+        load_spec(str(path))
+
+
 def test_server_refuses_an_unknown_module_at_start(tmp_path, bert_dir):
     path = save_st_model(tmp_path / "st", bert_dir, pooling="cls")
     _with_modules(path, lambda ms: [*ms, _entry(2, "sentence_transformers.models.CNN", "2_CNN")])

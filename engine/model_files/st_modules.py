@@ -47,6 +47,8 @@ ACTIVATIONS = ("Identity", "Tanh", "ReLU", "GELU", "Sigmoid", "SiLU", "LeakyReLU
 # The Transformer module's processing_kwargs entries that reach a text's tokenization (the others,
 # audio, image and video, apply to inputs this server never receives).
 _TEXT_PROCESSING_KEYS = ("common", "text", "chat_template")
+# The Transformer module's own lengths for queries and documents (and a query's padding to one).
+_PER_TASK_KEYS = ("query_length", "document_length", "query_expansion")
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 _SENTENCE_EMBEDDING = "sentence_embedding"
 
@@ -152,6 +154,10 @@ def _transformer(module: _Module) -> tuple[int | None, bool]:
         # sentence-transformers feeds the model; the engine tokenizes by the tokenizer's files alone.
         raise module.error(f"processing_kwargs for {', '.join(changed)} are not supported (they change how texts "
                            "are tokenized)")
+    if per_task := sorted(key for key in _PER_TASK_KEYS if cfg.get(key) is not None):
+        # sentence-transformers' encode_query / encode_document cut or pad their texts by these.
+        raise module.error(f"{', '.join(per_task)} are not supported (queries or documents would be tokenized to "
+                           "their own lengths)")
     max_len = cfg.get("max_seq_length")
     return (int(max_len) if max_len else None), bool(cfg.get("do_lower_case", False))
 
