@@ -90,6 +90,19 @@ def test_truncation_follows_max_seq_length(tmp_path, default_engine):
     assert len(ids) == 16 and ids[-1] == 102  # [SEP] kept at the end, as the HF tokenizer does
 
 
+def test_max_seq_length_past_the_position_table_is_cut_to_it(tmp_path, default_engine):
+    """A sentence_bert_config.json max_seq_length of 600 on a BERT of 128 learned positions: a text
+    past 128 tokens would index beyond the table (a 500 for every such request); it is cut at 128,
+    and its vector is the model's own on those tokens."""
+    model_dir = make_bert(tmp_path, default_engine, pooling="mean", max_seq_length=600)
+    engine = Engine(EngineConfig(dtype="float32", model=str(model_dir), max_batch_tokens=512))
+    assert engine.spec.max_seq_len == 128
+    texts = ["word " * 300, "a short one"]
+    assert [len(ids) for ids in engine.tokenize(texts)] == [128, 5]
+    cosine = (engine.embed(texts) * hf_reference(model_dir, engine, texts, "mean")).sum(1)
+    assert cosine.min() >= 0.99999, cosine
+
+
 def test_hub_id_resolves_from_the_local_cache(tmp_path, default_engine, monkeypatch):
     # The layout huggingface_hub writes: models--org--name/{refs/main, snapshots/<rev>/...}.
     repo = tmp_path / "hub" / "models--acme--tiny-bert"

@@ -259,6 +259,27 @@ def test_model_ids_are_windowed_and_wrapped_alike(fake, untruncated, documents):
     assert bare.json()["usage"]["prompt_tokens"] == sum(len(w) for w in cut)
 
 
+def test_truncated_model_ids_keep_their_end_token(fake, untruncated, documents, tmp_path):
+    """Over-long ids of the model's own, wrapped as /tokenize gives them, are cut as the tokenizer cuts
+    their text: the end token stays last, where a last-token-pooled model reads its vector. Bare
+    ids are cut as sent."""
+    content = untruncated.encode(documents[1], add_special_tokens=False).ids
+    with serve(fake, fake_config(token_ids="model")) as client:
+        got = vectors_of(embed(client, {"input": [[CLS, *content, SEP], content]}))
+    np.testing.assert_allclose(got[0], fake.vectors_of([np.array([CLS, *content[:MAX_SEQ_LEN - 2], SEP])])[0],
+                               atol=1e-6)
+    np.testing.assert_allclose(got[1], fake.vectors_of([np.array(content[:MAX_SEQ_LEN])])[0], atol=1e-6)
+
+    from tests.qwen3_checkpoints import END_TOKEN, train_tokenizer
+
+    bpe = train_tokenizer(["a probe of the special tokens", "some words to learn merges from"], vocab_size=300)
+    bpe.save(str(tmp_path / "tokenizer.json"))
+    qwen = TextTokenizer(tmp_path, 16, append_end_token=True, strip_texts=False)
+    end = bpe.token_to_id(END_TOKEN)
+    assert qwen.truncate_ids([*range(40, 70), end]).tolist() == [*range(40, 55), end]
+    assert qwen.truncate_ids(list(range(40, 70))).tolist() == list(range(40, 56))
+
+
 def test_the_request_cap_counts_every_window(fake, documents):
     with serve(fake, fake_config(long_inputs="chunk", max_request_tokens=1000)) as client:
         assert embed(client, {"input": documents[1]}).status_code == 200  # 3 windows, under 1000 tokens

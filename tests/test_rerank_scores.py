@@ -51,6 +51,23 @@ def test_cross_encoder_scores_equal_crossencoder_predict(tmp_path, name):
     np.testing.assert_allclose(scores[:, 1], raw, atol=TOLERANCE, rtol=0)
 
 
+def test_bert_cross_encoder_whose_tokenizer_gives_no_token_types(tmp_path):
+    """A tokenizer_config.json whose model_input_names leave out token_type_ids: transformers then
+    runs the document's tokens with the first token type, and so must the engine."""
+    import json
+
+    from sentence_transformers import CrossEncoder
+
+    path = save_cross_encoder(tmp_path / "bert", "bert")
+    config_file = path / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    config_file.write_text(json.dumps({**config, "model_input_names": ["input_ids", "attention_mask"]}))
+    query, documents = _pairs()
+    scores, _ = _engine_scores(path, query, documents)
+    expected = CrossEncoder(str(path), device="cpu").predict([(query, d) for d in documents])
+    np.testing.assert_allclose(scores[:, 0], expected, atol=TOLERANCE, rtol=0)
+
+
 def test_max_doc_tokens_cuts_each_document_before_pairing(tmp_path):
     """BERT's pair with each document cut to its first 12 tokens: [CLS] query [SEP] doc[:12] [SEP],
     the document's ids marked with the second token type."""

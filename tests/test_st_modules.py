@@ -308,6 +308,49 @@ def test_pooling_without_the_prompt_is_refused_when_there_are_prompts(tmp_path, 
     assert_matches_sentence_transformers(no_prompts)
 
 
+def test_chat_template_rendering_is_refused(tmp_path, bert_dir):
+    """sentence-transformers 6.x saves a model whose tokenizer has a chat template with the message
+    modality, and then renders every text through that template before tokenizing it."""
+    import shutil
+
+    hf_dir = tmp_path / "hf"
+    shutil.copytree(bert_dir, hf_dir)
+    tokenizer_config = json.loads((hf_dir / "tokenizer_config.json").read_text())
+    tokenizer_config["chat_template"] = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }} {% endfor %}"
+    (hf_dir / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    path = save_st_model(tmp_path / "st", hf_dir, pooling="mean")
+    with pytest.raises(ModelLoadError, match="module '0'.*message modality"):
+        load_spec(str(path))
+
+
+@pytest.mark.parametrize("processing,refused", [
+    ({"text": {"max_length": 16}}, "text"),
+    ({"common": {"truncation": False}, "chat_template": {"add_generation_prompt": True}}, "chat_template, common"),
+    ({"image": {"size": 224}}, None),
+])
+def test_processing_kwargs_that_reach_the_text_are_refused(tmp_path, bert_dir, processing, refused):
+    """The Transformer module's processing_kwargs are tokenizer arguments sentence-transformers
+    passes on each call (a text max_length of 16 cuts every text there); the image's never touch a text."""
+    path = save_st_model(tmp_path / "st", bert_dir, pooling="mean")
+    config = json.loads((path / "sentence_bert_config.json").read_text())
+    (path / "sentence_bert_config.json").write_text(json.dumps({**config, "processing_kwargs": processing}))
+    if refused is None:
+        assert_matches_sentence_transformers(path)
+        return
+    with pytest.raises(ModelLoadError, match=f"module '0'.*processing_kwargs for {refused} "):
+        load_spec(str(path))
+
+
+def test_lengths_of_their_own_for_queries_or_documents_are_refused(tmp_path, bert_dir):
+    """A query_length of 8: sentence-transformers' encode_query cuts each query there, which a request
+    with input_type query would not."""
+    path = save_st_model(tmp_path / "st", bert_dir, pooling="mean")
+    config = json.loads((path / "sentence_bert_config.json").read_text())
+    (path / "sentence_bert_config.json").write_text(json.dumps({**config, "query_length": 8}))
+    with pytest.raises(ModelLoadError, match="module '0'.*query_length are not supported"):
+        load_spec(str(path))
+
+
 def test_server_refuses_an_unknown_module_at_start(tmp_path, bert_dir):
     path = save_st_model(tmp_path / "st", bert_dir, pooling="cls")
     _with_modules(path, lambda ms: [*ms, _entry(2, "sentence_transformers.models.CNN", "2_CNN")])

@@ -40,6 +40,8 @@ ARCHITECTURES = {
 DECODER_ARCHITECTURES = {"qwen3", "mistral", "gemma3"}
 # Encoders whose learned positions start after the padding index (which costs that many slots).
 _POSITIONS_AFTER_PADDING = {"roberta", "xlm-roberta", "camembert", "mpnet"}
+# Architectures whose positions are a learned table of max_position_embeddings rows (the others rotate).
+_LEARNED_POSITIONS = {"bert", "distilbert", "mpnet"}
 
 
 # What a hub download fetches: configs, tokenizer files and safetensors weights (not the
@@ -112,16 +114,24 @@ def resolve_model_dir(model: str | None, revision: str | None = None) -> tuple[P
     return local, model
 
 
-def _max_seq_len(model_dir: Path, hf_config: dict, modules: SentenceModules) -> int:
+def _position_limit(hf_config: dict) -> int:
+    limit = hf_config.get("max_position_embeddings") or 512
+    if hf_config.get("model_type") in _POSITIONS_AFTER_PADDING:
+        # RoBERTa's and MPNet's positions start after the padding index (1), which costs two slots.
+        limit -= (hf_config.get("pad_token_id") or 1) + 1
+    return int(limit)
+
+
+def _max_seq_len(model_dir: Path, hf_config: dict, modules: SentenceModules, architecture: str) -> int:
     if modules.max_seq_length:
+        if architecture in _LEARNED_POSITIONS:
+            # A max_seq_length past the position table would index beyond it (transformers fails there too).
+            return min(modules.max_seq_length, _position_limit(hf_config))
         return modules.max_seq_length
-    limits = [hf_config.get("max_position_embeddings") or 512]
+    limits = [_position_limit(hf_config)]
     tok_cfg = read_json_object(model_dir / "tokenizer_config.json") or {}
     if isinstance(tok_cfg.get("model_max_length"), int) and tok_cfg["model_max_length"] < 10**9:
         limits.append(tok_cfg["model_max_length"])
-    if hf_config.get("model_type") in _POSITIONS_AFTER_PADDING:
-        # RoBERTa's and MPNet's positions start after the padding index (1), which costs two slots.
-        limits[0] -= (hf_config.get("pad_token_id") or 1) + 1
     return int(min(limits))
 
 
@@ -161,7 +171,7 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
         raise ModelLoadError(str(exc)) from exc
     except ModuleError as exc:
         raise ModelLoadError(f"{model_dir}: {exc}") from exc
-    model_limit = _max_seq_len(model_dir, hf_config, modules)
+    model_limit = _max_seq_len(model_dir, hf_config, modules, architecture)
     return ModelSpec(
         path=model_dir,
         name=name,
@@ -198,7 +208,8 @@ def _reranker_spec(model_dir: Path, name: str, architecture: str, hf_config: dic
 
     reranker = read_reranker(model_dir, hf_config, st_cfg, vocab)
     st_transformer = read_json_object(model_dir / "sentence_bert_config.json") or {}
-    model_limit = _max_seq_len(model_dir, hf_config, SentenceModules(max_seq_length=st_transformer.get("max_seq_length")))
+    model_limit = _max_seq_len(model_dir, hf_config, SentenceModules(max_seq_length=st_transformer.get("max_seq_length")),
+                               architecture)
     if reranker.is_template:
         model_limit = min(model_limit, QWEN3_MAX_LEN)
     return ModelSpec(

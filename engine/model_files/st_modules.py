@@ -44,6 +44,11 @@ _TRANSFORMER_CONFIGS = ("sentence_bert_config.json", "sentence_roberta_config.js
 ACTIVATIONS = ("Identity", "Tanh", "ReLU", "GELU", "Sigmoid", "SiLU", "LeakyReLU", "ELU", "SELU", "CELU",
                "Softplus", "Softsign", "Mish", "Hardtanh", "ReLU6", "Hardswish", "Hardsigmoid", "Tanhshrink",
                "LogSigmoid")
+# The Transformer module's processing_kwargs entries that reach a text's tokenization (the others,
+# audio, image and video, apply to inputs this server never receives).
+_TEXT_PROCESSING_KEYS = ("common", "text", "chat_template")
+# The Transformer module's own lengths for queries and documents (and a query's padding to one).
+_PER_TASK_KEYS = ("query_length", "document_length", "query_expansion")
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 _SENTENCE_EMBEDDING = "sentence_embedding"
 
@@ -136,9 +141,23 @@ def _transformer(module: _Module) -> tuple[int | None, bool]:
     task = cfg.get("transformer_task", "feature-extraction")
     if task != "feature-extraction":
         raise module.error(f"transformer_task {task!r} is not supported (only feature-extraction)")
-    text = (cfg.get("modality_config") or {}).get("text", {})
+    modalities = cfg.get("modality_config") or {}
+    text = modalities.get("text", {})
     if text.get("method_output_name", "last_hidden_state") != "last_hidden_state":
         raise module.error(f"text output {text['method_output_name']!r} is not supported (only last_hidden_state)")
+    if "message" in modalities:
+        # sentence-transformers then renders every text through the tokenizer's chat template.
+        raise module.error("the message modality (texts rendered through a chat template) is not supported")
+    processing = cfg.get("processing_kwargs") or {}
+    if changed := sorted(key for key in _TEXT_PROCESSING_KEYS if processing.get(key)):
+        # Tokenizer arguments (max_length, truncation, a chat template's) that change the tokens
+        # sentence-transformers feeds the model; the engine tokenizes by the tokenizer's files alone.
+        raise module.error(f"processing_kwargs for {', '.join(changed)} are not supported (they change how texts "
+                           "are tokenized)")
+    if per_task := sorted(key for key in _PER_TASK_KEYS if cfg.get(key) is not None):
+        # sentence-transformers' encode_query / encode_document cut or pad their texts by these.
+        raise module.error(f"{', '.join(per_task)} are not supported (queries or documents would be tokenized to "
+                           "their own lengths)")
     max_len = cfg.get("max_seq_length")
     return (int(max_len) if max_len else None), bool(cfg.get("do_lower_case", False))
 

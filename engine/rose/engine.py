@@ -23,6 +23,7 @@ from engine.model_files.loader import ModelLoadError, ModelSpec, load_spec, load
 from engine.rose.models import MODEL_CLASSES
 from engine.rose.pipeline import embed_texts
 from engine.rose.runner import ModelRunner
+from engine.text.pairs import reads_token_types
 from engine.model_files.model_view import ModelView
 
 logger = logging.getLogger("rose_embed.engine")
@@ -75,7 +76,7 @@ def head_for(spec: ModelSpec, state: dict[str, torch.Tensor]) -> SentenceHead | 
 def pair_options(spec: ModelSpec) -> dict:
     """A BERT cross-encoder reads its document's tokens with the second token type: the pair
     tokenizer (engine/text/pairs.py) marks them in their ids, and the model must know to look."""
-    if spec.reranker is not None and spec.architecture == "bert" and spec.hf_config.get("type_vocab_size", 1) > 1:
+    if reads_token_types(spec):
         return {"token_types_in_ids": True}
     return {}
 

@@ -5,6 +5,7 @@ BERT, <s> q </s></s> d </s> for XLM-R), truncated longest-first to the model's l
 sentence-transformers' CrossEncoder.predict tokenizes it (texts as they are, not stripped).
 A BERT cross-encoder also reads token types: the document's ids come as id + vocab_size, which
 its embeddings read back (engine/rose/models/bert.py), so that the stream stays one id per token.
+Only where its tokenizer hands token_type_ids to the model, though (`reads_token_types`).
 
 Qwen3-Reranker's pair is its model card's prompt: the formatted instruction, query and document
 tokenized as one text and cut to the limit less the template's prefix and suffix, then wrapped
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
+from engine.model_files.json_files import read_json_object
 from engine.model_files.reranker import QWEN3_BODY, QWEN3_INSTRUCTION, QWEN3_PREFIX, QWEN3_SUFFIX
 from engine.model_files.tokenizer_file import read_tokenizer
 from engine.text.fast_pairs import FastPairs
@@ -43,6 +45,16 @@ class EncodedPairs:
 
     seqs: list[np.ndarray]
     truncated: list[int]
+
+
+def reads_token_types(spec: ModelSpec) -> bool:
+    """Whether a cross-encoder's document tokens get the second token type. The model must have one,
+    and its tokenizer must give token_type_ids: a tokenizer_config.json whose model_input_names
+    leaves them out makes transformers (and so CrossEncoder.predict) run every token as the first type."""
+    if spec.reranker is None or spec.architecture != "bert" or spec.hf_config.get("type_vocab_size", 1) < 2:
+        return False
+    names = (read_json_object(spec.path / "tokenizer_config.json") or {}).get("model_input_names")
+    return not isinstance(names, list) or "token_type_ids" in names
 
 
 def _tokenizer(spec: ModelSpec, max_length: int | None) -> Tokenizer:
@@ -68,7 +80,7 @@ class PairTokenizer:
         self._fast: FastPairs | None = None
         # BERT's second token type, marked in the ids (see engine/rose/engine.py's pair_options).
         self._second_offset = None
-        if spec.architecture == "bert" and spec.hf_config.get("type_vocab_size", 1) > 1:
+        if reads_token_types(spec):
             self._second_offset = int(spec.hf_config["vocab_size"])
         if self.is_template:
             self._prefix = self._plain.encode(QWEN3_PREFIX, add_special_tokens=False).ids

@@ -206,7 +206,17 @@ class TextTokenizer:
         return self._wrapping
 
     def truncate_ids(self, ids: list[int]) -> np.ndarray:
-        """Caller-given token ids, used as they are and cut to max_seq_len."""
+        """Caller-given token ids, used as they are and cut to max_seq_len. Ids that end with what the
+        tokenizer puts after a text ([SEP], </s>, <|endoftext|>) keep it at the end of the cut, as the
+        tokenizer's own truncation of a text does: a last-token-pooled model reads its vector there."""
+        if len(ids) <= self.max_seq_len:
+            return np.asarray(ids, dtype=np.int32)
+        try:
+            after = self.wrapping()[1]
+        except ValueError:  # no text-shaped wrapping to keep: cut as sent
+            after = ()
+        if after and len(after) < self.max_seq_len and tuple(ids[len(ids) - len(after):]) == after:
+            return np.asarray([*ids[: self.max_seq_len - len(after)], *after], dtype=np.int32)
         return np.asarray(ids[: self.max_seq_len], dtype=np.int32)
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
