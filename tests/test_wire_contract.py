@@ -180,9 +180,10 @@ def test_ids_that_are_no_cl100k_token_name_the_flag(plain, bad):
 
 def test_model_ids_are_embedded_as_they_are_and_truncated(model_ids, fake):
     ids = fake.tokenize(["token ids go straight to the model"])[0].tolist()
-    long_ids = [101] + [2773] * 400 + [102]
+    long_ids = [101] + [2773] * 400 + [102]  # cut as the tokenizer cuts a text: its end token stays last
     r = embed(model_ids, {"input": [ids, ids[:4], long_ids], "encoding_format": "float"})
-    assert_vectors(r, fake.vectors_of([np.array(ids), np.array(ids[:4]), np.array(long_ids[:MAX_SEQ_LEN])]))
+    cut = long_ids[:MAX_SEQ_LEN - 1] + [102]
+    assert_vectors(r, fake.vectors_of([np.array(ids), np.array(ids[:4]), np.array(cut)]))
     assert r.json()["usage"]["prompt_tokens"] == len(ids) + 4 + MAX_SEQ_LEN
     single = embed(model_ids, {"input": ids, "encoding_format": "float"})  # one flat list is one input
     assert_vectors(single, fake.vectors_of([np.array(ids)]))
