@@ -16,9 +16,11 @@ from server.docs_page import docs_assets
 from server.errors import error_response
 from server.openapi import openapi_config
 from server.metrics import Metrics, metrics_endpoint
+from server.cohere_embed_route import ROUTES as COHERE_EMBED_ROUTES
 from server.contextualized import ROUTES as CONTEXTUALIZED_ROUTES
 from server.embeddings_route import ROUTES as EMBEDDINGS_ROUTES
 from server.rerank_route import ROUTES as RERANK_ROUTES
+from server.tei_embed_route import ROUTES as TEI_EMBED_ROUTES
 from server.tokenize_route import ROUTES as TOKENIZE_ROUTES
 from server.routes import ROUTES
 from server.runtime import Runtime
@@ -53,8 +55,8 @@ def create_app(config: ServerConfig, engine: Engine | list[Engine] | None = None
             metrics.stop_publishing()
 
     return Litestar(
-        route_handlers=[*ROUTES, *EMBEDDINGS_ROUTES, *CONTEXTUALIZED_ROUTES, *RERANK_ROUTES, *TOKENIZE_ROUTES,
-                        metrics_endpoint, docs_assets()],
+        route_handlers=[*ROUTES, *EMBEDDINGS_ROUTES, *COHERE_EMBED_ROUTES, *TEI_EMBED_ROUTES, *CONTEXTUALIZED_ROUTES,
+                        *RERANK_ROUTES, *TOKENIZE_ROUTES, metrics_endpoint, docs_assets()],
         lifespan=[lifespan],
         state=State({"runtime": runtime, "token_inputs": TokenInputs(config), "metrics": metrics}),
         request_max_body_size=config.max_body_bytes,

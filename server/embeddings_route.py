@@ -1,13 +1,11 @@
 """POST /v1/embeddings (and /embeddings): OpenAI's embeddings, through the request pipeline.
 
-The inputs are cut into parts of a few dozen; each part is tokenized (with the prompt, and
-its over-long inputs truncated, windowed or refused as `long_inputs` says) and computed as
-soon as it is ready, and its vectors are encoded as soon as they land.
+The inputs are cut into parts (server/embed_parts.py, which Cohere's and TEI's embed routes
+share); over-long inputs are truncated, windowed or refused as `long_inputs` says, and each
+part's vectors are encoded as soon as they land.
 """
 
 from __future__ import annotations
-
-from functools import partial
 
 import numpy as np
 from litestar import Request, post
@@ -15,16 +13,14 @@ from litestar.datastructures import State
 
 from compat.inputs import normalise_input
 from compat.openai import Embedding, EmbeddingResponse, Usage
+from server.embed_parts import is_large_request, text_parts, token_id_parts
 from server.guards import check_finite, check_input_chars, decode_request
 from server.model_kind import require_embedder
-from server.long_inputs import fit_request_texts, fit_request_token_ids, long_inputs_mode
+from server.long_inputs import long_inputs_mode
 from server.openapi import EMBEDDINGS_ERROR_RESPONSES, EmbeddingsOperation
 from server.options import check_dimensions, check_encoding_format
-from server.prompts import apply_prompt, resolve_prompt
-from server.request_pipeline import PART_TEXTS, ReadyPart, part_bounds
+from server.prompts import resolve_prompt
 from server.route_support import compute_parts, pick_model, runtime_of, trace_of
-from server.runtime import Runtime
-from server.served_models import ServedModel
 from server.token_inputs import TokenInputs
 
 
@@ -46,23 +42,20 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
     mode = long_inputs_mode(runtime.config.long_inputs, data.long_inputs)
     trace = trace_of(request)
     trace.num_inputs = len(inputs)
-
-    is_large_request = len(inputs) > PART_TEXTS
+    is_large = is_large_request(len(inputs))
 
     async def finish(vectors: np.ndarray) -> list:
         check_finite(vectors, trace.request_id)
-        return await runtime.encode(vectors, data.encoding_format, data.dimensions, is_large_request, model)
+        return await runtime.encode(vectors, data.encoding_format, data.dimensions, is_large, model)
 
     if inputs.texts is not None:
         check_input_chars(inputs.texts, runtime.config.max_input_chars, is_chunked=mode == "chunk",
                           token_ids=sent.token_ids)
         trace.texts = inputs.texts if runtime.config.log_inputs else None
-        parts = [partial(_texts_part, runtime, model, inputs.texts[lo:hi], prompt, mode, finish, is_large_request)
-                 for lo, hi in part_bounds(len(inputs.texts), runtime.part_texts(model, len(inputs.texts)))]
+        parts = text_parts(runtime, model, inputs.texts, prompt, mode, finish)
     else:
         token_inputs.check_token_ids(inputs.token_ids, model.view.vocab_size)
-        parts = [partial(_token_ids_part, model, inputs.token_ids[lo:hi], mode, finish)
-                 for lo, hi in part_bounds(len(inputs.token_ids), runtime.part_texts(model, len(inputs.token_ids)))]
+        parts = token_id_parts(runtime, model, inputs.token_ids, mode, finish)
     outcome = await compute_parts(request, runtime, trace, parts, model)
     embeddings = [e for answers in outcome.answers for e in answers]
     return EmbeddingResponse(
@@ -71,18 +64,6 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
         # Every window counts: the cap, `usage` and the log see what the model reads.
         usage=Usage(prompt_tokens=outcome.num_tokens, total_tokens=outcome.num_tokens),
     )
-
-
-async def _texts_part(runtime: Runtime, model: ServedModel, texts: list[str], prompt: str, mode: str, finish,
-                      is_large_request: bool) -> ReadyPart:
-    seqs = await runtime.tokenize(apply_prompt(prompt, texts), is_large_request, model)
-    fitted = await fit_request_texts(model.view.tokenizer, mode, texts, prompt, seqs)
-    return ReadyPart(fitted.seqs, lambda vectors: finish(fitted.combine(vectors, model.view.spec.normalize)))
-
-
-async def _token_ids_part(model: ServedModel, token_ids: list[list[int]], mode: str, finish) -> ReadyPart:
-    fitted = fit_request_token_ids(model.view.tokenizer, mode, token_ids)
-    return ReadyPart(fitted.seqs, lambda vectors: finish(fitted.combine(vectors, model.view.spec.normalize)))
 
 
 ROUTES = [create_embeddings]

@@ -32,10 +32,10 @@ def decode_request(body: bytes, type: type = EmbeddingRequest):
 
 
 def check_input_chars(texts: list[str], max_chars: int, is_chunked: bool = False,
-                      token_ids: list[list[int]] | None = None) -> None:
+                      token_ids: list[list[int]] | None = None, param: str = "input") -> None:
     """Reject an over-long text before the tokenizer reads all of it (it truncates only after).
     `token_ids`: the ids the client sent where `texts` are their decoding (--token-ids cl100k),
-    so that the answer speaks of what the client sent."""
+    so that the answer speaks of what the client sent; `param`: the field that held the texts."""
     if token_ids is None:
         hint = ("split the text, or start the server with a larger --max-input-chars" if is_chunked
                 else "the model reads only its first tokens anyway: send shorter texts")
@@ -49,8 +49,8 @@ def check_input_chars(texts: list[str], max_chars: int, is_chunked: bool = False
             holds = f"holds {len(text)} characters"
         else:
             holds = f"holds {len(token_ids[i])} token ids, which decode to {len(text)} characters of text"
-        raise invalid_request(f"'input[{i}]' {holds}; at most {max_chars} characters are allowed per input ({hint})",
-                              "input", "input_too_long")
+        raise invalid_request(f"'{param}[{i}]' {holds}; at most {max_chars} characters are allowed per input ({hint})",
+                              param, "input_too_long")
 
 
 def check_finite(vectors: np.ndarray, request_id: str) -> None:

@@ -7,7 +7,7 @@ The server's `--long-inputs` is the default; a request's `long_inputs` field ove
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -37,13 +37,14 @@ def long_inputs_mode(default: str, asked: str | None) -> str:
     return asked
 
 
-async def fit_request_texts(tokenizer, mode: str, texts: list[str], prompt: str,
-                            seqs: list[np.ndarray]) -> FittedInputs:
+async def fit_request_texts(tokenizer, mode: str, texts: list[str], prompt: str, seqs: list[np.ndarray],
+                            too_long: Callable[[int, int], APIError] = context_length_error) -> FittedInputs:
     """`seqs`: the prompted texts tokenized at the limit. Only texts that came back at the limit
-    can be longer; those few are tokenized again (and windowed) off the event loop."""
+    can be longer; those few are tokenized again (and windowed) off the event loop. `too_long`:
+    the error for an input past the limit in mode "error" (the route's wire says it its own way)."""
     if mode == "truncate" or all(len(s) < tokenizer.max_seq_len for s in seqs):
         return FittedInputs.one_each(seqs)
-    with _as_api_errors():
+    with _as_api_errors(too_long):
         return await asyncio.to_thread(fit_texts, tokenizer, mode, texts, prompt, seqs)
 
 
@@ -53,12 +54,12 @@ def fit_request_token_ids(tokenizer, mode: str, token_ids: list[list[int]]) -> F
 
 
 @contextmanager
-def _as_api_errors() -> Iterator[None]:
-    """InputTooLongError -> OpenAI's context-length 400; windows that cannot be built -> a 400
-    that says why, naming `long_inputs`."""
+def _as_api_errors(too_long: Callable[[int, int], APIError] = context_length_error) -> Iterator[None]:
+    """InputTooLongError -> `too_long`'s 400 (OpenAI's context-length one by default); windows that
+    cannot be built -> a 400 that says why, naming `long_inputs`."""
     try:
         yield
     except InputTooLongError as exc:
-        raise context_length_error(exc.max_seq_len, exc.num_tokens) from None
+        raise too_long(exc.max_seq_len, exc.num_tokens) from None
     except CannotWindowError as exc:
         raise invalid_request(f"'long_inputs' chunk cannot be used for this input: {exc}", "long_inputs") from None

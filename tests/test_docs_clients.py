@@ -28,7 +28,7 @@ def blocks(language: str) -> list[str]:
 def test_page_has_a_snippet_per_client():
     code = "\n".join(blocks("python") + blocks("bash"))
     for client in ["from openai import OpenAI", "AsyncOpenAI", "OpenAIEmbeddings", "check_embedding_ctx_length=False",
-                   "OpenAIEmbedding(", "OpenAILikeEmbedding(", "curl "]:
+                   "OpenAIEmbedding(", "OpenAILikeEmbedding(", "cohere.ClientV2(", "/embed\"", "curl "]:
         assert client in code, client
 
 

@@ -7,20 +7,24 @@ import re
 import msgspec
 import pytest
 
+from compat.cohere_embed import CohereEmbedRequest
 from compat.contextualized import ContextualizedEmbeddingRequest
 from compat.openai import EmbeddingRequest
+from compat.tei_embed import TeiEmbedRequest
 from tests.client_support import API_KEYS
 from tests.fake_engine import FakeEngine, fake_config, serve
 
 OPERATIONS = [
     ("/v1/embeddings", "post"), ("/embeddings", "post"), ("/v1/models", "get"), ("/models", "get"),
     ("/v1/models/{model_id}", "get"), ("/models/{model_id}", "get"), ("/health", "get"),
+    ("/v2/embed", "post"), ("/v1/embed", "post"), ("/embed", "post"),
 ]
 # Each route that decodes its body itself, and the Struct it decodes it with.
 DECODED_BODIES = [
     ("/v1/embeddings", EmbeddingRequest), ("/embeddings", EmbeddingRequest),
     ("/v1/contextualizedembeddings", ContextualizedEmbeddingRequest),
     ("/contextualizedembeddings", ContextualizedEmbeddingRequest),
+    ("/v2/embed", CohereEmbedRequest), ("/v1/embed", CohereEmbedRequest), ("/embed", TeiEmbedRequest),
 ]
 
 
@@ -110,6 +114,13 @@ def test_schema_matches_live_responses(client, schema):
     promised = _resolve(schema, schema["paths"]["/v1/models"]["get"]["responses"]["200"]["content"]
                         ["application/json"]["schema"])
     assert set(models) == set(promised["properties"])
+
+
+def test_cohere_embed_answer_is_documented_with_cohere_type_names(schema):
+    answers = schema["paths"]["/v2/embed"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+    by_type = [_resolve(schema, s) for s in answers["oneOf"] if "response_type" in _resolve(schema, s)["properties"]]
+    embeddings = [_resolve(schema, a["properties"]["embeddings"]) for a in by_type]
+    assert {"float", "int8", "uint8", "binary", "ubinary", "base64"} in [set(e.get("properties", ())) for e in embeddings]
 
 
 def test_docs_page_needs_no_network(client, schema):

@@ -5,7 +5,7 @@ example run against it as written, with only the address changed to the test ser
 Rerank section's blocks run against the server its own command starts: the embedder's hub id as
 written (the embedded default model, no download), the cross-encoder's served from a local copy
 under the same name (`--model NAME=PATH`), a tiny random one whose scores are checked against
-CrossEncoder.predict.
+CrossEncoder.predict; the Cohere block's vectors are checked against the embedder's own.
 Install steps (`python3 -m venv`, `. .venv/bin/activate`, `pip install`) are checked, not
 run: the suite already runs in the installed environment, so each package they name must be
 this one (with extras that exist) or one of its dependencies. A block that cannot run here
@@ -227,6 +227,8 @@ def _run_rerank_block(block: Block, server: ServerProcess, cwd) -> None:
         namespace: dict = {}
         exec(compile(block.code.replace(README_URL, server.url), str(block), "exec"), namespace)
         _check_scores(server, namespace["query"], namespace["documents"], namespace["scores"])
+        # Cohere's embed, from the embedder beside the reranker.
+        assert_same_vectors(namespace["vectors"], reference_vectors(server.url, namespace["documents"]))
         return
     (curl,) = [s for s in steps(block.code) if s.startswith("curl ")]
     args = shlex.split(curl)
