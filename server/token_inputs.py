@@ -48,7 +48,11 @@ class TokenInputs:
         """cl100k_base ids -> texts (--token-ids cl100k); texts, and the model's own ids, pass through."""
         if self.decoder is None or inputs.token_ids is None:
             return inputs
-        for i, ids in enumerate(inputs.token_ids):
+        # Off the event loop, the check too: up to 2048 inputs of thousands of ids each.
+        return NormalisedInput(texts=await asyncio.to_thread(self._check_and_decode, inputs.token_ids))
+
+    def _check_and_decode(self, token_ids: list[list[int]]) -> list[str]:
+        for i, ids in enumerate(token_ids):
             bad = self.decoder.first_invalid_id(ids)
             if bad is not None:
                 raise invalid_request(
@@ -58,8 +62,7 @@ class TokenInputs:
                     "--token-ids model",
                     "input",
                 )
-        # Off the event loop: up to 2048 inputs of thousands of ids each.
-        return NormalisedInput(texts=await asyncio.to_thread(self.decoder.decode, inputs.token_ids))
+        return self.decoder.decode(token_ids)
 
     def check_token_ids(self, token_ids: list[list[int]], vocab_size: int) -> None:
         """The model's own ids (--token-ids model) must index its vocabulary; say what to do when they

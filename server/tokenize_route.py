@@ -44,11 +44,14 @@ async def detokenize(request: Request, state: State) -> DetokenizeResponse:
     data = decode_request(await request.body(), DetokenizeRequest)
     tokenizer = pick_model(request, runtime, data.model).view.tokenizer
     vocab_size = tokenizer.vocab_size
-    bad = next((i for i, token in enumerate(data.tokens) if not 0 <= token < vocab_size), None)
-    if bad is not None:
-        raise invalid_request(f"'tokens[{bad}]' is {data.tokens[bad]}, which is no token of this model's vocabulary "
+    tokens = data.tokens
+    # min and max run in C; a Python loop over a body of millions of ids would hold the event loop.
+    if tokens and not (min(tokens) >= 0 and max(tokens) < vocab_size):
+        bad = next(i for i, token in enumerate(tokens) if not 0 <= token < vocab_size)
+        raise invalid_request(f"'tokens[{bad}]' is {tokens[bad]}, which is no token of this model's vocabulary "
                               f"(ids 0..{vocab_size - 1})", "tokens")
-    return DetokenizeResponse(prompt=tokenizer.decode(data.tokens, skip_special_tokens=False))
+    # Off the event loop: millions of ids take seconds to decode.
+    return DetokenizeResponse(prompt=await asyncio.to_thread(tokenizer.decode_releasing_gil, tokens))
 
 
 ROUTES = [tokenize, detokenize]

@@ -3,11 +3,15 @@ model's WordPiece): counts, the model's limit, round trips, and bad requests in 
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
+
 import pytest
 from tokenizers import Tokenizer
 
 from engine.model_files.loader import resolve_model_dir
-from tests.fake_engine import FAKE_MODEL, FakeEngine, serve
+from tests.fake_engine import FAKE_MODEL, FakeEngine, serve, serve_async
 from tests.fake_reranker import FakeReranker
 from tests.helpers import assert_envelope
 
@@ -65,6 +69,37 @@ def test_detokenize_round_trips(client, add_special_tokens):
     assert prompt == ("[CLS] hello world, how are you? [SEP]" if add_special_tokens else "hello world, how are you?")
     again = client.post("/tokenize", json={"prompt": prompt, "add_special_tokens": False}).json()["tokens"]
     assert again == tokens
+
+
+def test_detokenizing_many_ids_leaves_the_event_loop_free(fake):
+    """A body of millions of ids (within --max-body-bytes) takes seconds to check and decode; the
+    other requests of the front end must not wait for it meanwhile."""
+    body = json.dumps({"tokens": [7592, 2088] * 1_000_000}).encode()  # built before the clock runs
+
+    async def detokenize_while_ticking():
+        async with serve_async(fake) as client:
+            stalls, done = [], asyncio.Event()
+
+            async def tick():
+                while not done.is_set():
+                    started = time.perf_counter()
+                    await asyncio.sleep(0.01)
+                    stalls.append(time.perf_counter() - started)
+
+            ticker = asyncio.ensure_future(tick())
+            await asyncio.sleep(0.05)  # ticking before the request starts
+            started = time.perf_counter()
+            response = await client.post("/detokenize", content=body, headers={"content-type": "application/json"})
+            took = time.perf_counter() - started
+            done.set()
+            await ticker
+            return response, took, max(stalls)
+
+    response, took, longest_stall = asyncio.run(detokenize_while_ticking())
+    assert response.status_code == 200, response.text
+    assert response.json()["prompt"] == "hello world " * 999_999 + "hello world"
+    # The loop still turns while the ids are decoded: no stall near the request's whole time.
+    assert longest_stall < took / 4, (longest_stall, took)
 
 
 def test_a_reranker_tokenizes_too():

@@ -222,6 +222,12 @@ class TextTokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
+    def decode_releasing_gil(self, ids: list[int]) -> str:
+        """`decode(ids, skip_special_tokens=False)` for a worker thread: the tokenizers library
+        releases the GIL in `decode_batch` but not in `decode`, so only this one lets the
+        caller's other threads run while millions of ids are decoded."""
+        return self._tokenizer.decode_batch([ids], skip_special_tokens=False)[0]
+
     def token_strings(self, ids: list[int]) -> list[str]:
         """Each id's token as the vocabulary spells it ("##ing", "Ġthe")."""
         return [self._tokenizer.id_to_token(i) or "" for i in ids]
