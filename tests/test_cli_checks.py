@@ -152,6 +152,41 @@ def test_the_engine_refuses_as_the_cli_does():
     assert device_refusal("sdpa", cpu, torch.float32) is None
 
 
+def test_a_float32_gpu_engine_is_never_given_flash_kernels():
+    """FlashAttention (behind varlen) and FlashInfer have no float32 kernels: asked for at float32
+    they are refused by name, and "auto" leaves them out, rather than failing at warm-up."""
+    import torch
+
+    from engine.rose.layers.attention import AttentionShape
+    from engine.rose.layers.attention_backends import device_refusal
+    from engine.rose.layers.attention_cuda import make_cuda_attention_backend, varlen_refusal
+
+    cuda, plain = torch.device("cuda"), AttentionShape(12, 12, 64, False)
+    with pytest.raises(ValueError, match="FlashAttention, which takes float16 and bfloat16 only, not float32"):
+        make_cuda_attention_backend("varlen", plain, cuda, torch.float32)
+    assert varlen_refusal(plain, torch.bfloat16) is None
+    # A position bias goes to the Triton kernel, which computes float32 exactly.
+    assert varlen_refusal(AttentionShape(12, 12, 64, False, has_position_bias=True), torch.float32) is None
+    assert "flashinfer takes float16 and bfloat16 only" in device_refusal("flashinfer", cuda, torch.float32)
+    assert device_refusal("flashinfer", cuda, torch.bfloat16) in (None, (
+        "attention backend flashinfer: the flashinfer package is not installed (pip install 'rose-embed[gpu]')"))
+    # A window needs varlen at float32 too, and the packed kernel has none: refused, naming both.
+    with pytest.raises(ValueError, match="float16 and bfloat16 only.*, and the packed attention kernel has no"):
+        make_cuda_attention_backend("auto", AttentionShape(12, 12, 64, False, window=(64, 64)), cuda, torch.float32)
+
+
+def test_flashinfer_refuses_a_model_it_cannot_run_before_asking_to_be_installed():
+    """Installing FlashInfer would not let it run a sliding window: that is what the engine says."""
+    import torch
+
+    from engine.rose.layers.attention import AttentionShape
+    from engine.rose.layers.attention_cuda import make_cuda_attention_backend
+
+    windowed = AttentionShape(12, 12, 64, False, window=(64, 64))
+    with pytest.raises(ValueError, match="flashinfer cannot run this model's sliding-window layers exactly"):
+        make_cuda_attention_backend("flashinfer", windowed, torch.device("cuda"), torch.bfloat16)
+
+
 def test_embed_refuses_a_cuda_attention_backend_on_the_cpu(tmp_path, capsys):
     (tmp_path / "in.jsonl").write_text('{"text": "a"}\n')
     with pytest.raises(SystemExit) as exc:

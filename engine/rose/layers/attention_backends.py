@@ -39,7 +39,7 @@ def device_refusal(name: str, device: torch.device, dtype: torch.dtype) -> str |
     if device.type == "cuda":
         from engine.rose.layers.attention_cuda import cuda_refusal
 
-        return cuda_refusal(name)
+        return cuda_refusal(name, dtype)
     if device.type != "cpu":
         return None
     if name not in CPU_BACKENDS:

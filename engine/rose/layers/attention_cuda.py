@@ -21,6 +21,9 @@ if TYPE_CHECKING:  # the kernel's module imports Triton, which a machine without
     from engine.rose.layers.packed_attention import Tiles
 
 FLASHINFER_HEAD_DIMS = (64, 128, 256)
+# FlashAttention's kernels (behind varlen_attn) and FlashInfer's take these alone; a float32
+# engine's attention runs in the packed kernel (IEEE float32 dots) or the biased Triton kernel.
+HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 
 @dataclass(frozen=True)
@@ -219,21 +222,27 @@ def make_cuda_attention_backend(name: str, shape: AttentionShape, device: torch.
 
         return AutoAttentionBackend(candidates)
     if name == "varlen":
+        if (refusal := varlen_refusal(shape, dtype)) is not None:
+            raise ValueError(refusal)
         return VarlenAttentionBackend(shape)
     if name == "packed":
         return PackedAttentionBackend(shape)
-    if (refusal := cuda_refusal(name)) is not None:
+    if name == "flashinfer":  # what the model needs first: installing FlashInfer would not change it
+        refuse_for_flashinfer(shape)
+    if (refusal := cuda_refusal(name, dtype)) is not None:
         raise ValueError(refusal)
     if name == "flashinfer":
-        refuse_for_flashinfer(shape)
         return FlashInferAttentionBackend(shape, device, dtype)
     raise ValueError(f"unknown attention backend {name!r}; choose auto, varlen, packed, flashinfer (or native, sdpa on CPU)")
 
 
-def cuda_refusal(name: str) -> str | None:
-    """Why the backend called `name` cannot run on a GPU here, whatever the model, or None where it may."""
+def cuda_refusal(name: str, dtype: torch.dtype) -> str | None:
+    """Why the backend called `name` cannot run on a GPU here at `dtype`, whatever the model, or None where it may."""
     if name == "native":
         return "attention backend native is the CPU's; on CUDA choose auto, varlen, packed or flashinfer"
+    if name == "flashinfer" and dtype not in HALF_DTYPES:
+        return (f"attention backend flashinfer takes float16 and bfloat16 only, not "
+                f"{str(dtype).removeprefix('torch.')}; with --dtype float32 choose auto or packed")
     if name == "flashinfer" and not flashinfer_available():
         return "attention backend flashinfer: the flashinfer package is not installed (pip install 'rose-embed[gpu]')"
     return None
@@ -243,12 +252,22 @@ def auto_candidates(shape: AttentionShape, device: torch.device, dtype: torch.dt
     """varlen first (the default), then packed and FlashInfer where they run the shape exactly.
     FlashInfer only where installed: it compiles its kernels at first use (a minute or more
     per head_dim, cached under ~/.cache/flashinfer), which the first start then pays."""
-    candidates = [VarlenAttentionBackend(shape)]
+    candidates = [] if varlen_refusal(shape, dtype) else [VarlenAttentionBackend(shape)]
     try:
         candidates.append(PackedAttentionBackend(shape))
-    except Exception:  # a window or a bias, or no working Triton
-        pass
-    if shape.head_dim in FLASHINFER_HEAD_DIMS and shape.window is None and not shape.has_position_bias \
-            and flashinfer_available():
+    except Exception as exc:  # a window or a bias, or no working Triton
+        if not candidates:
+            raise ValueError(f"{varlen_refusal(shape, dtype)}, and {exc}") from exc
+    if dtype in HALF_DTYPES and shape.head_dim in FLASHINFER_HEAD_DIMS and shape.window is None \
+            and not shape.has_position_bias and flashinfer_available():
         candidates.append(FlashInferAttentionBackend(shape, device, dtype))
     return candidates
+
+
+def varlen_refusal(shape: AttentionShape, dtype: torch.dtype) -> str | None:
+    """Why varlen cannot run the shape at `dtype`: FlashAttention, which it calls for every shape
+    without a position bias, has no float32 kernels."""
+    if dtype in HALF_DTYPES or shape.has_position_bias:
+        return None
+    return (f"attention backend varlen runs FlashAttention, which takes float16 and bfloat16 only, not "
+            f"{str(dtype).removeprefix('torch.')}; with --dtype float32 the packed backend runs")
