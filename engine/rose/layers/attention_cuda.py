@@ -249,7 +249,7 @@ def cuda_refusal(name: str, dtype: torch.dtype) -> str | None:
 
 
 def auto_candidates(shape: AttentionShape, device: torch.device, dtype: torch.dtype) -> list:
-    """varlen first (the default), then packed and FlashInfer where they run the shape exactly.
+    """varlen first (the default; packed at float32), then packed and FlashInfer where they run the shape exactly.
     FlashInfer only where installed: it compiles its kernels at first use (a minute or more
     per head_dim, cached under ~/.cache/flashinfer), which the first start then pays."""
     candidates = [] if varlen_refusal(shape, dtype) else [VarlenAttentionBackend(shape)]
