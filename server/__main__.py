@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the name clients send as `model` and /v1/models lists (default: the model's name)")
     serve.add_argument("--model-alias", action="append", default=[], metavar="ALIAS[=MODEL]",
                        help="another name clients may send as `model`, e.g. my-embedder (repeatable; OpenAI's "
-                            "embedding names are answered already unless --strict-model-names)")
+                            "and Cohere's embedding names are answered already unless --strict-model-names)")
     devices = serve.add_argument("--devices", type=device_list, default=None, metavar="LIST",
                                  help="one engine process per device, comma-separated: cpu, cuda:0,cuda:1, ... "
                                       "(default: every visible GPU, else the CPU)")
@@ -104,8 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "or model (the served model's own ids)")
     tuning = serve.add_argument_group("advanced (shown by --help-all)")
     advanced(tuning.add_argument("--strict-model-names", action="store_true",
-                                 help="answer OpenAI's embedding model names (text-embedding-3-small, ...) with a "
-                                      "404 unless given by --model-alias, instead of with the served model"))
+                                 help="answer OpenAI's and Cohere's embedding model names (text-embedding-3-small, "
+                                      "embed-english-v3.0, ...) with a 404 unless given by --model-alias, instead "
+                                      "of with the served model"))
     advanced(tuning.add_argument("--max-rerank-documents", type=positive_int,
                                  default=ServerConfig.max_rerank_documents,
                                  help="most documents one rerank request may score (400 above)"))

@@ -2,10 +2,11 @@
 
 Clients written for OpenAI hard-code OpenAI's model names: LangChain's `OpenAIEmbeddings()`
 sends `text-embedding-ada-002` unless told otherwise, LlamaIndex's `OpenAIEmbedding()` one of
-OpenAI's names and nothing else. So the server's first model (the default one, which also
-answers a request that names no model) answers OpenAI's embedding names by default
-(`--strict-model-names` turns that off); every other model answers to its own served name, and
-`--model-alias ALIAS[=MODEL]` adds any other name for any of them.
+OpenAI's names and nothing else; LlamaIndex's `CohereEmbedding` likewise takes only Cohere's
+embedding names (`embed-english-v3.0` unless told otherwise). So the server's first model (the
+default one, which also answers a request that names no model) answers OpenAI's and Cohere's
+embedding names by default (`--strict-model-names` turns that off); every other model answers
+to its own served name, and `--model-alias ALIAS[=MODEL]` adds any other name for any of them.
 
 Whichever name was asked for, a response's `model` is the served model's name: it says which
 model really computed the vectors, as OpenAI's answers name the model that served.
@@ -20,6 +21,11 @@ from server.errors import model_not_found
 
 # OpenAI's embedding models, as their clients name them by default.
 OPENAI_EMBEDDING_NAMES = ("text-embedding-ada-002", "text-embedding-3-small", "text-embedding-3-large")
+# Cohere's embedding models: the names LlamaIndex's CohereEmbedding accepts, and nothing else.
+COHERE_EMBEDDING_NAMES = ("embed-v4.0", "embed-english-v3.0", "embed-english-light-v3.0", "embed-multilingual-v3.0",
+                          "embed-multilingual-light-v3.0", "embed-english-v2.0", "embed-english-light-v2.0",
+                          "embed-multilingual-v2.0")
+VENDOR_EMBEDDING_NAMES = OPENAI_EMBEDDING_NAMES + COHERE_EMBEDDING_NAMES
 
 
 class AliasError(ValueError):
@@ -65,11 +71,11 @@ def resolve_aliases(values: tuple[str, ...], served_name: str, others: tuple[str
 @dataclass(frozen=True)
 class ModelNames:
     """Which names each served model answers to: its own and the `--model-alias` ones; the first
-    (default) model also to OpenAI's defaults and to a request that names no model."""
+    (default) model also to OpenAI's and Cohere's names and to a request that names no model."""
 
     served: str  # the first model's name
     aliases: tuple[str, ...] = ()  # `--model-alias` names of the first model
-    implicit: tuple[str, ...] = ()  # OpenAI's names, answered unless --strict-model-names
+    implicit: tuple[str, ...] = ()  # OpenAI's and Cohere's names, answered unless --strict-model-names
     others: tuple[str, ...] = ()  # the other models' names, in order
     other_aliases: tuple[tuple[str, str], ...] = ()  # (alias, the other model's name)
 
@@ -88,8 +94,8 @@ class ModelNames:
         """What /v1/models lists: each model's name followed by the aliases an operator chose for it,
         the first model first.
 
-        OpenAI's default names are left out: they are a courtesy to clients that hard-code them,
-        not models of their own, and a list of four names for one model would read as four
+        OpenAI's and Cohere's names are left out: they are a courtesy to clients that hard-code them,
+        not models of their own, and a list of a dozen names for one model would read as a dozen
         models to a user picking one (and to a client that takes the first it is shown).
         """
         names = [self.served, *self.aliases]
@@ -104,8 +110,8 @@ def model_names(served_name: str, alias_values: tuple[str, ...], is_strict: bool
     are `others`; `alias_values` as `--model-alias` gives them.
 
     The alias targets were checked at start-up (`resolve_aliases`); an alias without a target
-    names the first model. OpenAI's names stand for the first model: clients that send them
-    (LangChain's, LlamaIndex's defaults) name no model of their choosing.
+    names the first model. OpenAI's and Cohere's names stand for the first model: clients that send
+    them (LangChain's, LlamaIndex's defaults) name no model of their choosing.
     """
     return _model_names(served_name, tuple(alias_values), is_strict, tuple(others))
 
@@ -119,5 +125,5 @@ def _model_names(served_name: str, alias_values: tuple[str, ...], is_strict: boo
     aliases = tuple(dict.fromkeys(alias for alias, target in pairs if target == served_name))
     other_aliases = tuple((alias, target) for alias, target in pairs if target != served_name)
     taken = {*served, *aliases, *(alias for alias, _ in other_aliases)}
-    implicit = () if is_strict else tuple(name for name in OPENAI_EMBEDDING_NAMES if name not in taken)
+    implicit = () if is_strict else tuple(name for name in VENDOR_EMBEDDING_NAMES if name not in taken)
     return ModelNames(served_name, aliases, implicit, others, other_aliases)

@@ -56,7 +56,7 @@ class ServerConfig:
     # by window, the vectors combined) or "error" (OpenAI's context-length 400); a request may override.
     long_inputs: str = "truncate"
     model_aliases: tuple[str, ...] = ()  # `--model-alias` values, ALIAS or ALIAS=MODEL (server/aliases.py)
-    strict_model_names: bool = False  # True: OpenAI's model names are not answered unless aliased
+    strict_model_names: bool = False  # True: OpenAI's and Cohere's model names are not answered unless aliased
     api_keys: tuple[str, ...] = ()  # empty: no authentication
     # Token-id input: "cl100k" reads it as tiktoken cl100k_base ids (OpenAI's, LangChain's) and
     # re-tokenizes the decoded text; "model" takes the served model's own ids as they are.

@@ -21,7 +21,7 @@ from server.trace import SCOPE_KEY, RequestTrace, request_id_from
 access_log = logging.getLogger(ACCESS_LOGGER)
 
 # Routes by a fixed label, so that a client probing random paths cannot grow the metrics.
-_ROUTES = {"/v1/embeddings", "/embeddings", "/v2/embed", "/v1/embed", "/embed",
+_ROUTES = {"/v1/embeddings", "/embeddings", "/v2/embed", "/v1/embed", "/embed", "/",
            "/v1/contextualizedembeddings", "/contextualizedembeddings",
            "/v1/rerank", "/v2/rerank", "/rerank", "/tokenize", "/detokenize",
            "/v1/models", "/models", "/health", "/metrics"}

@@ -89,7 +89,7 @@ class Runtime:
 
     def pick(self, asked: str | None, kind: str | None = None) -> ServedModel:
         """The model a request's `model` names; the 404 that lists every id otherwise. A request that
-        names none, or one of OpenAI's default names, gets the first model of the `kind` its route
+        names none, or one of OpenAI's or Cohere's names, gets the first model of the `kind` its route
         serves ("embedding" or "rerank"), else the first model (whose route check then says why not)."""
         names = self.names
         name = names.resolve(asked)

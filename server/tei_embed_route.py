@@ -1,4 +1,8 @@
-"""POST /embed: Hugging Face TEI's embed, through the request pipeline.
+"""POST /embed and POST /: Hugging Face TEI's embed, through the request pipeline.
+
+TEI serves its model's main task at POST / as well, embed for an embedding model, and that is
+where `huggingface_hub.InferenceClient(model=URL).feature_extraction` (and so LangChain's and
+LlamaIndex's Hugging Face clients) post. GET / stays unserved: the docs page is at /docs.
 
 The wire is compat/tei_embed.py's; the parts are /v1/embeddings' (server/embed_parts.py). Errors
 leave in the server's envelope with a 4xx, as /rerank's TEI body does.
@@ -33,7 +37,7 @@ from server.route_support import compute_parts, pick_model, runtime_of, trace_of
 TeiEmbedOperation = body_operation(TeiEmbedRequest)
 
 
-@post("/embed", status_code=200, summary="Create embeddings (Hugging Face TEI's embed)",
+@post(["/embed", "/"], status_code=200, summary="Create embeddings (Hugging Face TEI's embed)",
       operation_class=TeiEmbedOperation, responses=EMBEDDINGS_ERROR_RESPONSES)
 async def tei_embed(request: Request, state: State) -> list[list[float]]:
     runtime = runtime_of(state)

@@ -26,6 +26,9 @@ API_KEYS = ("sk-rose-test-one", "sk-rose-test-two")
 # vector through two requests agrees to this cosine.
 MIN_COSINE = 0.9995
 
+# The float32 server (the `server` fixture) against sentence-transformers in float32: test_parity.py's tolerance.
+ST_MIN_COSINE = 0.99999
+
 # The URL tiktoken downloads cl100k_base from; tiktoken's cache file is named by its sha1.
 CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
 
@@ -53,6 +56,26 @@ def assert_same_vectors(got, expected: np.ndarray) -> None:
     assert got.shape == expected.shape
     cosines = (got * expected).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1))
     assert cosines.min() >= MIN_COSINE, f"worst cosine {cosines.min()} at input {cosines.argmin()}"
+
+
+def assert_close_to_st(got, expected: np.ndarray) -> None:
+    """`got` against sentence-transformers' vectors for the same texts: direction and length."""
+    got = np.asarray(got, dtype=np.float64)
+    assert got.shape == expected.shape
+    cosines = (got * expected).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1))
+    assert cosines.min() >= ST_MIN_COSINE, f"worst cosine {cosines.min()} at text {cosines.argmin()}"
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), np.linalg.norm(expected, axis=1), atol=1e-5)
+
+
+@pytest.fixture(scope="session")
+def st_reference(server):
+    """SentenceTransformer on the embedded default model that the `server` fixture serves, as
+    test_parity.py loads it."""
+    from sentence_transformers import SentenceTransformer
+
+    from engine.model_files.loader import resolve_model_dir
+
+    return SentenceTransformer(str(resolve_model_dir(None)[0]), device="cpu")
 
 
 def stop_and_check_no_server_error(proc: ServerProcess) -> None:

@@ -132,6 +132,26 @@ def test_max_tokens_at_the_limit_and_priority_are_accepted(client, fake):
     np.testing.assert_allclose(r.json()["embeddings"]["float"], fake.embed(["a"]), atol=ATOL)
 
 
+def test_langchain_cohere_body(client, fake, texts):
+    """What langchain-cohere's CohereEmbeddings posts: v1, types named, `truncate` null."""
+    r = client.post("/v1/embed", json={"texts": texts, "model": fake.spec.name, "input_type": "search_document",
+                                       "embedding_types": ["float"], "truncate": None})
+    assert r.status_code == 200, r.text
+    assert r.json()["response_type"] == "embeddings_by_type"
+    np.testing.assert_allclose(r.json()["embeddings"]["float"], fake.embed(["passage: " + t for t in texts]),
+                               atol=ATOL)
+
+
+def test_llamaindex_cohere_body(client, fake, texts):
+    """What llama-index-embeddings-cohere's CohereEmbedding posts: v2, one of Cohere's model names (the
+    only kind the class takes; here its default), `truncate` END."""
+    r = client.post("/v2/embed", json={"texts": texts, "model": "embed-english-v3.0", "input_type": "search_query",
+                                       "embedding_types": ["float"], "truncate": "END"})
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose(r.json()["embeddings"]["float"], fake.embed(["query: " + t for t in texts]),
+                               atol=ATOL)
+
+
 # ---- a quantising model: every Cohere type -------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -166,6 +186,19 @@ def test_tei_bare_list_for_a_text_and_for_a_batch(client, fake, texts):
     np.testing.assert_allclose(one.json(), fake.embed(texts[:1]), atol=ATOL)
     batch = client.post("/embed", json={"inputs": texts, "prompt_name": "query", "dimensions": 16}).json()
     np.testing.assert_allclose(batch, _unit(fake.embed(["query: " + t for t in texts])[:, :16]), atol=ATOL)
+
+
+def test_tei_body_at_the_root_path(client, fake, texts):
+    """huggingface_hub's InferenceClient(model=URL).feature_extraction posts TEI's body to the URL itself,
+    as TEI serves its embedding model's embed at POST / too; GET / stays unserved."""
+    for body in ({"inputs": texts}, {"inputs": texts, "normalize": True, "truncate": True,
+                                     "truncation_direction": "right", "dimensions": 16}):
+        r = client.post("/", json=body)
+        assert r.status_code == 200, r.text
+        assert r.json() == client.post("/embed", json=body).json()
+    np.testing.assert_allclose(client.post("/", json={"inputs": texts[0]}).json(), fake.embed(texts[:1]), atol=ATOL)
+    assert_envelope(client.post("/", json={"inputs": "a", "truncation_direction": "left"}), 400)
+    assert client.get("/").status_code in (404, 405)
 
 
 def test_tei_too_long_is_refused_unless_truncate(client, fake):
@@ -213,10 +246,11 @@ def test_tei_normalize_false_where_the_modules_end_in_normalize(texts):
 def test_keys_guard_and_metrics_count_every_route():
     fake = FakeEngine()
     with serve(fake, fake_config(api_keys=API_KEYS)) as client:
-        for path, body in (("/v2/embed", {"texts": ["a"]}), ("/v1/embed", {"texts": ["a"]}), ("/embed", {"inputs": "a"})):
+        for path, body in (("/v2/embed", {"texts": ["a"]}), ("/v1/embed", {"texts": ["a"]}), ("/embed", {"inputs": "a"}),
+                           ("/", {"inputs": "a"})):
             assert_envelope(client.post(path, json=body), 401, "invalid_api_key")
             r = client.post(path, json=body, headers={"Authorization": f"Bearer {API_KEYS[0]}"})
             assert r.status_code == 200, r.text
         metrics = client.get("/metrics").text
-    for path in ("/v2/embed", "/v1/embed", "/embed"):
+    for path in ("/v2/embed", "/v1/embed", "/embed", "/"):
         assert f'rose_requests_total{{model="{fake.spec.name}",route="{path}",status="200"}} 1.0' in metrics

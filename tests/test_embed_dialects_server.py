@@ -10,37 +10,16 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.client_support import MODEL
+from tests.client_support import MODEL, assert_close_to_st as assert_close
 from tests.conftest import load_texts
 from tests.helpers import assert_envelope
 
 pytestmark = pytest.mark.slow  # the real model in a real server process
 
-# The float32 server against sentence-transformers in float32: test_parity.py's tolerance.
-MIN_COSINE = 0.99999
-
-
-@pytest.fixture(scope="module")
-def reference(server):
-    """SentenceTransformer on the embedded default model, as test_parity.py loads it."""
-    from sentence_transformers import SentenceTransformer
-
-    from engine.model_files.loader import resolve_model_dir
-
-    return SentenceTransformer(str(resolve_model_dir(None)[0]), device="cpu")
-
 
 @pytest.fixture(scope="module")
 def texts() -> list[str]:
     return load_texts(6)
-
-
-def assert_close(got, expected: np.ndarray) -> None:
-    got = np.asarray(got, dtype=np.float64)
-    assert got.shape == expected.shape
-    cosines = (got * expected).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1))
-    assert cosines.min() >= MIN_COSINE, f"worst cosine {cosines.min()} at text {cosines.argmin()}"
-    np.testing.assert_allclose(np.linalg.norm(got, axis=1), np.linalg.norm(expected, axis=1), atol=1e-5)
 
 
 @pytest.fixture(scope="module")
@@ -51,31 +30,31 @@ def cohere_v2(server):
 
 
 @pytest.mark.parametrize("input_type", ["search_document", "search_query", "clustering"])
-def test_v2_float_and_base64(cohere_v2, reference, texts, input_type):
+def test_v2_float_and_base64(cohere_v2, st_reference, texts, input_type):
     """all-MiniLM-L6-v2 has no prompts: every input type embeds the text as it is."""
     response = cohere_v2.embed(model=MODEL, texts=texts, input_type=input_type, embedding_types=["float", "base64"])
-    expected = reference.encode(texts, normalize_embeddings=True)
+    expected = st_reference.encode(texts, normalize_embeddings=True)
     assert_close(response.embeddings.float_, expected)
     assert_close([np.frombuffer(base64.b64decode(s), "<f4") for s in response.embeddings.base64], expected)
     assert response.texts == texts and response.response_type == "embeddings_by_type"
-    num_tokens = sum(len(ids) for ids in reference.tokenizer(texts, truncation=True, max_length=256)["input_ids"])
+    num_tokens = sum(len(ids) for ids in st_reference.tokenizer(texts, truncation=True, max_length=256)["input_ids"])
     assert response.meta.billed_units.input_tokens == num_tokens
 
 
-def test_v2_output_dimension(cohere_v2, reference, texts):
+def test_v2_output_dimension(cohere_v2, st_reference, texts):
     response = cohere_v2.embed(model=MODEL, texts=texts, input_type="search_query", output_dimension=128,
                                embedding_types=["float"])
-    cut = reference.encode(texts, normalize_embeddings=True)[:, :128]
+    cut = st_reference.encode(texts, normalize_embeddings=True)[:, :128]
     assert_close(response.embeddings.float_, cut / np.linalg.norm(cut, axis=1, keepdims=True))
 
 
-def test_v1_client_embed(server, reference, texts):
+def test_v1_client_embed(server, st_reference, texts):
     import cohere
 
     response = cohere.Client(base_url=server.url, api_key="unused").embed(texts=texts, model=MODEL,
                                                                          input_type="search_document")
     assert response.response_type == "embeddings_floats"
-    assert_close(response.embeddings, reference.encode(texts, normalize_embeddings=True))
+    assert_close(response.embeddings, st_reference.encode(texts, normalize_embeddings=True))
 
 
 @pytest.mark.parametrize("kwargs,param", [
@@ -99,26 +78,26 @@ def test_v2_unknown_model_is_the_sdks_not_found(cohere_v2):
     import cohere
 
     with pytest.raises(cohere.errors.NotFoundError):
-        cohere_v2.embed(model="embed-v4.0", texts=["a"], input_type="search_query")
+        cohere_v2.embed(model="no-such-model", texts=["a"], input_type="search_query")
 
 
-def test_tei_embed_normalize_true_and_false(server, reference, texts):
+def test_tei_embed_normalize_true_and_false(server, st_reference, texts):
     """The model's modules end in Normalize: sentence-transformers gives unit vectors either way."""
     for normalize in (True, False):
         r = httpx.post(server.url + "/embed", json={"inputs": texts, "normalize": normalize}, timeout=60)
         assert r.status_code == 200, r.text
         assert isinstance(r.json(), list) and len(r.json()) == len(texts)
-        assert_close(r.json(), reference.encode(texts, normalize_embeddings=normalize))
+        assert_close(r.json(), st_reference.encode(texts, normalize_embeddings=normalize))
     one = httpx.post(server.url + "/embed", json={"inputs": texts[0]}, timeout=60).json()
-    assert_close(one, reference.encode(texts[:1], normalize_embeddings=True))
+    assert_close(one, st_reference.encode(texts[:1], normalize_embeddings=True))
 
 
-def test_tei_too_long_input(server, reference, texts):
+def test_tei_too_long_input(server, st_reference, texts):
     long_text = "\n\n".join(load_texts(40))
-    assert len(reference.tokenizer([long_text])["input_ids"][0]) > reference.max_seq_length  # past the limit
+    assert len(st_reference.tokenizer([long_text])["input_ids"][0]) > st_reference.max_seq_length  # past the limit
     refused = httpx.post(server.url + "/embed", json={"inputs": [texts[0], long_text]}, timeout=60)
     error = assert_envelope(refused, 400, "context_length_exceeded")
     assert error["param"] == "inputs"
     cut = httpx.post(server.url + "/embed", json={"inputs": [texts[0], long_text], "truncate": True}, timeout=60)
-    assert_close(cut.json(), reference.encode([texts[0], long_text], normalize_embeddings=True))
+    assert_close(cut.json(), st_reference.encode([texts[0], long_text], normalize_embeddings=True))
     assert_envelope(httpx.post(server.url + "/embed", json={"inputs": "a", "truncation_direction": "Left"}), 400)

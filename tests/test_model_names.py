@@ -1,7 +1,7 @@
 """Which `model` names the server answers (server/aliases.py), on the fake engine in process.
 
-By default OpenAI's embedding names reach the one served model, so clients that hard-code them
-work unchanged; `--strict-model-names` turns that off. Whichever name was asked, the answer's
+By default OpenAI's and Cohere's embedding names reach the one served model, so clients that
+hard-code them work unchanged; `--strict-model-names` turns that off. Whichever name was asked, the answer's
 `model` is the served model's.
 """
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from server.__main__ import build_parser, config_from_args
-from server.aliases import OPENAI_EMBEDDING_NAMES, model_names
+from server.aliases import COHERE_EMBEDDING_NAMES, OPENAI_EMBEDDING_NAMES, model_names
 from server.errors import APIError
 from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, serve
 
@@ -54,6 +54,21 @@ def test_contextualized_route_answers_the_same_names(plain, name):
     assert r.json()["model"] == FAKE_MODEL
 
 
+@pytest.mark.parametrize("name", COHERE_EMBEDDING_NAMES)
+def test_cohere_names_reach_the_served_model(plain, fake, name):
+    """LlamaIndex's CohereEmbedding takes only Cohere's names: each is answered, on every embedding route."""
+    r = plain.post("/v2/embed", json={"model": name, "texts": ["hi", "there"], "input_type": "search_document"})
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose(r.json()["embeddings"]["float"], fake.embed(["hi", "there"]), atol=1e-6, rtol=0)
+    assert plain.post("/v1/embeddings", json={"model": name, "input": "hi"}).json()["model"] == FAKE_MODEL
+
+
+def test_strict_server_refuses_cohere_names(strict):
+    r = strict.post("/v2/embed", json={"model": "embed-english-v3.0", "texts": ["hi"]})
+    assert r.status_code == 404, r.text
+    assert r.json()["error"]["code"] == "model_not_found"
+
+
 def test_models_list_leaves_the_implicit_names_out(plain):
     assert [m["id"] for m in plain.get("/v1/models").json()["data"]] == [FAKE_MODEL]
 
@@ -92,12 +107,13 @@ def test_cli_flag_sets_strict_names():
 def test_resolve_and_listed():
     names = model_names("served", ("mine", "served", "text-embedding-3-small=served"))
     assert names.listed() == ["served", "mine", "text-embedding-3-small"]
-    assert {names.resolve(n) for n in (None, "served", "mine", *OPENAI_EMBEDDING_NAMES)} == {"served"}
+    assert {names.resolve(n) for n in (None, "served", "mine", *OPENAI_EMBEDDING_NAMES, *COHERE_EMBEDDING_NAMES)
+            } == {"served"}
     with pytest.raises(APIError) as info:
         names.resolve("unknown")
     assert (info.value.status, info.value.code) == (404, "model_not_found")
     strict = model_names("served", ("mine",), is_strict=True)
     assert strict.resolve("mine") == "served"
-    for name in OPENAI_EMBEDDING_NAMES:
+    for name in OPENAI_EMBEDDING_NAMES + COHERE_EMBEDDING_NAMES:
         with pytest.raises(APIError):
             strict.resolve(name)
