@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import time
 import shutil
 import ssl
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -94,3 +97,24 @@ def config_only_model(path: Path, config: dict) -> Path:
     shutil.copy(resolve_model_dir(None)[0] / "tokenizer.json", path / "tokenizer.json")
     (path / "config.json").write_text(json.dumps(config))
     return path
+
+
+async def longest_loop_stall(work: Callable[[], Awaitable], period: float) -> tuple[object, float]:
+    """`work()`'s result, and the longest the event loop went without turning while it ran: a
+    ticker sleeps `period` again and again, and a turn that took far longer was held up."""
+    stalls, done = [], asyncio.Event()
+
+    async def tick():
+        while not done.is_set():
+            started = time.perf_counter()
+            await asyncio.sleep(period)
+            stalls.append(time.perf_counter() - started)
+
+    ticker = asyncio.ensure_future(tick())
+    await asyncio.sleep(0.05)  # ticking before the work starts
+    try:
+        result = await work()
+    finally:
+        done.set()
+        await ticker
+    return result, max(stalls)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.fake_engine import FAKE_MODEL, FakeEngine, serve, serve_async
-from tests.helpers import assert_envelope
+from tests.helpers import assert_envelope, longest_loop_stall
 
 DIM = 64
 
@@ -157,20 +157,8 @@ def test_millions_of_token_ids_hold_the_event_loop_no_longer_than_parsing_them(f
 
     async def post_while_ticking():
         async with serve_async(fake) as client:
-            stalls, done = [], asyncio.Event()
-
-            async def tick():
-                while not done.is_set():
-                    started = time.perf_counter()
-                    await asyncio.sleep(0.005)
-                    stalls.append(time.perf_counter() - started)
-
-            ticker = asyncio.ensure_future(tick())
-            await asyncio.sleep(0.05)  # ticking before the request starts
-            response = await client.post("/v1/embeddings", content=body, headers={"content-type": "application/json"})
-            done.set()
-            await ticker
-            return response, max(stalls)
+            return await longest_loop_stall(lambda: client.post(
+                "/v1/embeddings", content=body, headers={"content-type": "application/json"}), 0.005)
 
     response, longest_stall = asyncio.run(post_while_ticking())
     assert assert_envelope(response, 400, "input_too_long")["param"] == "input"

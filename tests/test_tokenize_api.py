@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 from engine.model_files.loader import resolve_model_dir
 from tests.fake_engine import FAKE_MODEL, FakeEngine, serve, serve_async
 from tests.fake_reranker import FakeReranker
-from tests.helpers import assert_envelope
+from tests.helpers import assert_envelope, longest_loop_stall
 
 TEXT = "Hello world, how are you?"
 
@@ -78,22 +78,13 @@ def test_detokenizing_many_ids_leaves_the_event_loop_free(fake):
 
     async def detokenize_while_ticking():
         async with serve_async(fake) as client:
-            stalls, done = [], asyncio.Event()
+            async def timed_post():
+                started = time.perf_counter()
+                response = await client.post("/detokenize", content=body, headers={"content-type": "application/json"})
+                return response, time.perf_counter() - started
 
-            async def tick():
-                while not done.is_set():
-                    started = time.perf_counter()
-                    await asyncio.sleep(0.01)
-                    stalls.append(time.perf_counter() - started)
-
-            ticker = asyncio.ensure_future(tick())
-            await asyncio.sleep(0.05)  # ticking before the request starts
-            started = time.perf_counter()
-            response = await client.post("/detokenize", content=body, headers={"content-type": "application/json"})
-            took = time.perf_counter() - started
-            done.set()
-            await ticker
-            return response, took, max(stalls)
+            (response, took), longest_stall = await longest_loop_stall(timed_post, 0.01)
+            return response, took, longest_stall
 
     response, took, longest_stall = asyncio.run(detokenize_while_ticking())
     assert response.status_code == 200, response.text
