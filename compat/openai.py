@@ -56,6 +56,11 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True):
     long_inputs: Annotated[str | None, documented(
         "Inputs over the model's limit: truncate, chunk (embedded window by window, the vectors averaged) or "
         "error (OpenAI's context-length 400); default: the server's --long-inputs.")] = None
+    # vLLM's field: lower is sooner. It sets the request's share of each batch, not an order.
+    priority: Annotated[int | None, documented(
+        "vLLM's priority: an integer from -10 to 10, lower meaning sooner (default 0). Priority p gets 2^-p "
+        "times a default request's share of each batch while both wait; the X-Priority header says the same "
+        "for clients that cannot add a field.")] = None
 
 
 class Embedding(msgspec.Struct, kw_only=True):

@@ -5,10 +5,10 @@ Two areas: ints (each piece's packed token arrays, written by the front end) and
 so neither ever waits on a lock: the front end takes a run of ints for a piece and gives it
 back once the engine has answered for it; the engine takes a run of rows for a piece when it
 starts computing it and gives it back once the front end has read the vectors (a Release
-message). The ints (cheap: a few bytes a token) hold a few full batches and as much again as
-the queue may, so that a front end's pieces wait in the engine's queue, where admission sees
-them, rather than in the front end; the rows hold a few full batches, as only pieces on the
-device or just answered hold any.
+message). The ints hold a few full batches: one computing, one queued behind it, and what
+the queue shares the next ones among; the front end keeps the rest of its pieces until there
+is room, handing the room out fairly too (server/engine_link.py). The rows hold a few full
+batches, as only pieces on the device or just answered hold any.
 """
 
 from __future__ import annotations
@@ -35,12 +35,10 @@ class ArenaLayout:
     dim: int
 
     @classmethod
-    def for_budget(cls, max_batch_tokens: int, max_batch_seqs: int, dim: int,
-                   max_queued_tokens: int | None = None) -> ArenaLayout:
-        # A piece takes at most 3 ints per token and 2 per sequence, 5 per token at worst (engine/messages.py).
+    def for_budget(cls, max_batch_tokens: int, max_batch_seqs: int, dim: int) -> ArenaLayout:
+        # A piece takes at most 3 ints per token and 2 per sequence (engine/messages.py).
         batch_ints = 3 * max_batch_tokens + 2 * (max_batch_seqs + 1)
-        ints = BATCHES_PER_ARENA * batch_ints + 5 * (max_queued_tokens or 0)
-        return cls(ints, BATCHES_PER_ARENA * max_batch_seqs, dim)
+        return cls(BATCHES_PER_ARENA * batch_ints, BATCHES_PER_ARENA * max_batch_seqs, dim)
 
     @property
     def nbytes(self) -> int:

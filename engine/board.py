@@ -21,11 +21,11 @@ SEQ_BUCKETS = tuple(2**i for i in range(0, 12))  # 1 .. 2048
 _FIELDS = (
     "heartbeat",  # time.monotonic() of the engine's latest sign of life (a batch done, or idle)
     "busy_since",  # time.monotonic() when the batch now on the device started; 0: idle
-    "queued_tokens", "queued_pieces",  # waiting in the queue, not yet in a batch
+    "queued_tokens", "queued_pieces", "queued_requests",  # waiting in the queue, not yet in a batch
     "tokens_per_second",  # recent throughput, idle time included, for /metrics
     "busy_tokens_per_second",  # the device's speed while it computes, over its recent batches, for Retry-After
     "batches", "sequences", "tokens", "compute_seconds",  # batches run, and what they held
-    "batches_failed", "pieces_cancelled", "pieces_refused",
+    "batches_failed", "pieces_cancelled",
     "graph_replays", "eager_runs", "capture_failures",
     "device_allocated", "device_reserved",  # bytes, on CUDA
     "token_sum", "seq_sum",

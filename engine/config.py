@@ -83,6 +83,9 @@ class EngineConfig:
     dtype: str = "auto"
     max_batch_tokens: int = 16384
     max_batch_seqs: int = 1024
+    # How the queue fills a batch from the requests that wait: "fair" shares it among them, "fcfs"
+    # takes them in arrival order (engine/queue/piece_queue.py).
+    scheduling: str = "fair"
     max_seq_len: int | None = None  # None: the model's own limit
     attention_backend: str = "auto"
     enforce_eager: bool = False

@@ -1,7 +1,8 @@
 """The one interface through which the server reaches its engines, and what a piece can end in.
 
-A front end opens a request, computes its pieces (each a packed batch of a few of the
-request's tokenized inputs) and closes the request; each piece's vectors come back as soon
+A front end opens a request (admitted to the queue, or refused with QueueFullError), computes
+its pieces (each a packed batch of a few of the request's tokenized inputs) and closes the
+request; each piece's vectors come back as soon
 as they are ready, whichever engine computed them. The server's implementation is
 server/engine_links.py (engine processes, or an engine in a thread of the front end's own
 process, over the same messages: engine/messages.py). The server never asks which kind of
@@ -19,7 +20,7 @@ from engine.rose.batch import PackedBatch
 
 
 class QueueFullError(RuntimeError):
-    """The engine's queue holds more tokens than allowed; the caller should retry later."""
+    """The queue holds more tokens than allowed; the caller should retry later."""
 
     def __init__(self, retry_after: int):
         super().__init__(f"the server is busy; retry in {retry_after} s")
@@ -54,20 +55,25 @@ class Request(Protocol):
     """One client request's pieces, as one unit: admitted or refused together, cancelled together."""
 
     async def compute(self, piece: PackedBatch) -> PieceVectors:
-        """The piece's vectors. Raises QueueFullError (refused: the request is over),
-        BatchFailedError (its batch failed; a retry may succeed) or EngineUnavailableError."""
+        """The piece's vectors. Raises BatchFailedError (its batch failed; a retry may succeed) or
+        EngineUnavailableError."""
+
+    def settle(self, num_tokens: int) -> None:
+        """The request is tokenized: `num_tokens` replaces the cost it was admitted with."""
 
     def close(self) -> None:
         """Done with the request (answered, failed or abandoned): what of it has not run is dropped."""
 
 
 class Engines(Protocol):
-    """The server's engines: one per device, each with its own first-come-first-served queue."""
+    """The server's engines: one per device, each with its own queue, fair among the requests that wait."""
 
     dtype: str | None
 
-    def open_request(self, model: int = 0) -> Request:
-        """A request for served model `model`: its place in the server's list of models."""
+    def open_request(self, model: int = 0, cost: float = 0.0, weight: float = 1.0) -> Request:
+        """A request for served model `model` (its place in the server's list of models) of about
+        `cost` tokens, with `weight` times a default request's share of each batch; QueueFullError
+        where the queue has no room for it."""
 
     def problem(self) -> str | None:
         """Why no engine can serve now (all dead or stuck), or None."""

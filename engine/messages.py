@@ -2,8 +2,8 @@
 
 A front end sends its pieces: a piece is a few already-tokenized inputs of one request,
 written into the shared-memory arena the two share (engine/arena.py); the message says where.
-The engine's queue (engine/queue/) batches the pieces of every front end first come, first
-served and answers each piece once, when its vectors are in the arena (or why they never
+The engine's queue (engine/queue/) batches the pieces of every front end, sharing each batch
+among the requests that wait, and answers each piece once, when its vectors are in the arena (or why they never
 will be). Token ids and vectors never travel in a message.
 
 Messages go over a pipe as msgpack (`encode` / `decode`); the set-up of a front end, which
@@ -47,8 +47,9 @@ class Piece(msgspec.Struct, tag=True, array_like=True):
     max_seqlen: int
     num_outputs: int  # vector rows it fills: its sequences, or their segments
     is_segmented: bool
-    opens_request: bool  # the request's first piece here: admission is decided on it
+    opens_request: bool  # the request's first piece sent to this engine
     model: int = 0  # which of the engine's models computes it (its place in the server's --model list)
+    weight: float = 1.0  # the request's share of a batch against other requests' (engine/queue/piece_queue.py)
 
     def num_ints(self) -> int:
         return ints_for(self.num_tokens, self.num_seqs, self.is_segmented)
@@ -79,6 +80,8 @@ class Ready(msgspec.Struct, tag=True, array_like=True):
     attention: list[tuple[str, str, str]]  # (token bucket, max_seqlen bucket, backend) fixed at warm-up
     # Per model, in the server's order: (the width of its vector rows, the bytes its weights hold on the device).
     models: list[tuple[int, int]] = []
+    max_batch_tokens: int | None = None  # the batch budget the queue cuts by, where warm-up chose it
+    tokens_per_second: float = 0.0  # the device's speed at that budget, as warm-up measured it (0: not measured)
 
 
 class LoadFailed(msgspec.Struct, tag=True, array_like=True):
@@ -101,14 +104,6 @@ class PieceDone(msgspec.Struct, tag=True, array_like=True):
     finished: float
 
 
-class PieceRefused(msgspec.Struct, tag=True, array_like=True):
-    """Engine -> front end: the queue is full; nothing of the piece ran. Retry after some seconds."""
-
-    request: int
-    index: int
-    retry_after: int
-
-
 class Cancelled(msgspec.Struct, tag=True, array_like=True):
     """Engine -> front end: the piece was dropped after a Cancel; its arena space is free again."""
 
@@ -117,7 +112,7 @@ class Cancelled(msgspec.Struct, tag=True, array_like=True):
 
 
 ToEngine = Piece | Cancel | Release | Goodbye
-ToFrontEnd = Ready | LoadFailed | PieceDone | PieceRefused | Cancelled
+ToFrontEnd = Ready | LoadFailed | PieceDone | Cancelled
 
 _encoder = msgspec.msgpack.Encoder()
 _to_engine = msgspec.msgpack.Decoder(ToEngine)

@@ -30,7 +30,9 @@ from server.openapi import EMBEDDINGS_ERROR_RESPONSES
 from server.openapi_schema import body_operation
 from server.options import check_dimensions
 from server.prompts import resolve_prompt
-from server.route_support import compute_parts, pick_model, runtime_of, trace_of
+from compat.inputs import NormalisedInput
+from server.request_cost import request_cost
+from server.route_support import admitted, compute_parts, pick_model, runtime_of, trace_of
 
 CohereEmbedOperation = body_operation(CohereEmbedRequest)
 
@@ -68,7 +70,8 @@ async def cohere_embed(request: Request, state: State) -> CohereEmbedResponse | 
                                param, "context_length_exceeded")
 
     parts = text_parts(runtime, model, texts, prompt, mode, finish, too_long)
-    outcome = await compute_parts(request, runtime, trace, parts, model)
+    with admitted(request, runtime, model, request_cost(NormalisedInput(texts=texts), spec.max_seq_len)) as queued:
+        outcome = await compute_parts(request, runtime, trace, parts, model, queued)
     by_type = {name: [row for answer in outcome.answers for row in answer[k]] for k, name in enumerate(types)}
     is_v1 = request.url.path.startswith("/v1/")
     meta = RerankMeta(api_version=ApiVersion(version="1" if is_v1 else "2"),

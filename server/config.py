@@ -32,7 +32,10 @@ class ServerConfig:
     extra_models: tuple[ExtraModel, ...] = ()
     max_request_inputs: int = 2048
     max_rerank_documents: int = 1000  # documents of one rerank request (Cohere's own advice caps them there)
-    max_queued_tokens: int | None = None  # None: unbounded queue
+    # The queue's bound (server/admission.py): a number of tokens, or None for what the engines
+    # compute in `max_queue_seconds` at their measured speed.
+    max_queued_tokens: int | None = None
+    max_queue_seconds: float = 30.0
     tokenizer_workers: int = 2
     # Processes shared by the front ends that tokenize large requests' parts and encode their
     # vectors (server/part_processes.py; the CLI's default: server/topology.py); 0: none. Where the
@@ -49,6 +52,9 @@ class ServerConfig:
     # The directory where the front ends report their figures to each other (server/stats_board.py);
     # None: one front end, answering for itself.
     stats_dir: str | None = None
+    # The shared block where the front ends say what each has admitted (server/admission_board.py);
+    # None: one front end, whose board is its own.
+    admission_board: str | None = None
     log_level: str = "info"
     # Wire contract (issue 5): OpenAI's per-request token cap, long inputs, aliases, keys.
     max_request_tokens: int = 300_000
@@ -58,6 +64,8 @@ class ServerConfig:
     model_aliases: tuple[str, ...] = ()  # `--model-alias` values, ALIAS or ALIAS=MODEL (server/aliases.py)
     strict_model_names: bool = False  # True: OpenAI's and Cohere's model names are not answered unless aliased
     api_keys: tuple[str, ...] = ()  # empty: no authentication
+    # Keys with a weight other than 1 (`--api-keys-file`): their requests' share of each batch.
+    api_key_weights: tuple[tuple[str, float], ...] = ()
     # Token-id input: "cl100k" reads it as tiktoken cl100k_base ids (OpenAI's, LangChain's) and
     # re-tokenizes the decoded text; "model" takes the served model's own ids as they are.
     token_ids: str = "cl100k"

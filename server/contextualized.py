@@ -38,7 +38,9 @@ from server.openapi import EMBEDDINGS_ERROR_RESPONSES, ContextualizedOperation
 from server.options import check_dimensions, check_encoding_format
 from server.prompts import resolve_prompt
 from server.request_pipeline import ReadyPart
-from server.route_support import compute_parts, pick_model, runtime_of, trace_of
+from compat.inputs import NormalisedInput
+from server.request_cost import request_cost
+from server.route_support import admitted, compute_parts, pick_model, runtime_of, trace_of
 
 
 def default_encoding_format(spec) -> str:
@@ -78,7 +80,9 @@ async def create_contextualized_embeddings(request: Request, state: State) -> Co
                          fitted.segments)
 
     # Every window counts, its special and prompt tokens too: what the model reads.
-    outcome = await compute_parts(request, runtime, trace, [make_ready], model)
+    chunks = NormalisedInput(texts=[chunk for document in documents for chunk in document])
+    with admitted(request, runtime, model, request_cost(chunks, spec.max_seq_len, mode == "chunk")) as queued:
+        outcome = await compute_parts(request, runtime, trace, [make_ready], model, queued)
     fitted, vectors = outcome.answers[0]
     num_tokens = outcome.num_tokens
     check_finite(vectors, trace.request_id)

@@ -20,7 +20,8 @@ from server.long_inputs import long_inputs_mode
 from server.openapi import EMBEDDINGS_ERROR_RESPONSES, EmbeddingsOperation
 from server.options import check_dimensions, check_encoding_format
 from server.prompts import resolve_prompt
-from server.route_support import compute_parts, pick_model, runtime_of, trace_of
+from server.request_cost import request_cost
+from server.route_support import admitted, compute_parts, pick_model, runtime_of, trace_of
 from server.token_inputs import TokenInputs
 
 
@@ -37,26 +38,32 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
     check_dimensions(spec, data.dimensions)
     token_inputs: TokenInputs = state.token_inputs
     sent = normalise_input(data.input, runtime.config.max_request_inputs)
-    inputs = await token_inputs.decode_token_ids(sent)
     prompt = resolve_prompt(spec.prompts, spec.default_prompt_name, data.prompt_name, data.input_type)
     mode = long_inputs_mode(runtime.config.long_inputs, data.long_inputs)
     trace = trace_of(request)
-    trace.num_inputs = len(inputs)
-    is_large = is_large_request(len(inputs))
+    trace.num_inputs = len(sent)
+    is_large = is_large_request(len(sent))
 
     async def finish(vectors: np.ndarray) -> list:
         check_finite(vectors, trace.request_id)
         return await runtime.encode(vectors, data.encoding_format, data.dimensions, is_large, model)
 
-    if inputs.texts is not None:
-        check_input_chars(inputs.texts, runtime.config.max_input_chars, is_chunked=mode == "chunk",
-                          token_ids=sent.token_ids)
-        trace.texts = inputs.texts if runtime.config.log_inputs else None
-        parts = text_parts(runtime, model, inputs.texts, prompt, mode, finish)
-    else:
-        token_inputs.check_token_ids(inputs.token_ids, model.view.vocab_size)
-        parts = token_id_parts(runtime, model, inputs.token_ids, mode, finish)
-    outcome = await compute_parts(request, runtime, trace, parts, model)
+    if sent.texts is not None:
+        check_input_chars(sent.texts, runtime.config.max_input_chars, is_chunked=mode == "chunk")
+    # Admitted before any decoding or tokenizing: a request the queue has no room for costs nothing more.
+    with admitted(request, runtime, model, request_cost(sent, spec.max_seq_len, mode == "chunk"),
+                  data.priority) as queued:
+        inputs = await token_inputs.decode_token_ids(sent)
+        if inputs.texts is not None:
+            if sent.token_ids is not None:  # texts decoded from cl100k ids
+                check_input_chars(inputs.texts, runtime.config.max_input_chars, is_chunked=mode == "chunk",
+                                  token_ids=sent.token_ids)
+            trace.texts = inputs.texts if runtime.config.log_inputs else None
+            parts = text_parts(runtime, model, inputs.texts, prompt, mode, finish)
+        else:
+            token_inputs.check_token_ids(inputs.token_ids, model.view.vocab_size)
+            parts = token_id_parts(runtime, model, inputs.token_ids, mode, finish)
+        outcome = await compute_parts(request, runtime, trace, parts, model, queued)
     embeddings = [e for answers in outcome.answers for e in answers]
     return EmbeddingResponse(
         data=[Embedding(index=i, embedding=e) for i, e in enumerate(embeddings)],

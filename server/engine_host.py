@@ -32,8 +32,7 @@ from server.engine_ends import EngineEnds
 class EngineHost:
     """In the supervisor: one engine process, started at once (it loads in the background)."""
 
-    def __init__(self, index: int, configs: list[EngineConfig], layout: ArenaLayout,
-                 max_queued_tokens: int | None = None, plugin: Callable | None = None,
+    def __init__(self, index: int, configs: list[EngineConfig], layout: ArenaLayout, plugin: Callable | None = None,
                  configure_logs: Callable[[], None] | None = None):
         """`configs`: one per served model, all on this engine's device; `configure_logs`: run first
         in the engine process (a picklable callable: the process is spawned)."""
@@ -48,7 +47,7 @@ class EngineHost:
         self._load_failure: str | None = None
         # Daemonic: should the supervisor end without stopping it, multiprocessing kills it at exit.
         self.process = context.Process(target=run_engine_process, name=f"rose-engine-{index}", daemon=True,
-                                       args=(configs, control_reader, self.board.name, max_queued_tokens, os.getpid(),
+                                       args=(configs, control_reader, self.board.name, os.getpid(),
                                              plugin, configure_logs))
         try:
             start_shielded(self.process)

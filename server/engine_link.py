@@ -2,10 +2,13 @@
 
 The supervisor makes the arena and the pipes (server/engine_host.py) and hands the front
 end its ends (`EngineEnds`). A piece is written into the arena's ints (space taken by this
-front end's allocator, waited for when the arena is full), announced by a Piece message, and
-answered once: its vectors are in the rows the engine gave it (PieceDone: they are copied
-out and the rows given back with a Release message), it was refused (the queue is full) or
-dropped (the request was cancelled). Only then are its ints given back. Replies are read
+front end's allocator), announced by a Piece message, and answered once: its vectors are in
+the rows the engine gave it (PieceDone: they are copied out and the rows given back with a
+Release message) or it was dropped (the request was cancelled). Only then are its ints given
+back. While the arena is full, pieces wait here, and freed space goes first to the piece
+whose request has the fewest tokens in the engine for its weight: a one-text query passes
+every waiting piece of a bulk request, and bulk requests take turns, as the engine's queue
+shares its batches. Replies are read
 on the event loop (`add_reader`, no thread). The engine's exit, for whatever reason, shows
 as the reply pipe's end of file: what this front end had on it fails, and it leaves the
 rotation for good.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import multiprocessing
 import os
 import signal
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 from engine import messages
 from engine.arena import Allocator, Arena
 from engine.board import EngineBoard
-from engine.interface import PieceVectors, QueueFullError, retry_after_seconds
+from engine.interface import PieceVectors
 from engine.rose.batch import PackedBatch
 from server.engine_ends import EngineEnds, exit_reason
 
@@ -52,6 +56,18 @@ class _Pending:
     width: int  # the columns of each row its model fills
 
 
+@dataclass(eq=False)
+class _Waiter:
+    """A piece waiting for arena ints."""
+
+    num_ints: int
+    future: asyncio.Future  # of the offset
+    request: int
+    weight: float
+    num_tokens: int
+    number: int  # its place in arrival order, among equals
+
+
 class EngineLink:
     """One front end's link to one engine."""
 
@@ -69,9 +85,9 @@ class EngineLink:
         self._ints = Allocator(ends.layout.num_ints)
         self._pending: dict[tuple[int, int], _Pending] = {}
         self._unanswered: collections.Counter[int] = collections.Counter()  # pending pieces by request
-        self._refused: set[int] = set()  # requests the engine refused: a Cancel clears its note of them
-        # Pieces waiting for arena ints, first come first served: (ints, future of the offset).
-        self._waiting: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
+        self._request_tokens: collections.Counter[int] = collections.Counter()  # ... and their tokens
+        self._waiting: list[_Waiter] = []  # pieces waiting for arena ints
+        self._arrivals = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_lost: Callable[[EngineLink], None] | None = None
         self.out_reason: str | None = None  # set once the engine is out of rotation, for good
@@ -79,6 +95,9 @@ class EngineLink:
         self.attention_table: list[tuple[str, str, str]] = []
         # Per served model, as the engine reports once warm: (the width of its vectors, its weights' bytes).
         self.models: list[tuple[int, int]] = []
+        # What the engine measured at warm-up: a batch's token budget, and its tokens per second at it.
+        self.max_batch_tokens: int | None = None
+        self.warm_tokens_per_second = 0.0
         self.tokens_outstanding = 0  # of this front end's pieces, not yet answered
         self.num_pieces = 0
         self._last_board: dict[str, float] = {}
@@ -101,6 +120,7 @@ class EngineLink:
             raise EngineLoadError(f"engine {self.index} on {self.device} failed to load: {reply.why}")
         self.pid, self.dtype, self.attention_table = reply.pid, reply.dtype, [tuple(r) for r in reply.attention]
         self.models = [tuple(m) for m in reply.models]
+        self.max_batch_tokens, self.warm_tokens_per_second = reply.max_batch_tokens, reply.tokens_per_second
 
     def attach(self, loop: asyncio.AbstractEventLoop, on_lost: Callable[[EngineLink], None]) -> None:
         """Start reading replies on `loop`; `on_lost` runs there if the engine goes out."""
@@ -112,20 +132,20 @@ class EngineLink:
         return self.board["queued_tokens"] + self.tokens_outstanding
 
     def has_pending(self, request: int) -> bool:
-        return request in self._refused or request in self._unanswered
+        return request in self._unanswered
 
-    async def compute(self, request: int, index: int, opens_request: bool, batch: PackedBatch,
-                      refuse_when_full: bool = False, model: int = 0) -> PieceVectors:
-        """`model`: which served model computes it. `refuse_when_full`: a request's opening piece that
-        finds the arena full is refused (QueueFullError) rather than waiting: this front end's backlog
-        is past what the queue may hold."""
+    def speed(self) -> float:
+        """The engine's tokens per second while it computes: over its latest batches, else as warm-up measured it."""
+        return self.board["busy_tokens_per_second"] or self.warm_tokens_per_second
+
+    async def compute(self, request: int, index: int, opens_request: bool, batch: PackedBatch, model: int = 0,
+                      weight: float = 1.0) -> PieceVectors:
+        """`model`: which served model computes it; `weight`: the request's share against others'."""
         if self.out_reason is not None:
             raise EngineLostError(self.out_reason)
         is_segmented = batch.cu_segments is not None
         num_ints = messages.ints_for(batch.num_tokens, batch.num_seqs, is_segmented)
-        if opens_request and refuse_when_full and not self._fits(num_ints):
-            raise QueueFullError(self.retry_after())
-        offset = await self._take(num_ints)
+        offset = await self._take(num_ints, request, weight, batch.num_tokens)
         self.arena.write_piece(offset, batch)
         future = self._loop.create_future()
         width = self.models[model][0] if model < len(self.models) else self.arena.layout.dim
@@ -133,7 +153,7 @@ class EngineLink:
         self._unanswered[request] += 1
         self.tokens_outstanding += batch.num_tokens
         message = messages.Piece(request, index, offset, batch.num_tokens, batch.num_seqs, batch.max_seqlen,
-                                 batch.num_outputs, is_segmented, opens_request, model)
+                                 batch.num_outputs, is_segmented, opens_request, model, weight)
         try:
             self._tasks.send_bytes(messages.encode(message))
         except OSError:  # a broken pipe: the engine is gone
@@ -141,49 +161,47 @@ class EngineLink:
         self.num_pieces += 1
         return await future
 
-    def retry_after(self) -> int:
-        """Seconds until the engine has worked through its queue and this front end's backlog, 1 to 60."""
-        return retry_after_seconds(self.load(), self.board["busy_tokens_per_second"])
-
-    def _fits(self, num_ints: int) -> bool:
-        offset = self._ints.take(num_ints)
-        if offset is None:
-            return False
-        self._ints.give_back(offset, num_ints)
-        return True
-
-    async def _take(self, num_ints: int) -> int:
-        """Arena ints for a piece, waiting in turn while earlier pieces hold them."""
+    async def _take(self, num_ints: int, request: int, weight: float, num_tokens: int) -> int:
+        """Arena ints for a piece, waiting while the arena is full (see the module's docstring).
+        Its tokens count as its request's in the engine from the moment the ints are its."""
         if not self._waiting:
             offset = self._ints.take(num_ints)
             if offset is not None:
+                self._request_tokens[request] += num_tokens
                 return offset
         future = self._loop.create_future()
-        self._waiting.append((num_ints, future))
+        self._waiting.append(_Waiter(num_ints, future, request, weight, num_tokens, next(self._arrivals)))
         try:
             return await future
         except asyncio.CancelledError:
             if future.done() and not future.cancelled() and future.exception() is None:
                 self._ints.give_back(future.result(), num_ints)  # given to a piece that no longer wants it
+                self._forget_tokens(request, num_tokens)
                 self._wake_waiters()
             raise
 
     def _wake_waiters(self) -> None:
-        """Hand freed ints to the waiting pieces, in turn, while the next one fits."""
+        """Hand freed ints to the waiting pieces, the one whose request has the least in the engine for
+        its weight first, while that one fits (a large piece is not passed for ever by smaller ones)."""
+        self._waiting = [w for w in self._waiting if not w.future.done()]  # their requests went away
         while self._waiting:
-            num_ints, future = self._waiting[0]
-            if future.done():  # its request went away
-                self._waiting.popleft()
-                continue
-            offset = self._ints.take(num_ints)
+            tokens = self._request_tokens
+            waiter = min(self._waiting, key=lambda w: (tokens[w.request] / w.weight, w.number))
+            offset = self._ints.take(waiter.num_ints)
             if offset is None:
                 return
-            self._waiting.popleft()
-            future.set_result(offset)
+            self._waiting.remove(waiter)
+            self._request_tokens[waiter.request] += waiter.num_tokens
+            waiter.future.set_result(offset)
+
+    def _forget_tokens(self, request: int, num_tokens: int) -> None:
+        tokens = self._request_tokens
+        tokens[request] -= num_tokens
+        if tokens[request] <= 0:
+            del tokens[request]
 
     def cancel(self, request: int) -> None:
         """The request is over: the engine drops what of it has not run (its answers free the space)."""
-        self._refused.discard(request)
         self._send(messages.Cancel(request))
 
     def _send(self, message) -> None:
@@ -221,16 +239,14 @@ class EngineLink:
         elif not future.done():
             if isinstance(reply, messages.PieceDone):
                 future.set_exception(PieceFailedError(f"engine {self.index} on {self.device}: {reply.error}"))
-            elif isinstance(reply, messages.PieceRefused):
-                self._refused.add(reply.request)
-                future.set_exception(QueueFullError(reply.retry_after))
             else:
                 future.cancel()
-        self._give_back(pending)
+        self._give_back(pending, reply.request)
 
-    def _give_back(self, pending: _Pending) -> None:
+    def _give_back(self, pending: _Pending, request: int) -> None:
         self._ints.give_back(pending.offset, pending.num_ints)
         self.tokens_outstanding -= pending.num_tokens
+        self._forget_tokens(request, pending.num_tokens)
         self._wake_waiters()
 
     def _exit_reason(self) -> str:
@@ -255,10 +271,11 @@ class EngineLink:
         self.fail_pending(EngineLostError(f"engine {self.index} on {self.device}: {reason}"))
         self._pending.clear()
         self._unanswered.clear()
-        waiting, self._waiting = self._waiting, collections.deque()
-        for _, future in waiting:  # pieces waiting for space: the engine is gone
-            if not future.done():
-                future.set_exception(EngineLostError(f"engine {self.index} on {self.device}: {reason}"))
+        self._request_tokens.clear()
+        waiting, self._waiting = self._waiting, []
+        for waiter in waiting:  # pieces waiting for space: the engine is gone
+            if not waiter.future.done():
+                waiter.future.set_exception(EngineLostError(f"engine {self.index} on {self.device}: {reason}"))
         if first and self._on_lost is not None and reason != "stopped":
             self._on_lost(self)
 

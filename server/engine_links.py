@@ -6,7 +6,8 @@ end's pieces not yet answered), so that a large request spreads over every devic
 that dies leaves the rotation and the others serve on; one whose batch runs past the stall
 timeout is retired (killed) when it is a process, or reported stuck while it lasts when it
 is a thread of this process (which cannot be killed). Only when no engine can serve is the
-whole server unavailable.
+whole server unavailable. A request is admitted (server/admission.py) before anything of it
+is tokenized, with the whole server's queue in view.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import time
 
 from engine.interface import BatchFailedError, EngineUnavailableError, PieceVectors
 from engine.rose.batch import PackedBatch
+from server.admission import Admission, Ticket
+from server.admission_board import AdmissionBoard
 from server.engine_ends import EngineEnds
 from server.engine_link import EngineLink, EngineLostError, PieceFailedError
 
@@ -30,15 +33,19 @@ class EngineLinks:
     is warm, `attach` (on the loop) starts serving."""
 
     def __init__(self, ends: list[EngineEnds], processes: list[multiprocessing.process.BaseProcess] | None = None,
-                 stall_timeout: float = 120.0, in_process: bool = False, max_queued_tokens: int | None = None):
-        """`max_queued_tokens`: where the queue is bounded, a new request that finds this front end's
-        arena full is refused at once, as the engine refuses one that finds its queue full."""
+                 stall_timeout: float = 120.0, in_process: bool = False, max_queued_tokens: int | None = None,
+                 queue_seconds: float = 30.0, admission_board: AdmissionBoard | None = None,
+                 slot: int = 0):
+        """`max_queued_tokens` / `queue_seconds`: the queue's bound (server/admission.py), over what
+        every front end writes on `admission_board` (None: a board of this front end alone, in
+        `slot` 0)."""
         if not ends:
             raise ValueError("a front end needs at least one engine")
         self.links = [EngineLink(e, p, can_retire=not in_process)
                       for e, p in zip(ends, processes or [None] * len(ends))]
         self.stall_timeout = stall_timeout
-        self.is_bounded = max_queued_tokens is not None
+        self.admission = Admission(admission_board or AdmissionBoard.local(), slot, self.speed, max_queued_tokens,
+                                   queue_seconds)
         self.dtype: str | None = None
         self.fatal_error: str | None = None  # set once no engine is left
         self._numbers = itertools.count()
@@ -55,6 +62,16 @@ class EngineLinks:
             link.wait_ready(ready_timeout)
         self.dtype = self.links[0].dtype
 
+    @property
+    def max_batch_tokens(self) -> int | None:
+        """The token budget the engines cut batches by, as their warm-up chose it (None: not told)."""
+        budgets = [link.max_batch_tokens for link in self.links if link.max_batch_tokens]
+        return min(budgets) if budgets else None
+
+    def speed(self) -> float:
+        """The serving engines' tokens per second, summed (0 while none has measured it)."""
+        return sum(link.speed() for link in self.links if link.is_serving)
+
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         for link in self.links:
             link.attach(loop, self._on_lost)
@@ -62,9 +79,11 @@ class EngineLinks:
         if not any(link.is_serving for link in self.links):
             self._on_lost(self.links[0])
 
-    def open_request(self, model: int = 0) -> _Request:
-        """A request for served model `model` (its place in the server's list)."""
-        return _Request(self, next(self._numbers), model)
+    def open_request(self, model: int = 0, cost: float = 0.0, weight: float = 1.0) -> _Request:
+        """A request for served model `model` (its place in the server's list), of about `cost`
+        tokens, its share of a batch `weight` times a default request's. QueueFullError: refused."""
+        ticket = self.admission.admit(cost)
+        return _Request(self, next(self._numbers), model, ticket, weight)
 
     def problem(self) -> str | None:
         """Why no engine can serve now (all dead or stuck), or None."""
@@ -139,13 +158,18 @@ class EngineLinks:
 
 
 class _Request:
-    """One request's pieces: each to the engine with the least ahead, its opening piece there
-    deciding admission; `close` drops what has not run."""
+    """One admitted request's pieces: each to the engine with the least ahead; `close` drops what has not run."""
 
-    def __init__(self, engines: EngineLinks, number: int, model: int = 0):
+    def __init__(self, engines: EngineLinks, number: int, model: int, ticket: Ticket, weight: float):
         self.engines, self.number, self.model = engines, number, model
+        self.ticket, self.weight = ticket, weight
         self._touched: list[EngineLink] = []
         self._num_pieces = 0
+        self._is_open = True
+
+    def settle(self, num_tokens: int) -> None:
+        """Every part is tokenized: the request's real size replaces its estimate in the queue's count."""
+        self.engines.admission.settle(self.ticket, num_tokens)
 
     async def compute(self, piece: PackedBatch) -> PieceVectors:
         engines = self.engines
@@ -158,8 +182,7 @@ class _Request:
         index = self._num_pieces
         self._num_pieces += 1
         try:
-            return await link.compute(self.number, index, opens, piece, refuse_when_full=engines.is_bounded,
-                                      model=self.model)
+            vectors = await link.compute(self.number, index, opens, piece, model=self.model, weight=self.weight)
         except EngineLostError as exc:
             if engines.fatal_error is not None:
                 raise EngineUnavailableError(engines.fatal_error) from None
@@ -167,8 +190,14 @@ class _Request:
             raise BatchFailedError(f"the engine computing the batch went out ({exc})") from exc
         except PieceFailedError as exc:
             raise BatchFailedError(f"computing the batch failed ({exc})") from exc
+        if self._is_open:
+            engines.admission.progress(self.ticket, piece.num_tokens)
+        return vectors
 
     def close(self) -> None:
+        if self._is_open:
+            self._is_open = False
+            self.engines.admission.release(self.ticket)
         for link in self._touched:
             if link.is_serving and link.has_pending(self.number):
                 link.cancel(self.number)

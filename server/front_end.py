@@ -61,14 +61,18 @@ def _uvicorn_server(config: ServerConfig, sock: socket.socket, ends: list[Engine
 
     from compat.tiktoken_ids import TiktokenUnavailableError
     from engine.model_files.model_view import ModelView
+    from server.admission_board import AdmissionBoard
     from server.app import create_app
     from server.engine_links import EngineLinks
     from server.middleware import ObservedApp
     from server.pending_stop_server import uvicorn_server
 
     models = [ModelView(spec) for spec in load_specs(config)]
+    board = (AdmissionBoard.attach(config.admission_board, config.frontend_workers)
+             if config.admission_board is not None else None)
     engines = EngineLinks(ends, processes, stall_timeout=config.engine_stall_timeout,
-                          max_queued_tokens=config.max_queued_tokens)
+                          max_queued_tokens=config.max_queued_tokens, queue_seconds=config.max_queue_seconds,
+                          admission_board=board, slot=config.worker_index)
     try:
         app = create_app(config, engines=engines, model=models)
     except TiktokenUnavailableError as exc:

@@ -21,12 +21,13 @@ class InProcessEngine:
     The loop ends once the front end says goodbye; if the thread dies instead, its pipes close and
     the front end sees the engine go, as it would a process."""
 
-    def __init__(self, engine, budget: tuple[int, int], max_queued_tokens: int | None = None, index: int = 0):
+    def __init__(self, engine, budget: tuple[int, int], index: int = 0, scheduling: str = "fair"):
         """`engine`: one engine per served model, in order (a single one: one model). `budget`: a
-        batch's most tokens and vectors, as the server cuts its pieces."""
+        batch's most tokens and vectors, as the server cuts its pieces. `scheduling`: how the queue
+        fills a batch (engine/queue/piece_queue.py)."""
         engines = list(engine) if isinstance(engine, (list, tuple)) else [engine]
         engine = engines[0]
-        layout = ArenaLayout.for_budget(*budget, max(e.spec.embedding_dim for e in engines), max_queued_tokens)
+        layout = ArenaLayout.for_budget(*budget, max(e.spec.embedding_dim for e in engines))
         self._arena, self._board = Arena.create(layout), EngineBoard.create()
         task_reader, task_writer = Pipe(duplex=False)
         reply_reader, reply_writer = Pipe(duplex=False)
@@ -34,7 +35,7 @@ class InProcessEngine:
         self.ends = EngineEnds(index, str(getattr(engine, "device", "cpu")), self._arena.name, layout, self._board.name,
                                task_writer, reply_reader, os.getpid())
         attach = Attach(0, self._arena.name, layout, task_reader, reply_writer)
-        self._loop = EngineLoop(engines, None, EngineBoard.attach(self._board.name), budget, max_queued_tokens, (attach,))
+        self._loop = EngineLoop(engines, None, EngineBoard.attach(self._board.name), budget, (attach,), scheduling)
         self.thread = threading.Thread(target=self._run, name="rose-engine", daemon=True)
 
     def start(self) -> None:

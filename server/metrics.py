@@ -138,7 +138,12 @@ class _EngineCollector:
         def total(field: str) -> float:
             return sum(board[field] for board in boards)
 
-        yield _gauge("rose_queue_tokens", "Tokens waiting in the engines' queues", total("queued_tokens"))
+        waiting, num_requests, _ = engines.admission.board.totals()
+        yield _gauge("rose_queue_tokens", "Tokens of admitted requests not yet computed, wherever they wait (in "
+                     "front ends, before or after tokenizing, in the engines' queues, on the devices)", waiting)
+        yield _gauge("rose_queue_requests", "Admitted requests not yet answered", float(num_requests))
+        yield _gauge("rose_queue_bound_tokens", "The queue's bound: past it, requests other than small ones get 429",
+                     engines.admission.bound)
         yield _gauge("rose_queue_pieces", "Pieces (parts of requests) waiting in the engines' queues",
                      total("queued_pieces"))
         yield _gauge("rose_tokens_per_second", "Tokens computed per second over the last 10 s",
@@ -147,7 +152,6 @@ class _EngineCollector:
         yield _counter("rose_sequences", "Sequences (inputs, or their windows) computed", total("sequences"))
         yield _counter("rose_pieces_cancelled", "Pieces dropped unrun because their request ended (client gone, "
                        "timeout, another piece failed)", total("pieces_cancelled"))
-        yield _counter("rose_pieces_refused", "Pieces refused because the queue was full (429)", total("pieces_refused"))
         yield _counter("rose_batches_failed", "Pieces' batches whose computation raised (a batch of several "
                        "pieces that raises runs again piece by piece: only those that fail alone count)",
                        total("batches_failed"))

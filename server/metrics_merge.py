@@ -5,10 +5,10 @@ How a family combines over the front ends' reports:
   and a front end started in place of one that died carries its predecessor's counts
   (`with_carried`): no sum goes backwards;
 - what an engine process says of itself (graph replays, eager runs, capture failures, device
-  memory, its attention backend per class of batch) reaches every front end alike: the
-  largest figure any front end relays (device memory: any ready one; the backend table:
+  memory, its attention backend per class of batch, its queue and speed) and what the admission
+  board says of the whole server's queue reach every front end alike: the largest figure any
+  front end relays (device memory: any ready one; the backend table, the queue and the speed:
   any live one);
-- gauges of the present add up over the live front ends (queue, tokens/s, tokens in flight);
 - rose_ready and rose_engine_up are 1 where they are 1 on any live front end;
   rose_engine_serving is 0 where any ready front end has that engine out (one that
   stops takes every engine out of its own rotation);
@@ -42,7 +42,6 @@ class _Rule:
 
 
 _ADD_ALL = _Rule(operator.add, _ALL)
-_ADD_LIVE = _Rule(operator.add, _LIVE)
 _MAX_ALL = _Rule(max, _ALL)
 _MAX_LIVE = _Rule(max, _LIVE)
 _MAX_READY = _Rule(max, _READY)
@@ -50,10 +49,11 @@ _MIN_READY = _Rule(min, _READY)
 _PER_FRONT_END = _Rule(max, _LIVE, per_front_end=True)  # one sample per key: nothing to combine
 
 _RULES = {
-    "rose_queue_tokens": _ADD_LIVE,
-    "rose_queue_pieces": _ADD_LIVE,
-    "rose_tokens_per_second": _ADD_LIVE,
-    "rose_engine_tokens_in_flight": _ADD_LIVE,
+    "rose_queue_tokens": _MAX_LIVE,
+    "rose_queue_requests": _MAX_LIVE,
+    "rose_queue_bound_tokens": _MAX_LIVE,
+    "rose_queue_pieces": _MAX_LIVE,
+    "rose_tokens_per_second": _MAX_LIVE,
     "rose_ready": _MAX_LIVE,
     "rose_engine_up": _MAX_LIVE,
     "rose_engine_serving": _MIN_READY,

@@ -9,7 +9,11 @@ embedder and a reranker side by side shows each one's traffic; a sum over `model
 
 This runs once per request on a front end that answers tens of thousands a second, and
 prometheus_client's labels() takes a lock and builds its key on every call: so each model's
-children (by route and status, by phase) are looked up once and kept.
+children (by route and status, by phase, by size) are looked up once and kept.
+
+By size, requests fall in three classes: one input, a few (at most SMALL_REQUEST_INPUTS) and
+more. Each class's queue wait and tokens computed show an operator the queue's fairness at
+work: one-text queries wait about a batch however much bulk work the other class holds.
 """
 
 from __future__ import annotations
@@ -17,6 +21,11 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 _SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+SMALL_REQUEST_INPUTS = 32
+
+
+def size_class(num_inputs: int) -> str:
+    return "one" if num_inputs <= 1 else "small" if num_inputs <= SMALL_REQUEST_INPUTS else "large"
 
 
 class RequestSeries:
@@ -32,6 +41,13 @@ class RequestSeries:
                               "answered with vectors or scores, by model", ["model"], registry=registry)
         self.tokens = Counter("rose_request_tokens", "Tokens of the requests answered with vectors or scores, as "
                               "their usage says (every window counts), by model", ["model"], registry=registry)
+        self.class_wait = Histogram("rose_request_queue_wait_seconds", "Time from a request's first piece handed to "
+                                    "the engines to the first batch that holds any of it, by size (one input, "
+                                    f"at most {SMALL_REQUEST_INPUTS}, more) and model", ["size", "model"],
+                                    buckets=_SECONDS, registry=registry)
+        self.class_tokens = Counter("rose_request_size_tokens", "Tokens of the requests answered with vectors or "
+                                    f"scores, by size (one input, at most {SMALL_REQUEST_INPUTS}, more) and model",
+                                    ["size", "model"], registry=registry)
         self._models: dict[str, _ModelSeries] = {}
 
     def observe(self, route: str, status: int, phases: dict[str, float], model: str,
@@ -50,6 +66,7 @@ class _ModelSeries:
         self.requests: dict[tuple[str, int], Counter] = {}  # by (route, status): both come from fixed sets
         self.phases: dict[str, Histogram] = {}
         self.usage: tuple[Counter, Counter] | None = None  # inputs and tokens: never made for the "" model
+        self.sizes: dict[str, tuple[Histogram, Counter]] = {}  # queue wait and tokens by size class
 
     def observe(self, route: str, status: int, phases: dict[str, float],
                 num_inputs: int | None, num_tokens: int | None) -> None:
@@ -70,3 +87,13 @@ class _ModelSeries:
             inputs, tokens = self.usage
             inputs.inc(num_inputs or 0)
             tokens.inc(num_tokens)
+            size = size_class(num_inputs or 0)
+            by_size = self.sizes.get(size)
+            if by_size is None:
+                families = self.families
+                by_size = self.sizes[size] = (families.class_wait.labels(size, self.model),
+                                              families.class_tokens.labels(size, self.model))
+            wait, class_tokens = by_size
+            if "queue" in phases:
+                wait.observe(phases["queue"])
+            class_tokens.inc(num_tokens)

@@ -8,7 +8,8 @@ budget and hands every piece to the engines the moment it is ready: the device s
 the first piece while later parts are still being tokenized, and each part's answers are
 made as soon as its vectors land, while later parts compute. Answers keep the request's
 order. Whatever ends the request early (an error, the client leaving, the timeout) drops
-what of it has not run.
+what of it has not run. The request is admitted to the queue (it holds an engine request,
+`queued`) before the pipeline starts: nothing is tokenized for a request that is refused.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Generic, TypeVar
 import numpy as np
 from litestar import Request
 
-from engine.interface import Engines, PieceVectors
+from engine.interface import PieceVectors, Request as EngineRequest
 from engine.rose.batch import batch_ranges, pack, slice_packed
 from server.errors import APIError
 from server.guards import request_timeout
@@ -76,20 +77,20 @@ def part_bounds(num_items: int, part_size: int = PART_TEXTS) -> list[tuple[int, 
     return bounds
 
 
-async def run_parts(request: Request, engines: Engines, trace: RequestTrace,
+async def run_parts(request: Request, queued: EngineRequest, trace: RequestTrace,
                     parts: Sequence[Callable[[], Awaitable[ReadyPart]]], budget: tuple[int, int],
                     max_tokens: int, tokens_error: Callable[[int, bool], APIError], timeout: float | None,
-                    parts_ahead: int = 1, model: int = 0) -> Outcome:
-    """Make each part ready in turn and compute it; every part's `finish` result, in order.
+                    parts_ahead: int = 1) -> Outcome:
+    """Make each part ready in turn and compute it on the admitted engine request `queued` (closed
+    when this returns); every part's `finish` result, in order.
 
     `budget`: (max tokens, max vectors) of one piece, the engine's batch budget. The request's
     tokens may not pass `max_tokens`: past it, `tokens_error(count, is_whole)` ends the request, where
     `count` is what the parts made ready so far hold and `is_whole` whether they are all of them (the
     rest is never tokenized: a request past the cap is refused as soon as it is known to be).
     `parts_ahead`: parts being made ready at once (more than one where they are tokenized in
-    processes, side by side; a part tokenized in place would only delay the first piece).
-    `model`: the served model that computes every part (its place in the server's list)."""
-    job = _Job(request, engines, trace, budget, parts_ahead, model)
+    processes, side by side; a part tokenized in place would only delay the first piece)."""
+    job = _Job(request, queued, trace, budget, parts_ahead)
     try:
         return await _with_deadline(job.run(parts, max_tokens, tokens_error), request, timeout)
     finally:
@@ -97,10 +98,10 @@ async def run_parts(request: Request, engines: Engines, trace: RequestTrace,
 
 
 class _Job:
-    def __init__(self, request: Request, engines: Engines, trace: RequestTrace, budget: tuple[int, int],
-                 parts_ahead: int, model: int):
+    def __init__(self, request: Request, queued: EngineRequest, trace: RequestTrace, budget: tuple[int, int],
+                 parts_ahead: int):
         self.request, self.trace, self.budget, self.parts_ahead = request, trace, budget, parts_ahead
-        self.ticket = engines.open_request(model)
+        self.queued = queued
         self.tasks: list[asyncio.Task] = []
         self.tasks_ahead: collections.deque[asyncio.Future] = collections.deque()  # parts being made ready
 
@@ -126,6 +127,7 @@ class _Job:
             await asyncio.sleep(0)
         self.trace.tokenization_seconds = tokenizing
         self.trace.num_tokens = num_tokens
+        self.queued.settle(num_tokens)
         answers = await asyncio.gather(*self.tasks)
         return Outcome(list(answers), num_tokens)
 
@@ -139,7 +141,7 @@ class _Job:
         max_tokens, max_outputs = self.budget
         ranges = batch_ranges(batch.cu_seqlens, max_tokens, max_outputs, batch.cu_segments)
         pieces = [batch] if len(ranges) == 1 else [slice_packed(batch, lo, hi) for lo, hi in ranges]
-        results: list[PieceVectors] = await asyncio.gather(*(self.ticket.compute(piece) for piece in pieces))
+        results: list[PieceVectors] = await asyncio.gather(*(self.queued.compute(piece) for piece in pieces))
         for result in results:
             self.trace.add_batch(result.started, result.finished)
         return results[0].vectors if len(results) == 1 else np.concatenate([r.vectors for r in results])
@@ -150,7 +152,7 @@ class _Job:
                 task.cancel()
             else:  # read, so that asyncio does not log an exception nobody awaited
                 task.cancelled() or task.exception()
-        self.ticket.close()
+        self.queued.close()
 
 
 async def _with_deadline(work: Awaitable[T], request: Request, timeout: float | None) -> T:

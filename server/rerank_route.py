@@ -24,7 +24,8 @@ from server.model_kind import require_reranker
 from server.openapi import EMBEDDINGS_ERROR_RESPONSES
 from server.openapi_schema import body_operation
 from server.request_pipeline import ReadyPart, part_bounds
-from server.route_support import compute_parts, pick_model, runtime_of, trace_of
+from server.request_cost import input_cost
+from server.route_support import admitted, compute_parts, pick_model, runtime_of, trace_of
 from server.runtime import Runtime
 from server.served_models import ServedModel
 
@@ -70,7 +71,12 @@ async def _rerank(request: Request, state: State, data: RerankRequest) -> Rerank
     parts = [partial(make_ready, lo, hi) for lo, hi in part_bounds(len(documents))]
     # Each part's pairs are tokenized in a thread (the Rust tokenizer releases the GIL): as many
     # parts at once as there are threads, so the next ones are ready when the device wants them.
-    outcome = await compute_parts(request, runtime, trace, parts, model, parts_ahead=runtime.config.tokenizer_workers)
+    # A pair costs its query and document together, cut at the model's limit.
+    max_seq_len = model.view.spec.max_seq_len
+    cost = sum(input_cost(len(data.query) + len(document), max_seq_len, is_chunked=False) for document in documents)
+    with admitted(request, runtime, model, cost) as queued:
+        outcome = await compute_parts(request, runtime, trace, parts, model, queued,
+                                      parts_ahead=runtime.config.tokenizer_workers)
     rows = np.concatenate(outcome.answers) if outcome.answers else np.zeros((0, 2), np.float32)
     check_finite(rows, trace.request_id)
     if tei:

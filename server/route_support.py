@@ -1,16 +1,20 @@
-"""What every route needs: the runtime once it can serve, the request's trace, its model,
-and the request pipeline (server/request_pipeline.py) run with the server's limits."""
+"""What every route needs: the runtime once it can serve, the request's trace, its model, its
+admission to the queue, and the request pipeline (server/request_pipeline.py) run with the
+server's limits."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 from litestar import Request
 from litestar.datastructures import State
 
+from engine.interface import Request as EngineRequest
 from server.errors import APIError, engine_unavailable, invalid_request, not_ready
 from server.request_pipeline import Outcome, ReadyPart, run_parts
+from server.request_weight import request_weight
 from server.runtime import Runtime
 from server.served_models import ServedModel
 from server.token_inputs import request_tokens_error
@@ -45,11 +49,26 @@ def pick_model(request: Request, runtime: Runtime, asked: str | None, kind: str 
     return model
 
 
+@contextmanager
+def admitted(request: Request, runtime: Runtime, model: ServedModel, cost: int,
+             priority: int | None = None) -> Iterator[EngineRequest]:
+    """The request admitted to the queue as about `cost` tokens for `model` (else the 429 that says
+    when to retry), before anything of it is decoded or tokenized; dropped from the queue when the
+    block ends. `priority`: the body's field, where the route's wire has one (server/request_weight.py)."""
+    weight = request_weight(request, priority, runtime.key_weight(request))
+    queued = runtime.engines.open_request(model.index, cost, weight)
+    try:
+        yield queued
+    finally:
+        queued.close()
+
+
 async def compute_parts(request: Request, runtime: Runtime, trace: RequestTrace,
                         parts: Sequence[Callable[[], Awaitable[ReadyPart]]], model: ServedModel,
-                        parts_ahead: int | None = None) -> Outcome:
-    """The parts through `model` on the engines, within the request's token cap and what is left of its time.
-    `parts_ahead`: parts made ready at once (default: what the runtime says for the model's texts)."""
+                        queued: EngineRequest, parts_ahead: int | None = None) -> Outcome:
+    """The parts through `model` on the engines, as the admitted `queued`, within the request's token
+    cap and what is left of its time. `parts_ahead`: parts made ready at once (default: what the
+    runtime says for the model's texts)."""
     config = runtime.config
     time_left = None
     if config.request_timeout is not None:
@@ -58,9 +77,7 @@ async def compute_parts(request: Request, runtime: Runtime, trace: RequestTrace,
         return request_tokens_error(num_tokens, config.max_request_tokens, is_whole)
 
     try:
-        return await run_parts(request, runtime.engines, trace, parts,
-                               (config.engine.max_batch_tokens, config.engine.max_batch_seqs), config.max_request_tokens,
-                               tokens_error, time_left,
-                               parts_ahead=parts_ahead or runtime.parts_ahead(model), model=model.index)
+        return await run_parts(request, queued, trace, parts, runtime.batch_budget, config.max_request_tokens,
+                               tokens_error, time_left, parts_ahead=parts_ahead or runtime.parts_ahead(model))
     finally:
         runtime.heap_trimmer.maybe_trim()

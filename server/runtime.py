@@ -57,6 +57,7 @@ class Runtime:
     def __init__(self, config: ServerConfig, engine=None, engines: EngineLinks | None = None,
                  model: ModelView | list[ModelView] | None = None):
         self.config = config
+        self._key_weights = dict(config.api_key_weights)
         self._local_engines = _as_list(engine)
         self.models: list[ServedModel] = []
         self._set_models(_as_list(model) if engines is not None else self._local_engines)
@@ -96,6 +97,19 @@ class Runtime:
         if kind is not None and (asked is None or asked in names.implicit):
             name = next((m.name for m in self.models if m.kind == kind), name)
         return next(m for m in self.models if m.name == name)
+
+    @property
+    def batch_budget(self) -> tuple[int, int]:
+        """A piece's most tokens and vectors: the engines' batch budget, as their warm-up chose it."""
+        engine = self.config.engine
+        return (self.engines.max_batch_tokens or engine.max_batch_tokens), engine.max_batch_seqs
+
+    def key_weight(self, request) -> float:
+        """The weight `--api-keys-file` gives the request's key (1 for any other key, or none)."""
+        if not self._key_weights:
+            return 1.0
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        return self._key_weights.get(token.strip(), 1.0) if scheme.lower() == "bearer" else 1.0
 
     def parts_ahead(self, model: ServedModel) -> int:
         """Parts of a request to make ready at once: twice what the part processes can take, so that
@@ -188,10 +202,10 @@ class Runtime:
         with self._stopping_lock:
             if self._stopping:
                 raise RuntimeError("the server stopped while its model loaded")
-            self._in_process = InProcessEngine(self._local_engines, budget, self.config.max_queued_tokens)
+            self._in_process = InProcessEngine(self._local_engines, budget, scheduling=self.config.engine.scheduling)
             self._in_process.start()
         return EngineLinks([self._in_process.ends], stall_timeout=self.config.engine_stall_timeout, in_process=True,
-                           max_queued_tokens=self.config.max_queued_tokens)
+                           max_queued_tokens=self.config.max_queued_tokens, queue_seconds=self.config.max_queue_seconds)
 
     async def stop(self) -> None:
         self.is_ready = False

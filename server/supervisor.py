@@ -37,6 +37,7 @@ from dataclasses import replace
 from multiprocessing.connection import wait
 
 from engine.child_signals import STOP_SIGNALS, start_shielded
+from server.admission_board import AdmissionBoard
 from server.engine_host import EngineHost
 from engine.model_files.loader import ModelSpec
 from engine.arena import ArenaLayout
@@ -64,7 +65,7 @@ def run_supervisor(config: ServerConfig, specs: list[ModelSpec], sockets: list[s
     plugin = load_engine_plugin(config.engine_plugin) if config.engine_plugin else None
     # One arena per (engine, front end) for every model: its vector rows fit the widest.
     layout = ArenaLayout.for_budget(config.engine.max_batch_tokens, config.engine.max_batch_seqs,
-                                    max(spec.embedding_dim for spec in specs), config.max_queued_tokens)
+                                    max(spec.embedding_dim for spec in specs))
     logger.info("starting %d engine process(es) (%s) and %d front end(s) on port %d", len(config.devices),
                 ", ".join(config.devices), config.frontend_workers, config.port)
     hosts: list[EngineHost] = []
@@ -85,7 +86,7 @@ def run_supervisor(config: ServerConfig, specs: list[ModelSpec], sockets: list[s
                 config = replace(config, part_process_addresses=part_processes.addresses)
             for index, device in enumerate(config.devices):
                 configs = [engine_config_for(c, config.devices, device) for c in model_configs(config)]
-                hosts.append(EngineHost(index, configs, layout, config.max_queued_tokens, plugin,
+                hosts.append(EngineHost(index, configs, layout, plugin,
                                         functools.partial(configure_logging, config.log_level, config.log_format)))
         if config.frontend_workers == 1:
             run_front_end(config, sockets[0], [host.connect(0) for host in hosts], [h.process for h in hosts],
@@ -113,8 +114,10 @@ class _FrontEnds:
 
     def __init__(self, config: ServerConfig, sockets: list[socket.socket], hosts: list[EngineHost],
                  pending_stop: Callable[[], int | None]):
-        # Where the front ends report to each other, so that each answers /metrics and /health for all.
-        self.config = replace(config, stats_dir=create_board_dir())
+        # Where the front ends report to each other, so that each answers /metrics and /health for all,
+        # and where each says what it has admitted, so that the queue's bound holds for all.
+        self.admission_board = AdmissionBoard.create(config.frontend_workers)
+        self.config = replace(config, stats_dir=create_board_dir(), admission_board=self.admission_board.name)
         self.sockets, self.hosts = sockets, hosts
         self._context = multiprocessing.get_context("spawn")
         self._processes: dict[int, multiprocessing.process.BaseProcess] = {}
@@ -149,6 +152,7 @@ class _FrontEnds:
         finally:
             self._drain()
             remove_board_dir(self.config.stats_dir)
+            self.admission_board.close()
         if failed:
             sys.exit(1)
         if self._stopped_by == signal.SIGINT:

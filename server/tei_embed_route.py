@@ -32,7 +32,9 @@ from server.openapi import EMBEDDINGS_ERROR_RESPONSES
 from server.openapi_schema import body_operation
 from server.options import check_dimensions
 from server.prompts import resolve_prompt
-from server.route_support import compute_parts, pick_model, runtime_of, trace_of
+from compat.inputs import NormalisedInput
+from server.request_cost import request_cost
+from server.route_support import admitted, compute_parts, pick_model, runtime_of, trace_of
 
 TeiEmbedOperation = body_operation(TeiEmbedRequest)
 
@@ -70,8 +72,9 @@ async def tei_embed(request: Request, state: State) -> list[list[float]]:
                                "context_length_exceeded")
 
     mode = "truncate" if data.truncate else "error"
-    outcome = await compute_parts(request, runtime, trace, text_parts(runtime, model, texts, prompt, mode, finish,
-                                                                      too_long), model)
+    parts = text_parts(runtime, model, texts, prompt, mode, finish, too_long)
+    with admitted(request, runtime, model, request_cost(NormalisedInput(texts=texts), spec.max_seq_len)) as queued:
+        outcome = await compute_parts(request, runtime, trace, parts, model, queued)
     return [row for answer in outcome.answers for row in answer]
 
 

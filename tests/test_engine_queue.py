@@ -71,10 +71,11 @@ def seq(first: int, n: int = 3) -> np.ndarray:
 
 @asynccontextmanager
 async def engines(*fakes: FakeEngine, budget=(8, 4), max_queued_tokens=None, stall_timeout=120.0):
-    served = [InProcessEngine(fake, budget, max_queued_tokens, index=i) for i, fake in enumerate(fakes)]
+    served = [InProcessEngine(fake, budget, index=i) for i, fake in enumerate(fakes)]
     for one in served:
         one.start()
-    links = EngineLinks([one.ends for one in served], stall_timeout=stall_timeout, in_process=True)
+    links = EngineLinks([one.ends for one in served], stall_timeout=stall_timeout, in_process=True,
+                        max_queued_tokens=max_queued_tokens)
     await asyncio.to_thread(links.start, 10.0)
     links.attach(asyncio.get_running_loop())
     try:
@@ -88,9 +89,9 @@ async def engines(*fakes: FakeEngine, budget=(8, 4), max_queued_tokens=None, sta
             await asyncio.to_thread(one.close, 5.0)
 
 
-async def request(links: EngineLinks, *pieces: list[np.ndarray], close: bool = True):
+async def request(links: EngineLinks, *pieces: list[np.ndarray], close: bool = True, cost: float = 0.0):
     """One request of these pieces (each a list of sequences); each piece's vectors, or its error."""
-    ticket = links.open_request()
+    ticket = links.open_request(cost=cost)
     try:
         results = await asyncio.gather(*(ticket.compute(pack(p)) for p in pieces), return_exceptions=True)
         return [r if isinstance(r, BaseException) else r.vectors for r in results]
@@ -229,27 +230,27 @@ def test_a_cancelled_request_is_never_computed_and_gives_its_arena_space_back():
     assert board["pieces_cancelled"] == 3 and all_free
 
 
-def test_a_full_queue_refuses_a_new_request_with_retry_after_but_finishes_admitted_ones():
+def test_a_full_queue_refuses_a_new_bulk_request_at_once_but_finishes_admitted_ones_and_admits_a_query():
     fake = FakeEngine(delay=0.3)
 
     async def main():
-        async with engines(fake, budget=(8, 4), max_queued_tokens=10) as links:
-            busy = asyncio.ensure_future(request(links, [seq(1, 8)]))
-            await asyncio.sleep(0.1)  # on the device; the queue is empty
-            admitted = links.open_request()
+        async with engines(fake, budget=(8, 4), max_queued_tokens=1000) as links:
+            admitted = links.open_request(cost=900)
             first = asyncio.ensure_future(admitted.compute(pack([seq(2, 8)])))
             await asyncio.sleep(0.05)
-            refused = await request(links, [seq(3, 8)], [seq(4, 1)])
+            started = time.monotonic()
+            with pytest.raises(QueueFullError) as refused:
+                links.open_request(cost=600)  # 900 + 600 past 1000, and no small request
+            refused_in = time.monotonic() - started
+            query = await request(links, [seq(3, 4)], cost=6)  # small: admitted past the bound
             second = await admitted.compute(pack([seq(5, 8)]))  # its request was admitted: never refused
             admitted.close()
-            await busy
-            return refused, (await first).vectors, second.vectors
+            return refused.value, refused_in, query, (await first).vectors, second.vectors, links.admission.queued_tokens
 
-    refused, first, second = run(main())
-    assert all(isinstance(r, QueueFullError) for r in refused)
-    assert isinstance(refused[0].retry_after, int) and 1 <= refused[0].retry_after <= 60
-    assert first[0, 0] == 2 and second[0, 0] == 5
-    assert 3 not in fake.computed and 4 not in fake.computed
+    refused, refused_in, query, first, second, left = run(main())
+    assert isinstance(refused.retry_after, int) and 1 <= refused.retry_after <= 60 and refused_in < 0.01
+    assert first[0, 0] == 2 and second[0, 0] == 5 and query[0][0, 0] == 3
+    assert left == 0  # every admitted request's tokens left the count as it ended
 
 
 def test_pieces_spread_over_engines_and_the_others_serve_on_when_one_dies():

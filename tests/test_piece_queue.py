@@ -1,5 +1,6 @@
 """The engine's queue (engine/queue/piece_queue.py) and the arena's allocator (engine/arena.py), as
-pure bookkeeping: first come first served, batches by token volume, admission, cancellation."""
+pure bookkeeping: batches by token volume, either policy's order, cancellation. The fair policy's
+shares have tests of their own (tests/test_fair_batches.py)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from engine.rose.batch import pack
 
 
 def piece(front_end: str, request: int, lengths: list[int], index: int = 0, opens: bool = True,
-          segments: list[np.ndarray] | None = None, model: int = 0) -> QueuedPiece:
-    """A piece whose sequences start with ids 100 * request + its number, `lengths` tokens each."""
-    seqs = [np.full(n, 100 * request + i, np.int32) for i, n in enumerate(lengths)]
+          segments: list[np.ndarray] | None = None, model: int = 0, weight: float = 1.0,
+          first_id: int | None = None) -> QueuedPiece:
+    """A piece whose sequences start with ids `first_id` (default 100 * request) + their number, `lengths` tokens each."""
+    first_id = 100 * request if first_id is None else first_id
+    seqs = [np.full(n, first_id + i, np.int32) for i, n in enumerate(lengths)]
     batch = pack(seqs, segments)
     message = Piece(request, index, 0, batch.num_tokens, batch.num_seqs, batch.max_seqlen, batch.num_outputs,
-                    segments is not None, opens, model)
+                    segments is not None, opens, model, weight)
     return QueuedPiece(front_end, message, batch)
 
 
@@ -26,10 +29,10 @@ def firsts(batch) -> list[int]:
     return [int(batch.packed.input_ids[cu[i]]) for i in range(batch.packed.num_seqs)]
 
 
-def test_batches_follow_arrival_order_across_requests_and_front_ends_within_the_budget():
-    queue = PieceQueue(max_batch_tokens=10, max_batch_seqs=8)
+def test_fcfs_batches_follow_arrival_order_across_requests_and_front_ends_within_the_budget():
+    queue = PieceQueue(max_batch_tokens=10, max_batch_seqs=8, scheduling="fcfs")
     for p in (piece("a", 1, [3, 3]), piece("b", 2, [3]), piece("a", 3, [4, 1])):
-        assert queue.offer(p)
+        queue.offer(p)
     assert queue.queued_tokens == 14
     first = queue.cut()
     assert firsts(first) == [100, 101, 200]  # request 3's 4 tokens would pass 10
@@ -38,28 +41,28 @@ def test_batches_follow_arrival_order_across_requests_and_front_ends_within_the_
     assert firsts(second) == [300, 301] and queue.cut() is None and not queue
 
 
-def test_one_queue_serves_two_models_first_come_first_served_with_a_batch_per_model():
-    queue = PieceQueue(max_batch_tokens=10, max_batch_seqs=8)
+def test_fcfs_serves_the_oldest_requests_model_and_takes_its_later_requests_within_the_budget():
+    queue = PieceQueue(max_batch_tokens=10, max_batch_seqs=8, scheduling="fcfs")
     arrivals = [piece("a", 1, [3], model=0), piece("b", 2, [2], model=1), piece("a", 3, [3], model=0),
                 piece("b", 4, [4, 4], model=1), piece("a", 5, [2], model=0), piece("b", 6, [2], model=1)]
     for p in arrivals:
-        assert queue.offer(p)
+        queue.offer(p)
     cuts = []
     while (batch := queue.cut()) is not None:
         assert {s.piece.model for s in batch.slices} == {batch.model}  # one model's inputs per batch
         cuts.append((batch.model, firsts(batch)))
-    # The oldest piece's model goes first and takes its model's later pieces, within the budget;
-    # then the oldest piece left decides again (request 6 waits for the budget, not for model 0).
     assert cuts == [(0, [100, 300, 500]), (1, [200, 400, 401]), (1, [600])]
     assert queue.queued_tokens == 0 and not queue and queue.num_pieces == 0
 
 
-def test_a_model_whose_head_is_older_goes_first_even_behind_a_busy_model():
+def test_fair_models_take_turns_so_a_query_for_one_model_is_not_held_behind_anothers_bulk():
     queue = PieceQueue(max_batch_tokens=4, max_batch_seqs=8)
     for p in (piece("a", 1, [4], model=0), piece("a", 2, [4], model=0), piece("b", 3, [1], model=1),
               piece("a", 4, [4], model=0)):
         queue.offer(p)
-    assert [(b.model, firsts(b)) for b in iter(queue.cut, None)] == [(0, [100]), (0, [200]), (1, [300]), (0, [400])]
+    models = [b.model for b in iter(queue.cut, None)]
+    assert models[:2] == [0, 1]  # model 1's query goes second, not after every earlier bulk piece
+    assert sorted(models) == [0, 0, 0, 1]
 
 
 def test_cancel_reaches_every_model():
@@ -99,20 +102,8 @@ def test_a_sequence_longer_than_what_is_left_waits_for_the_next_batch_and_one_al
     assert firsts(queue.cut()) == [200]
 
 
-def test_a_full_queue_refuses_new_requests_and_all_their_pieces_but_never_an_admitted_one():
-    queue = PieceQueue(max_batch_tokens=16, max_batch_seqs=8, max_queued_tokens=10)
-    assert queue.offer(piece("a", 1, [8]))  # an empty queue takes anything
-    assert not queue.offer(piece("b", 2, [8]))  # 16 > 10: refused
-    assert not queue.offer(piece("b", 2, [1], index=1, opens=False))  # ... and the rest of that request
-    assert queue.offer(piece("a", 1, [8], index=1, opens=False))  # an admitted request goes on
-    assert queue.offer(piece("c", 3, [1])) is False
-    queue.cancel("b", 2)  # the front end is done with the refused request: a new one may come
-    queue.cut()
-    assert queue.queued_tokens == 0 and queue.offer(piece("b", 2, [8]))
-
-
 def test_cancel_drops_what_has_not_run_and_says_which_pieces_are_settled():
-    queue = PieceQueue(max_batch_tokens=6, max_batch_seqs=8)
+    queue = PieceQueue(max_batch_tokens=6, max_batch_seqs=8, scheduling="fcfs")
     running, waiting = piece("a", 1, [3, 3, 3]), piece("a", 1, [3], index=1)
     other = piece("b", 1, [3])  # another front end's request 1
     for p in (running, waiting, other):
@@ -129,15 +120,15 @@ def test_cancel_drops_what_has_not_run_and_says_which_pieces_are_settled():
 
 
 def test_a_front_end_that_is_gone_is_forgotten():
-    queue = PieceQueue(max_batch_tokens=6, max_batch_seqs=8, max_queued_tokens=1)
+    queue = PieceQueue(max_batch_tokens=6, max_batch_seqs=8)
     queue.offer(piece("a", 1, [3]))
-    queue.offer(piece("a", 2, [3]))  # refused: its note goes too
+    queue.offer(piece("a", 2, [3]))
     queue.offer(piece("b", 3, [1], opens=False))
-    assert len(queue.forget("a")) == 1 and queue.num_pieces == 1 and queue.queued_tokens == 1
+    assert len(queue.forget("a")) == 2 and queue.num_pieces == 1 and queue.queued_tokens == 1
 
 
-def test_a_piece_whose_rows_are_not_free_waits_at_the_head_and_the_batch_goes_without_it():
-    free = {"a": 2}
+def test_a_request_whose_rows_are_not_free_sits_out_and_the_batch_goes_without_it():
+    free = {"a": 2, "b": 1}
 
     def take_rows(p):
         if free[p.front_end] < p.batch.num_outputs:
@@ -148,10 +139,14 @@ def test_a_piece_whose_rows_are_not_free_waits_at_the_head_and_the_batch_goes_wi
     queue = PieceQueue(max_batch_tokens=100, max_batch_seqs=8, take_rows=take_rows)
     queue.offer(piece("a", 1, [3, 3]))
     queue.offer(piece("a", 2, [3]))
-    assert firsts(queue.cut()) == [100, 101]
-    assert queue.cut() is None and queue.num_pieces == 1  # its front end has not read the first piece's rows
-    free["a"] = 2
+    queue.offer(piece("b", 3, [3, 3]))
+    # The smallest request goes first and takes one of a's rows: neither two-sequence piece finds two free.
     assert firsts(queue.cut()) == [200]
+    assert queue.cut() is None and queue.num_pieces == 2  # their front ends have not read earlier rows
+    free["b"] = 2
+    assert firsts(queue.cut()) == [300, 301]
+    free["a"] = 2
+    assert firsts(queue.cut()) == [100, 101] and not queue
 
 
 def test_the_allocator_takes_first_fit_and_joins_what_is_given_back():

@@ -35,7 +35,6 @@ from multiprocessing.connection import Connection, wait
 from engine import messages
 from engine.arena import Allocator, Arena
 from engine.board import EngineBoard
-from engine.interface import retry_after_seconds
 from engine.memory import HeapTrimmer
 from engine.messages import Attach, Cancel, Goodbye, Piece, Release
 from engine.queue.busy_rate import BusyRate
@@ -79,19 +78,21 @@ class _Landed:
 
 class EngineLoop:
     def __init__(self, engines, control: Connection | None, board: EngineBoard, budget: tuple[int, int],
-                 max_queued_tokens: int | None = None, front_ends: tuple[Attach, ...] = ()):
+                 front_ends: tuple[Attach, ...] = (), scheduling: str = "fair"):
         """`engines`: one engine per served model, in the server's order (a single engine: one model).
         `budget`: a batch's most tokens and vectors. `control`: where the supervisor attaches front
-        ends (None: only `front_ends`, given now)."""
+        ends (None: only `front_ends`, given now). `scheduling`: how the queue fills a batch
+        (engine/queue/piece_queue.py's SCHEDULING_POLICIES)."""
         self.engines = list(engines) if isinstance(engines, (list, tuple)) else [engines]
         self.engine = self.engines[0]  # the device, dtype and attention table are the first model's
         self.control, self.board = control, board
-        self.queue = PieceQueue(*budget, max_queued_tokens, take_rows=_take_rows)
+        self.queue = PieceQueue(*budget, take_rows=_take_rows, scheduling=scheduling)
         self._is_blocked = False  # the queue's head waits for rows its front end has not given back
         self.front_ends: dict[Connection, FrontEnd] = {}  # by task pipe
         engine = self.engine
         self._ready = messages.Ready(os.getpid(), str(engine.dtype).removeprefix("torch."), _attention_table(engine),
-                                     [(e.spec.embedding_dim, weights_bytes(e)) for e in self.engines])
+                                     [(e.spec.embedding_dim, weights_bytes(e)) for e in self.engines],
+                                     budget[0], float(getattr(engine, "tokens_per_second", 0.0)))
         self._launched: queue.SimpleQueue = queue.SimpleQueue()
         self._landed: queue.SimpleQueue = queue.SimpleQueue()
         # The readback thread's word that a batch landed wakes this thread's wait on the pipes.
@@ -183,12 +184,7 @@ class EngineLoop:
             front_end.send(messages.PieceDone(message.request, message.index, f"{type(exc).__name__}: {exc}", -1, 0.0,
                                               0.0))
             return
-        if not self.queue.offer(QueuedPiece(front_end, message, batch)):
-            self.board.add("pieces_refused", 1)
-            front_end.send(messages.PieceRefused(message.request, message.index, self._retry_after()))
-
-    def _retry_after(self) -> int:
-        return retry_after_seconds(self.queue.queued_tokens, self.board["busy_tokens_per_second"])
+        self.queue.offer(QueuedPiece(front_end, message, batch))
 
     def _answer_settled(self, pieces: list[QueuedPiece]) -> None:
         for piece in pieces:
@@ -262,6 +258,7 @@ class EngineLoop:
     def _publish_queue(self) -> None:
         self.board["queued_tokens"] = self.queue.queued_tokens
         self.board["queued_pieces"] = self.queue.num_pieces
+        self.board["queued_requests"] = self.queue.num_requests
 
     def _read_back(self) -> None:
         """The second thread: each batch's vectors into its pieces' rows, in launch order."""

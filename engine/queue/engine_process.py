@@ -25,7 +25,7 @@ from engine.rose.cublas_workspace import give_cublas_no_workspace
 
 
 def run_engine_process(configs: list[EngineConfig], control: Connection, board_name: str,
-                       max_queued_tokens: int | None, parent_pid: int, plugin: Callable | None = None,
+                       parent_pid: int, plugin: Callable | None = None,
                        configure_logs: Callable[[], None] | None = None) -> None:
     """`configs`: one per served model, in the server's order, all on one device with one batch
     budget. `parent_pid` is the supervisor that started this process. `configure_logs` sets this
@@ -50,7 +50,7 @@ def run_engine_process(configs: list[EngineConfig], control: Connection, board_n
     board = EngineBoard.attach(board_name)
     try:
         budget = (configs[0].max_batch_tokens, configs[0].max_batch_seqs)
-        EngineLoop(engines, control, board, budget, max_queued_tokens).run()
+        EngineLoop(engines, control, board, budget, scheduling=configs[0].scheduling).run()
     finally:
         board.close()
 

@@ -1,21 +1,26 @@
-"""Tulip: one first-come-first-served queue of pieces per engine, cut into batches by token volume.
+"""Tulip: one queue of pieces per engine, cut into batches by token volume, shared fairly among requests.
 
-Every front end's pieces land here in arrival order. A batch takes sequences from the
-pieces at the head until the next would pass the token budget or the vector cap, so a piece
-may be split across batches and a batch holds pieces of several requests and front ends.
-Pieces whose request was cancelled are skipped.
+Every front end's pieces land here, each in its request's line, in the order they came: the
+order inside a request is kept. A batch holds one model's inputs (the engine runs one model's
+graphs at a time); the models with inputs waiting take turns.
 
-A batch holds one model's inputs (the engine runs one model's graphs at a time). Each batch
-serves the model of the oldest piece waiting and takes that model's pieces in arrival order,
-past any of other models in between: so every piece waits at most one batch longer than
-strict arrival order would make it, and batches stay as full as one model's load allows
-instead of breaking at every change of model. Admission is decided here, with the whole
-queue in view: when it holds more than `max_queued_tokens`, a request's opening piece is
-refused at once (the front end answers 429 with Retry-After), and so is every later piece
-of that request; the pieces of a request already admitted are never refused.
+How a batch is filled depends on the scheduling policy:
+- "fair" (the default): the batch's token budget is shared among the model's requests with
+  inputs waiting, by weight (engine/queue/fair_share.py): a request that asks for less than
+  its share, such as a one-text query, gets all of it in the first batch cut after its piece
+  arrives, whatever bulk requests hold, and the rest is split among the bulk ones. Sequences
+  are whole, so a request that could not use all of its share carries the difference into
+  the next batch as credit, and room that shares leave unused goes to the requests owed the
+  most (deficit round robin in tokens): over a window, every request gets its weight's share
+  and none starves. Batches are as full as the waiting inputs allow, as before.
+- "fcfs": the seed's strict arrival order: requests in the order their pieces came, each
+  taking all it can before the next one gets anything.
 
-A piece's vector rows are taken (`take_rows`) when its first batch is cut: a piece whose
-rows are not free yet waits at the head, and the batch goes without it.
+A piece may be split across batches; pieces of several requests and front ends share a
+batch. A piece's vector rows are taken (`take_rows`) when its first batch is cut: a request
+whose next piece has no rows free yet sits out this batch. Cancelled requests' pieces are
+dropped. Admission is not decided here: the front ends admit a request before they tokenize
+it (server/admission.py), seeing every front end's share of the work.
 
 Pure bookkeeping: no pipes, no device. engine/queue/engine_loop.py drives it.
 """
@@ -23,13 +28,17 @@ Pure bookkeeping: no pipes, no device. engine/queue/engine_loop.py drives it.
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from engine.messages import Piece
+from engine.queue.fair_share import water_fill
 from engine.rose.batch import PackedBatch, join_packed, slice_packed
+
+SCHEDULING_POLICIES = ("fair", "fcfs")
 
 
 @dataclass(eq=False)
@@ -65,6 +74,11 @@ class QueuedPiece:
         """Nothing of it is left to run or to land: it can be answered."""
         return (self.is_fully_cut or self.is_cancelled) and self.num_landed == self.num_batches
 
+    @property
+    def remaining_tokens(self) -> int:
+        cu = self.batch.cu_seqlens
+        return int(cu[-1] - cu[self.next_seq])
+
 
 @dataclass(frozen=True)
 class Slice:
@@ -97,20 +111,61 @@ class Batch:
         return [s.piece for s in self.slices]
 
 
+@dataclass(eq=False)
+class _Line:
+    """One request's pieces waiting in the queue, in the order they came."""
+
+    key: tuple[object, int]
+    model: int
+    weight: float
+    pieces: collections.deque[QueuedPiece] = field(default_factory=collections.deque)
+    queued_tokens: int = 0
+    # Tokens of its past shares that whole sequences left unused (negative: taken ahead of its share).
+    credit: float = 0.0
+    is_blocked: bool = False  # its next piece's rows are not free: it sits out the batch being cut
+
+
+class _Filling:
+    """The batch being cut: its slices and the room left in it."""
+
+    def __init__(self, max_tokens: int, max_rows: int):
+        self.slices: list[Slice] = []
+        self._by_piece: dict[int, int] = {}  # id of a piece -> its slice's place in `slices`
+        self.tokens_left, self.rows_left = max_tokens, max_rows
+
+    @property
+    def has_room(self) -> bool:
+        return self.tokens_left > 0 and self.rows_left > 0
+
+    def add(self, piece: QueuedPiece, lo: int, hi: int) -> None:
+        """Sequences [lo, hi) of the piece; a piece is in a batch once, so more of one already in it
+        (taken by an earlier pass) lengthens its slice."""
+        first_row, num_rows = _rows(piece.batch, lo, hi)
+        place = self._by_piece.get(id(piece))
+        if place is None:
+            self._by_piece[id(piece)] = len(self.slices)
+            self.slices.append(Slice(piece, lo, hi, first_row, num_rows))
+            piece.num_batches += 1
+        else:
+            before = self.slices[place]
+            self.slices[place] = Slice(piece, before.lo, hi, before.first_row, before.num_rows + num_rows)
+        self.tokens_left -= int(piece.batch.cu_seqlens[hi] - piece.batch.cu_seqlens[lo])
+        self.rows_left -= num_rows
+
+
 class PieceQueue:
-    def __init__(self, max_batch_tokens: int, max_batch_seqs: int, max_queued_tokens: int | None = None,
-                 take_rows: Callable[[QueuedPiece], int | None] = lambda piece: 0):
+    def __init__(self, max_batch_tokens: int, max_batch_seqs: int,
+                 take_rows: Callable[[QueuedPiece], int | None] = lambda piece: 0, scheduling: str = "fair"):
         """`take_rows(piece)`: the first of the piece's vector rows, now taken, or None while
-        they are not free."""
+        they are not free. `scheduling`: one of SCHEDULING_POLICIES."""
+        if scheduling not in SCHEDULING_POLICIES:
+            raise ValueError(f"scheduling must be one of {', '.join(SCHEDULING_POLICIES)}; got {scheduling!r}")
         self.max_batch_tokens, self.max_batch_seqs = max_batch_tokens, max_batch_seqs
-        self.max_queued_tokens = max_queued_tokens
         self.take_rows = take_rows
-        # Per model, in arrival order, each piece with its arrival number: the oldest head decides
-        # which model the next batch serves.
-        self._by_model: dict[int, collections.deque[tuple[int, QueuedPiece]]] = {}
-        self._arrivals = 0
+        self.is_fair = scheduling == "fair"
+        self._lines: dict[tuple[object, int], _Line] = {}  # in the order each line opened
         self._queued_tokens = 0
-        self._refused: set[tuple[object, int]] = set()  # requests whose opening piece was refused
+        self._last_model = -1  # the model the latest batch served: models take turns
 
     @property
     def queued_tokens(self) -> int:
@@ -119,103 +174,145 @@ class PieceQueue:
 
     @property
     def num_pieces(self) -> int:
-        return sum(map(len, self._by_model.values()))
+        return sum(len(line.pieces) for line in self._lines.values())
+
+    @property
+    def num_requests(self) -> int:
+        """Requests with inputs waiting."""
+        return len(self._lines)
 
     def __bool__(self) -> bool:
-        return bool(self._by_model)
+        return bool(self._lines)
 
-    def offer(self, piece: QueuedPiece) -> bool:
-        """Queue the piece, or refuse it (False): the queue is full for a new request."""
-        key = piece.key
-        if key in self._refused:
-            return False
-        tokens = piece.batch.num_tokens
-        if (piece.message.opens_request and self.max_queued_tokens is not None and self._by_model
-                and self._queued_tokens + tokens > self.max_queued_tokens):
-            self._refused.add(key)
-            return False
-        self._by_model.setdefault(piece.model, collections.deque()).append((self._arrivals, piece))
-        self._arrivals += 1
+    def offer(self, piece: QueuedPiece) -> None:
+        """Queue the piece behind its request's earlier ones."""
+        line = self._lines.get(piece.key)
+        if line is None:
+            line = self._lines[piece.key] = _Line(piece.key, piece.model, max(piece.message.weight, 1e-6))
+        line.pieces.append(piece)
+        tokens = piece.remaining_tokens
+        line.queued_tokens += tokens
         self._queued_tokens += tokens
-        return True
 
     def cancel(self, front_end: object, request: int) -> list[QueuedPiece]:
         """Drop what has not run of the request's pieces; returns those now settled (nothing of
         theirs on the device), which can be answered at once. The others are answered as their
         batches land."""
-        key = (front_end, request)
-        self._refused.discard(key)
+        line = self._lines.pop((front_end, request), None)
+        if line is None:
+            return []
+        self._queued_tokens -= line.queued_tokens
         settled = []
-        for model, pieces in list(self._by_model.items()):
-            kept = collections.deque()
-            for arrival, piece in pieces:
-                if piece.key != key:
-                    kept.append((arrival, piece))
-                    continue
-                piece.is_cancelled = True
-                self._queued_tokens -= self._remaining_tokens(piece)
-                if piece.is_settled:
-                    settled.append(piece)
-            self._set_pieces(model, kept)
+        for piece in line.pieces:
+            piece.is_cancelled = True
+            if piece.is_settled:
+                settled.append(piece)
         return settled
 
     def forget(self, front_end: object) -> list[QueuedPiece]:
         """A front end that is gone: drop every piece of its (as `cancel` does)."""
         settled = []
-        requests = {p.message.request for pieces in self._by_model.values() for _, p in pieces if p.front_end is front_end}
-        for request in requests:
-            settled.extend(self.cancel(front_end, request))
-        self._refused = {key for key in self._refused if key[0] is not front_end}
+        for key in [key for key in self._lines if key[0] is front_end]:
+            settled.extend(self.cancel(*key))
         return settled
 
     def cut(self) -> Batch | None:
-        """The next batch, first come first served within the budget, of the oldest waiting piece's
-        model; None if nothing waits."""
-        if not self._by_model:
-            return None
-        model = min(self._by_model, key=lambda m: self._by_model[m][0][0])
-        pieces = self._by_model[model]
-        slices: list[Slice] = []
-        tokens_left, rows_left = self.max_batch_tokens, self.max_batch_seqs
-        while pieces and tokens_left > 0 and rows_left > 0:
-            piece = pieces[0][1]
+        """The next batch, of the model whose turn it is; None if nothing waits or nothing can go."""
+        for model in self._models_in_turn():
+            lines = [line for line in self._lines.values() if line.model == model]
+            filling = _Filling(self.max_batch_tokens, self.max_batch_seqs)
+            if self.is_fair:
+                self._fill_fairly(lines, filling)
+            else:
+                for line in lines:
+                    self._take(line, math.inf, filling)
+            for line in lines:
+                line.is_blocked = False
+                if not line.pieces:
+                    del self._lines[line.key]
+            if filling.slices:
+                self._last_model = model
+                parts = [s.packed() for s in filling.slices]
+                return Batch(tuple(filling.slices), parts[0] if len(parts) == 1 else join_packed(*parts))
+        return None
+
+    def _models_in_turn(self) -> list[int]:
+        """The models with inputs waiting, the one to serve next first: fair, the next after the
+        latest batch's; fcfs, the oldest line's."""
+        models = list(dict.fromkeys(line.model for line in self._lines.values()))  # by each one's oldest line
+        if not self.is_fair:
+            return models
+        models.sort()
+        after = [m for m in models if m > self._last_model]
+        return after + [m for m in models if m <= self._last_model]
+
+    def _fill_fairly(self, lines: list[_Line], filling: _Filling) -> None:
+        budget = self.max_batch_tokens
+        demands = [min(line.queued_tokens, budget) for line in lines]
+        shares = water_fill(demands, [line.weight for line in lines], budget)
+        taken = [0] * len(lines)
+        small = sorted((i for i in range(len(lines)) if demands[i] <= shares[i]), key=lambda i: demands[i])
+        large = sorted(set(range(len(lines))) - set(small), key=lambda i: lines[i].credit, reverse=True)
+        # A request whose next sequence is longer than its share waits, its credit growing, until
+        # earlier batches owe it that sequence: then the sequence goes first, so that requests
+        # that ask for little cannot hold it back for ever.
+        for i in large:
+            if (length := _next_length(lines[i])) <= lines[i].credit:
+                taken[i] += self._take(lines[i], length, filling)
+        # Then those that ask for no more than their share: all of it fits. Then the others, those
+        # owed the most from earlier batches first, each its share and what it is owed; room that
+        # whole sequences leave goes to whoever is owed the most.
+        for i in small:
+            taken[i] += self._take(lines[i], shares[i], filling)
+        for i in large:
+            taken[i] += self._take(lines[i], shares[i] + lines[i].credit - taken[i], filling)
+        for i in sorted(range(len(lines)), key=lambda i: shares[i] + lines[i].credit - taken[i], reverse=True):
+            if not filling.has_room:
+                break
+            taken[i] += self._take(lines[i], math.inf, filling)
+        # What each was owed of the tokens the batch really holds: room that whole sequences left
+        # empty is owed to nobody, but to a request that got nothing at all, its whole share, so
+        # that its credit soon covers its next sequence. A request that has nothing left waiting
+        # starts afresh, as in deficit round robin.
+        served = sum(taken) / max(sum(shares), 1.0)
+        for line, share, got in zip(lines, shares, taken):
+            owed = share if got == 0 else share * served
+            line.credit = min(max(line.credit + owed - got, -budget), budget) if line.pieces else 0.0
+
+    def _take(self, line: _Line, allowance: float, filling: _Filling) -> int:
+        """Whole sequences of the line's pieces, in order, within `allowance` tokens and the batch's room
+        (one sequence always goes into an empty batch); the tokens taken."""
+        taken = 0
+        while line.pieces and not line.is_blocked and filling.has_room:
+            piece = line.pieces[0]
             batch, lo = piece.batch, piece.next_seq
-            hi = _fit(batch, lo, tokens_left, rows_left)
+            limit = min(allowance - taken, filling.tokens_left)
+            hi = _fit(batch, lo, int(limit) if limit < math.inf else filling.tokens_left, filling.rows_left)
             if hi == lo:
-                if slices:
+                if filling.slices or allowance < math.inf:
                     break
                 hi = lo + 1  # one sequence always fits an empty batch: the front end cut it so
             if piece.first_row is None:
                 piece.first_row = self.take_rows(piece)
                 if piece.first_row is None:  # its front end has not read earlier vectors yet
+                    line.is_blocked = True
                     break
-            first_row, num_rows = _rows(batch, lo, hi)
-            slices.append(Slice(piece, lo, hi, first_row, num_rows))
-            num_tokens = int(batch.cu_seqlens[hi] - batch.cu_seqlens[lo])
-            tokens_left -= num_tokens
-            rows_left -= num_rows
-            self._queued_tokens -= num_tokens
+            filling.add(piece, lo, hi)
+            taken += int(batch.cu_seqlens[hi] - batch.cu_seqlens[lo])
             piece.next_seq = hi
-            piece.num_batches += 1
-            if piece.is_fully_cut:
-                pieces.popleft()
-        self._set_pieces(model, pieces)
-        if not slices:
-            return None
-        parts = [s.packed() for s in slices]
-        return Batch(tuple(slices), parts[0] if len(parts) == 1 else join_packed(*parts))
+            if not piece.is_fully_cut:
+                break
+            line.pieces.popleft()
+        line.queued_tokens -= taken
+        self._queued_tokens -= taken
+        return taken
 
-    def _set_pieces(self, model: int, pieces: collections.deque) -> None:
-        """A model with nothing waiting has no entry, so that the queue's truth is `bool(self._by_model)`."""
-        if pieces:
-            self._by_model[model] = pieces
-        else:
-            self._by_model.pop(model, None)
 
-    @staticmethod
-    def _remaining_tokens(piece: QueuedPiece) -> int:
-        cu = piece.batch.cu_seqlens
-        return int(cu[-1] - cu[piece.next_seq])
+def _next_length(line: _Line) -> int:
+    """The tokens of the line's next sequence."""
+    piece = line.pieces[0]
+    cu, lo = piece.batch.cu_seqlens, piece.next_seq
+    return int(cu[lo + 1] - cu[lo])
 
 
 def _fit(batch: PackedBatch, lo: int, max_tokens: int, max_rows: int) -> int:
