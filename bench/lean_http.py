@@ -48,6 +48,17 @@ def _parse_head(head: bytes, timings: dict[str, float] | None = None) -> tuple[i
     return status, length, chunked
 
 
+def _retry_after(head: bytes) -> float | None:
+    for line in head.decode("latin-1").split("\r\n")[1:]:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "retry-after":
+            try:
+                return float(value)
+            except ValueError:
+                return None
+    return None
+
+
 def _address(url: str) -> tuple[str, int]:
     parts = urlsplit(url)
     return parts.hostname or "127.0.0.1", parts.port or 80
@@ -108,6 +119,7 @@ class BlockingConnection:
         self._sock: socket.socket | None = None
         self._file = None
         self.timings: dict[str, float] = {}  # the last response's phases as the server timed them
+        self.retry_after: float | None = None  # the last response's Retry-After, in seconds
 
     def post(self, path: str, body: bytes) -> tuple[int, bytes]:
         try:
@@ -130,6 +142,7 @@ class BlockingConnection:
             head += line
         self.timings = {}
         status, length, chunked = _parse_head(head[:-4], self.timings)
+        self.retry_after = _retry_after(head)
         if not chunked:
             return status, self._read(length or 0)
         parts = []

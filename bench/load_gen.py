@@ -111,14 +111,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                              "bulk: while the fewest clients send the first size")
     p.add_argument("--out", type=Path, default=None, help="write the markdown report here")
     bulk = p.add_argument_group("the bulk pattern (--pattern bulk, bench/bulk.py)")
-    bulk.add_argument("--pattern", choices=("many", "bulk"), default="many",
+    bulk.add_argument("--pattern", choices=("many", "bulk", "mixed"), default="many",
                       help="many: many clients, small mixed requests (the default); bulk: a few clients, each "
-                           "sending large requests back to back")
+                           "sending large requests back to back; mixed: one-text queries beside bulk clients "
+                           "(bench/mixed.py)")
     bulk.add_argument("--bulk-clients", default="1,2,4,8", help="client processes, one measurement per count")
     bulk.add_argument("--request-texts", default="1000,100",
                       help="texts per request, one measurement per size (LangChain sends 1,000, LlamaIndex 100)")
     bulk.add_argument("--window", type=float, default=5.0, help="seconds of the timed window per measurement")
     bulk.add_argument("--warmup", type=float, default=1.0, help="seconds the clients send before the window opens")
+    mixed = p.add_argument_group("the mixed pattern (--pattern mixed, bench/mixed.py; --bulk-clients, the first "
+                                 "--request-texts, --window and --warmup as above)")
+    mixed.add_argument("--query-clients", type=int, default=8, help="connections sending one short text at a time")
+    mixed.add_argument("--query-gap", type=float, default=0.02, help="seconds a query client waits between queries")
+    mixed.add_argument("--overload-clients", type=int, default=0,
+                       help="then this many bulk clients against the default server (0: no overload run)")
+    mixed.add_argument("--overload-seconds", type=float, default=240.0)
     return p.parse_args(argv)
 
 
@@ -129,6 +137,13 @@ def server_flags(args: argparse.Namespace) -> list[str]:
     return [*devices, "--dtype", args.dtype, "--max-batch-tokens", str(args.max_batch_tokens),
             *(["--model", args.model] if args.model else []),
             *(["--quantization", args.quantization] if args.quantization else []), *args.server_arg]
+
+
+def default_server_flags(args: argparse.Namespace) -> list[str]:
+    """The server as users start it: its own dtype and batch budget; the model, the CPU where asked,
+    and --server-arg's flags."""
+    devices = ["--devices", "cpu"] if args.device == "cpu" else []
+    return [*devices, *(["--model", args.model] if args.model else []), *args.server_arg]
 
 
 def short_queries(path: Path, engine, n: int) -> list[str]:
@@ -198,6 +213,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.bulk import run_bulk
 
         return run_bulk(args, engine, min_cosine, server_flags(args))
+    if args.pattern == "mixed":
+        from bench.mixed import run_mixed
+
+        return run_mixed(args, engine, min_cosine, default_server_flags(args))
     return run_many(args, engine, min_cosine)
 
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 POOLING_MODES = ("cls", "mean", "last", "max", "mean_sqrt_len", "weighted_mean")
 # What becomes of an input over the model's limit (engine/text/long_inputs.py).
 LONG_INPUT_MODES = ("truncate", "chunk", "error")
+# How the queue fills a batch (engine/queue/piece_queue.py).
+SCHEDULING_POLICIES = ("fair", "fcfs")
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,9 @@ class EngineConfig:
     dtype: str = "auto"
     max_batch_tokens: int = 16384
     max_batch_seqs: int = 1024
+    # The server turns it on where --max-batch-tokens is not given: on the CPU, warm-up picks a smaller
+    # budget that costs no speed and bounds a batch's time (engine/rose/batch_budget.py).
+    choose_batch_tokens: bool = False
     # How the queue fills a batch from the requests that wait: "fair" shares it among them, "fcfs"
     # takes them in arrival order (engine/queue/piece_queue.py).
     scheduling: str = "fair"

@@ -50,6 +50,7 @@ class Piece(msgspec.Struct, tag=True, array_like=True):
     opens_request: bool  # the request's first piece sent to this engine
     model: int = 0  # which of the engine's models computes it (its place in the server's --model list)
     weight: float = 1.0  # the request's share of a batch against other requests' (engine/queue/piece_queue.py)
+    is_small: bool = False  # a request of a few hundred tokens at most: it may run between a batch's layers
 
     def num_ints(self) -> int:
         return ints_for(self.num_tokens, self.num_seqs, self.is_segmented)

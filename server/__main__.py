@@ -21,15 +21,16 @@ import sys
 from dataclasses import replace
 from importlib import metadata
 
-from engine.config import LONG_INPUT_MODES, POOLING_MODES, EngineConfig, ModelOverrides
-from server.api_keys import API_KEY_ENV, keys_from_env
+from engine.config import LONG_INPUT_MODES, POOLING_MODES, SCHEDULING_POLICIES, EngineConfig, ModelOverrides
+from server.api_keys import API_KEY_ENV, keys_from_env, keys_from_file
 from server import embed_cli, hardening_cli
 from server.cli_help import HelpAll, HelpFormatter, advanced, hidden_alias
 from engine.rose.quantization_support import QUANTIZATIONS
 from server.cli_values import (DTYPES, FP8_BF16_LAYERS_HELP, FP8_POOLED_TOKENS, FP8_POOLED_TOKENS_HELP,
                                FP8_WEIGHT_ROUNDING_HELP, FP8_WEIGHT_ROUNDINGS, api_key, attention_refusal,
                                device_list, fp8_plan_of, from_environment, matryoshka_sizes, model_choice,
-                               non_empty, port_number, positive_int, quantization_refusal, whole_number)
+                               non_empty, port_number, positive_int, positive_seconds, quantization_refusal,
+                               whole_number)
 from server.config import ExtraModel, ServerConfig
 from server.listen import PORT_ENV, ListenError, address, bind_sockets, port_env_warning
 
@@ -83,7 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="truncate inputs to this many tokens, at most the model's limit (default: the "
                             "model's limit)")
     serve.add_argument("--max-queued-tokens", type=positive_int, default=None,
-                       help="answer 429 when the queue holds more tokens than this (default: no limit)")
+                       help="the queue's bound: past it a new request gets 429 at once, unless it is small "
+                            "(default: what the engines compute in --max-queue-seconds, at the speed measured "
+                            "at warm-up)")
     serve.add_argument("--attention-backend", default="auto",
                        choices=["auto", "varlen", "packed", "flashinfer", "native", "sdpa"],
                        help="attention kernels (auto: on CUDA the fastest per batch shape, timed at warm-up; on the CPU "
@@ -112,6 +115,16 @@ def build_parser() -> argparse.ArgumentParser:
                                  help="most documents one rerank request may score (400 above)"))
     advanced(tuning.add_argument("--max-batch-seqs", type=positive_int, default=EngineConfig.max_batch_seqs,
                                  help="most sequences in one batch"))
+    advanced(tuning.add_argument("--api-keys-file", default=None, metavar="PATH",
+                                 help="more keys, one a line, each optionally followed by a weight: its requests' "
+                                      "share of each batch against others' (default 1; e.g. 0.25 for an indexing "
+                                      "job's key)"))
+    advanced(tuning.add_argument("--max-queue-seconds", type=positive_seconds, default=ServerConfig.max_queue_seconds,
+                                 help="without --max-queued-tokens, the queue holds what the engines compute in "
+                                      "this many seconds"))
+    advanced(tuning.add_argument("--scheduling", choices=SCHEDULING_POLICIES, default=EngineConfig.scheduling,
+                                 help="fair: each batch shared among the requests that wait, so that a one-text "
+                                      "query is not held behind bulk requests; fcfs: strict arrival order"))
     advanced(tuning.add_argument("--tokenizer-workers", type=positive_int, default=2,
                                  help="threads of each front end that tokenize requests"))
     advanced(tuning.add_argument("--part-processes", type=whole_number, default=None, metavar="N",
@@ -182,9 +195,11 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     if first_name is not None and args.served_model_name is not None:
         raise ValueError(f"--served-model-name {args.served_model_name} and --model {first_name}=... both name the "
                          "first model; give one")
+    key_weights = keys_from_file(args.api_keys_file) if args.api_keys_file is not None else []
     engine = EngineConfig(
         model=first_model, revision=args.revision, device=devices[0], dtype=args.dtype,
         max_batch_tokens=args.max_batch_tokens or DEFAULT_MAX_BATCH_TOKENS,
+        choose_batch_tokens=args.max_batch_tokens is None, scheduling=args.scheduling,
         max_batch_seqs=args.max_batch_seqs, max_seq_len=args.max_seq_len, num_threads=args.num_threads,
         attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
         fused_kernels=args.fused_kernels, quantization=args.quantization, fp8_plan=fp8_plan,
@@ -200,12 +215,14 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(
         engine=engine, host=args.host, port=args.port, served_model_name=args.served_model_name or first_name,
         extra_models=tuple(ExtraModel(model, name) for name, model in extra_models),
-        max_queued_tokens=args.max_queued_tokens, tokenizer_workers=args.tokenizer_workers,
+        max_queued_tokens=args.max_queued_tokens, max_queue_seconds=args.max_queue_seconds,
+        tokenizer_workers=args.tokenizer_workers,
         part_processes=part_processes, devices=devices, frontend_workers=front_ends,
         log_level=args.log_level, max_request_tokens=args.max_request_tokens,
         max_rerank_documents=args.max_rerank_documents, long_inputs=args.long_inputs,
         model_aliases=tuple(args.model_alias), strict_model_names=args.strict_model_names,
-        api_keys=tuple(dict.fromkeys([*args.api_key, *keys_from_env()])),
+        api_keys=tuple(dict.fromkeys([*args.api_key, *keys_from_env(), *(key for key, _ in key_weights)])),
+        api_key_weights=tuple((key, weight) for key, weight in key_weights if weight != 1.0),
         token_ids=args.token_ids, **hardening_cli.config_kwargs(args),
     )
 

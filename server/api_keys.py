@@ -1,11 +1,41 @@
-"""Where API keys come from besides --api-key: the environment (read by the CLI, which must not
-import the web framework to answer --help quickly)."""
+"""Where API keys come from besides --api-key: the environment and a keys file (read by the CLI,
+which must not import the web framework to answer --help quickly)."""
 
 from __future__ import annotations
 
 import os
 
 API_KEY_ENV = "ROSE_EMBED_API_KEY"
+
+
+def keys_from_file(path: str) -> list[tuple[str, float]]:
+    """`--api-keys-file`: one key a line, optionally followed by whitespace and its weight (a positive
+    number, 1 by default: its requests' share of each batch against other requests'); blank lines and
+    lines starting with # are skipped. ValueError names the line that is wrong."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            lines = file.read().splitlines()
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    keys = []
+    for number, line in enumerate(lines, start=1):
+        fields = line.split()
+        if not fields or fields[0].startswith("#"):
+            continue
+        if len(fields) > 2:
+            raise ValueError(f"{path} line {number}: expected a key and at most a weight, got {len(fields)} fields")
+        weight = 1.0
+        if len(fields) == 2:
+            try:
+                weight = float(fields[1])
+            except ValueError:
+                weight = float("nan")
+            if not 0 < weight < float("inf"):
+                raise ValueError(f"{path} line {number}: the weight must be a positive number, got {fields[1]!r}")
+        keys.append((fields[0], weight))
+    if not keys:
+        raise ValueError(f"{path} holds no key; leave the flag out to serve without keys")
+    return keys
 
 
 def keys_from_env(environ: dict[str, str] | None = None) -> list[str]:

@@ -72,10 +72,13 @@ class EngineLink:
     """One front end's link to one engine."""
 
     def __init__(self, ends: EngineEnds, process: multiprocessing.process.BaseProcess | None = None,
-                 can_retire: bool = True):
+                 can_retire: bool = True, is_fair: bool = True):
         """`process`: the engine's Process object where it is this process's child (one front
         end, in the supervisor), so that its exit status can be told. `can_retire`: False for an
-        engine in a thread of this process, which cannot be killed when it is stuck."""
+        engine in a thread of this process, which cannot be killed when it is stuck. `is_fair`:
+        waiting pieces get arena room as the module says (else in arrival order, as the queue's
+        fcfs scheduling takes them)."""
+        self.is_fair = is_fair
         self.index, self.device, self.pid = ends.index, ends.device, ends.pid
         self.can_retire = can_retire
         self._process = process
@@ -135,12 +138,14 @@ class EngineLink:
         return request in self._unanswered
 
     def speed(self) -> float:
-        """The engine's tokens per second while it computes: over its latest batches, else as warm-up measured it."""
-        return self.board["busy_tokens_per_second"] or self.warm_tokens_per_second
+        """The engine's tokens per second: what warm-up measured at full batches, or more where its latest
+        batches ran faster (small batches of queries alone run slower: they say little of what it can do)."""
+        return max(self.board["busy_tokens_per_second"], self.warm_tokens_per_second)
 
     async def compute(self, request: int, index: int, opens_request: bool, batch: PackedBatch, model: int = 0,
-                      weight: float = 1.0) -> PieceVectors:
-        """`model`: which served model computes it; `weight`: the request's share against others'."""
+                      weight: float = 1.0, is_small: bool = False) -> PieceVectors:
+        """`model`: which served model computes it; `weight`: the request's share against others';
+        `is_small`: the whole request is small (on a CPU it may run between a larger batch's layers)."""
         if self.out_reason is not None:
             raise EngineLostError(self.out_reason)
         is_segmented = batch.cu_segments is not None
@@ -153,7 +158,7 @@ class EngineLink:
         self._unanswered[request] += 1
         self.tokens_outstanding += batch.num_tokens
         message = messages.Piece(request, index, offset, batch.num_tokens, batch.num_seqs, batch.max_seqlen,
-                                 batch.num_outputs, is_segmented, opens_request, model, weight)
+                                 batch.num_outputs, is_segmented, opens_request, model, weight, is_small)
         try:
             self._tasks.send_bytes(messages.encode(message))
         except OSError:  # a broken pipe: the engine is gone
@@ -186,7 +191,8 @@ class EngineLink:
         self._waiting = [w for w in self._waiting if not w.future.done()]  # their requests went away
         while self._waiting:
             tokens = self._request_tokens
-            waiter = min(self._waiting, key=lambda w: (tokens[w.request] / w.weight, w.number))
+            waiter = (min(self._waiting, key=lambda w: (tokens[w.request] / w.weight, w.number)) if self.is_fair
+                      else self._waiting[0])
             offset = self._ints.take(waiter.num_ints)
             if offset is None:
                 return

@@ -20,7 +20,7 @@ import time
 
 from engine.interface import BatchFailedError, EngineUnavailableError, PieceVectors
 from engine.rose.batch import PackedBatch
-from server.admission import Admission, Ticket
+from server.admission import SMALL_REQUEST_TOKENS, Admission, Ticket
 from server.admission_board import AdmissionBoard
 from server.engine_ends import EngineEnds
 from server.engine_link import EngineLink, EngineLostError, PieceFailedError
@@ -35,13 +35,13 @@ class EngineLinks:
     def __init__(self, ends: list[EngineEnds], processes: list[multiprocessing.process.BaseProcess] | None = None,
                  stall_timeout: float = 120.0, in_process: bool = False, max_queued_tokens: int | None = None,
                  queue_seconds: float = 30.0, admission_board: AdmissionBoard | None = None,
-                 slot: int = 0):
+                 slot: int = 0, scheduling: str = "fair"):
         """`max_queued_tokens` / `queue_seconds`: the queue's bound (server/admission.py), over what
         every front end writes on `admission_board` (None: a board of this front end alone, in
-        `slot` 0)."""
+        `slot` 0). `scheduling`: the engines' (engine/config.py's SCHEDULING_POLICIES)."""
         if not ends:
             raise ValueError("a front end needs at least one engine")
-        self.links = [EngineLink(e, p, can_retire=not in_process)
+        self.links = [EngineLink(e, p, can_retire=not in_process, is_fair=scheduling == "fair")
                       for e, p in zip(ends, processes or [None] * len(ends))]
         self.stall_timeout = stall_timeout
         self.admission = Admission(admission_board or AdmissionBoard.local(), slot, self.speed, max_queued_tokens,
@@ -182,7 +182,8 @@ class _Request:
         index = self._num_pieces
         self._num_pieces += 1
         try:
-            vectors = await link.compute(self.number, index, opens, piece, model=self.model, weight=self.weight)
+            vectors = await link.compute(self.number, index, opens, piece, model=self.model, weight=self.weight,
+                                         is_small=self.ticket.cost <= SMALL_REQUEST_TOKENS)
         except EngineLostError as exc:
             if engines.fatal_error is not None:
                 raise EngineUnavailableError(engines.fatal_error) from None

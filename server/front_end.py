@@ -72,7 +72,7 @@ def _uvicorn_server(config: ServerConfig, sock: socket.socket, ends: list[Engine
              if config.admission_board is not None else None)
     engines = EngineLinks(ends, processes, stall_timeout=config.engine_stall_timeout,
                           max_queued_tokens=config.max_queued_tokens, queue_seconds=config.max_queue_seconds,
-                          admission_board=board, slot=config.worker_index)
+                          admission_board=board, slot=config.worker_index, scheduling=config.engine.scheduling)
     try:
         app = create_app(config, engines=engines, model=models)
     except TiktokenUnavailableError as exc:

@@ -8,7 +8,6 @@ and engine as embeddings; the engine hands back [score, raw logit] per pair.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from functools import partial
 
@@ -23,6 +22,8 @@ from server.guards import check_finite, decode_request
 from server.model_kind import require_reranker
 from server.openapi import EMBEDDINGS_ERROR_RESPONSES
 from server.openapi_schema import body_operation
+from server.embed_parts import is_large_request
+from server.priority_pool import LARGE, SMALL
 from server.request_pipeline import ReadyPart, part_bounds
 from server.request_cost import input_cost
 from server.route_support import admitted, compute_parts, pick_model, runtime_of, trace_of
@@ -55,12 +56,13 @@ async def _rerank(request: Request, state: State, data: RerankRequest) -> Rerank
     documents, param = documents_of(data)
     _check(data, documents, param, runtime)
     tei = is_tei(data)
+    is_large = is_large_request(len(documents))
     trace = trace_of(request)
     trace.num_inputs = len(documents)
     trace.texts = [data.query, *documents] if runtime.config.log_inputs else None
 
     async def make_ready(lo: int, hi: int) -> ReadyPart:
-        pairs = await _encode(runtime, model, data.query, documents[lo:hi], data.max_tokens_per_doc)
+        pairs = await _encode(runtime, model, data.query, documents[lo:hi], data.max_tokens_per_doc, is_large)
         if tei and not data.truncate and pairs.truncated:
             raise invalid_request(
                 f"'texts[{lo + pairs.truncated[0]}]' and the query together are longer than the model's limit of "
@@ -119,11 +121,12 @@ def _check(data: RerankRequest, documents: list[str], param: str, runtime: Runti
                                   name.split("[")[0], "input_too_long")
 
 
-async def _encode(runtime: Runtime, model: ServedModel, query: str, documents: list[str], max_doc_tokens: int | None):
-    """The pairs' sequences, tokenized off the event loop (the Rust tokenizer releases the GIL)."""
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(runtime.tokenizer_pool, model.view.pairs.encode, query, documents,
-                                      max_doc_tokens)
+async def _encode(runtime: Runtime, model: ServedModel, query: str, documents: list[str], max_doc_tokens: int | None,
+                  is_large: bool):
+    """The pairs' sequences, tokenized off the event loop (the Rust tokenizer releases the GIL), a large
+    request's after any small one's."""
+    return await runtime.tokenizer_pool.run(LARGE if is_large else SMALL, model.view.pairs.encode, query, documents,
+                                            max_doc_tokens)
 
 
 ROUTES = [rerank, rerank_any]

@@ -18,7 +18,6 @@ import logging
 import os
 import signal
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -30,8 +29,10 @@ from server.aliases import ModelNames, model_names
 from server.config import ServerConfig, model_configs
 from server.engine_link import EngineLoadError
 from server.engine_links import EngineLinks
+from engine.queue.engine_loop import queue_budget
 from server.in_process_engine import InProcessEngine
 from server.plugins import load_engine_plugin
+from server.priority_pool import LARGE, SMALL, PriorityPool
 from server.part_process_client import PartProcesses
 from server.part_processes import ENCODED_FORMATS, PartProcessPool, start_part_processes
 from server.request_pipeline import PART_TEXTS, RAMP_TEXTS
@@ -71,7 +72,8 @@ class Runtime:
         self._load_task: asyncio.Task | None = None
         # A request's answer is built in this process's heap: keep it from growing (engine/memory.py).
         self.heap_trimmer = HeapTrimmer()
-        self.tokenizer_pool = ThreadPoolExecutor(config.tokenizer_workers, thread_name_prefix="rose-tokenize")
+        # Small requests' tokenizing before large ones' (server/priority_pool.py).
+        self.tokenizer_pool = PriorityPool(config.tokenizer_workers, "rose-tokenize")
         self.part_processes: PartProcesses | None = None
         self._own_part_processes: PartProcessPool | None = None  # started here, without a supervisor
 
@@ -196,16 +198,19 @@ class Runtime:
             self._set_models(self._local_engines)
         for engine in self._local_engines:
             engine.warm_up()
+            if hasattr(engine, "measure_budget"):  # a test's fake has none
+                engine.measure_budget()
             if self.config.engine_plugin:  # after warm-up, so that injected faults hit requests only
                 load_engine_plugin(self.config.engine_plugin)(engine)
-        budget = (self.config.engine.max_batch_tokens, self.config.engine.max_batch_seqs)
+        budget = queue_budget(self._local_engines, self.config.engine)
         with self._stopping_lock:
             if self._stopping:
                 raise RuntimeError("the server stopped while its model loaded")
             self._in_process = InProcessEngine(self._local_engines, budget, scheduling=self.config.engine.scheduling)
             self._in_process.start()
         return EngineLinks([self._in_process.ends], stall_timeout=self.config.engine_stall_timeout, in_process=True,
-                           max_queued_tokens=self.config.max_queued_tokens, queue_seconds=self.config.max_queue_seconds)
+                           max_queued_tokens=self.config.max_queued_tokens, queue_seconds=self.config.max_queue_seconds,
+                           scheduling=self.config.engine.scheduling)
 
     async def stop(self) -> None:
         self.is_ready = False
@@ -218,7 +223,7 @@ class Runtime:
             await asyncio.to_thread(self.engines.shutdown)
         if self._in_process is not None:
             await asyncio.to_thread(self._in_process.close, min(5.0, self.config.shutdown_timeout))
-        self.tokenizer_pool.shutdown(wait=False, cancel_futures=True)
+        self.tokenizer_pool.shutdown()
         if self.part_processes is not None:
             self.part_processes.close()
         if self._own_part_processes is not None:
@@ -251,8 +256,7 @@ class Runtime:
                 return seqs
         if view.tokenizer.holds_the_gil and sum(map(len, texts)) <= _INLINE_TOKENIZE_CHARS:
             return view.tokenize(texts)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.tokenizer_pool, view.tokenize, texts)
+        return await self.tokenizer_pool.run(LARGE if is_large_request else SMALL, view.tokenize, texts)
 
     async def encode(self, vectors: np.ndarray, encoding_format: str, dimensions: int | None,
                      is_large_request: bool = False, model: ServedModel | None = None) -> list:

@@ -19,6 +19,9 @@ from compat.tiktoken_ids import TiktokenDecoder
 from server.config import ServerConfig
 from server.errors import APIError, invalid_request
 
+# A cl100k_base id decodes to at least one byte, and a character is at most four: more ids than
+# four per allowed character always decode past the limit.
+BYTES_PER_CHAR = 4
 MODEL_IDS_HINT = (
     "This server reads token ids as the served model's own (--token-ids model). If these are tiktoken "
     "cl100k_base ids (LangChain's OpenAIEmbeddings sends those by default), start it with --token-ids cl100k "
@@ -45,9 +48,18 @@ class TokenInputs:
         self.decoder = TiktokenDecoder() if config.token_ids == "cl100k" else None
 
     async def decode_token_ids(self, inputs: NormalisedInput) -> NormalisedInput:
-        """cl100k_base ids -> texts (--token-ids cl100k); texts, and the model's own ids, pass through."""
+        """cl100k_base ids -> texts (--token-ids cl100k); texts, and the model's own ids, pass through.
+        An input of more ids than could decode within --max-input-chars is refused before any decoding."""
         if self.decoder is None or inputs.token_ids is None:
             return inputs
+        most = BYTES_PER_CHAR * self.config.max_input_chars
+        for i, ids in enumerate(inputs.token_ids):
+            if len(ids) > most:
+                raise invalid_request(
+                    f"'input[{i}]' holds {len(ids)} token ids, more than {most} ({BYTES_PER_CHAR} per character of "
+                    f"--max-input-chars {self.config.max_input_chars}): they would decode to more characters than "
+                    "an input may hold; the model reads only its first tokens anyway: send fewer ids per input",
+                    "input", "input_too_long")
         # Off the event loop, the check too: up to 2048 inputs of thousands of ids each.
         return NormalisedInput(texts=await asyncio.to_thread(self._check_and_decode, inputs.token_ids))
 

@@ -139,6 +139,19 @@ def test_token_ids_that_decode_past_the_character_cap_are_counted_in_ids(client)
     assert "send fewer ids per input" in error["message"]
 
 
+def test_an_input_of_more_ids_than_could_decode_within_the_cap_is_refused_before_decoding(client, monkeypatch):
+    from server.token_inputs import TokenInputs
+
+    def no_decoding(self, token_ids):
+        raise AssertionError("decoded")
+
+    monkeypatch.setattr(TokenInputs, "_check_and_decode", no_decoding)
+    error = assert_envelope(_post(client, {"input": [[101, 102], [1] * 1_000_000]}), 400, "input_too_long")
+    assert error["param"] == "input"
+    assert error["message"].startswith("'input[1]' holds 1000000 token ids, more than 800000 (4 per character of "
+                                       "--max-input-chars 200000)"), error["message"]
+
+
 def test_an_empty_model_name_is_a_400_that_says_so(client):
     """OpenAI answers `model: ""` with a 400 'you must provide a model parameter'; a 404 would
     advise `--model-alias ''`."""

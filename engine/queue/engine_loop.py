@@ -35,9 +35,11 @@ from multiprocessing.connection import Connection, wait
 from engine import messages
 from engine.arena import Allocator, Arena
 from engine.board import EngineBoard
+from engine.config import EngineConfig
 from engine.memory import HeapTrimmer
 from engine.messages import Attach, Cancel, Goodbye, Piece, Release
 from engine.queue.busy_rate import BusyRate
+from engine.queue.express_lane import ExpressLane
 from engine.queue.piece_queue import Batch, PieceQueue, QueuedPiece
 
 # Device batches launched and not yet read back: on a GPU one computing and one queued behind it
@@ -96,11 +98,19 @@ class EngineLoop:
         self._launched: queue.SimpleQueue = queue.SimpleQueue()
         self._landed: queue.SimpleQueue = queue.SimpleQueue()
         # The readback thread's word that a batch landed wakes this thread's wait on the pipes.
-        self._wake_reader, self._wake_writer = Pipe(duplex=False)
-        self._num_in_flight = 0
+        self.wake_reader, self._wake_writer = Pipe(duplex=False)
+        self.num_in_flight = 0
         self._is_cpu = getattr(getattr(engine, "device", None), "type", "cpu") == "cpu"
         self._max_in_flight = CPU_BATCHES_IN_FLIGHT if self._is_cpu else DEVICE_BATCHES_IN_FLIGHT
         self._reader = threading.Thread(target=self._read_back, name="rose-readback", daemon=True)
+        self._closing: list[FrontEnd] = []  # said goodbye: closed once no batch is being launched
+        # On the CPU, small requests run between the layers of the batch in flight (fair scheduling only).
+        self.express = ExpressLane(self)
+        if self._is_cpu and self.queue.is_fair:
+            for one in self.engines:
+                interleave = getattr(one, "interleave", None)
+                if interleave is not None:
+                    interleave(self.express)
         for attach in front_ends:
             self._attach(attach)
 
@@ -108,26 +118,28 @@ class EngineLoop:
         self._reader.start()
         try:
             while self.control is not None or self.front_ends:
-                busy = self.queue and self._num_in_flight < self._max_in_flight and not self._is_blocked
-                ready = wait([*self.front_ends, self._wake_reader, *([self.control] if self.control else [])],
+                self._close_front_ends()
+                busy = self.queue and self.num_in_flight < self._max_in_flight and not self._is_blocked
+                ready = wait([*self.front_ends, self.wake_reader, *([self.control] if self.control else [])],
                              0 if busy else None)
                 for conn in ready:
                     if conn is self.control:
                         self._on_control()
-                    elif conn is self._wake_reader:
-                        self._on_landed()
+                    elif conn is self.wake_reader:
+                        self.on_landed()
                     else:
-                        self._on_messages(self.front_ends[conn])
-                while self.queue and self._num_in_flight < self._max_in_flight and not self._is_blocked:
+                        self.on_messages(self.front_ends[conn])
+                while self.queue and self.num_in_flight < self._max_in_flight and not self._is_blocked:
                     batch = self.queue.cut()
                     if batch is None:
                         self._is_blocked = True  # until a front end gives rows back
                     else:
-                        self._launch(batch)
+                        self.launch(batch)
                 self._publish_queue()
-            while self._num_in_flight:  # the front ends are gone; let the device finish
-                wait([self._wake_reader])
-                self._on_landed()
+            self._close_front_ends()
+            while self.num_in_flight:  # the front ends are gone; let the device finish
+                wait([self.wake_reader])
+                self.on_landed()
         finally:
             self._launched.put(None)
             self._reader.join(10)
@@ -148,7 +160,7 @@ class EngineLoop:
         if front_end.send(self._ready):
             self.front_ends[front_end.tasks] = front_end
 
-    def _on_messages(self, front_end: FrontEnd) -> None:
+    def on_messages(self, front_end: FrontEnd) -> None:
         """Everything the front end has sent: a cancel that came behind a piece is seen before the
         next batch is cut, and the pieces that wait together are joined."""
         while front_end.tasks in self.front_ends:
@@ -205,23 +217,30 @@ class EngineLoop:
                                               piece.finished))
 
     def _close_when_answered(self, front_end: FrontEnd) -> None:
-        """A front end that said goodbye: its ends close once nothing of its is on the device."""
-        self._launched.put(front_end)
+        """A front end that said goodbye: its ends close once nothing of its is on the device. Not
+        before the batch being launched (the express lane reads messages inside a launch) is handed
+        to the readback thread, which writes that batch's rows first."""
+        self._closing.append(front_end)
+
+    def _close_front_ends(self) -> None:
+        for front_end in self._closing:
+            self._launched.put(front_end)
+        self._closing.clear()
 
     # -- the device ------------------------------------------------------------------------
 
-    def _launch(self, batch: Batch) -> None:
+    def launch(self, batch: Batch) -> None:
         started = time.monotonic()
-        if self._num_in_flight == 0:
+        if self.num_in_flight == 0:
             self.board["busy_since"] = started
         for piece in batch.pieces:
             if not piece.started:
                 piece.started = started
-        self._num_in_flight += 1
+        self.num_in_flight += 1
         try:
             lazy = self.engines[batch.model].execute_packed(batch.packed)
         except Exception as exc:  # this batch fails; the engine serves on (SystemExit ends the loop)
-            self._num_in_flight -= 1
+            self.num_in_flight -= 1
             self._fail(batch, f"{type(exc).__name__}: {exc}")
             return
         self._launched.put((batch, lazy, started))
@@ -234,13 +253,13 @@ class EngineLoop:
             self._settle(batch, error, time.monotonic())
             return
         for one in batch.slices:
-            self._launch(Batch((one,), one.packed()))
+            self.launch(Batch((one,), one.packed()))
 
-    def _on_landed(self) -> None:
-        self._wake_reader.recv_bytes()
+    def on_landed(self) -> None:
+        self.wake_reader.recv_bytes()
         landed: _Landed = self._landed.get()
-        self._num_in_flight -= 1
-        self.board["busy_since"] = time.monotonic() if self._num_in_flight else 0.0
+        self.num_in_flight -= 1
+        self.board["busy_since"] = time.monotonic() if self.num_in_flight else 0.0
         if landed.error is not None:
             self._fail(landed.batch, landed.error)
         else:
@@ -316,6 +335,14 @@ class EngineLoop:
 
             self.board["device_allocated"] = torch.cuda.memory_allocated(device)
             self.board["device_reserved"] = torch.cuda.memory_reserved(device)
+
+
+def queue_budget(engines: list, config: EngineConfig) -> tuple[int, int]:
+    """The queue's batch budget: the smallest any model's warm-up chose (each batch's time stays
+    bounded whichever model it serves), within the configured one."""
+    tokens = min((getattr(e, "max_batch_tokens", config.max_batch_tokens) for e in engines),
+                 default=config.max_batch_tokens)
+    return min(tokens, config.max_batch_tokens), config.max_batch_seqs
 
 
 def _take_rows(piece: QueuedPiece) -> int | None:

@@ -20,7 +20,7 @@ from engine.config import EngineConfig
 from engine.parent_watch import exit_with_parent
 from engine import messages
 from engine.messages import Attach
-from engine.queue.engine_loop import EngineLoop
+from engine.queue.engine_loop import EngineLoop, queue_budget
 from engine.rose.cublas_workspace import give_cublas_no_workspace
 
 
@@ -49,8 +49,7 @@ def run_engine_process(configs: list[EngineConfig], control: Connection, board_n
     _send(control, "ready")
     board = EngineBoard.attach(board_name)
     try:
-        budget = (configs[0].max_batch_tokens, configs[0].max_batch_seqs)
-        EngineLoop(engines, control, board, budget, scheduling=configs[0].scheduling).run()
+        EngineLoop(engines, control, board, queue_budget(engines, configs[0]), scheduling=configs[0].scheduling).run()
     finally:
         board.close()
 
@@ -88,6 +87,7 @@ def load_engine(config: EngineConfig, plugin: Callable | None = None):
         torch.cuda.set_device(torch.device(config.device).index or 0)
     engine = Engine(config)
     engine.warm_up()
+    engine.measure_budget()
     if plugin is not None:  # after warm-up, so that injected faults hit requests only
         plugin(engine)
     return engine

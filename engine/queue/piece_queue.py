@@ -34,11 +34,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.config import SCHEDULING_POLICIES
 from engine.messages import Piece
 from engine.queue.fair_share import water_fill
 from engine.rose.batch import PackedBatch, join_packed, slice_packed
-
-SCHEDULING_POLICIES = ("fair", "fcfs")
 
 
 @dataclass(eq=False)
@@ -123,6 +122,7 @@ class _Line:
     # Tokens of its past shares that whole sequences left unused (negative: taken ahead of its share).
     credit: float = 0.0
     is_blocked: bool = False  # its next piece's rows are not free: it sits out the batch being cut
+    is_small: bool = False  # the front end says the whole request is small (engine/queue/express_lane.py)
 
 
 class _Filling:
@@ -188,7 +188,8 @@ class PieceQueue:
         """Queue the piece behind its request's earlier ones."""
         line = self._lines.get(piece.key)
         if line is None:
-            line = self._lines[piece.key] = _Line(piece.key, piece.model, max(piece.message.weight, 1e-6))
+            line = self._lines[piece.key] = _Line(piece.key, piece.model, max(piece.message.weight, 1e-6),
+                                                  is_small=piece.message.is_small)
         line.pieces.append(piece)
         tokens = piece.remaining_tokens
         line.queued_tokens += tokens
@@ -226,15 +227,33 @@ class PieceQueue:
             else:
                 for line in lines:
                     self._take(line, math.inf, filling)
-            for line in lines:
-                line.is_blocked = False
-                if not line.pieces:
-                    del self._lines[line.key]
-            if filling.slices:
+            if (batch := self._close(lines, filling)) is not None:
                 self._last_model = model
-                parts = [s.packed() for s in filling.slices]
-                return Batch(tuple(filling.slices), parts[0] if len(parts) == 1 else join_packed(*parts))
+                return batch
         return None
+
+    def cut_small(self) -> Batch | None:
+        """A batch of the small requests alone, in arrival order, of the model of the oldest of them;
+        None if none waits (engine/queue/express_lane.py runs it between another batch's layers)."""
+        small = [line for line in self._lines.values() if line.is_small]
+        if not small:
+            return None
+        lines = [line for line in small if line.model == small[0].model]
+        filling = _Filling(self.max_batch_tokens, self.max_batch_seqs)
+        for line in lines:
+            self._take(line, math.inf, filling)
+        return self._close(lines, filling)
+
+    def _close(self, lines: list[_Line], filling: _Filling) -> Batch | None:
+        """The batch filled from `lines`, which leave the queue once empty."""
+        for line in lines:
+            line.is_blocked = False
+            if not line.pieces:
+                del self._lines[line.key]
+        if not filling.slices:
+            return None
+        parts = [s.packed() for s in filling.slices]
+        return Batch(tuple(filling.slices), parts[0] if len(parts) == 1 else join_packed(*parts))
 
     def _models_in_turn(self) -> list[int]:
         """The models with inputs waiting, the one to serve next first: fair, the next after the

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from engine.rose.batch import PackedBatch, pack
+from engine.rose.batch_budget import LARGE_TOKENS, SEQ_TOKENS, cpu_budget, measured_speed
 from engine.rose.cpu_features import native_bf16
 from engine.config import EngineConfig
 from engine.cpu_quota import available_cores
@@ -106,6 +107,8 @@ class Engine(ModelView):
         shape = model.attention_shape(self.spec.is_causal).bounded_by(self.spec.max_seq_len)
         attention = make_attention_backend(config.attention_backend, shape, self.device, self.dtype)
         self.compiled = False  # an int8 model compiled on its first batch (engine/rose/int8_compile.py)
+        # The queue's token budget (warm-up may choose a smaller one) and the speed measured at it.
+        self.max_batch_tokens, self.tokens_per_second = config.max_batch_tokens, 0.0
         self.runner = self._runner(model, head, attention, config.enforce_eager or config.quantization == "fp8")
         if config.quantization == "fp8":
             # GPTQ calibrates on the model as loaded, run eagerly: no graph may hold it unquantized.
@@ -141,6 +144,10 @@ class Engine(ModelView):
         """Bytes the model's and its head's weights hold on the device (graphs and buffers come on top)."""
         modules = (self.runner.model, self.runner.head)
         return sum(t.numel() * t.element_size() for m in modules for t in (*m.parameters(), *m.buffers()))
+
+    def interleave(self, between_layers) -> bool:
+        """ModelRunner.interleave; False for a compiled model too, whose layers run as one graph."""
+        return not self.compiled and self.runner.interleave(between_layers)
 
     def execute(self, seqs: list[np.ndarray]) -> LazyResult:
         """Launch one batch (within the token budget) and return its lazy vectors."""
@@ -180,6 +187,25 @@ class Engine(ModelView):
                         time.perf_counter() - started)
         if self.config.capture_at_start:
             self.runner.capture_all()
+
+    def measure_budget(self) -> None:
+        """After warm-up, for a server's queue: the batch budget (chosen on the CPU where
+        `choose_batch_tokens`, engine/rose/batch_budget.py) and the speed at it."""
+        def run(seqs: list[np.ndarray]) -> None:
+            self.execute(seqs).wait()
+
+        config = self.config
+        if self.device.type == "cpu" and config.choose_batch_tokens and not self.compiled:
+            choice = cpu_budget(run, config.max_batch_tokens)
+            self.max_batch_tokens = choice.max_batch_tokens
+            logger.info("batches of at most %d tokens: %.0f ms each at %.0f tokens/s, measured at warm-up "
+                        "(--max-batch-tokens sets another budget)", choice.max_batch_tokens,
+                        1000 * choice.batch_seconds, choice.tokens_per_second)
+        else:
+            # A CPU's speed per token is the same from a few hundred tokens on: a full budget would take seconds.
+            most = config.max_batch_tokens if self.device.type == "cuda" else LARGE_TOKENS
+            choice = measured_speed(run, min(most, config.max_batch_tokens, config.max_batch_seqs * SEQ_TOKENS))
+        self.tokens_per_second = choice.tokens_per_second
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Synchronous convenience (benchmarks, corpus jobs, Ray): texts -> [N, dim] float32.

@@ -4,6 +4,7 @@ eager or graph."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -70,6 +71,17 @@ class ModelRunner:
         input_ids, positions, cu_seqlens, segment_ids = self._load(batch)
         meta = self.attention.prepare(cu_seqlens, batch.cu_seqlens.tolist(), batch.max_seqlen)
         return self._forward(input_ids, positions, cu_seqlens, segment_ids, batch.num_outputs, meta)
+
+    def interleave(self, between_layers: Callable[[], None]) -> bool:
+        """On the CPU, call `between_layers` after each of the model's layers (engine/queue/express_lane.py:
+        it may run a small batch there, through this runner again). False where the layers cannot be
+        reached: on a GPU, whose batches run as whole graphs, or a model without a `layers` list."""
+        layers = getattr(self.model, "layers", None)
+        if self.device.type != "cpu" or not isinstance(layers, torch.nn.ModuleList):
+            return False
+        for layer in layers:
+            layer.register_forward_hook(lambda *_: between_layers())
+        return True
 
     @property
     def num_graph_replays(self) -> int:

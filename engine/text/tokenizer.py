@@ -13,6 +13,7 @@ import numpy as np
 from tokenizers import Tokenizer, normalizers
 from tokenizers.processors import TemplateProcessing
 
+from engine.text.long_text_cut import CUT_CHARS_PER_TOKEN, cut_point, splits_at_whitespace
 from engine.model_files.json_files import read_json_object
 from engine.model_files.tokenizer_file import read_tokenizer
 from engine.text.ascii_wordpiece import AsciiWordPiece
@@ -106,6 +107,9 @@ class TextTokenizer:
         self._encode_batch = getattr(
             self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch
         )
+        # Texts longer than this are cut before they are tokenized (engine/text/long_text_cut.py).
+        self._cut_chars = (CUT_CHARS_PER_TOKEN * max_seq_len if splits_at_whitespace(self._tokenizer.to_str())
+                           else None)
         self._untruncated: Tokenizer | None = None  # built on first use: only over-long texts need it
         self._untruncated_lock = threading.Lock()
         self._wrapping: tuple[tuple[int, ...], tuple[int, ...]] | None = None
@@ -131,11 +135,27 @@ class TextTokenizer:
         tokens, and today's references (sentence-transformers >= 5, Qwen's own code) feed
         the text as it is.
         """
+        texts = self._cut_long(texts)
         whole = self._whole_list(texts)
         if whole is not None:
             flat, lengths = whole
             return split_flat(flat, lengths)
         return [np.asarray(ids, dtype=np.int32) for ids in self._ids(texts)]
+
+    def _cut_long(self, texts: Sequence[str]) -> Sequence[str]:
+        """The texts, those far past the limit cut where it changes nothing (engine/text/long_text_cut.py)."""
+        limit = self._cut_chars
+        if limit is None or all(len(text) <= limit for text in texts):
+            return texts
+        cuts = {}
+        for i, text in enumerate(texts):
+            if len(text) > limit and (at := cut_point(text, limit)) is not None:
+                cuts[i] = text[:at]
+        texts = list(texts)
+        for (i, cut), ids in zip(cuts.items(), self._ids(list(cuts.values()))):
+            if len(ids) >= self.max_seq_len:  # the cut text still reaches the limit
+                texts[i] = cut
+        return texts
 
     def encode_packed(self, texts: Sequence[str]) -> PackedBatch:
         """The texts' ids as one packed stream, what `pack(encode(texts))` gives.
@@ -148,6 +168,7 @@ class TextTokenizer:
 
     def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """What `encode` gives as one array of every text's ids (int32) and the texts' lengths."""
+        texts = self._cut_long(texts)
         whole = self._whole_list(texts)
         if whole is not None:
             return whole

@@ -1,0 +1,67 @@
+"""The express lane: on the CPU, small requests that arrive while a batch computes run between its layers.
+
+A CPU computes a batch inside its launch, on the engine's thread, for as long as the batch
+takes: a one-text query that arrives meanwhile would wait for all of it, then for its own
+batch. So, on the CPU, the model calls the lane after each of its layers (ModelRunner's
+`interleave`): the lane reads what the front ends have sent since (without blocking), and
+if requests marked small (a few hundred tokens at most: the front end says so) wait, it
+runs them as a batch of their own at once, answers them, and lets the larger batch go on
+from the layer where it stopped. A query then waits for one layer of the batch in flight,
+not for the whole batch, and the large batches stay large (their overhead stays small).
+
+Everything here runs on the engine's thread, inside the launch of the batch in flight: the
+lane never runs inside itself, and a front end that says goodbye meanwhile is closed only
+once that batch is handed on (engine/queue/engine_loop.py defers it).
+"""
+
+from __future__ import annotations
+
+from multiprocessing.connection import Connection, wait
+from typing import Any, Protocol
+
+from engine.queue.piece_queue import Batch, PieceQueue
+
+
+class _Loop(Protocol):
+    """What the lane uses of engine/queue/engine_loop.py's EngineLoop."""
+
+    front_ends: dict[Connection, Any]
+    queue: PieceQueue
+    num_in_flight: int
+    wake_reader: Connection
+
+    def on_messages(self, front_end: Any) -> None: ...
+
+    def launch(self, batch: Batch) -> None: ...
+
+    def on_landed(self) -> None: ...
+
+
+class ExpressLane:
+    def __init__(self, loop: _Loop):
+        self.loop = loop
+        self.is_running = False
+        self.num_batches = 0
+
+    def __call__(self) -> None:
+        """Between two layers of the batch in flight."""
+        loop = self.loop
+        if self.is_running or not loop.front_ends:
+            return
+        ready = wait(list(loop.front_ends), 0)
+        if not ready:
+            return
+        self.is_running = True
+        try:
+            for conn in ready:
+                if conn in loop.front_ends:
+                    loop.on_messages(loop.front_ends[conn])
+            while (batch := loop.queue.cut_small()) is not None:
+                in_flight = loop.num_in_flight
+                loop.launch(batch)  # computed now, on this thread; the readback thread writes its rows
+                while loop.num_in_flight > in_flight:  # answered before the larger batch goes on
+                    wait([loop.wake_reader])
+                    loop.on_landed()
+                self.num_batches += 1
+        finally:
+            self.is_running = False

@@ -1,0 +1,70 @@
+"""A batch's token budget on the CPU, chosen at warm-up so that a batch takes a bounded time.
+
+On the CPU a batch costs a fixed overhead (the layers' calls, the attention's set-up) plus a
+time per token that stops falling past a few hundred tokens: larger batches gain nothing but
+latency, and a one-text query waits for the batch in flight before its own runs. So the budget
+is the smallest that keeps the overhead to a small share of a batch's time: two batches are
+timed at warm-up (a small one and a large one of typical 32-token texts), a line through them
+gives the overhead `a` and the time per token `b`, and the budget is where `b * n` is
+EFFICIENCY of `a + b * n`, within MIN_BUDGET and the runner's CPU chunk (a CPU batch runs in
+chunks of that many tokens anyway: a larger budget would gain nothing), and never more than
+the configured one. The two sizes are timed in turn, several times, the fastest of each
+counting: a machine busy with something else at start-up slows both alike. On a GPU
+the configured budget stands (a batch takes milliseconds, and CUDA graphs are captured per
+bucket up to it); the speed at it is measured all the same, for the queue's bound.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.rose.runner import CPU_CHUNK_TOKENS
+
+EFFICIENCY = 0.95  # of a large batch's speed per token
+SEQ_TOKENS = 32
+SMALL_TOKENS, LARGE_TOKENS = 64, 512
+MIN_BUDGET = 256
+ROUND_TO = 64
+TIMINGS = 4  # each size is timed this many times; the fastest counts (the least disturbed)
+
+
+@dataclass(frozen=True)
+class BudgetChoice:
+    max_batch_tokens: int
+    tokens_per_second: float  # at that budget
+    batch_seconds: float  # one full batch's time
+
+
+def time_batches(run: Callable[[list[np.ndarray]], None], sizes: tuple[int, ...],
+                 repeats: int = TIMINGS) -> list[float]:
+    """Per size, the fastest of `repeats` runs of a batch of that many tokens in SEQ_TOKENS-token texts,
+    the sizes run in turn."""
+    batches = [[np.full(SEQ_TOKENS, 100, np.int32) for _ in range(max(1, n // SEQ_TOKENS))] for n in sizes]
+    best = [float("inf")] * len(sizes)
+    for _ in range(repeats):
+        for i, seqs in enumerate(batches):
+            started = time.perf_counter()
+            run(seqs)
+            best[i] = min(best[i], time.perf_counter() - started)
+    return best
+
+
+def cpu_budget(run: Callable[[list[np.ndarray]], None], max_batch_tokens: int) -> BudgetChoice:
+    """The budget for the CPU (see the module's docstring); `run(seqs)` computes a batch and waits for it."""
+    small, large = time_batches(run, (SMALL_TOKENS, LARGE_TOKENS))
+    per_token = max((large - small) / (LARGE_TOKENS - SMALL_TOKENS), 1e-9)
+    overhead = max(small - per_token * SMALL_TOKENS, 0.0)
+    tokens = EFFICIENCY / (1 - EFFICIENCY) * overhead / per_token
+    tokens = int(min(max(MIN_BUDGET, -(-tokens // ROUND_TO) * ROUND_TO), CPU_CHUNK_TOKENS, max_batch_tokens))
+    seconds = overhead + per_token * tokens
+    return BudgetChoice(tokens, tokens / seconds, seconds)
+
+
+def measured_speed(run: Callable[[list[np.ndarray]], None], max_batch_tokens: int) -> BudgetChoice:
+    """The configured budget as it is, with its speed measured (a GPU's, after its graphs are captured)."""
+    (seconds,) = time_batches(run, (max_batch_tokens,), repeats=2)
+    return BudgetChoice(max_batch_tokens, max_batch_tokens / seconds, seconds)
