@@ -13,6 +13,9 @@
 #                                    # (bench/results/bulk-gpu-*.md; about 5 minutes)
 #   bench/gpu_session.sh bulk1000    # the same for 1,000-text requests alone, 1 and 4 clients, three rounds
 #                                    # (bench/results/bulk-gpu-*-1000.md; about 3 minutes)
+#   bench/gpu_session.sh mixed       # search queries beside 1,000-text requests (bench/mixed.py), MiniLM and BERT-base,
+#                                    # the default flags against --scheduling fcfs (bench/results/mixed-gpu-*.md)
+#   bench/gpu_session.sh mixed-qwen3 # the same on the Qwen3-0.6B shape with 500-token documents
 #   bench/gpu_session.sh kernels     # the attention's GPU tests, then each pass of a layer against its
 #                                    # hardware floor, warm and cold (bench/kernel_floors.py)
 #   bench/gpu_session.sh sweep       # the packed attention's GPU tests, then its launches swept around the
@@ -143,6 +146,24 @@ bulk1000)
     for shape in minilm bert-base; do
         bulk "bulk-gpu-$shape-1000" "/tmp/$shape-random" 1000 1,4 3 ${PROFILE:+--py-spy "$OUT/bulk-$shape.pyspy.txt"}
     done
+    ;;
+mixed)
+    # Search queries beside an indexing job (bench/mixed.py): 8 query connections, 1 and 4 clients sending
+    # 1,000-text requests, the default flags against --scheduling fcfs, MiniLM and BERT-base (about 7 minutes).
+    models minilm bert-base
+    for shape in minilm bert-base; do
+        step "mixed-gpu-$shape" python3 bench/load_gen.py --pattern mixed --device cuda --model "/tmp/$shape-random" \
+            --num-texts 12000 --request-texts 1000 --bulk-clients 1,4 --window 6 --warmup 2 --out "$OUT/mixed-gpu-$shape.md"
+    done
+    ;;
+mixed-qwen3)
+    # The same on the Qwen3-0.6B shape with documents of about 500 tokens, 500 a request (about 4 minutes).
+    models qwen3
+    python3 -c "import json, pathlib; p = pathlib.Path('/tmp/qwen3-random/sentence_bert_config.json'); \
+c = json.loads(p.read_text()); c['max_seq_length'] = 1024; p.write_text(json.dumps(c))"
+    step mixed-gpu-qwen3 python3 bench/load_gen.py --pattern mixed --device cuda --model /tmp/qwen3-random \
+        --num-texts 800 --join 15 --repeat 3 --request-texts 500 --bulk-clients 1,4 --window 8 --warmup 3 \
+        --out "$OUT/mixed-gpu-qwen3.md"
     ;;
 kernels)
     KEEP_LOGS=1 step attention-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu \

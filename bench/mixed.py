@@ -217,6 +217,12 @@ def run_mixed(args, engine, min_cosine: float, base_flags: list[str]) -> int:
     check = VectorCheck(min_cosine)
     checks = (check, engine.embed(queries), engine.embed(texts))
     bodies = query_bodies(queries)
+    batch_seconds = None
+    if engine.device.type == "cuda":  # what a query may wait for beside bulk work: one full batch on the device
+        from engine.rose.batch_budget import measured_speed
+
+        batch_seconds = measured_speed(lambda seqs: engine.execute(seqs).wait(),
+                                       engine.config.max_batch_tokens).batch_seconds
     servers = [("default flags", base_flags), ("--scheduling fcfs", [*base_flags, "--scheduling", "fcfs"])]
     num_procs = max(args.query_clients + max(bulk_counts), args.overload_clients)
     results: dict[str, list[Phase]] = {}
@@ -252,14 +258,14 @@ def run_mixed(args, engine, min_cosine: float, base_flags: list[str]) -> int:
                     overload = phase(server.url, 0, args.overload_clients, args.overload_seconds, 0.0)
             finally:
                 server.stop()
-    publish(render(args, engine, base_flags, results, overload, check, len(texts), request_texts, bulk_tokens),
-            args.out)
+    publish(render(args, engine, base_flags, results, overload, check, len(texts), request_texts, bulk_tokens,
+                   batch_seconds), args.out)
     failed = any(p.failures for rows in results.values() for p in rows) or (overload and overload.failures)
     return 1 if failed or check.mismatches or not check.checked else 0
 
 
 def render(args, engine, base_flags: list[str], results: dict[str, list[Phase]], overload: Phase | None, check,
-           num_texts: int, request_texts: int, bulk_tokens: list[int]) -> str:
+           num_texts: int, request_texts: int, bulk_tokens: list[int], batch_seconds: float | None) -> str:
     from bench.common import hardware
 
     command = "python bench/load_gen.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -279,6 +285,8 @@ def render(args, engine, base_flags: list[str], results: dict[str, list[Phase]],
         "answered inside it; a 429 is retried after its Retry-After",
         f"- correctness: {check.checked} vectors of sampled responses checked against the engine's, "
         f"**{check.mismatches} mismatches** (cosine < {check.min_cosine}); worst cosine {check.worst:.7f}",
+        *([f"- one full batch ({engine.config.max_batch_tokens} tokens of 32-token texts) takes "
+           f"{1000 * batch_seconds:.1f} ms on the device (the engine alone, in this run)"] if batch_seconds else []),
         "",
         "| server | bulk clients | query p50 ms | p90 | p99 | p50 x alone | p99 x alone | bulk tokens/s computed | "
         "x alone | bulk texts/s answered (alone) | bulk request p50 s | failed | client CPU max |",
