@@ -8,7 +8,8 @@ out and the rows given back with a Release message), it was refused (the queue i
 dropped (the request was cancelled). Only then are its ints given back. Replies are read
 on the event loop (`add_reader`, no thread). The engine's exit, for whatever reason, shows
 as the reply pipe's end of file: what this front end had on it fails, and it leaves the
-rotation for good.
+rotation; where the supervisor restarts the engine, a new link to the new process takes its
+place (server/engine_reattach.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ from server.engine_ends import EngineEnds, exit_reason
 
 class EngineLoadError(RuntimeError):
     """An engine that failed to load, died, or did not warm up in time; the message says which."""
+
+
+class EngineDiedError(EngineLoadError):
+    """The engine's process ended before it was warm (killed, crashed): the supervisor restarts it."""
 
 
 class EngineLostError(RuntimeError):
@@ -74,7 +79,7 @@ class EngineLink:
         self._waiting: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_lost: Callable[[EngineLink], None] | None = None
-        self.out_reason: str | None = None  # set once the engine is out of rotation, for good
+        self.out_reason: str | None = None  # set once the engine is out of rotation (this link for good)
         self.dtype: str | None = None
         self.attention_table: list[tuple[str, str, str]] = []
         # Per served model, as the engine reports once warm: (the width of its vectors, its weights' bytes).
@@ -82,6 +87,9 @@ class EngineLink:
         self.tokens_outstanding = 0  # of this front end's pieces, not yet answered
         self.num_pieces = 0
         self._last_board: dict[str, float] = {}
+        # When this front end last heard from the engine while it had pieces there (or sent the first
+        # of them): the watchdog's measure of an engine gone silent (server/stall_watch.py).
+        self.heard_at = 0.0
 
     @property
     def is_serving(self) -> bool:
@@ -96,7 +104,7 @@ class EngineLink:
         try:
             reply = messages.decode_to_front_end(self._replies.recv_bytes())
         except EOFError:
-            raise EngineLoadError(f"engine {self.index} on {self.device} did not start: {self._exit_reason()}") from None
+            raise EngineDiedError(f"engine {self.index} on {self.device} did not start: {self._exit_reason()}") from None
         if not isinstance(reply, messages.Ready):
             raise EngineLoadError(f"engine {self.index} on {self.device} failed to load: {reply.why}")
         self.pid, self.dtype, self.attention_table = reply.pid, reply.dtype, [tuple(r) for r in reply.attention]
@@ -128,6 +136,8 @@ class EngineLink:
         offset = await self._take(num_ints)
         self.arena.write_piece(offset, batch)
         future = self._loop.create_future()
+        if not self.tokens_outstanding:
+            self.heard_at = time.monotonic()
         width = self.models[model][0] if model < len(self.models) else self.arena.layout.dim
         self._pending[(request, index)] = _Pending(future, offset, num_ints, batch.num_outputs, batch.num_tokens, width)
         self._unanswered[request] += 1
@@ -195,6 +205,7 @@ class EngineLink:
 
     def _read_replies(self) -> None:
         read: list[tuple[int, int]] = []  # rows copied out, given back in one message
+        self.heard_at = time.monotonic()
         try:
             while self._replies.poll():
                 self._on_reply(messages.decode_to_front_end(self._replies.recv_bytes()), read)
@@ -261,6 +272,10 @@ class EngineLink:
                 future.set_exception(EngineLostError(f"engine {self.index} on {self.device}: {reason}"))
         if first and self._on_lost is not None and reason != "stopped":
             self._on_lost(self)
+
+    def mark_out(self, reason: str) -> None:
+        """Out of rotation, its process already gone: what waits on it fails."""
+        self._lost(reason)
 
     def retire(self, reason: str) -> None:
         """Out of rotation now; the process is killed (a stuck kernel would never return)."""

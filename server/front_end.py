@@ -20,6 +20,7 @@ import socket
 import sys
 from collections.abc import Callable
 from contextlib import nullcontext
+from multiprocessing.connection import Connection
 
 from engine.child_signals import unshield
 from engine.memory import keep_freed_memory
@@ -34,17 +35,18 @@ logger = logging.getLogger("rose_embed.server")
 
 def run_front_end(config: ServerConfig, sock: socket.socket, ends: list[EngineEnds],
                   processes: list[multiprocessing.process.BaseProcess] | None = None,
-                  stop: StopSignal | None = None) -> None:
+                  stop: StopSignal | None = None, restarts: Connection | None = None) -> None:
     """Serve until a signal stops uvicorn (it drains in-flight requests, then tells the engines
     this front end is done). `processes`: the engines' Process objects where they are children of
     this process, so that an engine's exit can be told by its status. `stop`: the supervisor's
-    handler of the stop signals until uvicorn takes them over (server/stop_signal.py)."""
+    handler of the stop signals until uvicorn takes them over (server/stop_signal.py).
+    `restarts`: where the supervisor sends the ends to restarted engines (server/engine_reattach.py)."""
     # A stop signal while the front end's libraries import and its app is built is noted and
     # raised once they are done: raised inside them, it could come out as another error.
     starting = stop.deferred() if stop is not None else nullcontext()
     keep_freed_memory()  # a large request's megabytes of buffers are reused by the next one
     with starting:
-        server = _uvicorn_server(config, sock, ends, processes, stop.pending if stop is not None else None)
+        server = _uvicorn_server(config, sock, ends, processes, stop.pending if stop is not None else None, restarts)
     # After a graceful shutdown uvicorn re-raises the signal that asked for it: SIGTERM ends the
     # process with its status, SIGINT arrives as KeyboardInterrupt (the CLI then ends by SIGINT).
     server.run(sockets=[sock])
@@ -52,7 +54,7 @@ def run_front_end(config: ServerConfig, sock: socket.socket, ends: list[EngineEn
 
 def _uvicorn_server(config: ServerConfig, sock: socket.socket, ends: list[EngineEnds],
                     processes: list[multiprocessing.process.BaseProcess] | None,
-                    pending_stop: Callable[[], int | None] | None):
+                    pending_stop: Callable[[], int | None] | None, restarts: Connection | None = None):
     """The front end's app in uvicorn's Server, ready to run."""
     import uvicorn
     # uvicorn imports its event loop's module before it takes the signals over; that import
@@ -68,7 +70,8 @@ def _uvicorn_server(config: ServerConfig, sock: socket.socket, ends: list[Engine
 
     models = [ModelView(spec) for spec in load_specs(config)]
     engines = EngineLinks(ends, processes, stall_timeout=config.engine_stall_timeout,
-                          max_queued_tokens=config.max_queued_tokens)
+                          max_queued_tokens=config.max_queued_tokens, stall_floor=config.engine_stall_floor,
+                          restarts=restarts)
     try:
         app = create_app(config, engines=engines, model=models)
     except TiktokenUnavailableError as exc:
@@ -83,7 +86,7 @@ def _uvicorn_server(config: ServerConfig, sock: socket.socket, ends: list[Engine
 
 
 def run_front_end_process(config: ServerConfig, sock: socket.socket, ends: list[EngineEnds],
-                          parent_pid: int) -> None:
+                          parent_pid: int, restarts: Connection | None = None) -> None:
     """The main function of a spawned front end."""
     exit_with_parent(parent_pid, lambda: _stop_orphan(parent_pid, config.stats_dir))
     from server.logs import configure_logging
@@ -91,7 +94,7 @@ def run_front_end_process(config: ServerConfig, sock: socket.socket, ends: list[
     # The supervisor passes Ctrl-C and a hang-up on as SIGTERM; uvicorn takes SIGINT over while it runs.
     unshield(ignore=(signal.SIGINT, signal.SIGHUP))
     configure_logging(config.log_level, config.log_format)
-    run_front_end(config, sock, ends)
+    run_front_end(config, sock, ends, restarts=restarts)
 
 
 def _stop_orphan(parent_pid: int, stats_dir: str | None) -> None:

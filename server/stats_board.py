@@ -60,10 +60,13 @@ class Report(msgspec.Struct):
     families: list[Family]
 
 
+BOARD_PREFIX = "rose-embed-stats-"  # then the supervisor's pid: server/stale_memory.py reads it
+
+
 def create_board_dir() -> str:
     """The supervisor's part: a fresh, empty directory for one server's reports, named after it."""
     shm = Path("/dev/shm")
-    return tempfile.mkdtemp(prefix=f"rose-embed-stats-{os.getpid()}-",
+    return tempfile.mkdtemp(prefix=f"{BOARD_PREFIX}{os.getpid()}-",
                             dir=shm if shm.is_dir() and os.access(shm, os.W_OK) else None)
 
 
