@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import multiprocessing
 import os
 import signal
 import time
@@ -28,7 +27,7 @@ from engine.arena import Allocator, Arena
 from engine.board import EngineBoard
 from engine.interface import PieceVectors, QueueFullError, retry_after_seconds
 from engine.rose.batch import PackedBatch
-from server.engine_ends import EngineEnds, exit_reason
+from server.engine_ends import EngineEnds
 
 
 class EngineLoadError(RuntimeError):
@@ -60,14 +59,11 @@ class _Pending:
 class EngineLink:
     """One front end's link to one engine."""
 
-    def __init__(self, ends: EngineEnds, process: multiprocessing.process.BaseProcess | None = None,
-                 can_retire: bool = True):
-        """`process`: the engine's Process object where it is this process's child (one front
-        end, in the supervisor), so that its exit status can be told. `can_retire`: False for an
-        engine in a thread of this process, which cannot be killed when it is stuck."""
+    def __init__(self, ends: EngineEnds, can_retire: bool = True):
+        """`can_retire`: False for an engine in a thread of this process, which cannot be killed
+        when it is stuck. (How an engine process ended is the supervisor's to tell: it waits for it.)"""
         self.index, self.device, self.pid = ends.index, ends.device, ends.pid
         self.can_retire = can_retire
-        self._process = process
         self.arena = Arena.attach(ends.arena, ends.layout)
         self.board = EngineBoard.attach(ends.board)
         self._tasks, self._replies = ends.tasks, ends.replies
@@ -246,10 +242,7 @@ class EngineLink:
 
     def _exit_reason(self) -> str:
         """Why the engine is gone, as /health and the errors say it."""
-        if self._process is None:
-            return f"its process (pid {self.pid}) closed its pipe" if self.can_retire else "its thread ended"
-        self._process.join(1.0)  # its pipe closes as it exits; the exit code follows at once
-        return exit_reason(self._process.exitcode)
+        return f"its process (pid {self.pid}) closed its pipe" if self.can_retire else "its thread ended"
 
     def fail_pending(self, error: BaseException) -> None:
         """Fail every piece waiting on this engine (a stuck engine that cannot be killed)."""

@@ -17,7 +17,6 @@ import asyncio
 import itertools
 import logging
 import math
-import multiprocessing
 import time
 from multiprocessing.connection import Connection
 
@@ -35,8 +34,7 @@ class EngineLinks:
     """Built from the supervisor's `EngineEnds`; `start` (off the loop) returns once every engine
     is warm, `attach` (on the loop) starts serving."""
 
-    def __init__(self, ends: list[EngineEnds], processes: list[multiprocessing.process.BaseProcess] | None = None,
-                 stall_timeout: float = 120.0, in_process: bool = False, max_queued_tokens: int | None = None,
+    def __init__(self, ends: list[EngineEnds], stall_timeout: float = 120.0, in_process: bool = False, max_queued_tokens: int | None = None,
                  stall_floor: float = 30.0, restarts: Connection | None = None):
         """`max_queued_tokens`: where the queue is bounded, a new request that finds this front end's
         arena full is refused at once, as the engine refuses one that finds its queue full.
@@ -45,8 +43,7 @@ class EngineLinks:
         is ever restarted."""
         if not ends:
             raise ValueError("a front end needs at least one engine")
-        self.links = [EngineLink(e, p, can_retire=not in_process)
-                      for e, p in zip(ends, processes or [None] * len(ends))]
+        self.links = [EngineLink(e, can_retire=not in_process) for e in ends]
         self.stall_timeout = stall_timeout
         self.is_bounded = max_queued_tokens is not None
         self.dtype: str | None = None

@@ -13,7 +13,6 @@ does not listen gets no connections), so whichever front end answers a 200 can s
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import signal
 import socket
@@ -33,27 +32,23 @@ from server.stop_signal import StopSignal
 logger = logging.getLogger("rose_embed.server")
 
 
-def run_front_end(config: ServerConfig, sock: socket.socket, ends: list[EngineEnds],
-                  processes: list[multiprocessing.process.BaseProcess] | None = None,
-                  stop: StopSignal | None = None, restarts: Connection | None = None) -> None:
+def run_front_end(config: ServerConfig, sock: socket.socket, ends: list[EngineEnds], stop: StopSignal | None = None,
+                  restarts: Connection | None = None) -> None:
     """Serve until a signal stops uvicorn (it drains in-flight requests, then tells the engines
-    this front end is done). `processes`: the engines' Process objects where they are children of
-    this process, so that an engine's exit can be told by its status. `stop`: the supervisor's
-    handler of the stop signals until uvicorn takes them over (server/stop_signal.py).
-    `restarts`: where the supervisor sends the ends to restarted engines (server/engine_reattach.py)."""
+    this front end is done). `stop`: the supervisor's handler of the stop signals until uvicorn
+    takes them over (server/stop_signal.py). `restarts`: where the supervisor sends the ends to restarted engines (server/engine_reattach.py)."""
     # A stop signal while the front end's libraries import and its app is built is noted and
     # raised once they are done: raised inside them, it could come out as another error.
     starting = stop.deferred() if stop is not None else nullcontext()
     keep_freed_memory()  # a large request's megabytes of buffers are reused by the next one
     with starting:
-        server = _uvicorn_server(config, sock, ends, processes, stop.pending if stop is not None else None, restarts)
+        server = _uvicorn_server(config, sock, ends, stop.pending if stop is not None else None, restarts)
     # After a graceful shutdown uvicorn re-raises the signal that asked for it: SIGTERM ends the
     # process with its status, SIGINT arrives as KeyboardInterrupt (the CLI then ends by SIGINT).
     server.run(sockets=[sock])
 
 
 def _uvicorn_server(config: ServerConfig, sock: socket.socket, ends: list[EngineEnds],
-                    processes: list[multiprocessing.process.BaseProcess] | None,
                     pending_stop: Callable[[], int | None] | None, restarts: Connection | None = None):
     """The front end's app in uvicorn's Server, ready to run."""
     import uvicorn
@@ -69,7 +64,7 @@ def _uvicorn_server(config: ServerConfig, sock: socket.socket, ends: list[Engine
     from server.pending_stop_server import uvicorn_server
 
     models = [ModelView(spec) for spec in load_specs(config)]
-    engines = EngineLinks(ends, processes, stall_timeout=config.engine_stall_timeout,
+    engines = EngineLinks(ends, stall_timeout=config.engine_stall_timeout,
                           max_queued_tokens=config.max_queued_tokens, stall_floor=config.engine_stall_floor,
                           restarts=restarts)
     try:

@@ -98,7 +98,7 @@ def run_supervisor(config: ServerConfig, specs: list[ModelSpec], sockets: list[s
             with keeper.lock:
                 ends, restarts = [host.connect(0) for host in hosts], keeper.restart_pipe(0)
             keeper.start()
-            run_front_end(config, sockets[0], ends, [h.process for h in hosts], stop=stop, restarts=restarts)
+            run_front_end(config, sockets[0], ends, stop=stop, restarts=restarts)
         else:
             keeper.start()
             _FrontEnds(config, sockets, hosts, stop.pending, keeper).run()
