@@ -6,7 +6,7 @@ supervisor dies alone. `kill -9` of the whole process group (an orchestrator's, 
 takes the tracker with it, and they stay: megabytes of RAM each, until the machine restarts.
 
 So the supervisor removes, as it starts, those that are provably stale: named after a process
-(`rose-embed-PID-*`, `rose-embed-stats-PID-*`) that no longer exists, and whose lock nobody holds
+(`rose-embed-PID-*`, `rose-embed-stats-PID-*`) that is gone, and whose lock nobody holds
 (engine/owner_lock.py: a live server holds it on each of its own, whatever PID namespace it runs
 in). A block another live server uses is never touched, nor anything not named so.
 """
