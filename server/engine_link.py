@@ -97,6 +97,9 @@ class EngineLink:
         while not self._replies.poll(0.25):  # a process that died shows as EOF here, and recv says so
             if time.monotonic() > deadline:
                 raise EngineLoadError(f"engine {self.index} on {self.device} was not ready after {timeout:.0f} s")
+            # No EOF from one that died before it took its ends: the supervisor still holds a copy for it.
+            if self.can_retire and not _is_alive(self.pid):
+                raise EngineDiedError(f"engine {self.index} on {self.device} did not start: {self._exit_reason()}")
         try:
             reply = messages.decode_to_front_end(self._replies.recv_bytes())
         except EOFError:
@@ -317,3 +320,11 @@ class EngineLink:
                      queued_tokens=int(board.get("queued_tokens", 0)), is_busy=bool(board.get("busy_since", 0)),
                      pieces_sent=self.num_pieces, weights_bytes=[weights for _, weights in self.models])
         return state
+
+
+def _is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
