@@ -35,10 +35,11 @@ class EngineLinks:
     is warm, `attach` (on the loop) starts serving."""
 
     def __init__(self, ends: list[EngineEnds], stall_timeout: float = 120.0, in_process: bool = False, max_queued_tokens: int | None = None,
-                 stall_floor: float = 30.0, restarts: Connection | None = None):
+                 stall_floor: float = 30.0, max_batch_tokens: int | None = None, restarts: Connection | None = None):
         """`max_queued_tokens`: where the queue is bounded, a new request that finds this front end's
         arena full is refused at once, as the engine refuses one that finds its queue full.
-        `stall_timeout`, `stall_floor`: the ceiling and floor of the stall bound (server/stall_watch.py).
+        `stall_timeout`, `stall_floor`: the ceiling and floor of the stall bound, `max_batch_tokens` a
+        full batch's tokens, which it allows for (server/stall_watch.py).
         `restarts`: the supervisor's restart pipe (server/engine_reattach.py); None where no engine
         is ever restarted."""
         if not ends:
@@ -52,7 +53,7 @@ class EngineLinks:
         self._stuck: dict[EngineLink, str] = {}  # engines of this process stuck now, and why
         self._retired: dict[EngineLink, str] = {}  # engine processes this front end killed as stuck, and why
         self._watchdog: asyncio.Task | None = None
-        self.stall_floor = stall_floor
+        self.stall_floor, self.max_batch_tokens = stall_floor, max_batch_tokens
         self._reattacher = Reattacher(self, restarts) if restarts is not None else None
         self._loop: asyncio.AbstractEventLoop | None = None
         # By engine index, while a restart is on its way: what the supervisor said, and when to expect it.
@@ -191,7 +192,8 @@ class EngineLinks:
                 board = link.board
                 silent = silent_for(board["busy_since"], board["heartbeat"], link.heard_at, link.tokens_outstanding > 0,
                                     now)
-                bound = stall_bound(board["longest_batch"], self.stall_floor, self.stall_timeout)
+                bound = stall_bound(board["longest_batch"], board["busy_tokens_per_second"], self.max_batch_tokens,
+                                    self.stall_floor, self.stall_timeout)
                 if silent > bound:
                     why = (f"the engine is stuck: no batch has finished for {silent:.1f} s with work waiting "
                            f"(the bound: {bound:.1f} s)")

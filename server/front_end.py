@@ -66,7 +66,7 @@ def _uvicorn_server(config: ServerConfig, sock: socket.socket, ends: list[Engine
     models = [ModelView(spec) for spec in load_specs(config)]
     engines = EngineLinks(ends, stall_timeout=config.engine_stall_timeout,
                           max_queued_tokens=config.max_queued_tokens, stall_floor=config.engine_stall_floor,
-                          restarts=restarts)
+                          max_batch_tokens=config.engine.max_batch_tokens, restarts=restarts)
     try:
         app = create_app(config, engines=engines, model=models)
     except TiktokenUnavailableError as exc:

@@ -25,8 +25,9 @@ def add_arguments(serve: argparse.ArgumentParser, tuning: argparse._ArgumentGrou
                                  default=_DEFAULTS.engine_stall_timeout,
                                  help="a batch running longer marks the engine stuck: /health and requests get 503"))
     advanced(tuning.add_argument("--engine-stall-floor", type=positive_seconds, default=_DEFAULTS.engine_stall_floor,
-                                 help="an engine with work waiting that finishes no batch for 10x its longest batch, "
-                                      "and at least this long, is killed and restarted"))
+                                 help="an engine with work waiting that finishes no batch for 10x its longest batch "
+                                      "(or 3x a full batch at its speed), and at least this long, is killed and "
+                                      "restarted"))
     advanced(tuning.add_argument("--engine-max-restarts", type=whole_number, default=_DEFAULTS.engine_max_restarts,
                                  help="engine processes that die are restarted up to this many times within "
                                       "--engine-restart-window; one more death stops the server with exit status 1 "

@@ -87,11 +87,13 @@ def test_a_killed_engine_fails_its_requests_503_with_retry_after_is_logged_and_r
 
 
 def test_a_stopped_engine_turns_health_503_within_the_bound_its_batches_set_and_is_restarted():
-    # Batches of 0.4 s (the fault plugin) set the bound to 10 x 0.4 s, above the floor of 1 s.
+    # Batches of 0.4 s (the fault plugin) set the bound to 10 x 0.4 s, above the floor of 1 s; a
+    # batch nearly full keeps the allowance for a full one below that.
     floor, batch = 1.0, 0.4
-    proc = ServerProcess(*PLUGIN, "--engine-stall-floor", str(floor), env={"ROSE_FAULT_DELAY_S": str(batch)})
+    proc = ServerProcess(*PLUGIN, "--engine-stall-floor", str(floor), "--max-batch-tokens", "256",
+                         env={"ROSE_FAULT_DELAY_S": str(batch)})
     try:
-        measured = embed(proc.url, {"input": "a batch to measure", "model": MODEL})
+        measured = embed(proc.url, {"input": "a batch to measure" + " word" * 200, "model": MODEL})
         assert measured.status_code == 200
         longest = float(measured.headers["x-inference-time-ms"]) / 1000  # its batch's time, as the engine's board has it
         assert longest >= batch

@@ -40,11 +40,15 @@ def test_no_restarts_allowed_gives_up_at_the_first_death():
     assert RestartPolicy(0, 600.0).next_delay() is None
 
 
-def test_the_stall_bound_follows_the_longest_batch_between_floor_and_ceiling():
-    assert stall_bound(0.05, 30.0, 120.0) == 30.0  # fast batches: the floor
-    assert stall_bound(5.0, 30.0, 120.0) == 50.0  # ten times the longest batch
-    assert stall_bound(60.0, 30.0, 120.0) == 120.0  # never past --engine-stall-timeout
-    assert stall_bound(0.0, 30.0, 2.0) == 2.0
+def test_the_stall_bound_follows_the_batches_between_floor_and_ceiling():
+    fast = 1e6  # tokens per second: a full batch of 16384 tokens in 16 ms
+    assert stall_bound(0.05, fast, 16384, 30.0, 120.0) == 30.0  # fast batches: the floor
+    assert stall_bound(5.0, fast, 16384, 30.0, 120.0) == 50.0  # ten times the longest batch
+    assert stall_bound(60.0, fast, 16384, 30.0, 120.0) == 120.0  # never past --engine-stall-timeout
+    # Short batches only, on a CPU at 1,000 tokens/s: a full batch would take 16 s, allowed three times over.
+    assert stall_bound(0.05, 1000.0, 16384, 30.0, 120.0) == 3 * 16.384
+    assert stall_bound(0.05, 0.0, 16384, 30.0, 120.0) == 120.0  # no batch run yet: nothing to judge by
+    assert stall_bound(0.0, 0.0, None, 30.0, 2.0) == 2.0
 
 
 def test_an_engine_is_silent_only_while_it_owes_work():
