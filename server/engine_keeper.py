@@ -135,7 +135,7 @@ class EngineKeeper:
             if host.index in self._due:
                 continue  # dead, its restart due later
             if host.index not in self._warming:
-                if host.load_seconds is None:  # loading since the server's start: a failure is the front ends' to report
+                if host.load_seconds is None:  # loading since the server's start: the front ends report a failure
                     host.is_ready()
                 continue
             failure = host.load_failure()

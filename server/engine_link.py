@@ -99,15 +99,18 @@ class EngineLink:
                 raise EngineLoadError(f"engine {self.index} on {self.device} was not ready after {timeout:.0f} s")
             # No EOF from one that died before it took its ends: the supervisor still holds a copy for it.
             if self.can_retire and not _is_alive(self.pid):
-                raise EngineDiedError(f"engine {self.index} on {self.device} did not start: {self._exit_reason()}")
+                raise self._died()
         try:
             reply = messages.decode_to_front_end(self._replies.recv_bytes())
         except EOFError:
-            raise EngineDiedError(f"engine {self.index} on {self.device} did not start: {self._exit_reason()}") from None
+            raise self._died() from None
         if not isinstance(reply, messages.Ready):
             raise EngineLoadError(f"engine {self.index} on {self.device} failed to load: {reply.why}")
         self.pid, self.dtype, self.attention_table = reply.pid, reply.dtype, [tuple(r) for r in reply.attention]
         self.models = [tuple(m) for m in reply.models]
+
+    def _died(self) -> EngineDiedError:
+        return EngineDiedError(f"engine {self.index} on {self.device} did not start: {self._exit_reason()}")
 
     def attach(self, loop: asyncio.AbstractEventLoop, on_lost: Callable[[EngineLink], None]) -> None:
         """Start reading replies on `loop`; `on_lost` runs there if the engine goes out."""

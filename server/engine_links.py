@@ -34,8 +34,9 @@ class EngineLinks:
     """Built from the supervisor's `EngineEnds`; `start` (off the loop) returns once every engine
     is warm, `attach` (on the loop) starts serving."""
 
-    def __init__(self, ends: list[EngineEnds], stall_timeout: float = 120.0, in_process: bool = False, max_queued_tokens: int | None = None,
-                 stall_floor: float = 30.0, max_batch_tokens: int | None = None, restarts: Connection | None = None):
+    def __init__(self, ends: list[EngineEnds], stall_timeout: float = 120.0, in_process: bool = False,
+                 max_queued_tokens: int | None = None, stall_floor: float = 30.0, max_batch_tokens: int | None = None,
+                 restarts: Connection | None = None):
         """`max_queued_tokens`: where the queue is bounded, a new request that finds this front end's
         arena full is refused at once, as the engine refuses one that finds its queue full.
         `stall_timeout`, `stall_floor`: the ceiling and floor of the stall bound, `max_batch_tokens` a
@@ -48,7 +49,7 @@ class EngineLinks:
         self.stall_timeout = stall_timeout
         self.is_bounded = max_queued_tokens is not None
         self.dtype: str | None = None
-        self.fatal_error: str | None = None  # set once no engine is left
+        self.fatal_error: str | None = None  # set while no engine is left
         self._numbers = itertools.count()
         self._stuck: dict[EngineLink, str] = {}  # engines of this process stuck now, and why
         self._retired: dict[EngineLink, str] = {}  # engine processes this front end killed as stuck, and why

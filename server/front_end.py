@@ -36,7 +36,8 @@ def run_front_end(config: ServerConfig, sock: socket.socket, ends: list[EngineEn
                   restarts: Connection | None = None) -> None:
     """Serve until a signal stops uvicorn (it drains in-flight requests, then tells the engines
     this front end is done). `stop`: the supervisor's handler of the stop signals until uvicorn
-    takes them over (server/stop_signal.py). `restarts`: where the supervisor sends the ends to restarted engines (server/engine_reattach.py)."""
+    takes them over (server/stop_signal.py). `restarts`: where the supervisor sends the ends to
+    restarted engines (server/engine_reattach.py)."""
     # A stop signal while the front end's libraries import and its app is built is noted and
     # raised once they are done: raised inside them, it could come out as another error.
     starting = stop.deferred() if stop is not None else nullcontext()

@@ -95,7 +95,7 @@ def test_a_stopped_engine_turns_health_503_within_the_bound_its_batches_set_and_
     try:
         measured = embed(proc.url, {"input": "a batch to measure" + " word" * 200, "model": MODEL})
         assert measured.status_code == 200
-        longest = float(measured.headers["x-inference-time-ms"]) / 1000  # its batch's time, as the engine's board has it
+        longest = float(measured.headers["x-inference-time-ms"]) / 1000  # its batch's time, as the board has it
         assert longest >= batch
         assert _health(proc.url).status_code == 200
         victim = _engine(proc.url)["pid"]
