@@ -28,6 +28,7 @@ from engine.board import EngineBoard
 from engine.interface import PieceVectors, QueueFullError, retry_after_seconds
 from engine.rose.batch import PackedBatch
 from server.engine_ends import EngineEnds
+from server.pids import is_running
 
 
 class EngineLoadError(RuntimeError):
@@ -98,7 +99,7 @@ class EngineLink:
             if time.monotonic() > deadline:
                 raise EngineLoadError(f"engine {self.index} on {self.device} was not ready after {timeout:.0f} s")
             # No EOF from one that died before it took its ends: the supervisor still holds a copy for it.
-            if self.can_retire and not _is_alive(self.pid):
+            if self.can_retire and not is_running(self.pid):
                 raise self._died()
         try:
             reply = messages.decode_to_front_end(self._replies.recv_bytes())
@@ -323,11 +324,3 @@ class EngineLink:
                      queued_tokens=int(board.get("queued_tokens", 0)), is_busy=bool(board.get("busy_since", 0)),
                      pieces_sent=self.num_pieces, weights_bytes=[weights for _, weights in self.models])
         return state
-
-
-def _is_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

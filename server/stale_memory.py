@@ -14,13 +14,13 @@ in). A block another live server uses is never touched, nor anything not named s
 from __future__ import annotations
 
 import logging
-import os
 import re
 import shutil
 from pathlib import Path
 
 from engine.owner_lock import is_held
 from engine.shared_blocks import BLOCK_PREFIX
+from server.pids import is_running
 from server.stats_board import BOARD_PREFIX
 
 logger = logging.getLogger("rose_embed.server")
@@ -38,7 +38,7 @@ def remove_stale(directory: Path = SHM_DIR) -> list[str]:
     removed = []
     for path in entries:
         match = _OWNED.fullmatch(path.name)
-        if match is None or _exists(int(match.group(1))) or is_held(str(path)):
+        if match is None or is_running(int(match.group(1))) or is_held(str(path)):
             continue
         try:
             if path.is_dir() and not path.is_symlink():
@@ -53,13 +53,3 @@ def remove_stale(directory: Path = SHM_DIR) -> list[str]:
         logger.warning("removed %d shared-memory block(s) and stats board(s) that stopped servers left in %s "
                        "(pids %s)", len(removed), directory, ", ".join(map(str, owners)))
     return removed
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
