@@ -16,13 +16,10 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from server.engine_ends import EngineEnds
 from server.engine_link import EngineLink, EngineLoadError
-
-if TYPE_CHECKING:
-    from server.engine_links import EngineLinks
 
 logger = logging.getLogger("rose_embed.engines")
 
@@ -43,10 +40,22 @@ class EngineUp:
     ends: EngineEnds
 
 
+class Rotation(Protocol):
+    """What of a front end's engines (server/engine_links.py) a restart changes."""
+
+    links: list[EngineLink]  # by engine index
+
+    def note_restart(self, index: int, reason: str, retry_after: int) -> None:
+        """Engine `index` died and is being restarted; `reason` says why and how."""
+
+    def replace(self, link: EngineLink) -> None:
+        """`link`, to a restarted engine now warm, takes its predecessor's place."""
+
+
 class Reattacher:
     """A front end's reader of its restart pipe: brings each restarted engine into `links`."""
 
-    def __init__(self, links: EngineLinks, restarts: Connection):
+    def __init__(self, links: Rotation, restarts: Connection):
         self.links, self.restarts = links, restarts
         self._loop: asyncio.AbstractEventLoop | None = None
         # By engine index: the new link waiting for its engine to be warm, and the reply pipe it waits on.
