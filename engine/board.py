@@ -8,6 +8,7 @@ field; a reader may see a field one update old, never a torn one.
 
 from __future__ import annotations
 
+import time
 from multiprocessing import shared_memory
 
 import numpy as np
@@ -29,6 +30,7 @@ _FIELDS = (
     "graph_replays", "eager_runs", "capture_failures",
     "device_allocated", "device_reserved",  # bytes, on CUDA
     "token_sum", "seq_sum",
+    "longest_batch",  # seconds, the longest batch run: the watchdog's bound grows with it (server/stall_watch.py)
 )
 _INDEX = {name: i for i, name in enumerate(_FIELDS)}
 _TOKEN_COUNTS = len(_FIELDS)
@@ -69,6 +71,8 @@ class EngineBoard:
     def record_batch(self, num_tokens: int, num_seqs: int, seconds: float) -> None:
         """One batch run: the counters and both histograms."""
         values = self._values
+        values[_INDEX["heartbeat"]] = time.monotonic()
+        values[_INDEX["longest_batch"]] = max(values[_INDEX["longest_batch"]], seconds)
         values[_INDEX["batches"]] += 1
         values[_INDEX["tokens"]] += num_tokens
         values[_INDEX["sequences"]] += num_seqs

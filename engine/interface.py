@@ -38,7 +38,12 @@ class BatchFailedError(RuntimeError):
 
 
 class EngineUnavailableError(RuntimeError):
-    """No engine can compute (dead, or stuck): nothing runs until one recovers or the server restarts."""
+    """No engine can compute (dead, or stuck): nothing runs until one recovers or is restarted.
+    `retry_after`: seconds until one should serve again, where that is expected; else None."""
+
+    def __init__(self, message: str, retry_after: int | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,9 @@ class Engines(Protocol):
 
     def problem(self) -> str | None:
         """Why no engine can serve now (all dead or stuck), or None."""
+
+    def retry_after(self) -> int | None:
+        """Seconds until an engine should serve again where none does (one being restarted), or None."""
 
     def describe(self) -> list[dict]:
         """Each engine as /health lists it."""

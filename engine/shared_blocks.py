@@ -8,6 +8,7 @@ import secrets
 from multiprocessing import shared_memory
 
 from engine.child_signals import start_resource_tracker
+from engine.owner_lock import hold
 
 
 # Blocks are named after the process that made them, so that one left behind in /dev/shm says
@@ -19,10 +20,14 @@ def create_block(size: int) -> shared_memory.SharedMemory:
     start_resource_tracker()  # before the block it is to track (a no-op once it runs)
     while True:
         try:
-            return shared_memory.SharedMemory(f"{BLOCK_PREFIX}{os.getpid()}-{secrets.token_hex(4)}", create=True,
-                                              size=size)
+            shm = shared_memory.SharedMemory(f"{BLOCK_PREFIX}{os.getpid()}-{secrets.token_hex(4)}", create=True,
+                                             size=size)
         except FileExistsError:  # that name is taken: draw another, as multiprocessing does for its own
             continue
+        # Held on the block's own descriptor, which it keeps open until closed: so long as the block
+        # is in use, the next server's start leaves it alone (server/stale_memory.py).
+        hold(shm._fd)
+        return shm
 
 
 def attach_block(name: str) -> shared_memory.SharedMemory:

@@ -74,6 +74,13 @@ class ServerConfig:
     max_input_chars: int = 200_000  # checked before tokenizing: the tokenizer reads all of a string
     request_timeout: float | None = 120.0  # seconds from arrival (the body's too) to the response; None: none
     engine_stall_timeout: float = 120.0  # a batch running longer marks the engine stuck
+    # An engine with work that finishes no batch for a bound derived from its batches, and at least
+    # this long, is wedged: killed and restarted (server/stall_watch.py).
+    engine_stall_floor: float = 30.0
+    # Engine processes that die are restarted (server/engine_keeper.py), this many times within the
+    # window; one more death stops the server with exit status 1, for its orchestrator to restart it.
+    engine_max_restarts: int = 5
+    engine_restart_window: float = 600.0
     shutdown_timeout: float = 30.0  # SIGTERM: seconds to finish in-flight requests
     # Seconds an idle keep-alive connection stays open. A server that closes an idle connection
     # while a client reuses it loses that request (a reset, or closed without a response; a POST is

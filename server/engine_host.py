@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Callable
 
 from engine.arena import Arena, ArenaLayout
@@ -41,22 +43,46 @@ class EngineHost:
         self._context = context
         self._arenas: dict[int, Arena] = {}  # by front end: the arena of its latest connection
         self.board = EngineBoard.create()
+        # The supervisor's threads (its main one, the keeper that restarts engines) connect front ends
+        # and read the control pipe.
+        self._lock = threading.RLock()
+        # The engine process's arguments after its control pipe: the same for every restart.
+        self._configs, self._args = configs, (self.board.name, os.getpid(), plugin, configure_logs)
+        self.load_seconds: float | None = None  # how long the latest start took to be warm
+        self._spawn()
+
+    def _spawn(self) -> None:
+        """A new engine process with a new control pipe; it loads in the background."""
         # Duplex: the engine says "ready" on it too, so that one still loading can be stopped at once.
-        control_reader, self._control = context.Pipe()
+        control_reader, self._control = self._context.Pipe()
         self._ready = False
         self._load_failure: str | None = None
         # Daemonic: should the supervisor end without stopping it, multiprocessing kills it at exit.
-        self.process = context.Process(target=run_engine_process, name=f"rose-engine-{index}", daemon=True,
-                                       args=(configs, control_reader, self.board.name, os.getpid(),
-                                             plugin, configure_logs))
+        self.process = self._context.Process(target=run_engine_process, name=f"rose-engine-{self.index}", daemon=True,
+                                             args=(self._configs, control_reader, *self._args))
+        self._spawned_at = time.monotonic()
         try:
             start_shielded(self.process)
         finally:
             control_reader.close()
         self.pid = self.process.pid
 
+    def restart(self) -> None:
+        """After the engine process died: a new one with the same models (server/engine_keeper.py
+        then connects every front end to it). The board's counters carry on; what described the dead
+        process's work now does not hold."""
+        with self._lock:
+            self._control.close()
+            for field in ("busy_since", "queued_tokens", "queued_pieces", "tokens_per_second"):
+                self.board[field] = 0.0
+            self._spawn()
+
     def connect(self, front_end: int) -> EngineEnds:
         """A new arena and pipes between this engine and front end `front_end` (replacing any it had)."""
+        with self._lock:
+            return self._connect(front_end)
+
+    def _connect(self, front_end: int) -> EngineEnds:
         arena = Arena.create(self.layout)
         task_reader, task_writer = self._context.Pipe(duplex=False)
         reply_reader, reply_writer = self._context.Pipe(duplex=False)
@@ -78,11 +104,17 @@ class EngineHost:
     def is_ready(self) -> bool:
         """Whether the engine has loaded and warmed up. It says so once on the control pipe, or
         says ("failed", why) instead (see load_failure)."""
+        with self._lock:
+            return self._read_control()
+
+    def _read_control(self) -> bool:
         try:
             while not self._ready and self._load_failure is None and self._control.poll():
                 message = self._control.recv()
                 self._ready = message == "ready"
-                if not self._ready:
+                if self._ready:
+                    self.load_seconds = time.monotonic() - self._spawned_at
+                else:
                     self._load_failure = message[1]
         except (EOFError, OSError):
             pass

@@ -11,7 +11,8 @@ every waiting piece of a bulk request, and bulk requests take turns, as the engi
 shares its batches. Replies are read
 on the event loop (`add_reader`, no thread). The engine's exit, for whatever reason, shows
 as the reply pipe's end of file: what this front end had on it fails, and it leaves the
-rotation for good.
+rotation; where the supervisor restarts the engine, a new link to the new process takes its
+place (server/engine_reattach.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
-import multiprocessing
 import os
 import signal
 import time
@@ -31,11 +31,16 @@ from engine.arena import Allocator, Arena
 from engine.board import EngineBoard
 from engine.interface import PieceVectors
 from engine.rose.batch import PackedBatch
-from server.engine_ends import EngineEnds, exit_reason
+from server.engine_ends import EngineEnds
+from server.pids import is_running
 
 
 class EngineLoadError(RuntimeError):
     """An engine that failed to load, died, or did not warm up in time; the message says which."""
+
+
+class EngineDiedError(EngineLoadError):
+    """The engine's process ended before it was warm (killed, crashed): the supervisor restarts it."""
 
 
 class EngineLostError(RuntimeError):
@@ -71,17 +76,14 @@ class _Waiter:
 class EngineLink:
     """One front end's link to one engine."""
 
-    def __init__(self, ends: EngineEnds, process: multiprocessing.process.BaseProcess | None = None,
-                 can_retire: bool = True, is_fair: bool = True):
-        """`process`: the engine's Process object where it is this process's child (one front
-        end, in the supervisor), so that its exit status can be told. `can_retire`: False for an
-        engine in a thread of this process, which cannot be killed when it is stuck. `is_fair`:
-        waiting pieces get arena room as the module says (else in arrival order, as the queue's
-        fcfs scheduling takes them)."""
+    def __init__(self, ends: EngineEnds, can_retire: bool = True, is_fair: bool = True):
+        """`can_retire`: False for an engine in a thread of this process, which cannot be killed
+        when it is stuck. (How an engine process ended is the supervisor's to tell: it waits for it.)
+        `is_fair`: waiting pieces get arena room as the module says (else in arrival order, as the
+        queue's fcfs scheduling takes them)."""
         self.is_fair = is_fair
         self.index, self.device, self.pid = ends.index, ends.device, ends.pid
         self.can_retire = can_retire
-        self._process = process
         self.arena = Arena.attach(ends.arena, ends.layout)
         self.board = EngineBoard.attach(ends.board)
         self._tasks, self._replies = ends.tasks, ends.replies
@@ -93,7 +95,7 @@ class EngineLink:
         self._arrivals = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_lost: Callable[[EngineLink], None] | None = None
-        self.out_reason: str | None = None  # set once the engine is out of rotation, for good
+        self.out_reason: str | None = None  # set once the engine is out of rotation (this link for good)
         self.dtype: str | None = None
         self.attention_table: list[tuple[str, str, str]] = []
         # Per served model, as the engine reports once warm: (the width of its vectors, its weights' bytes).
@@ -104,6 +106,9 @@ class EngineLink:
         self.tokens_outstanding = 0  # of this front end's pieces, not yet answered
         self.num_pieces = 0
         self._last_board: dict[str, float] = {}
+        # When this front end last heard from the engine while it had pieces there (or sent the first
+        # of them): the watchdog's measure of an engine gone silent (server/stall_watch.py).
+        self.heard_at = 0.0
 
     @property
     def is_serving(self) -> bool:
@@ -115,15 +120,21 @@ class EngineLink:
         while not self._replies.poll(0.25):  # a process that died shows as EOF here, and recv says so
             if time.monotonic() > deadline:
                 raise EngineLoadError(f"engine {self.index} on {self.device} was not ready after {timeout:.0f} s")
+            # No EOF from one that died before it took its ends: the supervisor still holds a copy for it.
+            if self.can_retire and not is_running(self.pid):
+                raise self._died()
         try:
             reply = messages.decode_to_front_end(self._replies.recv_bytes())
         except EOFError:
-            raise EngineLoadError(f"engine {self.index} on {self.device} did not start: {self._exit_reason()}") from None
+            raise self._died() from None
         if not isinstance(reply, messages.Ready):
             raise EngineLoadError(f"engine {self.index} on {self.device} failed to load: {reply.why}")
         self.pid, self.dtype, self.attention_table = reply.pid, reply.dtype, [tuple(r) for r in reply.attention]
         self.models = [tuple(m) for m in reply.models]
         self.max_batch_tokens, self.warm_tokens_per_second = reply.max_batch_tokens, reply.tokens_per_second
+
+    def _died(self) -> EngineDiedError:
+        return EngineDiedError(f"engine {self.index} on {self.device} did not start: {self._exit_reason()}")
 
     def attach(self, loop: asyncio.AbstractEventLoop, on_lost: Callable[[EngineLink], None]) -> None:
         """Start reading replies on `loop`; `on_lost` runs there if the engine goes out."""
@@ -153,6 +164,8 @@ class EngineLink:
         offset = await self._take(num_ints, request, weight, batch.num_tokens)
         self.arena.write_piece(offset, batch)
         future = self._loop.create_future()
+        if not self.tokens_outstanding:
+            self.heard_at = time.monotonic()
         width = self.models[model][0] if model < len(self.models) else self.arena.layout.dim
         self._pending[(request, index)] = _Pending(future, offset, num_ints, batch.num_outputs, batch.num_tokens, width)
         self._unanswered[request] += 1
@@ -219,6 +232,7 @@ class EngineLink:
 
     def _read_replies(self) -> None:
         read: list[tuple[int, int]] = []  # rows copied out, given back in one message
+        self.heard_at = time.monotonic()
         try:
             while self._replies.poll():
                 self._on_reply(messages.decode_to_front_end(self._replies.recv_bytes()), read)
@@ -257,10 +271,7 @@ class EngineLink:
 
     def _exit_reason(self) -> str:
         """Why the engine is gone, as /health and the errors say it."""
-        if self._process is None:
-            return f"its process (pid {self.pid}) closed its pipe" if self.can_retire else "its thread ended"
-        self._process.join(1.0)  # its pipe closes as it exits; the exit code follows at once
-        return exit_reason(self._process.exitcode)
+        return f"its process (pid {self.pid}) closed its pipe" if self.can_retire else "its thread ended"
 
     def fail_pending(self, error: BaseException) -> None:
         """Fail every piece waiting on this engine (a stuck engine that cannot be killed)."""
@@ -284,6 +295,10 @@ class EngineLink:
                 waiter.future.set_exception(EngineLostError(f"engine {self.index} on {self.device}: {reason}"))
         if first and self._on_lost is not None and reason != "stopped":
             self._on_lost(self)
+
+    def mark_out(self, reason: str) -> None:
+        """Out of rotation, its process already gone: what waits on it fails."""
+        self._lost(reason)
 
     def retire(self, reason: str) -> None:
         """Out of rotation now; the process is killed (a stuck kernel would never return)."""

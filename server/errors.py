@@ -56,10 +56,12 @@ def not_ready() -> APIError:
                     headers={"Retry-After": "1"})
 
 
-def engine_unavailable(reason: str) -> APIError:
-    # No Retry-After: a dead or stuck engine needs a restart; /health tells the orchestrator.
+def engine_unavailable(reason: str, retry_after: int | None = None) -> APIError:
+    """`retry_after`: where an engine is being restarted, when to send the request again. Without
+    one (an engine stuck in this process) nothing comes back by itself; /health tells the orchestrator."""
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
     return APIError(503, f"The server cannot compute embeddings now: {reason}.", "server_error", None,
-                    "engine_unavailable")
+                    "engine_unavailable", headers=headers)
 
 
 def shutting_down() -> APIError:
@@ -99,7 +101,7 @@ def _to_api_error(exc: Exception) -> APIError:
         logger.error("batch failed", exc_info=exc.__cause__ or exc)
         return APIError(500, "The server failed to compute this batch; retry the request.", "server_error")
     if isinstance(exc, EngineUnavailableError):
-        return engine_unavailable(str(exc))
+        return engine_unavailable(str(exc), exc.retry_after)
     if isinstance(exc, HTTPException):
         status = exc.status_code
         kind = "invalid_request_error" if status < 500 else "server_error"

@@ -13,13 +13,13 @@ does not listen gets no connections), so whichever front end answers a 200 can s
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import signal
 import socket
 import sys
 from collections.abc import Callable
 from contextlib import nullcontext
+from multiprocessing.connection import Connection
 
 from engine.child_signals import unshield
 from engine.memory import keep_freed_memory
@@ -32,27 +32,25 @@ from server.stop_signal import StopSignal
 logger = logging.getLogger("rose_embed.server")
 
 
-def run_front_end(config: ServerConfig, sock: socket.socket, ends: list[EngineEnds],
-                  processes: list[multiprocessing.process.BaseProcess] | None = None,
-                  stop: StopSignal | None = None) -> None:
+def run_front_end(config: ServerConfig, sock: socket.socket, ends: list[EngineEnds], stop: StopSignal | None = None,
+                  restarts: Connection | None = None) -> None:
     """Serve until a signal stops uvicorn (it drains in-flight requests, then tells the engines
-    this front end is done). `processes`: the engines' Process objects where they are children of
-    this process, so that an engine's exit can be told by its status. `stop`: the supervisor's
-    handler of the stop signals until uvicorn takes them over (server/stop_signal.py)."""
+    this front end is done). `stop`: the supervisor's handler of the stop signals until uvicorn
+    takes them over (server/stop_signal.py). `restarts`: where the supervisor sends the ends to
+    restarted engines (server/engine_reattach.py)."""
     # A stop signal while the front end's libraries import and its app is built is noted and
     # raised once they are done: raised inside them, it could come out as another error.
     starting = stop.deferred() if stop is not None else nullcontext()
     keep_freed_memory()  # a large request's megabytes of buffers are reused by the next one
     with starting:
-        server = _uvicorn_server(config, sock, ends, processes, stop.pending if stop is not None else None)
+        server = _uvicorn_server(config, sock, ends, stop.pending if stop is not None else None, restarts)
     # After a graceful shutdown uvicorn re-raises the signal that asked for it: SIGTERM ends the
     # process with its status, SIGINT arrives as KeyboardInterrupt (the CLI then ends by SIGINT).
     server.run(sockets=[sock])
 
 
 def _uvicorn_server(config: ServerConfig, sock: socket.socket, ends: list[EngineEnds],
-                    processes: list[multiprocessing.process.BaseProcess] | None,
-                    pending_stop: Callable[[], int | None] | None):
+                    pending_stop: Callable[[], int | None] | None, restarts: Connection | None = None):
     """The front end's app in uvicorn's Server, ready to run."""
     import uvicorn
     # uvicorn imports its event loop's module before it takes the signals over; that import
@@ -70,9 +68,10 @@ def _uvicorn_server(config: ServerConfig, sock: socket.socket, ends: list[Engine
     models = [ModelView(spec) for spec in load_specs(config)]
     board = (AdmissionBoard.attach(config.admission_board, config.frontend_workers)
              if config.admission_board is not None else None)
-    engines = EngineLinks(ends, processes, stall_timeout=config.engine_stall_timeout,
-                          max_queued_tokens=config.max_queued_tokens, queue_seconds=config.max_queue_seconds,
-                          admission_board=board, slot=config.worker_index, scheduling=config.engine.scheduling)
+    engines = EngineLinks(ends, stall_timeout=config.engine_stall_timeout, max_queued_tokens=config.max_queued_tokens,
+                          queue_seconds=config.max_queue_seconds, admission_board=board, slot=config.worker_index,
+                          scheduling=config.engine.scheduling, stall_floor=config.engine_stall_floor,
+                          max_batch_tokens=config.engine.max_batch_tokens, restarts=restarts)
     try:
         app = create_app(config, engines=engines, model=models)
     except TiktokenUnavailableError as exc:
@@ -87,7 +86,7 @@ def _uvicorn_server(config: ServerConfig, sock: socket.socket, ends: list[Engine
 
 
 def run_front_end_process(config: ServerConfig, sock: socket.socket, ends: list[EngineEnds],
-                          parent_pid: int) -> None:
+                          parent_pid: int, restarts: Connection | None = None) -> None:
     """The main function of a spawned front end."""
     exit_with_parent(parent_pid, lambda: _stop_orphan(parent_pid, config.stats_dir))
     from server.logs import configure_logging
@@ -95,7 +94,7 @@ def run_front_end_process(config: ServerConfig, sock: socket.socket, ends: list[
     # The supervisor passes Ctrl-C and a hang-up on as SIGTERM; uvicorn takes SIGINT over while it runs.
     unshield(ignore=(signal.SIGINT, signal.SIGHUP))
     configure_logging(config.log_level, config.log_format)
-    run_front_end(config, sock, ends)
+    run_front_end(config, sock, ends, restarts=restarts)
 
 
 def _stop_orphan(parent_pid: int, stats_dir: str | None) -> None:

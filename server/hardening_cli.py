@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from server.cli_help import advanced
-from server.cli_values import non_empty, positive_int, positive_seconds, seconds_or_zero
+from server.cli_values import non_empty, positive_int, positive_seconds, seconds_or_zero, whole_number
 from server.config import ServerConfig
 
 _DEFAULTS = ServerConfig()
@@ -24,6 +24,17 @@ def add_arguments(serve: argparse.ArgumentParser, tuning: argparse._ArgumentGrou
     advanced(tuning.add_argument("--engine-stall-timeout", type=positive_seconds,
                                  default=_DEFAULTS.engine_stall_timeout,
                                  help="a batch running longer marks the engine stuck: /health and requests get 503"))
+    advanced(tuning.add_argument("--engine-stall-floor", type=positive_seconds, default=_DEFAULTS.engine_stall_floor,
+                                 help="an engine with work waiting that finishes no batch for 10x its longest batch "
+                                      "(or 3x a full batch at its speed), and at least this long, is killed and "
+                                      "restarted"))
+    advanced(tuning.add_argument("--engine-max-restarts", type=whole_number, default=_DEFAULTS.engine_max_restarts,
+                                 help="engine processes that die are restarted up to this many times within "
+                                      "--engine-restart-window; one more death stops the server with exit status 1 "
+                                      "(0: the first does)"))
+    advanced(tuning.add_argument("--engine-restart-window", type=positive_seconds,
+                                 default=_DEFAULTS.engine_restart_window,
+                                 help="seconds over which --engine-max-restarts counts an engine's restarts"))
     serve.add_argument("--shutdown-timeout", type=seconds_or_zero, default=_DEFAULTS.shutdown_timeout,
                        help="on SIGTERM, seconds to finish requests in flight before exiting")
     advanced(tuning.add_argument("--keep-alive-timeout", type=positive_seconds, default=_DEFAULTS.keep_alive_timeout,
@@ -44,6 +55,8 @@ def config_kwargs(args: argparse.Namespace) -> dict:
         max_body_bytes=args.max_body_bytes, max_input_chars=args.max_input_chars,
         max_request_inputs=args.max_request_inputs,
         request_timeout=args.request_timeout or None, engine_stall_timeout=args.engine_stall_timeout,
+        engine_stall_floor=args.engine_stall_floor, engine_max_restarts=args.engine_max_restarts,
+        engine_restart_window=args.engine_restart_window,
         shutdown_timeout=args.shutdown_timeout, keep_alive_timeout=args.keep_alive_timeout,
         log_format=args.log_format, log_inputs=args.log_inputs,
         cors_origins=tuple(args.cors_origin), engine_plugin=args.engine_plugin,

@@ -27,8 +27,8 @@ def runtime_of(state: State) -> Runtime:
     if not runtime.is_ready:
         raise not_ready()
     problem = runtime.engine_problem()
-    if problem is not None:  # fail fast: the engine is dead or stuck
-        raise engine_unavailable(problem)
+    if problem is not None:  # fail fast: the engine is dead, restarting or stuck
+        raise engine_unavailable(problem, runtime.engines.retry_after())
     return runtime
 
 

@@ -30,6 +30,8 @@ from typing import Any
 
 import msgspec
 
+from server.pids import is_running
+
 logger = logging.getLogger("rose_embed.server")
 
 PUBLISH_EVERY_S = 0.5
@@ -60,10 +62,13 @@ class Report(msgspec.Struct):
     families: list[Family]
 
 
+BOARD_PREFIX = "rose-embed-stats-"  # then the supervisor's pid: server/stale_memory.py reads it
+
+
 def create_board_dir() -> str:
     """The supervisor's part: a fresh, empty directory for one server's reports, named after it."""
     shm = Path("/dev/shm")
-    return tempfile.mkdtemp(prefix=f"rose-embed-stats-{os.getpid()}-",
+    return tempfile.mkdtemp(prefix=f"{BOARD_PREFIX}{os.getpid()}-",
                             dir=shm if shm.is_dir() and os.access(shm, os.W_OK) else None)
 
 
@@ -113,12 +118,12 @@ def _read(path: Path) -> Report | None:
 
 def is_live(report: Report, now: float) -> bool:
     """Whether the front end that wrote it is still there and reporting."""
-    return now - report.updated <= STALE_AFTER_S and _pid_alive(report.pid)
+    return now - report.updated <= STALE_AFTER_S and is_running(report.pid)
 
 
 def front_end_state(report: Report, now: float) -> tuple[str, str | None]:
     """("serving" | "starting" | "stopping" | "out", why it is out)."""
-    if not _pid_alive(report.pid):
+    if not is_running(report.pid):
         return "out", "its process is gone"
     if now - report.updated > STALE_AFTER_S:
         return "out", f"it has not reported for {now - report.updated:.0f} s"
@@ -127,16 +132,3 @@ def front_end_state(report: Report, now: float) -> tuple[str, str | None]:
     if report.problem is not None:
         return "out", report.problem
     return "serving", None
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # dead but not yet reaped by its parent (Linux tells)
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True

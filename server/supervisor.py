@@ -10,9 +10,10 @@ part processes the front ends share (server/part_processes.py) and K front ends
   again within `_CRASH_LOOP_S` of its restart stops the whole server (exit status 1), so
   that an orchestrator restarts a server that cannot keep a front end up.
 - An engine that dies leaves the others serving; every front end sees it go (its pipes close)
-  and /health names it. An engine that cannot load (its weights do not read, the device has
-  no room) stops the whole server with exit status 1, whatever K is: every front end would fail
-  to start again.
+  and /health names it. The keeper (server/engine_keeper.py) logs it and restarts it, and every
+  front end takes up the new process; past the restart limit the whole server stops with exit
+  status 1. An engine that cannot load (its weights do not read, the device has no room) stops
+  the whole server with exit status 1, whatever K is: every front end would fail to start again.
 - On SIGTERM, SIGINT or SIGHUP every front end drains its requests within --shutdown-timeout
   and tells the engines it is done; then the engines exit and the shared memory is freed, and
   the server ends as the signal ends a process (SIGINT for Ctrl-C, else SIGTERM), whatever K is.
@@ -37,8 +38,10 @@ from dataclasses import replace
 from multiprocessing.connection import wait
 
 from engine.child_signals import STOP_SIGNALS, start_shielded
+from engine.owner_lock import hold_path
 from server.admission_board import AdmissionBoard
 from server.engine_host import EngineHost
+from server.engine_keeper import EngineKeeper
 from engine.model_files.loader import ModelSpec
 from engine.arena import ArenaLayout
 from engine.text.tokenizer import tokenizer_recipe
@@ -47,6 +50,7 @@ from server.front_end import run_front_end, run_front_end_process
 from server.logs import configure_logging
 from server.part_processes import PartProcessPool, start_part_processes
 from server.plugins import load_engine_plugin
+from server.stale_memory import remove_stale
 from server.stats_board import create_board_dir, remove_board_dir
 from server.stop_signal import StopSignal, Terminated
 from server.topology import engine_config_for
@@ -63,12 +67,14 @@ def run_supervisor(config: ServerConfig, specs: list[ModelSpec], sockets: list[s
     then end by SIGTERM (KeyboardInterrupt after SIGINT); exits 1 if the front ends could not be
     kept up."""
     plugin = load_engine_plugin(config.engine_plugin) if config.engine_plugin else None
+    remove_stale()  # what a server killed outright left in /dev/shm
     # One arena per (engine, front end) for every model: its vector rows fit the widest.
     layout = ArenaLayout.for_budget(config.engine.max_batch_tokens, config.engine.max_batch_seqs,
                                     max(spec.embedding_dim for spec in specs))
     logger.info("starting %d engine process(es) (%s) and %d front end(s) on port %d", len(config.devices),
                 ", ".join(config.devices), config.frontend_workers, config.port)
     hosts: list[EngineHost] = []
+    keeper: EngineKeeper | None = None
     part_processes: PartProcessPool | None = None
     terminated = False
     # uvicorn ends its graceful shutdown by raising the signal that asked for it again; SIGTERM's
@@ -88,14 +94,20 @@ def run_supervisor(config: ServerConfig, specs: list[ModelSpec], sockets: list[s
                 configs = [engine_config_for(c, config.devices, device) for c in model_configs(config)]
                 hosts.append(EngineHost(index, configs, layout, plugin,
                                         functools.partial(configure_logging, config.log_level, config.log_format)))
+        keeper = EngineKeeper(hosts, config.engine_max_restarts, config.engine_restart_window)
         if config.frontend_workers == 1:
-            run_front_end(config, sockets[0], [host.connect(0) for host in hosts], [h.process for h in hosts],
-                          stop=stop)
+            with keeper.lock:
+                ends, restarts = [host.connect(0) for host in hosts], keeper.restart_pipe(0)
+            keeper.start()
+            run_front_end(config, sockets[0], ends, stop=stop, restarts=restarts)
         else:
-            _FrontEnds(config, sockets, hosts, stop.pending).run()
+            keeper.start()
+            _FrontEnds(config, sockets, hosts, stop.pending, keeper).run()
     except Terminated:
         terminated = True
     finally:
+        if keeper is not None:  # before the engines stop: their ends are no deaths to restart
+            keeper.stop()
         for host in hosts:
             host.stop(_ENGINE_EXIT_TIMEOUT_S)
         if part_processes is not None:
@@ -103,6 +115,8 @@ def run_supervisor(config: ServerConfig, specs: list[ModelSpec], sockets: list[s
         for sock in sockets:
             sock.close()
     if any(host.load_failure() for host in hosts):  # the front end stopped itself; what it logged says why
+        sys.exit(1)
+    if keeper is not None and keeper.has_given_up:  # an engine kept dying; the keeper logged why
         sys.exit(1)
     if terminated:  # end as SIGTERM ends a process, so that whoever sent it sees that status
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -113,12 +127,14 @@ class _FrontEnds:
     """K front-end processes: started, restarted when one dies, drained on a stop signal."""
 
     def __init__(self, config: ServerConfig, sockets: list[socket.socket], hosts: list[EngineHost],
-                 pending_stop: Callable[[], int | None]):
+                 pending_stop: Callable[[], int | None], keeper: EngineKeeper):
         # Where the front ends report to each other, so that each answers /metrics and /health for all,
         # and where each says what it has admitted, so that the queue's bound holds for all.
         self.admission_board = AdmissionBoard.create(config.frontend_workers)
         self.config = replace(config, stats_dir=create_board_dir(), admission_board=self.admission_board.name)
-        self.sockets, self.hosts = sockets, hosts
+        # While it is held, the next server's start leaves the board alone (server/stale_memory.py).
+        self._board_lock = hold_path(self.config.stats_dir)
+        self.sockets, self.hosts, self.keeper = sockets, hosts, keeper
         self._context = multiprocessing.get_context("spawn")
         self._processes: dict[int, multiprocessing.process.BaseProcess] = {}
         self._started: dict[int, float] = {}
@@ -152,6 +168,7 @@ class _FrontEnds:
         finally:
             self._drain()
             remove_board_dir(self.config.stats_dir)
+            os.close(self._board_lock)
             self.admission_board.close()
         if failed:
             sys.exit(1)
@@ -180,15 +197,18 @@ class _FrontEnds:
                     pass
 
     def _start(self, index: int) -> None:
-        ends = [host.connect(index) for host in self.hosts]
-        process = self._context.Process(
-            target=run_front_end_process, name=f"rose-frontend-{index}",
-            args=(replace(self.config, worker_index=index), self.sockets[index], ends, os.getpid()))
-        try:
-            start_shielded(process)
-        finally:
-            for end in ends:  # the front end holds its own copies now; its exit shows as EOF to the engines
-                end.close()
+        with self.keeper.lock:  # no engine restarts between these ends and the restart pipe
+            ends = [host.connect(index) for host in self.hosts]
+            restarts = self.keeper.restart_pipe(index)
+            process = self._context.Process(
+                target=run_front_end_process, name=f"rose-frontend-{index}",
+                args=(replace(self.config, worker_index=index), self.sockets[index], ends, os.getpid(), restarts))
+            try:
+                start_shielded(process)
+            finally:
+                for end in ends:  # the front end holds its own copies now; its exit shows as EOF to the engines
+                    end.close()
+                restarts.close()
         self._processes[index], self._started[index] = process, time.monotonic()
 
     def _engine_failed(self) -> bool:

@@ -118,3 +118,16 @@ async def longest_loop_stall(work: Callable[[], Awaitable], period: float) -> tu
         done.set()
         await ticker
     return result, max(stalls)
+
+
+def restarted_engine(url: str, old_pid: int, index: int = 0, timeout: float = 120.0) -> dict:
+    """Wait until /health is 200 with engine `index` serving from a process other than `old_pid`
+    (the supervisor restarted it); that engine as /health lists it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = httpx.get(url + "/health", timeout=10, verify=_TLS)
+        engine = r.json()["engines"][index] if r.status_code == 200 else {}
+        if engine.get("state") == "serving" and engine["pid"] != old_pid:
+            return engine
+        assert time.monotonic() < deadline, f"engine {index} (pid {old_pid}) was not restarted within {timeout:.0f} s"
+        time.sleep(0.2)
