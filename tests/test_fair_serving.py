@@ -65,7 +65,7 @@ def test_a_one_text_request_behind_a_thousand_queued_texts_is_answered_before_th
 
 @pytest.mark.parametrize("scheduling", ["fair", "fcfs"])
 def test_two_bulk_requests_advance_together(scheduling):
-    fake = FakeEngine(delay=0.005)
+    fake = FakeEngine(delay=0.02)
 
     async def scenario():
         async with serve_async(fake, _config(scheduling)) as client:
@@ -87,7 +87,7 @@ def test_two_bulk_requests_advance_together(scheduling):
 
 @pytest.mark.parametrize("how", ["body", "header"])
 def test_a_request_of_priority_minus_two_gets_four_times_the_share_of_a_default_one(how):
-    fake = FakeEngine(delay=0.005)
+    fake = FakeEngine(delay=0.02)
     urgent = ({"json": {"input": TEXTS[:300], "priority": -2}} if how == "body"
               else {"json": {"input": TEXTS[:300]}, "headers": {"X-Priority": "-2"}})
 
