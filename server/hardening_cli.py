@@ -29,6 +29,14 @@ def add_arguments(serve: argparse.ArgumentParser, tuning: argparse._ArgumentGrou
     advanced(tuning.add_argument("--keep-alive-timeout", type=positive_seconds, default=_DEFAULTS.keep_alive_timeout,
                                  help="seconds an idle keep-alive connection stays open; longer than the clients' "
                                       "and proxies' idle timeouts, so that they close first"))
+    advanced(tuning.add_argument("--max-header-bytes", type=positive_int, default=_DEFAULTS.max_header_bytes,
+                                 help="largest request head (request line and headers); larger ones get 431"))
+    advanced(tuning.add_argument("--header-timeout", type=positive_seconds, default=_DEFAULTS.header_timeout,
+                                 help="seconds from a request's first byte to the end of its headers; then 408 and "
+                                      "the connection closed"))
+    advanced(tuning.add_argument("--max-connections", type=positive_int, default=_DEFAULTS.max_connections,
+                                 help="connections one front end holds; past them a new one gets 503 with "
+                                      "Retry-After and is closed"))
     serve.add_argument("--log-format", choices=["text", "json"], default=_DEFAULTS.log_format,
                        help="log lines as text or one JSON object each")
     advanced(tuning.add_argument("--log-inputs", action="store_true",
@@ -45,6 +53,8 @@ def config_kwargs(args: argparse.Namespace) -> dict:
         max_request_inputs=args.max_request_inputs,
         request_timeout=args.request_timeout or None, engine_stall_timeout=args.engine_stall_timeout,
         shutdown_timeout=args.shutdown_timeout, keep_alive_timeout=args.keep_alive_timeout,
+        max_header_bytes=args.max_header_bytes, header_timeout=args.header_timeout,
+        max_connections=args.max_connections,
         log_format=args.log_format, log_inputs=args.log_inputs,
         cors_origins=tuple(args.cors_origin), engine_plugin=args.engine_plugin,
     )
