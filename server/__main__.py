@@ -195,6 +195,10 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
             kind=args.model_kind,
         ),
     )
+    api_keys = tuple(dict.fromkeys([*args.api_key, *keys_from_env()]))
+    if args.protect_metrics_and_docs and not api_keys:
+        raise ValueError(f"argument --protect-metrics-and-docs: needs --api-key (or ${API_KEY_ENV}); without a key "
+                         "no route is protected")
     front_ends = args.frontend_workers or default_front_ends(devices)
     part_processes = default_part_processes(devices) if args.part_processes is None else args.part_processes
     return ServerConfig(
@@ -205,7 +209,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         log_level=args.log_level, max_request_tokens=args.max_request_tokens,
         max_rerank_documents=args.max_rerank_documents, long_inputs=args.long_inputs,
         model_aliases=tuple(args.model_alias), strict_model_names=args.strict_model_names,
-        api_keys=tuple(dict.fromkeys([*args.api_key, *keys_from_env()])),
+        api_keys=api_keys,
         token_ids=args.token_ids, **hardening_cli.config_kwargs(args),
     )
 

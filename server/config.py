@@ -83,6 +83,8 @@ class ServerConfig:
     log_format: str = "text"  # "text" | "json"
     log_inputs: bool = False  # put input texts in the request log (off: they may be private)
     cors_origins: tuple[str, ...] = ()  # empty: no CORS headers at all
+    # With api_keys: /metrics and /docs need a key too (server/auth.py); /health stays open for probes.
+    protect_metrics_and_docs: bool = False
     engine_plugin: str | None = None  # "module:function" wrapping the engine (fault injection in tests)
 
 

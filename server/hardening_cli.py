@@ -43,6 +43,8 @@ def add_arguments(serve: argparse.ArgumentParser, tuning: argparse._ArgumentGrou
                                  help="put the input texts in the per-request log line (off: they may be private)"))
     serve.add_argument("--cors-origin", type=non_empty, action="append", default=[], metavar="ORIGIN",
                        help="allow browser calls from this origin (repeatable; '*' for any); default: no CORS")
+    advanced(tuning.add_argument("--protect-metrics-and-docs", action="store_true",
+                                 help="with --api-key: /metrics and /docs need the key too (/health stays open)"))
     serve.add_argument("--engine-plugin", default=None, help=argparse.SUPPRESS)  # fault injection in tests
 
 
@@ -54,7 +56,7 @@ def config_kwargs(args: argparse.Namespace) -> dict:
         request_timeout=args.request_timeout or None, engine_stall_timeout=args.engine_stall_timeout,
         shutdown_timeout=args.shutdown_timeout, keep_alive_timeout=args.keep_alive_timeout,
         max_header_bytes=args.max_header_bytes, header_timeout=args.header_timeout,
-        max_connections=args.max_connections,
+        max_connections=args.max_connections, protect_metrics_and_docs=args.protect_metrics_and_docs,
         log_format=args.log_format, log_inputs=args.log_inputs,
         cors_origins=tuple(args.cors_origin), engine_plugin=args.engine_plugin,
     )
