@@ -98,7 +98,8 @@ async def seconds_per_request(protocol_class, app, request: bytes, num_requests:
 
 async def measure(app, request: bytes, num_requests: int, num_rounds: int) -> dict[str, list[float]]:
     protocols = {"uvicorn's HttpToolsProtocol": HttpToolsProtocol,
-                 "guarded (server/guarded_http.py)": guarded_protocol(HttpLimits(32 * 1024, 10.0, 1024))}
+                 "guarded (server/guarded_http.py)": guarded_protocol(HttpLimits(32 * 1024, 10.0, 1024),
+                                                                    on_refused=print)}
     times: dict[str, list[float]] = {name: [] for name in protocols}
     for protocol_class in protocols.values():  # warm both up
         await seconds_per_request(protocol_class, app, request, max(1, num_requests // 10))

@@ -20,6 +20,7 @@ import socket
 import sys
 from collections.abc import Callable
 from contextlib import nullcontext
+from typing import TYPE_CHECKING
 
 from engine.child_signals import unshield
 from engine.memory import keep_freed_memory
@@ -29,6 +30,9 @@ from server.config import ServerConfig, load_specs
 from server.descriptor_limit import make_room_for_connections
 from server.stats_board import remove_board_dir
 from server.stop_signal import StopSignal
+
+if TYPE_CHECKING:  # imported where the app is built, with stop signals deferred (run_front_end)
+    from server.middleware import ObservedApp
 
 logger = logging.getLogger("rose_embed.server")
 
@@ -80,15 +84,15 @@ def _uvicorn_server(config: ServerConfig, sock: socket.socket, ends: list[Engine
     return uvicorn_server(uvicorn_config(observed, config), pending_stop)
 
 
-def uvicorn_config(app, config: ServerConfig):
-    """uvicorn's settings for a front end serving `app` (the server's ObservedApp)."""
+def uvicorn_config(app: ObservedApp, config: ServerConfig):
+    """uvicorn's settings for a front end serving `app`."""
     import uvicorn
 
     from server.guarded_http import HttpLimits, guarded_protocol
 
     limits = HttpLimits(config.max_header_bytes, config.header_timeout, config.max_connections)
     return uvicorn.Config(
-        app, loop="uvloop", http=guarded_protocol(limits),
+        app, loop="uvloop", http=guarded_protocol(limits, app.metrics.count_refused),
         log_level=config.log_level, access_log=False, log_config=None,
         timeout_graceful_shutdown=config.shutdown_timeout, timeout_keep_alive=config.keep_alive_timeout,
     )

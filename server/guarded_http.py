@@ -8,8 +8,9 @@ parser sees them, and answers past --max-header-bytes with 431 at once; closes a
 arrived whole within --header-timeout of its first byte (408); closes a connection that sends
 nothing after --keep-alive-timeout, as an idle keep-alive one; and answers a connection past
 --max-connections with 503 and Retry-After as soon as it opens. Its own errors, and httptools'
-400, are in OpenAI's envelope (server/protocol_errors.py); a connection it gives up on lingers
-(server/lingering_close.py), so that the client can read why.
+400, are in OpenAI's envelope (server/protocol_errors.py) and counted in /metrics
+(rose_http_refused_total{code}); a connection it gives up on lingers (server/lingering_close.py),
+so that the client can read why.
 
 When the server starts to drain, a request whose body is still arriving is marked in its ASGI
 scope (DRAINING_KEY) and woken; server/middleware.py answers it 503 rather than wait for a
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -43,9 +45,10 @@ class HttpLimits:
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
-    def __init__(self, *args, limits: HttpLimits, **kwargs):
+    def __init__(self, *args, limits: HttpLimits, on_refused: Callable[[str], None], **kwargs):
         super().__init__(*args, **kwargs)
         self.limits = limits
+        self.on_refused = on_refused  # told each answer's code (/metrics counts them)
         self._head_bytes = 0  # bytes read since the last request ended: its successor's head so far
         self._is_reading_body = False  # between a request's head and its end
         self._head_timer: asyncio.TimerHandle | None = None
@@ -134,10 +137,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.cycle.disconnected = True
             self.cycle.message_event.set()
         self.transport.write(raw_response(err, self.server_state.default_headers))
+        self.on_refused(err.code)
         self.connections.discard(self)
         LingeringClose(self.transport, self.connections, self.loop)
 
 
-def guarded_protocol(limits: HttpLimits):
-    """The protocol class for uvicorn.Config(http=...)."""
-    return functools.partial(GuardedHttpToolsProtocol, limits=limits)
+def guarded_protocol(limits: HttpLimits, on_refused: Callable[[str], None]):
+    """The protocol class for uvicorn.Config(http=...); `on_refused` is told the code of every
+    answer the protocol gives itself."""
+    return functools.partial(GuardedHttpToolsProtocol, limits=limits, on_refused=on_refused)

@@ -38,8 +38,14 @@ def served():
         yield running
 
 
+def _refused(url: str, code: str) -> float:
+    return sample(httpx.get(url + "/metrics").text, f'rose_http_refused_total{{code="{code}"}}')
+
+
 def test_a_64_mib_header_gets_431_at_once_and_health_stays_responsive(served):
+    before = _refused(served.url, "request_headers_too_large")
     data, seconds, longest = huge_header_while_polling_health(served.url, served.port, 64 * MiB)
+    assert _refused(served.url, "request_headers_too_large") == before + 1
     error, _ = _envelope(data, 431, "request_headers_too_large")
     assert "32768 bytes" in error["message"] and error["type"] == "invalid_request_error"
     # Before the cap, parsing the header held the loop for seconds; /health waited with it.
@@ -108,6 +114,7 @@ def test_a_slow_loris_is_closed_after_the_header_timeout_and_an_idle_connection_
         for data, elapsed in answers.values():
             _envelope(data, 408, "request_timeout")
             assert 0.4 < elapsed < 3.0, elapsed
+        assert _refused(served.url, "request_timeout") == len(lorises)  # the silent one is no refusal
         idle.settimeout(10)
         assert read_until_closed(idle) == b""  # closed without a word: it never asked anything
         assert time.monotonic() - started < 4.0
@@ -148,6 +155,7 @@ def test_connections_past_the_cap_get_503_at_once_and_those_held_still_serve():
                 data = read_until_closed(sock)
             error, headers = _envelope(data, 503, "too_many_connections")
             assert time.monotonic() - started < 1.0
+            assert sample(held[0].get("/metrics").text, 'rose_http_refused_total{code="too_many_connections"}') == 1
             assert error["type"] == "server_error" and headers["retry-after"] == "1"
             assert all(client.get("/health").status_code == 200 for client in held)
             held.pop().close()
@@ -164,10 +172,12 @@ def test_connections_past_the_cap_get_503_at_once_and_those_held_still_serve():
                                      b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"],
                          ids=["not http", "broken header", "tls hello"])
 def test_bytes_that_are_no_http_get_400_in_the_envelope(served, garbage):
+    before = _refused(served.url, "invalid_http_request")
     with served.connect() as sock:
         sock.sendall(garbage)
         error, _ = _envelope(read_until_closed(sock), 400, "invalid_http_request")
     assert error["type"] == "invalid_request_error"
+    assert _refused(served.url, "invalid_http_request") == before + 1
 
 
 def _cut_off_upload(port: int, reset: bool) -> None:
