@@ -1,8 +1,8 @@
 """Room in the process's limit of open files for the connections a front end may hold.
 
-Every connection holds a file descriptor. Many systems start a process with a soft limit of
-1024 below a far higher hard one (systemd's default, which container runtimes may pass on), and
-a front end that reaches its soft limit cannot accept: the event loop's accept fails and the
+Every connection holds a file descriptor. Many systems start a process with a soft limit far
+below its hard one, and below the default --max-connections (systemd's default, which container
+runtimes may pass on), and a front end that reaches its soft limit cannot accept: the event loop's accept fails and the
 connection is dropped, where --max-connections would have answered it 503. So the front end raises its soft
 limit, within the hard one, to what --max-connections needs, as Go's runtime and nginx's
 worker_rlimit_nofile do; where the hard limit is too low for that, it says so once.

@@ -1,7 +1,7 @@
 """uvicorn's httptools protocol with the limits a server open to untrusted clients needs.
 
 httptools has no limit on a request's head (its request line and headers): it joins a header's
-pieces by copying them, so a header of 64 MiB held the event loop for seconds, and every other
+pieces by copying them, so a header of megabytes held the event loop for seconds, and every other
 request of the front end with it; nor does uvicorn bound how long a head may take to arrive, nor
 how many connections it holds. This protocol counts the head's bytes as they arrive, before the
 parser sees them, and answers past --max-header-bytes with 431 at once; closes a head that has not
