@@ -50,7 +50,7 @@ def test_a_64_mib_header_gets_431_at_once_and_health_stays_responsive(served):
     assert "32768 bytes" in error["message"] and error["type"] == "invalid_request_error"
     # Before the cap, parsing the header held the loop for seconds; /health waited with it.
     assert seconds < 1.0, seconds
-    assert longest < 0.5, longest
+    assert longest < 1.0, longest
 
 
 @pytest.mark.parametrize("writes", [1, 8], ids=["one write", "in pieces"])
@@ -232,7 +232,7 @@ def test_a_drain_answers_a_slow_upload_503_at_once_and_still_finishes_real_work(
         stopped_after = time.monotonic() - drain_started
         upload.close()
     assert error["type"] == "server_error"
-    assert answered_after < 0.5, answered_after
+    assert answered_after < 1.0, answered_after
     assert stopped_after < 3.0, stopped_after  # the computing request's second, not the 20 s allowed
 
 

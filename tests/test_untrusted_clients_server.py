@@ -39,7 +39,7 @@ def test_a_64_mib_header_gets_431_while_health_answers_within_its_probe_timeout(
     status, _, body = split_response(data)
     assert_envelope(httpx.Response(status, content=body), 431, "request_headers_too_large")
     assert seconds < 1.0, seconds
-    assert longest < 0.5, longest  # the manifests' readiness probe allows 5 s; before, /health waited 4 s
+    assert longest < 1.0, longest  # the manifests' readiness probe allows 5 s; before, /health waited 4 s
 
 
 def test_300_slow_lorises_are_closed_and_the_descriptors_come_back(guarded):
