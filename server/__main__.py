@@ -210,6 +210,10 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
             kind=args.model_kind,
         ),
     )
+    api_keys = tuple(dict.fromkeys([*args.api_key, *keys_from_env(), *(key for key, _ in key_weights)]))
+    if args.protect_metrics_and_docs and not api_keys:
+        raise ValueError(f"argument --protect-metrics-and-docs: needs --api-key (or ${API_KEY_ENV}); without a key "
+                         "no route is protected")
     front_ends = args.frontend_workers or default_front_ends(devices)
     part_processes = default_part_processes(devices) if args.part_processes is None else args.part_processes
     return ServerConfig(
@@ -221,8 +225,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         log_level=args.log_level, max_request_tokens=args.max_request_tokens,
         max_rerank_documents=args.max_rerank_documents, long_inputs=args.long_inputs,
         model_aliases=tuple(args.model_alias), strict_model_names=args.strict_model_names,
-        api_keys=tuple(dict.fromkeys([*args.api_key, *keys_from_env(), *(key for key, _ in key_weights)])),
-        api_key_weights=tuple((key, weight) for key, weight in key_weights if weight != 1.0),
+        api_keys=api_keys, api_key_weights=tuple((key, weight) for key, weight in key_weights if weight != 1.0),
         token_ids=args.token_ids, **hardening_cli.config_kwargs(args),
     )
 

@@ -62,7 +62,7 @@ def create_app(config: ServerConfig, engine: Engine | list[Engine] | None = None
         request_max_body_size=config.max_body_bytes,
         cors_config=CORSConfig(allow_origins=list(config.cors_origins)) if config.cors_origins else None,
         exception_handlers={Exception: error_response},
-        guards=[api_key_guard(config.api_keys)] if config.api_keys else [],
+        guards=[api_key_guard(config.api_keys, config.protect_metrics_and_docs)] if config.api_keys else [],
         logging_config=None,  # server/logs.py configures logging; Litestar's default would replace it
         openapi_config=openapi_config(has_api_keys=bool(config.api_keys)),
     )

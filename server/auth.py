@@ -13,9 +13,12 @@ from litestar.handlers.base import BaseRouteHandler
 
 from server.errors import APIError
 
-# Readiness probes, the metrics scraper and the API docs stay reachable without a key.
-PUBLIC_PATHS = ("/health", "/metrics")
-PUBLIC_PREFIXES = ("/docs",)
+# Readiness probes stay reachable without a key (a probe that cannot send one would take the pod
+# out of service); so do the metrics scraper and the API docs (the page, /docs/openapi.json and
+# the page's files), unless --protect-metrics-and-docs.
+PROBE_PATHS = ("/health",)
+METRICS_PATHS = ("/metrics",)
+DOCS_PREFIXES = ("/docs",)
 
 
 def _bearer_token(header: str | None) -> str | None:
@@ -41,12 +44,15 @@ def is_valid_key(token: str, keys: tuple[str, ...]) -> bool:
     return matched
 
 
-def api_key_guard(keys: tuple[str, ...]):
-    """A Litestar guard that admits requests whose bearer token is one of `keys`."""
+def api_key_guard(keys: tuple[str, ...], protect_metrics_and_docs: bool = False):
+    """A Litestar guard that admits requests whose bearer token is one of `keys`, and any request
+    to the open routes."""
+    open_paths = PROBE_PATHS if protect_metrics_and_docs else PROBE_PATHS + METRICS_PATHS
+    open_prefixes = () if protect_metrics_and_docs else DOCS_PREFIXES
 
     def guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
         path = connection.scope["path"]
-        if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
+        if path in open_paths or path.startswith(open_prefixes):
             return
         token = _bearer_token(connection.headers.get("authorization"))
         if token is None:

@@ -88,9 +88,18 @@ class ServerConfig:
     # 5 s, aiohttp 15 s) and proxies' idle timeouts (AWS ALB 60 s, which asks its targets to hold
     # longer); 75 s is nginx's own default. An idle connection costs only a socket.
     keep_alive_timeout: float = 75.0
+    # The request head (request line and headers), bounded in size and in the time from its first
+    # byte, and the connections one front end holds (server/guarded_http.py). The defaults leave room
+    # for the longest tokens and cookies real clients send and time for the slowest working link,
+    # and stay far below what hurts the server (docs/reliability.md).
+    max_header_bytes: int = 32 * 1024
+    header_timeout: float = 10.0
+    max_connections: int = 1024
     log_format: str = "text"  # "text" | "json"
     log_inputs: bool = False  # put input texts in the request log (off: they may be private)
     cors_origins: tuple[str, ...] = ()  # empty: no CORS headers at all
+    # With api_keys: /metrics and /docs need a key too (server/auth.py); /health stays open for probes.
+    protect_metrics_and_docs: bool = False
     engine_plugin: str | None = None  # "module:function" wrapping the engine (fault injection in tests)
 
 

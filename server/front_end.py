@@ -20,14 +20,19 @@ import sys
 from collections.abc import Callable
 from contextlib import nullcontext
 from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING
 
 from engine.child_signals import unshield
 from engine.memory import keep_freed_memory
 from server.engine_ends import EngineEnds
 from engine.parent_watch import exit_with_parent
 from server.config import ServerConfig, load_specs
+from server.descriptor_limit import make_room_for_connections
 from server.stats_board import remove_board_dir
 from server.stop_signal import StopSignal
+
+if TYPE_CHECKING:  # imported where the app is built, with stop signals deferred (run_front_end)
+    from server.middleware import ObservedApp
 
 logger = logging.getLogger("rose_embed.server")
 
@@ -52,7 +57,6 @@ def run_front_end(config: ServerConfig, sock: socket.socket, ends: list[EngineEn
 def _uvicorn_server(config: ServerConfig, sock: socket.socket, ends: list[EngineEnds],
                     pending_stop: Callable[[], int | None] | None, restarts: Connection | None = None):
     """The front end's app in uvicorn's Server, ready to run."""
-    import uvicorn
     # uvicorn imports its event loop's module before it takes the signals over; that import
     # then finds it loaded rather than running where a signal would be raised.
     import uvloop  # noqa: F401
@@ -76,13 +80,25 @@ def _uvicorn_server(config: ServerConfig, sock: socket.socket, ends: list[Engine
         app = create_app(config, engines=engines, model=models)
     except TiktokenUnavailableError as exc:
         sys.exit(f"rose-embed: {exc}")
+    make_room_for_connections(config.max_connections)
     worker_pid = os.getpid() if config.frontend_workers > 1 else None
-    return uvicorn_server(uvicorn.Config(
-        ObservedApp(app, log_inputs=config.log_inputs, worker_pid=worker_pid,
-                    request_timeout=config.request_timeout), loop="uvloop", http="httptools",
+    observed = ObservedApp(app, log_inputs=config.log_inputs, worker_pid=worker_pid,
+                           request_timeout=config.request_timeout)
+    return uvicorn_server(uvicorn_config(observed, config), pending_stop)
+
+
+def uvicorn_config(app: ObservedApp, config: ServerConfig):
+    """uvicorn's settings for a front end serving `app`."""
+    import uvicorn
+
+    from server.guarded_http import HttpLimits, guarded_protocol
+
+    limits = HttpLimits(config.max_header_bytes, config.header_timeout, config.max_connections)
+    return uvicorn.Config(
+        app, loop="uvloop", http=guarded_protocol(limits, app.metrics.count_refused),
         log_level=config.log_level, access_log=False, log_config=None,
         timeout_graceful_shutdown=config.shutdown_timeout, timeout_keep_alive=config.keep_alive_timeout,
-    ), pending_stop)
+    )
 
 
 def run_front_end_process(config: ServerConfig, sock: socket.socket, ends: list[EngineEnds],

@@ -8,7 +8,7 @@ import msgspec
 import numpy as np
 
 from compat.openai import EmbeddingRequest
-from server.errors import APIError, invalid_request
+from server.errors import APIError, invalid_request, shutting_down
 from server.json_body import not_utf8, unpaired_surrogate, without_bom
 
 logger = logging.getLogger("rose_embed.guards")
@@ -69,6 +69,19 @@ def body_too_slow() -> APIError:
     closes: the rest of the body, should it come, would read as the next request."""
     return APIError(408, "The request body did not arrive within the server's --request-timeout; send it "
                     "again.", "invalid_request_error", None, "request_timeout", headers={"connection": "close"})
+
+
+def client_closed() -> APIError:
+    """nginx's 499: the client went away before the server could answer; no one reads this answer,
+    the log and the metrics do."""
+    return APIError(499, "The client closed the request.", "invalid_request_error", None, "client_closed")
+
+
+def upload_cut_off_by_drain() -> APIError:
+    """A body still arriving when the server starts to stop: answered at once, the connection closed."""
+    err = shutting_down()
+    err.headers["connection"] = "close"
+    return err
 
 
 def request_timeout() -> APIError:

@@ -40,12 +40,22 @@ def add_arguments(serve: argparse.ArgumentParser, tuning: argparse._ArgumentGrou
     advanced(tuning.add_argument("--keep-alive-timeout", type=positive_seconds, default=_DEFAULTS.keep_alive_timeout,
                                  help="seconds an idle keep-alive connection stays open; longer than the clients' "
                                       "and proxies' idle timeouts, so that they close first"))
+    advanced(tuning.add_argument("--max-header-bytes", type=positive_int, default=_DEFAULTS.max_header_bytes,
+                                 help="largest request head (request line and headers); larger ones get 431"))
+    advanced(tuning.add_argument("--header-timeout", type=positive_seconds, default=_DEFAULTS.header_timeout,
+                                 help="seconds from a request's first byte to the end of its headers; then 408 and "
+                                      "the connection closed"))
+    advanced(tuning.add_argument("--max-connections", type=positive_int, default=_DEFAULTS.max_connections,
+                                 help="connections one front end holds; past them a new one gets 503 with "
+                                      "Retry-After and is closed"))
     serve.add_argument("--log-format", choices=["text", "json"], default=_DEFAULTS.log_format,
                        help="log lines as text or one JSON object each")
     advanced(tuning.add_argument("--log-inputs", action="store_true",
                                  help="put the input texts in the per-request log line (off: they may be private)"))
     serve.add_argument("--cors-origin", type=non_empty, action="append", default=[], metavar="ORIGIN",
                        help="allow browser calls from this origin (repeatable; '*' for any); default: no CORS")
+    advanced(tuning.add_argument("--protect-metrics-and-docs", action="store_true",
+                                 help="with --api-key: /metrics and /docs need the key too (/health stays open)"))
     serve.add_argument("--engine-plugin", default=None, help=argparse.SUPPRESS)  # fault injection in tests
 
 
@@ -58,6 +68,8 @@ def config_kwargs(args: argparse.Namespace) -> dict:
         engine_stall_floor=args.engine_stall_floor, engine_max_restarts=args.engine_max_restarts,
         engine_restart_window=args.engine_restart_window,
         shutdown_timeout=args.shutdown_timeout, keep_alive_timeout=args.keep_alive_timeout,
+        max_header_bytes=args.max_header_bytes, header_timeout=args.header_timeout,
+        max_connections=args.max_connections, protect_metrics_and_docs=args.protect_metrics_and_docs,
         log_format=args.log_format, log_inputs=args.log_inputs,
         cors_origins=tuple(args.cors_origin), engine_plugin=args.engine_plugin,
     )

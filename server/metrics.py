@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from litestar import Response, get
 from litestar.datastructures import State
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
@@ -45,6 +45,9 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = RequestSeries(r)  # per request, by model (server/request_metrics.py)
+        self.refused = Counter("rose_http_refused", "Connections the HTTP layer answered itself and closed before "
+                               "any route ran (server/guarded_http.py), by the answer's code",
+                               ["code"], registry=r)
         ProcessCollector(registry=r)  # process_resident_memory_bytes and friends
         r.register(_RuntimeCollector(runtime))
         self.engines = _EngineCollector(runtime)  # not in the registry: the front ends' reports would add it up K times
@@ -59,6 +62,10 @@ class Metrics:
                         num_inputs: int | None, num_tokens: int | None) -> None:
         """One request, answered: `model` is the served id that computed it ("" where none was picked)."""
         self.requests.observe(route, status, phases, model, num_inputs, num_tokens)
+
+    def count_refused(self, code: str) -> None:
+        """One request or connection the HTTP layer refused: `code` as its answer gives it."""
+        self.refused.labels(code).inc()
 
     def render(self) -> bytes:
         own = list(self.registry.collect()) if self.board is None else merge(self._reports(), time.time())

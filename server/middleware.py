@@ -14,7 +14,8 @@ import time
 from litestar import Litestar
 
 from server.errors import envelope, shutting_down
-from server.guards import body_too_slow
+from server.guarded_http import DRAINING_KEY
+from server.guards import body_too_slow, client_closed, upload_cut_off_by_drain
 from server.logs import ACCESS_LOGGER
 from server.trace import SCOPE_KEY, RequestTrace, request_id_from
 
@@ -65,7 +66,9 @@ class ObservedApp:
 
         async def counted_receive():
             nonlocal is_body_pending
-            if is_body_pending and self.request_timeout is not None:
+            if not is_body_pending:
+                return await receive()  # after the body: waits for the client to leave, unbounded
+            if self.request_timeout is not None:
                 time_left = self.request_timeout - (time.perf_counter() - trace.started)
                 try:
                     async with asyncio.timeout(max(0.0, time_left)):
@@ -73,8 +76,12 @@ class ObservedApp:
                 except TimeoutError:
                     raise body_too_slow() from None
             else:
-                message = await receive()  # after the body: waits for the client to leave, unbounded
-            is_body_pending = message["type"] == "http.request" and message.get("more_body", False)
+                message = await receive()
+            if message["type"] == "http.disconnect":
+                raise client_closed()  # mid-body: the client's doing, not a failure of the server's
+            is_body_pending = message.get("more_body", False)
+            if is_body_pending and DRAINING_KEY in scope:
+                raise upload_cut_off_by_drain()  # the drain does not wait for the rest of a slow upload
             sizes["bytes_in"] += len(message.get("body", b""))
             return message
 

@@ -60,6 +60,9 @@ ERROR_RESPONSES = {
     404: _error("Unknown model or route"),
     503: _error("The model is still loading"),
 }
+# The security of an operation that answers without a key (/health): an empty requirement, which
+# overrides the document's bearer one where the server has keys (OpenAPI 3.1, Security Requirement).
+NO_KEY_NEEDED = [{}]
 EMBEDDINGS_ERROR_RESPONSES = {**ERROR_RESPONSES, 429: _error("The queue is full; retry after Retry-After seconds")}
 
 

@@ -8,7 +8,7 @@ from litestar import get
 from litestar.datastructures import State
 
 from compat.openai import Model, ModelList
-from server.openapi import ERROR_RESPONSES
+from server.openapi import ERROR_RESPONSES, NO_KEY_NEEDED
 from server.route_support import runtime_of
 
 _STARTED = int(time.time())
@@ -32,7 +32,7 @@ async def get_model(model_id: str, state: State) -> Model:
 
 
 @get("/health", summary="Readiness: 200 once the model is loaded and warmed up, while an engine serves",
-     responses={503: ERROR_RESPONSES[503]})
+     responses={503: ERROR_RESPONSES[503]}, security=NO_KEY_NEEDED)
 async def health(state: State) -> dict:
     if state.metrics.board is not None:  # --frontend-workers: every front end's report, whichever answers
         return state.metrics.server_health()
