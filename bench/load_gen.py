@@ -127,6 +127,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     mixed.add_argument("--overload-clients", type=int, default=0,
                        help="then this many bulk clients against the default server (0: no overload run)")
     mixed.add_argument("--overload-seconds", type=float, default=240.0)
+    mixed.add_argument("--no-baseline", action="store_true",
+                       help="measure the default server only, not the --scheduling fcfs baseline beside it")
     return p.parse_args(argv)
 
 

@@ -54,6 +54,7 @@ class ClientResult:
     stopped: float
     cpu_seconds: float
     exchanges: list[tuple[int, int, float, float]]  # (block, status, sent, answered), transport errors as status 0
+    timings: list[dict[str, float]]  # per exchange, the server's phases (ms) from its x-<phase>-time-ms headers
     failure_lines: list[str]
     sampled: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (block, [texts, dim]) of 200s
 
@@ -67,7 +68,7 @@ def run_client(url: str, bodies: list[bytes], first_block: int, start_at: float,
     """One client process: from start_at, send block after block, each once the last is answered and
     `gap` seconds have passed, until stop_at; a 429 waits its Retry-After first."""
     connection = BlockingConnection(url, timeout=CLIENT_TIMEOUT_S)
-    exchanges, failure_lines, sample = [], [], EvenSample(sample_cap)
+    exchanges, timings, failure_lines, sample = [], [], [], EvenSample(sample_cap)
     delay = start_at - time.monotonic()
     if delay > 0:
         time.sleep(delay)
@@ -78,11 +79,13 @@ def run_client(url: str, bodies: list[bytes], first_block: int, start_at: float,
             status, body = connection.post(PATH, bodies[block])
         except TransportError as exc:
             exchanges.append((block, 0, sent, time.monotonic()))
+            timings.append({})
             if len(failure_lines) < MAX_FAILURE_LINES:
                 failure_lines.append(f"transport: {exc}")
             time.sleep(0.05)
             continue
         exchanges.append((block, status, sent, time.monotonic()))
+        timings.append(connection.timings)
         if status == 200:
             sample.offer((block, body))
             block = (block + 1) % len(bodies)
@@ -96,7 +99,7 @@ def run_client(url: str, bodies: list[bytes], first_block: int, start_at: float,
     stopped, cpu = time.monotonic(), time.process_time() - cpu
     connection.close()
     sampled = [(b, np.stack([v for _, v in decode_body(body)])) for b, body in sample.kept]
-    return ClientResult(os.getpid(), started, stopped, cpu, exchanges, failure_lines, sampled)
+    return ClientResult(os.getpid(), started, stopped, cpu, exchanges, timings, failure_lines, sampled)
 
 
 @dataclass
@@ -107,6 +110,7 @@ class Phase:
     num_bulk: int
     window: float
     query_latencies: list[float]  # seconds, queries answered 200 inside the window
+    query_phases: list[dict[str, float]]  # ... and the server's phases of each (ms)
     bulk_texts: int  # texts of the bulk requests answered 200 inside the window
     bulk_tokens: int
     bulk_latencies: list[float]
@@ -160,11 +164,11 @@ def run_phase(pool, url: str, query_bodies: list[bytes], query_tokens: list[int]
     computed = computed_tokens(url) - at_open
     results = [(kind, f.result()) for kind, f in futures]
     check, query_reference, bulk_reference = checks
-    query_latencies, bulk_latencies, statuses, refusals, lines = [], [], {}, [], []
+    query_latencies, query_phases, bulk_latencies, statuses, refusals, lines = [], [], [], {}, [], []
     texts = tokens = answered_query_tokens = 0
     for kind, result in results:
         lines += result.failure_lines
-        for block, status, sent, answered in result.exchanges:
+        for (block, status, sent, answered), phases in zip(result.exchanges, result.timings):
             if not opens < answered <= closes:
                 continue
             statuses[status] = statuses.get(status, 0) + 1
@@ -172,6 +176,7 @@ def run_phase(pool, url: str, query_bodies: list[bytes], query_tokens: list[int]
                 refusals.append(answered - sent)
             elif status == 200 and kind == "query":
                 query_latencies.append(answered - sent)
+                query_phases.append(phases)
                 answered_query_tokens += query_tokens[block]
             elif status == 200:
                 bulk_latencies.append(answered - sent)
@@ -183,13 +188,22 @@ def run_phase(pool, url: str, query_bodies: list[bytes], query_tokens: list[int]
             else:
                 check.add(vectors, bulk_reference[block * request_texts : (block + 1) * request_texts])
     starts = [r.started for _, r in results]
-    return Phase(num_queries, num_bulk, window, query_latencies, texts, tokens, bulk_latencies, statuses, refusals,
+    return Phase(num_queries, num_bulk, window, query_latencies, query_phases, texts, tokens, bulk_latencies, statuses,
+                 refusals,
                  computed, answered_query_tokens, lines, [r.cpu_share for _, r in results], max(starts) - min(starts))
 
 
 def query_bodies(queries: list[str]) -> list[bytes]:
     encoder = msgspec.json.Encoder()
     return [encoder.encode({"input": text, "encoding_format": "base64"}) for text in queries]
+
+
+QUERY_PHASES = ("preparation", "queue", "inference", "answer", "total")
+
+
+def _median_phase(phases: list[dict[str, float]], name: str) -> str:
+    values = [p[name] for p in phases if name in p]
+    return f"{statistics.median(values):.1f}" if values else "-"
 
 
 def percentile_ms(values: list[float], q: float) -> float:
@@ -224,8 +238,9 @@ def run_mixed(args, engine, min_cosine: float, base_flags: list[str]) -> int:
         batch_seconds = measured_speed(lambda seqs: engine.execute(seqs).wait(),
                                        engine.config.max_batch_tokens).batch_seconds
     servers = [("default flags", base_flags), ("--scheduling fcfs", [*base_flags, "--scheduling", "fcfs"])]
+    servers = servers[:1] if args.no_baseline else servers
     num_procs = max(args.query_clients + max(bulk_counts), args.overload_clients)
-    results: dict[str, list[Phase]] = {}
+    results: dict[str, list[list[Phase]]] = {}  # per server, per round: queries alone, then (bulk alone, both) per B
     overload: Phase | None = None
     with ProcessPoolExecutor(num_procs, mp_context=multiprocessing.get_context("spawn")) as pool:
         list(pool.map(time.sleep, [0.1] * num_procs))  # every process started before any timing
@@ -248,11 +263,13 @@ def run_mixed(args, engine, min_cosine: float, base_flags: list[str]) -> int:
                 for body in [*bulk[:1], *bodies[:20]]:  # the first requests of each shape, outside the timing
                     warm.post(PATH, body)
                 warm.close()
-                rows = [phase(server.url, args.query_clients, 0, args.window, args.warmup)]
-                for count in bulk_counts:
-                    rows.append(phase(server.url, 0, count, args.window, args.warmup))
-                    rows.append(phase(server.url, args.query_clients, count, args.window, args.warmup))
-                results[name] = rows
+                results[name] = []
+                for _ in range(args.rounds):  # a shared machine's speed drifts: ratios are taken within a round
+                    rows = [phase(server.url, args.query_clients, 0, args.window, args.warmup)]
+                    for count in bulk_counts:
+                        rows.append(phase(server.url, 0, count, args.window, args.warmup))
+                        rows.append(phase(server.url, args.query_clients, count, args.window, args.warmup))
+                    results[name].append(rows)
                 if args.overload_clients and name == servers[0][0]:
                     print(f"overload: {args.overload_clients} bulk clients for {args.overload_seconds:g} s", flush=True)
                     overload = phase(server.url, 0, args.overload_clients, args.overload_seconds, 0.0)
@@ -260,11 +277,12 @@ def run_mixed(args, engine, min_cosine: float, base_flags: list[str]) -> int:
                 server.stop()
     publish(render(args, engine, base_flags, results, overload, check, len(texts), request_texts, bulk_tokens,
                    batch_seconds), args.out)
-    failed = any(p.failures for rows in results.values() for p in rows) or (overload and overload.failures)
+    failed = (any(p.failures for rounds in results.values() for rows in rounds for p in rows)
+              or (overload and overload.failures))
     return 1 if failed or check.mismatches or not check.checked else 0
 
 
-def render(args, engine, base_flags: list[str], results: dict[str, list[Phase]], overload: Phase | None, check,
+def render(args, engine, base_flags: list[str], results: dict[str, list[list[Phase]]], overload: Phase | None, check,
            num_texts: int, request_texts: int, bulk_tokens: list[int], batch_seconds: float | None) -> str:
     from bench.common import hardware
 
@@ -292,21 +310,51 @@ def render(args, engine, base_flags: list[str], results: dict[str, list[Phase]],
         "x alone | bulk texts/s answered (alone) | bulk request p50 s | failed | client CPU max |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for name, rows in results.items():
-        alone = rows[0]
-        a50, a99 = percentile_ms(alone.query_latencies, 50), percentile_ms(alone.query_latencies, 99)
-        lines.append(f"| {name} | 0 | {a50:.1f} | {percentile_ms(alone.query_latencies, 90):.1f} | {a99:.1f} | "
-                     f"1.00x | 1.00x | - | - | - | - | {alone.failures} | {max(alone.cpu_shares):.1%} |")
-        for bulk_alone, mixed in zip(rows[1::2], rows[2::2]):
-            q = mixed.query_latencies
-            ratio = mixed.bulk_tokens_per_s / bulk_alone.bulk_tokens_per_s
-            p50_bulk = statistics.median(mixed.bulk_latencies) if mixed.bulk_latencies else float("nan")
+    per_round = []
+    for name, rounds in results.items():
+        alone = [p for rows in rounds for p in rows[:1]]
+        pooled = [x for p in alone for x in p.query_latencies]
+        lines.append(f"| {name} | 0 | {percentile_ms(pooled, 50):.1f} | {percentile_ms(pooled, 90):.1f} | "
+                     f"{percentile_ms(pooled, 99):.1f} | 1.00x | 1.00x | - | - | - | - | "
+                     f"{sum(p.failures for p in alone)} | {max(s for p in alone for s in p.cpu_shares):.1%} |")
+        for k in range(len(rounds[0]) // 2):
+            pairs = [(rows[0], rows[1 + 2 * k], rows[2 + 2 * k]) for rows in rounds]
+            q = [x for _, _, mixed in pairs for x in mixed.query_latencies]
+            p50s = [percentile_ms(m.query_latencies, 50) / percentile_ms(a.query_latencies, 50) for a, _, m in pairs]
+            p99s = [percentile_ms(m.query_latencies, 99) / percentile_ms(a.query_latencies, 99) for a, _, m in pairs]
+            ratios = [m.bulk_tokens_per_s / b.bulk_tokens_per_s for _, b, m in pairs]
+            bulk_latencies = [x for _, _, m in pairs for x in m.bulk_latencies]
+            mixed, bulk_alone = pairs[0][2], pairs[0][1]
+            per_round.append(f"{name}, {mixed.num_bulk} bulk: query p50 "
+                             + ", ".join(f"{x:.2f}x" for x in p50s) + "; p99 " + ", ".join(f"{x:.2f}x" for x in p99s)
+                             + "; bulk " + ", ".join(f"{x:.2f}x" for x in ratios))
             lines.append(
                 f"| {name} | {mixed.num_bulk} | {percentile_ms(q, 50):.1f} | {percentile_ms(q, 90):.1f} | "
-                f"{percentile_ms(q, 99):.1f} | **{percentile_ms(q, 50) / a50:.2f}x** | **{percentile_ms(q, 99) / a99:.2f}x** "
-                f"| {mixed.bulk_tokens_per_s:,.0f} (alone {bulk_alone.bulk_tokens_per_s:,.0f}) | **{ratio:.2f}x** | "
-                f"{mixed.bulk_texts_per_s:.1f} ({bulk_alone.bulk_texts_per_s:.1f}) | {p50_bulk:.1f} | "
-                f"{mixed.failures + bulk_alone.failures} | {max(mixed.cpu_shares + bulk_alone.cpu_shares):.1%} |")
+                f"{percentile_ms(q, 99):.1f} | **{statistics.median(p50s):.2f}x** | **{statistics.median(p99s):.2f}x** "
+                f"| {statistics.median(m.bulk_tokens_per_s for _, _, m in pairs):,.0f} (alone "
+                f"{statistics.median(b.bulk_tokens_per_s for _, b, _ in pairs):,.0f}) | "
+                f"**{statistics.median(ratios):.2f}x** | "
+                f"{statistics.median(m.bulk_texts_per_s for _, _, m in pairs):.1f} "
+                f"({statistics.median(b.bulk_texts_per_s for _, b, _ in pairs):.1f}) | "
+                f"{statistics.median(bulk_latencies) if bulk_latencies else float('nan'):.1f} | "
+                f"{sum(m.failures + b.failures for _, b, m in pairs)} | "
+                f"{max(s for _, b, m in pairs for s in m.cpu_shares + b.cpu_shares):.1%} |")
+    lines += ["", f"Latencies pooled over the {len(next(iter(results.values())))} round(s); each ratio is taken "
+              "within a round (the queries alone, the bulk clients alone and both together, one after the "
+              "other), and its median given. Per round: " + "; ".join(per_round) + "."]
+    lines += ["", "Where a query's time went, as the server timed it (medians of x-<phase>-time-ms, ms): "
+              "preparation (arrival to its piece handed to the engines), queue (to the batch that holds it "
+              "starting), inference (to its vector on the host), answer (to the response's headers); the "
+              "rest of the client's latency is HTTP and the client.", "",
+              "| server | bulk clients | " + " | ".join(QUERY_PHASES) + " | client latency |",
+              "| --- | ---: |" + " ---: |" * (len(QUERY_PHASES) + 1)]
+    for name, rounds in results.items():
+        for k in range(0, len(rounds[0]), 2):  # the queries alone, then with each count of bulk clients
+            phases = [rows[k] for rows in rounds]
+            timed = [t for p in phases for t in p.query_phases]
+            cells = [_median_phase(timed, p) for p in QUERY_PHASES]
+            lines.append(f"| {name} | {phases[0].num_bulk} | " + " | ".join(cells)
+                         + f" | {percentile_ms([x for p in phases for x in p.query_latencies], 50):.1f} |")
     lines += ["", "Bulk tokens/s computed: the engines' tokens inside the window less the answered queries' "
               "own. Bulk texts/s answered counts whole requests answered inside the window: with few of them "
               f"it moves in steps of one request's texts over the window ({request_texts / args.window:.1f} "
@@ -326,9 +374,10 @@ def render(args, engine, base_flags: list[str], results: dict[str, list[Phase]],
                   f"{1000 * max(refusals, default=float('nan')):.1f} | {p50:.1f} | {p99:.1f} | "
                   f"**{p99 / p50:.2f}** |",
                   "", f"- client CPU, max of one process: {max(overload.cpu_shares):.1%}"]
-    examples = [x for rows in results.values() for p in rows for x in p.failure_lines][:MAX_FAILURE_LINES]
+    examples = [x for rounds in results.values() for rows in rounds for p in rows
+                for x in p.failure_lines][:MAX_FAILURE_LINES]
     if examples:
         lines += ["", "Failures, examples:", *(f"- `{x}`" for x in examples)]
-    spread = max(p.start_spread for rows in results.values() for p in rows)
+    spread = max(p.start_spread for rounds in results.values() for rows in rounds for p in rows)
     lines += ["", f"- client starts within {1000 * spread:.1f} ms of one another in every measurement"]
     return "\n".join(lines) + "\n"

@@ -9,6 +9,12 @@ runs them as a batch of their own at once, answers them, and lets the larger bat
 from the layer where it stopped. A query then waits for one layer of the batch in flight,
 not for the whole batch, and the large batches stay large (their overhead stays small).
 
+Every batch costs a fixed overhead beyond its tokens (measured at warm-up,
+engine/rose/batch_budget.py): a lane run for each query of a steady stream would spend the
+device's time on it. So the lane runs at most once every MIN_INTERVAL_OVERHEADS overheads: its
+overhead stays within a twentieth of the time, and queries that arrive meanwhile wait for the
+lane's next run or ride in the next batch, where the queue gives them their whole share.
+
 Everything here runs on the engine's thread, inside the launch of the batch in flight: the
 lane never runs inside itself, and a front end that says goodbye meanwhile is closed only
 once that batch is handed on (engine/queue/engine_loop.py defers it).
@@ -16,6 +22,7 @@ once that batch is handed on (engine/queue/engine_loop.py defers it).
 
 from __future__ import annotations
 
+import time
 from multiprocessing.connection import Connection, wait
 from typing import Any, Protocol
 
@@ -37,16 +44,25 @@ class _Loop(Protocol):
     def on_landed(self) -> None: ...
 
 
+# The lane's runs are at least this many batch overheads apart: its overhead is a twentieth of the time.
+MIN_INTERVAL_OVERHEADS = 15
+# Where warm-up measured no overhead (a test's fake engine): the overhead assumed.
+DEFAULT_OVERHEAD_S = 0.005
+
+
 class ExpressLane:
-    def __init__(self, loop: _Loop):
+    def __init__(self, loop: _Loop, overhead_seconds: float | None = None):
+        """`overhead_seconds`: what any batch costs beyond its tokens, as warm-up measured it."""
         self.loop = loop
         self.is_running = False
         self.num_batches = 0
+        self.min_interval = MIN_INTERVAL_OVERHEADS * (overhead_seconds or DEFAULT_OVERHEAD_S)
+        self._last_run = float("-inf")
 
     def __call__(self) -> None:
         """Between two layers of the batch in flight."""
         loop = self.loop
-        if self.is_running or not loop.front_ends:
+        if self.is_running or not loop.front_ends or time.monotonic() - self._last_run < self.min_interval:
             return
         ready = wait(list(loop.front_ends), 0)
         if not ready:
@@ -63,5 +79,6 @@ class ExpressLane:
                     wait([loop.wake_reader])
                     loop.on_landed()
                 self.num_batches += 1
+                self._last_run = time.monotonic()
         finally:
             self.is_running = False
