@@ -239,7 +239,8 @@ class EngineLoop:
                 piece.started = started
         self.num_in_flight += 1
         try:
-            lazy = self.engines[batch.model].execute_packed(batch.packed)
+            with self.express.interrupting(batch):
+                lazy = self.engines[batch.model].execute_packed(batch.packed)
         except Exception as exc:  # this batch fails; the engine serves on (SystemExit ends the loop)
             self.num_in_flight -= 1
             self._fail(batch, f"{type(exc).__name__}: {exc}")

@@ -15,6 +15,9 @@ device's time on it. So the lane runs at most once every MIN_INTERVAL_OVERHEADS 
 overhead stays within a twentieth of the time, and queries that arrive meanwhile wait for the
 lane's next run or ride in the next batch, where the queue gives them their whole share.
 
+Only a batch that holds a larger request is interrupted: one of small requests alone takes
+little longer than the lane's own batch would, and the next one takes what arrived meanwhile.
+
 Everything here runs on the engine's thread, inside the launch of the batch in flight: the
 lane never runs inside itself, and a front end that says goodbye meanwhile is closed only
 once that batch is handed on (engine/queue/engine_loop.py defers it).
@@ -23,6 +26,8 @@ once that batch is handed on (engine/queue/engine_loop.py defers it).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from multiprocessing.connection import Connection, wait
 from typing import Any, Protocol
 
@@ -58,11 +63,23 @@ class ExpressLane:
         self.num_batches = 0
         self.min_interval = MIN_INTERVAL_OVERHEADS * (overhead_seconds or DEFAULT_OVERHEAD_S)
         self._last_run = float("-inf")
+        self._may_interrupt = False  # the batch in flight holds a larger request
+
+    @contextmanager
+    def interrupting(self, batch: Batch) -> Iterator[None]:
+        """While `batch` computes (on the CPU, inside its launch), the lane may run between its layers."""
+        before = self._may_interrupt
+        self._may_interrupt = any(not s.piece.message.is_small for s in batch.slices)
+        try:
+            yield
+        finally:
+            self._may_interrupt = before
 
     def __call__(self) -> None:
         """Between two layers of the batch in flight."""
         loop = self.loop
-        if self.is_running or not loop.front_ends or time.monotonic() - self._last_run < self.min_interval:
+        if (self.is_running or not self._may_interrupt or not loop.front_ends
+                or time.monotonic() - self._last_run < self.min_interval):
             return
         ready = wait(list(loop.front_ends), 0)
         if not ready:

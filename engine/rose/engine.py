@@ -199,14 +199,15 @@ class Engine(ModelView):
         if self.device.type == "cpu" and config.choose_batch_tokens and not self.compiled:
             choice = cpu_budget(run, config.max_batch_tokens)
             self.max_batch_tokens, self.batch_overhead_seconds = choice.max_batch_tokens, choice.overhead_seconds
-            logger.info("batches of at most %d tokens: %.0f ms each at %.0f tokens/s, measured at warm-up "
-                        "(--max-batch-tokens sets another budget)", choice.max_batch_tokens,
-                        1000 * choice.batch_seconds, choice.tokens_per_second)
+            how = "chosen at warm-up; --max-batch-tokens sets another"
         else:
             # A CPU's speed per token is the same from a few hundred tokens on: a full budget would take seconds.
             most = config.max_batch_tokens if self.device.type == "cuda" else LARGE_TOKENS
             choice = measured_speed(run, min(most, config.max_batch_tokens, config.max_batch_seqs * SEQ_TOKENS))
+            how = "timed at warm-up on a batch of %d" % choice.max_batch_tokens
         self.tokens_per_second = choice.tokens_per_second
+        logger.info("batches of at most %d tokens, %.1f ms each at %.0f tokens/s (%s)", self.max_batch_tokens,
+                    1000 * self.max_batch_tokens / choice.tokens_per_second, choice.tokens_per_second, how)
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Synchronous convenience (benchmarks, corpus jobs, Ray): texts -> [N, dim] float32.
