@@ -23,6 +23,7 @@ RUN apt-get update \
 
 WORKDIR /app
 COPY pyproject.toml README.md ./
+COPY rose_embed ./rose_embed
 COPY engine ./engine
 COPY server ./server
 COPY compat ./compat

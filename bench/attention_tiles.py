@@ -35,10 +35,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import publish  # noqa: E402
-from engine.rose.attention_timing import AttentionTimer, padded_cu_seqlens  # noqa: E402
-from engine.rose.layers.attention import AttentionShape  # noqa: E402
-from engine.rose.layers.attention_cuda import PackedAttentionBackend  # noqa: E402
-from engine.rose.layers.packed_attention import Tiles, default_tiles  # noqa: E402
+from rose_embed.engine.rose.attention_timing import AttentionTimer, padded_cu_seqlens  # noqa: E402
+from rose_embed.engine.rose.layers.attention import AttentionShape  # noqa: E402
+from rose_embed.engine.rose.layers.attention_cuda import PackedAttentionBackend  # noqa: E402
+from rose_embed.engine.rose.layers.packed_attention import Tiles, default_tiles  # noqa: E402
 
 SHAPES = {
     "minilm": AttentionShape(num_heads=12, num_kv_heads=12, head_dim=32, is_causal=False),

@@ -200,7 +200,7 @@ def wait_until_healthy(url: str, proc: subprocess.Popen, timeout: float = 300.0)
 
 
 class ServerProcess:
-    """`python -m server serve` on loopback; `url` is ready once started."""
+    """`python -m rose_embed serve` on loopback; `url` is ready once started."""
 
     def __init__(self, *args: str, timeout: float = 300.0):
         self.port = free_port()
@@ -211,7 +211,7 @@ class ServerProcess:
         env = dict(os.environ, PYTHONPATH=path, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1")
         # stderr is inherited: at --log-level warning it stays quiet unless the server fails to start.
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "server", "serve", "--port", str(self.port), "--log-level", "warning", *args],
+            [sys.executable, "-m", "rose_embed", "serve", "--port", str(self.port), "--log-level", "warning", *args],
             cwd=REPO, env=env, stdout=subprocess.DEVNULL,
         )
         try:

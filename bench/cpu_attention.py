@@ -25,9 +25,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import machine_description, publish  # noqa: E402
-from engine.rose.layers.attention import AttentionShape, SDPAPerSequenceBackend  # noqa: E402
-from engine.rose.layers.attention_cpu import GroupedSDPABackend  # noqa: E402
-from engine.rose.layers.attention_cpu_native import NativeCPUAttentionBackend  # noqa: E402
+from rose_embed.engine.rose.layers.attention import AttentionShape, SDPAPerSequenceBackend  # noqa: E402
+from rose_embed.engine.rose.layers.attention_cpu import GroupedSDPABackend  # noqa: E402
+from rose_embed.engine.rose.layers.attention_cpu_native import NativeCPUAttentionBackend  # noqa: E402
 
 SHAPES = {  # name: (heads, kv heads, head size, causal)
     "MiniLM / BERT-small (12 x 32)": (12, 12, 32, False),

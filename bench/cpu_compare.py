@@ -213,7 +213,7 @@ def rose_name(flags: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers and the peers on the way out
-    from engine.model_files.loader import load_spec
+    from rose_embed.engine.model_files.loader import load_spec
 
     docstrings = load_texts(CALIBRATION_FROM + NUM_CALIBRATION)
     texts = {"passages": docstrings[:args.num_texts],
@@ -272,8 +272,8 @@ def main(argv: list[str] | None = None) -> int:
 def render(args, describe, names, seconds, other_load, vectors, queries, refused, variants, client_shares) -> str:
     import torch
 
-    from engine.rose.cpu_features import native_bf16
-    from engine.rose.engine import resolve_dtype
+    from rose_embed.engine.rose.cpu_features import native_bf16
+    from rose_embed.engine.rose.engine import resolve_dtype
 
     kept = {n: kept_runs(seconds[n], other_load[n], args.max_other_load) for n in names}
     median = {n: statistics.median(kept[n]) if kept[n] else float("nan") for n in names}

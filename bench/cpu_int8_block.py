@@ -60,8 +60,8 @@ def engine_shares(num_batches: int = 8) -> dict[str, float]:
     """Share of self CPU time per op group in the engine's bf16 forward passes on docstrings."""
     from torch.profiler import profile
 
-    from engine.config import EngineConfig
-    from engine.rose.engine import Engine
+    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.rose.engine import Engine
 
     engine = Engine(EngineConfig(device="cpu", dtype="bfloat16"))
     texts = load_texts(2000 + 128 * num_batches)[2000:]
@@ -87,7 +87,7 @@ def main() -> None:
     import torch._inductor.config as inductor_config
     from sentence_transformers import SentenceTransformer
 
-    from engine.model_files.loader import load_spec
+    from rose_embed.engine.model_files.loader import load_spec
 
     layer = SentenceTransformer(str(load_spec(None).path), device="cpu")[0].auto_model.encoder.layer[0]
     up, down, norm = layer.intermediate.dense, layer.output.dense, layer.output.LayerNorm

@@ -37,8 +37,8 @@ def main() -> None:
                              "'auto,sdpa' adds an engine of each precision on torch's SDPA beside the default")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    from engine.config import EngineConfig
-    from engine.rose.engine import Engine
+    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.rose.engine import Engine
 
     texts = build_texts(DEFAULT_DATA, args.num_texts, args.join)
     settings = {}

@@ -60,7 +60,7 @@ def capture(texts: list[str], max_tokens: int) -> tuple[dict[str, list[torch.Ten
     (linear_weights)."""
     from sentence_transformers import SentenceTransformer
 
-    from engine.model_files.loader import load_spec
+    from rose_embed.engine.model_files.loader import load_spec
 
     model = SentenceTransformer(str(load_spec(None).path), device="cpu")
     bert = model[0].auto_model

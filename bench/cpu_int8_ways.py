@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from engine.rose.layers.int8 import Int8Linear, token_scales, weight_int8  # the engine's, shared
+from rose_embed.engine.rose.layers.int8 import Int8Linear, token_scales, weight_int8  # the engine's, shared
 
 
 @dataclass(frozen=True)

@@ -42,13 +42,13 @@ from bench.common import capture_graph, gpu_run_lines  # noqa: E402
 from bench.gpu_bench import (CEILING_TOKENS, MAX_SEQLEN, MIN_TIMED_SECONDS, SHAPES, cuda_time,  # noqa: E402
                              dense_ceiling, hf_model, ours_from_hf, run_ours, shape_head, workloads)
 from bench.tiny_model import QWEN3_SHAPES  # noqa: E402
-from engine.rose.cublas_workspace import give_cublas_no_workspace  # noqa: E402
-from engine.config import EngineConfig, Fp8Plan  # noqa: E402
-from engine.rose.fp8_plan import fp8_linear_names, quantize_model  # noqa: E402
-from engine.rose.layers.attention_backends import make_attention_backend  # noqa: E402
-from engine.rose.layers.fp8 import Fp8Linear, fits_fp8, quantize_rows  # noqa: E402
-from engine.rose.layers.head import SentenceHead  # noqa: E402
-from engine.rose.runner import ModelRunner  # noqa: E402
+from rose_embed.engine.rose.cublas_workspace import give_cublas_no_workspace  # noqa: E402
+from rose_embed.engine.config import EngineConfig, Fp8Plan  # noqa: E402
+from rose_embed.engine.rose.fp8_plan import fp8_linear_names, quantize_model  # noqa: E402
+from rose_embed.engine.rose.layers.attention_backends import make_attention_backend  # noqa: E402
+from rose_embed.engine.rose.layers.fp8 import Fp8Linear, fits_fp8, quantize_rows  # noqa: E402
+from rose_embed.engine.rose.layers.head import SentenceHead  # noqa: E402
+from rose_embed.engine.rose.runner import ModelRunner  # noqa: E402
 
 FP8_SHAPES = {**SHAPES, "qwen3-4b": ("qwen3", QWEN3_SHAPES["qwen3-4b"])}
 # Plans by name say what they keep bf16: the pooled tokens' rows only with "+pooled", whatever the width.

@@ -34,9 +34,9 @@ from bench.fp8_gemm_epilogue import mlp_arguments, random_linear  # noqa: E402
 
 def main() -> None:
     args = mlp_arguments(__doc__)
-    from engine.rose.layers import cublaslt_fp8, fp8_fused, fused
-    from engine.rose.layers.fp8 import Fp8Linear
-    from engine.rose.layers.quantized_rows import FP8_DTYPE, FP8_MAX, quantize_rows_reference
+    from rose_embed.engine.rose.layers import cublaslt_fp8, fp8_fused, fused
+    from rose_embed.engine.rose.layers.fp8 import Fp8Linear
+    from rose_embed.engine.rose.layers.quantized_rows import FP8_DTYPE, FP8_MAX, quantize_rows_reference
 
     torch.manual_seed(0)
     up = random_linear(args.hidden, args.intermediate)

@@ -56,8 +56,8 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(name for name, _, _ in SHAPES))
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    from engine.rose.layers import cublaslt_fp8
-    from engine.rose.layers.quantized_rows import quantize_rows_reference
+    from rose_embed.engine.rose.layers import cublaslt_fp8
+    from rose_embed.engine.rose.layers.quantized_rows import quantize_rows_reference
 
     torch.manual_seed(0)
     lines = ["# Rowwise FP8 GEMMs: torch._scaled_mm against cuBLASLt's algorithms", "", *gpu_run_lines(),

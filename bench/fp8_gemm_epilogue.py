@@ -68,10 +68,10 @@ def random_linear(in_features: int, out_features: int) -> nn.Linear:
 
 def main() -> None:
     args = mlp_arguments(__doc__)
-    from engine.rose.layers import fp8_fused, fused, triton_fp8_gemm
-    from engine.rose.layers import triton_fp8_kernels as kernels
-    from engine.rose.layers.fp8 import Fp8Linear
-    from engine.rose.layers.quantized_rows import quantize_rows_reference
+    from rose_embed.engine.rose.layers import fp8_fused, fused, triton_fp8_gemm
+    from rose_embed.engine.rose.layers import triton_fp8_kernels as kernels
+    from rose_embed.engine.rose.layers.fp8 import Fp8Linear
+    from rose_embed.engine.rose.layers.quantized_rows import quantize_rows_reference
 
     torch.manual_seed(0)
     up, down = random_linear(args.hidden, args.intermediate), random_linear(args.intermediate, args.hidden)

@@ -62,7 +62,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    from engine.rose.layers import triton_fp8_kernels as kernels
+    from rose_embed.engine.rose.layers import triton_fp8_kernels as kernels
 
     lines = [
         "# FP8 row kernels against the memory's speed",

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import load_texts  # noqa: E402
 from bench.fp8_bench import plan_named  # noqa: E402
-from engine.config import EngineConfig, Fp8Plan  # noqa: E402
+from rose_embed.engine.config import EngineConfig, Fp8Plan  # noqa: E402
 
 # the first and the last layer bf16; the pooled tokens' rows bf16 only where a label says so, whatever the width
 _EDGES = replace(Fp8Plan(), min_hidden_size=0, bf16_first_layers=1, bf16_last_layers=1, bf16_pooled_tokens=False)
@@ -69,9 +69,9 @@ def main() -> None:
                              "pooled tokens' rows) instead of the plans above")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    from engine.rose.engine import Engine
-    from engine.rose.fp8_plan import fp8_linear_names, quantize_model
-    from engine.rose.module_swap import replace_submodule
+    from rose_embed.engine.rose.engine import Engine
+    from rose_embed.engine.rose.fp8_plan import fp8_linear_names, quantize_model
+    from rose_embed.engine.rose.module_swap import replace_submodule
 
     texts = load_texts(args.num_texts)
     engine = Engine(EngineConfig(model=args.model, device="cpu", dtype="float32", max_batch_tokens=args.max_batch_tokens))

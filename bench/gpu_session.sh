@@ -66,6 +66,8 @@ mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
 # FlashInfer's wheel travels alone, in a call after one that brought .whl/ (docs/gpu.md).
 [ -d .whl-fi ] && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl-fi/*.whl >/dev/null 2>&1
+# The checkout itself is not installed: run from its root, it imports as rose_embed (rose_embed/__init__.py
+# reaches server/, engine/, compat/ and corpus/ from there; docs/gpu-runs.md).
 export PYTHONPATH=/tmp/site:.carry/pkgs:${PYTHONPATH:-}
 
 # A call brings back at most 8 files from $OUT: a step's log comes back only where the step

@@ -28,7 +28,7 @@ from uvicorn.server import ServerState
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import machine_description, publish  # noqa: E402
-from server.guarded_http import HttpLimits, guarded_protocol  # noqa: E402
+from rose_embed.server.guarded_http import HttpLimits, guarded_protocol  # noqa: E402
 
 BODY = b'{"input": ["a short query of a few words"]}'
 # The head the OpenAI SDK sends for an embeddings request (its own headers, a key, a JSON body).
@@ -114,9 +114,9 @@ async def server_app():
     in this process on the CPU, once ready; to be closed with `aclose()`."""
     from contextlib import AsyncExitStack
 
-    from server.app import create_app
-    from server.config import ServerConfig
-    from server.middleware import ObservedApp
+    from rose_embed.server.app import create_app
+    from rose_embed.server.config import ServerConfig
+    from rose_embed.server.middleware import ObservedApp
 
     app = ObservedApp(create_app(ServerConfig()))
     stack = AsyncExitStack()

@@ -233,7 +233,7 @@ def run_mixed(args, engine, min_cosine: float, base_flags: list[str]) -> int:
     bodies = query_bodies(queries)
     batch_seconds = None
     if engine.device.type == "cuda":  # what a query may wait for beside bulk work: one full batch on the device
-        from engine.rose.batch_budget import measured_speed
+        from rose_embed.engine.rose.batch_budget import measured_speed
 
         batch_seconds = measured_speed(lambda seqs: engine.execute(seqs).wait(),
                                        engine.config.max_batch_tokens).batch_seconds

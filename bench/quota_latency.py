@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import ServerProcess, hardware, publish  # noqa: E402
 from bench.lean_http import BlockingConnection  # noqa: E402
-from engine.cpu_quota import available_cores, cgroup_cpu_limit  # noqa: E402
+from rose_embed.engine.cpu_quota import available_cores, cgroup_cpu_limit  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "stdlib_docstrings.jsonl"
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.model_files.loader import resolve_model_dir  # noqa: E402
+from rose_embed.engine.model_files.loader import resolve_model_dir  # noqa: E402
 
 _TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"]
 _COPIED = [*_TOKENIZER_FILES, "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"]

@@ -20,9 +20,9 @@ from typing import Annotated, Any
 
 import msgspec
 
-from compat.inputs import InvalidInputError
-from compat.openai import MODEL_FIELD_DESCRIPTION, documented
-from compat.rerank import RerankMeta
+from rose_embed.compat.inputs import InvalidInputError
+from rose_embed.compat.openai import MODEL_FIELD_DESCRIPTION, documented
+from rose_embed.compat.rerank import RerankMeta
 
 # Cohere's names for its types are this server's `encoding_format` names for the same wire
 # values (compat/encoding.py): base64 is the float32 vector's little-endian bytes, binary and

@@ -17,8 +17,8 @@ from typing import Annotated, Any
 
 import msgspec
 
-from compat.inputs import InvalidInputError
-from compat.openai import (
+from rose_embed.compat.inputs import InvalidInputError
+from rose_embed.compat.openai import (
     INPUT_TYPE_DESCRIPTION,
     MODEL_FIELD_DESCRIPTION,
     PROMPT_NAME_DESCRIPTION,

@@ -12,8 +12,8 @@ import base64
 
 import numpy as np
 
-from compat.quantize import int8_tanh, packed_sign_bits
-from compat.vector_wire import encode_vectors
+from rose_embed.compat.quantize import int8_tanh, packed_sign_bits
+from rose_embed.compat.vector_wire import encode_vectors
 
 ENCODING_FORMATS = ("float", "base64")
 # Where the model defines quantisation (spec.quantization == "tanh"). The names of the

@@ -12,8 +12,8 @@ from typing import Annotated, Any
 
 import msgspec
 
-from compat.encoding import ENCODING_FORMATS
-from compat.inputs import MAX_INPUTS
+from rose_embed.compat.encoding import ENCODING_FORMATS
+from rose_embed.compat.inputs import MAX_INPUTS
 
 
 def documented(description: str, **json_schema: Any) -> msgspec.Meta:

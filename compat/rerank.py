@@ -15,8 +15,8 @@ from typing import Annotated
 
 import msgspec
 
-from compat.inputs import InvalidInputError
-from compat.openai import MODEL_FIELD_DESCRIPTION, documented
+from rose_embed.compat.inputs import InvalidInputError
+from rose_embed.compat.openai import MODEL_FIELD_DESCRIPTION, documented
 
 
 class RerankDocument(msgspec.Struct, kw_only=True):

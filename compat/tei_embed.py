@@ -14,8 +14,8 @@ from typing import Annotated, Any
 
 import msgspec
 
-from compat.inputs import InvalidInputError
-from compat.openai import MODEL_FIELD_DESCRIPTION, PROMPT_NAME_DESCRIPTION, documented
+from rose_embed.compat.inputs import InvalidInputError
+from rose_embed.compat.openai import MODEL_FIELD_DESCRIPTION, PROMPT_NAME_DESCRIPTION, documented
 
 
 class TeiEmbedRequest(msgspec.Struct, kw_only=True):

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import msgspec
 
-from compat.openai import MODEL_FIELD_DESCRIPTION, documented
+from rose_embed.compat.openai import MODEL_FIELD_DESCRIPTION, documented
 
 
 class TokenizeRequest(msgspec.Struct, kw_only=True):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from engine.config import EngineConfig, ModelOverrides
-from engine.rose.cublas_workspace import give_cublas_no_workspace
-from engine.rose.engine import Engine
-from engine.model_files.loader import ModelSpec, load_spec
+from rose_embed.engine.config import EngineConfig, ModelOverrides
+from rose_embed.engine.rose.cublas_workspace import give_cublas_no_workspace
+from rose_embed.engine.rose.engine import Engine
+from rose_embed.engine.model_files.loader import ModelSpec, load_spec
 
 
 def build_engine(**options) -> Engine:

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import numpy as np
 
-from corpus.fingerprint import EMPTY_CHAIN, chain, model_fingerprint
-from corpus.manifest import JobMismatchError, Manifest, check_resumable, load_manifest, save_manifest
-from corpus.optional import require
-from corpus.parts import PartStore, parts_dir_for
-from corpus.progress import progress_bar
-from corpus.source import Chunk, cut_chunks, open_source
-from engine.text.late_chunking import ChunkTooLongError, EmptyChunkError
-from engine.text.long_inputs import InputTooLongError
-from engine.rose.pipeline import embed_stream
-from engine.rose.prefetch import prefetch
+from rose_embed.corpus.fingerprint import EMPTY_CHAIN, chain, model_fingerprint
+from rose_embed.corpus.manifest import JobMismatchError, Manifest, check_resumable, load_manifest, save_manifest
+from rose_embed.corpus.optional import require
+from rose_embed.corpus.parts import PartStore, parts_dir_for
+from rose_embed.corpus.progress import progress_bar
+from rose_embed.corpus.source import Chunk, cut_chunks, open_source
+from rose_embed.engine.text.late_chunking import ChunkTooLongError, EmptyChunkError
+from rose_embed.engine.text.long_inputs import InputTooLongError
+from rose_embed.engine.rose.pipeline import embed_stream
+from rose_embed.engine.rose.prefetch import prefetch
 
 DEFAULT_CHUNK_SIZE = 10_000
 

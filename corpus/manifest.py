@@ -13,8 +13,8 @@ from typing import Any
 
 import msgspec
 
-from corpus.atomic import write_atomic
-from corpus.fingerprint import EMPTY_CHAIN, chain
+from rose_embed.corpus.atomic import write_atomic
+from rose_embed.corpus.fingerprint import EMPTY_CHAIN, chain
 
 MANIFEST_NAME = "manifest.json"
 _VERSION = 1

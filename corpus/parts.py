@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from corpus.atomic import sync_dir, write_atomic
+from rose_embed.corpus.atomic import sync_dir, write_atomic
 
 OUTPUT_FORMATS = ("parquet", "npy")
 EMBEDDING_COLUMN = "embedding"

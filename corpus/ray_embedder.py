@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from corpus.engine_setup import build_engine, prompt_for
+from rose_embed.corpus.engine_setup import build_engine, prompt_for
 
 
 class RoseEmbedder:

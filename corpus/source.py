@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from corpus.optional import require
+from rose_embed.corpus.optional import require
 
 INPUT_FORMATS = ("jsonl", "parquet")
 _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}

@@ -18,8 +18,8 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from engine.shared_blocks import attach_block, close_block, create_block
-from engine.rose.batch import PackedBatch
+from rose_embed.engine.shared_blocks import attach_block, close_block, create_block
+from rose_embed.engine.rose.batch import PackedBatch
 
 # Full batches' worth of tokens and vectors an arena holds: one computing, one queued behind it,
 # and room for the front end to write the next while those run.

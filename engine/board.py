@@ -13,7 +13,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from engine.shared_blocks import attach_block, close_block, create_block
+from rose_embed.engine.shared_blocks import attach_block, close_block, create_block
 
 # The batch sizes the engine counts in its histograms (upper bounds; the last bucket is +Inf).
 TOKEN_BUCKETS = tuple(2**i for i in range(4, 17))  # 16 .. 65536

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.rose.batch import PackedBatch
+from rose_embed.engine.rose.batch import PackedBatch
 
 
 class QueueFullError(RuntimeError):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 if TYPE_CHECKING:
-    from engine.arena import ArenaLayout
+    from rose_embed.engine.arena import ArenaLayout
 
 
 @dataclass

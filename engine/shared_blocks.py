@@ -7,8 +7,8 @@ import os
 import secrets
 from multiprocessing import shared_memory
 
-from engine.child_signals import start_resource_tracker
-from engine.owner_lock import hold
+from rose_embed.engine.child_signals import start_resource_tracker
+from rose_embed.engine.owner_lock import hold
 
 
 # Blocks are named after the process that made them, so that one left behind in /dev/shm says

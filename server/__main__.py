@@ -21,18 +21,18 @@ import sys
 from dataclasses import replace
 from importlib import metadata
 
-from engine.config import LONG_INPUT_MODES, POOLING_MODES, SCHEDULING_POLICIES, EngineConfig, ModelOverrides
-from server.api_keys import API_KEY_ENV, keys_from_env, keys_from_file
-from server import embed_cli, hardening_cli
-from server.cli_help import HelpAll, HelpFormatter, advanced, hidden_alias
-from engine.rose.quantization_support import QUANTIZATIONS
-from server.cli_values import (DTYPES, FP8_BF16_LAYERS_HELP, FP8_POOLED_TOKENS, FP8_POOLED_TOKENS_HELP,
+from rose_embed.engine.config import LONG_INPUT_MODES, POOLING_MODES, SCHEDULING_POLICIES, EngineConfig, ModelOverrides
+from rose_embed.server.api_keys import API_KEY_ENV, keys_from_env, keys_from_file
+from rose_embed.server import embed_cli, hardening_cli
+from rose_embed.server.cli_help import HelpAll, HelpFormatter, advanced, hidden_alias
+from rose_embed.engine.rose.quantization_support import QUANTIZATIONS
+from rose_embed.server.cli_values import (DTYPES, FP8_BF16_LAYERS_HELP, FP8_POOLED_TOKENS, FP8_POOLED_TOKENS_HELP,
                                FP8_WEIGHT_ROUNDING_HELP, FP8_WEIGHT_ROUNDINGS, api_key, attention_refusal,
                                device_list, fp8_plan_of, from_environment, matryoshka_sizes, model_choice,
                                non_empty, port_number, positive_int, positive_seconds, quantization_refusal,
                                whole_number)
-from server.config import ExtraModel, ServerConfig
-from server.listen import PORT_ENV, ListenError, address, bind_sockets, port_env_warning
+from rose_embed.server.config import ExtraModel, ServerConfig
+from rose_embed.server.listen import PORT_ENV, ListenError, address, bind_sockets, port_env_warning
 
 
 DEFAULT_MAX_BATCH_TOKENS = 16384
@@ -183,7 +183,7 @@ def _add_model_flags(serve: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     """The server's configuration; ValueError names a flag whose value does not fit the others."""
-    from server.topology import default_front_ends, default_part_processes, parse_devices
+    from rose_embed.server.topology import default_front_ends, default_part_processes, parse_devices
 
     devices = parse_devices(args.devices)  # named ones were checked as the flag was parsed
     if refusal := quantization_refusal(args.quantization, devices, args.dtype):
@@ -236,11 +236,11 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
     Everything that can be refused is refused before the port is bound, and the port is bound
     before anything starts: no engine process, no shared memory, no banner before it holds.
     """
-    from engine.model_files.loader import ModelLoadError
-    from engine.text.tokenizer import tokenizer_for
-    from server.config import load_specs
-    from server.flag_checks import capped_seq_len_warning, flavour_flag_refusal, model_flag_refusal, served_names
-    from server.logs import configure_logging
+    from rose_embed.engine.model_files.loader import ModelLoadError
+    from rose_embed.engine.text.tokenizer import tokenizer_for
+    from rose_embed.server.config import load_specs
+    from rose_embed.server.flag_checks import capped_seq_len_warning, flavour_flag_refusal, model_flag_refusal, served_names
+    from rose_embed.server.logs import configure_logging
 
     try:
         specs = load_specs(config)  # fail fast
@@ -263,7 +263,7 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
     for warning in (capped_seq_len_warning(config.engine.max_seq_len, specs), port_env_warning(config.port)):
         if warning:
             logging.getLogger("rose_embed.server").warning("%s", warning)
-    from server.supervisor import run_supervisor
+    from rose_embed.server.supervisor import run_supervisor
 
     sockets = _listen(config)
     _banner(config, ", ".join(served_names(config, specs)))

@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine.interface import QueueFullError, retry_after_seconds
-from server.admission_board import AdmissionBoard
+from rose_embed.engine.interface import QueueFullError, retry_after_seconds
+from rose_embed.server.admission_board import AdmissionBoard
 
 # A request of at most this many tokens is admitted past the bound while bulk requests fill the queue.
 SMALL_REQUEST_TOKENS = 512

@@ -14,7 +14,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from engine.shared_blocks import attach_block, close_block, create_block
+from rose_embed.engine.shared_blocks import attach_block, close_block, create_block
 
 _FIELDS = 3
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from server.errors import model_not_found
+from rose_embed.server.errors import model_not_found
 
 # OpenAI's embedding models, as their clients name them by default.
 OPENAI_EMBEDDING_NAMES = ("text-embedding-ada-002", "text-embedding-3-small", "text-embedding-3-large")

@@ -10,26 +10,26 @@ from litestar import Litestar
 from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 
-from server.auth import api_key_guard
-from server.config import ServerConfig
-from server.docs_page import docs_assets
-from server.errors import error_response
-from server.openapi import openapi_config
-from server.metrics import Metrics, metrics_endpoint
-from server.cohere_embed_route import ROUTES as COHERE_EMBED_ROUTES
-from server.contextualized import ROUTES as CONTEXTUALIZED_ROUTES
-from server.embeddings_route import ROUTES as EMBEDDINGS_ROUTES
-from server.rerank_route import ROUTES as RERANK_ROUTES
-from server.tei_embed_route import ROUTES as TEI_EMBED_ROUTES
-from server.tokenize_route import ROUTES as TOKENIZE_ROUTES
-from server.routes import ROUTES
-from server.runtime import Runtime
-from server.token_inputs import TokenInputs
+from rose_embed.server.auth import api_key_guard
+from rose_embed.server.config import ServerConfig
+from rose_embed.server.docs_page import docs_assets
+from rose_embed.server.errors import error_response
+from rose_embed.server.openapi import openapi_config
+from rose_embed.server.metrics import Metrics, metrics_endpoint
+from rose_embed.server.cohere_embed_route import ROUTES as COHERE_EMBED_ROUTES
+from rose_embed.server.contextualized import ROUTES as CONTEXTUALIZED_ROUTES
+from rose_embed.server.embeddings_route import ROUTES as EMBEDDINGS_ROUTES
+from rose_embed.server.rerank_route import ROUTES as RERANK_ROUTES
+from rose_embed.server.tei_embed_route import ROUTES as TEI_EMBED_ROUTES
+from rose_embed.server.tokenize_route import ROUTES as TOKENIZE_ROUTES
+from rose_embed.server.routes import ROUTES
+from rose_embed.server.runtime import Runtime
+from rose_embed.server.token_inputs import TokenInputs
 
 if TYPE_CHECKING:  # a front end that serves engine processes never imports torch
-    from engine.model_files.model_view import ModelView
-    from engine.rose.engine import Engine
-    from server.engine_links import EngineLinks
+    from rose_embed.engine.model_files.model_view import ModelView
+    from rose_embed.engine.rose.engine import Engine
+    from rose_embed.server.engine_links import EngineLinks
 
 
 def create_app(config: ServerConfig, engine: Engine | list[Engine] | None = None, *,

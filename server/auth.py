@@ -11,7 +11,7 @@ import hmac
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
-from server.errors import APIError
+from rose_embed.server.errors import APIError
 
 # Readiness probes stay reachable without a key (a probe that cannot send one would take the pod
 # out of service); so do the metrics scraper and the API docs (the page, /docs/openapi.json and

@@ -10,7 +10,7 @@ import re
 import sys
 from dataclasses import replace
 
-from engine.config import NARROW_BF16_FIRST_LAYERS, POST_NORM_BF16_FIRST_LAYERS, WIDE_BF16_FIRST_LAYERS, Fp8Plan
+from rose_embed.engine.config import NARROW_BF16_FIRST_LAYERS, POST_NORM_BF16_FIRST_LAYERS, WIDE_BF16_FIRST_LAYERS, Fp8Plan
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
@@ -67,7 +67,7 @@ def api_key(value: str) -> str:
 def matryoshka_sizes(value: str) -> str:
     """--matryoshka-dims: 'any', 'none' or sizes of at least 1 (kept as written: the loader reads
     it, and whether the sizes fit the model's output is known once its files are read)."""
-    from engine.model_files.flavour import FlavourError, parse_matryoshka_dims
+    from rose_embed.engine.model_files.flavour import FlavourError, parse_matryoshka_dims
 
     try:
         parse_matryoshka_dims(value, full_size=sys.maxsize)
@@ -146,7 +146,7 @@ def quantization_refusal(quantization: str | None, devices: tuple[str, ...], dty
     """Why --quantization cannot run on these devices at this --dtype (one line), or None."""
     if quantization is None:
         return None
-    from engine.rose.quantization_support import device_refusal, dtype_refusal
+    from rose_embed.engine.rose.quantization_support import device_refusal, dtype_refusal
 
     for name in devices:
         if refusal := device_refusal(quantization, "cuda:0" if name == "cuda" else name):
@@ -161,8 +161,8 @@ def attention_refusal(backend: str, devices: tuple[str, ...], dtype: str) -> str
         return None  # it picks a backend that runs; torch stays unimported
     import torch
 
-    from engine.rose.engine import resolve_dtype
-    from engine.rose.layers.attention_backends import device_refusal
+    from rose_embed.engine.rose.engine import resolve_dtype
+    from rose_embed.engine.rose.layers.attention_backends import device_refusal
 
     for name in devices:
         device = torch.device(name)
@@ -213,7 +213,7 @@ def fp8_plan_of(quantization: str | None, bf16_layers: int | None, weight_roundi
 def _check_visible(names: tuple[str, ...]) -> None:
     if not any(name.startswith("cuda") for name in names):
         return  # torch is imported only where a GPU is named
-    from server.topology import check_devices
+    from rose_embed.server.topology import check_devices
 
     try:
         check_devices(names)

@@ -17,22 +17,22 @@ import numpy as np
 from litestar import Request, post
 from litestar.datastructures import State
 
-from compat.cohere_embed import (CohereEmbedFloatsResponse, CohereEmbedRequest, CohereEmbedResponse,
+from rose_embed.compat.cohere_embed import (CohereEmbedFloatsResponse, CohereEmbedRequest, CohereEmbedResponse,
                                  EMBEDDING_TYPES, EmbeddingsByType, check_input_type, embedding_types_of,
                                  long_inputs_mode_of, texts_of)
-from compat.encoding import encoding_formats
-from compat.rerank import ApiVersion, BilledUnits, RerankMeta
-from server.embed_parts import is_large_request, text_parts
-from server.errors import APIError, invalid_request
-from server.guards import check_finite, check_input_chars, decode_request
-from server.model_kind import require_embedder
-from server.openapi import EMBEDDINGS_ERROR_RESPONSES
-from server.openapi_schema import body_operation
-from server.options import check_dimensions
-from server.prompts import resolve_prompt
-from compat.inputs import NormalisedInput
-from server.request_cost import request_cost
-from server.route_support import admitted, compute_parts, pick_model, runtime_of, trace_of
+from rose_embed.compat.encoding import encoding_formats
+from rose_embed.compat.rerank import ApiVersion, BilledUnits, RerankMeta
+from rose_embed.server.embed_parts import is_large_request, text_parts
+from rose_embed.server.errors import APIError, invalid_request
+from rose_embed.server.guards import check_finite, check_input_chars, decode_request
+from rose_embed.server.model_kind import require_embedder
+from rose_embed.server.openapi import EMBEDDINGS_ERROR_RESPONSES
+from rose_embed.server.openapi_schema import body_operation
+from rose_embed.server.options import check_dimensions
+from rose_embed.server.prompts import resolve_prompt
+from rose_embed.compat.inputs import NormalisedInput
+from rose_embed.server.request_cost import request_cost
+from rose_embed.server.route_support import admitted, compute_parts, pick_model, runtime_of, trace_of
 
 CohereEmbedOperation = body_operation(CohereEmbedRequest)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from engine.config import EngineConfig, ModelOverrides
+from rose_embed.engine.config import EngineConfig, ModelOverrides
 
 if TYPE_CHECKING:
-    from engine.model_files.loader import ModelSpec
+    from rose_embed.engine.model_files.loader import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,6 @@ def model_configs(config: ServerConfig) -> list[EngineConfig]:
 
 def load_specs(config: ServerConfig) -> list[ModelSpec]:
     """Each served model's description (no weights), in order; ModelLoadError names one that cannot be served."""
-    from engine.model_files.loader import load_spec
+    from rose_embed.engine.model_files.loader import load_spec
 
     return [load_spec(c.model, c.max_seq_len, c.model_overrides, c.revision) for c in model_configs(config)]

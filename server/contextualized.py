@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from litestar import Request, post
 from litestar.datastructures import State
 
-from compat.contextualized import (
+from rose_embed.compat.contextualized import (
     ContextualizedEmbeddingRequest,
     ContextualizedEmbeddingResponse,
     DocumentEmbeddings,
@@ -25,22 +25,22 @@ from compat.contextualized import (
     documents_of,
     encoding_format_of,
 )
-from compat.encoding import encode_embeddings
-from compat.openai import Embedding, Usage
-from engine.text.late_chunking import ChunkTooLongError, EmptyChunkError, LateChunkedDocuments, fit_documents, \
+from rose_embed.compat.encoding import encode_embeddings
+from rose_embed.compat.openai import Embedding, Usage
+from rose_embed.engine.text.late_chunking import ChunkTooLongError, EmptyChunkError, LateChunkedDocuments, fit_documents, \
     late_chunking_problem
-from engine.text.long_inputs import CannotWindowError
-from server.errors import invalid_request
-from server.guards import check_finite, decode_request
-from server.model_kind import require_embedder
-from server.long_inputs import context_length_error, long_inputs_mode
-from server.openapi import EMBEDDINGS_ERROR_RESPONSES, ContextualizedOperation
-from server.options import check_dimensions, check_encoding_format
-from server.prompts import resolve_prompt
-from server.request_pipeline import ReadyPart
-from compat.inputs import NormalisedInput
-from server.request_cost import request_cost
-from server.route_support import admitted, compute_parts, pick_model, runtime_of, trace_of
+from rose_embed.engine.text.long_inputs import CannotWindowError
+from rose_embed.server.errors import invalid_request
+from rose_embed.server.guards import check_finite, decode_request
+from rose_embed.server.model_kind import require_embedder
+from rose_embed.server.long_inputs import context_length_error, long_inputs_mode
+from rose_embed.server.openapi import EMBEDDINGS_ERROR_RESPONSES, ContextualizedOperation
+from rose_embed.server.options import check_dimensions, check_encoding_format
+from rose_embed.server.prompts import resolve_prompt
+from rose_embed.server.request_pipeline import ReadyPart
+from rose_embed.compat.inputs import NormalisedInput
+from rose_embed.server.request_cost import request_cost
+from rose_embed.server.route_support import admitted, compute_parts, pick_model, runtime_of, trace_of
 
 
 def default_encoding_format(spec) -> str:

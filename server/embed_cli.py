@@ -7,10 +7,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from engine.config import LONG_INPUT_MODES, POOLING_MODES, EngineConfig
-from engine.rose.quantization_support import QUANTIZATIONS
-from server.cli_help import hidden_alias
-from server.cli_values import (DTYPES, FP8_BF16_LAYERS_HELP, FP8_POOLED_TOKENS, FP8_POOLED_TOKENS_HELP,
+from rose_embed.engine.config import LONG_INPUT_MODES, POOLING_MODES, EngineConfig
+from rose_embed.engine.rose.quantization_support import QUANTIZATIONS
+from rose_embed.server.cli_help import hidden_alias
+from rose_embed.server.cli_values import (DTYPES, FP8_BF16_LAYERS_HELP, FP8_POOLED_TOKENS, FP8_POOLED_TOKENS_HELP,
                                FP8_WEIGHT_ROUNDING_HELP, FP8_WEIGHT_ROUNDINGS, attention_refusal, device, fp8_plan_of,
                                positive_int, quantization_refusal, whole_number)
 
@@ -94,15 +94,15 @@ def add_parser(commands, formatter_class: type[argparse.HelpFormatter]) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from corpus.engine_setup import build_engine, prompt_for
-    from corpus.job import CorpusJob, preflight, run_job, what_an_interrupt_kept
-    from corpus.manifest import JobMismatchError
-    from corpus.optional import MissingDependencyError
-    from corpus.parts import output_format_of
-    from corpus.source import CorpusInputError
-    from engine.config import ModelOverrides
-    from engine.rose.pipeline import refuse_reranker
-    from engine.model_files.loader import ModelLoadError, load_spec
+    from rose_embed.corpus.engine_setup import build_engine, prompt_for
+    from rose_embed.corpus.job import CorpusJob, preflight, run_job, what_an_interrupt_kept
+    from rose_embed.corpus.manifest import JobMismatchError
+    from rose_embed.corpus.optional import MissingDependencyError
+    from rose_embed.corpus.parts import output_format_of
+    from rose_embed.corpus.source import CorpusInputError
+    from rose_embed.engine.config import ModelOverrides
+    from rose_embed.engine.rose.pipeline import refuse_reranker
+    from rose_embed.engine.model_files.loader import ModelLoadError, load_spec
 
     _refuse_what_the_device_cannot_run(args)
     try:
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> None:
         )
         refuse_reranker(engine)  # before the job writes anything
         if args.engine_plugin:
-            from server.plugins import load_engine_plugin
+            from rose_embed.server.plugins import load_engine_plugin
 
             load_engine_plugin(args.engine_plugin)(engine)
         report = run_job(engine, replace(job, prompt=prompt_for(engine.spec, args.prompt_name)))
@@ -155,7 +155,7 @@ def _refuse_what_the_device_cannot_run(args: argparse.Namespace) -> None:
     status 2, as serve says it."""
     if args.quantization is None and args.attention_backend == "auto":
         return  # nothing to check: torch and the GPU driver stay unasked
-    from server.topology import visible_gpus
+    from rose_embed.server.topology import visible_gpus
 
     where = args.device if args.device != "auto" else ("cuda" if visible_gpus() else "cpu")
     if refusal := quantization_refusal(args.quantization, (where,), args.dtype):
@@ -169,10 +169,10 @@ def _check_flags_against(args: argparse.Namespace, spec) -> None:
     not serve and a --max-batch-tokens that cannot hold one whole text are one line and status 2;
     a --max-seq-len past the model's limit is one warning; a --prompt-name the model lacks is one
     line and status 2; --chunks-field on a model that cannot embed chunks in context, a ValueError."""
-    from corpus.engine_setup import prompt_for
-    from engine.rose.quantization_support import model_refusal
-    from engine.text.late_chunking import late_chunking_problem
-    from server.flag_checks import batch_tokens_refusal, capped_seq_len_warning
+    from rose_embed.corpus.engine_setup import prompt_for
+    from rose_embed.engine.rose.quantization_support import model_refusal
+    from rose_embed.engine.text.late_chunking import late_chunking_problem
+    from rose_embed.server.flag_checks import batch_tokens_refusal, capped_seq_len_warning
 
     if args.quantization is not None and (
             refusal := model_refusal(args.quantization, spec.architecture, spec.name, spec.reranker is not None)):

@@ -14,12 +14,12 @@ from functools import partial
 
 import numpy as np
 
-from server.errors import APIError
-from server.long_inputs import context_length_error, fit_request_texts, fit_request_token_ids
-from server.prompts import apply_prompt
-from server.request_pipeline import PART_TEXTS, ReadyPart, part_bounds
-from server.runtime import Runtime
-from server.served_models import ServedModel
+from rose_embed.server.errors import APIError
+from rose_embed.server.long_inputs import context_length_error, fit_request_texts, fit_request_token_ids
+from rose_embed.server.prompts import apply_prompt
+from rose_embed.server.request_pipeline import PART_TEXTS, ReadyPart, part_bounds
+from rose_embed.server.runtime import Runtime
+from rose_embed.server.served_models import ServedModel
 
 Finish = Callable[[np.ndarray], Awaitable]
 PartMaker = Callable[[], Awaitable[ReadyPart]]

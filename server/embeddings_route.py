@@ -11,18 +11,18 @@ import numpy as np
 from litestar import Request, post
 from litestar.datastructures import State
 
-from compat.inputs import normalise_input
-from compat.openai import Embedding, EmbeddingResponse, Usage
-from server.embed_parts import is_large_request, text_parts, token_id_parts
-from server.guards import check_finite, check_input_chars, decode_request
-from server.model_kind import require_embedder
-from server.long_inputs import long_inputs_mode
-from server.openapi import EMBEDDINGS_ERROR_RESPONSES, EmbeddingsOperation
-from server.options import check_dimensions, check_encoding_format
-from server.prompts import resolve_prompt
-from server.request_cost import request_cost
-from server.route_support import admitted, compute_parts, pick_model, runtime_of, trace_of
-from server.token_inputs import TokenInputs
+from rose_embed.compat.inputs import normalise_input
+from rose_embed.compat.openai import Embedding, EmbeddingResponse, Usage
+from rose_embed.server.embed_parts import is_large_request, text_parts, token_id_parts
+from rose_embed.server.guards import check_finite, check_input_chars, decode_request
+from rose_embed.server.model_kind import require_embedder
+from rose_embed.server.long_inputs import long_inputs_mode
+from rose_embed.server.openapi import EMBEDDINGS_ERROR_RESPONSES, EmbeddingsOperation
+from rose_embed.server.options import check_dimensions, check_encoding_format
+from rose_embed.server.prompts import resolve_prompt
+from rose_embed.server.request_cost import request_cost
+from rose_embed.server.route_support import admitted, compute_parts, pick_model, runtime_of, trace_of
+from rose_embed.server.token_inputs import TokenInputs
 
 
 @post(["/v1/embeddings", "/embeddings"], status_code=200, summary="Create embeddings",

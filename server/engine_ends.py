@@ -7,7 +7,7 @@ import signal
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
-from engine.arena import ArenaLayout
+from rose_embed.engine.arena import ArenaLayout
 
 
 @dataclass

@@ -22,13 +22,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from engine.arena import Arena, ArenaLayout
-from engine.board import EngineBoard
-from engine.child_signals import start_shielded
-from engine.config import EngineConfig
-from engine.messages import Attach
-from engine.queue.engine_process import run_engine_process
-from server.engine_ends import EngineEnds
+from rose_embed.engine.arena import Arena, ArenaLayout
+from rose_embed.engine.board import EngineBoard
+from rose_embed.engine.child_signals import start_shielded
+from rose_embed.engine.config import EngineConfig
+from rose_embed.engine.messages import Attach
+from rose_embed.engine.queue.engine_process import run_engine_process
+from rose_embed.server.engine_ends import EngineEnds
 
 
 class EngineHost:

@@ -24,10 +24,10 @@ import threading
 import time
 from multiprocessing.connection import Connection, wait
 
-from server.engine_ends import exit_reason
-from server.engine_host import EngineHost
-from server.engine_reattach import EngineDown, EngineUp
-from server.restart_policy import RestartPolicy
+from rose_embed.server.engine_ends import exit_reason
+from rose_embed.server.engine_host import EngineHost
+from rose_embed.server.engine_reattach import EngineDown, EngineUp
+from rose_embed.server.restart_policy import RestartPolicy
 
 logger = logging.getLogger("rose_embed.server")
 

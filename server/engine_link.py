@@ -26,13 +26,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine import messages
-from engine.arena import Allocator, Arena
-from engine.board import EngineBoard
-from engine.interface import PieceVectors
-from engine.rose.batch import PackedBatch
-from server.engine_ends import EngineEnds
-from server.pids import is_running
+from rose_embed.engine import messages
+from rose_embed.engine.arena import Allocator, Arena
+from rose_embed.engine.board import EngineBoard
+from rose_embed.engine.interface import PieceVectors
+from rose_embed.engine.rose.batch import PackedBatch
+from rose_embed.server.engine_ends import EngineEnds
+from rose_embed.server.pids import is_running
 
 
 class EngineLoadError(RuntimeError):

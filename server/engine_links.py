@@ -21,14 +21,14 @@ import math
 import time
 from multiprocessing.connection import Connection
 
-from engine.interface import BatchFailedError, EngineUnavailableError, PieceVectors
-from engine.rose.batch import PackedBatch
-from server.admission import SMALL_REQUEST_TOKENS, Admission, Ticket
-from server.admission_board import AdmissionBoard
-from server.engine_ends import EngineEnds
-from server.engine_link import EngineDiedError, EngineLink, EngineLostError, PieceFailedError
-from server.engine_reattach import Reattacher
-from server.stall_watch import silent_for, stall_bound
+from rose_embed.engine.interface import BatchFailedError, EngineUnavailableError, PieceVectors
+from rose_embed.engine.rose.batch import PackedBatch
+from rose_embed.server.admission import SMALL_REQUEST_TOKENS, Admission, Ticket
+from rose_embed.server.admission_board import AdmissionBoard
+from rose_embed.server.engine_ends import EngineEnds
+from rose_embed.server.engine_link import EngineDiedError, EngineLink, EngineLostError, PieceFailedError
+from rose_embed.server.engine_reattach import Reattacher
+from rose_embed.server.stall_watch import silent_for, stall_bound
 
 logger = logging.getLogger("rose_embed.engines")
 

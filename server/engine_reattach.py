@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Protocol
 
-from server.engine_ends import EngineEnds
-from server.engine_link import EngineLink, EngineLoadError
+from rose_embed.server.engine_ends import EngineEnds
+from rose_embed.server.engine_link import EngineLink, EngineLoadError
 
 logger = logging.getLogger("rose_embed.engines")
 

@@ -9,9 +9,9 @@ import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException
 
-from compat.inputs import InvalidInputError
-from compat.openai import ErrorDetail, ErrorResponse
-from engine.interface import BatchFailedError, EngineUnavailableError, QueueFullError
+from rose_embed.compat.inputs import InvalidInputError
+from rose_embed.compat.openai import ErrorDetail, ErrorResponse
+from rose_embed.engine.interface import BatchFailedError, EngineUnavailableError, QueueFullError
 
 logger = logging.getLogger("rose_embed.errors")
 

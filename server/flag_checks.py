@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from engine.config import EngineConfig, ModelOverrides
-from engine.model_files.loader import ModelLoadError, ModelSpec, load_spec
-from server.config import ServerConfig
+from rose_embed.engine.config import EngineConfig, ModelOverrides
+from rose_embed.engine.model_files.loader import ModelLoadError, ModelSpec, load_spec
+from rose_embed.server.config import ServerConfig
 
 # The model-flavour flags whose values only the files can judge: the sizes a model's output
 # allows, and the prompts it ships.
@@ -44,8 +44,8 @@ def model_flag_refusal(config: ServerConfig, specs: Sequence[ModelSpec]) -> str 
     """The first flag the served models' files refuse, as argparse words it: a --quantization a
     model cannot take, a --max-batch-tokens too small for one whole text, two models served as one
     name, a --model-alias that cannot be (server/aliases.py); None where every one fits."""
-    from engine.rose.quantization_support import model_refusal
-    from server.aliases import AliasError, resolve_aliases
+    from rose_embed.engine.rose.quantization_support import model_refusal
+    from rose_embed.server.aliases import AliasError, resolve_aliases
 
     if config.engine.quantization is not None:
         for spec in specs:

@@ -22,17 +22,17 @@ from contextlib import nullcontext
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
-from engine.child_signals import unshield
-from engine.memory import keep_freed_memory
-from server.engine_ends import EngineEnds
-from engine.parent_watch import exit_with_parent
-from server.config import ServerConfig, load_specs
-from server.descriptor_limit import make_room_for_connections
-from server.stats_board import remove_board_dir
-from server.stop_signal import StopSignal
+from rose_embed.engine.child_signals import unshield
+from rose_embed.engine.memory import keep_freed_memory
+from rose_embed.server.engine_ends import EngineEnds
+from rose_embed.engine.parent_watch import exit_with_parent
+from rose_embed.server.config import ServerConfig, load_specs
+from rose_embed.server.descriptor_limit import make_room_for_connections
+from rose_embed.server.stats_board import remove_board_dir
+from rose_embed.server.stop_signal import StopSignal
 
 if TYPE_CHECKING:  # imported where the app is built, with stop signals deferred (run_front_end)
-    from server.middleware import ObservedApp
+    from rose_embed.server.middleware import ObservedApp
 
 logger = logging.getLogger("rose_embed.server")
 
@@ -61,13 +61,13 @@ def _uvicorn_server(config: ServerConfig, sock: socket.socket, ends: list[Engine
     # then finds it loaded rather than running where a signal would be raised.
     import uvloop  # noqa: F401
 
-    from compat.tiktoken_ids import TiktokenUnavailableError
-    from engine.model_files.model_view import ModelView
-    from server.admission_board import AdmissionBoard
-    from server.app import create_app
-    from server.engine_links import EngineLinks
-    from server.middleware import ObservedApp
-    from server.pending_stop_server import uvicorn_server
+    from rose_embed.compat.tiktoken_ids import TiktokenUnavailableError
+    from rose_embed.engine.model_files.model_view import ModelView
+    from rose_embed.server.admission_board import AdmissionBoard
+    from rose_embed.server.app import create_app
+    from rose_embed.server.engine_links import EngineLinks
+    from rose_embed.server.middleware import ObservedApp
+    from rose_embed.server.pending_stop_server import uvicorn_server
 
     models = [ModelView(spec) for spec in load_specs(config)]
     board = (AdmissionBoard.attach(config.admission_board, config.frontend_workers)
@@ -91,7 +91,7 @@ def uvicorn_config(app: ObservedApp, config: ServerConfig):
     """uvicorn's settings for a front end serving `app`."""
     import uvicorn
 
-    from server.guarded_http import HttpLimits, guarded_protocol
+    from rose_embed.server.guarded_http import HttpLimits, guarded_protocol
 
     limits = HttpLimits(config.max_header_bytes, config.header_timeout, config.max_connections)
     return uvicorn.Config(
@@ -105,7 +105,7 @@ def run_front_end_process(config: ServerConfig, sock: socket.socket, ends: list[
                           parent_pid: int, restarts: Connection | None = None) -> None:
     """The main function of a spawned front end."""
     exit_with_parent(parent_pid, lambda: _stop_orphan(parent_pid, config.stats_dir))
-    from server.logs import configure_logging
+    from rose_embed.server.logs import configure_logging
 
     # The supervisor passes Ctrl-C and a hang-up on as SIGTERM; uvicorn takes SIGINT over while it runs.
     unshield(ignore=(signal.SIGINT, signal.SIGHUP))

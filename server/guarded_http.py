@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from server.errors import APIError
-from server.lingering_close import LingeringClose
-from server.protocol_errors import (headers_too_large, headers_too_slow, invalid_http_request, raw_response,
+from rose_embed.server.errors import APIError
+from rose_embed.server.lingering_close import LingeringClose
+from rose_embed.server.protocol_errors import (headers_too_large, headers_too_slow, invalid_http_request, raw_response,
                                     too_many_connections)
 
 DRAINING_KEY = "rose.draining"

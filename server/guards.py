@@ -7,9 +7,9 @@ import logging
 import msgspec
 import numpy as np
 
-from compat.openai import EmbeddingRequest
-from server.errors import APIError, invalid_request, shutting_down
-from server.json_body import not_utf8, unpaired_surrogate, without_bom
+from rose_embed.compat.openai import EmbeddingRequest
+from rose_embed.server.errors import APIError, invalid_request, shutting_down
+from rose_embed.server.json_body import not_utf8, unpaired_surrogate, without_bom
 
 logger = logging.getLogger("rose_embed.guards")
 

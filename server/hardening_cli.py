@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from server.cli_help import advanced
-from server.cli_values import non_empty, positive_int, positive_seconds, seconds_or_zero, whole_number
-from server.config import ServerConfig
+from rose_embed.server.cli_help import advanced
+from rose_embed.server.cli_values import non_empty, positive_int, positive_seconds, seconds_or_zero, whole_number
+from rose_embed.server.config import ServerConfig
 
 _DEFAULTS = ServerConfig()
 

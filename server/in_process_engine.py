@@ -9,11 +9,11 @@ import os
 import threading
 from multiprocessing import Pipe
 
-from engine.arena import Arena, ArenaLayout
-from engine.board import EngineBoard
-from engine.messages import Attach
-from engine.queue.engine_loop import EngineLoop
-from server.engine_ends import EngineEnds
+from rose_embed.engine.arena import Arena, ArenaLayout
+from rose_embed.engine.board import EngineBoard
+from rose_embed.engine.messages import Attach
+from rose_embed.engine.queue.engine_loop import EngineLoop
+from rose_embed.server.engine_ends import EngineEnds
 
 
 class InProcessEngine:

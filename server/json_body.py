@@ -16,7 +16,7 @@ import codecs
 import json
 import re
 
-from server.errors import APIError, invalid_request
+from rose_embed.server.errors import APIError, invalid_request
 
 UTF8_BOM = codecs.BOM_UTF8
 # Longest first: UTF-32-LE's mark starts with UTF-16-LE's.

@@ -12,9 +12,9 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from engine.config import LONG_INPUT_MODES
-from engine.text.long_inputs import CannotWindowError, FittedInputs, InputTooLongError, fit_texts, fit_token_ids
-from server.errors import APIError, invalid_request
+from rose_embed.engine.config import LONG_INPUT_MODES
+from rose_embed.engine.text.long_inputs import CannotWindowError, FittedInputs, InputTooLongError, fit_texts, fit_token_ids
+from rose_embed.server.errors import APIError, invalid_request
 
 
 def context_length_error(max_len: int, num_tokens: int) -> APIError:

@@ -26,14 +26,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, g
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
-from engine.memory import resident_bytes
-from server.metrics_merge import carried_counts, families_of, merge, with_carried
-from server.request_metrics import RequestSeries
-from server.server_health import server_health
-from server.stats_board import PUBLISH_EVERY_S, Report, StatsBoard
+from rose_embed.engine.memory import resident_bytes
+from rose_embed.server.metrics_merge import carried_counts, families_of, merge, with_carried
+from rose_embed.server.request_metrics import RequestSeries
+from rose_embed.server.server_health import server_health
+from rose_embed.server.stats_board import PUBLISH_EVERY_S, Report, StatsBoard
 
 if TYPE_CHECKING:
-    from server.runtime import Runtime
+    from rose_embed.server.runtime import Runtime
 
 logger = logging.getLogger("rose_embed.server")
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from server.stats_board import Family, Report, front_end_state, is_live
+from rose_embed.server.stats_board import Family, Report, front_end_state, is_live
 
 
 # Whose reports a family is read from: every front end's that ever reported, the live ones',

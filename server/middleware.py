@@ -13,11 +13,11 @@ import time
 
 from litestar import Litestar
 
-from server.errors import envelope, shutting_down
-from server.guarded_http import DRAINING_KEY
-from server.guards import body_too_slow, client_closed, upload_cut_off_by_drain
-from server.logs import ACCESS_LOGGER
-from server.trace import SCOPE_KEY, RequestTrace, request_id_from
+from rose_embed.server.errors import envelope, shutting_down
+from rose_embed.server.guarded_http import DRAINING_KEY
+from rose_embed.server.guards import body_too_slow, client_closed, upload_cut_off_by_drain
+from rose_embed.server.logs import ACCESS_LOGGER
+from rose_embed.server.trace import SCOPE_KEY, RequestTrace, request_id_from
 
 access_log = logging.getLogger(ACCESS_LOGGER)
 

@@ -3,8 +3,8 @@ A request for the other kind gets a 400 that says what the served model is and w
 
 from __future__ import annotations
 
-from engine.model_files.loader import ModelSpec
-from server.errors import invalid_request
+from rose_embed.engine.model_files.loader import ModelSpec
+from rose_embed.server.errors import invalid_request
 
 
 def require_embedder(spec: ModelSpec, served: str) -> None:

@@ -20,10 +20,10 @@ from litestar.openapi.spec import (
     SecurityScheme,
 )
 
-from compat.contextualized import ContextualizedEmbeddingRequest
-from compat.openai import EmbeddingRequest, ErrorResponse
-from server.docs_page import docs_page
-from server.openapi_schema import struct_schema
+from rose_embed.compat.contextualized import ContextualizedEmbeddingRequest
+from rose_embed.compat.openai import EmbeddingRequest, ErrorResponse
+from rose_embed.server.docs_page import docs_page
+from rose_embed.server.openapi_schema import struct_schema
 
 EMBEDDING_REQUEST_SCHEMA = struct_schema(EmbeddingRequest)
 CONTEXTUALIZED_REQUEST_SCHEMA = struct_schema(ContextualizedEmbeddingRequest)

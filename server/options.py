@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from compat.encoding import encoding_formats
-from engine.model_files.loader import ModelSpec
-from server.errors import invalid_request
+from rose_embed.compat.encoding import encoding_formats
+from rose_embed.engine.model_files.loader import ModelSpec
+from rose_embed.server.errors import invalid_request
 
 
 def check_encoding_format(spec: ModelSpec, encoding_format: str, param: str = "encoding_format") -> None:

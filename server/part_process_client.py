@@ -19,8 +19,8 @@ import pickle
 import msgspec
 import numpy as np
 
-from engine.rose.batch import split_flat
-from server.part_processes import HEADER_BYTES, frame, payload_length
+from rose_embed.engine.rose.batch import split_flat
+from rose_embed.server.part_processes import HEADER_BYTES, frame, payload_length
 
 logger = logging.getLogger("rose_embed.server")
 _READ_LIMIT = 1 << 24  # bytes a connection's reader buffers: a part's answer fits at once

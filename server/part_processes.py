@@ -29,7 +29,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 
-from engine.parent_watch import exit_with_parent
+from rose_embed.engine.parent_watch import exit_with_parent
 
 _LENGTH = struct.Struct("<Q")
 # The formats a part process encodes: float, whose decimal formatting costs a front end more than
@@ -91,8 +91,8 @@ def _serve(listener: socket.socket, tokenizer_recipe: tuple, parent_pid: int) ->
     """A part process: answers each connection's requests, one at a time, until it is stopped."""
     # A supervisor killed outright leaves no process behind, nor the sockets' folder.
     exit_with_parent(parent_pid, lambda: _leave(listener.getsockname()))
-    from engine.memory import keep_freed_memory
-    from engine.text.tokenizer import TextTokenizer
+    from rose_embed.engine.memory import keep_freed_memory
+    from rose_embed.engine.text.tokenizer import TextTokenizer
 
     keep_freed_memory()  # each part's ids and answers reuse the last one's memory
 
@@ -157,7 +157,7 @@ def _answer(tokenizer, request):
         if kind == "tokenize":
             return tokenizer.encode_flat(args[0])
         if kind == "encode":
-            from compat.encoding import encode_embeddings
+            from rose_embed.compat.encoding import encode_embeddings
 
             return [bytes(fragment) for fragment in encode_embeddings(*args)]
         if kind == "ping":

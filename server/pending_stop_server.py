@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import uvicorn
 
-from server.forced_stop_server import ForcedStopServer
+from rose_embed.server.forced_stop_server import ForcedStopServer
 
 
 class _PendingStopServer(ForcedStopServer):

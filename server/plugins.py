@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from engine.rose.engine import Engine
+    from rose_embed.engine.rose.engine import Engine
 
 
 def load_engine_plugin(spec: str) -> Callable[[Engine], None]:

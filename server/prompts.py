@@ -14,7 +14,7 @@ tokens count in `usage`. Token-id inputs are used as they are, without a prompt.
 
 from __future__ import annotations
 
-from compat.inputs import InvalidInputError
+from rose_embed.compat.inputs import InvalidInputError
 
 _ALIASES = {"search_query": "query", "search_document": "document", "passage": "document"}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
-from server.errors import APIError, envelope
+from rose_embed.server.errors import APIError, envelope
 
 
 def invalid_http_request() -> APIError:

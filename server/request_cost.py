@@ -9,7 +9,7 @@ tokens per character is counted short until then.
 
 from __future__ import annotations
 
-from compat.inputs import NormalisedInput
+from rose_embed.compat.inputs import NormalisedInput
 
 # English prose takes about four characters a token in WordPiece and BPE vocabularies.
 CHARS_PER_TOKEN = 4

@@ -26,11 +26,11 @@ from typing import Generic, TypeVar
 import numpy as np
 from litestar import Request
 
-from engine.interface import PieceVectors, Request as EngineRequest
-from engine.rose.batch import batch_ranges, pack, slice_packed
-from server.errors import APIError
-from server.guards import request_timeout
-from server.trace import RequestTrace
+from rose_embed.engine.interface import PieceVectors, Request as EngineRequest
+from rose_embed.engine.rose.batch import batch_ranges, pack, slice_packed
+from rose_embed.server.errors import APIError
+from rose_embed.server.guards import request_timeout
+from rose_embed.server.trace import RequestTrace
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from litestar import Request
 
-from server.errors import invalid_request
+from rose_embed.server.errors import invalid_request
 
 MIN_PRIORITY, MAX_PRIORITY = -10, 10
 PRIORITY_HEADER = "x-priority"

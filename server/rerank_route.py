@@ -15,20 +15,20 @@ import numpy as np
 from litestar import Request, post
 from litestar.datastructures import State
 
-from compat.rerank import (ApiVersion, BilledUnits, RerankMeta, RerankRequest, RerankResponse, RerankResult,
+from rose_embed.compat.rerank import (ApiVersion, BilledUnits, RerankMeta, RerankRequest, RerankResponse, RerankResult,
                            RerankUsage, ResultDocument, TeiRank, documents_of, is_tei, ranked)
-from server.errors import invalid_request
-from server.guards import check_finite, decode_request
-from server.model_kind import require_reranker
-from server.openapi import EMBEDDINGS_ERROR_RESPONSES
-from server.openapi_schema import body_operation
-from server.embed_parts import is_large_request
-from server.priority_pool import LARGE, SMALL
-from server.request_pipeline import ReadyPart, part_bounds
-from server.request_cost import input_cost
-from server.route_support import admitted, compute_parts, pick_model, runtime_of, trace_of
-from server.runtime import Runtime
-from server.served_models import ServedModel
+from rose_embed.server.errors import invalid_request
+from rose_embed.server.guards import check_finite, decode_request
+from rose_embed.server.model_kind import require_reranker
+from rose_embed.server.openapi import EMBEDDINGS_ERROR_RESPONSES
+from rose_embed.server.openapi_schema import body_operation
+from rose_embed.server.embed_parts import is_large_request
+from rose_embed.server.priority_pool import LARGE, SMALL
+from rose_embed.server.request_pipeline import ReadyPart, part_bounds
+from rose_embed.server.request_cost import input_cost
+from rose_embed.server.route_support import admitted, compute_parts, pick_model, runtime_of, trace_of
+from rose_embed.server.runtime import Runtime
+from rose_embed.server.served_models import ServedModel
 
 RerankOperation = body_operation(RerankRequest)
 

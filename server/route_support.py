@@ -11,14 +11,14 @@ from contextlib import contextmanager
 from litestar import Request
 from litestar.datastructures import State
 
-from engine.interface import Request as EngineRequest
-from server.errors import APIError, engine_unavailable, invalid_request, not_ready
-from server.request_pipeline import Outcome, ReadyPart, run_parts
-from server.request_weight import request_weight
-from server.runtime import Runtime
-from server.served_models import ServedModel
-from server.token_inputs import request_tokens_error
-from server.trace import SCOPE_KEY, RequestTrace
+from rose_embed.engine.interface import Request as EngineRequest
+from rose_embed.server.errors import APIError, engine_unavailable, invalid_request, not_ready
+from rose_embed.server.request_pipeline import Outcome, ReadyPart, run_parts
+from rose_embed.server.request_weight import request_weight
+from rose_embed.server.runtime import Runtime
+from rose_embed.server.served_models import ServedModel
+from rose_embed.server.token_inputs import request_tokens_error
+from rose_embed.server.trace import SCOPE_KEY, RequestTrace
 
 
 def runtime_of(state: State) -> Runtime:

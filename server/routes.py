@@ -7,9 +7,9 @@ import time
 from litestar import get
 from litestar.datastructures import State
 
-from compat.openai import Model, ModelList
-from server.openapi import ERROR_RESPONSES, NO_KEY_NEEDED
-from server.route_support import runtime_of
+from rose_embed.compat.openai import Model, ModelList
+from rose_embed.server.openapi import ERROR_RESPONSES, NO_KEY_NEEDED
+from rose_embed.server.route_support import runtime_of
 
 _STARTED = int(time.time())
 

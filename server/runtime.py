@@ -21,22 +21,22 @@ import threading
 
 import numpy as np
 
-from compat.encoding import encode_embeddings
-from engine.memory import HeapTrimmer
-from engine.model_files.loader import ModelLoadError
-from engine.model_files.model_view import ModelView
-from server.aliases import ModelNames, model_names
-from server.config import ServerConfig, model_configs
-from server.engine_link import EngineLoadError
-from server.engine_links import EngineLinks
-from engine.queue.engine_loop import queue_budget
-from server.in_process_engine import InProcessEngine
-from server.plugins import load_engine_plugin
-from server.priority_pool import LARGE, SMALL, PriorityPool
-from server.part_process_client import PartProcesses
-from server.part_processes import ENCODED_FORMATS, PartProcessPool, start_part_processes
-from server.request_pipeline import PART_TEXTS, RAMP_TEXTS
-from server.served_models import ServedModel, served_models
+from rose_embed.compat.encoding import encode_embeddings
+from rose_embed.engine.memory import HeapTrimmer
+from rose_embed.engine.model_files.loader import ModelLoadError
+from rose_embed.engine.model_files.model_view import ModelView
+from rose_embed.server.aliases import ModelNames, model_names
+from rose_embed.server.config import ServerConfig, model_configs
+from rose_embed.server.engine_link import EngineLoadError
+from rose_embed.server.engine_links import EngineLinks
+from rose_embed.engine.queue.engine_loop import queue_budget
+from rose_embed.server.in_process_engine import InProcessEngine
+from rose_embed.server.plugins import load_engine_plugin
+from rose_embed.server.priority_pool import LARGE, SMALL, PriorityPool
+from rose_embed.server.part_process_client import PartProcesses
+from rose_embed.server.part_processes import ENCODED_FORMATS, PartProcessPool, start_part_processes
+from rose_embed.server.request_pipeline import PART_TEXTS, RAMP_TEXTS
+from rose_embed.server.served_models import ServedModel, served_models
 
 logger = logging.getLogger("rose_embed.server")
 # Up to this many characters a request is tokenized on the event loop (well under a millisecond
@@ -190,7 +190,7 @@ class Runtime:
 
     def _serve_in_process(self) -> EngineLinks:
         if not self._local_engines:
-            from engine.rose.engine import Engine  # here, not at the top: a front end of engine processes needs no torch
+            from rose_embed.engine.rose.engine import Engine  # here, not at the top: a front end of engine processes needs no torch
 
             for config in model_configs(self.config):
                 logger.info("loading model %s", config.model or "(default)")

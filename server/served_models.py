@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.model_files.model_view import ModelView
-from server.config import ServerConfig
+from rose_embed.engine.model_files.model_view import ModelView
+from rose_embed.server.config import ServerConfig
 
 
 @dataclass(frozen=True)

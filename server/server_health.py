@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from server.errors import engine_unavailable, not_ready
-from server.stats_board import Report, front_end_state, is_live
+from rose_embed.server.errors import engine_unavailable, not_ready
+from rose_embed.server.stats_board import Report, front_end_state, is_live
 
 
 def server_health(reports: list[Report], now: float) -> dict:

@@ -18,10 +18,10 @@ import re
 import shutil
 from pathlib import Path
 
-from engine.owner_lock import is_held
-from engine.shared_blocks import BLOCK_PREFIX
-from server.pids import is_running
-from server.stats_board import BOARD_PREFIX
+from rose_embed.engine.owner_lock import is_held
+from rose_embed.engine.shared_blocks import BLOCK_PREFIX
+from rose_embed.server.pids import is_running
+from rose_embed.server.stats_board import BOARD_PREFIX
 
 logger = logging.getLogger("rose_embed.server")
 

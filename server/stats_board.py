@@ -30,7 +30,7 @@ from typing import Any
 
 import msgspec
 
-from server.pids import is_running
+from rose_embed.server.pids import is_running
 
 logger = logging.getLogger("rose_embed.server")
 

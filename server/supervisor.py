@@ -37,23 +37,23 @@ from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import wait
 
-from engine.child_signals import STOP_SIGNALS, start_shielded
-from engine.owner_lock import hold_path
-from server.admission_board import AdmissionBoard
-from server.engine_host import EngineHost
-from server.engine_keeper import EngineKeeper
-from engine.model_files.loader import ModelSpec
-from engine.arena import ArenaLayout
-from engine.text.tokenizer import tokenizer_recipe
-from server.config import ServerConfig, model_configs
-from server.front_end import run_front_end, run_front_end_process
-from server.logs import configure_logging
-from server.part_processes import PartProcessPool, start_part_processes
-from server.plugins import load_engine_plugin
-from server.stale_memory import remove_stale
-from server.stats_board import create_board_dir, remove_board_dir
-from server.stop_signal import StopSignal, Terminated
-from server.topology import engine_config_for
+from rose_embed.engine.child_signals import STOP_SIGNALS, start_shielded
+from rose_embed.engine.owner_lock import hold_path
+from rose_embed.server.admission_board import AdmissionBoard
+from rose_embed.server.engine_host import EngineHost
+from rose_embed.server.engine_keeper import EngineKeeper
+from rose_embed.engine.model_files.loader import ModelSpec
+from rose_embed.engine.arena import ArenaLayout
+from rose_embed.engine.text.tokenizer import tokenizer_recipe
+from rose_embed.server.config import ServerConfig, model_configs
+from rose_embed.server.front_end import run_front_end, run_front_end_process
+from rose_embed.server.logs import configure_logging
+from rose_embed.server.part_processes import PartProcessPool, start_part_processes
+from rose_embed.server.plugins import load_engine_plugin
+from rose_embed.server.stale_memory import remove_stale
+from rose_embed.server.stats_board import create_board_dir, remove_board_dir
+from rose_embed.server.stop_signal import StopSignal, Terminated
+from rose_embed.server.topology import engine_config_for
 
 logger = logging.getLogger("rose_embed.server")
 

@@ -14,10 +14,10 @@ import asyncio
 
 import numpy as np
 
-from compat.inputs import NormalisedInput, check_token_range
-from compat.tiktoken_ids import TiktokenDecoder
-from server.config import ServerConfig
-from server.errors import APIError, invalid_request
+from rose_embed.compat.inputs import NormalisedInput, check_token_range
+from rose_embed.compat.tiktoken_ids import TiktokenDecoder
+from rose_embed.server.config import ServerConfig
+from rose_embed.server.errors import APIError, invalid_request
 
 # A cl100k_base id decodes to at least one byte, and a character is at most four: more ids than
 # four per allowed character always decode past the limit.

@@ -12,12 +12,12 @@ import asyncio
 from litestar import Request, post
 from litestar.datastructures import State
 
-from compat.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
-from server.errors import invalid_request
-from server.guards import decode_request
-from server.openapi import ERROR_RESPONSES
-from server.openapi_schema import body_operation
-from server.route_support import pick_model, runtime_of
+from rose_embed.compat.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
+from rose_embed.server.errors import invalid_request
+from rose_embed.server.guards import decode_request
+from rose_embed.server.openapi import ERROR_RESPONSES
+from rose_embed.server.openapi_schema import body_operation
+from rose_embed.server.route_support import pick_model, runtime_of
 
 
 @post("/tokenize", status_code=200, summary="Tokenize a text with the served model's tokenizer",

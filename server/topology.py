@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from engine.config import EngineConfig
-from engine.cpu_quota import available_cores
+from rose_embed.engine.config import EngineConfig
+from rose_embed.engine.cpu_quota import available_cores
 
 CORES_LEFT_TO_OTHERS = 2  # the engines' threads and whatever else the host runs
 MAX_FRONT_ENDS_PER_GPU = 14

@@ -73,7 +73,7 @@ def st_reference(server):
     test_parity.py loads it."""
     from sentence_transformers import SentenceTransformer
 
-    from engine.model_files.loader import resolve_model_dir
+    from rose_embed.engine.model_files.loader import resolve_model_dir
 
     return SentenceTransformer(str(resolve_model_dir(None)[0]), device="cpu")
 

@@ -58,7 +58,7 @@ def _fast_tier_stays_fast(request: pytest.FixtureRequest, monkeypatch: pytest.Mo
     GPU tests are exempt: they are their own tier, skipped without CUDA."""
     if request.node.get_closest_marker("slow") is not None or request.node.get_closest_marker("gpu") is not None:
         return
-    from engine.rose.engine import Engine
+    from rose_embed.engine.rose.engine import Engine
 
     def refuse(*_, **__):
         raise UnmarkedSlowTestError(f"{request.node.nodeid} loads a real model or starts a server: mark it slow")
@@ -88,8 +88,8 @@ def texts() -> list[str]:
 
 @pytest.fixture(scope="session")
 def default_engine():
-    from engine.config import EngineConfig
-    from engine.rose.engine import Engine
+    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.rose.engine import Engine
 
     return Engine(EngineConfig(dtype="float32", max_batch_tokens=4096))
 
@@ -111,7 +111,7 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """`python -m server serve ...` on loopback, ready once /health says 200."""
+    """`python -m rose_embed serve ...` on loopback, ready once /health says 200."""
 
     def __init__(self, *args: str, ready_timeout: float = 120.0, env: dict | None = None, wait_ready: bool = True,
                  new_session: bool = False):
@@ -123,7 +123,7 @@ class ServerProcess:
         self.log_path = log_dir / f"rose-embed-test-{self.port}.log"
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "server", "serve", "--port", str(self.port), *args],
+            [sys.executable, "-m", "rose_embed", "serve", "--port", str(self.port), *args],
             cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT,
             start_new_session=new_session,  # a group of its own, for a signal to all of it, as Ctrl-C sends
         )

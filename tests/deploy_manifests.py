@@ -86,7 +86,7 @@ def dockerfile_env() -> dict[str, str]:
 
 def server_args(m: Manifests) -> argparse.Namespace:
     """The container's command line (image ENTRYPOINT + args), parsed by the server's own parser."""
-    from server.__main__ import build_parser
+    from rose_embed.server.__main__ import build_parser
 
     command = m.container.get("command") or json.loads(dockerfile_instruction("ENTRYPOINT"))
     argv = [*command, *m.container.get("args", [])]
@@ -96,7 +96,7 @@ def server_args(m: Manifests) -> argparse.Namespace:
     # The manifests run on a GPU node, where `--devices cuda` names a GPU torch sees; the parser
     # checks that, so it is shown one here as well (the check itself: tests/test_cli_flags.py).
     try:
-        with mock.patch("server.topology._gpu_driver_present", return_value=True), \
+        with mock.patch("rose_embed.server.topology._gpu_driver_present", return_value=True), \
                 mock.patch("torch.cuda.is_available", return_value=True), \
                 mock.patch("torch.cuda.device_count", return_value=1), \
                 mock.patch.dict("os.environ", environment):
@@ -146,7 +146,7 @@ def gauge_names() -> set[str]:
 
 
 def check_probes(m: Manifests) -> None:
-    from server.routes import health
+    from rose_embed.server.routes import health
 
     port = server_args(m).port
     for name in _PROBES:
@@ -174,7 +174,7 @@ def check_termination(m: Manifests) -> None:
 
 
 def check_service(m: Manifests) -> None:
-    from server.metrics import metrics_endpoint
+    from rose_embed.server.metrics import metrics_endpoint
 
     labels = m.pod["metadata"]["labels"]
     port = server_args(m).port

@@ -14,10 +14,10 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from engine.model_files.reranker import Reranker
-from engine.rose.batch import PackedBatch
-from engine.rose.lazy import LazyResult
-from engine.text.pairs import PairTokenizer
+from rose_embed.engine.model_files.reranker import Reranker
+from rose_embed.engine.rose.batch import PackedBatch
+from rose_embed.engine.rose.lazy import LazyResult
+from rose_embed.engine.text.pairs import PairTokenizer
 from tests.fake_engine import FakeEngine
 
 FAKE_RERANKER = "rose-test/fake-reranker"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.rose.layers.quantized_rows import QuantizedRows
+from rose_embed.engine.rose.layers.quantized_rows import QuantizedRows
 
 
 def e4m3_step(values: torch.Tensor) -> torch.Tensor:

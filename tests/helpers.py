@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from engine.model_files.loader import resolve_model_dir
+from rose_embed.engine.model_files.loader import resolve_model_dir
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # The fault markers are sent as the model's own token ids, which the server takes as they are

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from engine.shared_blocks import BLOCK_PREFIX
+from rose_embed.engine.shared_blocks import BLOCK_PREFIX
 
 _MAPPED_BLOCK = re.compile(rf"/dev/shm/({re.escape(BLOCK_PREFIX)}\d+-[0-9a-f]+)$")
 

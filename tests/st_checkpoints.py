@@ -41,7 +41,7 @@ def _write_json(path: Path, value) -> None:
 
 def bert_tokenizer(out: Path) -> int:
     """The default model's WordPiece tokenizer (uncased, [CLS] ... [SEP]). Returns the vocabulary size."""
-    from engine.model_files.loader import resolve_model_dir
+    from rose_embed.engine.model_files.loader import resolve_model_dir
 
     source = resolve_model_dir(None)[0]
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):

@@ -182,8 +182,8 @@ def reference(checkpoint, texts):
 
 @pytest.mark.slow  # an engine per architecture against sentence-transformers' encode
 def test_engine_matches_sentence_transformers(checkpoint, texts, reference):
-    from engine.config import EngineConfig
-    from engine.rose.engine import Engine
+    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.rose.engine import Engine
 
     arch, path = checkpoint
     engine = Engine(EngineConfig(dtype="float32", model=str(path), device="cpu", max_batch_tokens=2048))
@@ -202,8 +202,8 @@ def test_engine_matches_sentence_transformers(checkpoint, texts, reference):
 
 @pytest.mark.slow  # an engine per architecture, in bf16, against sentence-transformers' float32 encode
 def test_engine_in_bf16_stays_within_its_tolerance(checkpoint, texts, reference):
-    from engine.config import EngineConfig
-    from engine.rose.engine import Engine
+    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.rose.engine import Engine
 
     arch, path = checkpoint
     engine = Engine(EngineConfig(dtype="bfloat16", model=str(path), device="cpu", max_batch_tokens=2048))
@@ -219,7 +219,7 @@ def test_end_token_is_appended_after_what_the_template_adds(tmp_path, corpus):
 
     from tokenizers.processors import TemplateProcessing
 
-    from engine.text.tokenizer import ensure_end_token
+    from rose_embed.engine.text.tokenizer import ensure_end_token
     from tests.qwen3_checkpoints import train_tokenizer
 
     tok = train_tokenizer(corpus[:100], special_tokens=("<unk>", "<s>", "</s>"))
@@ -238,8 +238,8 @@ def test_modernbert_reads_hub_configs_as_transformers_does():
     and rope_parameters. Both must give the layer kinds and rotary bases transformers gives."""
     from transformers import ModernBertConfig
 
-    from engine.rose.layers.rotary import layer_type_rope_theta
-    from engine.rose.models.modernbert import layer_types
+    from rose_embed.engine.rose.layers.rotary import layer_type_rope_theta
+    from rose_embed.engine.rose.models.modernbert import layer_types
 
     legacy = dict(num_hidden_layers=22, global_attn_every_n_layers=3, global_rope_theta=160000.0,
                   local_rope_theta=10000.0, local_attention=128)
@@ -258,8 +258,8 @@ def test_gemma3_reads_hub_configs_as_transformers_does(bidirectional):
     kinds, rotary bases and window (|key - query| < its loaded sliding_window)."""
     from transformers import Gemma3TextConfig
 
-    from engine.rose.layers.rotary import layer_type_rope_theta
-    from engine.rose.models.gemma3 import Gemma3TextModel, layer_types
+    from rose_embed.engine.rose.layers.rotary import layer_type_rope_theta
+    from rose_embed.engine.rose.models.gemma3 import Gemma3TextModel, layer_types
 
     legacy = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=7, num_attention_heads=2,
                   num_key_value_heads=1, head_dim=16, max_position_embeddings=2048, sliding_window=512,
@@ -287,7 +287,7 @@ def test_served_by_the_real_server_to_concurrent_clients(arch, prompt_name, tmp_
     import httpx
     from sentence_transformers import SentenceTransformer
 
-    from engine.rose.cpu_features import native_bf16
+    from rose_embed.engine.rose.cpu_features import native_bf16
     from tests.conftest import ServerProcess
 
     path = SPECS[arch].save(tmp_path / "model")

@@ -25,8 +25,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 
 def _engine(path, **overrides):
-    from engine.config import EngineConfig
-    from engine.rose.engine import Engine
+    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.rose.engine import Engine
 
     return Engine(EngineConfig(model=str(path), device="cuda", max_batch_tokens=2048, **overrides))
 

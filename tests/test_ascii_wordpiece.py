@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from engine.model_files.loader import resolve_model_dir
-from engine.text.tokenizer import TextTokenizer
+from rose_embed.engine.model_files.loader import resolve_model_dir
+from rose_embed.engine.text.tokenizer import TextTokenizer
 from tests.conftest import load_texts
 
 MINILM = resolve_model_dir(None)[0]

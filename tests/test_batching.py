@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import uvicorn
 
-from engine.rose.batch import cut_batches
-from engine.config import EngineConfig
-from server.app import create_app
-from server.config import ServerConfig
+from rose_embed.engine.rose.batch import cut_batches
+from rose_embed.engine.config import EngineConfig
+from rose_embed.server.app import create_app
+from rose_embed.server.config import ServerConfig
 from tests.conftest import free_port
 from tests.fake_engine import FakeEngine
 
@@ -126,7 +126,7 @@ def budget_sample(default_engine, texts) -> tuple[list[str], np.ndarray, np.ndar
 @pytest.mark.parametrize("budget", [300, 1000])
 def test_engine_embed_matches_across_budgets(budget_sample, budget):
     # The same text gives the same vector whatever batch it lands in.
-    from engine.rose.engine import Engine
+    from rose_embed.engine.rose.engine import Engine
 
     small = Engine(EngineConfig(dtype="float32", max_batch_tokens=budget))
     sample, whole, first = budget_sample

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from bench.gpu_bench import run_ours
-from engine.rose.lazy import LazyResult
+from rose_embed.engine.rose.lazy import LazyResult
 
 
 class FirstTokenRunner:

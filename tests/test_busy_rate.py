@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.interface import retry_after_seconds
-from engine.queue.busy_rate import WINDOW_S, BusyRate
+from rose_embed.engine.interface import retry_after_seconds
+from rose_embed.engine.queue.busy_rate import WINDOW_S, BusyRate
 
 
 def test_a_batch_queued_behind_another_counts_from_the_others_end():

@@ -33,7 +33,7 @@ def _start(*flags: str, port: int) -> subprocess.Popen:
     # one is reset to its default): the server would then rightly ignore Ctrl-C.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        return subprocess.Popen([sys.executable, "-m", "server", "serve", "--port", str(port), *flags], cwd=REPO,
+        return subprocess.Popen([sys.executable, "-m", "rose_embed", "serve", "--port", str(port), *flags], cwd=REPO,
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
     finally:
@@ -78,7 +78,7 @@ def test_a_taken_port_is_one_line_and_a_quick_exit_with_nothing_left(flags):
 def test_weights_that_do_not_load_stop_the_server_with_one_line_and_status_1(tmp_path, frontend_workers):
     """They pass every check made before the port is bound; the engine process finds them broken.
     Restarting front ends, or ending as if killed by SIGTERM, would only hide that."""
-    from engine.model_files.loader import resolve_model_dir
+    from rose_embed.engine.model_files.loader import resolve_model_dir
 
     model = tmp_path / "model"
     shutil.copytree(resolve_model_dir(None)[0], model)

@@ -105,7 +105,7 @@ def assert_ids_give_the_texts_vectors(url: str, ids: list[list[int]], texts: lis
 
 def test_cl100k_token_ids_by_default(server):
     """Token ids are read as OpenAI's cl100k_base ids, as api.openai.com reads them: the vectors of the text."""
-    from compat.tiktoken_ids import load_cl100k
+    from rose_embed.compat.tiktoken_ids import load_cl100k
 
     encoding = load_cl100k()
     texts = load_texts(3)

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from compat.quantize import int8_tanh, packed_sign_bits
-from corpus.job import CorpusJob, run_job
-from engine.config import EngineConfig
+from rose_embed.compat.quantize import int8_tanh, packed_sign_bits
+from rose_embed.corpus.job import CorpusJob, run_job
+from rose_embed.engine.config import EngineConfig
 from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, serve, serve_async
 from tests.helpers import assert_envelope
 

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from server.__main__ import main
+from rose_embed.server.__main__ import main
 from tests.corpus_support import (assert_same_vectors, corpus_rows, read_parquet_output, server_vectors,
                                   write_jsonl)
 
@@ -65,9 +65,9 @@ def test_parquet_to_npy_equals_jsonl_to_parquet(tmp_path, rows, parquet_output):
 
 
 def test_bad_input_and_an_existing_output_fail_before_the_model_loads(tmp_path, monkeypatch):
-    import corpus.engine_setup
+    from rose_embed.corpus import engine_setup
 
-    monkeypatch.setattr(corpus.engine_setup, "build_engine", lambda **_: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(engine_setup, "build_engine", lambda **_: pytest.fail("the model was loaded"))
     source = write_jsonl(tmp_path / "corpus.jsonl", [{"text": "a"}, {"body": "b"}])
     cases = [
         (["--text-field", "body"], "line 1 has no 'body' field"),
@@ -94,7 +94,7 @@ class _Terminal(io.StringIO):
 
 
 def test_progress_bar_shows_rate_and_eta_on_a_terminal_only():
-    from corpus.progress import progress_bar
+    from rose_embed.corpus.progress import progress_bar
 
     terminal = _Terminal()
     bar = progress_bar(lambda: 1000, resumed=200, quiet=False, stream=terminal)
@@ -118,7 +118,7 @@ def test_a_missing_pyarrow_is_named_before_the_model_loads(tmp_path, monkeypatch
                                                            purpose):
     import sys
 
-    import corpus.engine_setup
+    from rose_embed.corpus import engine_setup
 
     source = tmp_path / source_name
     if source.suffix == ".parquet":
@@ -128,7 +128,7 @@ def test_a_missing_pyarrow_is_named_before_the_model_loads(tmp_path, monkeypatch
         pq.write_table(pa.table({"text": ["a", "b"]}), source)
     else:
         write_jsonl(source, [{"text": "a"}])
-    monkeypatch.setattr(corpus.engine_setup, "build_engine", lambda **_: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(engine_setup, "build_engine", lambda **_: pytest.fail("the model was loaded"))
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if it were not installed
     with pytest.raises(SystemExit) as exc:
         main(["embed", str(source), "-o", str(tmp_path / output_name)])
@@ -141,9 +141,9 @@ def test_the_progress_bar_moves_with_every_batch(tmp_path, monkeypatch, default_
     """500 rows in one chunk (the default chunk is 10,000 rows), 32 texts a batch."""
     from dataclasses import replace
 
-    import corpus.job
-    from corpus.job import CorpusJob, run_job
-    from corpus.progress import progress_bar
+    from rose_embed.corpus import job
+    from rose_embed.corpus.job import CorpusJob, run_job
+    from rose_embed.corpus.progress import progress_bar
 
     monkeypatch.setattr(default_engine, "config", replace(default_engine.config, max_batch_seqs=32))
     terminal, updates = _Terminal(), []
@@ -154,7 +154,7 @@ def test_the_progress_bar_moves_with_every_batch(tmp_path, monkeypatch, default_
         bar.update = lambda n=1: (updates.append(n), real_update(n))[1]
         return bar
 
-    monkeypatch.setattr(corpus.job, "progress_bar", recorded_bar)
+    monkeypatch.setattr(job, "progress_bar", recorded_bar)
     source = write_jsonl(tmp_path / "corpus.jsonl", [{"text": f"row {i}"} for i in range(500)])
     run_job(default_engine, CorpusJob(input=source, output=tmp_path / "v.npy", output_format="npy"))
     assert sum(updates) == 500 and len(updates) >= 500 // 32 and max(updates) <= 32
@@ -164,7 +164,7 @@ def test_the_progress_bar_moves_with_every_batch(tmp_path, monkeypatch, default_
 
 def _interrupted(tmp_path, monkeypatch, capsys, default_engine, after_texts: int) -> str:
     """Run the CLI on 150 rows in chunks of 50, 16 a batch; Ctrl-C lands once `after_texts` texts were sent."""
-    import corpus.engine_setup
+    from rose_embed.corpus import engine_setup
 
     from dataclasses import replace
 
@@ -179,7 +179,7 @@ def _interrupted(tmp_path, monkeypatch, capsys, default_engine, after_texts: int
 
     monkeypatch.setattr(default_engine, "execute_packed", execute_packed)
     monkeypatch.setattr(default_engine, "config", replace(default_engine.config, max_batch_seqs=16))
-    monkeypatch.setattr(corpus.engine_setup, "build_engine", lambda **_: default_engine)
+    monkeypatch.setattr(engine_setup, "build_engine", lambda **_: default_engine)
     tmp_path.mkdir()
     source = write_jsonl(tmp_path / "corpus.jsonl", [{"text": f"text {i}"} for i in range(150)])
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # main silences the interrupt's traceback
@@ -194,7 +194,7 @@ def _interrupted(tmp_path, monkeypatch, capsys, default_engine, after_texts: int
 
 
 def test_the_interrupt_message_says_what_is_on_disk(tmp_path, monkeypatch, capsys, default_engine):
-    from corpus.manifest import load_manifest
+    from rose_embed.corpus.manifest import load_manifest
 
     nothing = _interrupted(tmp_path / "a", monkeypatch, capsys, default_engine, after_texts=0)
     assert nothing == "rose-embed embed: interrupted; no chunk was finished, so nothing was kept"

@@ -25,7 +25,7 @@ def local_ray():
 
 
 def test_map_batches_gives_the_servers_vectors(local_ray, server, texts):
-    from corpus.ray_embedder import RoseEmbedder
+    from rose_embed.corpus.ray_embedder import RoseEmbedder
 
     rows = corpus_rows(texts, num_short=60, num_long=4)
     ds = local_ray.data.from_items(rows, override_num_blocks=4)
@@ -43,10 +43,10 @@ def test_map_batches_gives_the_servers_vectors(local_ray, server, texts):
 def test_the_embedder_alone_handles_numpy_and_pandas_batches(default_engine, monkeypatch):
     import pandas as pd
 
-    import corpus.ray_embedder
+    from rose_embed.corpus import ray_embedder
 
-    monkeypatch.setattr(corpus.ray_embedder, "build_engine", lambda **_: default_engine)
-    embedder = corpus.ray_embedder.RoseEmbedder(text_column="body", output_column="vec")
+    monkeypatch.setattr(ray_embedder, "build_engine", lambda **_: default_engine)
+    embedder = ray_embedder.RoseEmbedder(text_column="body", output_column="vec")
     texts = ["first text", "second text"]
     expected = default_engine.embed(texts)
     as_numpy = embedder({"body": np.array(texts, dtype=object), "n": np.arange(2)})

@@ -14,9 +14,9 @@ import msgspec
 import numpy as np
 import pytest
 
-from corpus.job import CorpusJob, run_job
-from corpus.manifest import JobMismatchError, load_manifest
-from corpus.parts import PartStore, parts_dir_for
+from rose_embed.corpus.job import CorpusJob, run_job
+from rose_embed.corpus.manifest import JobMismatchError, load_manifest
+from rose_embed.corpus.parts import PartStore, parts_dir_for
 from tests.conftest import REPO
 from tests.corpus_support import assert_same_vectors, corpus_rows, read_parquet_output, write_jsonl
 
@@ -126,7 +126,7 @@ def test_a_changed_input_model_or_setting_is_refused_unless_overwrite(tmp_path, 
 
 def test_a_killed_process_resumes_from_its_last_committed_chunk(tmp_path, rows, texts, default_engine):
     """SIGKILL (no cleanup) in the middle of a chunk; the same command then finishes the job."""
-    from server.__main__ import main
+    from rose_embed.server.__main__ import main
     from tests import corpus_plugins
 
     source = write_jsonl(tmp_path / "corpus.jsonl", rows)
@@ -135,7 +135,7 @@ def test_a_killed_process_resumes_from_its_last_committed_chunk(tmp_path, rows, 
                "--max-batch-seqs", "8", "--quiet"]  # two batches per chunk
     env = dict(os.environ, ROSE_KILL_AFTER_TEXTS=str(3 * CHUNK + 8),  # dies in chunk 4's second batch
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    killed = subprocess.run([sys.executable, "-m", "server", *command, "--engine-plugin",
+    killed = subprocess.run([sys.executable, "-m", "rose_embed", *command, "--engine-plugin",
                              "tests.corpus_plugins:kill_after"], cwd=REPO, env=env, capture_output=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
     assert not output.exists()

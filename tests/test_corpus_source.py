@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from corpus.source import CorpusInputError, cut_chunks, open_source
+from rose_embed.corpus.source import CorpusInputError, cut_chunks, open_source
 
 
 def _rows(n: int) -> list[dict]:

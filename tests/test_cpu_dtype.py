@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.rose import cpu_features
-from engine.rose.engine import resolve_dtype
+from rose_embed.engine.rose import cpu_features
+from rose_embed.engine.rose.engine import resolve_dtype
 
 
 @pytest.fixture

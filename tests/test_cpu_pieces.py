@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import engine.rose.runner
-from engine.rose.batch import pack, split_packed
+from rose_embed.engine.rose import runner
+from rose_embed.engine.rose.batch import pack, split_packed
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -30,9 +30,9 @@ def test_split_packed_covers_the_batch_in_order_within_the_cap(seed):
 
 def test_a_batch_in_pieces_gives_the_vectors_of_the_whole(default_engine, texts, monkeypatch):
     seqs = default_engine.tokenize(texts[:120])
-    monkeypatch.setattr(engine.rose.runner, "CPU_CHUNK_TOKENS", 10**9)
+    monkeypatch.setattr(runner, "CPU_CHUNK_TOKENS", 10**9)
     whole = default_engine.runner.execute(pack(seqs)).wait().copy()
-    monkeypatch.setattr(engine.rose.runner, "CPU_CHUNK_TOKENS", 300)
+    monkeypatch.setattr(runner, "CPU_CHUNK_TOKENS", 300)
     assert len(split_packed(pack(seqs), 300)) > 5
     pieces = default_engine.runner.execute(pack(seqs)).wait()
     assert pieces.shape == whole.shape

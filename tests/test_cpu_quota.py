@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import cpu_quota
-from engine.cpu_quota import available_cores, cgroup_cpu_limit
-from server.topology import default_front_ends
+from rose_embed.engine import cpu_quota
+from rose_embed.engine.cpu_quota import available_cores, cgroup_cpu_limit
+from rose_embed.server.topology import default_front_ends
 
 
 def fake_root(tmp_path: Path, proc_cgroup: str | None, files: dict[str, str]) -> Path:
@@ -127,8 +127,8 @@ def test_an_engine_on_a_quota_runs_no_more_threads_than_it_may_use(monkeypatch):
     """Engine (the library, the corpus CLI) with no thread count: torch's default, cut to the quota."""
     import torch
 
-    from engine.config import EngineConfig
-    from engine.rose.engine import Engine
+    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.rose.engine import Engine
 
     before = torch.get_num_threads()
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(128)), raising=False)

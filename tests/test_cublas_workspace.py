@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.rose.cublas_workspace import NO_WORKSPACE, give_cublas_no_workspace
+from rose_embed.engine.rose.cublas_workspace import NO_WORKSPACE, give_cublas_no_workspace
 
 
 @pytest.fixture

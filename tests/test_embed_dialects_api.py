@@ -11,8 +11,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from compat.quantize import int8_tanh, packed_sign_bits
-from engine.model_files.st_modules import Normalize
+from rose_embed.compat.quantize import int8_tanh, packed_sign_bits
+from rose_embed.engine.model_files.st_modules import Normalize
 from tests.client_support import API_KEYS
 from tests.conftest import load_texts
 from tests.fake_engine import FakeEngine, fake_config, serve

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.__main__ import main
+from rose_embed.server.__main__ import main
 from tests.conftest import REPO
 
 
@@ -17,7 +17,7 @@ class _Stopped(Exception):
 def job(tmp_path, monkeypatch):
     """An embed command on a one-line input, stopped where the engine would be built: the
     options it would be built with, or None where it stopped before."""
-    import corpus.engine_setup
+    from rose_embed.corpus import engine_setup
 
     built = {}
 
@@ -25,7 +25,7 @@ def job(tmp_path, monkeypatch):
         built.update(options)
         raise _Stopped
 
-    monkeypatch.setattr(corpus.engine_setup, "build_engine", build_engine)
+    monkeypatch.setattr(engine_setup, "build_engine", build_engine)
     source = tmp_path / "in.jsonl"
     source.write_text('{"text": "a"}\n')
 
@@ -91,7 +91,7 @@ def test_docs_name_every_model_flag():
     """docs/corpus.md's model flags paragraph names each flag of embed's model group."""
     import argparse
 
-    from server.__main__ import build_parser
+    from rose_embed.server.__main__ import build_parser
 
     commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     (group,) = [g for g in commands.choices["embed"]._action_groups if g.title.startswith("model and engine")]

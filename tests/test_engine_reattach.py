@@ -9,11 +9,11 @@ import multiprocessing
 
 import pytest
 
-from engine.interface import EngineUnavailableError
-from engine.rose.batch import pack
-from server.engine_links import EngineLinks
-from server.engine_reattach import EngineDown, EngineUp
-from server.in_process_engine import InProcessEngine
+from rose_embed.engine.interface import EngineUnavailableError
+from rose_embed.engine.rose.batch import pack
+from rose_embed.server.engine_links import EngineLinks
+from rose_embed.server.engine_reattach import EngineDown, EngineUp
+from rose_embed.server.in_process_engine import InProcessEngine
 from tests.test_engine_queue import DIE, FakeEngine, request, run, seq
 
 

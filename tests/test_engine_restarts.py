@@ -17,8 +17,8 @@ import httpx
 import numpy as np
 import pytest
 
-from engine.owner_lock import hold
-from engine.shared_blocks import BLOCK_PREFIX, close_block, create_block
+from rose_embed.engine.owner_lock import hold
+from rose_embed.engine.shared_blocks import BLOCK_PREFIX, close_block, create_block
 from tests.conftest import ServerProcess
 from tests.helpers import MODEL, PLUGIN, assert_envelope, embed, restarted_engine
 from tests.processes import block_creator, session_members, shared_memory, stats_boards

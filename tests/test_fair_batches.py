@@ -10,8 +10,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.queue.fair_share import water_fill
-from engine.queue.piece_queue import PieceQueue
+from rose_embed.engine.queue.fair_share import water_fill
+from rose_embed.engine.queue.piece_queue import PieceQueue
 from tests.test_piece_queue import firsts, piece
 
 

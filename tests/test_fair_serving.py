@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from bench.common import build_texts, DEFAULT_DATA
-from engine.config import EngineConfig
-from server.config import ServerConfig
+from rose_embed.engine.config import EngineConfig
+from rose_embed.server.config import ServerConfig
 from tests.fake_engine import FakeEngine, fake_config, serve_async
 from tests.helpers import assert_envelope, sample
 
@@ -35,7 +35,7 @@ def test_a_one_text_request_behind_a_thousand_queued_texts_is_answered_before_th
         scheduling):
     """With the real model in process: fair scheduling answers the query at once (on the CPU, between
     the layers of the batch in flight); strict arrival order holds it until the bulk request is done."""
-    from engine.rose.engine import Engine
+    from rose_embed.engine.rose.engine import Engine
 
     config = ServerConfig(engine=EngineConfig(device="cpu", dtype="float32", choose_batch_tokens=True,
                                               scheduling=scheduling))

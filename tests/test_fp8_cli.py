@@ -13,8 +13,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from engine.config import Fp8Plan
-from server.__main__ import build_parser, config_from_args, serve
+from rose_embed.engine.config import Fp8Plan
+from rose_embed.server.__main__ import build_parser, config_from_args, serve
 from tests.helpers import config_only_model
 from tests.conftest import REPO
 
@@ -23,7 +23,7 @@ NEEDS = "argument --quantization: fp8 needs a GPU with FP8 tensor cores (compute
 
 
 def _pretend_gpu(monkeypatch, capability: tuple[int, int], name: str = "NVIDIA H200") -> None:
-    from server import topology
+    from rose_embed.server import topology
 
     monkeypatch.setattr(topology, "_gpu_driver_present", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -39,7 +39,7 @@ def _config(*flags: str):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where torch sees no GPU")
 @pytest.mark.parametrize("command", [["serve"], ["embed", "in.jsonl", "-o", "out.npy"]])
 def test_on_a_cpu_the_command_stops_with_one_line_and_status_2(command, tmp_path):
-    done = subprocess.run([sys.executable, "-m", "server", *command, "--quantization", "fp8"], cwd=tmp_path,
+    done = subprocess.run([sys.executable, "-m", "rose_embed", *command, "--quantization", "fp8"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(REPO), "PATH": ""})
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == [f"rose-embed {command[0]}: error: {NEEDS}; the engine would run on cpu"]
@@ -89,7 +89,7 @@ def test_a_model_fp8_does_not_serve_is_refused_by_name(config, refusal, monkeypa
 
 
 def test_embed_refuses_a_model_fp8_does_not_serve(monkeypatch, tmp_path, capsys):
-    from server.__main__ import main
+    from rose_embed.server.__main__ import main
 
     _pretend_gpu(monkeypatch, (9, 0))
     path = config_only_model(tmp_path / "model", {"model_type": "modernbert", "hidden_size": 64,
@@ -126,7 +126,7 @@ def test_fp8_bf16_layers_takes_a_whole_number(capsys):
 @pytest.mark.parametrize("flag, value", [("--fp8-bf16-layers", "4"), ("--fp8-weight-rounding", "nearest"),
                                          ("--fp8-pooled-tokens", "fp8")])
 def test_embed_refuses_an_fp8_flag_without_fp8(tmp_path, flag, value):
-    done = subprocess.run([sys.executable, "-m", "server", "embed", "in.jsonl", "-o", "out.npy", flag, value],
+    done = subprocess.run([sys.executable, "-m", "rose_embed", "embed", "in.jsonl", "-o", "out.npy", flag, value],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env={"PYTHONPATH": str(REPO), "PATH": ""})
     assert done.returncode == 2 and done.stdout == ""
@@ -163,8 +163,8 @@ def test_fp8_pooled_tokens_sets_the_plan_and_needs_fp8(monkeypatch, capsys):
 
 
 def test_embed_hands_the_fp8_flags_to_the_engine(monkeypatch, tmp_path):
-    import corpus.engine_setup
-    from server.__main__ import main
+    from rose_embed.corpus import engine_setup
+    from rose_embed.server.__main__ import main
 
     _pretend_gpu(monkeypatch, (9, 0))
     path = config_only_model(tmp_path / "model", {"model_type": "bert", "hidden_size": 64,
@@ -176,7 +176,7 @@ def test_embed_hands_the_fp8_flags_to_the_engine(monkeypatch, tmp_path):
         built.update(options)
         raise ValueError("stopped before loading")
 
-    monkeypatch.setattr(corpus.engine_setup, "build_engine", build_engine)
+    monkeypatch.setattr(engine_setup, "build_engine", build_engine)
     with pytest.raises(SystemExit):
         main(["embed", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out.npy"), "--model", str(path),
               "--devices", "cuda", "--quantization", "fp8", "--fp8-weight-rounding", "nearest",

@@ -14,14 +14,14 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from engine.config import Fp8Plan
-from engine.rose.batch import pack
-from engine.rose.fp8_gptq import calibration_texts, gptq_rows, gptq_stack, gptq_weights
-from engine.rose.fp8_plan import fp8_linear_names, quantize_model
-from engine.rose.layers.attention import SDPAPerSequenceBackend
-from engine.rose.layers.fp8 import Fp8Linear
-from engine.rose.layers.quantized_rows import FP8_DTYPE, dequantize_rows, quantize_rows_reference
-from engine.rose.models import MODEL_CLASSES
+from rose_embed.engine.config import Fp8Plan
+from rose_embed.engine.rose.batch import pack
+from rose_embed.engine.rose.fp8_gptq import calibration_texts, gptq_rows, gptq_stack, gptq_weights
+from rose_embed.engine.rose.fp8_plan import fp8_linear_names, quantize_model
+from rose_embed.engine.rose.layers.attention import SDPAPerSequenceBackend
+from rose_embed.engine.rose.layers.fp8 import Fp8Linear
+from rose_embed.engine.rose.layers.quantized_rows import FP8_DTYPE, dequantize_rows, quantize_rows_reference
+from rose_embed.engine.rose.models import MODEL_CLASSES
 from tests.qwen3_checkpoints import randomize
 
 EVERY_LINEAR = Fp8Plan(min_hidden_size=0, bf16_first_layers=0, bf16_last_layers=0, attention_output_min_hidden_size=0)

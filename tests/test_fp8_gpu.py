@@ -25,10 +25,10 @@ import numpy as np
 import pytest
 import torch
 
-from engine.config import EngineConfig, Fp8Plan
-from engine.rose.layers import cublaslt_fp8, fp8_fused, fused
-from engine.rose.layers.fp8 import Fp8Linear, quantize_rows, scaled_matmul
-from engine.rose.layers.quantized_rows import (QuantizedRows, dequantize_rows, quantize_rows_at, quantize_rows_reference,
+from rose_embed.engine.config import EngineConfig, Fp8Plan
+from rose_embed.engine.rose.layers import cublaslt_fp8, fp8_fused, fused
+from rose_embed.engine.rose.layers.fp8 import Fp8Linear, quantize_rows, scaled_matmul
+from rose_embed.engine.rose.layers.quantized_rows import (QuantizedRows, dequantize_rows, quantize_rows_at, quantize_rows_reference,
                                                quantize_tensor_reference)
 from tests.fp8_checks import assert_rows_close
 from tests.test_architectures import SPECS, cosines, corpus, texts  # noqa: F401 (fixtures)
@@ -243,7 +243,7 @@ def test_the_workspace_free_gemm_is_torchs(one_scale, num_tokens, k, n, bias):
 
 
 def _engine(path, **overrides):
-    from engine.rose.engine import Engine
+    from rose_embed.engine.rose.engine import Engine
 
     return Engine(EngineConfig(model=str(path), max_batch_tokens=2048, **overrides))
 
@@ -253,7 +253,7 @@ class Simulation:
     definition) and the FP8 scheme in bf16 (bf16's rounding around the same e4m3 roundings)."""
 
     def __init__(self, path, plan: Fp8Plan, texts: list[str]):
-        from engine.rose.fp8_plan import quantize_model
+        from rose_embed.engine.rose.fp8_plan import quantize_model
 
         engine = _engine(path, device="cpu", dtype="float32")
         self.reference = engine.embed(texts)
@@ -318,7 +318,7 @@ def test_pooled_tokens_kept_bf16_in_graphs_are_their_cpu_simulation(tmp_path, te
 def test_the_default_model_in_fp8_is_its_simulation():
     """all-MiniLM-L6-v2 with the plan's rules but its width floor (which keeps it bf16 by default);
     its weights may be a bf16 copy (docs/fp8.md: how to carry them to a GPU machine)."""
-    from engine.model_files.loader import resolve_model_dir
+    from rose_embed.engine.model_files.loader import resolve_model_dir
     from tests.conftest import load_texts
 
     path = resolve_model_dir(None)[0]

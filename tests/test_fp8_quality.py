@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from engine.config import EngineConfig, Fp8Plan
+from rose_embed.engine.config import EngineConfig, Fp8Plan
 from tests.conftest import load_texts
 
 pytestmark = pytest.mark.slow
@@ -43,8 +43,8 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 @pytest.fixture(scope="module")
 def vectors():
     """(float32 passages, FP8-simulated passages, float32 queries, FP8 queries) of the default model."""
-    from engine.rose.engine import Engine
-    from engine.rose.fp8_plan import quantize_model
+    from rose_embed.engine.rose.engine import Engine
+    from rose_embed.engine.rose.fp8_plan import quantize_model
 
     texts = load_texts(2200)
     passages, queries = texts[:2000], [" ".join(t.split()[:12]) for t in texts[2000:]]
@@ -72,7 +72,7 @@ def test_the_default_model_in_fp8_finds_the_same_neighbours(vectors):
 
 
 def test_the_engine_refuses_fp8_on_a_cpu():
-    from engine.rose.engine import Engine
+    from rose_embed.engine.rose.engine import Engine
 
     with pytest.raises(ValueError, match="fp8 needs a GPU with FP8 tensor cores .*; the engine would run on cpu"):
         Engine(EngineConfig(device="cpu", quantization="fp8"))
@@ -81,9 +81,9 @@ def test_the_engine_refuses_fp8_on_a_cpu():
 def test_the_engine_turns_the_plans_layers_to_fp8(monkeypatch, caplog):
     """EngineConfig(quantization="fp8") quantizes what its Fp8Plan names, as the device would run it
     (the device check passed over here: on this CPU the layers run their float32 definition)."""
-    from engine.rose import fp8_support
-    from engine.rose.engine import Engine
-    from engine.rose.layers.fp8 import Fp8Linear
+    from rose_embed.engine.rose import fp8_support
+    from rose_embed.engine.rose.engine import Engine
+    from rose_embed.engine.rose.layers.fp8 import Fp8Linear
 
     monkeypatch.setattr(fp8_support, "device_refusal", lambda device: None)
     # Which layers turn is what this test checks: rounded to nearest, it skips GPTQ's calibration.

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.rose.layers import fused
-from engine.rose.layers.rotary import RotaryEmbedding, interleave_rotary_halves
+from rose_embed.engine.rose.layers import fused
+from rose_embed.engine.rose.layers.rotary import RotaryEmbedding, interleave_rotary_halves
 
 pytestmark = [
     pytest.mark.gpu,
@@ -202,11 +202,11 @@ def test_fp16_and_float32_keep_the_gelu_pass(dtype, approximate):
 @pytest.mark.parametrize("architecture,gelu_epilogue", [("bert", False), ("bert", True), ("qwen3", False)])
 @torch.inference_mode()
 def test_whole_model_fused_equals_reference(architecture, gelu_epilogue):
-    from engine.rose.batch import pack
-    from engine.rose.layers.attention_backends import make_attention_backend
-    from engine.rose.models import MODEL_CLASSES
-    from engine.rose.layers.head import SentenceHead
-    from engine.rose.runner import ModelRunner
+    from rose_embed.engine.rose.batch import pack
+    from rose_embed.engine.rose.layers.attention_backends import make_attention_backend
+    from rose_embed.engine.rose.models import MODEL_CLASSES
+    from rose_embed.engine.rose.layers.head import SentenceHead
+    from rose_embed.engine.rose.runner import ModelRunner
 
     if architecture == "bert":
         config = dict(vocab_size=1000, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
@@ -251,8 +251,8 @@ def test_whole_model_fused_equals_reference(architecture, gelu_epilogue):
 def test_biased_attention_matches_its_definition(dtype, is_causal, local, num_kv_heads, head_dim):
     """The Triton kernel behind MPNet's relative position bias against the scores, mask and
     softmax written out (tests/test_attention_cpu.py), on sequences longer than its blocks."""
-    from engine.rose.layers.attention import AttentionShape
-    from engine.rose.layers.triton_attention import varlen_attention_with_bias
+    from rose_embed.engine.rose.layers.attention import AttentionShape
+    from rose_embed.engine.rose.layers.triton_attention import varlen_attention_with_bias
     from tests.test_attention_cpu import _naive
 
     g = torch.Generator().manual_seed(head_dim)

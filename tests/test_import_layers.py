@@ -15,7 +15,7 @@ def _modules() -> dict[str, Path]:
     modules = {}
     for package in PACKAGES:
         for path in (REPO / package).rglob("*.py"):
-            name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+            name = ".".join(("rose_embed", *path.relative_to(REPO).with_suffix("").parts))
             modules[name.removesuffix(".__init__")] = path
     return modules
 
@@ -60,8 +60,18 @@ def test_no_module_imports_itself_in_a_circle():
 def test_imports_go_one_way():
     for name, path in _modules().items():
         imported = _imports(path)
-        top = {i.split(".")[0] for i in imported}
-        if name.startswith("engine"):
+        top = {i.removeprefix("rose_embed.").split(".")[0] for i in imported}
+        if name.startswith("rose_embed.engine"):
             assert not top & {"server", "compat", "litestar", "uvicorn"}, (name, top)
-        if name.startswith("compat"):
+        if name.startswith("rose_embed.compat"):
             assert not top & {"engine", "server", "torch"}, (name, top)
+
+
+def test_every_import_names_the_installed_package():
+    """The folders install under one name (pyproject.toml's package-dir): code that imported
+    `server` or `engine` by their folder names would work in a checkout and break once installed."""
+    folders = {"server", "engine", "compat", "corpus"}
+    for top in (*PACKAGES, "rose_embed", "tests", "bench"):
+        for path in (REPO / top).rglob("*.py"):
+            stray = {name for name in _imports(path) if name.split(".")[0] in folders}
+            assert not stray, (path.relative_to(REPO), sorted(stray))

@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from engine.rose import cpu_features, int8_support
-from engine.rose.layers.int8 import Int8Linear, smoothing_factors
-from server.__main__ import build_parser, config_from_args, serve
+from rose_embed.engine.rose import cpu_features, int8_support
+from rose_embed.engine.rose.layers.int8 import Int8Linear, smoothing_factors
+from rose_embed.server.__main__ import build_parser, config_from_args, serve
 from tests.helpers import config_only_model
 
 needs_vnni = pytest.mark.skipif(cpu_features.int8_dot_products() is None,
@@ -147,7 +147,7 @@ def test_an_unknown_family_is_refused_by_name():
 
 
 def test_embed_takes_int8_and_refuses_it_where_it_cannot_run(monkeypatch, tmp_path, capsys):
-    from server.__main__ import main
+    from rose_embed.server.__main__ import main
 
     monkeypatch.setattr(cpu_features, "int8_dot_products", lambda: None)
     (tmp_path / "in.jsonl").write_text('{"text": "a"}\n')
@@ -168,7 +168,7 @@ def test_embed_takes_int8_and_refuses_it_where_it_cannot_run(monkeypatch, tmp_pa
 def test_the_corpus_engine_compiles_int8_before_the_job_starts(monkeypatch, settings, warms_up):
     # rose-embed embed's rate is timed from the job's first batch: an int8 model's compile (most of
     # a minute) must happen before it, in the engine's warm-up, not inside the first batch.
-    from corpus import engine_setup
+    from rose_embed.corpus import engine_setup
 
     calls = []
 

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine.config import EngineConfig
-from engine.rose import cpu_features
+from rose_embed.engine.config import EngineConfig
+from rose_embed.engine.rose import cpu_features
 from tests.conftest import load_texts
 from tests.test_architectures import SPECS, corpus, cosines, texts  # noqa: F401  (fixtures)
 from tests.test_fp8_quality import top10_agreement
@@ -37,7 +37,7 @@ ARCHITECTURES = ("bert", "distilbert", "embeddinggemma", "mistral", "modernbert"
 
 
 def _engine(path, **settings):
-    from engine.rose.engine import Engine
+    from rose_embed.engine.rose.engine import Engine
 
     return Engine(EngineConfig(dtype="bfloat16", model=str(path), device="cpu", max_batch_tokens=2048,
                                quantization="int8", **settings))
@@ -68,7 +68,7 @@ def compiled_bert(tmp_path_factory):
 def test_the_compiled_model_equals_the_eager_one(compiled_bert, texts):  # noqa: F811
     """The same integer products; only where a float32 step rounds (LayerNorm fused with the
     quantization instead of a bf16 tensor in between) can a value land on the next int8 step."""
-    from engine.rose.int8_compile import CompiledInt8Model
+    from rose_embed.engine.rose.int8_compile import CompiledInt8Model
 
     compiled, eager = compiled_bert
     assert isinstance(compiled.runner.model, CompiledInt8Model)
@@ -96,7 +96,7 @@ def test_the_compiled_model_compiles_nothing_after_warm_up_and_runs_no_reference
 
 
 def test_the_default_model_in_int8_keeps_its_vectors_and_neighbours():
-    from engine.rose.engine import Engine
+    from rose_embed.engine.rose.engine import Engine
 
     docs = load_texts(1200)
     passages = ["\n".join(docs[i:i + 4]) for i in range(0, 1000, 4)]
@@ -112,8 +112,8 @@ def test_the_default_model_in_int8_keeps_its_vectors_and_neighbours():
 
 
 def test_the_embed_command_takes_dtype_and_int8_and_says_its_rate(tmp_path, capsys):
-    from engine.rose.engine import Engine
-    from server.__main__ import main
+    from rose_embed.engine.rose.engine import Engine
+    from rose_embed.server.__main__ import main
 
     texts = load_texts(120)
     (tmp_path / "in.jsonl").write_text("".join(f'{{"text": {json.dumps(t)}}}\n' for t in texts))

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from engine.rose.batch import batch_ranges, join_packed, pack, slice_packed, split_packed
-from engine.text.late_chunking import ChunkTooLongError, EmptyChunkError, LateChunkedDocuments, document_windows, \
+from rose_embed.engine.rose.batch import batch_ranges, join_packed, pack, slice_packed, split_packed
+from rose_embed.engine.text.late_chunking import ChunkTooLongError, EmptyChunkError, LateChunkedDocuments, document_windows, \
     fit_documents, late_chunking_problem
-from engine.rose.layers.pooling import pool, pool_segments
-from engine.text.long_inputs import CannotWindowError, combine_windows
+from rose_embed.engine.rose.layers.pooling import pool, pool_segments
+from rose_embed.engine.text.long_inputs import CannotWindowError, combine_windows
 from tests.fake_engine import FakeEngine
 
 CLS, SEP = 101, 102
@@ -207,11 +207,11 @@ def test_the_padded_graph_layout_pools_the_same_vectors_as_the_batch_alone():
     what the unpadded batch gives."""
     from transformers import BertConfig, BertModel
 
-    from engine.rose.graphs import CUDAGraphRunner, _fill_padded
-    from engine.rose.layers.attention_backends import make_attention_backend
-    from engine.rose.layers.head import SentenceHead
-    from engine.rose.models import MODEL_CLASSES
-    from engine.rose.runner import ModelRunner
+    from rose_embed.engine.rose.graphs import CUDAGraphRunner, _fill_padded
+    from rose_embed.engine.rose.layers.attention_backends import make_attention_backend
+    from rose_embed.engine.rose.layers.head import SentenceHead
+    from rose_embed.engine.rose.models import MODEL_CLASSES
+    from rose_embed.engine.rose.runner import ModelRunner
 
     torch.manual_seed(0)
     hf = BertModel(BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,

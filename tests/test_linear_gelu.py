@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.rose.layers import fused
-from engine.rose.models import MODEL_CLASSES
+from rose_embed.engine.rose.layers import fused
+from rose_embed.engine.rose.models import MODEL_CLASSES
 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])

@@ -7,9 +7,9 @@ import socket
 
 import pytest
 
-from server.__main__ import _banner, build_parser
-from server.config import ServerConfig
-from server.listen import ListenError, address, bind_sockets, port_env_warning
+from rose_embed.server.__main__ import _banner, build_parser
+from rose_embed.server.config import ServerConfig
+from rose_embed.server.listen import ListenError, address, bind_sockets, port_env_warning
 from tests.conftest import REPO
 
 

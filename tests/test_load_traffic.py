@@ -54,8 +54,8 @@ def test_profile_summary_per_process(tmp_path):
     child = 'process 7:"python -c from multiprocessing.spawn import spawn_main; spawn_main()"'
     raw = tmp_path / "p.txt"
     raw.write_text(
-        'process 5:"python -m server serve";thread (5): MainThread;run (a.py:1) 1\n'
-        f'process 5:"python -m server serve";{child};thread (7): rose-engine_0;forward (c.py:9) 3\n'
+        'process 5:"python -m rose_embed serve";thread (5): MainThread;run (a.py:1) 1\n'
+        f'process 5:"python -m rose_embed serve";{child};thread (7): rose-engine_0;forward (c.py:9) 3\n'
     )
     text = "\n".join(summarize(raw))
     assert "| process 7 | 75.0% |" in text and "| process 5 | 25.0% |" in text

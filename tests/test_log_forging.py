@@ -12,7 +12,7 @@ import urllib.parse
 
 import pytest
 
-from server.logs import ACCESS_LOGGER, JsonFormatter, TextFormatter
+from rose_embed.server.logs import ACCESS_LOGGER, JsonFormatter, TextFormatter
 from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, serve
 
 FORGED = "2026-12-07 03:00:00,000 ERROR rose_embed.server: FORGED"

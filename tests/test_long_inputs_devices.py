@@ -46,15 +46,15 @@ def _reference(path, texts: list[str]) -> np.ndarray:
 
 
 def _chunked(engine, texts: list[str]) -> np.ndarray:
-    from engine.rose.pipeline import embed_stream
+    from rose_embed.engine.rose.pipeline import embed_stream
 
     [(_, vectors)] = embed_stream(engine, [(None, texts)], long_inputs="chunk", num_threads=0, num_processes=0)
     return vectors
 
 
 def _engine(path, device: str, **overrides):
-    from engine.config import EngineConfig
-    from engine.rose.engine import Engine
+    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.rose.engine import Engine
 
     overrides.setdefault("dtype", "float32" if device == "cpu" else "auto")  # the CPU's exact path
     return Engine(EngineConfig(model=str(path), device=device, max_batch_tokens=1024, **overrides))

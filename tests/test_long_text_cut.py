@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from bench.common import load_texts
-from engine.text.long_text_cut import CUT_CHARS_PER_TOKEN, cut_point, splits_at_whitespace
-from engine.text.tokenizer import TextTokenizer
+from rose_embed.engine.text.long_text_cut import CUT_CHARS_PER_TOKEN, cut_point, splits_at_whitespace
+from rose_embed.engine.text.tokenizer import TextTokenizer
 from tests.st_checkpoints import bert_tokenizer, qwen_tokenizer, roberta_tokenizer, xlmr_tokenizer
 
 MAX_SEQ_LEN = 32
@@ -91,7 +91,7 @@ def test_a_200_000_character_text_costs_what_its_first_few_thousand_characters_c
 
 @pytest.fixture
 def default_spec_tokenizer() -> TextTokenizer:
-    from engine.model_files.loader import load_spec
-    from engine.text.tokenizer import tokenizer_for
+    from rose_embed.engine.model_files.loader import load_spec
+    from rose_embed.engine.text.tokenizer import tokenizer_for
 
     return tokenizer_for(load_spec(None))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.model_files.loader import ModelLoadError, load_spec, load_state_dict, resolve_model_dir
+from rose_embed.engine.model_files.loader import ModelLoadError, load_spec, load_state_dict, resolve_model_dir
 
 BROKEN = "{not json"
 WHERE = "is not valid JSON (line 1, column 2: Expecting property name enclosed in double quotes)"
@@ -41,7 +41,7 @@ def test_a_broken_tokenizer_config_is_named(minilm):
 def test_the_tokenizers_end_token_lookup_names_a_broken_tokenizer_config(minilm):
     from tokenizers import Tokenizer
 
-    from engine.text.tokenizer import _end_token
+    from rose_embed.engine.text.tokenizer import _end_token
 
     tokenizer = Tokenizer.from_file(str(minilm / "tokenizer.json"))
     (minilm / "tokenizer_config.json").write_text('{"eos_token": "[SEP]"}')
@@ -79,7 +79,7 @@ def test_serve_names_the_broken_file_in_one_line_and_exits_1(minilm):
     from tests.conftest import REPO, free_port
 
     (minilm / "config.json").write_text(BROKEN)
-    run = subprocess.run([sys.executable, "-m", "server", "serve", "--model", str(minilm), "--port", str(free_port())],
+    run = subprocess.run([sys.executable, "-m", "rose_embed", "serve", "--model", str(minilm), "--port", str(free_port())],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert run.returncode == 1, run.stderr
     assert run.stderr.splitlines() == [f"rose-embed: {minilm / 'config.json'} {WHERE}"]
@@ -92,7 +92,7 @@ def test_serve_names_a_broken_tokenizer_in_one_line_before_it_starts(minilm):
     from tests.conftest import REPO, free_port
 
     (minilm / "tokenizer.json").write_text(BROKEN)
-    run = subprocess.run([sys.executable, "-m", "server", "serve", "--model", str(minilm), "--port", str(free_port())],
+    run = subprocess.run([sys.executable, "-m", "rose_embed", "serve", "--model", str(minilm), "--port", str(free_port())],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert run.returncode == 1, run.stderr
     (line,) = run.stderr.splitlines()

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from server.__main__ import build_parser, config_from_args
-from server.aliases import COHERE_EMBEDDING_NAMES, OPENAI_EMBEDDING_NAMES, model_names
-from server.errors import APIError
+from rose_embed.server.__main__ import build_parser, config_from_args
+from rose_embed.server.aliases import COHERE_EMBEDDING_NAMES, OPENAI_EMBEDDING_NAMES, model_names
+from rose_embed.server.errors import APIError
 from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, serve
 
 

@@ -13,9 +13,9 @@ import uuid
 import pytest
 import torch
 
-from engine.rose.engine import resolve_dtype
-from engine.rose.layers.attention import AttentionShape
-from engine.rose.layers.attention_cpu_native import unavailable_reason
+from rose_embed.engine.rose.engine import resolve_dtype
+from rose_embed.engine.rose.layers.attention import AttentionShape
+from rose_embed.engine.rose.layers.attention_cpu_native import unavailable_reason
 from tests.conftest import ServerProcess
 from tests.helpers import MODEL, embed, metric
 

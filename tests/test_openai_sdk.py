@@ -14,7 +14,7 @@ import numpy as np
 import openai
 import pytest
 
-from compat.tiktoken_ids import load_cl100k
+from rose_embed.compat.tiktoken_ids import load_cl100k
 from tests.client_support import API_KEYS
 from tests.fake_engine import BASE_URL, FAKE_MODEL, FakeEngine, fake_config, serve, serve_async
 

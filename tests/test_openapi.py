@@ -7,10 +7,10 @@ import re
 import msgspec
 import pytest
 
-from compat.cohere_embed import CohereEmbedRequest
-from compat.contextualized import ContextualizedEmbeddingRequest
-from compat.openai import EmbeddingRequest
-from compat.tei_embed import TeiEmbedRequest
+from rose_embed.compat.cohere_embed import CohereEmbedRequest
+from rose_embed.compat.contextualized import ContextualizedEmbeddingRequest
+from rose_embed.compat.openai import EmbeddingRequest
+from rose_embed.compat.tei_embed import TeiEmbedRequest
 from tests.client_support import API_KEYS
 from tests.fake_engine import FakeEngine, fake_config, serve
 

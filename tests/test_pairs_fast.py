@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.model_files.loader import ModelSpec, load_spec
-from engine.model_files.reranker import Reranker
-from engine.text.pair_template import PairTemplate, longest_first
-from engine.text.pairs import EncodedPairs, PairTokenizer, _tokenizer
+from rose_embed.engine.model_files.loader import ModelSpec, load_spec
+from rose_embed.engine.model_files.reranker import Reranker
+from rose_embed.engine.text.pair_template import PairTemplate, longest_first
+from rose_embed.engine.text.pairs import EncodedPairs, PairTokenizer, _tokenizer
 from tests.conftest import load_texts
 from tests.st_checkpoints import bpe_encoder_tokenizer, xlmr_tokenizer
 

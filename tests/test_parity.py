@@ -64,9 +64,9 @@ def test_default_dtype_stays_within_its_tolerance_of_sentence_transformers(parit
     every vector within cosine 0.9999 of sentence-transformers' float32 ones; float32 elsewhere."""
     import torch
 
-    from engine.config import EngineConfig
-    from engine.rose.cpu_features import native_bf16
-    from engine.rose.engine import Engine
+    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.rose.cpu_features import native_bf16
+    from rose_embed.engine.rose.engine import Engine
 
     engine = Engine(EngineConfig(max_batch_tokens=4096))
     assert engine.dtype == (torch.bfloat16 if native_bf16() else torch.float32)

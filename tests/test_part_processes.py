@@ -13,11 +13,11 @@ import msgspec
 import numpy as np
 import pytest
 
-from compat.encoding import encode_embeddings
-from engine.model_files.loader import load_spec
-from engine.text.tokenizer import tokenizer_for
-from server.part_process_client import PartProcesses
-from server.part_processes import start_part_processes
+from rose_embed.compat.encoding import encode_embeddings
+from rose_embed.engine.model_files.loader import load_spec
+from rose_embed.engine.text.tokenizer import tokenizer_for
+from rose_embed.server.part_process_client import PartProcesses
+from rose_embed.server.part_processes import start_part_processes
 from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, observed_app, serve_app
 
 pytestmark = pytest.mark.slow  # spawned processes

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.arena import Allocator, Arena, ArenaLayout
-from engine.messages import Piece, decode_to_engine, encode
-from engine.queue.piece_queue import PieceQueue, QueuedPiece
-from engine.rose.batch import pack
+from rose_embed.engine.arena import Allocator, Arena, ArenaLayout
+from rose_embed.engine.messages import Piece, decode_to_engine, encode
+from rose_embed.engine.queue.piece_queue import PieceQueue, QueuedPiece
+from rose_embed.engine.rose.batch import pack
 
 
 def piece(front_end: str, request: int, lengths: list[int], index: int = 0, opens: bool = True,

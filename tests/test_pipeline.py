@@ -10,10 +10,10 @@ import time
 import numpy as np
 import pytest
 
-from engine.rose.batch import batch_ranges, cut_batches, pack
-from engine.config import EngineConfig
-from engine.text.long_inputs import InputTooLongError, fit_texts
-from engine.rose.pipeline import embed_stream, embed_texts
+from rose_embed.engine.rose.batch import batch_ranges, cut_batches, pack
+from rose_embed.engine.config import EngineConfig
+from rose_embed.engine.text.long_inputs import InputTooLongError, fit_texts
+from rose_embed.engine.rose.pipeline import embed_stream, embed_texts
 from tests.fake_engine import FakeEngine
 
 THREAD_PREFIXES = ("rose-tokenizer", "rose-embed-feeder")
@@ -223,7 +223,7 @@ def test_engine_embed_gives_the_old_path_s_vectors_bit_for_bit(default_engine, t
 def test_tokenizer_processes_give_the_threads_vectors_errors_and_windows():
     """Pieces tokenized by spawned copies of the tokenizer (as for a GPU where the tokenizer
     holds the GIL): the same vectors, windows and errors as the threads', the pool kept."""
-    from engine.rose import tokenizer_processes
+    from rose_embed.engine.rose import tokenizer_processes
 
     engine = FakeEngine()
     items = [(i, _texts(n, seed=i)) for i, n in enumerate([70, 0, 9, 130])]
@@ -260,7 +260,7 @@ def test_tokenizer_processes_get_one_small_piece_each_then_large_ones():
     """A piece's trip through the process pool costs the caller about the same whatever its
     size: once each process has had a small first piece (the device starts as soon), pieces
     are `process_piece_texts` long. The stream's indices and vectors do not change."""
-    from engine.rose import pipeline, tokenizer_processes
+    from rose_embed.engine.rose import pipeline, tokenizer_processes
 
     started = []
 
@@ -285,7 +285,7 @@ def test_tokenizer_processes_get_one_small_piece_each_then_large_ones():
 
 
 def test_processes_only_for_a_gil_holding_tokenizer_before_a_device_with_cores(monkeypatch):
-    from engine.rose import tokenizer_processes
+    from rose_embed.engine.rose import tokenizer_processes
 
     engine = FakeEngine()
     assert engine.tokenizer.holds_the_gil  # the default model's WordPiece runs the ASCII fast path
@@ -301,7 +301,7 @@ def test_processes_only_for_a_gil_holding_tokenizer_before_a_device_with_cores(m
 
 def test_a_short_list_starts_no_tokenizer_processes(monkeypatch):
     """Their start costs about what a thread takes to tokenize PROCESSES_MIN_CHARS of text."""
-    from engine.rose import tokenizer_processes
+    from rose_embed.engine.rose import tokenizer_processes
 
     monkeypatch.setattr(tokenizer_processes, "default_num_processes", lambda tokenizer, device_type: 2)
     engine = FakeEngine()
@@ -315,7 +315,7 @@ def test_a_tokenizer_process_imports_no_torch():
     import sys
     from pathlib import Path
 
-    code = "import sys, engine.rose.tokenizer_processes; print('torch' in sys.modules)"
+    code = "import sys, rose_embed.engine.rose.tokenizer_processes; print('torch' in sys.modules)"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])
     assert run.stdout.strip() == "False"

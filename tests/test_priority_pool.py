@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from server.priority_pool import LARGE, SMALL, PriorityPool
+from rose_embed.server.priority_pool import LARGE, SMALL, PriorityPool
 
 
 def test_small_work_runs_before_large_work_queued_ahead_of_it():

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compat.inputs import InvalidInputError
-from compat.tiktoken_ids import load_cl100k
-from server.prompts import apply_prompt, resolve_prompt
+from rose_embed.compat.inputs import InvalidInputError
+from rose_embed.compat.tiktoken_ids import load_cl100k
+from rose_embed.server.prompts import apply_prompt, resolve_prompt
 from tests.fake_engine import FakeEngine, fake_config, serve
 from tests.helpers import assert_envelope
 

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from engine.config import EngineConfig
-from engine.rose.engine import Engine
-from engine.model_files.loader import ModelLoadError, load_spec
+from rose_embed.engine.config import EngineConfig
+from rose_embed.engine.rose.engine import Engine
+from rose_embed.engine.model_files.loader import ModelLoadError, load_spec
 from tests.conftest import load_texts
 from tests.qwen3_checkpoints import pplx_embed, qwen3_embedding, reference_pooled, train_tokenizer
 

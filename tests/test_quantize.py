@@ -11,8 +11,8 @@ import msgspec
 import numpy as np
 import pytest
 
-from compat.encoding import QUANTIZED_FORMATS, encode_embeddings, encoding_formats
-from compat.quantize import int8_tanh, packed_sign_bits
+from rose_embed.compat.encoding import QUANTIZED_FORMATS, encode_embeddings, encoding_formats
+from rose_embed.compat.quantize import int8_tanh, packed_sign_bits
 from tests.fake_engine import FakeEngine, serve
 
 

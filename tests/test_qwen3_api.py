@@ -129,7 +129,7 @@ def test_query_prompt_by_prompt_name_and_input_type(causal, mixed_texts):
 
 def test_cl100k_token_ids_are_read_as_their_text(causal, mixed_texts):
     """OpenAI's token ids (what LangChain sends) give the text's vectors, prompt and end token included."""
-    from compat.tiktoken_ids import load_cl100k
+    from rose_embed.compat.tiktoken_ids import load_cl100k
 
     ckpt, server = causal
     ids = [load_cl100k().encode_ordinary(t) for t in mixed_texts]

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from engine.rose.batch import pack
-from engine.rose.layers.attention import SDPAPerSequenceBackend
-from engine.rose.layers.pooling import pool
+from rose_embed.engine.rose.batch import pack
+from rose_embed.engine.rose.layers.attention import SDPAPerSequenceBackend
+from rose_embed.engine.rose.layers.pooling import pool
 from tests.test_qwen3_model import _models
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -27,7 +27,7 @@ HEAD_DIM = 64  # FlashInfer's smallest
 def _backend(name: str, shape):
     if name == "sdpa":
         return SDPAPerSequenceBackend(shape)
-    cuda = pytest.importorskip("engine.rose.layers.attention_cuda")
+    cuda = pytest.importorskip("rose_embed.engine.rose.layers.attention_cuda")
     if name == "flashinfer" and not cuda.flashinfer_available():
         pytest.skip("flashinfer is not installed")
     return cuda.make_cuda_attention_backend(name, shape, torch.device("cuda"), torch.bfloat16)

@@ -13,10 +13,10 @@ import torch
 from transformers import Qwen3Config
 from transformers import Qwen3Model as HFQwen3Model
 
-from engine.rose.batch import pack
-from engine.rose.layers.attention import SDPAPerSequenceBackend
-from engine.rose.layers.rotary import rope_theta
-from engine.rose.models.qwen3 import Qwen3Model
+from rose_embed.engine.rose.batch import pack
+from rose_embed.engine.rose.layers.attention import SDPAPerSequenceBackend
+from rose_embed.engine.rose.layers.rotary import rope_theta
+from rose_embed.engine.rose.models.qwen3 import Qwen3Model
 from tests.qwen3_checkpoints import randomize
 
 ATOL = 1e-4

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from server.__main__ import build_parser
+from rose_embed.server.__main__ import build_parser
 from tests.client_support import assert_same_vectors, reference_vectors, stop_and_check_no_server_error
 from tests.conftest import REPO, ServerProcess
 
@@ -193,7 +193,7 @@ def readme_server() -> Iterator[ServerProcess]:
 def rerank_server(tmp_path_factory) -> Iterator[ServerProcess]:
     """The Rerank section's server: the embedder's hub id as written, the reranker's served from a
     local copy under its own name."""
-    from engine.model_files.loader import DEFAULT_MODEL_NAME
+    from rose_embed.engine.model_files.loader import DEFAULT_MODEL_NAME
     from tests.reranker_checkpoints import save_cross_encoder
 
     args = _server_args(RERANK)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.request_pipeline import PART_TEXTS, RAMP_TEXTS, part_bounds
+from rose_embed.server.request_pipeline import PART_TEXTS, RAMP_TEXTS, part_bounds
 
 
 @pytest.mark.parametrize("num_items", [0, 1, PART_TEXTS - 1, PART_TEXTS])
@@ -32,7 +32,7 @@ def test_parts_after_the_ramp_take_the_size_asked():
 def test_with_part_processes_a_large_request_gives_each_process_one_part_within_bounds():
     from types import SimpleNamespace
 
-    from server.runtime import Runtime
+    from rose_embed.server.runtime import Runtime
     from tests.fake_engine import FakeEngine, fake_config
 
     runtime = Runtime(fake_config(), engine=FakeEngine())

@@ -56,7 +56,7 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
 
 
 def _max_seq_len(path: Path) -> int:
-    from engine.model_files.loader import load_spec
+    from rose_embed.engine.model_files.loader import load_spec
 
     return load_spec(str(path)).max_seq_len
 
@@ -85,8 +85,8 @@ def _references(name: str, path: Path, query: str, documents: list[str]):
 
 @pytest.mark.parametrize("name", [*sorted(CROSS_ENCODERS), QWEN3])
 def test_engine_scores_in_bf16_match_the_fp32_reference(checkpoints, name):
-    from engine.config import EngineConfig
-    from engine.rose.engine import Engine
+    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.rose.engine import Engine
 
     path = checkpoints[name]
     query, documents = _pairs()

@@ -27,8 +27,8 @@ def _pairs() -> tuple[str, list[str]]:
 
 
 def _engine_scores(path, query: str, documents: list[str], max_doc_tokens: int | None = None):
-    from engine.config import EngineConfig
-    from engine.rose.engine import Engine
+    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.rose.engine import Engine
 
     engine = Engine(EngineConfig(dtype="float32", model=str(path), device="cpu"))
     pairs = engine.pairs.encode(query, documents, max_doc_tokens)
@@ -71,8 +71,8 @@ def test_bert_cross_encoder_whose_tokenizer_gives_no_token_types(tmp_path):
 def test_max_doc_tokens_cuts_each_document_before_pairing(tmp_path):
     """BERT's pair with each document cut to its first 12 tokens: [CLS] query [SEP] doc[:12] [SEP],
     the document's ids marked with the second token type."""
-    from engine.model_files.loader import load_spec
-    from engine.text.pairs import PairTokenizer
+    from rose_embed.engine.model_files.loader import load_spec
+    from rose_embed.engine.text.pairs import PairTokenizer
     from tokenizers import Tokenizer
 
     path = save_cross_encoder(tmp_path / "bert", "bert")
@@ -92,8 +92,8 @@ def test_max_doc_tokens_cuts_each_document_before_pairing(tmp_path):
 
 @pytest.mark.parametrize("marked", [True, False], ids=["config_sentence_transformers", "kind flag"])
 def test_qwen3_reranker_scores_equal_the_model_card(tmp_path, marked):
-    from engine.config import EngineConfig, ModelOverrides
-    from engine.rose.engine import Engine
+    from rose_embed.engine.config import EngineConfig, ModelOverrides
+    from rose_embed.engine.rose.engine import Engine
 
     path = save_qwen3_reranker(tmp_path / "qwen3", marked=marked)
     query, documents = _pairs()
@@ -111,9 +111,9 @@ def test_a_reranker_embeds_nothing(tmp_path):
     name, and the CLI before it writes anything."""
     import json
 
-    from engine.config import EngineConfig
-    from engine.rose.engine import Engine
-    from server.__main__ import main
+    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.rose.engine import Engine
+    from rose_embed.server.__main__ import main
 
     path = save_cross_encoder(tmp_path / "ranker", "bert")
     with pytest.raises(ValueError, match="is a reranker"):

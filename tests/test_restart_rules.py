@@ -8,12 +8,12 @@ import os
 import subprocess
 import sys
 
-from engine.owner_lock import hold_path
-from engine.shared_blocks import BLOCK_PREFIX
-from server.restart_policy import RestartPolicy
-from server.stale_memory import remove_stale
-from server.stall_watch import silent_for, stall_bound
-from server.stats_board import BOARD_PREFIX
+from rose_embed.engine.owner_lock import hold_path
+from rose_embed.engine.shared_blocks import BLOCK_PREFIX
+from rose_embed.server.restart_policy import RestartPolicy
+from rose_embed.server.stale_memory import remove_stale
+from rose_embed.server.stall_watch import silent_for, stall_bound
+from rose_embed.server.stats_board import BOARD_PREFIX
 
 
 class _Clock:

@@ -8,8 +8,8 @@ import threading
 
 from litestar.testing import AsyncTestClient
 
-from server.app import create_app
-from server.runtime import Runtime
+from rose_embed.server.app import create_app
+from rose_embed.server.runtime import Runtime
 from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config
 from tests.processes import mapped_shared_memory, shared_memory
 
@@ -82,8 +82,8 @@ def _gone_client_scenario() -> tuple[int, bool, list[str]]:
     """A request whose client has gone while its pieces wait: (status, pieces cancelled, what asyncio logged)."""
     import gc
 
-    from server.errors import APIError
-    from server.request_pipeline import _with_deadline
+    from rose_embed.server.errors import APIError
+    from rose_embed.server.request_pipeline import _with_deadline
 
     class GoneClient:
         async def receive(self):
@@ -185,7 +185,7 @@ def test_a_stop_after_the_engine_started_but_before_the_front_end_attached_ends_
 
 def test_a_stop_while_the_part_processes_start_stops_them(monkeypatch):
     """The same window for the part processes a front end without a supervisor starts itself."""
-    from server import runtime as runtime_module
+    from rose_embed.server import runtime as runtime_module
 
     starting, release, stopped = threading.Event(), threading.Event(), threading.Event()
 

@@ -24,9 +24,9 @@ import torch
 from safetensors.torch import load_file
 from transformers import BertConfig, RobertaConfig, XLMRobertaConfig
 
-from engine.config import EngineConfig, ModelOverrides
-from engine.rose.engine import Engine
-from engine.model_files.loader import ModelLoadError, load_spec
+from rose_embed.engine.config import EngineConfig, ModelOverrides
+from rose_embed.engine.rose.engine import Engine
+from rose_embed.engine.model_files.loader import ModelLoadError, load_spec
 from tests.conftest import REPO, ServerProcess, free_port, load_texts
 from tests.qwen3_checkpoints import tiny_config
 from tests.st_checkpoints import (bert_tokenizer, load_reference, pplx_config, qwen_tokenizer, roberta_tokenizer,
@@ -354,7 +354,7 @@ def test_lengths_of_their_own_for_queries_or_documents_are_refused(tmp_path, ber
 def test_server_refuses_an_unknown_module_at_start(tmp_path, bert_dir):
     path = save_st_model(tmp_path / "st", bert_dir, pooling="cls")
     _with_modules(path, lambda ms: [*ms, _entry(2, "sentence_transformers.models.CNN", "2_CNN")])
-    run = subprocess.run([sys.executable, "-m", "server", "serve", "--model", str(path), "--port", str(free_port())],
+    run = subprocess.run([sys.executable, "-m", "rose_embed", "serve", "--model", str(path), "--port", str(free_port())],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert run.returncode != 0
     assert "'2_CNN'" in run.stderr and "sentence_transformers.models.CNN" in run.stderr, run.stderr

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from server.stats_board import Family, Report, StatsBoard
+from rose_embed.server.stats_board import Family, Report, StatsBoard
 from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, observed_app, serve, serve_app
 from tests.fake_reranker import FAKE_RERANKER, FakeReranker
 from tests.helpers import sample

@@ -14,8 +14,8 @@ import threading
 
 import pytest
 
-from server import front_end
-from server.stop_signal import HANDLED_SIGNALS, StopSignal, Terminated
+from rose_embed.server import front_end
+from rose_embed.server.stop_signal import HANDLED_SIGNALS, StopSignal, Terminated
 
 # Each stop signal and what the handler raises for it: Ctrl-C stays a KeyboardInterrupt.
 RAISED = pytest.mark.parametrize("sig, raised", [(signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)],
@@ -123,7 +123,7 @@ def test_a_stop_swallowed_on_the_way_still_stops_uvicorn(stop):
     the noted stop, shuts down at once and raises SIGTERM again, which reaches the handler."""
     import uvicorn
 
-    from server.pending_stop_server import uvicorn_server
+    from rose_embed.server.pending_stop_server import uvicorn_server
 
     class Finalised:
         def __del__(self):

@@ -10,7 +10,7 @@ import time
 import pytest
 from tokenizers import Tokenizer
 
-from engine.model_files.loader import resolve_model_dir
+from rose_embed.engine.model_files.loader import resolve_model_dir
 from tests.fake_engine import FAKE_MODEL, FakeEngine, serve, serve_async
 from tests.fake_reranker import FakeReranker
 from tests.helpers import assert_envelope, longest_loop_stall

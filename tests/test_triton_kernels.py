@@ -30,7 +30,7 @@ def _reference(values: torch.Tensor, index: torch.Tensor, num_rows: int) -> torc
 
 
 def _check(values: torch.Tensor, index: torch.Tensor, num_rows: int) -> None:
-    from engine.rose.layers.triton_kernels import segment_sums
+    from rose_embed.engine.rose.layers.triton_kernels import segment_sums
 
     got = segment_sums(values, index, num_rows)
     assert got.dtype == torch.float32 and got.shape == (num_rows, values.shape[1])
@@ -89,8 +89,8 @@ def test_a_view_with_a_row_stride_and_one_column():
 def test_embeddings_and_their_norm(dtype, token_type, offset):
     """word + position (+ the token-type row) then LayerNorm, as BertModel's embeddings: a hidden
     size that is not a power of two, positions from an offset (RoBERTa counts from 2)."""
-    from engine.rose.layers import fused
-    from engine.rose.layers.triton_kernels import embed_layer_norm
+    from rose_embed.engine.rose.layers import fused
+    from rose_embed.engine.rose.layers.triton_kernels import embed_layer_norm
 
     g = torch.Generator().manual_seed(4)
     hidden, num_tokens = 200, 37
@@ -108,8 +108,8 @@ def test_embeddings_and_their_norm(dtype, token_type, offset):
 
 def test_add_layer_norm():
     """BERT's post-norm, whose LayerNorm the embeddings' kernel shares."""
-    from engine.rose.layers import fused
-    from engine.rose.layers.triton_kernels import add_layer_norm
+    from rose_embed.engine.rose.layers import fused
+    from rose_embed.engine.rose.layers.triton_kernels import add_layer_norm
 
     g = torch.Generator().manual_seed(5)
     x, residual = (torch.randn(23, 200, generator=g) for _ in range(2))

@@ -8,9 +8,9 @@ import json
 import msgspec
 import numpy as np
 import pytest
-from compat.encoding import encode_vector
-from compat.openai import Embedding, EmbeddingResponse, Usage
-from compat.vector_wire import base64_fragments, encode_vectors, float_fragments
+from rose_embed.compat.encoding import encode_vector
+from rose_embed.compat.openai import Embedding, EmbeddingResponse, Usage
+from rose_embed.compat.vector_wire import base64_fragments, encode_vectors, float_fragments
 from tests.fake_engine import FakeEngine, serve
 
 

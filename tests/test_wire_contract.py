@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from compat.tiktoken_ids import CL100K_SPECIAL_TOKENS, load_cl100k
-from engine.config import EngineConfig
-from server.__main__ import build_parser, config_from_args
+from rose_embed.compat.tiktoken_ids import CL100K_SPECIAL_TOKENS, load_cl100k
+from rose_embed.engine.config import EngineConfig
+from rose_embed.server.__main__ import build_parser, config_from_args
 from tests.client_support import ALIAS, API_KEYS
 from tests.conftest import REPO
 from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, serve
@@ -237,14 +237,14 @@ def test_unknown_model_names_the_served_one_and_the_alias_flag(plain, path):
     )
 
 
-@pytest.mark.slow  # each case starts `python -m server serve`
+@pytest.mark.slow  # each case starts `python -m rose_embed serve`
 @pytest.mark.parametrize("flags,message", [
     (["--model-alias", "text-embedding-3-small=some/other-model"], "serves"),
     (["--model-alias", "=x"], "ALIAS=MODEL"),
     (["--max-request-tokens", "0"], "--max-request-tokens"),
 ])
 def test_bad_flags_exit_at_start(flags, message):
-    proc = subprocess.run([sys.executable, "-m", "server", "serve", *flags], cwd=REPO, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "rose_embed", "serve", *flags], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode != 0
     assert message in proc.stderr

@@ -10,16 +10,16 @@ import sys
 import pytest
 import tiktoken
 
-from compat.inputs import NormalisedInput
-from compat.tiktoken_ids import CL100K_SPECIAL_TOKENS, TiktokenDecoder, load_cl100k
-from server.__main__ import build_parser, config_from_args
-from server.config import ServerConfig
-from server.errors import APIError
-from server.token_inputs import TokenInputs
+from rose_embed.compat.inputs import NormalisedInput
+from rose_embed.compat.tiktoken_ids import CL100K_SPECIAL_TOKENS, TiktokenDecoder, load_cl100k
+from rose_embed.server.__main__ import build_parser, config_from_args
+from rose_embed.server.config import ServerConfig
+from rose_embed.server.errors import APIError
+from rose_embed.server.token_inputs import TokenInputs
 from tests.conftest import REPO
-from server.aliases import AliasError, model_names, parse_alias, resolve_aliases
-from server.api_keys import keys_from_env
-from server.auth import _mask, is_valid_key
+from rose_embed.server.aliases import AliasError, model_names, parse_alias, resolve_aliases
+from rose_embed.server.api_keys import keys_from_env
+from rose_embed.server.auth import _mask, is_valid_key
 
 SAMPLES = [
     "Hello, world!", "", "  leading and trailing  ", "line one\nline two\r\n\ttab", "naïve café — ünïcödé",
@@ -70,7 +70,7 @@ def test_invalid_cl100k_ids_are_found(decoder):
 
 def test_cl100k_loads_offline_without_importing_bpe_openais_library():
     """The file is read from bpe-openai's package folder; its 70 MB native library stays unloaded."""
-    code = ("import sys; from compat.tiktoken_ids import TiktokenDecoder; TiktokenDecoder(); "
+    code = ("import sys; from rose_embed.compat.tiktoken_ids import TiktokenDecoder; TiktokenDecoder(); "
             "assert 'bpe_openai' not in sys.modules, sorted(m for m in sys.modules if 'bpe' in m)")
     env = {**os.environ, "TIKTOKEN_CACHE_DIR": "/nonexistent", "HF_HUB_OFFLINE": "1"}
     subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, check=True, timeout=60)

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import httpx
 import uvicorn
 
-from server.app import create_app
-from server.config import ServerConfig
-from server.front_end import uvicorn_config
-from server.middleware import ObservedApp
+from rose_embed.server.app import create_app
+from rose_embed.server.config import ServerConfig
+from rose_embed.server.front_end import uvicorn_config
+from rose_embed.server.middleware import ObservedApp
 from tests.fake_engine import FakeEngine
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.model_files.load_error import ModelLoadError
+from rose_embed.engine.model_files.load_error import ModelLoadError
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 

@@ -44,8 +44,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.config import POOLING_MODES, ModelOverrides
-from engine.model_files.st_modules import SentenceModules
+from rose_embed.engine.config import POOLING_MODES, ModelOverrides
+from rose_embed.engine.model_files.st_modules import SentenceModules
 
 PPLX_MODEL_TYPE = "bidirectional_pplx_qwen3"
 # Custom model classes (config.json auto_map) the engine runs exactly: class name -> the

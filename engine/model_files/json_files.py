@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine.model_files.load_error import ModelLoadError
+from rose_embed.engine.model_files.load_error import ModelLoadError
 
 # Python's type of a parsed JSON value -> what JSON calls it, for the message that a file is not an object.
 _JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true or false"}

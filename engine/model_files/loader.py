@@ -13,16 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.model_files.architecture_support import config_refusal
-from engine.config import ModelOverrides
-from engine.model_files.embedded_model import (
+from rose_embed.engine.model_files.architecture_support import config_refusal
+from rose_embed.engine.config import ModelOverrides
+from rose_embed.engine.model_files.embedded_model import (
     DEFAULT_MODEL_NAME, embedded_model_dir, is_embedded_hub_id, is_embedded_model_dir,
 )
-from engine.model_files.flavour import PPLX_MODEL_TYPE, FlavourError, read_flavour
-from engine.model_files.json_files import read_json, read_json_object
-from engine.model_files.load_error import ModelLoadError
-from engine.model_files.reranker import QWEN3_MAX_LEN, Reranker, RerankerError, is_reranker, read_reranker
-from engine.model_files.st_modules import HeadStep, ModuleError, SentenceModules, output_dim, read_modules
+from rose_embed.engine.model_files.flavour import PPLX_MODEL_TYPE, FlavourError, read_flavour
+from rose_embed.engine.model_files.json_files import read_json, read_json_object
+from rose_embed.engine.model_files.load_error import ModelLoadError
+from rose_embed.engine.model_files.reranker import QWEN3_MAX_LEN, Reranker, RerankerError, is_reranker, read_reranker
+from rose_embed.engine.model_files.st_modules import HeadStep, ModuleError, SentenceModules, output_dim, read_modules
 
 if TYPE_CHECKING:  # reading what a model is needs no torch (a front end, the supervisor): only its weights do
     import torch
@@ -202,7 +202,7 @@ def _reranker_spec(model_dir: Path, name: str, architecture: str, hf_config: dic
     """A reranker's description (engine/model_files/reranker.py says which checkpoints are rerankers)."""
 
     def vocab() -> dict[str, int]:
-        from engine.model_files.tokenizer_file import read_tokenizer
+        from rose_embed.engine.model_files.tokenizer_file import read_tokenizer
 
         return read_tokenizer(model_dir / "tokenizer.json").get_vocab(with_added_tokens=True)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.model_files.loader import ModelSpec
-from engine.text.pairs import PairTokenizer
-from engine.text.tokenizer import tokenizer_for, vocab_size_of
+from rose_embed.engine.model_files.loader import ModelSpec
+from rose_embed.engine.text.pairs import PairTokenizer
+from rose_embed.engine.text.tokenizer import tokenizer_for, vocab_size_of
 
 
 class ModelView:

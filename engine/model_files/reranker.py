@@ -31,8 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.model_files.json_files import read_json, read_json_object
-from engine.model_files.st_modules import ACTIVATIONS
+from rose_embed.engine.model_files.json_files import read_json, read_json_object
+from rose_embed.engine.model_files.st_modules import ACTIVATIONS
 
 KINDS = ("embed", "rerank")
 # config.json model_type -> the cross-encoder head its *ForSequenceClassification class runs.

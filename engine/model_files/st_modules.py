@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.model_files.json_files import read_json
+from rose_embed.engine.model_files.json_files import read_json
 
 # sentence-transformers' pooling mode names -> ours (engine/rose/layers/pooling.py).
 _POOLING_MODES = {"cls": "cls", "mean": "mean", "lasttoken": "last", "max": "max",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from engine.model_files.load_error import ModelLoadError
+from rose_embed.engine.model_files.load_error import ModelLoadError
 
 
 def read_tokenizer(path: Path) -> Tokenizer:

@@ -32,15 +32,15 @@ from dataclasses import dataclass
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection, wait
 
-from engine import messages
-from engine.arena import Allocator, Arena
-from engine.board import EngineBoard
-from engine.config import EngineConfig
-from engine.memory import HeapTrimmer
-from engine.messages import Attach, Cancel, Goodbye, Piece, Release
-from engine.queue.busy_rate import BusyRate
-from engine.queue.express_lane import ExpressLane
-from engine.queue.piece_queue import Batch, PieceQueue, QueuedPiece
+from rose_embed.engine import messages
+from rose_embed.engine.arena import Allocator, Arena
+from rose_embed.engine.board import EngineBoard
+from rose_embed.engine.config import EngineConfig
+from rose_embed.engine.memory import HeapTrimmer
+from rose_embed.engine.messages import Attach, Cancel, Goodbye, Piece, Release
+from rose_embed.engine.queue.busy_rate import BusyRate
+from rose_embed.engine.queue.express_lane import ExpressLane
+from rose_embed.engine.queue.piece_queue import Batch, PieceQueue, QueuedPiece
 
 # Device batches launched and not yet read back: on a GPU one computing and one queued behind it
 # keep the device busy; what arrives meanwhile is joined into the next batch. A CPU computes each

@@ -14,14 +14,14 @@ import os
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 
-from engine.board import EngineBoard
-from engine.child_signals import STOP_SIGNALS, unshield
-from engine.config import EngineConfig
-from engine.parent_watch import exit_with_parent
-from engine import messages
-from engine.messages import Attach
-from engine.queue.engine_loop import EngineLoop, queue_budget
-from engine.rose.cublas_workspace import give_cublas_no_workspace
+from rose_embed.engine.board import EngineBoard
+from rose_embed.engine.child_signals import STOP_SIGNALS, unshield
+from rose_embed.engine.config import EngineConfig
+from rose_embed.engine.parent_watch import exit_with_parent
+from rose_embed.engine import messages
+from rose_embed.engine.messages import Attach
+from rose_embed.engine.queue.engine_loop import EngineLoop, queue_budget
+from rose_embed.engine.rose.cublas_workspace import give_cublas_no_workspace
 
 
 def run_engine_process(configs: list[EngineConfig], control: Connection, board_name: str,
@@ -78,7 +78,7 @@ def load_engine(config: EngineConfig, plugin: Callable | None = None):
     """The model loaded and warm on its device; `plugin` (fault injection in tests) wraps it after warm-up."""
     import torch
 
-    from engine.rose.engine import Engine
+    from rose_embed.engine.rose.engine import Engine
 
     if config.device.startswith("cuda"):
         give_cublas_no_workspace()

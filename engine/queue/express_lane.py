@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from multiprocessing.connection import Connection, wait
 from typing import Any, Protocol
 
-from engine.queue.piece_queue import Batch, PieceQueue
+from rose_embed.engine.queue.piece_queue import Batch, PieceQueue
 
 
 class _Loop(Protocol):

@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.config import SCHEDULING_POLICIES
-from engine.messages import Piece
-from engine.queue.fair_share import water_fill
-from engine.rose.batch import PackedBatch, join_packed, slice_packed
+from rose_embed.engine.config import SCHEDULING_POLICIES
+from rose_embed.engine.messages import Piece
+from rose_embed.engine.queue.fair_share import water_fill
+from rose_embed.engine.rose.batch import PackedBatch, join_packed, slice_packed
 
 
 @dataclass(eq=False)

@@ -15,10 +15,10 @@ import time
 import numpy as np
 import torch
 
-from engine.rose.batch import pack_flat
-from engine.rose.graphs import _fill_padded, gc_paused, next_power_of_two
-from engine.rose.layers.attention import AttentionShape
-from engine.rose.layers.attention_choice import representative_lengths
+from rose_embed.engine.rose.batch import pack_flat
+from rose_embed.engine.rose.graphs import _fill_padded, gc_paused, next_power_of_two
+from rose_embed.engine.rose.layers.attention import AttentionShape
+from rose_embed.engine.rose.layers.attention_choice import representative_lengths
 
 GRAPH_TARGET_S = 2e-3  # calls per captured graph: about this long, so that event timing is steady
 MAX_CALLS = 16

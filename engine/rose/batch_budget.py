@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.rose.runner import CPU_CHUNK_TOKENS
+from rose_embed.engine.rose.runner import CPU_CHUNK_TOKENS
 
 EFFICIENCY = 0.95  # of a large batch's speed per token
 SEQ_TOKENS = 32

@@ -8,24 +8,24 @@ import time
 import numpy as np
 import torch
 
-from engine.rose.batch import PackedBatch, pack
-from engine.rose.batch_budget import LARGE_TOKENS, SEQ_TOKENS, cpu_budget, measured_speed
-from engine.rose.cpu_features import native_bf16
-from engine.config import EngineConfig
-from engine.cpu_quota import available_cores
-from engine.rose import int8_plan, quantization_support
-from engine.rose.fp8_plan import quantize_model
-from engine.rose.layers import fused
-from engine.rose.layers.attention_backends import make_attention_backend
-from engine.rose.layers.head import SentenceHead
-from engine.rose.layers.score_head import ScoreHead
-from engine.rose.lazy import LazyResult
-from engine.model_files.loader import ModelLoadError, ModelSpec, load_spec, load_state_dict
-from engine.rose.models import MODEL_CLASSES
-from engine.rose.pipeline import embed_texts
-from engine.rose.runner import ModelRunner
-from engine.text.pairs import reads_token_types
-from engine.model_files.model_view import ModelView
+from rose_embed.engine.rose.batch import PackedBatch, pack
+from rose_embed.engine.rose.batch_budget import LARGE_TOKENS, SEQ_TOKENS, cpu_budget, measured_speed
+from rose_embed.engine.rose.cpu_features import native_bf16
+from rose_embed.engine.config import EngineConfig
+from rose_embed.engine.cpu_quota import available_cores
+from rose_embed.engine.rose import int8_plan, quantization_support
+from rose_embed.engine.rose.fp8_plan import quantize_model
+from rose_embed.engine.rose.layers import fused
+from rose_embed.engine.rose.layers.attention_backends import make_attention_backend
+from rose_embed.engine.rose.layers.head import SentenceHead
+from rose_embed.engine.rose.layers.score_head import ScoreHead
+from rose_embed.engine.rose.lazy import LazyResult
+from rose_embed.engine.model_files.loader import ModelLoadError, ModelSpec, load_spec, load_state_dict
+from rose_embed.engine.rose.models import MODEL_CLASSES
+from rose_embed.engine.rose.pipeline import embed_texts
+from rose_embed.engine.rose.runner import ModelRunner
+from rose_embed.engine.text.pairs import reads_token_types
+from rose_embed.engine.model_files.model_view import ModelView
 
 logger = logging.getLogger("rose_embed.engine")
 
@@ -119,7 +119,7 @@ class Engine(ModelView):
             logger.info("%s", int8_plan.quantize_model(model, self.embed))  # calibrates on the model as loaded
             if not config.enforce_eager:
                 # Imported here: torch's compiler takes seconds to import, which every start would pay.
-                from engine.rose.int8_compile import CompiledInt8Model
+                from rose_embed.engine.rose.int8_compile import CompiledInt8Model
 
                 self.runner.model = CompiledInt8Model(model, attention)
                 self.compiled = True

@@ -29,9 +29,9 @@ from typing import Callable
 import torch
 from torch import nn
 
-from engine.rose.int8_calibration import CALIBRATION_TEXTS
-from engine.rose.layers.quantized_rows import FP8_DTYPE, FP8_MAX, MIN_AMAX, QuantizedRows
-from engine.rose.module_swap import replace_submodule
+from rose_embed.engine.rose.int8_calibration import CALIBRATION_TEXTS
+from rose_embed.engine.rose.layers.quantized_rows import FP8_DTYPE, FP8_MAX, MIN_AMAX, QuantizedRows
+from rose_embed.engine.rose.module_swap import replace_submodule
 
 CALIBRATION_FILE = Path(__file__).parent / "data" / "fp8_calibration.jsonl"
 # Columns rounded one at a time within a block; the blocks' errors are fed forward as one matmul.

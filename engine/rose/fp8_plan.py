@@ -62,12 +62,12 @@ from typing import Callable
 
 from torch import nn
 
-from engine.config import (NARROW_BF16_FIRST_LAYERS, POST_NORM_BF16_FIRST_LAYERS, WIDE_BF16_ATTENTION_FIRST_LAYERS,
+from rose_embed.engine.config import (NARROW_BF16_FIRST_LAYERS, POST_NORM_BF16_FIRST_LAYERS, WIDE_BF16_ATTENTION_FIRST_LAYERS,
                            WIDE_BF16_FIRST_LAYERS, Fp8Plan)
-from engine.rose.fp8_gptq import calibration_texts, gptq_weights
-from engine.rose.layers.fp8 import Fp8Linear, PooledTokens, fits_fp8
-from engine.rose.layers.pooling import ONE_TOKEN_MODES
-from engine.rose.module_swap import replace_submodule
+from rose_embed.engine.rose.fp8_gptq import calibration_texts, gptq_weights
+from rose_embed.engine.rose.layers.fp8 import Fp8Linear, PooledTokens, fits_fp8
+from rose_embed.engine.rose.layers.pooling import ONE_TOKEN_MODES
+from rose_embed.engine.rose.module_swap import replace_submodule
 
 
 ATTENTION_LINEARS = ("qkv_proj", "o_proj")

@@ -41,7 +41,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from engine.rose.batch import PackedBatch
+from rose_embed.engine.rose.batch import PackedBatch
 
 logger = logging.getLogger("rose_embed.engine")
 

@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from engine.rose.module_swap import replace_submodule
+from rose_embed.engine.rose.module_swap import replace_submodule
 
 # Prose, questions, lists, code, numbers, markup and a few other scripts, short and long.
 CALIBRATION_TEXTS = (

@@ -12,9 +12,9 @@ from typing import Callable
 
 from torch import nn
 
-from engine.rose.int8_calibration import CALIBRATION_TEXTS, activation_maxima
-from engine.rose.layers.int8 import Int8Linear, smoothing_factors
-from engine.rose.module_swap import replace_submodule
+from rose_embed.engine.rose.int8_calibration import CALIBRATION_TEXTS, activation_maxima
+from rose_embed.engine.rose.layers.int8 import Int8Linear, smoothing_factors
+from rose_embed.engine.rose.module_swap import replace_submodule
 
 # The linear layers that read a norm's output, by the names the models give them.
 SMOOTHED_LINEARS = ("qkv_proj", "up_proj", "gate_up_proj")

@@ -19,7 +19,7 @@ def device_refusal(device: str) -> str | None:
         return f"{_NEEDS} (the GPU's quantization is fp8); the engine would run on {device}"
     import platform
 
-    from engine.rose.cpu_features import int8_dot_products
+    from rose_embed.engine.rose.cpu_features import int8_dot_products
 
     if int8_dot_products() is None:
         return f"{_NEEDS}; this CPU ({platform.machine()}) has neither, and int8 was not measured without them"

@@ -29,13 +29,13 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from engine.rose import tokenizer_processes
-from engine.rose.batch import PackedBatch, batch_ranges, join_packed, pack, slice_packed
-from engine.text.late_chunking import ChunkTooLongError, EmptyChunkError, LateChunkedDocuments, fit_documents
-from engine.rose.lazy import LazyResult
-from engine.text.long_inputs import FittedInputs
-from engine.rose.pieces import Piece, tokenize_piece
-from engine.rose.prefetch import close_iterator, prefetch
+from rose_embed.engine.rose import tokenizer_processes
+from rose_embed.engine.rose.batch import PackedBatch, batch_ranges, join_packed, pack, slice_packed
+from rose_embed.engine.text.late_chunking import ChunkTooLongError, EmptyChunkError, LateChunkedDocuments, fit_documents
+from rose_embed.engine.rose.lazy import LazyResult
+from rose_embed.engine.text.long_inputs import FittedInputs
+from rose_embed.engine.rose.pieces import Piece, tokenize_piece
+from rose_embed.engine.rose.prefetch import close_iterator, prefetch
 
 T = TypeVar("T")
 

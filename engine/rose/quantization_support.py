@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from engine.rose import fp8_support, int8_support
+from rose_embed.engine.rose import fp8_support, int8_support
 
 QUANTIZATIONS = ("fp8", "int8")
 _SUPPORT = {"fp8": fp8_support, "int8": int8_support}

@@ -8,13 +8,13 @@ from collections.abc import Callable
 
 import torch
 
-from engine.rose.batch import PackedBatch, split_packed
-from engine.rose.fp8_plan import pooled_tokens_of
-from engine.rose.graphs import CUDAGraphRunner, StaticInputs
-from engine.rose.layers.attention import AttentionBackend
-from engine.rose.layers.head import SentenceHead
-from engine.rose.layers.pooling import pooled_token_rows
-from engine.rose.lazy import LazyResult
+from rose_embed.engine.rose.batch import PackedBatch, split_packed
+from rose_embed.engine.rose.fp8_plan import pooled_tokens_of
+from rose_embed.engine.rose.graphs import CUDAGraphRunner, StaticInputs
+from rose_embed.engine.rose.layers.attention import AttentionBackend
+from rose_embed.engine.rose.layers.head import SentenceHead
+from rose_embed.engine.rose.layers.pooling import pooled_token_rows
+from rose_embed.engine.rose.lazy import LazyResult
 
 
 # The CPU runs a batch in pieces of at most this many tokens: matmuls are as fast on 2,048
@@ -101,7 +101,7 @@ class ModelRunner:
         the log, or None where there is nothing to choose."""
         if self.graphs is None or not hasattr(self.attention, "choose"):
             return None
-        from engine.rose.attention_timing import AttentionTimer
+        from rose_embed.engine.rose.attention_timing import AttentionTimer
 
         started = time.perf_counter()
         timer = AttentionTimer(self.attention.shape, next(self.model.parameters()).dtype, self.device,

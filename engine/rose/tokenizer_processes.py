@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from engine.rose.pieces import Piece, tokenize_piece
-from engine.text.tokenizer import TextTokenizer
+from rose_embed.engine.rose.pieces import Piece, tokenize_piece
+from rose_embed.engine.text.tokenizer import TextTokenizer
 
 # Below this many cores, processes would take the cores the device's host side needs.
 _MIN_CORES = 4

@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 from tokenizers import Tokenizer
 
-from engine.text.ascii_wordpiece import AsciiWordPiece
-from engine.text.pair_template import PairTemplate, Special, longest_first
+from rose_embed.engine.text.ascii_wordpiece import AsciiWordPiece
+from rose_embed.engine.text.pair_template import PairTemplate, Special, longest_first
 
 
 class FastPairs:

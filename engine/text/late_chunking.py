@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.text.long_inputs import CannotWindowError, InputTooLongError, combine_windows
+from rose_embed.engine.text.long_inputs import CannotWindowError, InputTooLongError, combine_windows
 
 
 class CannotLateChunkError(ValueError):

@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
-from engine.model_files.json_files import read_json_object
-from engine.model_files.reranker import QWEN3_BODY, QWEN3_INSTRUCTION, QWEN3_PREFIX, QWEN3_SUFFIX
-from engine.model_files.tokenizer_file import read_tokenizer
-from engine.text.fast_pairs import FastPairs
+from rose_embed.engine.model_files.json_files import read_json_object
+from rose_embed.engine.model_files.reranker import QWEN3_BODY, QWEN3_INSTRUCTION, QWEN3_PREFIX, QWEN3_SUFFIX
+from rose_embed.engine.model_files.tokenizer_file import read_tokenizer
+from rose_embed.engine.text.fast_pairs import FastPairs
 
 if TYPE_CHECKING:  # the loader imports what a tokenizer-only process does without
-    from engine.model_files.loader import ModelSpec
+    from rose_embed.engine.model_files.loader import ModelSpec
 
 # No document holds this many tokens, so a larger cap cuts nothing; numpy's int64 arithmetic (the
 # fast path) and the Rust tokenizer's truncation overflow on one past it.

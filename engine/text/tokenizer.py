@@ -13,14 +13,14 @@ import numpy as np
 from tokenizers import Tokenizer, normalizers
 from tokenizers.processors import TemplateProcessing
 
-from engine.text.long_text_cut import CUT_CHARS_PER_TOKEN, cut_point, splits_at_whitespace
-from engine.model_files.json_files import read_json_object
-from engine.model_files.tokenizer_file import read_tokenizer
-from engine.text.ascii_wordpiece import AsciiWordPiece
-from engine.rose.batch import PackedBatch, pack_flat, split_flat
+from rose_embed.engine.text.long_text_cut import CUT_CHARS_PER_TOKEN, cut_point, splits_at_whitespace
+from rose_embed.engine.model_files.json_files import read_json_object
+from rose_embed.engine.model_files.tokenizer_file import read_tokenizer
+from rose_embed.engine.text.ascii_wordpiece import AsciiWordPiece
+from rose_embed.engine.rose.batch import PackedBatch, pack_flat, split_flat
 
 if TYPE_CHECKING:  # the loader imports torch, which a tokenizer process does without
-    from engine.model_files.loader import ModelSpec
+    from rose_embed.engine.model_files.loader import ModelSpec
 
 # The token Qwen3-Embedding's own tokenizer.json appends (its TemplateProcessing
 # post-processor: "$A <|endoftext|>"); note it is not the chat eos <|im_end|>.

@@ -10,7 +10,7 @@ import logging
 
 import torch
 
-from engine.rose.layers.attention import AttentionBackend, AttentionShape, SDPAPerSequenceBackend
+from rose_embed.engine.rose.layers.attention import AttentionBackend, AttentionShape, SDPAPerSequenceBackend
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ def make_attention_backend(
     if device.type == "cuda":
         if name == "sdpa":  # exact but slow: kept as a reference for tests
             return SDPAPerSequenceBackend(shape)
-        from engine.rose.layers.attention_cuda import make_cuda_attention_backend
+        from rose_embed.engine.rose.layers.attention_cuda import make_cuda_attention_backend
 
         return make_cuda_attention_backend(name, shape, device, dtype)
     raise ValueError(f"no attention backend {name!r} for device {device}")
@@ -37,7 +37,7 @@ def device_refusal(name: str, device: torch.device, dtype: torch.dtype) -> str |
     where it may: what can be told before a model loads, so that the CLI refuses it up front. The
     rest (a head size without a kernel, a compiler that fails) the factory tells as it builds one."""
     if device.type == "cuda":
-        from engine.rose.layers.attention_cuda import cuda_refusal
+        from rose_embed.engine.rose.layers.attention_cuda import cuda_refusal
 
         return cuda_refusal(name, dtype)
     if device.type != "cpu":
@@ -45,7 +45,7 @@ def device_refusal(name: str, device: torch.device, dtype: torch.dtype) -> str |
     if name not in CPU_BACKENDS:
         return f"attention backend {name!r} needs CUDA; on CPU 'native' and 'sdpa' run"
     if name == "native":
-        from engine.rose.layers.attention_cpu_native import NATIVE_REFUSAL, cpu_refusal
+        from rose_embed.engine.rose.layers.attention_cpu_native import NATIVE_REFUSAL, cpu_refusal
 
         if (refusal := cpu_refusal(dtype)) is not None:
             return NATIVE_REFUSAL.format(refusal)
@@ -56,8 +56,8 @@ def _cpu_attention_backend(name: str, shape: AttentionShape, dtype: torch.dtype)
     """"auto": the native kernel where it runs (bf16 on AVX512-BF16, float32 on AVX2), else grouped SDPA."""
     if name not in CPU_BACKENDS:
         raise ValueError(device_refusal(name, torch.device("cpu"), dtype))
-    from engine.rose.layers.attention_cpu import GroupedSDPABackend
-    from engine.rose.layers.attention_cpu_native import NativeCPUAttentionBackend
+    from rose_embed.engine.rose.layers.attention_cpu import GroupedSDPABackend
+    from rose_embed.engine.rose.layers.attention_cpu_native import NativeCPUAttentionBackend
 
     if name == "sdpa":
         return GroupedSDPABackend(shape)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.rose.graphs import MIN_SEQLEN_BUCKET
+from rose_embed.engine.rose.graphs import MIN_SEQLEN_BUCKET
 
 logger = logging.getLogger("rose_embed.engine")
 

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from engine.rose.layers.attention import AttentionShape, allowed_keys, relative_bias_rows
+from rose_embed.engine.rose.layers.attention import AttentionShape, allowed_keys, relative_bias_rows
 
 PAD_SLACK = 1.25  # a group's padded tokens may exceed its real tokens by this factor
 MAX_GROUP_SEQS = 256

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.rose.cpu_features import cpu_flags
-from engine.rose.layers.attention import AttentionShape
-from engine.rose.native_build import load_kernel
+from rose_embed.engine.rose.cpu_features import cpu_flags
+from rose_embed.engine.rose.layers.attention import AttentionShape
+from rose_embed.engine.rose.native_build import load_kernel
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from engine.rose.layers.attention import AttentionShape
+from rose_embed.engine.rose.layers.attention import AttentionShape
 
 if TYPE_CHECKING:  # the kernel's module imports Triton, which a machine without CUDA may lack
-    from engine.rose.layers.packed_attention import Tiles
+    from rose_embed.engine.rose.layers.packed_attention import Tiles
 
 FLASHINFER_HEAD_DIMS = (64, 128, 256)
 # FlashAttention's kernels (behind varlen_attn) and FlashInfer's take these alone; a float32
@@ -58,7 +58,7 @@ class VarlenAttentionBackend:
             self._local_kwargs["window_size"] = (left, 0 if shape.is_causal else right)
         self._biased_attention = None
         if shape.has_position_bias:  # varlen_attn takes no bias: our Triton kernel adds it
-            from engine.rose.layers.triton_attention import varlen_attention_with_bias
+            from rose_embed.engine.rose.layers.triton_attention import varlen_attention_with_bias
 
             self._biased_attention = varlen_attention_with_bias
 
@@ -173,7 +173,7 @@ class PackedMeta:
 
     def bounds(self, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self._bounds is None:
-            from engine.rose.layers.packed_attention import sequence_bounds
+            from rose_embed.engine.rose.layers.packed_attention import sequence_bounds
 
             self._bounds = sequence_bounds(self.cu_seqlens, num_tokens)
         return self._bounds
@@ -192,7 +192,7 @@ class PackedAttentionBackend:
                              "use the varlen attention backend")
         if shape.head_dim > 256:  # its query tile and accumulator would not fit in registers
             raise ValueError(f"the packed attention kernel takes head_dim up to 256; this model has {shape.head_dim}")
-        from engine.rose.layers.packed_attention import packed_attention
+        from rose_embed.engine.rose.layers.packed_attention import packed_attention
 
         self.shape, self.tiles = shape, tiles
         self._attention = packed_attention
@@ -218,7 +218,7 @@ def make_cuda_attention_backend(name: str, shape: AttentionShape, device: torch.
         candidates = auto_candidates(shape, device, dtype)
         if len(candidates) == 1:
             return candidates[0]
-        from engine.rose.layers.attention_choice import AutoAttentionBackend
+        from rose_embed.engine.rose.layers.attention_choice import AutoAttentionBackend
 
         return AutoAttentionBackend(candidates)
     if name == "varlen":

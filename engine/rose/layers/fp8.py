@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.rose.layers import cublaslt_fp8, fused
-from engine.rose.layers.quantized_rows import (FP8_MAX, QuantizedRows, dequantize_rows, layer_norm_bound,
+from rose_embed.engine.rose.layers import cublaslt_fp8, fused
+from rose_embed.engine.rose.layers.quantized_rows import (FP8_MAX, QuantizedRows, dequantize_rows, layer_norm_bound,
                                                layer_norm_linear_bound, quantize_rows_at, quantize_rows_reference,
                                                quantize_tensor_reference, scale_bound)
 
@@ -39,7 +39,7 @@ GEMM_ALIGNMENT = 16
 def _triton_fp8_kernels():
     """The FP8 kernels module, or None where Triton is missing or broken."""
     try:
-        from engine.rose.layers import triton_fp8_kernels
+        from rose_embed.engine.rose.layers import triton_fp8_kernels
     except Exception:  # ImportError, or a Triton without a working backend
         return None
     return triton_fp8_kernels

@@ -15,9 +15,9 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from engine.rose.layers import cublaslt_fp8, fused
-from engine.rose.layers.fp8 import Fp8Linear, fp8_kernels_for, quantize_rows
-from engine.rose.layers.quantized_rows import QuantizedRows, bounded_scales, quantize_rows_at
+from rose_embed.engine.rose.layers import cublaslt_fp8, fused
+from rose_embed.engine.rose.layers.fp8 import Fp8Linear, fp8_kernels_for, quantize_rows
+from rose_embed.engine.rose.layers.quantized_rows import QuantizedRows, bounded_scales, quantize_rows_at
 
 # The BERT family's activation after its up projection: linear_gelu's `approximate` ("none",
 # "tanh") or None for ReLU -> the kernels' name for it.
@@ -147,7 +147,7 @@ def _one_scale_linear_activation_rows(linear: Fp8Linear, rows: QuantizedRows, ac
 
 @functools.cache
 def _triton_fp8_gemm():
-    from engine.rose.layers import triton_fp8_gemm
+    from rose_embed.engine.rose.layers import triton_fp8_gemm
 
     return triton_fp8_gemm
 

@@ -14,7 +14,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from engine.rose.layers.rotary import RotaryBatch, apply_rotary
+from rose_embed.engine.rose.layers.rotary import RotaryBatch, apply_rotary
 
 _enabled = True
 _gelu_epilogue = True
@@ -31,7 +31,7 @@ def set_fused_kernels(enabled: bool) -> None:
 def _triton_kernels():
     """The kernels module, or None where Triton is missing or broken."""
     try:
-        from engine.rose.layers import triton_kernels
+        from rose_embed.engine.rose.layers import triton_kernels
     except Exception:  # ImportError, or a Triton without a working backend
         return None
     return triton_kernels

@@ -15,8 +15,8 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from engine.rose.layers.pooling import normalize, pool_segments
-from engine.model_files.st_modules import Dense, HeadStep, LayerNorm, Normalize
+from rose_embed.engine.rose.layers.pooling import normalize, pool_segments
+from rose_embed.engine.model_files.st_modules import Dense, HeadStep, LayerNorm, Normalize
 
 
 def _read_tensors(path: Path) -> dict[str, torch.Tensor]:

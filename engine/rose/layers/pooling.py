@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from engine.config import POOLING_MODES
-from engine.rose.layers import fused
+from rose_embed.engine.config import POOLING_MODES
+from rose_embed.engine.rose.layers import fused
 
 
 def pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, mode: str) -> torch.Tensor:

@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.model_files.reranker import Reranker
-from engine.rose.layers.pooling import pool_segments
+from rose_embed.engine.model_files.reranker import Reranker
+from rose_embed.engine.rose.layers.pooling import pool_segments
 
 _ACTIVATIONS = {"gelu": lambda x: F.gelu(x), "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
                 "relu": F.relu, "silu": F.silu, "tanh": torch.tanh}

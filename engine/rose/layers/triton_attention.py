@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.rose.layers.online_softmax import online_softmax_step
+from rose_embed.engine.rose.layers.online_softmax import online_softmax_step
 
 
 @triton.jit

@@ -24,8 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.rose.layers.quantized_rows import FP8_DTYPE, QuantizedRows, ScaleBound
-from engine.rose.layers.triton_fp8_kernels import ROW_ACTIVATIONS, _activate, _quantized_by
+from rose_embed.engine.rose.layers.quantized_rows import FP8_DTYPE, QuantizedRows, ScaleBound
+from rose_embed.engine.rose.layers.triton_fp8_kernels import ROW_ACTIVATIONS, _activate, _quantized_by
 
 
 @dataclass(frozen=True)

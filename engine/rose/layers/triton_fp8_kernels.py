@@ -26,8 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.rose.layers.quantized_rows import FP8_DTYPE, QuantizedRows, ScaleBound
-from engine.rose.layers.triton_kernels import ACTIVATIONS
+from rose_embed.engine.rose.layers.quantized_rows import FP8_DTYPE, QuantizedRows, ScaleBound
+from rose_embed.engine.rose.layers.triton_kernels import ACTIVATIONS
 
 ROW_ACTIVATIONS = {**ACTIVATIONS, "relu": 3}
 _IDENTITY = tl.constexpr(5)  # no activation: quantize_rows runs the activation kernel with it

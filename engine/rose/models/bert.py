@@ -6,10 +6,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.model_files.architecture_support import BERT_GELU_FORMS, config_refusal
-from engine.rose.layers import fp8, fp8_fused, fused
-from engine.rose.layers.attention import AttentionBackend, AttentionShape
-from engine.rose.layers.quantized_rows import QuantizedRows
+from rose_embed.engine.model_files.architecture_support import BERT_GELU_FORMS, config_refusal
+from rose_embed.engine.rose.layers import fp8, fp8_fused, fused
+from rose_embed.engine.rose.layers.attention import AttentionBackend, AttentionShape
+from rose_embed.engine.rose.layers.quantized_rows import QuantizedRows
 
 _ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.rose.models.bert import BertModel, as_bert_names
+from rose_embed.engine.rose.models.bert import BertModel, as_bert_names
 
 # Hugging Face DistilBERT tensor name (inside transformer.layer.N.) -> BERT's.
 _LAYER_NAMES = {

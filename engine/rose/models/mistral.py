@@ -9,7 +9,7 @@ at a 4096-token limit) is dropped by the engine, so every backend can run it.
 
 from __future__ import annotations
 
-from engine.rose.models.qwen3 import Qwen3Model
+from rose_embed.engine.rose.models.qwen3 import Qwen3Model
 
 
 class MistralModel(Qwen3Model):

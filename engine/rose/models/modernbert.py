@@ -15,11 +15,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engine.model_files.architecture_support import GATED_ACTIVATIONS, config_refusal
-from engine.rose.layers import fused
-from engine.rose.layers.attention import AttentionBackend, AttentionShape
-from engine.rose.layers.rotary import GlobalLocalRotary, RotaryBatch, interleave_rotary_halves
-from engine.rose.models.weights import bare_tensors, load_exactly
+from rose_embed.engine.model_files.architecture_support import GATED_ACTIVATIONS, config_refusal
+from rose_embed.engine.rose.layers import fused
+from rose_embed.engine.rose.layers.attention import AttentionBackend, AttentionShape
+from rose_embed.engine.rose.layers.rotary import GlobalLocalRotary, RotaryBatch, interleave_rotary_halves
+from rose_embed.engine.rose.models.weights import bare_tensors, load_exactly
 
 _IGNORED = ("head.", "decoder.", "classifier.")  # heads this engine never runs
 

@@ -16,8 +16,8 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from engine.rose.layers.attention import AttentionShape
-from engine.rose.models.bert import BertModel, as_bert_names
+from rose_embed.engine.rose.layers.attention import AttentionShape
+from rose_embed.engine.rose.models.bert import BertModel, as_bert_names
 
 # Hugging Face's MPNetEncoder.compute_position_bias buckets with these, whatever the config says.
 _NUM_BUCKETS, _MAX_DISTANCE = 32, 128

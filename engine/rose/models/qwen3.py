@@ -11,13 +11,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engine.model_files.architecture_support import config_refusal
-from engine.rose.layers import fp8, fp8_fused, fused
-from engine.rose.layers.attention import AttentionBackend, AttentionShape
-from engine.rose.layers.quantized_rows import QuantizedRows
-from engine.rose.layers.norm import RMSNorm
-from engine.rose.layers.rotary import RotaryBatch, RotaryEmbedding, interleave_rotary_halves, rope_theta
-from engine.rose.models.weights import bare_tensors, load_exactly
+from rose_embed.engine.model_files.architecture_support import config_refusal
+from rose_embed.engine.rose.layers import fp8, fp8_fused, fused
+from rose_embed.engine.rose.layers.attention import AttentionBackend, AttentionShape
+from rose_embed.engine.rose.layers.quantized_rows import QuantizedRows
+from rose_embed.engine.rose.layers.norm import RMSNorm
+from rose_embed.engine.rose.layers.rotary import RotaryBatch, RotaryEmbedding, interleave_rotary_halves, rope_theta
+from rose_embed.engine.rose.models.weights import bare_tensors, load_exactly
 
 # Checkpoints name the backbone's tensors bare (saved from Qwen3Model, e.g. Qwen3-Embedding,
 # pplx-embed) or under `model.` (saved from Qwen3ForCausalLM); engine/rose/models/weights.py reads both.
