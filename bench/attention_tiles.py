@@ -10,7 +10,7 @@ key/value blocks come through TMA descriptors.
 
 For each model shape (MiniLM, BERT-base, the Qwen3-0.6B shape) and each class of batch that
 `auto` times (16,384 and 2,048 tokens; sequences of up to 128 and 512), one layer's attention
-in microseconds per call, timed as `auto` times it (engine/rose/attention_timing.py: CUDA graphs of
+in microseconds per call, timed as `auto` times it (engine/rose/attention/timing.py: CUDA graphs of
 many calls, best of several replays). The default's row is marked; the fastest setting per
 class is in bold. Only the launch changes: the outputs are checked equal to the default's.
 
@@ -35,10 +35,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import publish  # noqa: E402
-from rose_embed.engine.rose.attention_timing import AttentionTimer, padded_cu_seqlens  # noqa: E402
-from rose_embed.engine.rose.layers.attention import AttentionShape  # noqa: E402
-from rose_embed.engine.rose.layers.attention_cuda import PackedAttentionBackend  # noqa: E402
-from rose_embed.engine.rose.layers.packed_attention import Tiles, default_tiles  # noqa: E402
+from rose_embed.engine.rose.attention.timing import AttentionTimer, padded_cu_seqlens  # noqa: E402
+from rose_embed.engine.rose.attention.ragged import AttentionShape  # noqa: E402
+from rose_embed.engine.rose.attention.cuda import PackedAttentionBackend  # noqa: E402
+from rose_embed.engine.rose.attention.packed import Tiles, default_tiles  # noqa: E402
 
 SHAPES = {
     "minilm": AttentionShape(num_heads=12, num_kv_heads=12, head_dim=32, is_causal=False),

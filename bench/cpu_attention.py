@@ -1,5 +1,5 @@
 """The CPU attention backends alone, on packed streams of embedder-like lengths: the native kernels
-(engine/rose/layers/native/attention_bf16.c and attention_f32.c) against grouped SDPA (torch's CPU
+(engine/rose/attention/native/attention_bf16.c and attention_f32.c) against grouped SDPA (torch's CPU
 flash attention on length-sorted padded groups), in bf16 and float32, the same q, k and v,
 rounds in rotated order.
 
@@ -25,9 +25,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import machine_description, publish  # noqa: E402
-from rose_embed.engine.rose.layers.attention import AttentionShape, SDPAPerSequenceBackend  # noqa: E402
-from rose_embed.engine.rose.layers.attention_cpu import GroupedSDPABackend  # noqa: E402
-from rose_embed.engine.rose.layers.attention_cpu_native import NativeCPUAttentionBackend  # noqa: E402
+from rose_embed.engine.rose.attention.ragged import AttentionShape, SDPAPerSequenceBackend  # noqa: E402
+from rose_embed.engine.rose.attention.cpu import GroupedSDPABackend  # noqa: E402
+from rose_embed.engine.rose.attention.cpu_native import NativeCPUAttentionBackend  # noqa: E402
 
 SHAPES = {  # name: (heads, kv heads, head size, causal)
     "MiniLM / BERT-small (12 x 32)": (12, 12, 32, False),

@@ -60,7 +60,7 @@ def engine_shares(num_batches: int = 8) -> dict[str, float]:
     """Share of self CPU time per op group in the engine's bf16 forward passes on docstrings."""
     from torch.profiler import profile
 
-    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.contract.config import EngineConfig
     from rose_embed.engine.rose.engine import Engine
 
     engine = Engine(EngineConfig(device="cpu", dtype="bfloat16"))

@@ -37,7 +37,7 @@ def main() -> None:
                              "'auto,sdpa' adds an engine of each precision on torch's SDPA beside the default")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.contract.config import EngineConfig
     from rose_embed.engine.rose.engine import Engine
 
     texts = build_texts(DEFAULT_DATA, args.num_texts, args.join)

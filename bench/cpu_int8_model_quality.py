@@ -28,8 +28,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import DEFAULT_DATA, build_texts, load_texts, machine_description, publish  # noqa: E402
-from rose_embed.engine.rose.int8_plan import SMOOTHQUANT_ALPHA as SMOOTH_ALPHA  # noqa: E402  (the engine's)
-from rose_embed.engine.rose.layers.int8 import smoothing_factors  # noqa: E402
+from rose_embed.engine.rose.quantization.int8_plan import SMOOTHQUANT_ALPHA as SMOOTH_ALPHA  # noqa: E402  (the engine's)
+from rose_embed.engine.rose.quantization.int8 import smoothing_factors  # noqa: E402
 
 NUM_PASSAGES, NUM_QUERIES, NUM_CALIBRATION = 1200, 200, 300
 QUERIES_FROM, CALIBRATION_FROM = 6000, 8000  # docstring indexes, past the passages' 4,800
@@ -199,7 +199,7 @@ ENGINES = {"int8": {"quantization": "int8"}, "int8-eager": {"quantization": "int
 def engine_row(name: str, texts: list[str], reference: np.ndarray) -> tuple:
     """The quality row of rose-embed's Engine in bf16 with ENGINES[name]'s settings (SmoothQuant's
     factors calibrated on the engine's built-in texts, not on this script's)."""
-    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.contract.config import EngineConfig
     from rose_embed.engine.rose.engine import Engine
 
     engine = Engine(EngineConfig(device="cpu", dtype="bfloat16", **ENGINES[name]))

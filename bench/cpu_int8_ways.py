@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rose_embed.engine.rose.layers.int8 import Int8Linear, token_scales, weight_int8  # the engine's, shared
+from rose_embed.engine.rose.quantization.int8 import Int8Linear, token_scales, weight_int8  # the engine's, shared
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class IntMM(torch.nn.Module):
 
 
 def OneDnnU8(weight, bias, out_dtype=torch.bfloat16) -> torch.nn.Module:  # noqa: N802  (a layer, named as one)
-    """(c) the engine's int8 linear (engine/rose/layers/int8.py): onednn::qlinear_pointwise on uint8
+    """(c) the engine's int8 linear (engine/rose/quantization/int8.py): onednn::qlinear_pointwise on uint8
     activations (per-token symmetric, shifted by 128 and given zero point 128), weight prepacked;
     the kernel applies the weight scales, the token scale and bias follow. int8 activations would
     fall to oneDNN's reference kernel on a CPU without AMX (the prepacked weight carries uint8's

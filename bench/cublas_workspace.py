@@ -37,8 +37,8 @@ def child(model_name: str, tokenizer: Path) -> dict:
 
     from bench.fp8_bench import FP8_SHAPES, NUM_DOCS, engine_run, plan_named
     from bench.gpu_bench import hf_model, latency_ms, ours_from_hf, shape_head, workloads
-    from rose_embed.engine.rose.fp8_plan import quantize_model
-    from rose_embed.engine.rose.layers.attention_backends import make_attention_backend
+    from rose_embed.engine.rose.quantization.fp8_plan import quantize_model
+    from rose_embed.engine.rose.attention.backends import make_attention_backend
     from rose_embed.engine.rose.layers.head import SentenceHead
     from rose_embed.engine.rose.runner import ModelRunner
 

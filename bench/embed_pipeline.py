@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import load_texts, machine_description, publish  # noqa: E402
 from rose_embed.engine.rose.cublas_workspace import give_cublas_no_workspace  # noqa: E402
-from rose_embed.engine.rose.batch import PackedBatch, cut_batches, pack  # noqa: E402
-from rose_embed.engine.config import EngineConfig  # noqa: E402
+from rose_embed.engine.contract.batch import PackedBatch, cut_batches, pack  # noqa: E402
+from rose_embed.engine.contract.config import EngineConfig  # noqa: E402
 from rose_embed.engine.rose.engine import Engine  # noqa: E402
 from rose_embed.engine.rose.pipeline import MAX_IN_FLIGHT, PIECE_TEXTS, PROCESS_PIECE_TEXTS, default_num_threads, embed_texts  # noqa: E402
 from rose_embed.engine.rose.tokenizer_processes import Submitter, default_num_processes  # noqa: E402

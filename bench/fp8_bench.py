@@ -7,7 +7,7 @@ side by side on the same GPU:
       alone, their inputs' quantization not counted);
   (b) the engine: ModelRunner (what Engine.embed drives, no HTTP) on gpu_bench's documents,
       attention auto, whole-model CUDA graphs, in bf16 and then under each FP8 plan asked for
-      (engine/rose/fp8_plan.py), each on a copy of the same bf16 weights;
+      (engine/rose/quantization/fp8_plan.py), each on a copy of the same bf16 weights;
   (c) quality on real texts (the shared docstrings through the MiniLM tokenizer, also for the
       Qwen3 shapes): 2,000 passages and 200 queries (the first 16 tokens of 200 others); each
       run's vectors against the float32 model's (min cosine over all 2,200) and each query's
@@ -43,10 +43,10 @@ from bench.gpu_bench import (CEILING_TOKENS, MAX_SEQLEN, MIN_TIMED_SECONDS, SHAP
                              dense_ceiling, hf_model, ours_from_hf, run_ours, shape_head, workloads)
 from bench.tiny_model import QWEN3_SHAPES  # noqa: E402
 from rose_embed.engine.rose.cublas_workspace import give_cublas_no_workspace  # noqa: E402
-from rose_embed.engine.config import EngineConfig, Fp8Plan  # noqa: E402
-from rose_embed.engine.rose.fp8_plan import fp8_linear_names, quantize_model  # noqa: E402
-from rose_embed.engine.rose.layers.attention_backends import make_attention_backend  # noqa: E402
-from rose_embed.engine.rose.layers.fp8 import Fp8Linear, fits_fp8, quantize_rows  # noqa: E402
+from rose_embed.engine.contract.config import EngineConfig, Fp8Plan  # noqa: E402
+from rose_embed.engine.rose.quantization.fp8_plan import fp8_linear_names, quantize_model  # noqa: E402
+from rose_embed.engine.rose.attention.backends import make_attention_backend  # noqa: E402
+from rose_embed.engine.rose.quantization.fp8 import Fp8Linear, fits_fp8, quantize_rows  # noqa: E402
 from rose_embed.engine.rose.layers.head import SentenceHead  # noqa: E402
 from rose_embed.engine.rose.runner import ModelRunner  # noqa: E402
 

@@ -1,5 +1,5 @@
 """Can cuBLASLt's FP8 GEMM give the BERT family's up projection its GELU and e4m3 output in the
-epilogue? Its FP8 GEMM through engine/rose/layers/cublaslt_fp8.py (ctypes), on BERT-base's up
+epilogue? Its FP8 GEMM through engine/rose/quantization/cublaslt_fp8.py (ctypes), on BERT-base's up
 projection (768 -> 3,072), against what the engine runs (fp8_fused.linear_activation_rows:
 cuBLAS's rowwise GEMM writing bf16, then an elementwise GELU-and-quantize pass at bounded scales)
 and bf16's GEMM with GELU in its epilogue:
@@ -34,9 +34,10 @@ from bench.fp8_gemm_epilogue import mlp_arguments, random_linear  # noqa: E402
 
 def main() -> None:
     args = mlp_arguments(__doc__)
-    from rose_embed.engine.rose.layers import cublaslt_fp8, fp8_fused, fused
-    from rose_embed.engine.rose.layers.fp8 import Fp8Linear
-    from rose_embed.engine.rose.layers.quantized_rows import FP8_DTYPE, FP8_MAX, quantize_rows_reference
+    from rose_embed.engine.rose.layers import fused
+    from rose_embed.engine.rose.quantization import cublaslt_fp8, fp8_fused
+    from rose_embed.engine.rose.quantization.fp8 import Fp8Linear
+    from rose_embed.engine.rose.quantization.quantized_rows import FP8_DTYPE, FP8_MAX, quantize_rows_reference
 
     torch.manual_seed(0)
     up = random_linear(args.hidden, args.intermediate)

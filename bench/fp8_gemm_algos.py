@@ -4,7 +4,7 @@ graph waits between them. Per GEMM shape of the benchmark models at 16,384 token
 the engine's rows carry (one per token, one per output channel; bf16 out, fast accumulation):
 
 - torch._scaled_mm, what the engine runs;
-- cuBLASLt's best within 32 MiB of workspace (engine/rose/layers/cublaslt_fp8.py, ctypes);
+- cuBLASLt's best within 32 MiB of workspace (engine/rose/quantization/cublaslt_fp8.py, ctypes);
 - its first few within no workspace at all;
 
 each timed CALLS_PER_GRAPH calls in a CUDA graph, with the memsets one call launches
@@ -56,8 +56,8 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(name for name, _, _ in SHAPES))
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    from rose_embed.engine.rose.layers import cublaslt_fp8
-    from rose_embed.engine.rose.layers.quantized_rows import quantize_rows_reference
+    from rose_embed.engine.rose.quantization import cublaslt_fp8
+    from rose_embed.engine.rose.quantization.quantized_rows import quantize_rows_reference
 
     torch.manual_seed(0)
     lines = ["# Rowwise FP8 GEMMs: torch._scaled_mm against cuBLASLt's algorithms", "", *gpu_run_lines(),

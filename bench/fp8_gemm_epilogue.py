@@ -2,7 +2,7 @@
 GEMM, then a GELU-and-quantize pass over whole rows (the row's largest value sets its scale); the
 same GEMM, then an elementwise GELU-and-quantize at scales bounded from the GEMM's input scales
 (quantized_rows.bounded_scales: no step needs a whole row); one Triton GEMM whose epilogue
-activates and quantizes at those scales (engine/rose/layers/triton_fp8_gemm.py, with ReLU too,
+activates and quantizes at those scales (engine/rose/quantization/triton_fp8_gemm.py, with ReLU too,
 whose epilogue costs next to nothing). bf16's MLP (the GEMM with GELU in its epilogue) beside them.
 
 Each launch of the bounded paths is checked against its reference (fp8_fused.linear_activation_rows
@@ -68,10 +68,10 @@ def random_linear(in_features: int, out_features: int) -> nn.Linear:
 
 def main() -> None:
     args = mlp_arguments(__doc__)
-    from rose_embed.engine.rose.layers import fp8_fused, fused, triton_fp8_gemm
-    from rose_embed.engine.rose.layers import triton_fp8_kernels as kernels
-    from rose_embed.engine.rose.layers.fp8 import Fp8Linear
-    from rose_embed.engine.rose.layers.quantized_rows import quantize_rows_reference
+    from rose_embed.engine.rose.layers import fused
+    from rose_embed.engine.rose.quantization import fp8_fused, triton_fp8_gemm, triton_fp8_kernels as kernels
+    from rose_embed.engine.rose.quantization.fp8 import Fp8Linear
+    from rose_embed.engine.rose.quantization.quantized_rows import quantize_rows_reference
 
     torch.manual_seed(0)
     up, down = random_linear(args.hidden, args.intermediate), random_linear(args.intermediate, args.hidden)

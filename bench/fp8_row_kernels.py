@@ -1,4 +1,4 @@
-"""The FP8 row kernels (engine/rose/layers/triton_fp8_kernels.py) against the memory's speed, launch by launch.
+"""The FP8 row kernels (engine/rose/quantization/triton_fp8_kernels.py) against the memory's speed, launch by launch.
 
 An FP8 linear's input is written by a row kernel (activation and quantize, or quantize alone)
 that reads bf16 and writes e4m3 plus a scale per row; in the engine it is the largest cost FP8
@@ -62,7 +62,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    from rose_embed.engine.rose.layers import triton_fp8_kernels as kernels
+    from rose_embed.engine.rose.quantization import triton_fp8_kernels as kernels
 
     lines = [
         "# FP8 row kernels against the memory's speed",

@@ -1,5 +1,5 @@
 """FP8's quality on a real checkpoint without a GPU: the default model (all-MiniLM-L6-v2) with the
-scheme simulated exactly on the CPU (engine/rose/layers/fp8.py: weights and activations
+scheme simulated exactly on the CPU (engine/rose/quantization/fp8.py: weights and activations
 round-tripped through e4m3 with the GPU path's scales, products in float32), under each FP8 plan,
 against its float32 self on the shared workload's paragraphs. The GPU path agrees with this
 simulation within bf16's rounding (tests/test_fp8_gpu.py); fast accumulation is the GPU's alone.
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import load_texts  # noqa: E402
 from bench.fp8_bench import plan_named  # noqa: E402
-from rose_embed.engine.config import EngineConfig, Fp8Plan  # noqa: E402
+from rose_embed.engine.contract.config import EngineConfig, Fp8Plan  # noqa: E402
 
 # the first and the last layer bf16; the pooled tokens' rows bf16 only where a label says so, whatever the width
 _EDGES = replace(Fp8Plan(), min_hidden_size=0, bf16_first_layers=1, bf16_last_layers=1, bf16_pooled_tokens=False)
@@ -70,8 +70,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     from rose_embed.engine.rose.engine import Engine
-    from rose_embed.engine.rose.fp8_plan import fp8_linear_names, quantize_model
-    from rose_embed.engine.rose.module_swap import replace_submodule
+    from rose_embed.engine.rose.quantization.fp8_plan import fp8_linear_names, quantize_model
+    from rose_embed.engine.rose.quantization.module_swap import replace_submodule
 
     texts = load_texts(args.num_texts)
     engine = Engine(EngineConfig(model=args.model, device="cpu", dtype="float32", max_batch_tokens=args.max_batch_tokens))

@@ -48,12 +48,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import capture_graph  # noqa: E402
 from rose_embed.engine.rose.cublas_workspace import give_cublas_no_workspace  # noqa: E402
-from rose_embed.engine.rose.attention_timing import AttentionTimer  # noqa: E402
-from rose_embed.engine.rose.batch import pack  # noqa: E402
-from rose_embed.engine.rose.batch import cut_batches  # noqa: E402
-from rose_embed.engine.config import EngineConfig  # noqa: E402
+from rose_embed.engine.rose.attention.timing import AttentionTimer  # noqa: E402
+from rose_embed.engine.contract.batch import pack  # noqa: E402
+from rose_embed.engine.contract.batch import cut_batches  # noqa: E402
+from rose_embed.engine.contract.config import EngineConfig  # noqa: E402
 from rose_embed.engine.rose.layers import fused  # noqa: E402
-from rose_embed.engine.rose.layers.attention_backends import make_attention_backend  # noqa: E402
+from rose_embed.engine.rose.attention.backends import make_attention_backend  # noqa: E402
 from rose_embed.engine.rose.layers.head import SentenceHead  # noqa: E402
 from rose_embed.engine.rose.models import MODEL_CLASSES  # noqa: E402
 from rose_embed.engine.rose.runner import ModelRunner  # noqa: E402
@@ -362,14 +362,14 @@ def attention_alone(name: str, shape, backends: list[str], args) -> list[dict]:
     """The attention of one layer per backend (the packed kernel at its default launch, which the
     engine runs, and at several fixed tile sizes) on ATTENTION_CLASSES, each as auto times it:
     microseconds per call."""
-    from rose_embed.engine.rose.layers.attention_cuda import PackedAttentionBackend
+    from rose_embed.engine.rose.attention.cuda import PackedAttentionBackend
 
     candidates = []
     for backend in backends:
         if backend == "auto":
             continue
         if backend == "packed":
-            from rose_embed.engine.rose.layers.packed_attention import Tiles
+            from rose_embed.engine.rose.attention.packed import Tiles
 
             candidates.append(("packed", PackedAttentionBackend(shape)))
             candidates += [(f"packed {m}x{n}", PackedAttentionBackend(shape, tiles=Tiles(m, n))) for m, n in PACKED_TILES]

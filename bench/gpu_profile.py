@@ -44,10 +44,10 @@ from bench.common import cuda_event_ms  # noqa: E402
 from bench.fp8_bench import FP8_SHAPES  # noqa: E402
 from bench.gpu_bench import dense_ceiling, latency_ms, ours_model  # noqa: E402
 from rose_embed.engine.rose.cublas_workspace import give_cublas_no_workspace  # noqa: E402
-from rose_embed.engine.rose.batch import pack  # noqa: E402
-from rose_embed.engine.rose.batch import cut_batches  # noqa: E402
+from rose_embed.engine.contract.batch import pack  # noqa: E402
+from rose_embed.engine.contract.batch import cut_batches  # noqa: E402
 from rose_embed.engine.rose.layers import fused  # noqa: E402
-from rose_embed.engine.rose.layers.attention_backends import make_attention_backend  # noqa: E402
+from rose_embed.engine.rose.attention.backends import make_attention_backend  # noqa: E402
 from rose_embed.engine.rose.layers.head import SentenceHead  # noqa: E402
 from rose_embed.engine.rose.runner import ModelRunner  # noqa: E402
 
@@ -157,7 +157,7 @@ def profile_model(name: str, args, out: list[str]) -> None:
     fp8_line = ""
     if args.fp8_plan is not None:
         from bench.fp8_bench import plan_named
-        from rose_embed.engine.rose.fp8_plan import quantize_model
+        from rose_embed.engine.rose.quantization.fp8_plan import quantize_model
 
         fp8_line = f"; FP8 plan {args.fp8_plan}: " + quantize_model(ours, plan_named(args.fp8_plan), pooling)
     seqs = first_batch(args.workload, args.tokens, args.max_batch_seqs)

@@ -1,4 +1,4 @@
-"""What the front end's guard around uvicorn's httptools protocol (server/guarded_http.py) costs a
+"""What the front end's guard around uvicorn's httptools protocol (server/http/guarded_http.py) costs a
 request: the same requests through uvicorn's HttpToolsProtocol and through the guarded one, on
 one event loop with no socket, first to an app that answers at once (the protocol's own work is
 all that is timed), then to the server's own app on the default model, in this process on the
@@ -28,7 +28,7 @@ from uvicorn.server import ServerState
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import machine_description, publish  # noqa: E402
-from rose_embed.server.guarded_http import HttpLimits, guarded_protocol  # noqa: E402
+from rose_embed.server.http.guarded_http import HttpLimits, guarded_protocol  # noqa: E402
 
 BODY = b'{"input": ["a short query of a few words"]}'
 # The head the OpenAI SDK sends for an embeddings request (its own headers, a key, a JSON body).
@@ -98,7 +98,7 @@ async def seconds_per_request(protocol_class, app, request: bytes, num_requests:
 
 async def measure(app, request: bytes, num_requests: int, num_rounds: int) -> dict[str, list[float]]:
     protocols = {"uvicorn's HttpToolsProtocol": HttpToolsProtocol,
-                 "guarded (server/guarded_http.py)": guarded_protocol(HttpLimits(32 * 1024, 10.0, 1024),
+                 "guarded (server/http/guarded_http.py)": guarded_protocol(HttpLimits(32 * 1024, 10.0, 1024),
                                                                     on_refused=print)}
     times: dict[str, list[float]] = {name: [] for name in protocols}
     for protocol_class in protocols.values():  # warm both up
@@ -110,13 +110,13 @@ async def measure(app, request: bytes, num_requests: int, num_rounds: int) -> di
 
 
 async def server_app():
-    """The server's own app (server/app.py in server/middleware.py's wrapper) on the default model,
+    """The server's own app (server/app.py in server/http/middleware.py's wrapper) on the default model,
     in this process on the CPU, once ready; to be closed with `aclose()`."""
     from contextlib import AsyncExitStack
 
     from rose_embed.server.app import create_app
     from rose_embed.server.config import ServerConfig
-    from rose_embed.server.middleware import ObservedApp
+    from rose_embed.server.http.middleware import ObservedApp
 
     app = ObservedApp(create_app(ServerConfig()))
     stack = AsyncExitStack()

@@ -44,9 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import capture_graph, cuda_event_ms, publish  # noqa: E402
 from rose_embed.engine.rose.layers import fused  # noqa: E402
-from rose_embed.engine.rose.layers.attention import AttentionShape  # noqa: E402
-from rose_embed.engine.rose.layers.attention_choice import representative_lengths  # noqa: E402
-from rose_embed.engine.rose.layers.attention_cuda import PackedAttentionBackend  # noqa: E402
+from rose_embed.engine.rose.attention.ragged import AttentionShape  # noqa: E402
+from rose_embed.engine.rose.attention.choice import representative_lengths  # noqa: E402
+from rose_embed.engine.rose.attention.cuda import PackedAttentionBackend  # noqa: E402
 
 TOKENS = 16384
 CALLS_PER_GRAPH = 24

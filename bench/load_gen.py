@@ -74,7 +74,7 @@ from bench.common import (DEFAULT_DATA, ServerProcess, VectorCheck, build_texts,
 from bench.traffic import (STEADY_WINDOW_LATENCIES, PlannedRequest, make_plan, run_latency,  # noqa: E402
                            run_worker, steady_window)
 from rose_embed.engine.rose.cublas_workspace import give_cublas_no_workspace  # noqa: E402
-from rose_embed.engine.rose.quantization_support import QUANTIZATIONS  # noqa: E402
+from rose_embed.engine.rose.quantization.support import QUANTIZATIONS  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     give_cublas_no_workspace()  # as the server's engine processes run
     if args.py_spy is not None and shutil.which("py-spy") is None:
         sys.exit("load_gen: --py-spy needs py-spy on PATH (pip install py-spy), or leave the flag out")
-    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.contract.config import EngineConfig
     from rose_embed.engine.rose.engine import Engine
 
     # Every graph captured before timing, as the server does by default: the engine-alone paths
@@ -368,7 +368,7 @@ def server_batch_totals(url: str) -> tuple[float, float, float]:
 
 
 def ids_mean_batch_tokens(engine, seqs: list[np.ndarray]) -> float:
-    from rose_embed.engine.rose.batch import cut_batches
+    from rose_embed.engine.contract.batch import cut_batches
 
     cuts = cut_batches([len(s) for s in seqs], engine.config.max_batch_tokens, engine.config.max_batch_seqs)
     return sum(len(s) for s in seqs) / len(cuts)

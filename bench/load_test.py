@@ -39,7 +39,7 @@ def reference_vectors(texts: list[str], max_batch_tokens: int) -> tuple[np.ndarr
     The server packs each text with other requests' texts in other combinations, so a
     mix-up of rows, requests or batches shows as a wrong vector.
     """
-    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.contract.config import EngineConfig
     from rose_embed.engine.rose.engine import Engine
 
     engine = Engine(EngineConfig(max_batch_tokens=max_batch_tokens))

@@ -6,7 +6,7 @@ process runs under: what oversubscribed compute threads cost a small container.
 A pod limited to fewer CPUs than its node has (a cgroup CPU quota) sees every core in its
 affinity mask: torch's default thread count, and any count read from the mask, then starts
 more compute threads than the quota lets run, and the quota throttles them. The server counts
-the quota (engine/cpu_quota.py). Run this inside a cgroup with a quota (cgroup v1:
+the quota (engine/contract/cpu_quota.py). Run this inside a cgroup with a quota (cgroup v1:
 `cpu.cfs_quota_us`, v2: `cpu.max`) once with default flags and once with
 `--server-arg=--num-threads=N` at the mask's size (what an uncapped count would start), and
 compare the p50s. Each query is 8 to 16 tokens of real text, on one keep-alive connection,
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import ServerProcess, hardware, publish  # noqa: E402
 from bench.lean_http import BlockingConnection  # noqa: E402
-from rose_embed.engine.cpu_quota import available_cores, cgroup_cpu_limit  # noqa: E402
+from rose_embed.engine.contract.cpu_quota import available_cores, cgroup_cpu_limit  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "stdlib_docstrings.jsonl"
 

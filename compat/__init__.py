@@ -1,1 +1,3 @@
-"""Wire formats of the OpenAI embeddings API: structs, input forms, vector encodings."""
+"""The wire: OpenAI's, Cohere's, TEI's and Jina's request and response Structs, input forms, vector
+encodings. Knows nothing of engines. Runs in the front ends (and the part processes, which encode
+vectors)."""

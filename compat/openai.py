@@ -1,6 +1,6 @@
 """msgspec Structs for OpenAI's /embeddings and /models wire format.
 
-The request Structs are the OpenAPI document's source too (server/openapi.py reads their JSON
+The request Structs are the OpenAPI document's source too (server/http/openapi.py reads their JSON
 Schema), so each field's description lives on its type. Those annotations only document: no
 constraint is declared there, so decoding stays as strict as the bare types, and the checks
 that name a field in their 400 stay where they are.
@@ -47,11 +47,11 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True):
     dimensions: Annotated[int | None, documented("Cut vectors to this many dimensions (re-normalised).",
                                                  minimum=1)] = None
     user: Annotated[str | None, documented("Accepted and ignored, as a hint for abuse tracking.")] = None
-    # Prompts (server/prompts.py): a name from the model's config_sentence_transformers.json
+    # Prompts (server/pipeline/prompts.py): a name from the model's config_sentence_transformers.json
     # prompts; `input_type` is the same under the name Voyage / Cohere / NVIDIA clients send.
     prompt_name: Annotated[str | None, documented(PROMPT_NAME_DESCRIPTION)] = None
     input_type: Annotated[str | None, documented(INPUT_TYPE_DESCRIPTION)] = None
-    # Inputs over the model's limit: "truncate", "chunk" or "error" (server/long_inputs.py);
+    # Inputs over the model's limit: "truncate", "chunk" or "error" (server/pipeline/long_inputs.py);
     # None: the server's --long-inputs.
     long_inputs: Annotated[str | None, documented(
         "Inputs over the model's limit: truncate, chunk (embedded window by window, the vectors averaged) or "

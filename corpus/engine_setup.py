@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from rose_embed.engine.config import EngineConfig, ModelOverrides
+from rose_embed.engine.contract.config import EngineConfig, ModelOverrides
 from rose_embed.engine.rose.cublas_workspace import give_cublas_no_workspace
 from rose_embed.engine.rose.engine import Engine
 from rose_embed.engine.model_files.loader import ModelSpec, load_spec

@@ -10,26 +10,26 @@ from litestar import Litestar
 from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 
-from rose_embed.server.auth import api_key_guard
+from rose_embed.server.http.auth import api_key_guard
 from rose_embed.server.config import ServerConfig
-from rose_embed.server.docs_page import docs_assets
-from rose_embed.server.errors import error_response
-from rose_embed.server.openapi import openapi_config
-from rose_embed.server.metrics import Metrics, metrics_endpoint
-from rose_embed.server.cohere_embed_route import ROUTES as COHERE_EMBED_ROUTES
-from rose_embed.server.contextualized import ROUTES as CONTEXTUALIZED_ROUTES
-from rose_embed.server.embeddings_route import ROUTES as EMBEDDINGS_ROUTES
-from rose_embed.server.rerank_route import ROUTES as RERANK_ROUTES
-from rose_embed.server.tei_embed_route import ROUTES as TEI_EMBED_ROUTES
-from rose_embed.server.tokenize_route import ROUTES as TOKENIZE_ROUTES
-from rose_embed.server.routes import ROUTES
+from rose_embed.server.http.docs_page import docs_assets
+from rose_embed.server.http.errors import error_response
+from rose_embed.server.http.openapi import openapi_config
+from rose_embed.server.metrics.prometheus import Metrics, metrics_endpoint
+from rose_embed.server.routes.cohere_embed import ROUTES as COHERE_EMBED_ROUTES
+from rose_embed.server.routes.contextualized import ROUTES as CONTEXTUALIZED_ROUTES
+from rose_embed.server.routes.embeddings import ROUTES as EMBEDDINGS_ROUTES
+from rose_embed.server.routes.rerank import ROUTES as RERANK_ROUTES
+from rose_embed.server.routes.tei_embed import ROUTES as TEI_EMBED_ROUTES
+from rose_embed.server.routes.tokenize import ROUTES as TOKENIZE_ROUTES
+from rose_embed.server.routes.models_health import ROUTES
 from rose_embed.server.runtime import Runtime
-from rose_embed.server.token_inputs import TokenInputs
+from rose_embed.server.pipeline.token_inputs import TokenInputs
 
 if TYPE_CHECKING:  # a front end that serves engine processes never imports torch
     from rose_embed.engine.model_files.model_view import ModelView
-    from rose_embed.engine.rose.engine import Engine
-    from rose_embed.server.engine_links import EngineLinks
+    from rose_embed.server.processes.in_process_engine import Engine  # served in this process: tests, programs
+    from rose_embed.server.links.engine_links import EngineLinks
 
 
 def create_app(config: ServerConfig, engine: Engine | list[Engine] | None = None, *,
@@ -46,7 +46,7 @@ def create_app(config: ServerConfig, engine: Engine | list[Engine] | None = None
         runtime.start()
         if config.worker_index:
             # Front ends past the first start listening only once they can serve, so that no
-            # connection reaches one that is still loading (server/front_end.py).
+            # connection reaches one that is still loading (server/processes/front_end.py).
             await runtime.loaded()
         try:
             yield
@@ -63,6 +63,6 @@ def create_app(config: ServerConfig, engine: Engine | list[Engine] | None = None
         cors_config=CORSConfig(allow_origins=list(config.cors_origins)) if config.cors_origins else None,
         exception_handlers={Exception: error_response},
         guards=[api_key_guard(config.api_keys, config.protect_metrics_and_docs)] if config.api_keys else [],
-        logging_config=None,  # server/logs.py configures logging; Litestar's default would replace it
+        logging_config=None,  # server/http/logs.py configures logging; Litestar's default would replace it
         openapi_config=openapi_config(has_api_keys=bool(config.api_keys)),
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from rose_embed.engine.config import EngineConfig, ModelOverrides
+from rose_embed.engine.contract.config import EngineConfig, ModelOverrides
 
 if TYPE_CHECKING:
     from rose_embed.engine.model_files.loader import ModelSpec
@@ -32,27 +32,27 @@ class ServerConfig:
     extra_models: tuple[ExtraModel, ...] = ()
     max_request_inputs: int = 2048
     max_rerank_documents: int = 1000  # documents of one rerank request (Cohere's own advice caps them there)
-    # The queue's bound (server/admission.py): a number of tokens, or None for what the engines
+    # The queue's bound (server/links/admission.py): a number of tokens, or None for what the engines
     # compute in `max_queue_seconds` at their measured speed.
     max_queued_tokens: int | None = None
     max_queue_seconds: float = 30.0
     tokenizer_workers: int = 2
     # Processes shared by the front ends that tokenize large requests' parts and encode their
-    # vectors (server/part_processes.py; the CLI's default: server/topology.py); 0: none. Where the
+    # vectors (server/processes/part_processes.py; the CLI's default: server/processes/topology.py); 0: none. Where the
     # supervisor started them, `part_process_addresses` says where they listen; without it a
     # front end starts its own.
     part_processes: int = 0
     part_process_addresses: tuple[str, ...] = ()
-    # The engines' devices, one engine process each (server/topology.py resolves the default:
+    # The engines' devices, one engine process each (server/processes/topology.py resolves the default:
     # every visible GPU, else the CPU), and the front ends that feed them all: with one, it runs
-    # in the supervisor's process (server/supervisor.py); `worker_index` is each one's index.
+    # in the supervisor's process (server/processes/supervisor.py); `worker_index` is each one's index.
     devices: tuple[str, ...] = ("cpu",)
     frontend_workers: int = 1
     worker_index: int = 0
-    # The directory where the front ends report their figures to each other (server/stats_board.py);
+    # The directory where the front ends report their figures to each other (server/metrics/stats_board.py);
     # None: one front end, answering for itself.
     stats_dir: str | None = None
-    # The shared block where the front ends say what each has admitted (server/admission_board.py);
+    # The shared block where the front ends say what each has admitted (server/links/admission_board.py);
     # None: one front end, whose board is its own.
     admission_board: str | None = None
     log_level: str = "info"
@@ -61,7 +61,7 @@ class ServerConfig:
     # Inputs over the model's limit (engine/text/long_inputs.py): "truncate", "chunk" (embedded window
     # by window, the vectors combined) or "error" (OpenAI's context-length 400); a request may override.
     long_inputs: str = "truncate"
-    model_aliases: tuple[str, ...] = ()  # `--model-alias` values, ALIAS or ALIAS=MODEL (server/aliases.py)
+    model_aliases: tuple[str, ...] = ()  # `--model-alias` values, ALIAS or ALIAS=MODEL (server/pipeline/aliases.py)
     strict_model_names: bool = False  # True: OpenAI's and Cohere's model names are not answered unless aliased
     api_keys: tuple[str, ...] = ()  # empty: no authentication
     # Keys with a weight other than 1 (`--api-keys-file`): their requests' share of each batch.
@@ -69,15 +69,15 @@ class ServerConfig:
     # Token-id input: "cl100k" reads it as tiktoken cl100k_base ids (OpenAI's, LangChain's) and
     # re-tokenizes the decoded text; "model" takes the served model's own ids as they are.
     token_ids: str = "cl100k"
-    # Hardening (server/hardening_cli.py documents each; docs/reliability.md says why).
+    # Hardening (server/cli/hardening.py documents each; docs/reliability.md says why).
     max_body_bytes: int = 32 * 1024 * 1024
     max_input_chars: int = 200_000  # checked before tokenizing: the tokenizer reads all of a string
     request_timeout: float | None = 120.0  # seconds from arrival (the body's too) to the response; None: none
     engine_stall_timeout: float = 120.0  # a batch running longer marks the engine stuck
     # An engine with work that finishes no batch for a bound derived from its batches, and at least
-    # this long, is wedged: killed and restarted (server/stall_watch.py).
+    # this long, is wedged: killed and restarted (server/links/stall_watch.py).
     engine_stall_floor: float = 30.0
-    # Engine processes that die are restarted (server/engine_keeper.py), this many times within the
+    # Engine processes that die are restarted (server/processes/engine_keeper.py), this many times within the
     # window; one more death stops the server with exit status 1, for its orchestrator to restart it.
     engine_max_restarts: int = 5
     engine_restart_window: float = 600.0
@@ -89,7 +89,7 @@ class ServerConfig:
     # longer); 75 s is nginx's own default. An idle connection costs only a socket.
     keep_alive_timeout: float = 75.0
     # The request head (request line and headers), bounded in size and in the time from its first
-    # byte, and the connections one front end holds (server/guarded_http.py). The defaults leave room
+    # byte, and the connections one front end holds (server/http/guarded_http.py). The defaults leave room
     # for the longest tokens and cookies real clients send and time for the slowest working link,
     # and stay far below what hurts the server (docs/reliability.md).
     max_header_bytes: int = 32 * 1024
@@ -98,7 +98,7 @@ class ServerConfig:
     log_format: str = "text"  # "text" | "json"
     log_inputs: bool = False  # put input texts in the request log (off: they may be private)
     cors_origins: tuple[str, ...] = ()  # empty: no CORS headers at all
-    # With api_keys: /metrics and /docs need a key too (server/auth.py); /health stays open for probes.
+    # With api_keys: /metrics and /docs need a key too (server/http/auth.py); /health stays open for probes.
     protect_metrics_and_docs: bool = False
     engine_plugin: str | None = None  # "module:function" wrapping the engine (fault injection in tests)
 

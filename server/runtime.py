@@ -1,11 +1,11 @@
 """The server's long-lived parts (the models' views, the engines, tokenizer threads, the part processes)
 and their lifecycle.
 
-In the server the engines are processes the supervisor started (server/supervisor.py), and
-the runtime is handed their links (server/engine_links.py) and the models' views. Engine
+In the server the engines are processes the supervisor started (server/processes/supervisor.py), and
+the runtime is handed their links (server/links/engine_links.py) and the models' views. Engine
 objects (an `Engine` per model, or a test's fakes) may be passed instead, or loaded here when
 none are: what tests and programs that embed the app use; they are then served by a thread of
-this process (server/in_process_engine.py), through the same links.
+this process (server/processes/in_process_engine.py), through the same links.
 
 The part processes tokenize with the first model's tokenizer only: another model's large
 requests are tokenized in this process's threads.
@@ -22,21 +22,20 @@ import threading
 import numpy as np
 
 from rose_embed.compat.encoding import encode_embeddings
-from rose_embed.engine.memory import HeapTrimmer
+from rose_embed.engine.contract.memory import HeapTrimmer
 from rose_embed.engine.model_files.loader import ModelLoadError
 from rose_embed.engine.model_files.model_view import ModelView
-from rose_embed.server.aliases import ModelNames, model_names
+from rose_embed.server.pipeline.aliases import ModelNames, model_names
 from rose_embed.server.config import ServerConfig, model_configs
-from rose_embed.server.engine_link import EngineLoadError
-from rose_embed.server.engine_links import EngineLinks
-from rose_embed.engine.queue.engine_loop import queue_budget
-from rose_embed.server.in_process_engine import InProcessEngine
-from rose_embed.server.plugins import load_engine_plugin
-from rose_embed.server.priority_pool import LARGE, SMALL, PriorityPool
-from rose_embed.server.part_process_client import PartProcesses
-from rose_embed.server.part_processes import ENCODED_FORMATS, PartProcessPool, start_part_processes
-from rose_embed.server.request_pipeline import PART_TEXTS, RAMP_TEXTS
-from rose_embed.server.served_models import ServedModel, served_models
+from rose_embed.server.links.engine_link import EngineLoadError
+from rose_embed.server.links.engine_links import EngineLinks
+from rose_embed.server.processes.in_process_engine import InProcessEngine, load_engine, serve_in_thread
+from rose_embed.server.processes.plugins import load_engine_plugin
+from rose_embed.server.pipeline.priority_pool import LARGE, SMALL, PriorityPool
+from rose_embed.server.pipeline.part_process_client import PartProcesses
+from rose_embed.server.processes.part_processes import ENCODED_FORMATS, PartProcessPool, start_part_processes
+from rose_embed.server.pipeline.request_pipeline import PART_TEXTS, RAMP_TEXTS
+from rose_embed.server.pipeline.served_models import ServedModel, served_models
 
 logger = logging.getLogger("rose_embed.server")
 # Up to this many characters a request is tokenized on the event loop (well under a millisecond
@@ -70,9 +69,9 @@ class Runtime:
         self._stopping = False
         self.is_ready = False
         self._load_task: asyncio.Task | None = None
-        # A request's answer is built in this process's heap: keep it from growing (engine/memory.py).
+        # A request's answer is built in this process's heap: keep it from growing (engine/contract/memory.py).
         self.heap_trimmer = HeapTrimmer()
-        # Small requests' tokenizing before large ones' (server/priority_pool.py).
+        # Small requests' tokenizing before large ones' (server/pipeline/priority_pool.py).
         self.tokenizer_pool = PriorityPool(config.tokenizer_workers, "rose-tokenize")
         self.part_processes: PartProcesses | None = None
         self._own_part_processes: PartProcessPool | None = None  # started here, without a supervisor
@@ -190,11 +189,9 @@ class Runtime:
 
     def _serve_in_process(self) -> EngineLinks:
         if not self._local_engines:
-            from rose_embed.engine.rose.engine import Engine  # here, not at the top: a front end of engine processes needs no torch
-
             for config in model_configs(self.config):
                 logger.info("loading model %s", config.model or "(default)")
-                self._local_engines.append(Engine(config))
+                self._local_engines.append(load_engine(config))
             self._set_models(self._local_engines)
         for engine in self._local_engines:
             engine.warm_up()
@@ -202,11 +199,10 @@ class Runtime:
                 engine.measure_budget()
             if self.config.engine_plugin:  # after warm-up, so that injected faults hit requests only
                 load_engine_plugin(self.config.engine_plugin)(engine)
-        budget = queue_budget(self._local_engines, self.config.engine)
         with self._stopping_lock:
             if self._stopping:
                 raise RuntimeError("the server stopped while its model loaded")
-            self._in_process = InProcessEngine(self._local_engines, budget, scheduling=self.config.engine.scheduling)
+            self._in_process = serve_in_thread(self._local_engines, self.config.engine)
             self._in_process.start()
         return EngineLinks([self._in_process.ends], stall_timeout=self.config.engine_stall_timeout, in_process=True,
                            max_queued_tokens=self.config.max_queued_tokens, queue_seconds=self.config.max_queue_seconds,

@@ -79,7 +79,7 @@ def st_reference(server):
 
 
 def stop_and_check_no_server_error(proc: ServerProcess) -> None:
-    """No request of the suite may have hit a 5xx: server/errors.py logs each one it answers."""
+    """No request of the suite may have hit a 5xx: server/http/errors.py logs each one it answers."""
     proc.stop()
     log = proc.log_path.read_text(errors="replace")
     for marker in ("unhandled error", "batch failed"):

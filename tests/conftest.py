@@ -88,7 +88,7 @@ def texts() -> list[str]:
 
 @pytest.fixture(scope="session")
 def default_engine():
-    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.contract.config import EngineConfig
     from rose_embed.engine.rose.engine import Engine
 
     return Engine(EngineConfig(dtype="float32", max_batch_tokens=4096))

@@ -86,7 +86,7 @@ def dockerfile_env() -> dict[str, str]:
 
 def server_args(m: Manifests) -> argparse.Namespace:
     """The container's command line (image ENTRYPOINT + args), parsed by the server's own parser."""
-    from rose_embed.server.__main__ import build_parser
+    from rose_embed.server.cli.main import build_parser
 
     command = m.container.get("command") or json.loads(dockerfile_instruction("ENTRYPOINT"))
     argv = [*command, *m.container.get("args", [])]
@@ -96,7 +96,7 @@ def server_args(m: Manifests) -> argparse.Namespace:
     # The manifests run on a GPU node, where `--devices cuda` names a GPU torch sees; the parser
     # checks that, so it is shown one here as well (the check itself: tests/test_cli_flags.py).
     try:
-        with mock.patch("rose_embed.server.topology._gpu_driver_present", return_value=True), \
+        with mock.patch("rose_embed.server.processes.topology._gpu_driver_present", return_value=True), \
                 mock.patch("torch.cuda.is_available", return_value=True), \
                 mock.patch("torch.cuda.device_count", return_value=1), \
                 mock.patch.dict("os.environ", environment):
@@ -134,8 +134,8 @@ def prestop_seconds(m: Manifests) -> float:
 
 
 def gauge_names() -> set[str]:
-    """The gauges server/metrics.py declares: the first argument of each _gauge/Gauge call."""
-    tree = ast.parse((REPO / "server" / "metrics.py").read_text())
+    """The gauges server/metrics/prometheus.py declares: the first argument of each _gauge/Gauge call."""
+    tree = ast.parse((REPO / "server" / "metrics" / "prometheus.py").read_text())
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
@@ -146,7 +146,7 @@ def gauge_names() -> set[str]:
 
 
 def check_probes(m: Manifests) -> None:
-    from rose_embed.server.routes import health
+    from rose_embed.server.routes.models_health import health
 
     port = server_args(m).port
     for name in _PROBES:
@@ -174,7 +174,7 @@ def check_termination(m: Manifests) -> None:
 
 
 def check_service(m: Manifests) -> None:
-    from rose_embed.server.metrics import metrics_endpoint
+    from rose_embed.server.metrics.prometheus import metrics_endpoint
 
     labels = m.pod["metadata"]["labels"]
     port = server_args(m).port
@@ -227,7 +227,7 @@ def check_autoscaler(m: Manifests) -> None:
         name = metric["metric"]["name"]
         assert name in exposed, f"the prometheus-adapter example does not serve {name} (it serves {list(exposed)})"
         series = exposed[name]
-        assert series in gauges, f"the HPA scales on {series}, which server/metrics.py has no gauge for ({gauges})"
+        assert series in gauges, f"the HPA scales on {series}, which server/metrics/prometheus.py has no gauge for ({gauges})"
         if series == "rose_queue_tokens" and max_queued is not None:
             assert quantity(metric["target"]["averageValue"]) < max_queued, \
                 "the HPA's target is past --max-queued-tokens: requests get 429 before it scales"

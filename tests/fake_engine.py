@@ -30,14 +30,14 @@ import numpy as np
 import torch
 from litestar.testing import TestClient
 
-from rose_embed.engine.rose.batch import PackedBatch, pack
-from rose_embed.engine.config import EngineConfig
+from rose_embed.engine.contract.batch import PackedBatch, pack
+from rose_embed.engine.contract.config import EngineConfig
 from rose_embed.engine.model_files.model_view import ModelView
 from rose_embed.engine.rose.lazy import LazyResult
 from rose_embed.engine.model_files.loader import ModelSpec, load_spec
 from rose_embed.server.app import create_app
 from rose_embed.server.config import ServerConfig
-from rose_embed.server.middleware import ObservedApp
+from rose_embed.server.http.middleware import ObservedApp
 
 FAKE_MODEL = "rose-test/fake-embedder"
 BASE_URL = "http://testserver.local"

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from rose_embed.engine.model_files.reranker import Reranker
-from rose_embed.engine.rose.batch import PackedBatch
+from rose_embed.engine.contract.batch import PackedBatch
 from rose_embed.engine.rose.lazy import LazyResult
 from rose_embed.engine.text.pairs import PairTokenizer
 from tests.fake_engine import FakeEngine

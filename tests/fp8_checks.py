@@ -1,4 +1,4 @@
-"""Comparing QuantizedRows (engine/rose/layers/quantized_rows.py) made two ways: a kernel and its reference.
+"""Comparing QuantizedRows (engine/rose/quantization/quantized_rows.py) made two ways: a kernel and its reference.
 
 Two computations of one activation may differ in the last bits of float32 (or by a rounding
 of bf16), and an e4m3 value rounds to nearest: where the two straddle a rounding boundary they
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from rose_embed.engine.rose.layers.quantized_rows import QuantizedRows
+from rose_embed.engine.rose.quantization.quantized_rows import QuantizedRows
 
 
 def e4m3_step(values: torch.Tensor) -> torch.Tensor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rose_embed.engine.shared_blocks import BLOCK_PREFIX
+from rose_embed.engine.contract.shared_blocks import BLOCK_PREFIX
 
 _MAPPED_BLOCK = re.compile(rf"/dev/shm/({re.escape(BLOCK_PREFIX)}\d+-[0-9a-f]+)$")
 
@@ -40,12 +40,12 @@ def shared_memory() -> set[str]:
 
 
 def block_creator(name: str) -> int:
-    """The process that made a block (engine/shared_blocks.py names it after it)."""
+    """The process that made a block (engine/contract/shared_blocks.py names it after it)."""
     return int(name.removeprefix(BLOCK_PREFIX).split("-", 1)[0])
 
 
 def stats_boards(server_pid: int) -> set[Path]:
-    """The stats-board directories of a --frontend-workers server (server/stats_board.py names them after it)."""
+    """The stats-board directories of a --frontend-workers server (server/metrics/stats_board.py names them after it)."""
     return set(Path("/dev/shm").glob(f"rose-embed-stats-{server_pid}-*"))
 
 

@@ -140,7 +140,7 @@ def test_token_ids_that_decode_past_the_character_cap_are_counted_in_ids(client)
 
 
 def test_an_input_of_more_ids_than_could_decode_within_the_cap_is_refused_before_decoding(client, monkeypatch):
-    from rose_embed.server.token_inputs import TokenInputs
+    from rose_embed.server.pipeline.token_inputs import TokenInputs
 
     def no_decoding(self, token_ids):
         raise AssertionError("decoded")

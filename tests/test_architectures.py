@@ -182,7 +182,7 @@ def reference(checkpoint, texts):
 
 @pytest.mark.slow  # an engine per architecture against sentence-transformers' encode
 def test_engine_matches_sentence_transformers(checkpoint, texts, reference):
-    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.contract.config import EngineConfig
     from rose_embed.engine.rose.engine import Engine
 
     arch, path = checkpoint
@@ -202,7 +202,7 @@ def test_engine_matches_sentence_transformers(checkpoint, texts, reference):
 
 @pytest.mark.slow  # an engine per architecture, in bf16, against sentence-transformers' float32 encode
 def test_engine_in_bf16_stays_within_its_tolerance(checkpoint, texts, reference):
-    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.contract.config import EngineConfig
     from rose_embed.engine.rose.engine import Engine
 
     arch, path = checkpoint

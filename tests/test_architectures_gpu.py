@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 
 def _engine(path, **overrides):
-    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.contract.config import EngineConfig
     from rose_embed.engine.rose.engine import Engine
 
     return Engine(EngineConfig(model=str(path), device="cuda", max_batch_tokens=2048, **overrides))

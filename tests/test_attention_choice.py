@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from rose_embed.engine.rose.graphs import CUDAGraphRunner, GraphKey
-from rose_embed.engine.rose.layers.attention_choice import AutoAttentionBackend, pick_fastest, representative_lengths
+from rose_embed.engine.rose.attention.choice import AutoAttentionBackend, pick_fastest, representative_lengths
 
 
 class FakeBackend:
@@ -115,7 +115,7 @@ def test_graphs_of_a_class_run_its_backend_with_its_slots():
 def test_a_class_is_timed_on_a_batch_of_that_class(num_tokens, max_seqlen, max_num_seqs):
     """Lengths from 8 up to the class's longest, laid out as the graph runner lays out a real
     batch of the class (same token bucket, max_seqlen bucket and segment count)."""
-    from rose_embed.engine.rose.attention_timing import padded_cu_seqlens
+    from rose_embed.engine.rose.attention.timing import padded_cu_seqlens
 
     lengths = representative_lengths(num_tokens, max_seqlen, max_num_seqs)
     assert max(lengths) == max_seqlen if max_seqlen > 128 else max(lengths) <= max_seqlen
@@ -138,7 +138,7 @@ def test_attention_table_travels_from_the_engine_to_metrics():
     from prometheus_client import generate_latest
 
     from rose_embed.engine.queue.engine_loop import _attention_table
-    from rose_embed.server.metrics import _attention_backends, _Fixed
+    from rose_embed.server.metrics.prometheus import _attention_backends, _Fixed
 
     engine = SimpleNamespace(runner=SimpleNamespace(attention_table=lambda: [["1024", "128", "packed"]]))
     assert _attention_table(engine) == [("1024", "128", "packed")]  # what the Ready message carries
@@ -153,8 +153,8 @@ def test_attention_table_travels_from_the_engine_to_metrics():
 def test_cpu_runner_reports_its_one_backend():
     import torch
 
-    from rose_embed.engine.rose.layers.attention import AttentionShape
-    from rose_embed.engine.rose.layers.attention_backends import make_attention_backend
+    from rose_embed.engine.rose.attention.ragged import AttentionShape
+    from rose_embed.engine.rose.attention.backends import make_attention_backend
     from rose_embed.engine.rose.runner import ModelRunner
 
     attention = make_attention_backend("auto", AttentionShape(2, 2, 8, False), torch.device("cpu"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rose_embed.engine.rose.layers.attention import AttentionShape, SDPAPerSequenceBackend
-from rose_embed.engine.rose.layers.attention_cpu import GroupedSDPABackend
+from rose_embed.engine.rose.attention.ragged import AttentionShape, SDPAPerSequenceBackend
+from rose_embed.engine.rose.attention.cpu import GroupedSDPABackend
 
 
 @pytest.mark.parametrize("is_causal", [False, True])

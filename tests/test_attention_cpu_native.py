@@ -1,4 +1,4 @@
-"""The native CPU attention kernels (engine/rose/layers/native/attention_bf16.c and attention_f32.c)
+"""The native CPU attention kernels (engine/rose/attention/native/attention_bf16.c and attention_f32.c)
 against float64 SDPA on each sequence, over every kind of attention the models declare, and their
 fallbacks.
 
@@ -19,9 +19,9 @@ import torch
 
 from bench.cpu_attention import packed_qkv
 from rose_embed.engine.rose.cpu_features import cpu_flags
-from rose_embed.engine.rose.layers.attention import AttentionShape, SDPAPerSequenceBackend
-from rose_embed.engine.rose.layers.attention_cpu_native import NativeCPUAttentionBackend, unavailable_reason
-from rose_embed.engine.rose.native_build import find_compiler
+from rose_embed.engine.rose.attention.ragged import AttentionShape, SDPAPerSequenceBackend
+from rose_embed.engine.rose.attention.cpu_native import NativeCPUAttentionBackend, unavailable_reason
+from rose_embed.engine.rose.attention.native_build import find_compiler
 
 DTYPES = [torch.bfloat16, torch.float32]
 RUNS_HERE = {dtype: unavailable_reason(AttentionShape(2, 2, 32, False), dtype) is None for dtype in DTYPES}
@@ -135,7 +135,7 @@ def test_threads_do_not_change_the_result(dtype):
 
 
 def test_float16_models_keep_grouped_sdpa():
-    from rose_embed.engine.rose.layers.attention_backends import make_attention_backend
+    from rose_embed.engine.rose.attention.backends import make_attention_backend
 
     backend = make_attention_backend("auto", AttentionShape(2, 2, 32, False), torch.device("cpu"), torch.float16)
     assert backend.name == "sdpa"
@@ -145,7 +145,7 @@ def test_float16_models_keep_grouped_sdpa():
 
 @pytest.mark.parametrize("dtype, head_dim", [(torch.bfloat16, 48), (torch.float32, 12)])
 def test_head_sizes_without_an_instance_fall_back(dtype, head_dim):
-    from rose_embed.engine.rose.layers.attention_backends import make_attention_backend
+    from rose_embed.engine.rose.attention.backends import make_attention_backend
 
     backend = make_attention_backend("auto", AttentionShape(2, 2, head_dim, False), torch.device("cpu"), dtype)
     assert backend.name == "sdpa"
@@ -154,7 +154,7 @@ def test_head_sizes_without_an_instance_fall_back(dtype, head_dim):
 @needs_native
 @each_dtype
 def test_auto_picks_the_kernel(dtype):
-    from rose_embed.engine.rose.layers.attention_backends import make_attention_backend
+    from rose_embed.engine.rose.attention.backends import make_attention_backend
 
     backend = make_attention_backend("auto", AttentionShape(12, 12, 32, False), torch.device("cpu"), dtype)
     assert backend.name == "native" and backend.dtype == dtype
@@ -165,9 +165,9 @@ def test_no_compiler_means_the_portable_path_and_says_why(tmp_path):
     # In a fresh process (the build is cached per process), with the only compiler one that fails.
     script = (
         "import torch\n"
-        "from rose_embed.engine.rose.layers.attention import AttentionShape\n"
-        "from rose_embed.engine.rose.layers.attention_backends import make_attention_backend\n"
-        "from rose_embed.engine.rose.layers.attention_cpu_native import unavailable_reason\n"
+        "from rose_embed.engine.rose.attention.ragged import AttentionShape\n"
+        "from rose_embed.engine.rose.attention.backends import make_attention_backend\n"
+        "from rose_embed.engine.rose.attention.cpu_native import unavailable_reason\n"
         "shape = AttentionShape(2, 2, 32, False)\n"
         "print(make_attention_backend('auto', shape, torch.device('cpu'), torch.float32).name)\n"
         "print(unavailable_reason(shape, torch.float32))\n"
@@ -184,7 +184,7 @@ def test_no_compiler_means_the_portable_path_and_says_why(tmp_path):
 
 
 def test_native_is_refused_on_cuda_by_name():
-    from rose_embed.engine.rose.layers.attention_cuda import make_cuda_attention_backend
+    from rose_embed.engine.rose.attention.cuda import make_cuda_attention_backend
 
     with pytest.raises(ValueError, match="native is the CPU's"):
         make_cuda_attention_backend("native", AttentionShape(2, 2, 32, False), torch.device("cuda"), torch.bfloat16)

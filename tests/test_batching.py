@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import uvicorn
 
-from rose_embed.engine.rose.batch import cut_batches
-from rose_embed.engine.config import EngineConfig
+from rose_embed.engine.contract.batch import cut_batches
+from rose_embed.engine.contract.config import EngineConfig
 from rose_embed.server.app import create_app
 from rose_embed.server.config import ServerConfig
 from tests.conftest import free_port

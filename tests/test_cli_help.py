@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rose_embed.server.__main__ import build_parser
+from rose_embed.server.cli.main import build_parser
 
 HARDENING_ADVANCED = ("--max-input-chars", "--engine-stall-timeout", "--keep-alive-timeout", "--log-inputs")
 

@@ -42,7 +42,7 @@ def _start(*flags: str, port: int) -> subprocess.Popen:
 
 def _left_behind(server_pid: int) -> set[str]:
     """The shared memory a server that has exited left behind. Its supervisor makes every block
-    (engine/shared_blocks.py names each after its maker), so the tests running beside, which make
+    (engine/contract/shared_blocks.py names each after its maker), so the tests running beside, which make
     and free their own meanwhile, are not counted."""
     return {name for name in shared_memory() if block_creator(name) == server_pid}
 

@@ -20,7 +20,7 @@ from tokenizers import Tokenizer
 
 from rose_embed.compat.quantize import int8_tanh, packed_sign_bits
 from rose_embed.corpus.job import CorpusJob, run_job
-from rose_embed.engine.config import EngineConfig
+from rose_embed.engine.contract.config import EngineConfig
 from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, serve, serve_async
 from tests.helpers import assert_envelope
 

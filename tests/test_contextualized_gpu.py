@@ -55,7 +55,7 @@ def bert_path(tmp_path_factory):
 
 
 def _engine(path, **overrides):
-    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.contract.config import EngineConfig
     from rose_embed.engine.rose.engine import Engine
 
     return Engine(EngineConfig(model=str(path), device="cuda", **{"max_batch_tokens": 1024, "max_batch_seqs": 64,
@@ -71,7 +71,7 @@ def _late_chunked(engine, documents: list[list[str]]) -> np.ndarray:
 
 @pytest.mark.parametrize("backend", ["varlen", "flashinfer"])
 def test_bf16_graphs_late_chunk_as_transformers_does(bert_path, documents, backend):
-    from rose_embed.engine.rose.layers.attention_cuda import flashinfer_available
+    from rose_embed.engine.rose.attention.cuda import flashinfer_available
 
     if backend == "flashinfer" and not flashinfer_available():
         pytest.skip("flashinfer is not installed")
@@ -96,7 +96,7 @@ def test_bf16_graphs_late_chunk_as_transformers_does(bert_path, documents, backe
 def test_a_batch_of_ordinary_texts_and_late_chunked_windows_in_one_graph(bert_path, documents):
     """One packed batch: texts pooled whole beside windows pooled per chunk, more vectors than
     sequences, through the graph of its bucket; each part equals its own reference."""
-    from rose_embed.engine.rose.batch import pack
+    from rose_embed.engine.contract.batch import pack
     from rose_embed.engine.text.late_chunking import fit_documents
     from tests.st_checkpoints import load_reference
 

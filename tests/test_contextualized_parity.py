@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from rose_embed.compat.quantize import int8_tanh
-from rose_embed.server.__main__ import main
+from rose_embed.server.cli.main import main
 from tests.conftest import ServerProcess, load_texts
 from tests.late_chunking_reference import hf_late_chunked, sentences
 from tests.st_checkpoints import bert_tokenizer, load_reference, pplx_config, qwen_tokenizer, save_architecture, \
@@ -160,7 +160,7 @@ def test_corpus_cli_writes_one_row_per_chunk_as_the_server_embeds_it(server, ber
 def test_pplx_style_model_late_chunks_with_its_int8_default(tmp_path):
     """A bidirectional Qwen3 under pplx-embed's model_type (quantising, mean pooling; the tokenizer
     only appends <|endoftext|>), in process: the default encoding is base64_int8, Perplexity's."""
-    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.contract.config import EngineConfig
     from rose_embed.engine.rose.engine import Engine
     from tests.fake_engine import serve
     from tests.qwen3_checkpoints import MAX_SEQ_LEN as QWEN_LIMIT

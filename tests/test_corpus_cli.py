@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from rose_embed.server.__main__ import main
+from rose_embed.server.cli.main import main
 from tests.corpus_support import (assert_same_vectors, corpus_rows, read_parquet_output, server_vectors,
                                   write_jsonl)
 

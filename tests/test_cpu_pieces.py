@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rose_embed.engine.rose import runner
-from rose_embed.engine.rose.batch import pack, split_packed
+from rose_embed.engine.contract.batch import pack, split_packed
 
 
 @pytest.mark.parametrize("seed", range(20))

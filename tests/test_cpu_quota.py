@@ -1,5 +1,5 @@
 """K and the CPU engines' threads follow the CPUs the server may really use: the affinity mask and
-a cgroup CPU quota (a pod's CPU limit), read from fake cgroup files (engine/cpu_quota.py, server/topology.py)."""
+a cgroup CPU quota (a pod's CPU limit), read from fake cgroup files (engine/contract/cpu_quota.py, server/processes/topology.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rose_embed.engine import cpu_quota
-from rose_embed.engine.cpu_quota import available_cores, cgroup_cpu_limit
-from rose_embed.server.topology import default_front_ends
+from rose_embed.engine.contract import cpu_quota
+from rose_embed.engine.contract.cpu_quota import available_cores, cgroup_cpu_limit
+from rose_embed.server.processes.topology import default_front_ends
 
 
 def fake_root(tmp_path: Path, proc_cgroup: str | None, files: dict[str, str]) -> Path:
@@ -127,7 +127,7 @@ def test_an_engine_on_a_quota_runs_no_more_threads_than_it_may_use(monkeypatch):
     """Engine (the library, the corpus CLI) with no thread count: torch's default, cut to the quota."""
     import torch
 
-    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.contract.config import EngineConfig
     from rose_embed.engine.rose.engine import Engine
 
     before = torch.get_num_threads()

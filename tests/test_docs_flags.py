@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import re
 
-from rose_embed.server.__main__ import build_parser
-from rose_embed.server.cli_help import _FULL_HELP
+from rose_embed.server.cli.main import build_parser
+from rose_embed.server.cli.help import _FULL_HELP
 from tests.conftest import REPO
 
 PAGE = REPO / "docs" / "serve.md"

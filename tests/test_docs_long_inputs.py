@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from rose_embed.server.__main__ import build_parser
+from rose_embed.server.cli.main import build_parser
 from tests.conftest import REPO
 from tests.helpers import code_blocks
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rose_embed.server.__main__ import main
+from rose_embed.server.cli.main import main
 from tests.conftest import REPO
 
 
@@ -91,7 +91,7 @@ def test_docs_name_every_model_flag():
     """docs/corpus.md's model flags paragraph names each flag of embed's model group."""
     import argparse
 
-    from rose_embed.server.__main__ import build_parser
+    from rose_embed.server.cli.main import build_parser
 
     commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     (group,) = [g for g in commands.choices["embed"]._action_groups if g.title.startswith("model and engine")]

@@ -1,4 +1,4 @@
-"""The server's shape from the machine and the flags (server/topology.py, through the CLI): one
+"""The server's shape from the machine and the flags (server/processes/topology.py, through the CLI): one
 engine process per device, K front ends, the batches each keeps on each engine."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rose_embed.server import topology
-from rose_embed.server.__main__ import build_parser, config_from_args
-from rose_embed.server.topology import default_front_ends, default_part_processes, parse_devices
+from rose_embed.server.processes import topology
+from rose_embed.server.cli.main import build_parser, config_from_args
+from rose_embed.server.processes.topology import default_front_ends, default_part_processes, parse_devices
 
 
 def config(*flags: str):
@@ -36,7 +36,7 @@ def test_a_machine_without_gpus_serves_one_cpu_engine_and_one_front_end(no_gpu):
 
 
 def test_every_visible_gpu_gets_an_engine_and_front_ends_follow_the_cores(two_gpus, monkeypatch):
-    monkeypatch.setattr("rose_embed.server.topology.available_cores", lambda: 16)
+    monkeypatch.setattr("rose_embed.server.processes.topology.available_cores", lambda: 16)
     cfg = config()
     assert cfg.devices == ("cuda:0", "cuda:1")
     assert cfg.frontend_workers == 14 and cfg.part_processes == 8

@@ -1,4 +1,4 @@
-"""The front end's engines (server/engine_links.py) over the engine's loop (engine/queue/engine_loop.py),
+"""The front end's engines (server/links/engine_links.py) over the engine's loop (engine/queue/engine_loop.py),
 in process and fast: engines in threads of this process, fed over the real arena, board and
 messages, with fake models whose vectors say what they computed."""
 
@@ -13,10 +13,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from rose_embed.engine.interface import BatchFailedError, EngineUnavailableError, QueueFullError
-from rose_embed.engine.rose.batch import pack
-from rose_embed.server.engine_links import EngineLinks
-from rose_embed.server.in_process_engine import InProcessEngine
+from rose_embed.engine.contract.interface import BatchFailedError, EngineUnavailableError, QueueFullError
+from rose_embed.engine.contract.batch import pack
+from rose_embed.server.links.engine_links import EngineLinks
+from rose_embed.server.processes.in_process_engine import InProcessEngine
 
 DIM = 4
 DIE, RAISE, STUCK = 666, 555, 777  # first token ids that make a fake engine die, raise or hang

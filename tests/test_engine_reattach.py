@@ -1,4 +1,4 @@
-"""A front end takes up a restarted engine (server/engine_reattach.py), in process and fast: the
+"""A front end takes up a restarted engine (server/links/reattach.py), in process and fast: the
 engines are threads of this process (tests/test_engine_queue.py's fakes), the supervisor's
 restart messages come down a real pipe."""
 
@@ -9,11 +9,11 @@ import multiprocessing
 
 import pytest
 
-from rose_embed.engine.interface import EngineUnavailableError
-from rose_embed.engine.rose.batch import pack
-from rose_embed.server.engine_links import EngineLinks
-from rose_embed.server.engine_reattach import EngineDown, EngineUp
-from rose_embed.server.in_process_engine import InProcessEngine
+from rose_embed.engine.contract.interface import EngineUnavailableError
+from rose_embed.engine.contract.batch import pack
+from rose_embed.server.links.engine_links import EngineLinks
+from rose_embed.server.links.reattach import EngineDown, EngineUp
+from rose_embed.server.processes.in_process_engine import InProcessEngine
 from tests.test_engine_queue import DIE, FakeEngine, request, run, seq
 
 

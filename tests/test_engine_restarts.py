@@ -1,8 +1,8 @@
 """A real server's engine process killed (SIGKILL) or stopped (SIGSTOP), and a server killed
-outright: the supervisor restarts the engine (server/engine_keeper.py), the front end takes the
-new one up (server/engine_reattach.py), the stall watch notices a silent one
-(server/stall_watch.py), and the next start removes what a dead server left in /dev/shm
-(server/stale_memory.py)."""
+outright: the supervisor restarts the engine (server/processes/engine_keeper.py), the front end takes the
+new one up (server/links/reattach.py), the stall watch notices a silent one
+(server/links/stall_watch.py), and the next start removes what a dead server left in /dev/shm
+(server/processes/stale_memory.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import httpx
 import numpy as np
 import pytest
 
-from rose_embed.engine.owner_lock import hold
-from rose_embed.engine.shared_blocks import BLOCK_PREFIX, close_block, create_block
+from rose_embed.engine.contract.owner_lock import hold
+from rose_embed.engine.contract.shared_blocks import BLOCK_PREFIX, close_block, create_block
 from tests.conftest import ServerProcess
 from tests.helpers import MODEL, PLUGIN, assert_envelope, embed, restarted_engine
 from tests.processes import block_creator, session_members, shared_memory, stats_boards

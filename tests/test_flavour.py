@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rose_embed.engine.config import ModelOverrides
+from rose_embed.engine.contract.config import ModelOverrides
 from rose_embed.engine.model_files.loader import ModelLoadError, load_spec
 
 QWEN3 = {"model_type": "qwen3", "hidden_size": 64, "max_position_embeddings": 512, "vocab_size": 100}

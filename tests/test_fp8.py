@@ -16,15 +16,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rose_embed.engine.rose.batch import pack
-from rose_embed.engine.config import (NARROW_BF16_FIRST_LAYERS, POST_NORM_BF16_FIRST_LAYERS, WIDE_BF16_ATTENTION_FIRST_LAYERS,
+from rose_embed.engine.contract.batch import pack
+from rose_embed.engine.contract.config import (NARROW_BF16_FIRST_LAYERS, POST_NORM_BF16_FIRST_LAYERS, WIDE_BF16_ATTENTION_FIRST_LAYERS,
                            WIDE_BF16_FIRST_LAYERS, Fp8Plan)
-from rose_embed.engine.rose.fp8_plan import (bf16_attention_first_layers, bf16_first_layers, fp8_linear_names, keeps_pooled_tokens,
+from rose_embed.engine.rose.quantization.fp8_plan import (bf16_attention_first_layers, bf16_first_layers, fp8_linear_names, keeps_pooled_tokens,
                                   quantize_model)
-from rose_embed.engine.rose.layers.attention import SDPAPerSequenceBackend
-from rose_embed.engine.rose.layers.fp8 import Fp8Linear, wants_rows
+from rose_embed.engine.rose.attention.ragged import SDPAPerSequenceBackend
+from rose_embed.engine.rose.quantization.fp8 import Fp8Linear, wants_rows
 from rose_embed.engine.rose.layers.pooling import pooled_token_rows
-from rose_embed.engine.rose.layers.quantized_rows import (FP8_DTYPE, FP8_MAX, dequantize_rows, quantize_rows_at,
+from rose_embed.engine.rose.quantization.quantized_rows import (FP8_DTYPE, FP8_MAX, dequantize_rows, quantize_rows_at,
                                                 quantize_rows_reference, quantize_tensor_reference)
 from rose_embed.engine.rose.models import MODEL_CLASSES
 from rose_embed.engine.rose.models.bert import BertLayer
@@ -94,7 +94,7 @@ def test_the_one_scale_bounds_hold_for_the_worst_inputs(activation):
     saturates) and not by much more (else small values lose precision). The worst cases are
     built: for the input, a normalised row with all its weight on one feature; for output j, the
     normalised row pointing along weight_j * norm weight (Cauchy-Schwarz's equality case)."""
-    from rose_embed.engine.rose.layers.fp8_fused import linear_activation_rows
+    from rose_embed.engine.rose.quantization.fp8_fused import linear_activation_rows
 
     torch.manual_seed(3)
     hidden, inner = 64, 96
@@ -439,7 +439,7 @@ def test_the_pooled_tokens_stay_fp8_where_one_token_is_not_pooled_or_the_model_c
 def test_the_runner_hands_each_batch_its_pooled_tokens(tmp_path, monkeypatch):
     """Through the engine: batched texts, whose pooled rows the runner finds from the head's
     pooling, give what each text alone gives with its last row computed unquantized."""
-    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.contract.config import EngineConfig
     from rose_embed.engine.rose.engine import Engine
     from tests.test_architectures import SPECS
 

@@ -1,6 +1,6 @@
 """--quantization fp8 refused where it cannot run, before anything starts: on a CPU, on a GPU
 without FP8 tensor cores, at a dtype other than bf16, and for a model family or kind it does not
-serve; each one line naming the flag, exit status 2, as a wrong flag value is (server/cli_values.py).
+serve; each one line naming the flag, exit status 2, as a wrong flag value is (server/cli/values.py).
 --fp8-bf16-layers sets the plan's bf16 layers, and only with --quantization fp8.
 """
 
@@ -13,8 +13,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from rose_embed.engine.config import Fp8Plan
-from rose_embed.server.__main__ import build_parser, config_from_args, serve
+from rose_embed.engine.contract.config import Fp8Plan
+from rose_embed.server.cli.main import build_parser, config_from_args, serve
 from tests.helpers import config_only_model
 from tests.conftest import REPO
 
@@ -23,7 +23,7 @@ NEEDS = "argument --quantization: fp8 needs a GPU with FP8 tensor cores (compute
 
 
 def _pretend_gpu(monkeypatch, capability: tuple[int, int], name: str = "NVIDIA H200") -> None:
-    from rose_embed.server import topology
+    from rose_embed.server.processes import topology
 
     monkeypatch.setattr(topology, "_gpu_driver_present", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -89,7 +89,7 @@ def test_a_model_fp8_does_not_serve_is_refused_by_name(config, refusal, monkeypa
 
 
 def test_embed_refuses_a_model_fp8_does_not_serve(monkeypatch, tmp_path, capsys):
-    from rose_embed.server.__main__ import main
+    from rose_embed.server.cli.main import main
 
     _pretend_gpu(monkeypatch, (9, 0))
     path = config_only_model(tmp_path / "model", {"model_type": "modernbert", "hidden_size": 64,
@@ -164,7 +164,7 @@ def test_fp8_pooled_tokens_sets_the_plan_and_needs_fp8(monkeypatch, capsys):
 
 def test_embed_hands_the_fp8_flags_to_the_engine(monkeypatch, tmp_path):
     from rose_embed.corpus import engine_setup
-    from rose_embed.server.__main__ import main
+    from rose_embed.server.cli.main import main
 
     _pretend_gpu(monkeypatch, (9, 0))
     path = config_only_model(tmp_path / "model", {"model_type": "bert", "hidden_size": 64,

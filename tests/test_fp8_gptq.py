@@ -1,4 +1,4 @@
-"""GPTQ's rounding of the FP8 weights (engine/rose/fp8_gptq.py) on the CPU: it keeps the scales of
+"""GPTQ's rounding of the FP8 weights (engine/rose/quantization/fp8_gptq.py) on the CPU: it keeps the scales of
 rounding to nearest and only picks other e4m3 values, it lands a layer's outputs closer to the
 unquantized layer's on inputs like those it saw, a stack of linears is rounded as each alone, the
 rounding is the same however many passes over the texts it takes, and quantize_model uses it where
@@ -14,13 +14,13 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from rose_embed.engine.config import Fp8Plan
-from rose_embed.engine.rose.batch import pack
-from rose_embed.engine.rose.fp8_gptq import calibration_texts, gptq_rows, gptq_stack, gptq_weights
-from rose_embed.engine.rose.fp8_plan import fp8_linear_names, quantize_model
-from rose_embed.engine.rose.layers.attention import SDPAPerSequenceBackend
-from rose_embed.engine.rose.layers.fp8 import Fp8Linear
-from rose_embed.engine.rose.layers.quantized_rows import FP8_DTYPE, dequantize_rows, quantize_rows_reference
+from rose_embed.engine.contract.config import Fp8Plan
+from rose_embed.engine.contract.batch import pack
+from rose_embed.engine.rose.quantization.fp8_gptq import calibration_texts, gptq_rows, gptq_stack, gptq_weights
+from rose_embed.engine.rose.quantization.fp8_plan import fp8_linear_names, quantize_model
+from rose_embed.engine.rose.attention.ragged import SDPAPerSequenceBackend
+from rose_embed.engine.rose.quantization.fp8 import Fp8Linear
+from rose_embed.engine.rose.quantization.quantized_rows import FP8_DTYPE, dequantize_rows, quantize_rows_reference
 from rose_embed.engine.rose.models import MODEL_CLASSES
 from tests.qwen3_checkpoints import randomize
 

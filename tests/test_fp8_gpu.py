@@ -1,5 +1,5 @@
 """FP8 on a GPU with FP8 tensor cores (compute capability 8.9 or newer): the Triton kernels that
-write FP8 rows against their references (engine/rose/layers/fp8_fused.py), torch._scaled_mm
+write FP8 rows against their references (engine/rose/quantization/fp8_fused.py), torch._scaled_mm
 against the GEMM's float32 definition, and whole engines (bf16, CUDA graphs, the attention auto
 picks, --quantization fp8) on tiny random BERT-family and Qwen3 checkpoints and on the default
 model against the CPU simulation of the same scheme (tests/test_fp8.py says what it is).
@@ -25,10 +25,11 @@ import numpy as np
 import pytest
 import torch
 
-from rose_embed.engine.config import EngineConfig, Fp8Plan
-from rose_embed.engine.rose.layers import cublaslt_fp8, fp8_fused, fused
-from rose_embed.engine.rose.layers.fp8 import Fp8Linear, quantize_rows, scaled_matmul
-from rose_embed.engine.rose.layers.quantized_rows import (QuantizedRows, dequantize_rows, quantize_rows_at, quantize_rows_reference,
+from rose_embed.engine.contract.config import EngineConfig, Fp8Plan
+from rose_embed.engine.rose.layers import fused
+from rose_embed.engine.rose.quantization import cublaslt_fp8, fp8_fused
+from rose_embed.engine.rose.quantization.fp8 import Fp8Linear, quantize_rows, scaled_matmul
+from rose_embed.engine.rose.quantization.quantized_rows import (QuantizedRows, dequantize_rows, quantize_rows_at, quantize_rows_reference,
                                                quantize_tensor_reference)
 from tests.fp8_checks import assert_rows_close
 from tests.test_architectures import SPECS, cosines, corpus, texts  # noqa: F401 (fixtures)
@@ -253,7 +254,7 @@ class Simulation:
     definition) and the FP8 scheme in bf16 (bf16's rounding around the same e4m3 roundings)."""
 
     def __init__(self, path, plan: Fp8Plan, texts: list[str]):
-        from rose_embed.engine.rose.fp8_plan import quantize_model
+        from rose_embed.engine.rose.quantization.fp8_plan import quantize_model
 
         engine = _engine(path, device="cpu", dtype="float32")
         self.reference = engine.embed(texts)

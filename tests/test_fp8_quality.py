@@ -1,5 +1,5 @@
 """FP8's quality on a real checkpoint, on the CPU: the default model (all-MiniLM-L6-v2) with the
-scheme simulated exactly (engine/rose/layers/fp8.py: weights and activations round-tripped
+scheme simulated exactly (engine/rose/quantization/fp8.py: weights and activations round-tripped
 through e4m3 with the GPU path's scales, the weights' values chosen by GPTQ on the built-in texts
 as the engine chooses them, products in float32) against its float32 self, on the
 shared workload's real texts. Bounds (docs/fp8.md): min cosine >= 0.995 over 2,000 paragraphs;
@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from rose_embed.engine.config import EngineConfig, Fp8Plan
+from rose_embed.engine.contract.config import EngineConfig, Fp8Plan
 from tests.conftest import load_texts
 
 pytestmark = pytest.mark.slow
@@ -44,7 +44,7 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def vectors():
     """(float32 passages, FP8-simulated passages, float32 queries, FP8 queries) of the default model."""
     from rose_embed.engine.rose.engine import Engine
-    from rose_embed.engine.rose.fp8_plan import quantize_model
+    from rose_embed.engine.rose.quantization.fp8_plan import quantize_model
 
     texts = load_texts(2200)
     passages, queries = texts[:2000], [" ".join(t.split()[:12]) for t in texts[2000:]]
@@ -81,9 +81,9 @@ def test_the_engine_refuses_fp8_on_a_cpu():
 def test_the_engine_turns_the_plans_layers_to_fp8(monkeypatch, caplog):
     """EngineConfig(quantization="fp8") quantizes what its Fp8Plan names, as the device would run it
     (the device check passed over here: on this CPU the layers run their float32 definition)."""
-    from rose_embed.engine.rose import fp8_support
+    from rose_embed.engine.rose.quantization import fp8_support
     from rose_embed.engine.rose.engine import Engine
-    from rose_embed.engine.rose.layers.fp8 import Fp8Linear
+    from rose_embed.engine.rose.quantization.fp8 import Fp8Linear
 
     monkeypatch.setattr(fp8_support, "device_refusal", lambda device: None)
     # Which layers turn is what this test checks: rounded to nearest, it skips GPTQ's calibration.

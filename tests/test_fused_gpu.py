@@ -202,8 +202,8 @@ def test_fp16_and_float32_keep_the_gelu_pass(dtype, approximate):
 @pytest.mark.parametrize("architecture,gelu_epilogue", [("bert", False), ("bert", True), ("qwen3", False)])
 @torch.inference_mode()
 def test_whole_model_fused_equals_reference(architecture, gelu_epilogue):
-    from rose_embed.engine.rose.batch import pack
-    from rose_embed.engine.rose.layers.attention_backends import make_attention_backend
+    from rose_embed.engine.contract.batch import pack
+    from rose_embed.engine.rose.attention.backends import make_attention_backend
     from rose_embed.engine.rose.models import MODEL_CLASSES
     from rose_embed.engine.rose.layers.head import SentenceHead
     from rose_embed.engine.rose.runner import ModelRunner
@@ -251,8 +251,8 @@ def test_whole_model_fused_equals_reference(architecture, gelu_epilogue):
 def test_biased_attention_matches_its_definition(dtype, is_causal, local, num_kv_heads, head_dim):
     """The Triton kernel behind MPNet's relative position bias against the scores, mask and
     softmax written out (tests/test_attention_cpu.py), on sequences longer than its blocks."""
-    from rose_embed.engine.rose.layers.attention import AttentionShape
-    from rose_embed.engine.rose.layers.triton_attention import varlen_attention_with_bias
+    from rose_embed.engine.rose.attention.ragged import AttentionShape
+    from rose_embed.engine.rose.attention.triton_biased import varlen_attention_with_bias
     from tests.test_attention_cpu import _naive
 
     g = torch.Generator().manual_seed(head_dim)

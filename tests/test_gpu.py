@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from rose_embed.engine.rose.batch import pack
+from rose_embed.engine.contract.batch import pack
 from rose_embed.engine.rose.graphs import CUDAGraphRunner, _fill_padded, token_buckets
-from rose_embed.engine.rose.layers.attention_backends import make_attention_backend
+from rose_embed.engine.rose.attention.backends import make_attention_backend
 from rose_embed.engine.rose.layers.head import SentenceHead
 from rose_embed.engine.rose.models import MODEL_CLASSES
 from rose_embed.engine.rose.runner import ModelRunner
@@ -67,7 +67,7 @@ def test_padding_keeps_real_segments_and_bounds_dummy_ones():
 
 
 def test_layout_pads_tokens_segments_and_seqlen_to_powers_of_two():
-    from rose_embed.engine.rose.layers.attention import SDPAPerSequenceBackend
+    from rose_embed.engine.rose.attention.ragged import SDPAPerSequenceBackend
 
     graphs = CUDAGraphRunner(None, SDPAPerSequenceBackend(None), None, max_num_tokens=16384, max_num_seqs=512,
                              max_seqlen=512)
@@ -186,7 +186,7 @@ def _causal_bert_reference(hf_model, seqs: list[np.ndarray]) -> np.ndarray:
 
 
 def _skip_unavailable(backend: str, head_dim: int) -> None:
-    from rose_embed.engine.rose.layers.attention_cuda import FLASHINFER_HEAD_DIMS, flashinfer_available
+    from rose_embed.engine.rose.attention.cuda import FLASHINFER_HEAD_DIMS, flashinfer_available
 
     if backend == "flashinfer" and not flashinfer_available():
         pytest.skip("flashinfer is not installed")
@@ -264,7 +264,7 @@ def _write_model_dir(path, hf_model) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("capture_at_start", [False, True])
 def test_engine_uses_graphs_on_cuda_by_default(tmp_path, capture_at_start):
-    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.contract.config import EngineConfig
     from rose_embed.engine.rose.engine import Engine
 
     hf_model = _hf_bert(_bert_config(384, 12))

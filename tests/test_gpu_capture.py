@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from rose_embed.engine.rose.batch import pack
+from rose_embed.engine.contract.batch import pack
 from tests.test_gpu import MAX_NUM_TOKENS, MAX_SEQLEN, _bert_config, _hf_bert, _ours, _runner, cosines, needs_cuda
 
 pytestmark = [needs_cuda, pytest.mark.gpu]

@@ -1,4 +1,4 @@
-"""engine/memory.py: the heap is trimmed only when the resident set has grown past its
+"""engine/contract/memory.py: the heap is trimmed only when the resident set has grown past its
 level over the first batches, at most once per interval, off the caller's thread; freed
 megabytes are kept for the next large request."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rose_embed.engine.memory import HeapTrimmer, resident_bytes
+from rose_embed.engine.contract.memory import HeapTrimmer, resident_bytes
 
 
 def _wait_for(trimmer: HeapTrimmer, count: int) -> None:
@@ -66,7 +66,7 @@ def test_reads_this_process_resident_set_and_takes_a_batch_record():
 
 _LARGE_REQUESTS = """
 import resource, sys
-from rose_embed.engine.memory import keep_freed_memory
+from rose_embed.engine.contract.memory import keep_freed_memory
 if sys.argv[1] == "keep" and not keep_freed_memory():
     print("no-glibc")
     raise SystemExit

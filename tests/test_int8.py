@@ -11,9 +11,10 @@ import pytest
 import torch
 from torch import nn
 
-from rose_embed.engine.rose import cpu_features, int8_support
-from rose_embed.engine.rose.layers.int8 import Int8Linear, smoothing_factors
-from rose_embed.server.__main__ import build_parser, config_from_args, serve
+from rose_embed.engine.rose import cpu_features
+from rose_embed.engine.rose.quantization import int8_support
+from rose_embed.engine.rose.quantization.int8 import Int8Linear, smoothing_factors
+from rose_embed.server.cli.main import build_parser, config_from_args, serve
 from tests.helpers import config_only_model
 
 needs_vnni = pytest.mark.skipif(cpu_features.int8_dot_products() is None,
@@ -147,7 +148,7 @@ def test_an_unknown_family_is_refused_by_name():
 
 
 def test_embed_takes_int8_and_refuses_it_where_it_cannot_run(monkeypatch, tmp_path, capsys):
-    from rose_embed.server.__main__ import main
+    from rose_embed.server.cli.main import main
 
     monkeypatch.setattr(cpu_features, "int8_dot_products", lambda: None)
     (tmp_path / "in.jsonl").write_text('{"text": "a"}\n')

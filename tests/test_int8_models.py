@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from rose_embed.engine.config import EngineConfig
+from rose_embed.engine.contract.config import EngineConfig
 from rose_embed.engine.rose import cpu_features
 from tests.conftest import load_texts
 from tests.test_architectures import SPECS, corpus, cosines, texts  # noqa: F401  (fixtures)
@@ -68,7 +68,7 @@ def compiled_bert(tmp_path_factory):
 def test_the_compiled_model_equals_the_eager_one(compiled_bert, texts):  # noqa: F811
     """The same integer products; only where a float32 step rounds (LayerNorm fused with the
     quantization instead of a bf16 tensor in between) can a value land on the next int8 step."""
-    from rose_embed.engine.rose.int8_compile import CompiledInt8Model
+    from rose_embed.engine.rose.quantization.int8_compile import CompiledInt8Model
 
     compiled, eager = compiled_bert
     assert isinstance(compiled.runner.model, CompiledInt8Model)
@@ -113,7 +113,7 @@ def test_the_default_model_in_int8_keeps_its_vectors_and_neighbours():
 
 def test_the_embed_command_takes_dtype_and_int8_and_says_its_rate(tmp_path, capsys):
     from rose_embed.engine.rose.engine import Engine
-    from rose_embed.server.__main__ import main
+    from rose_embed.server.cli.main import main
 
     texts = load_texts(120)
     (tmp_path / "in.jsonl").write_text("".join(f'{{"text": {json.dumps(t)}}}\n' for t in texts))

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from rose_embed.server.__main__ import build_parser, config_from_args
+from rose_embed.server.cli.main import build_parser, config_from_args
 from tests.conftest import ServerProcess
 from tests.helpers import MODEL
 

@@ -1,6 +1,6 @@
 """The pieces of late chunking, each against a computation written here: windows cut at chunk
 boundaries (engine/text/late_chunking.py), batches that pool several vectors per sequence
-(engine/rose/batch.py), and pooling by segment (engine/rose/layers/pooling.py), whose ordinary case must
+(engine/contract/batch.py), and pooling by segment (engine/rose/layers/pooling.py), whose ordinary case must
 equal pooling by sequence bit for bit."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from rose_embed.engine.rose.batch import batch_ranges, join_packed, pack, slice_packed, split_packed
+from rose_embed.engine.contract.batch import batch_ranges, join_packed, pack, slice_packed, split_packed
 from rose_embed.engine.text.late_chunking import ChunkTooLongError, EmptyChunkError, LateChunkedDocuments, document_windows, \
     fit_documents, late_chunking_problem
 from rose_embed.engine.rose.layers.pooling import pool, pool_segments
@@ -208,7 +208,7 @@ def test_the_padded_graph_layout_pools_the_same_vectors_as_the_batch_alone():
     from transformers import BertConfig, BertModel
 
     from rose_embed.engine.rose.graphs import CUDAGraphRunner, _fill_padded
-    from rose_embed.engine.rose.layers.attention_backends import make_attention_backend
+    from rose_embed.engine.rose.attention.backends import make_attention_backend
     from rose_embed.engine.rose.layers.head import SentenceHead
     from rose_embed.engine.rose.models import MODEL_CLASSES
     from rose_embed.engine.rose.runner import ModelRunner

@@ -1,4 +1,4 @@
-"""The port, bound before anything starts (server/listen.py), and the banner's address."""
+"""The port, bound before anything starts (server/processes/listen.py), and the banner's address."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import socket
 
 import pytest
 
-from rose_embed.server.__main__ import _banner, build_parser
+from rose_embed.server.cli.main import _banner, build_parser
 from rose_embed.server.config import ServerConfig
-from rose_embed.server.listen import ListenError, address, bind_sockets, port_env_warning
+from rose_embed.server.processes.listen import ListenError, address, bind_sockets, port_env_warning
 from tests.conftest import REPO
 
 

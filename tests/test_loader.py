@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from rose_embed.engine.config import EngineConfig
+from rose_embed.engine.contract.config import EngineConfig
 from rose_embed.engine.rose.engine import Engine
 from rose_embed.engine.model_files.loader import ModelLoadError, load_spec, resolve_model_dir
 
@@ -208,7 +208,7 @@ def test_revision_reaches_snapshot_download(tmp_path, default_engine, monkeypatc
     only gets a second download of those, at the same revision."""
     import huggingface_hub
 
-    from rose_embed.server.__main__ import build_parser, config_from_args
+    from rose_embed.server.cli.main import build_parser, config_from_args
 
     snapshot = _as_pickled(make_bert(tmp_path / "snapshot", default_engine, pooling="cls"))
     calls: list[dict] = []

@@ -1,6 +1,6 @@
 """What a client sends cannot forge a log line or drive the terminal that shows the log: line
 breaks, ANSI escapes and other control characters in a path, a text or an exception come out
-escaped, in text and in JSON logs (server/logs.py; fake engine, in process)."""
+escaped, in text and in JSON logs (server/http/logs.py; fake engine, in process)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import urllib.parse
 
 import pytest
 
-from rose_embed.server.logs import ACCESS_LOGGER, JsonFormatter, TextFormatter
+from rose_embed.server.http.logs import ACCESS_LOGGER, JsonFormatter, TextFormatter
 from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, serve
 
 FORGED = "2026-12-07 03:00:00,000 ERROR rose_embed.server: FORGED"

@@ -18,10 +18,10 @@ from tokenizers import Tokenizer
 from rose_embed.compat.quantize import int8_tanh
 from rose_embed.compat.tiktoken_ids import load_cl100k
 from rose_embed.corpus.job import CorpusJob, run_job
-from rose_embed.engine.config import EngineConfig
+from rose_embed.engine.contract.config import EngineConfig
 from rose_embed.engine.text.long_inputs import FittedInputs, InputTooLongError, combine_windows, fit_texts, windows
 from rose_embed.engine.text.tokenizer import TextTokenizer
-from rose_embed.server.__main__ import build_parser, config_from_args
+from rose_embed.server.cli.main import build_parser, config_from_args
 from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, serve
 
 MAX_SEQ_LEN = 256

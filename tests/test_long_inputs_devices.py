@@ -53,7 +53,7 @@ def _chunked(engine, texts: list[str]) -> np.ndarray:
 
 
 def _engine(path, device: str, **overrides):
-    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.contract.config import EngineConfig
     from rose_embed.engine.rose.engine import Engine
 
     overrides.setdefault("dtype", "float32" if device == "cpu" else "auto")  # the CPU's exact path

@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 import pytest
 
-from rose_embed.server.__main__ import main
+from rose_embed.server.cli.main import main
 
 pytestmark = pytest.mark.slow  # the real model, a server process and transformers
 

@@ -1,4 +1,4 @@
-"""Which `model` names the server answers (server/aliases.py), on the fake engine in process.
+"""Which `model` names the server answers (server/pipeline/aliases.py), on the fake engine in process.
 
 By default OpenAI's and Cohere's embedding names reach the one served model, so clients that
 hard-code them work unchanged; `--strict-model-names` turns that off. Whichever name was asked, the answer's
@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rose_embed.server.__main__ import build_parser, config_from_args
-from rose_embed.server.aliases import COHERE_EMBEDDING_NAMES, OPENAI_EMBEDDING_NAMES, model_names
-from rose_embed.server.errors import APIError
+from rose_embed.server.cli.main import build_parser, config_from_args
+from rose_embed.server.pipeline.aliases import COHERE_EMBEDDING_NAMES, OPENAI_EMBEDDING_NAMES, model_names
+from rose_embed.server.http.errors import APIError
 from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, serve
 
 

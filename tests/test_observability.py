@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from litestar.testing import TestClient
 
-from rose_embed.server.logs import ACCESS_LOGGER, JsonFormatter, TextFormatter
+from rose_embed.server.http.logs import ACCESS_LOGGER, JsonFormatter, TextFormatter
 from tests.fake_engine import BASE_URL, FAKE_MODEL, FakeEngine, fake_config, observed_app, serve
 from tests.helpers import assert_envelope, sample
 

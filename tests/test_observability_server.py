@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from rose_embed.engine.rose.engine import resolve_dtype
-from rose_embed.engine.rose.layers.attention import AttentionShape
-from rose_embed.engine.rose.layers.attention_cpu_native import unavailable_reason
+from rose_embed.engine.rose.attention.ragged import AttentionShape
+from rose_embed.engine.rose.attention.cpu_native import unavailable_reason
 from tests.conftest import ServerProcess
 from tests.helpers import MODEL, embed, metric
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from rose_embed.server.__main__ import build_parser, config_from_args
+from rose_embed.server.cli.main import build_parser, config_from_args
 from tests.client_support import API_KEYS
 from tests.fake_engine import FakeEngine, fake_config, serve
 from tests.helpers import assert_envelope

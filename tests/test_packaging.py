@@ -31,7 +31,7 @@ def test_dockerfile_lints_clean():
 def test_console_script_points_at_the_cli():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["scripts"]["rose-embed"] == "rose_embed.__main__:main"
-    from rose_embed.server.__main__ import build_parser
+    from rose_embed.server.cli.main import build_parser
 
     args = build_parser().parse_args(["serve", "--port", "9000", "--model", "x"])
     assert (args.port, args.model) == (9000, [(None, "x")])
@@ -57,7 +57,7 @@ def _health_check(port: int) -> int:
 def test_the_health_check_asks_the_port_the_server_listens_on(monkeypatch):
     """The image sets ROSE_EMBED_PORT, which the server reads where no --port is given (its
     ENTRYPOINT gives none) and the health check reads too."""
-    from rose_embed.server.__main__ import build_parser
+    from rose_embed.server.cli.main import build_parser
 
     entrypoint = json.loads(dockerfile_instruction("ENTRYPOINT"))
     assert not any(arg.startswith("--port") for arg in entrypoint)

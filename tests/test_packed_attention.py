@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rose_embed.engine.rose.layers.attention import AttentionShape
+from rose_embed.engine.rose.attention.ragged import AttentionShape
 from tests.test_attention_cpu import _naive
 from tests.triton_interpreter import SKIP_REASON, use_interpreter
 
@@ -26,7 +26,7 @@ LENGTHS = [1, 3, 5, 2, 17, 9, 70, 4, 4, 1, 33]  # 149 tokens
 
 @pytest.fixture(scope="module")
 def kernel():
-    from rose_embed.engine.rose.layers import packed_attention
+    from rose_embed.engine.rose.attention import packed as packed_attention
 
     return packed_attention
 
@@ -63,7 +63,7 @@ def test_matches_the_definition_with_small_tiles(kernel, is_causal, num_kv_heads
                                                   share_kv_heads, fold_scale):
     """Tiles of 16 rows: most hold several sequences, and the 70-token one spans five (and with
     16-key blocks, its middle tiles see key blocks inside it, which may skip the mask)."""
-    from rose_embed.engine.rose.layers.attention_cuda import PackedAttentionBackend
+    from rose_embed.engine.rose.attention.cuda import PackedAttentionBackend
 
     cu = _cu(LENGTHS)
     shape = AttentionShape(2, num_kv_heads, 32, is_causal)
@@ -134,7 +134,7 @@ def test_strided_views_of_a_fused_projection(kernel):
                                    AttentionShape(4, 4, 32, False, has_position_bias=True)],
                          ids=["window", "position_bias"])
 def test_refuses_windows_and_position_bias(kernel, shape):
-    from rose_embed.engine.rose.layers.attention_cuda import PackedAttentionBackend
+    from rose_embed.engine.rose.attention.cuda import PackedAttentionBackend
 
     with pytest.raises(ValueError, match="varlen"):
         PackedAttentionBackend(shape)

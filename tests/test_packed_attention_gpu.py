@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from rose_embed.engine.rose.layers.attention import AttentionShape
+from rose_embed.engine.rose.attention.ragged import AttentionShape
 from tests.test_attention_cpu import _naive
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -45,7 +45,7 @@ def _cu(lengths: list[int]) -> list[int]:
                          ids=["minilm", "bert-base", "qwen3"])
 def test_kernel_matches_the_definition(dtype, is_causal, heads, kv_heads, head_dim, flipped):
     """The default launch for the shape, and the default with each option turned the other way."""
-    from rose_embed.engine.rose.layers.packed_attention import default_tiles, packed_attention, sequence_bounds
+    from rose_embed.engine.rose.attention.packed import default_tiles, packed_attention, sequence_bounds
 
     cu = _cu(_lengths(head_dim))
     shape = AttentionShape(heads, kv_heads, head_dim, is_causal)
@@ -69,7 +69,7 @@ def test_the_models_layouts_take_the_tma_loads(fused, kv_heads, head_dim):
     models hand over qualify: the BERT family's views into one fused projection, and the
     Qwen3 family's own tensors out of its q/k norm. Otherwise the kernel would fall back to
     plain loads without a word, and the sweep's gain would be gone."""
-    from rose_embed.engine.rose.layers.packed_attention import _tma_ready, default_tiles
+    from rose_embed.engine.rose.attention.packed import _tma_ready, default_tiles
 
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("TMA needs Hopper or later")
@@ -87,7 +87,7 @@ def test_the_models_layouts_take_the_tma_loads(fused, kv_heads, head_dim):
 def test_a_graph_remakes_the_bounds_from_each_batch():
     """Bounds made inside the graph: a replay on another batch of the same layout (same token
     count and segment count, other lengths) equals an eager run on that batch, bit for bit."""
-    from rose_embed.engine.rose.layers.attention_cuda import PackedAttentionBackend
+    from rose_embed.engine.rose.attention.cuda import PackedAttentionBackend
 
     shape = AttentionShape(16, 8, 128, True)
     backend = PackedAttentionBackend(shape)
@@ -111,7 +111,7 @@ def test_a_graph_remakes_the_bounds_from_each_batch():
 
 @pytest.mark.parametrize("is_causal", [False, True], ids=["bidirectional", "causal"])
 def test_auto_chooses_every_class_and_matches_the_reference(is_causal):
-    from rose_embed.engine.rose.batch import pack
+    from rose_embed.engine.contract.batch import pack
     from tests.test_gpu import (_bert_config, _causal_bert_reference, _hf_bert, _hf_reference, _ours, _runner,
                                 cosines, random_seqs)
 

@@ -64,7 +64,7 @@ def test_default_dtype_stays_within_its_tolerance_of_sentence_transformers(parit
     every vector within cosine 0.9999 of sentence-transformers' float32 ones; float32 elsewhere."""
     import torch
 
-    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.contract.config import EngineConfig
     from rose_embed.engine.rose.cpu_features import native_bf16
     from rose_embed.engine.rose.engine import Engine
 

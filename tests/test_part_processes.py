@@ -1,4 +1,4 @@
-"""The part processes (server/part_processes.py, server/part_process_client.py): a large request's
+"""The part processes (server/processes/part_processes.py, server/pipeline/part_process_client.py): a large request's
 parts tokenized and encoded side by side give exactly what the front end gives in place, a
 process shared by two front ends answers each its own parts, and a dead process leaves the
 front end doing its share in place."""
@@ -16,8 +16,8 @@ import pytest
 from rose_embed.compat.encoding import encode_embeddings
 from rose_embed.engine.model_files.loader import load_spec
 from rose_embed.engine.text.tokenizer import tokenizer_for
-from rose_embed.server.part_process_client import PartProcesses
-from rose_embed.server.part_processes import start_part_processes
+from rose_embed.server.pipeline.part_process_client import PartProcesses
+from rose_embed.server.processes.part_processes import start_part_processes
 from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, observed_app, serve_app
 
 pytestmark = pytest.mark.slow  # spawned processes

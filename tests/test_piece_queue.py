@@ -1,4 +1,4 @@
-"""The engine's queue (engine/queue/piece_queue.py) and the arena's allocator (engine/arena.py), as
+"""The engine's queue (engine/queue/piece_queue.py) and the arena's allocator (engine/contract/arena.py), as
 pure bookkeeping: batches by token volume, either policy's order, cancellation. The fair policy's
 shares have tests of their own (tests/test_fair_batches.py)."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from rose_embed.engine.arena import Allocator, Arena, ArenaLayout
-from rose_embed.engine.messages import Piece, decode_to_engine, encode
+from rose_embed.engine.contract.arena import Allocator, Arena, ArenaLayout
+from rose_embed.engine.contract.messages import Piece, decode_to_engine, encode
 from rose_embed.engine.queue.piece_queue import PieceQueue, QueuedPiece
-from rose_embed.engine.rose.batch import pack
+from rose_embed.engine.contract.batch import pack
 
 
 def piece(front_end: str, request: int, lengths: list[int], index: int = 0, opens: bool = True,

@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from rose_embed.engine.rose.batch import batch_ranges, cut_batches, pack
-from rose_embed.engine.config import EngineConfig
+from rose_embed.engine.contract.batch import batch_ranges, cut_batches, pack
+from rose_embed.engine.contract.config import EngineConfig
 from rose_embed.engine.text.long_inputs import InputTooLongError, fit_texts
 from rose_embed.engine.rose.pipeline import embed_stream, embed_texts
 from tests.fake_engine import FakeEngine

@@ -1,4 +1,4 @@
-"""The front end's tokenizer threads (server/priority_pool.py): small requests' work before large ones'."""
+"""The front end's tokenizer threads (server/pipeline/priority_pool.py): small requests' work before large ones'."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from rose_embed.server.priority_pool import LARGE, SMALL, PriorityPool
+from rose_embed.server.pipeline.priority_pool import LARGE, SMALL, PriorityPool
 
 
 def test_small_work_runs_before_large_work_queued_ahead_of_it():

@@ -1,4 +1,4 @@
-"""Prompt choice per request (server/prompts.py), and prompts on the wire."""
+"""Prompt choice per request (server/pipeline/prompts.py), and prompts on the wire."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from rose_embed.compat.inputs import InvalidInputError
 from rose_embed.compat.tiktoken_ids import load_cl100k
-from rose_embed.server.prompts import apply_prompt, resolve_prompt
+from rose_embed.server.pipeline.prompts import apply_prompt, resolve_prompt
 from tests.fake_engine import FakeEngine, fake_config, serve
 from tests.helpers import assert_envelope
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from rose_embed.engine.config import EngineConfig
+from rose_embed.engine.contract.config import EngineConfig
 from rose_embed.engine.rose.engine import Engine
 from rose_embed.engine.model_files.loader import ModelLoadError, load_spec
 from tests.conftest import load_texts

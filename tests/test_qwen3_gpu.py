@@ -1,7 +1,7 @@
 """The Qwen3 layers on CUDA: bf16 parity with transformers and CUDA-graph capture.
 
 Skipped without CUDA. Every attention backend present is tried: the per-sequence SDPA
-one, and torch's varlen_attn and FlashInfer where engine/rose/layers/attention_cuda.py (the
+one, and torch's varlen_attn and FlashInfer where engine/rose/attention/cuda.py (the
 GPU path) and the flashinfer package exist. What this checks is that the model's own
 code runs on the device in bf16 under each backend, causal and bidirectional, and
 contains no host synchronisation, so a whole-model graph can hold it.
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from rose_embed.engine.rose.batch import pack
-from rose_embed.engine.rose.layers.attention import SDPAPerSequenceBackend
+from rose_embed.engine.contract.batch import pack
+from rose_embed.engine.rose.attention.ragged import SDPAPerSequenceBackend
 from rose_embed.engine.rose.layers.pooling import pool
 from tests.test_qwen3_model import _models
 
@@ -27,7 +27,7 @@ HEAD_DIM = 64  # FlashInfer's smallest
 def _backend(name: str, shape):
     if name == "sdpa":
         return SDPAPerSequenceBackend(shape)
-    cuda = pytest.importorskip("rose_embed.engine.rose.layers.attention_cuda")
+    cuda = pytest.importorskip("rose_embed.engine.rose.attention.cuda")
     if name == "flashinfer" and not cuda.flashinfer_available():
         pytest.skip("flashinfer is not installed")
     return cuda.make_cuda_attention_backend(name, shape, torch.device("cuda"), torch.bfloat16)

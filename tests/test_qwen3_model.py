@@ -13,8 +13,8 @@ import torch
 from transformers import Qwen3Config
 from transformers import Qwen3Model as HFQwen3Model
 
-from rose_embed.engine.rose.batch import pack
-from rose_embed.engine.rose.layers.attention import SDPAPerSequenceBackend
+from rose_embed.engine.contract.batch import pack
+from rose_embed.engine.rose.attention.ragged import SDPAPerSequenceBackend
 from rose_embed.engine.rose.layers.rotary import rope_theta
 from rose_embed.engine.rose.models.qwen3 import Qwen3Model
 from tests.qwen3_checkpoints import randomize

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from rose_embed.server.__main__ import build_parser
+from rose_embed.server.cli.main import build_parser
 from tests.client_support import assert_same_vectors, reference_vectors, stop_and_check_no_server_error
 from tests.conftest import REPO, ServerProcess
 

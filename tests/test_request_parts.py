@@ -1,10 +1,10 @@
-"""How the request pipeline cuts a request's inputs into parts (server/request_pipeline.py)."""
+"""How the request pipeline cuts a request's inputs into parts (server/pipeline/request_pipeline.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from rose_embed.server.request_pipeline import PART_TEXTS, RAMP_TEXTS, part_bounds
+from rose_embed.server.pipeline.request_pipeline import PART_TEXTS, RAMP_TEXTS, part_bounds
 
 
 @pytest.mark.parametrize("num_items", [0, 1, PART_TEXTS - 1, PART_TEXTS])

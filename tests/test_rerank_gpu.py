@@ -85,7 +85,7 @@ def _references(name: str, path: Path, query: str, documents: list[str]):
 
 @pytest.mark.parametrize("name", [*sorted(CROSS_ENCODERS), QWEN3])
 def test_engine_scores_in_bf16_match_the_fp32_reference(checkpoints, name):
-    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.contract.config import EngineConfig
     from rose_embed.engine.rose.engine import Engine
 
     path = checkpoints[name]

@@ -27,7 +27,7 @@ def _pairs() -> tuple[str, list[str]]:
 
 
 def _engine_scores(path, query: str, documents: list[str], max_doc_tokens: int | None = None):
-    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.contract.config import EngineConfig
     from rose_embed.engine.rose.engine import Engine
 
     engine = Engine(EngineConfig(dtype="float32", model=str(path), device="cpu"))
@@ -92,7 +92,7 @@ def test_max_doc_tokens_cuts_each_document_before_pairing(tmp_path):
 
 @pytest.mark.parametrize("marked", [True, False], ids=["config_sentence_transformers", "kind flag"])
 def test_qwen3_reranker_scores_equal_the_model_card(tmp_path, marked):
-    from rose_embed.engine.config import EngineConfig, ModelOverrides
+    from rose_embed.engine.contract.config import EngineConfig, ModelOverrides
     from rose_embed.engine.rose.engine import Engine
 
     path = save_qwen3_reranker(tmp_path / "qwen3", marked=marked)
@@ -111,9 +111,9 @@ def test_a_reranker_embeds_nothing(tmp_path):
     name, and the CLI before it writes anything."""
     import json
 
-    from rose_embed.engine.config import EngineConfig
+    from rose_embed.engine.contract.config import EngineConfig
     from rose_embed.engine.rose.engine import Engine
-    from rose_embed.server.__main__ import main
+    from rose_embed.server.cli.main import main
 
     path = save_cross_encoder(tmp_path / "ranker", "bert")
     with pytest.raises(ValueError, match="is a reranker"):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rose_embed.engine.config import ModelOverrides
+from rose_embed.engine.contract.config import ModelOverrides
 from rose_embed.engine.model_files.loader import ModelLoadError, load_spec
 from tests.qwen3_checkpoints import train_tokenizer
 from tests.conftest import load_texts

@@ -1,6 +1,6 @@
 """The rules behind a self-healing engine, each on its own: how often and how soon a dead engine
-is restarted (server/restart_policy.py), when a silent one counts as wedged (server/stall_watch.py),
-and what of /dev/shm a dead server left for the next start to remove (server/stale_memory.py)."""
+is restarted (server/processes/restart_policy.py), when a silent one counts as wedged (server/links/stall_watch.py),
+and what of /dev/shm a dead server left for the next start to remove (server/processes/stale_memory.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import os
 import subprocess
 import sys
 
-from rose_embed.engine.owner_lock import hold_path
-from rose_embed.engine.shared_blocks import BLOCK_PREFIX
-from rose_embed.server.restart_policy import RestartPolicy
-from rose_embed.server.stale_memory import remove_stale
-from rose_embed.server.stall_watch import silent_for, stall_bound
-from rose_embed.server.stats_board import BOARD_PREFIX
+from rose_embed.engine.contract.owner_lock import hold_path
+from rose_embed.engine.contract.shared_blocks import BLOCK_PREFIX
+from rose_embed.server.processes.restart_policy import RestartPolicy
+from rose_embed.server.processes.stale_memory import remove_stale
+from rose_embed.server.links.stall_watch import silent_for, stall_bound
+from rose_embed.server.metrics.stats_board import BOARD_PREFIX
 
 
 class _Clock:

@@ -82,8 +82,8 @@ def _gone_client_scenario() -> tuple[int, bool, list[str]]:
     """A request whose client has gone while its pieces wait: (status, pieces cancelled, what asyncio logged)."""
     import gc
 
-    from rose_embed.server.errors import APIError
-    from rose_embed.server.request_pipeline import _with_deadline
+    from rose_embed.server.http.errors import APIError
+    from rose_embed.server.pipeline.request_pipeline import _with_deadline
 
     class GoneClient:
         async def receive(self):

@@ -11,7 +11,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from rose_embed.server.__main__ import build_parser, config_from_args
+from rose_embed.server.cli.main import build_parser, config_from_args
 from rose_embed.server.config import ExtraModel, model_configs
 from tests.conftest import load_texts
 from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, serve, serve_async

@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import BertConfig, RobertaConfig, XLMRobertaConfig
 
-from rose_embed.engine.config import EngineConfig, ModelOverrides
+from rose_embed.engine.contract.config import EngineConfig, ModelOverrides
 from rose_embed.engine.rose.engine import Engine
 from rose_embed.engine.model_files.loader import ModelLoadError, load_spec
 from tests.conftest import REPO, ServerProcess, free_port, load_texts

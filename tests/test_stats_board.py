@@ -1,4 +1,4 @@
-"""/metrics and /health for the whole server (server/stats_board.py), in process on the fake engine.
+"""/metrics and /health for the whole server (server/metrics/stats_board.py), in process on the fake engine.
 
 Each app here plays one front end of `--frontend-workers`, all reporting to one board
 directory; a scrape of either answers for both with the front ends' figures (requests and
@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from rose_embed.server.stats_board import Family, Report, StatsBoard
+from rose_embed.server.metrics.stats_board import Family, Report, StatsBoard
 from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, observed_app, serve, serve_app
 from tests.fake_reranker import FAKE_RERANKER, FakeReranker
 from tests.helpers import sample

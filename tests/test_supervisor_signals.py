@@ -1,4 +1,4 @@
-"""SIGTERM and SIGINT while the server starts (server/stop_signal.py, server/pending_stop_server.py):
+"""SIGTERM and SIGINT while the server starts (server/processes/stop_signal.py, server/http/pending_stop_server.py):
 the handler raises its stop at whatever line the main thread is on, in library code too; the
 stop must reach the supervisor as itself, not at all while a spawn is being written or the front
 end's libraries import, and still stop uvicorn where code on the way swallowed the raise."""
@@ -14,8 +14,8 @@ import threading
 
 import pytest
 
-from rose_embed.server import front_end
-from rose_embed.server.stop_signal import HANDLED_SIGNALS, StopSignal, Terminated
+from rose_embed.server.processes import front_end
+from rose_embed.server.processes.stop_signal import HANDLED_SIGNALS, StopSignal, Terminated
 
 # Each stop signal and what the handler raises for it: Ctrl-C stays a KeyboardInterrupt.
 RAISED = pytest.mark.parametrize("sig, raised", [(signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)],
@@ -123,7 +123,7 @@ def test_a_stop_swallowed_on_the_way_still_stops_uvicorn(stop):
     the noted stop, shuts down at once and raises SIGTERM again, which reaches the handler."""
     import uvicorn
 
-    from rose_embed.server.pending_stop_server import uvicorn_server
+    from rose_embed.server.http.pending_stop_server import uvicorn_server
 
     class Finalised:
         def __del__(self):

@@ -1,5 +1,5 @@
-"""Kernels of engine/rose/layers/triton_fp8_kernels.py against their references
-(engine/rose/layers/fp8_fused.py), on the CPU through Triton's interpreter; tests/test_fp8_gpu.py
+"""Kernels of engine/rose/quantization/triton_fp8_kernels.py against their references
+(engine/rose/quantization/fp8_fused.py), on the CPU through Triton's interpreter; tests/test_fp8_gpu.py
 checks them compiled.
 
 The interpreter's own float32 -> e4m3 and float32 -> bf16 conversions round half up and drop
@@ -24,9 +24,9 @@ pytestmark = pytest.mark.skipif(not _INTERPRETED, reason=SKIP_REASON)
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from rose_embed.engine.rose.layers import fp8_fused  # noqa: E402
-from rose_embed.engine.rose.layers.quantized_rows import quantize_rows_reference  # noqa: E402
-from rose_embed.engine.rose.layers.triton_fp8_kernels import _normal_cdf  # noqa: E402
+from rose_embed.engine.rose.quantization import fp8_fused  # noqa: E402
+from rose_embed.engine.rose.quantization.quantized_rows import quantize_rows_reference  # noqa: E402
+from rose_embed.engine.rose.quantization.triton_fp8_kernels import _normal_cdf  # noqa: E402
 from tests.fp8_checks import assert_rows_close  # noqa: E402
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -53,7 +53,7 @@ def _e4m3_rounded_as_on_the_gpu(monkeypatch):
 
 
 def _kernels():
-    from rose_embed.engine.rose.layers import triton_fp8_kernels
+    from rose_embed.engine.rose.quantization import triton_fp8_kernels
 
     return triton_fp8_kernels
 

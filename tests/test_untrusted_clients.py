@@ -1,4 +1,4 @@
-"""What a hostile or broken client does to a front end's HTTP layer (server/guarded_http.py), over
+"""What a hostile or broken client does to a front end's HTTP layer (server/http/guarded_http.py), over
 real sockets to uvicorn in a thread (fake engine): a header of megabytes, a slow loris, more
 connections than allowed, bytes that are no HTTP, an upload cut off mid-body, a slow upload
 when the server stops. The same against a real server process: test_untrusted_clients_server.py.
@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from rose_embed.server.logs import ACCESS_LOGGER
+from rose_embed.server.http.logs import ACCESS_LOGGER
 from tests.conftest import REPO
 from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config
 from tests.helpers import assert_envelope, sample
@@ -237,7 +237,7 @@ def test_a_drain_answers_a_slow_upload_503_at_once_and_still_finishes_real_work(
 
 
 def test_the_flags_reach_the_config():
-    from rose_embed.server.__main__ import build_parser, config_from_args
+    from rose_embed.server.cli.main import build_parser, config_from_args
 
     def parse(*flags: str):
         return config_from_args(build_parser().parse_args(["serve", "--devices", "cpu", *flags]))
@@ -253,7 +253,7 @@ def test_the_flags_reach_the_config():
     ("--header-timeout", "0", "must be a number of seconds above 0"),
 ])
 def test_a_limit_below_one_is_refused(flag, value, says, capsys):
-    from rose_embed.server.__main__ import build_parser
+    from rose_embed.server.cli.main import build_parser
 
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args(["serve", flag, value])
@@ -273,7 +273,7 @@ def test_the_limit_of_open_files_makes_room_for_the_connection_cap(soft, hard):
     hard = hard or system_hard
     if hard != resource.RLIM_INFINITY and hard < 1024 + 256 and soft != hard:
         pytest.skip(f"the hard limit of open files here ({hard}) is below what the test raises to")
-    code = ("import resource; from rose_embed.server.descriptor_limit import make_room_for_connections; "
+    code = ("import resource; from rose_embed.server.processes.descriptor_limit import make_room_for_connections; "
             "make_room_for_connections(1024); print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO,
                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)))

@@ -14,8 +14,8 @@ import pytest
 from tokenizers import Tokenizer
 
 from rose_embed.compat.tiktoken_ids import CL100K_SPECIAL_TOKENS, load_cl100k
-from rose_embed.engine.config import EngineConfig
-from rose_embed.server.__main__ import build_parser, config_from_args
+from rose_embed.engine.contract.config import EngineConfig
+from rose_embed.server.cli.main import build_parser, config_from_args
 from tests.client_support import ALIAS, API_KEYS
 from tests.conftest import REPO
 from tests.fake_engine import FAKE_MODEL, FakeEngine, fake_config, serve
@@ -213,7 +213,7 @@ def test_aliases_listed_and_accepted(aliased, fake):
     assert aliased.get(f"/v1/models/{ALIAS}").json()["id"] == ALIAS
     assert aliased.get(f"/models/{FAKE_MODEL}").json()["id"] == FAKE_MODEL
     r = aliased.post("/v1/embeddings", json={"model": ALIAS, "input": "hi", "encoding_format": "float"})
-    assert r.json()["model"] == FAKE_MODEL  # the model that served, not the name asked for (server/aliases.py)
+    assert r.json()["model"] == FAKE_MODEL  # the model that served, not the name asked for (server/pipeline/aliases.py)
     assert_vectors(r, fake.embed(["hi"]))
     r = aliased.post("/v1/embeddings", json={"model": "my-other-model", "input": "hi"})
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"

@@ -12,14 +12,14 @@ import tiktoken
 
 from rose_embed.compat.inputs import NormalisedInput
 from rose_embed.compat.tiktoken_ids import CL100K_SPECIAL_TOKENS, TiktokenDecoder, load_cl100k
-from rose_embed.server.__main__ import build_parser, config_from_args
+from rose_embed.server.cli.main import build_parser, config_from_args
 from rose_embed.server.config import ServerConfig
-from rose_embed.server.errors import APIError
-from rose_embed.server.token_inputs import TokenInputs
+from rose_embed.server.http.errors import APIError
+from rose_embed.server.pipeline.token_inputs import TokenInputs
 from tests.conftest import REPO
-from rose_embed.server.aliases import AliasError, model_names, parse_alias, resolve_aliases
-from rose_embed.server.api_keys import keys_from_env
-from rose_embed.server.auth import _mask, is_valid_key
+from rose_embed.server.pipeline.aliases import AliasError, model_names, parse_alias, resolve_aliases
+from rose_embed.server.cli.api_keys import keys_from_env
+from rose_embed.server.http.auth import _mask, is_valid_key
 
 SAMPLES = [
     "Hello, world!", "", "  leading and trailing  ", "line one\nline two\r\n\ttab", "naïve café — ünïcödé",

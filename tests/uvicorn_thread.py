@@ -1,5 +1,5 @@
 """The app on the fake engine, served by uvicorn with a front end's own settings
-(server/front_end.py's uvicorn_config), in a thread of the test's process: the real HTTP layer
+(server/processes/front_end.py's uvicorn_config), in a thread of the test's process: the real HTTP layer
 over real sockets, in the fast tier."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import uvicorn
 
 from rose_embed.server.app import create_app
 from rose_embed.server.config import ServerConfig
-from rose_embed.server.front_end import uvicorn_config
-from rose_embed.server.middleware import ObservedApp
+from rose_embed.server.processes.front_end import uvicorn_config
+from rose_embed.server.http.middleware import ObservedApp
 from tests.fake_engine import FakeEngine
 
 

@@ -4,7 +4,7 @@ One place answers, for every model: causal or bidirectional attention, which poo
 whether the model defines quantised (int8 / binary) output, which Matryoshka sizes it
 allows, whether the tokenizer must end each text with the end token, and the default
 prompt. The rules, in order of precedence (first match wins; an override is the field of
-that name in engine.config.ModelOverrides):
+that name in engine.contract.config.ModelOverrides):
 
 attention   override `attention`; config.json `use_bidirectional_attention: true` (EmbeddingGemma) or
             `is_causal: false`, or model_type `bidirectional_pplx_qwen3`
@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rose_embed.engine.config import POOLING_MODES, ModelOverrides
+from rose_embed.engine.contract.config import POOLING_MODES, ModelOverrides
 from rose_embed.engine.model_files.st_modules import SentenceModules
 
 PPLX_MODEL_TYPE = "bidirectional_pplx_qwen3"

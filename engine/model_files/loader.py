@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rose_embed.engine.model_files.architecture_support import config_refusal
-from rose_embed.engine.config import ModelOverrides
+from rose_embed.engine.contract.config import ModelOverrides
 from rose_embed.engine.model_files.embedded_model import (
     DEFAULT_MODEL_NAME, embedded_model_dir, is_embedded_hub_id, is_embedded_model_dir,
 )

@@ -3,7 +3,7 @@
 The description (engine/model_files/loader.py's ModelSpec: limits, pooling, prompts, output size) and the
 tokenizer, with the sizes requests are checked against; no weights and no device. The
 server's front ends see the model only through it, whether the engines are processes
-(server/engine_links.py) or an in-process Engine.
+(server/links/engine_links.py) or an in-process Engine.
 """
 
 from __future__ import annotations

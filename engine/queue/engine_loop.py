@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection, wait
 
-from rose_embed.engine import messages
-from rose_embed.engine.arena import Allocator, Arena
-from rose_embed.engine.board import EngineBoard
-from rose_embed.engine.config import EngineConfig
-from rose_embed.engine.memory import HeapTrimmer
-from rose_embed.engine.messages import Attach, Cancel, Goodbye, Piece, Release
+from rose_embed.engine.contract import messages
+from rose_embed.engine.contract.arena import Allocator, Arena
+from rose_embed.engine.contract.board import EngineBoard
+from rose_embed.engine.contract.config import EngineConfig
+from rose_embed.engine.contract.memory import HeapTrimmer
+from rose_embed.engine.contract.messages import Attach, Cancel, Goodbye, Piece, Release
 from rose_embed.engine.queue.busy_rate import BusyRate
 from rose_embed.engine.queue.express_lane import ExpressLane
 from rose_embed.engine.queue.piece_queue import Batch, PieceQueue, QueuedPiece

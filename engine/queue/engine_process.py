@@ -1,7 +1,7 @@
 """The main function of an engine process: every served model on one device, for every front end.
 
-The supervisor (server/engine_host.py) starts it with its control pipe and its board, and
-hands it each front end over that pipe (engine/messages.py's Attach). It loads and warms up
+The supervisor (server/processes/engine_host.py) starts it with its control pipe and its board, and
+hands it each front end over that pipe (engine/contract/messages.py's Attach). It loads and warms up
 each model in turn (its own weights, graphs and buffers), says "ready" on the control pipe
 (or ("failed", why), naming the model that did not load, and then tells each front end so),
 and serves the front ends' pieces through one queue (engine/queue/engine_loop.py) until the
@@ -14,12 +14,12 @@ import os
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 
-from rose_embed.engine.board import EngineBoard
-from rose_embed.engine.child_signals import STOP_SIGNALS, unshield
-from rose_embed.engine.config import EngineConfig
-from rose_embed.engine.parent_watch import exit_with_parent
-from rose_embed.engine import messages
-from rose_embed.engine.messages import Attach
+from rose_embed.engine.contract.board import EngineBoard
+from rose_embed.engine.contract.child_signals import STOP_SIGNALS, unshield
+from rose_embed.engine.contract.config import EngineConfig
+from rose_embed.engine.contract.parent_watch import exit_with_parent
+from rose_embed.engine.contract import messages
+from rose_embed.engine.contract.messages import Attach
 from rose_embed.engine.queue.engine_loop import EngineLoop, queue_budget
 from rose_embed.engine.rose.cublas_workspace import give_cublas_no_workspace
 

@@ -20,7 +20,7 @@ A piece may be split across batches; pieces of several requests and front ends s
 batch. A piece's vector rows are taken (`take_rows`) when its first batch is cut: a request
 whose next piece has no rows free yet sits out this batch. Cancelled requests' pieces are
 dropped. Admission is not decided here: the front ends admit a request before they tokenize
-it (server/admission.py), seeing every front end's share of the work.
+it (server/links/admission.py), seeing every front end's share of the work.
 
 Pure bookkeeping: no pipes, no device. engine/queue/engine_loop.py drives it.
 """
@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rose_embed.engine.config import SCHEDULING_POLICIES
-from rose_embed.engine.messages import Piece
+from rose_embed.engine.contract.config import SCHEDULING_POLICIES
+from rose_embed.engine.contract.messages import Piece
 from rose_embed.engine.queue.fair_share import water_fill
-from rose_embed.engine.rose.batch import PackedBatch, join_packed, slice_packed
+from rose_embed.engine.contract.batch import PackedBatch, join_packed, slice_packed
 
 
 @dataclass(eq=False)

@@ -8,15 +8,15 @@ import time
 import numpy as np
 import torch
 
-from rose_embed.engine.rose.batch import PackedBatch, pack
+from rose_embed.engine.contract.batch import PackedBatch, pack
 from rose_embed.engine.rose.batch_budget import LARGE_TOKENS, SEQ_TOKENS, cpu_budget, measured_speed
 from rose_embed.engine.rose.cpu_features import native_bf16
-from rose_embed.engine.config import EngineConfig
-from rose_embed.engine.cpu_quota import available_cores
-from rose_embed.engine.rose import int8_plan, quantization_support
-from rose_embed.engine.rose.fp8_plan import quantize_model
+from rose_embed.engine.contract.config import EngineConfig
+from rose_embed.engine.contract.cpu_quota import available_cores
+from rose_embed.engine.rose.quantization import int8_plan, support as quantization_support
+from rose_embed.engine.rose.quantization.fp8_plan import quantize_model
 from rose_embed.engine.rose.layers import fused
-from rose_embed.engine.rose.layers.attention_backends import make_attention_backend
+from rose_embed.engine.rose.attention.backends import make_attention_backend
 from rose_embed.engine.rose.layers.head import SentenceHead
 from rose_embed.engine.rose.layers.score_head import ScoreHead
 from rose_embed.engine.rose.lazy import LazyResult
@@ -106,7 +106,7 @@ class Engine(ModelView):
         fused.set_fused_kernels(config.fused_kernels)
         shape = model.attention_shape(self.spec.is_causal).bounded_by(self.spec.max_seq_len)
         attention = make_attention_backend(config.attention_backend, shape, self.device, self.dtype)
-        self.compiled = False  # an int8 model compiled on its first batch (engine/rose/int8_compile.py)
+        self.compiled = False  # an int8 model compiled on its first batch (engine/rose/quantization/int8_compile.py)
         # The queue's token budget (warm-up may choose a smaller one) and the speed measured at it.
         self.max_batch_tokens, self.tokens_per_second = config.max_batch_tokens, 0.0
         self.batch_overhead_seconds: float | None = None  # what any batch costs beyond its tokens, where measured
@@ -119,7 +119,7 @@ class Engine(ModelView):
             logger.info("%s", int8_plan.quantize_model(model, self.embed))  # calibrates on the model as loaded
             if not config.enforce_eager:
                 # Imported here: torch's compiler takes seconds to import, which every start would pay.
-                from rose_embed.engine.rose.int8_compile import CompiledInt8Model
+                from rose_embed.engine.rose.quantization.int8_compile import CompiledInt8Model
 
                 self.runner.model = CompiledInt8Model(model, attention)
                 self.compiled = True
@@ -162,11 +162,11 @@ class Engine(ModelView):
         first requests pay no setup cost.
 
         With attention_backend auto on CUDA the attention backends are timed first, per
-        class of batch (engine/rose/layers/attention_choice.py). On CUDA each batch runs twice:
+        class of batch (engine/rose/attention/choice.py). On CUDA each batch runs twice:
         the first run of a graph bucket is eager (library set-up), the second captures its
         graph. With capture_at_start every bucket is captured now (seconds), so no request
         ever waits for a capture. An int8 model on the CPU compiles its layers here (see
-        engine/rose/int8_compile.py).
+        engine/rose/quantization/int8_compile.py).
         """
         choice = self.runner.choose_attention()  # before any graph is captured: it picks their kernels
         if choice is not None:

@@ -2,7 +2,7 @@
 
 A graph is keyed by its padded shape: (num_tokens, num_segments, max_seqlen[, slot]), and
 named by the attention backend it runs (attention_backend "auto" picks one per
-(num_tokens, max_seqlen) class at warm-up, engine/rose/layers/attention_choice.py).
+(num_tokens, max_seqlen) class at warm-up, engine/rose/attention/choice.py).
 Token counts are padded up to a bucket (64, 128, ... 1024, then steps of 1024) by
 trailing dummy segments of at most max_seqlen tokens each, the segment count up to a power
 of two by zero-length segments, and max_seqlen (baked into the attention launch) up to a
@@ -10,7 +10,7 @@ power of two from 128, so that every batch of a key has the same shapes. max_seq
 of the key because FlashAttention's varlen grid is (max_seqlen / 128) x segments x heads:
 baking the model's limit (512, or 32768 for Qwen3) into every graph would launch mostly
 empty blocks for batches of short texts. The graph pools one vector per segment of the key
-(engine/rose/batch.py's pooling segments, which the per-token segment ids name; padding tokens
+(engine/contract/batch.py's pooling segments, which the per-token segment ids name; padding tokens
 belong to none), so a batch whose late-chunked documents pool more vectors than it has
 sequences takes a key with enough segments: the count of vectors is bounded as the count of
 sequences is, and the keys are the same. Lazy
@@ -41,7 +41,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from rose_embed.engine.rose.batch import PackedBatch
+from rose_embed.engine.contract.batch import PackedBatch
 
 logger = logging.getLogger("rose_embed.engine")
 
@@ -240,7 +240,7 @@ class CUDAGraphRunner:
 
     def _backend_for(self, bucket: int, max_seqlen: int) -> tuple[str, int]:
         """(name, graph slots) of the attention backend that runs this class of batch: the
-        one backend, or the one `auto` chose for it (engine/rose/layers/attention_choice.py)."""
+        one backend, or the one `auto` chose for it (engine/rose/attention/choice.py)."""
         backend_for = getattr(self.attention, "backend_for", None)
         backend = backend_for(bucket, max_seqlen) if backend_for is not None else self.attention
         return getattr(backend, "name", ""), getattr(backend, "num_graph_slots", 1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rose_embed.engine.rose.batch import PackedBatch, pack
+from rose_embed.engine.contract.batch import PackedBatch, pack
 from rose_embed.engine.text.late_chunking import LateChunkedDocuments
 from rose_embed.engine.text.long_inputs import FittedInputs, InputTooLongError, fit_texts
 

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from rose_embed.engine.rose import tokenizer_processes
-from rose_embed.engine.rose.batch import PackedBatch, batch_ranges, join_packed, pack, slice_packed
+from rose_embed.engine.contract.batch import PackedBatch, batch_ranges, join_packed, pack, slice_packed
 from rose_embed.engine.text.late_chunking import ChunkTooLongError, EmptyChunkError, LateChunkedDocuments, fit_documents
 from rose_embed.engine.rose.lazy import LazyResult
 from rose_embed.engine.text.long_inputs import FittedInputs

@@ -8,10 +8,10 @@ from collections.abc import Callable
 
 import torch
 
-from rose_embed.engine.rose.batch import PackedBatch, split_packed
-from rose_embed.engine.rose.fp8_plan import pooled_tokens_of
+from rose_embed.engine.contract.batch import PackedBatch, split_packed
+from rose_embed.engine.rose.quantization.fp8_plan import pooled_tokens_of
 from rose_embed.engine.rose.graphs import CUDAGraphRunner, StaticInputs
-from rose_embed.engine.rose.layers.attention import AttentionBackend
+from rose_embed.engine.rose.attention.ragged import AttentionBackend
 from rose_embed.engine.rose.layers.head import SentenceHead
 from rose_embed.engine.rose.layers.pooling import pooled_token_rows
 from rose_embed.engine.rose.lazy import LazyResult
@@ -19,7 +19,7 @@ from rose_embed.engine.rose.lazy import LazyResult
 
 # The CPU runs a batch in pieces of at most this many tokens: matmuls are as fast on 2,048
 # rows as on 16,384, while activations 8x smaller keep the heap small and reusable (see
-# engine/memory.py); measured at 2,048 and 4,096 within noise of each other and of 16,384.
+# engine/contract/memory.py); measured at 2,048 and 4,096 within noise of each other and of 16,384.
 CPU_CHUNK_TOKENS = 2048
 
 
@@ -97,11 +97,11 @@ class ModelRunner:
 
     def choose_attention(self) -> str | None:
         """attention_backend "auto" with graphs: time the candidates on every graph class and
-        keep the fastest per class (engine/rose/layers/attention_choice.py); the choice table for
+        keep the fastest per class (engine/rose/attention/choice.py); the choice table for
         the log, or None where there is nothing to choose."""
         if self.graphs is None or not hasattr(self.attention, "choose"):
             return None
-        from rose_embed.engine.rose.attention_timing import AttentionTimer
+        from rose_embed.engine.rose.attention.timing import AttentionTimer
 
         started = time.perf_counter()
         timer = AttentionTimer(self.attention.shape, next(self.model.parameters()).dtype, self.device,

@@ -10,7 +10,7 @@ each chunk tokenized alone, without special tokens. Every token attends to the w
 document; each chunk's vector is the mean of the final hidden states over its own tokens
 (the special and prompt tokens are in no chunk's mean), then the model's modules after
 pooling (Dense, Normalize, ...) apply to it as to any pooled vector ("late chunking",
-Günther et al. 2024). engine/rose/batch.py carries the chunks as pooling segments.
+Günther et al. 2024). engine/contract/batch.py carries the chunks as pooling segments.
 
 A document longer than the model's limit is cut at chunk boundaries into windows, each
 wrapped the same way and filled greedily with whole chunks in order. A chunk that does not
@@ -118,7 +118,7 @@ class LateChunkedDocuments:
 def fit_documents(tokenizer, mode: str, documents: list[list[str]], prompt: str, max_chunks: int) -> LateChunkedDocuments:
     """Tokenize every chunk alone and cut the documents into windows (this module's docstring).
 
-    `tokenizer` is engine.text.tokenizer.TextTokenizer; `mode` one of engine.config.LONG_INPUT_MODES.
+    `tokenizer` is engine.text.tokenizer.TextTokenizer; `mode` one of engine.contract.config.LONG_INPUT_MODES.
     Raises EmptyChunkError, ChunkTooLongError (mode "error") and CannotWindowError.
     """
     try:

@@ -1,6 +1,6 @@
 """Inputs longer than the model's limit: truncated, refused, or embedded window by window.
 
-Three modes (engine.config.LONG_INPUT_MODES; the server and the corpus job take one per
+Three modes (engine.contract.config.LONG_INPUT_MODES; the server and the corpus job take one per
 run, and a request may name its own):
 
 - truncate: the first tokens that fit, as sentence-transformers does (the default).

@@ -17,7 +17,7 @@ from rose_embed.engine.text.long_text_cut import CUT_CHARS_PER_TOKEN, cut_point,
 from rose_embed.engine.model_files.json_files import read_json_object
 from rose_embed.engine.model_files.tokenizer_file import read_tokenizer
 from rose_embed.engine.text.ascii_wordpiece import AsciiWordPiece
-from rose_embed.engine.rose.batch import PackedBatch, pack_flat, split_flat
+from rose_embed.engine.contract.batch import PackedBatch, pack_flat, split_flat
 
 if TYPE_CHECKING:  # the loader imports torch, which a tokenizer process does without
     from rose_embed.engine.model_files.loader import ModelSpec

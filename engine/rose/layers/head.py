@@ -3,7 +3,7 @@ modules after it (Dense, LayerNorm, Normalize; engine/model_files/st_modules.py 
 truncate_dim, and the final L2 normalisation OpenAI's vectors have.
 
 The head runs in float32 on the pooled [S, H] vectors, one per pooling segment (a sequence,
-or a late-chunked document's chunk: engine/rose/batch.py), a few small matmuls inside the CUDA
+or a late-chunked document's chunk: engine/contract/batch.py), a few small matmuls inside the CUDA
 graph with the model; every step after pooling applies to each vector alone.
 """
 

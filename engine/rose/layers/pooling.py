@@ -1,7 +1,7 @@
 """One vector per segment of a packed stream, as sentence-transformers' Pooling computes it.
 
 A segment is ordinarily a whole sequence; a late-chunked document pools one segment per chunk
-and leaves its special tokens out (engine/rose/batch.py). Modes: "cls" (first token), "last" (last
+and leaves its special tokens out (engine/contract/batch.py). Modes: "cls" (first token), "last" (last
 token), "mean", "max", "mean_sqrt_len" (the sum over sqrt(length)), "weighted_mean" (token i
 of a segment weighted by i + 1); "a+b" concatenates. Every mode runs without host syncs
 (sizes are given), so it can live inside a CUDA graph.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rose_embed.engine.config import POOLING_MODES
+from rose_embed.engine.contract.config import POOLING_MODES
 from rose_embed.engine.rose.layers import fused
 
 

@@ -1,4 +1,5 @@
-"""Model architectures, one file each, keyed by ModelSpec.architecture."""
+"""Model architectures, one file each, keyed by ModelSpec.architecture. Runs where ROSE runs: in an
+engine process."""
 
 from rose_embed.engine.rose.models.bert import BertModel
 from rose_embed.engine.rose.models.distilbert import DistilBertModel

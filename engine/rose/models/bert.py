@@ -7,9 +7,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from rose_embed.engine.model_files.architecture_support import BERT_GELU_FORMS, config_refusal
-from rose_embed.engine.rose.layers import fp8, fp8_fused, fused
-from rose_embed.engine.rose.layers.attention import AttentionBackend, AttentionShape
-from rose_embed.engine.rose.layers.quantized_rows import QuantizedRows
+from rose_embed.engine.rose.layers import fused
+from rose_embed.engine.rose.quantization import fp8, fp8_fused
+from rose_embed.engine.rose.attention.ragged import AttentionBackend, AttentionShape
+from rose_embed.engine.rose.quantization.quantized_rows import QuantizedRows
 
 _ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")
 
@@ -31,7 +32,7 @@ class BertLayer(nn.Module):
                 output_rows: bool = False) -> tuple[torch.Tensor, QuantizedRows | None]:
         """x [T, hidden] -> (the layer's output, and that output as QuantizedRows where
         `output_rows` asks: the next layer's qkv projection is FP8). `rows` is x so quantized,
-        where this layer's qkv projection is FP8 (engine/rose/layers/fp8.py)."""
+        where this layer's qkv projection is FP8 (engine/rose/quantization/fp8.py)."""
         num_tokens = x.shape[0]
         q, k, v = self.qkv_proj(x if rows is None else rows).view(num_tokens, 3, self.num_heads,
                                                                    self.head_dim).unbind(1)
@@ -53,7 +54,7 @@ class BertLayer(nn.Module):
             return fp8_fused.activation(h, activation)
         if self.gelu_form is None:
             h = F.relu(self.up_proj(x))
-        elif not isinstance(self.up_proj, nn.Linear):  # an int8 layer (engine/rose/layers/int8.py)
+        elif not isinstance(self.up_proj, nn.Linear):  # an int8 layer (engine/rose/quantization/int8.py)
             h = F.gelu(self.up_proj(x), approximate=self.gelu_form)
         else:
             h = fused.linear_gelu(x, self.up_proj.weight, self.up_proj.bias, self.gelu_form)
@@ -94,11 +95,11 @@ class BertModel(nn.Module):
 
     # An FP8 up projection's input is the attention norm's output: it can take one scale, bounded
     # at load, and so its GEMM can finish GELU and quantization; the down projection then reads that
-    # output at its one scale (engine/rose/fp8_plan.py).
+    # output at its one scale (engine/rose/quantization/fp8_plan.py).
     fp8_one_scale_inputs = {"up_proj": "attention_norm"}
     fp8_one_scale_after = {"down_proj": "up_proj"}
     # Each residual add is normalised (post-norm): an early layer's rounding error does not run on
-    # through the stack, so FP8 keeps no bf16 layers at its start (engine/rose/fp8_plan.py).
+    # through the stack, so FP8 keeps no bf16 layers at its start (engine/rose/quantization/fp8_plan.py).
     normalises_each_residual = True
 
     def __init__(self, config: dict, position_offset: int | None = None, token_types_in_ids: bool = False):

@@ -17,7 +17,7 @@ from torch import nn
 
 from rose_embed.engine.model_files.architecture_support import GATED_ACTIVATIONS, config_refusal
 from rose_embed.engine.rose.layers import fused
-from rose_embed.engine.rose.layers.attention import AttentionBackend, AttentionShape
+from rose_embed.engine.rose.attention.ragged import AttentionBackend, AttentionShape
 from rose_embed.engine.rose.layers.rotary import GlobalLocalRotary, RotaryBatch, interleave_rotary_halves
 from rose_embed.engine.rose.models.weights import bare_tensors, load_exactly
 

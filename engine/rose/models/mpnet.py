@@ -3,7 +3,7 @@
 Every layer adds bias[head, bucket(key - query)] to its attention scores, one learned
 table shared by all layers (Hugging Face's MPNetEncoder.relative_attention_bias). The
 buckets depend only on the distance, so the loader expands the table once into one
-column per distance (engine/rose/layers/attention.py's relative_bias_rows layout) and the
+column per distance (engine/rose/attention/ragged.py's relative_bias_rows layout) and the
 attention backends add it exactly: the CPU path in its masks, CUDA in a Triton kernel.
 Positions count from padding_idx + 1 = 2, as RoBERTa's do.
 """
@@ -16,7 +16,7 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from rose_embed.engine.rose.layers.attention import AttentionShape
+from rose_embed.engine.rose.attention.ragged import AttentionShape
 from rose_embed.engine.rose.models.bert import BertModel, as_bert_names
 
 # Hugging Face's MPNetEncoder.compute_position_bias buckets with these, whatever the config says.

@@ -12,9 +12,10 @@ import torch
 from torch import nn
 
 from rose_embed.engine.model_files.architecture_support import config_refusal
-from rose_embed.engine.rose.layers import fp8, fp8_fused, fused
-from rose_embed.engine.rose.layers.attention import AttentionBackend, AttentionShape
-from rose_embed.engine.rose.layers.quantized_rows import QuantizedRows
+from rose_embed.engine.rose.layers import fused
+from rose_embed.engine.rose.quantization import fp8, fp8_fused
+from rose_embed.engine.rose.attention.ragged import AttentionBackend, AttentionShape
+from rose_embed.engine.rose.quantization.quantized_rows import QuantizedRows
 from rose_embed.engine.rose.layers.norm import RMSNorm
 from rose_embed.engine.rose.layers.rotary import RotaryBatch, RotaryEmbedding, interleave_rotary_halves, rope_theta
 from rose_embed.engine.rose.models.weights import bare_tensors, load_exactly
@@ -112,7 +113,7 @@ class Qwen3Model(nn.Module):
     `qk_norm=False` and a causal `window` (every layer local) make it Mistral's."""
 
     name, architecture = "Qwen3", "qwen3"
-    # Its FP8 producers hand on the pooled tokens' bf16 rows (engine/rose/layers/fp8.py's PooledTokens).
+    # Its FP8 producers hand on the pooled tokens' bf16 rows (engine/rose/quantization/fp8.py's PooledTokens).
     fp8_pooled_tokens_supported = True
 
     def __init__(self, config: dict, qk_norm: bool = True, window: tuple[int, int] | None = None):

@@ -1,0 +1,103 @@
+"""POST /v2/embed and /v1/embed: Cohere's embed, through the request pipeline.
+
+The wire is compat/cohere_embed.py's; the parts are /v1/embeddings' (server/pipeline/embed_parts.py).
+The vectors are computed once, and each part's are written in every type the request asks for
+as soon as they land. Cohere's int8, uint8, binary and ubinary come from its own models'
+training; this server writes them only for a model that defines its own quantisation (as for
+/v1/embeddings' `encoding_format`), and refuses them by name for any other, rather than
+inventing a quantisation of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import numpy as np
+from litestar import Request, post
+from litestar.datastructures import State
+
+from rose_embed.compat.cohere_embed import (CohereEmbedFloatsResponse, CohereEmbedRequest, CohereEmbedResponse,
+                                 EMBEDDING_TYPES, EmbeddingsByType, check_input_type, embedding_types_of,
+                                 long_inputs_mode_of, texts_of)
+from rose_embed.compat.encoding import encoding_formats
+from rose_embed.compat.rerank import ApiVersion, BilledUnits, RerankMeta
+from rose_embed.server.pipeline.embed_parts import is_large_request, text_parts
+from rose_embed.server.http.errors import APIError, invalid_request
+from rose_embed.server.pipeline.guards import check_finite, check_input_chars, decode_request
+from rose_embed.server.pipeline.model_kind import require_embedder
+from rose_embed.server.http.openapi import EMBEDDINGS_ERROR_RESPONSES
+from rose_embed.server.http.openapi_schema import body_operation
+from rose_embed.server.pipeline.options import check_dimensions
+from rose_embed.server.pipeline.prompts import resolve_prompt
+from rose_embed.compat.inputs import NormalisedInput
+from rose_embed.server.pipeline.request_cost import request_cost
+from rose_embed.server.routes.support import admitted, compute_parts, pick_model, runtime_of, trace_of
+
+CohereEmbedOperation = body_operation(CohereEmbedRequest)
+
+
+@post(["/v2/embed", "/v1/embed"], status_code=200, summary="Create embeddings (Cohere's embed)",
+      operation_class=CohereEmbedOperation, responses=EMBEDDINGS_ERROR_RESPONSES)
+async def cohere_embed(request: Request, state: State) -> CohereEmbedResponse | CohereEmbedFloatsResponse:
+    runtime = runtime_of(state)
+    data = decode_request(await request.body(), CohereEmbedRequest)
+    model = pick_model(request, runtime, data.model, "embedding")
+    spec = model.view.spec
+    require_embedder(spec, model.name)
+    texts, param = texts_of(data, runtime.config.max_request_inputs)
+    types = embedding_types_of(data)
+    _check_types(types, spec.quantization)
+    check_dimensions(spec, data.output_dimension, "output_dimension")
+    mode = long_inputs_mode_of(data.truncate)
+    _check_max_tokens(data.max_tokens, spec.max_seq_len)
+    check_input_type(data.input_type)
+    prompt = resolve_prompt(spec.prompts, spec.default_prompt_name, None, data.input_type)
+    check_input_chars(texts, runtime.config.max_input_chars, param=param)
+    trace = trace_of(request)
+    trace.num_inputs = len(texts)
+    trace.texts = texts if runtime.config.log_inputs else None
+    is_large = is_large_request(len(texts))
+
+    async def finish(vectors: np.ndarray) -> list[list]:
+        check_finite(vectors, trace.request_id)
+        return await asyncio.gather(*(runtime.encode(vectors, name, data.output_dimension, is_large, model)
+                                      for name in types))
+
+    def too_long(max_len: int, num_tokens: int) -> APIError:
+        return invalid_request(f"An input of '{param}' holds {num_tokens} tokens, more than this model's limit of "
+                               f"{max_len}; send \"truncate\": \"END\" (the default) to have its end cut",
+                               param, "context_length_exceeded")
+
+    parts = text_parts(runtime, model, texts, prompt, mode, finish, too_long)
+    with admitted(request, runtime, model, request_cost(NormalisedInput(texts=texts), spec.max_seq_len)) as queued:
+        outcome = await compute_parts(request, runtime, trace, parts, model, queued)
+    by_type = {name: [row for answer in outcome.answers for row in answer[k]] for k, name in enumerate(types)}
+    is_v1 = request.url.path.startswith("/v1/")
+    meta = RerankMeta(api_version=ApiVersion(version="1" if is_v1 else "2"),
+                      billed_units=BilledUnits(input_tokens=outcome.num_tokens))
+    if is_v1 and data.embedding_types is None:
+        return CohereEmbedFloatsResponse(id=str(uuid.uuid4()), embeddings=by_type["float"], texts=texts, meta=meta)
+    embeddings = EmbeddingsByType(**{("float_" if name == "float" else name): rows for name, rows in by_type.items()})
+    return CohereEmbedResponse(id=str(uuid.uuid4()), embeddings=embeddings, texts=texts, meta=meta)
+
+
+def _check_types(types: list[str], quantization: str | None) -> None:
+    served = encoding_formats(quantization)
+    for name in types:
+        if name not in served:
+            given = ", ".join(t for t in EMBEDDING_TYPES if t in served)
+            raise invalid_request(
+                f"'embedding_types' {name!r} is not served for this model: Cohere's {name} comes from its own "
+                "models' training, and this server writes int8, uint8, binary and ubinary only for a model that "
+                f"defines its own quantisation; this one gives {given}", "embedding_types")
+
+
+def _check_max_tokens(max_tokens: int | None, max_seq_len: int) -> None:
+    """At or above the model's limit `max_tokens` changes nothing; below it, inputs would need a limit of their own."""
+    if max_tokens is not None and max_tokens < max_seq_len:
+        raise invalid_request(f"'max_tokens' {max_tokens} is not supported: inputs are cut only at this model's limit "
+                              f"of {max_seq_len} tokens; leave it out, or send at least {max_seq_len}", "max_tokens")
+
+
+ROUTES = [cohere_embed]
