@@ -3,7 +3,7 @@
 flash attention on length-sorted padded groups), in bf16 and float32, the same q, k and v,
 rounds in rotated order.
 
-    python bench/cpu_attention.py --out bench/results/cpu-attention.md
+    python bench/cpu_attention.py --out bench/results/cpu/cpu-attention.md
 
 Each shape's stream holds --num-seqs sequences with lognormal lengths (median --median-len
 tokens, capped at 512); q, k and v are views into one fused projection, as the models slice
@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import machine_description, publish  # noqa: E402
+from bench.lib.common import machine_description, publish  # noqa: E402
 from rose_embed.engine.rose.attention.ragged import AttentionShape, SDPAPerSequenceBackend  # noqa: E402
 from rose_embed.engine.rose.attention.cpu import GroupedSDPABackend  # noqa: E402
 from rose_embed.engine.rose.attention.cpu_native import NativeCPUAttentionBackend  # noqa: E402

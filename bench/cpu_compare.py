@@ -4,12 +4,12 @@ each embeds the same texts, and how far its vectors are from sentence-transforme
     python3 -m venv /tmp/cpu-compare-venv
     /tmp/cpu-compare-venv/bin/pip install torch==2.13.0 sentence-transformers==6.3.0 transformers==5.25.0 \\
         onnx==1.23.2 onnxruntime==1.32.0 openvino==2026.4.1 nncf==3.4.0
-    python bench/cpu_compare.py --peer-python /tmp/cpu-compare-venv/bin/python --out bench/results/cpu-compare.md
+    python bench/cpu_compare.py --peer-python /tmp/cpu-compare-venv/bin/python --out bench/results/cpu/cpu-compare.md
 
 The peers (sentence-transformers float32 and under bf16 autocast, ONNX Runtime float32 and
-int8, OpenVINO defaults and int8: bench/cpu_peers.py) run in one process of their own
+int8, OpenVINO defaults and int8: bench/lib/cpu_peers.py) run in one process of their own
 environment, each in-process: their ONNX and OpenVINO backends need packages that do not
-install beside the project's transformers (bench/cpu_peers.py says which and how it does
+install beside the project's transformers (bench/lib/cpu_peers.py says which and how it does
 without them). rose-embed runs as servers with default flags and each `--variants` entry's
 flags, all started before timing, reached through HTTP: --clients lean clients in one
 process on the same cores (bench/load_gen.py's round: requests of 1 to --max-request-texts
@@ -30,7 +30,7 @@ over the timed rounds): a client near a whole core would measure itself, not the
 Quality is against sentence-transformers float32, over every run (kept or not) and
 --num-queries queries embedded once more, untimed: the mean and the least cosine of every
 vector, and how many of each query's top 10 among the paragraphs agree
-(bench/cpu_int8_model_quality.py's `quality`).
+(bench/probes/cpu_int8_model_quality.py's `quality`).
 """
 
 from __future__ import annotations
@@ -54,11 +54,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import (REPO, ServerProcess, load_texts, machine_description,  # noqa: E402
+from bench.lib.common import (REPO, ServerProcess, load_texts, machine_description,  # noqa: E402
                           process_cpu_seconds, publish)
-from bench.cpu_int8_model_quality import CALIBRATION_FROM, NUM_CALIBRATION, QUERIES_FROM, quality  # noqa: E402
+from bench.probes.cpu_int8_model_quality import CALIBRATION_FROM, NUM_CALIBRATION, QUERIES_FROM, quality  # noqa: E402
 from bench.load_gen import http_round  # noqa: E402
-from bench.traffic import make_plan, run_worker  # noqa: E402
+from bench.lib.traffic import make_plan, run_worker  # noqa: E402
 
 PEERS = {
     "st-fp32": "sentence-transformers fp32",
@@ -142,12 +142,12 @@ def kept_runs(seconds: list[float], other_load: list[float], max_other_load: flo
 
 
 class PeerProcess:
-    """bench/cpu_peers.py in the peers' environment; vectors come back through .npy files."""
+    """bench/lib/cpu_peers.py in the peers' environment; vectors come back through .npy files."""
 
     def __init__(self, python: Path, model: Path, texts: dict[str, list[str]], systems: list[str], folder: Path):
         self.folder = folder
         (folder / "texts.json").write_text(json.dumps(texts))
-        self.proc = subprocess.Popen([str(python), str(REPO / "bench" / "cpu_peers.py")], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([str(python), str(REPO / "bench" / "lib" / "cpu_peers.py")], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, cwd=folder)
         self.describe = self._ask({"op": "load", "model": str(model), "texts": str(folder / "texts.json"),
                                    "systems": systems})["loaded"]
@@ -157,7 +157,7 @@ class PeerProcess:
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"bench/cpu_peers.py exited with {self.proc.wait()} (its stderr is above)")
+            raise RuntimeError(f"bench/lib/cpu_peers.py exited with {self.proc.wait()} (its stderr is above)")
         return json.loads(line)
 
     def encode(self, system: str, which: str) -> np.ndarray:
@@ -195,7 +195,7 @@ class RoseServer:
 
     def embed(self) -> tuple[np.ndarray, float]:
         """The texts' vectors, in order, and the round's seconds from its first request to its last answer."""
-        # Texts, not tokens, stand in the prefix that bench/traffic.py's steady window counts in:
+        # Texts, not tokens, stand in the prefix that bench/lib/traffic.py's steady window counts in:
         # this benchmark reports whole rounds only.
         measured = http_round(self.pool, 1, self.server.url, self.texts, self.plan, self.args.clients, None,
                               np.arange(len(self.texts) + 1))
@@ -296,7 +296,7 @@ def render(args, describe, names, seconds, other_load, vectors, queries, refused
         f"- workload: the first {args.num_texts:,} paragraphs of tests/data/stdlib_docstrings.jsonl, every system "
         f"once a round, {args.rounds} rounds in rotated order; rose-embed through HTTP, {args.clients} lean clients "
         f"in one process on the same cores, requests of 1-{args.max_request_texts} texts (seed {args.seed}), float "
-        "and base64; the peers in-process (bench/cpu_peers.py), batches of 32",
+        "and base64; the peers in-process (bench/lib/cpu_peers.py), batches of 32",
         f"- disturbance: a run is dropped (and run again, up to {args.retries} times) when other processes kept "
         f"more than {args.max_other_load} cores busy on average while it ran; "
         f"{sum(len(seconds[n]) - len(kept[n]) for n in names)} of {sum(len(seconds[n]) for n in names)} runs "

@@ -41,7 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import load_texts, machine_description, publish  # noqa: E402
+from bench.lib.common import load_texts, machine_description, publish  # noqa: E402
 from rose_embed.engine.rose.cublas_workspace import give_cublas_no_workspace  # noqa: E402
 from rose_embed.engine.contract.batch import PackedBatch, cut_batches, pack  # noqa: E402
 from rose_embed.engine.contract.config import EngineConfig  # noqa: E402

@@ -18,8 +18,8 @@ with float32-promoted accumulation instead of fast), no-o (every linear but o_pr
 no-down (edges with every qkv or down projection bf16), and firstN-lastM (edges with bf16 in the
 first N and the last M layers; M is 1 where left out: first4 is the first four and the last).
 Usage (bench/gpu_session.sh fp8 and fp8-4b run it on a lent H200):
-  python3 bench/fp8_bench.py --tokenizer TOK --models minilm,bert-base,qwen3-0.6b --out bench/results/fp8.md
-  python3 bench/fp8_bench.py --tokenizer TOK --models qwen3-4b --out bench/results/fp8-4b.md
+  python3 bench/fp8_bench.py --tokenizer TOK --models minilm,bert-base,qwen3-0.6b --out bench/results/fp8/fp8.md
+  python3 bench/fp8_bench.py --tokenizer TOK --models qwen3-4b --out bench/results/fp8/fp8-4b.md
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import capture_graph, gpu_run_lines  # noqa: E402
+from bench.lib.common import capture_graph, gpu_run_lines  # noqa: E402
 from bench.gpu_bench import (CEILING_TOKENS, MAX_SEQLEN, MIN_TIMED_SECONDS, SHAPES, cuda_time,  # noqa: E402
                              dense_ceiling, hf_model, ours_from_hf, run_ours, shape_head, workloads)
 from bench.tiny_model import QWEN3_SHAPES  # noqa: E402

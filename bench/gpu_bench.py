@@ -17,11 +17,11 @@ each workload, side by side on the same GPU:
   (d) the attention alone per backend (and tile sizes of the packed kernel) on a few graph
       classes, timed as auto times them.
 Tokens/s count real tokens only. Usage:
-  python3 bench/gpu_bench.py --out bench/results/gpu.md [--models minilm,bert-base,qwen3-0.6b]
+  python3 bench/gpu_bench.py --out bench/results/gpu/gpu.md [--models minilm,bert-base,qwen3-0.6b]
 
-Results in bench/results/ (`bench/gpu_session.sh ratios|sustained|queries|flashinfer` run them
+Results in bench/results/gpu/ (`bench/gpu_session.sh ratios|sustained|queries|flashinfer` run them
 on a lent H200; TOK is .carry/minilm/tokenizer.json there):
-  gpu.md, gpu-earlier-run.md  python3 bench/gpu_bench.py --tokenizer TOK --gelu-both --sustained 5
+  gpu.md                      python3 bench/gpu_bench.py --tokenizer TOK --gelu-both --sustained 5
   gpu-sustained.md            python3 bench/gpu_bench.py --tokenizer TOK --models bert-base,qwen3-0.6b,minilm
                                   --backends auto --sustained 5
   gpu-minilm-queries.md       python3 bench/gpu_bench.py --tokenizer TOK --models minilm --backends auto
@@ -46,7 +46,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import capture_graph  # noqa: E402
+from bench.lib.common import capture_graph  # noqa: E402
 from rose_embed.engine.rose.cublas_workspace import give_cublas_no_workspace  # noqa: E402
 from rose_embed.engine.rose.attention.timing import AttentionTimer  # noqa: E402
 from rose_embed.engine.contract.batch import pack  # noqa: E402

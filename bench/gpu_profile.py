@@ -40,7 +40,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import cuda_event_ms  # noqa: E402
+from bench.lib.common import cuda_event_ms  # noqa: E402
 from bench.fp8_bench import FP8_SHAPES  # noqa: E402
 from bench.gpu_bench import dense_ceiling, latency_ms, ours_model  # noqa: E402
 from rose_embed.engine.rose.cublas_workspace import give_cublas_no_workspace  # noqa: E402

@@ -6,20 +6,20 @@
 #   bench/gpu_session.sh engine      # gpu_bench, then Engine.embed on text against the engine on ids (embed_pipeline)
 #   bench/gpu_session.sh paragraphs  # the load generator's many-client pattern with default flags: BERT-base,
 #                                    # the Qwen3-0.6B shape and MiniLM on paragraphs, 8 client processes x 12
-#                                    # connections, against the engine alone (bench/results/e2e-gpu-*.md;
+#                                    # connections, against the engine alone (bench/results/http/e2e-gpu-*.md;
 #                                    # about 4.5 minutes)
 #   bench/gpu_session.sh bulk        # the load generator's bulk pattern with default flags: 1, 2, 4 and 8 clients
 #                                    # sending 1,000- and 100-text requests back to back, MiniLM and BERT-base
-#                                    # (bench/results/bulk-gpu-*.md; about 5 minutes)
+#                                    # (bench/results/http/bulk-gpu-*.md; about 5 minutes)
 #   bench/gpu_session.sh bulk1000    # the same for 1,000-text requests alone, 1 and 4 clients, three rounds
-#                                    # (bench/results/bulk-gpu-*-1000.md; about 3 minutes)
-#   bench/gpu_session.sh mixed       # search queries beside 1,000-text requests (bench/mixed.py), MiniLM and BERT-base,
-#                                    # the default flags against --scheduling fcfs (bench/results/mixed-gpu-*.md)
+#                                    # (bench/results/http/bulk-gpu-*-1000.md; about 3 minutes)
+#   bench/gpu_session.sh mixed       # search queries beside 1,000-text requests (bench/lib/mixed.py), MiniLM and BERT-base,
+#                                    # the default flags against --scheduling fcfs (bench/results/http/mixed-gpu-*.md)
 #   bench/gpu_session.sh mixed-qwen3 # the same on the Qwen3-0.6B shape with 500-token documents
 #   bench/gpu_session.sh kernels     # the attention's GPU tests, then each pass of a layer against its
 #                                    # hardware floor, warm and cold (bench/kernel_floors.py)
 #   bench/gpu_session.sh sweep       # the packed attention's GPU tests, then its launches swept around the
-#                                    # defaults (bench/attention_tiles.py, about 3 minutes)
+#                                    # defaults (bench/probes/attention_tiles.py, about 3 minutes)
 #   bench/gpu_session.sh flashinfer  # FlashInfer's tests, then gpu_bench with varlen, packed and FlashInfer side
 #                                    # by side; carry .whl-fi alone, after a call that brought .whl and .carry
 #   bench/gpu_session.sh ratios      # gpu_bench alone: ours against the dense ceiling and Hugging Face
@@ -27,32 +27,32 @@
 #   bench/gpu_session.sh sustained   # gpu_bench on the default backend, bursts and 5 s back to back (the power limit)
 #   bench/gpu_session.sh rerank      # bench/rerank.py with default flags: a BERT-base-shaped cross-encoder, one query
 #                                    # with 100 documents of 200 tokens, rerank against embeddings under many clients,
-#                                    # both models in one server (bench/results/rerank-gpu.md; about 4 minutes)
+#                                    # both models in one server (bench/results/http/rerank-gpu.md; about 4 minutes)
 #   bench/gpu_session.sh profile     # kernel by kernel with the packed attention (bench/gpu_profile.py), and
 #                                    # py-spy over the server under load (BERT-base paragraphs and documents)
 #   bench/gpu_session.sh fp8-tests   # FP8's GPU tests (kernels, the GEMM, engines against the CPU simulation),
 #                                    # then the fused kernels' and Qwen3's GPU tests on the bf16 path (about 4 minutes)
 #   bench/gpu_session.sh fp8         # bench/fp8_bench.py: bf16 against FP8 plans on MiniLM, BERT-base and the
-#                                    # Qwen3-0.6B shape, engine alone on documents, dense ceilings, quality (bench/results/fp8.md)
-#   bench/gpu_session.sh fp8-4b      # the same on the Qwen3-Embedding-4B shape (bench/results/fp8-4b.md)
-#   bench/gpu_session.sh fp8-plans   # fp8_bench.py on the models and plans in $MODELS and $PLANS (bench/results/fp8-plans*.md)
+#                                    # Qwen3-0.6B shape, engine alone on documents, dense ceilings, quality (bench/results/fp8/fp8.md)
+#   bench/gpu_session.sh fp8-4b      # the same on the Qwen3-Embedding-4B shape (bench/results/fp8/fp8-4b.md)
+#   bench/gpu_session.sh fp8-plans   # fp8_bench.py on the models and plans in $MODELS and $PLANS (bench/results/fp8/fp8-plans*.md)
 #   bench/gpu_session.sh fp8-probe   # FP8 GEMM scalings one linear at a time (rowwise against 1x128 blockwise;
-#                                    # bench/results/fp8-scaling-probe.md), then where an FP8 batch's time goes,
-#                                    # kernel by kernel (bench/results/gpu-profile-fp8.md)
+#                                    # bench/results/fp8/fp8-scaling-probe.md), then where an FP8 batch's time goes,
+#                                    # kernel by kernel (bench/results/gpu/gpu-profile-fp8.md)
 #   bench/gpu_session.sh fp8-gemm    # the BERT family's MLP with its up projection quantizing its own output
-#                                    # (bench/fp8_gemm_epilogue.py), the GEMMs' GPU tests ($TESTS: pytest -k), then
+#                                    # (bench/probes/fp8_gemm_epilogue.py), the GEMMs' GPU tests ($TESTS: pytest -k), then
 #                                    # fp8_bench on BERT-base's plans ($PLANS)
 #   bench/gpu_session.sh fp8-bert    # the up projection at one scale per operand against its reference, the engines
 #                                    # against their CPU simulation ($TESTS), then fp8_bench on BERT-base's plans
 #                                    # ($PLANS; default against default+rows-up; about 5 minutes)
 #   bench/gpu_session.sh fp8-lt      # cuBLASLt's FP8 GEMM with GELU in its epilogue on BERT-base's up projection
-#                                    # (bench/fp8_cublaslt.py, bench/results/fp8-cublaslt*.md; under a minute)
+#                                    # (bench/probes/fp8_cublaslt.py, bench/results/fp8/fp8-cublaslt*.md; under a minute)
 #   bench/gpu_session.sh fp8-rows    # the FP8 row kernels' launches against the memory's speed
-#                                    # (bench/fp8_row_kernels.py, bench/results/fp8-row-kernels.md; about a minute)
+#                                    # (bench/probes/fp8_row_kernels.py, bench/results/fp8/fp8-row-kernels.md; about a minute)
 #   bench/gpu_session.sh fp8-paragraphs  # the paragraphs mode's load with --quantization fp8, BERT-base and the
-#                                    # Qwen3-0.6B shape, against the FP8 engine alone (bench/results/e2e-gpu-*-fp8.md)
+#                                    # Qwen3-0.6B shape, against the FP8 engine alone (bench/results/http/e2e-gpu-*-fp8.md)
 #   bench/gpu_session.sh fp8-bulk    # the bulk pattern with --quantization fp8: 1,000-text requests from 1 and 4
-#                                    # clients, BERT-base and the Qwen3-0.6B shape (bench/results/bulk-gpu-*-fp8.md)
+#                                    # clients, BERT-base and the Qwen3-0.6B shape (bench/results/http/bulk-gpu-*-fp8.md)
 #
 # A device call runs at most 10 minutes: one mode per call.
 #
@@ -150,7 +150,7 @@ bulk1000)
     done
     ;;
 mixed)
-    # Search queries beside an indexing job (bench/mixed.py): 8 query connections, 1 and 4 clients sending
+    # Search queries beside an indexing job (bench/lib/mixed.py): 8 query connections, 1 and 4 clients sending
     # 1,000-text requests, the default flags against --scheduling fcfs, MiniLM and BERT-base (about 7 minutes).
     models minilm bert-base
     for shape in minilm bert-base; do
@@ -176,7 +176,7 @@ kernels)
 sweep)
     KEEP_LOGS=1 step attention-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_packed_attention_gpu.py \
         tests/test_fused_gpu.py -k "kernel_matches or graph or auto_chooses or biased"
-    step attention-tiles python3 bench/attention_tiles.py --models bert-base,qwen3-0.6b,minilm --around-default \
+    step attention-tiles python3 bench/probes/attention_tiles.py --models bert-base,qwen3-0.6b,minilm --around-default \
         --stages 3 --max-registers none,128 --fold-scale both --tma-loads both --out "$OUT/attention-tiles-around-defaults.md"
     ;;
 flashinfer)
@@ -234,7 +234,7 @@ fp8-tests)
     ;;
 fp8-gemm)
     models bert-base
-    step fp8-gemm-epilogue python3 bench/fp8_gemm_epilogue.py --out "$OUT/fp8-gemm-epilogue.md"
+    step fp8-gemm-epilogue python3 bench/probes/fp8_gemm_epilogue.py --out "$OUT/fp8-gemm-epilogue.md"
     KEEP_LOGS=1 step fp8-gemm-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_fp8_gpu.py \
         -k "${TESTS:-bounded or scaled_mm}"
     step fp8-bench-bert python3 bench/fp8_bench.py --tokenizer .carry/minilm/tokenizer.json --models bert-base \
@@ -251,11 +251,11 @@ fp8-bert)
     sed -n '/^| model/,$p' "$OUT/fp8-plans-bert-base.md"
     ;;
 fp8-lt)
-    step fp8-cublaslt python3 bench/fp8_cublaslt.py --out "$OUT/fp8-cublaslt.md"
+    step fp8-cublaslt python3 bench/probes/fp8_cublaslt.py --out "$OUT/fp8-cublaslt.md"
     cat "$OUT/fp8-cublaslt.md"
     ;;
 fp8-rows)
-    step fp8-row-kernels python3 bench/fp8_row_kernels.py --out "$OUT/fp8-row-kernels.md"
+    step fp8-row-kernels python3 bench/probes/fp8_row_kernels.py --out "$OUT/fp8-row-kernels.md"
     ;;
 fp8)
     step fp8-bench python3 bench/fp8_bench.py --tokenizer .carry/minilm/tokenizer.json \
@@ -275,13 +275,13 @@ fp8-plans)
     sed -n '/^| model/,$p' "$OUT/fp8-plans.md"
     ;;
 cublas-workspace)
-    step cublas-workspace python3 bench/cublas_workspace.py --models "${MODELS:-bert-base,qwen3-0.6b}" --out "$OUT/cublas-workspace.md"
+    step cublas-workspace python3 bench/probes/cublas_workspace.py --models "${MODELS:-bert-base,qwen3-0.6b}" --out "$OUT/cublas-workspace.md"
     ;;
 fp8-algos)
-    step fp8-gemm-algos python3 bench/fp8_gemm_algos.py --out "$OUT/fp8-gemm-algos.md"
+    step fp8-gemm-algos python3 bench/probes/fp8_gemm_algos.py --out "$OUT/fp8-gemm-algos.md"
     ;;
 fp8-probe)
-    step fp8-scaling-probe python3 bench/fp8_scaling_probe.py --out "$OUT/fp8-scaling-probe.md"
+    step fp8-scaling-probe python3 bench/probes/fp8_scaling_probe.py --out "$OUT/fp8-scaling-probe.md"
     step gpu-profile-fp8 python3 bench/gpu_profile.py --backend packed --models qwen3-0.6b,bert-base --fp8-plan every \
         --out "$OUT/gpu-profile-fp8.md"
     ;;

@@ -1,7 +1,7 @@
 """Each pass of one layer against its hardware floor, on the H200: which part of a batch is at
 the limit of the GPU and which is not.
 
-    python3 bench/kernel_floors.py --out bench/results/kernel-floors.md
+    python3 bench/kernel_floors.py --out bench/results/gpu/kernel-floors.md
 
 For MiniLM, BERT-base and the Qwen3-0.6B shape at the top bucket (16,384 tokens), every pass
 the engine's graph runs per layer is timed alone with the engine's own functions (the
@@ -13,7 +13,7 @@ data-sheet dense bf16 rate, whichever is longer. "x floor" is how far above that
 runs. What the hardware gives in practice is below the data sheet; the report also gives
 this run's rates of a large copy and of a large square matmul for scale. A pass near the
 practical rate cannot get faster on its own, only by being folded into another. Timed by
-CUDA events around a CUDA graph of many calls (bench.common.cuda_event_ms).
+CUDA events around a CUDA graph of many calls (bench.lib.common.cuda_event_ms).
 
 Rows marked "(not in the engine)" time another way of a pass (the Qwen3 shape's residual
 added in the down projection's cuBLAS epilogue, and the norm after it reading one tensor
@@ -25,8 +25,8 @@ inputs still in L2, which a whole model, whose every layer has its own, does not
 `--cold` gives each pass several sets of inputs and weights taken in turn.
 
 Results in bench/results/ (`bench/gpu_session.sh kernels` runs both):
-  kernel-floors.md       python3 bench/kernel_floors.py --out bench/results/kernel-floors.md
-  kernel-floors-cold.md  python3 bench/kernel_floors.py --cold --out bench/results/kernel-floors-cold.md
+  kernel-floors.md       python3 bench/kernel_floors.py --out bench/results/gpu/kernel-floors.md
+  kernel-floors-cold.md  python3 bench/kernel_floors.py --cold --out bench/results/gpu/kernel-floors-cold.md
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import capture_graph, cuda_event_ms, publish  # noqa: E402
+from bench.lib.common import capture_graph, cuda_event_ms, publish  # noqa: E402
 from rose_embed.engine.rose.layers import fused  # noqa: E402
 from rose_embed.engine.rose.attention.ragged import AttentionShape  # noqa: E402
 from rose_embed.engine.rose.attention.choice import representative_lengths  # noqa: E402

@@ -1,30 +1,30 @@
 """End-to-end load generator: the real server under realistic traffic, with its baselines in one run.
 
-    python bench/load_gen.py --device cpu --num-texts 400 --rounds 9 --clients 16 --out bench/results/e2e-cpu.md
+    python bench/load_gen.py --device cpu --num-texts 400 --rounds 9 --clients 16 --out bench/results/http/e2e-cpu.md
     python bench/load_gen.py --device cuda --model DIR --num-texts 12061 --repeat 4 --clients 96 --procs 8 \
-        --out bench/results/e2e-gpu.md
+        --out bench/results/http/e2e-gpu.md
     python bench/load_gen.py --pattern bulk --device cuda --model DIR --num-texts 12000 --out FILE
 
 The server runs with default flags (what users run); `--server-arg=...` adds a variant's flag.
-Clients are lean (bench/lean_http.py: raw HTTP/1.1, bodies encoded beforehand, responses read
+Clients are lean (bench/lib/lean_http.py: raw HTTP/1.1, bodies encoded beforehand, responses read
 as bytes) in spawned processes, each reporting its CPU share of a core; a request lost below
 HTTP (reset, broken pipe, closed without a response) is a failed request like a non-200.
 
 Two patterns of traffic:
-- `many` (the default; bench/traffic.py): many clients, requests of 1 to 64 texts, `float`
+- `many` (the default; bench/lib/traffic.py): many clients, requests of 1 to 64 texts, `float`
   and `base64` mixed. Each round times, in turn and on the same texts: the engine alone with
   the texts' ids (tokenized beforehand: the device's own speed), the engine alone on the
   texts (Engine.embed in this process, same model/device/dtype/budget as the server),
   sentence-transformers encode(), and the server over HTTP. The HTTP rate is given for the
   whole round (first send to last answer) and for its steady window, while every client is
-  busy (bench/traffic.py's `steady_window`). Then a latency mode sends single short queries
+  busy (bench/lib/traffic.py's `steady_window`). Then a latency mode sends single short queries
   one at a time. Every vector that comes back is checked against the engine's vector for
   its text (cosine >= --min-cosine).
-- `bulk` (bench/bulk.py): 1, 2, 4, 8 client processes each sending 1,000-text (or 100-text)
+- `bulk` (bench/lib/bulk.py): 1, 2, 4, 8 client processes each sending 1,000-text (or 100-text)
   requests back to back, a timed window, against the engine alone with ids.
 The run fails (exit 1) on any mismatch or failed request.
 
-Results in bench/results/ (the GPU ones on a lent H200 with random weights of each shape,
+Results in bench/results/http/ (the GPU ones on a lent H200 with random weights of each shape,
 bench/tiny_model.py; `bench/gpu_session.sh paragraphs|bulk|profile` runs them there):
   e2e-cpu.md        python bench/load_gen.py --device cpu --num-texts 400 --rounds 9 --clients 16 --latency-queries 200
   e2e-gpu-bert-base.md, e2e-gpu-qwen3.md, e2e-gpu-minilm.md   (bench/gpu_session.sh paragraphs)
@@ -35,15 +35,12 @@ bench/tiny_model.py; `bench/gpu_session.sh paragraphs|bulk|profile` runs them th
                     python bench/load_gen.py --pattern bulk --device cuda --model /tmp/<shape>-random
                         --num-texts 12000 --request-texts 1000,100 --bulk-clients 1,2,4,8 --window 4 --warmup 1
                         --rounds 2
-  e2e-gpu-bert-base-topology.md, e2e-gpu-minilm-topology.md
-                    python bench/load_gen.py --device cuda --clients 64 --procs 8 --rounds 3 --no-st
-                        --model /tmp/<shape>-random --num-texts 12061 --repeat 4 --latency-queries 200 (minilm: 0)
   e2e-gpu-minilm-k4.md, -k6.md, -k8.md
                     the same for MiniLM with --rounds 2 --latency-queries 0 --server-arg=--frontend-workers=K
   e2e-gpu-minilm-k12.md, -k14.md
                     MiniLM paragraphs as e2e-gpu-minilm.md with --rounds 1 --latency-queries 0
                         --server-arg=--frontend-workers=K
-  e2e-gpu-bert-base-docs.md, e2e-gpu-bert-base-docs-epilogue-off.md (the GELU as a pass of its own then)
+  e2e-gpu-bert-base-docs.md
                     the same for BERT-base with --num-texts 3000 --join 4 --repeat 4 --latency-queries 0
   e2e-gpu-bert-base-profiled.md, e2e-gpu-bert-base.pyspy.txt   (bench/gpu_session.sh profile)
                     the same for BERT-base paragraphs with --latency-queries 0 --py-spy e2e-gpu-bert-base.pyspy.txt
@@ -69,9 +66,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # Only light imports at the top: the spawned client processes import this module again.
-from bench.common import (DEFAULT_DATA, ServerProcess, VectorCheck, build_texts, cosine_rows,  # noqa: E402
+from bench.lib.common import (DEFAULT_DATA, ServerProcess, VectorCheck, build_texts, cosine_rows,  # noqa: E402
                           hardware, load_texts, process_cpu_seconds, publish)
-from bench.traffic import (STEADY_WINDOW_LATENCIES, PlannedRequest, make_plan, run_latency,  # noqa: E402
+from bench.lib.traffic import (STEADY_WINDOW_LATENCIES, PlannedRequest, make_plan, run_latency,  # noqa: E402
                            run_worker, steady_window)
 from rose_embed.engine.rose.cublas_workspace import give_cublas_no_workspace  # noqa: E402
 from rose_embed.engine.rose.quantization.support import QUANTIZATIONS  # noqa: E402
@@ -110,17 +107,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                              "round (raw stacks here, summary in the report); "
                                                              "bulk: while the fewest clients send the first size")
     p.add_argument("--out", type=Path, default=None, help="write the markdown report here")
-    bulk = p.add_argument_group("the bulk pattern (--pattern bulk, bench/bulk.py)")
+    bulk = p.add_argument_group("the bulk pattern (--pattern bulk, bench/lib/bulk.py)")
     bulk.add_argument("--pattern", choices=("many", "bulk", "mixed"), default="many",
                       help="many: many clients, small mixed requests (the default); bulk: a few clients, each "
                            "sending large requests back to back; mixed: one-text queries beside bulk clients "
-                           "(bench/mixed.py)")
+                           "(bench/lib/mixed.py)")
     bulk.add_argument("--bulk-clients", default="1,2,4,8", help="client processes, one measurement per count")
     bulk.add_argument("--request-texts", default="1000,100",
                       help="texts per request, one measurement per size (LangChain sends 1,000, LlamaIndex 100)")
     bulk.add_argument("--window", type=float, default=5.0, help="seconds of the timed window per measurement")
     bulk.add_argument("--warmup", type=float, default=1.0, help="seconds the clients send before the window opens")
-    mixed = p.add_argument_group("the mixed pattern (--pattern mixed, bench/mixed.py; --bulk-clients, the first "
+    mixed = p.add_argument_group("the mixed pattern (--pattern mixed, bench/lib/mixed.py; --bulk-clients, the first "
                                  "--request-texts, --window and --warmup as above)")
     mixed.add_argument("--query-clients", type=int, default=8, help="connections sending one short text at a time")
     mixed.add_argument("--query-gap", type=float, default=0.02, help="seconds a query client waits between queries")
@@ -158,7 +155,7 @@ def short_queries(path: Path, engine, n: int) -> list[str]:
 @dataclass
 class HttpRound:
     seconds: float  # from the first send to the last answer
-    window_seconds: float  # the steady window's (bench/traffic.py), 0 if the round had none
+    window_seconds: float  # the steady window's (bench/lib/traffic.py), 0 if the round had none
     window_tokens: int  # the tokens of the requests answered inside that window
     client_cpu: float
     client_shares: list[float]  # each client process's CPU share of a core while sending
@@ -172,7 +169,7 @@ class HttpRound:
 def http_round(pool: ProcessPoolExecutor, procs: int, url: str, texts: list[str], plan: list[PlannedRequest],
                clients: int, model: str | None, token_prefix: np.ndarray) -> HttpRound:
     """All client processes start together; the whole round lasts from the first send to the
-    last answer, and its steady window is bench/traffic.py's `steady_window`."""
+    last answer, and its steady window is bench/lib/traffic.py's `steady_window`."""
     start_at = time.monotonic() + 0.5
     shares = [plan[i::procs] for i in range(procs)]
     counts = [clients // procs + (i < clients % procs) for i in range(procs)]
@@ -212,11 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     default_cosine = 0.998 if args.quantization else 0.999
     min_cosine = args.min_cosine or (0.9999 if str(engine.dtype) == "torch.float32" else default_cosine)
     if args.pattern == "bulk":
-        from bench.bulk import run_bulk
+        from bench.lib.bulk import run_bulk
 
         return run_bulk(args, engine, min_cosine, server_flags(args))
     if args.pattern == "mixed":
-        from bench.mixed import run_mixed
+        from bench.lib.mixed import run_mixed
 
         return run_mixed(args, engine, min_cosine, default_server_flags(args))
     return run_many(args, engine, min_cosine)
@@ -226,7 +223,7 @@ def run_many(args: argparse.Namespace, engine, min_cosine: float) -> int:
     """Many clients, requests of 1 to --max-request-texts texts, against the engine alone and
     sentence-transformers, round after round."""
     from bench.embed_pipeline import run_ids
-    from bench.profile_summary import PySpy, summarize
+    from bench.lib.profile_summary import PySpy, summarize
 
     texts = build_texts(args.data, args.num_texts, args.join) * args.repeat
     num_tokens = sum(len(ids) for ids in engine.tokenize(texts))
@@ -398,7 +395,7 @@ def render(args, engine, timings, cpu_times, server_cpu, names, num_tokens, num_
         + (f"; **{len(errors)} failed requests** ({transport_errors} transport errors: reset, broken pipe or "
            f"closed without a response), first: {errors[0]}" if errors else "; no failed requests, none at the "
            "transport level either"),
-        f"- load generator: {args.procs} client process(es) of lean clients (bench/lean_http.py, bodies encoded "
+        f"- load generator: {args.procs} client process(es) of lean clients (bench/lib/lean_http.py, bodies encoded "
         f"beforehand, responses read as bytes), CPU share of a core each while sending: "
         + (f"max {max(client_shares):.1%}, mean {statistics.mean(client_shares):.1%}" if client_shares else "-")
         + " (a process near 100 % measures itself, not the server)",

@@ -28,7 +28,7 @@ import time
 import httpx
 import numpy as np
 
-from bench.common import ServerProcess, load_texts
+from bench.lib.common import ServerProcess, load_texts
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 

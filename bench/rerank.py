@@ -2,7 +2,7 @@
 embedder beside a reranker in one server.
 
     python bench/rerank.py --embedder /tmp/bert-base-random --reranker /tmp/bert-base-ce-random \
-        --device cuda --out bench/results/rerank-gpu.md            # bench/gpu_session.sh rerank
+        --device cuda --out bench/results/http/rerank-gpu.md            # bench/gpu_session.sh rerank
     python bench/rerank.py --embedder DIR --reranker DIR --device cpu --latency-requests 5 \
         --clients 2 --procs 1 --mixed-clients 1 --warmup 0.5 --window 2   # a smoke run on a CPU
 
@@ -24,7 +24,7 @@ shared workload cut to --doc-tokens tokens; queries are short texts of the same 
    The sum of the two ratios is the share of one model's rate the device keeps while it
    serves both: where one model alone already fills the device, each ratio is near a half.
 
-Clients are the lean ones of the load generator (bench/lean_http.py): bodies encoded
+Clients are the lean ones of the load generator (bench/lib/lean_http.py): bodies encoded
 beforehand, responses read as bytes. A non-200 answer or a request lost below HTTP (reset,
 broken pipe, closed without a response) is a failed request, counted in the report, and
 the run exits 1 on any. Each client process reports its CPU share of a core while sending:
@@ -50,8 +50,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # Only light imports at the top: the spawned client processes import this module again.
-from bench.common import DEFAULT_DATA, ServerProcess, build_texts, hardware, load_texts, publish  # noqa: E402
-from bench.lean_http import AsyncConnection, BlockingConnection, TransportError  # noqa: E402
+from bench.lib.common import DEFAULT_DATA, ServerProcess, build_texts, hardware, load_texts, publish  # noqa: E402
+from bench.lib.lean_http import AsyncConnection, BlockingConnection, TransportError  # noqa: E402
 
 EMB, RR = "emb", "rr"
 PATHS = {EMB: "/v1/embeddings", RR: "/v1/rerank"}
@@ -351,7 +351,7 @@ def render(args, big: Body, latencies: list[float], phases: list[dict[str, float
         f"windows of {args.window:g} s after {args.warmup:g} s of warm-up; {seconds:.0f} s in all",
         f"- failed requests: **{failed}** ({transport} transport errors: reset, broken pipe or closed without a "
         "response)" + (f", first: {failures[0]}" if failures else ""),
-        "- load generator: lean clients (bench/lean_http.py) in spawned processes, CPU share of a core each while "
+        "- load generator: lean clients (bench/lib/lean_http.py) in spawned processes, CPU share of a core each while "
         + (f"sending: max {max(shares):.1%}, mean {statistics.mean(shares):.1%}" if shares else "sending: -")
         + " (a process near 100 % measures itself, not the server)",
         "",

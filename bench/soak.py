@@ -23,7 +23,7 @@ import time
 
 import httpx
 
-from bench.common import ServerProcess, descendants, load_texts
+from bench.lib.common import ServerProcess, descendants, load_texts
 from rose_embed.engine.contract.memory import resident_bytes
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"

@@ -1,4 +1,4 @@
-"""The load generator's bulk pattern (bench/bulk.py): its response sample, and a brief run against
+"""The load generator's bulk pattern (bench/lib/bulk.py): its response sample, and a brief run against
 a real server on the CPU whose report must hold sane figures."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench import load_gen
-from bench.bulk import EvenSample, encode_blocks
+from bench.lib.bulk import EvenSample, encode_blocks
 
 
 def test_the_sample_stays_small_and_spreads_over_the_whole_run():

@@ -11,7 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from bench.common import build_texts, DEFAULT_DATA
+from bench.lib.common import build_texts, DEFAULT_DATA
 from rose_embed.engine.contract.config import EngineConfig
 from rose_embed.server.config import ServerConfig
 from tests.fake_engine import FakeEngine, fake_config, serve_async

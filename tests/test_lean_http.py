@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from bench.lean_http import AsyncConnection, BlockingConnection
+from bench.lib.lean_http import AsyncConnection, BlockingConnection
 
 
 class _Echo(BaseHTTPRequestHandler):

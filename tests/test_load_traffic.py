@@ -1,4 +1,4 @@
-"""The load generator's plan and response decoding (bench/traffic.py, bench/profile_summary.py)."""
+"""The load generator's plan and response decoding (bench/lib/traffic.py, bench/lib/profile_summary.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import base64
 import msgspec
 import numpy as np
 
-from bench.profile_summary import summarize
-from bench.traffic import WorkerResult, decode_body, make_plan, steady_window
+from bench.lib.profile_summary import summarize
+from bench.lib.traffic import WorkerResult, decode_body, make_plan, steady_window
 
 
 def test_plan_covers_every_text_once_in_requests_of_1_to_64():

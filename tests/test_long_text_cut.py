@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from bench.common import load_texts
+from bench.lib.common import load_texts
 from rose_embed.engine.text.long_text_cut import CUT_CHARS_PER_TOKEN, cut_point, splits_at_whitespace
 from rose_embed.engine.text.tokenizer import TextTokenizer
 from tests.st_checkpoints import bert_tokenizer, qwen_tokenizer, roberta_tokenizer, xlmr_tokenizer

@@ -165,7 +165,7 @@ def test_why_figures_are_in_the_reports_named():
     bullets = [b for b in re.split(r"\n- ", why)[1:]]
     assert len(bullets) >= 4
     for bullet in bullets:
-        reports = re.findall(r"`(bench/results/[\w.-]+)`", bullet)
+        reports = re.findall(r"`(bench/results/[\w./-]+)`", bullet)
         assert reports, f"a point names no report: {bullet[:80]}"
         texts = []
         for report in reports:
@@ -173,7 +173,7 @@ def test_why_figures_are_in_the_reports_named():
             assert path.is_file(), report
             texts.append(path.read_text(encoding="utf-8"))
             assert "command" in "\n".join(texts[-1].splitlines()[:8]), f"{report} does not start with its command"
-        prose = re.sub(r"`bench/results/[\w.-]+`", "", bullet)
+        prose = re.sub(r"`bench/results/[\w./-]+`", "", bullet)
         for figure in NUMBER.findall(prose):  # thousands separators or none, as each report writes them
             assert any(figure.replace(",", "") in t.replace(",", "") for t in texts), (
                 f"{figure} is in no report the point names ({reports})")

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from bench.bulk import run_bulk_client
-from bench.lean_http import BlockingConnection, TransportError
-from bench.traffic import make_plan, run_worker
+from bench.lib.bulk import run_bulk_client
+from bench.lib.lean_http import BlockingConnection, TransportError
+from bench.lib.traffic import make_plan, run_worker
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 

@@ -156,7 +156,7 @@ class Tiles:
 
 
 def default_tiles(head_dim: int, group: int = 1) -> Tiles:
-    """The fastest setting per shape in bench/attention_tiles.py's sweep on the H200, where it
+    """The fastest setting per shape in bench/probes/attention_tiles.py's sweep on the H200, where it
     led on the classes that carry most tokens (bench/gpu_bench.py's attention table times the
     backends per model). 64-row tiles (one warpgroup's MMA) waste little on short texts.
     Heads of 64 skip the mask on key blocks every row may see: that pays on long texts and

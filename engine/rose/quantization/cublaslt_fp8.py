@@ -10,7 +10,7 @@ torch's current stream, so it is captured in CUDA graphs like any other kernel.
 The engine calls it for the BERT family's up projection at one scale per operand
 (fp8_fused.linear_activation_rows): on the H100 (torch 2.11, CUDA 13) cuBLASLt's heuristic serves
 the fused GELU with e4m3 out at one scale per operand but no e4m3 output with rowwise scales
-(bench/fp8_cublaslt.py, docs/fp8.md). Where it serves no algorithm, scaled_matmul returns None
+(bench/probes/fp8_cublaslt.py, docs/fp8.md). Where it serves no algorithm, scaled_matmul returns None
 and the caller runs its own steps.
 
 Layouts: torch's row-major x [M, K] and weight [N, K] are, read column-major, x^T [K, M] and
@@ -247,7 +247,7 @@ def scaled_matmul(x: torch.Tensor, x_scales: torch.Tensor, weight: torch.Tensor,
     The algorithm is the heuristic's `rank`-th (0: its best) within the first of
     `workspace_limits` that has one. cuBLASLt clears part of its workspace before each GEMM whose
     algorithm uses some, a memset that in a CUDA graph is a node of its own, waited on; its best
-    algorithm within no workspace at all needs none (bench/fp8_gemm_algos.py measures both)."""
+    algorithm within no workspace at all needs none (bench/probes/fp8_gemm_algos.py measures both)."""
     m, k = x.shape
     n = weight.shape[0]
     device_index = x.device.index if x.device.index is not None else torch.cuda.current_device()

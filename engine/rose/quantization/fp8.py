@@ -67,7 +67,7 @@ def scaled_matmul(rows: QuantizedRows, weight: torch.Tensor, weight_scale: torch
     weight [N, K] e4m3, weight_scale [1, N] float32 (or [1, 1], with rows.scales [1, 1]: one scale
     per operand). On CUDA one GEMM: with `workspace_free`, cuBLASLt's at its best algorithm that
     needs no workspace, which spares the memset cuBLAS launches before each GEMM at the algorithm
-    it picks (bench/fp8_gemm_algos.py), where it serves one and the operands are laid out as it
+    it picks (bench/probes/fp8_gemm_algos.py), where it serves one and the operands are laid out as it
     reads them; else torch._scaled_mm. With fast_accumulation Hopper's tensor cores keep their
     partial sums at their own reduced precision instead of promoting them to float32 every few
     steps of K (faster; its error is measured in docs/fp8.md). Elsewhere the definition in

@@ -114,7 +114,7 @@ def _bounded_linear_activation_rows(linear: Fp8Linear, rows: QuantizedRows, acti
     scales are known before the GEMM runs, no step needs a whole row: on CUDA the GEMM writes bf16
     and one elementwise kernel activates and quantizes it; with `in_epilogue`, one Triton GEMM
     whose epilogue does both (engine/rose/quantization/triton_fp8_gemm.py; slower than cuBLAS's GEMM
-    and the pass so far: bench/fp8_gemm_epilogue.py). The reference: the bf16 GEMM output
+    and the pass so far: bench/probes/fp8_gemm_epilogue.py). The reference: the bf16 GEMM output
     activated in bf16, then quantized at those scales."""
     kernels = fp8_kernels_for(rows.values)
     if kernels is not None and in_epilogue and rows.values.is_contiguous() and linear.out_dtype == torch.bfloat16:

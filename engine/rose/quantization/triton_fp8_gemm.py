@@ -158,7 +158,7 @@ def _linear_activation_rows_kernel(a_ptr, a_scale_ptr, w_ptr, w_scale_ptr, bias_
 
 def default_launch(num_rows: int, n_cols: int, k_dim: int) -> GemmLaunch:
     """Tiles one to a program through plain loads: runs on every GPU with FP8 and every K, and is
-    what the GPU tests hold to the reference. bench/fp8_gemm_epilogue.py times the others (on the
+    what the GPU tests hold to the reference. bench/probes/fp8_gemm_epilogue.py times the others (on the
     H100 the persistent TMA launch ran fastest, every launch's output checked there)."""
     return GemmLaunch()
 

@@ -36,7 +36,7 @@ _CHUNK = 1024  # columns per step of the two-pass kernels
 # twice in chunks. Past it a thread would hold more values than its registers.
 _WHOLE_ROW_MAX = 16384
 # Most activated values a thread holds of a row held whole: past it they spill from registers;
-# below it, more warps only add reduction steps (bench/fp8_row_kernels.py times other counts).
+# below it, more warps only add reduction steps (bench/probes/fp8_row_kernels.py times other counts).
 _VALUES_PER_THREAD = 96
 
 
@@ -386,7 +386,7 @@ def row_launch(n_cols: int, rows: int = 1, num_warps: int | None = None, program
     where a row fits _WHOLE_ROW_MAX, else walked in chunks of _CHUNK. A width that is not a power
     of two is held as the largest power of two below it and a tail (`split`; without it, padded
     to the next power of two). By default one row to a program, the fewest warps (4 at least)
-    that hold it with at most _VALUES_PER_THREAD values a thread; bench/fp8_row_kernels.py times
+    that hold it with at most _VALUES_PER_THREAD values a thread; bench/probes/fp8_row_kernels.py times
     the others against it. `gated` is kept for the callers: a gated row's two halves become one
     activated value each, so a thread holds as many values either way."""
     padded = triton.next_power_of_2(n_cols)

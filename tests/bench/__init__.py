@@ -1,0 +1,1 @@
+"""Tests of bench/: its layout, its reports' index, and the benchmarks' own logic."""
