@@ -114,11 +114,11 @@ bulk() {  # report name, model, [request sizes, client counts, rounds]: the bulk
 case "${1:-tests}" in
 tests)
     KEEP_LOGS=1 step gpu-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu \
-        tests/test_gpu.py tests/test_gpu_capture.py tests/test_gpu_stress.py tests/test_qwen3_gpu.py \
-        tests/test_fused_gpu.py tests/test_architectures_gpu.py tests/test_packed_attention_gpu.py \
-        tests/test_st_modules.py tests/test_contextualized_gpu.py tests/test_long_inputs_devices.py
+        tests/gpu/test_gpu.py tests/gpu/test_gpu_capture.py tests/gpu/test_gpu_stress.py tests/gpu/test_qwen3_gpu.py \
+        tests/gpu/test_fused_gpu.py tests/gpu/test_architectures_gpu.py tests/gpu/test_packed_attention_gpu.py \
+        tests/models/test_st_modules.py tests/gpu/test_contextualized_gpu.py tests/gpu/test_long_inputs_devices.py
     # Rerankers in a step of their own: their server of four models captures its graphs at start.
-    KEEP_LOGS=1 step rerank-gpu-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_rerank_gpu.py
+    KEEP_LOGS=1 step rerank-gpu-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/gpu/test_rerank_gpu.py
     ;;
 engine)
     models minilm
@@ -169,21 +169,21 @@ c = json.loads(p.read_text()); c['max_seq_length'] = 1024; p.write_text(json.dum
     ;;
 kernels)
     KEEP_LOGS=1 step attention-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu \
-        tests/test_packed_attention_gpu.py tests/test_qwen3_gpu.py tests/test_architectures_gpu.py
+        tests/gpu/test_packed_attention_gpu.py tests/gpu/test_qwen3_gpu.py tests/gpu/test_architectures_gpu.py
     step kernel-floors python3 bench/kernel_floors.py --out "$OUT/kernel-floors.md"
     step kernel-floors-cold python3 bench/kernel_floors.py --cold --out "$OUT/kernel-floors-cold.md"
     ;;
 sweep)
-    KEEP_LOGS=1 step attention-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_packed_attention_gpu.py \
-        tests/test_fused_gpu.py -k "kernel_matches or graph or auto_chooses or biased"
+    KEEP_LOGS=1 step attention-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/gpu/test_packed_attention_gpu.py \
+        tests/gpu/test_fused_gpu.py -k "kernel_matches or graph or auto_chooses or biased"
     step attention-tiles python3 bench/probes/attention_tiles.py --models bert-base,qwen3-0.6b,minilm --around-default \
         --stages 3 --max-registers none,128 --fold-scale both --tma-loads both --out "$OUT/attention-tiles-around-defaults.md"
     ;;
 flashinfer)
     # Carry .whl-fi alone, after a call that carried .whl and .carry, on the same warm machine.
     python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)"
-    KEEP_LOGS=1 step flashinfer-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_gpu.py \
-        tests/test_qwen3_gpu.py tests/test_contextualized_gpu.py -k flashinfer
+    KEEP_LOGS=1 step flashinfer-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/gpu/test_gpu.py \
+        tests/gpu/test_qwen3_gpu.py tests/gpu/test_contextualized_gpu.py -k flashinfer
     step gpu-bench-flashinfer python3 bench/gpu_bench.py --tokenizer .carry/minilm/tokenizer.json \
         --models bert-base,qwen3-0.6b --backends varlen,packed,flashinfer --out "$OUT/gpu-flashinfer.md"
     ;;
@@ -226,16 +226,16 @@ profile)
     load_gen e2e-gpu-bert-base-docs /tmp/bert-base-random --num-texts 3000 --join 4 --repeat 4 --latency-queries 0
     ;;
 fp8-tests)
-    KEEP_LOGS=1 step fp8-gpu-tests python3 -m pytest -q -rs -s -p no:cacheprovider -m gpu tests/test_fp8_gpu.py
+    KEEP_LOGS=1 step fp8-gpu-tests python3 -m pytest -q -rs -s -p no:cacheprovider -m gpu tests/gpu/test_fp8_gpu.py
     # The measured figures the tests print, one line each.
     grep -E "accumulation: largest|engine vs its simulation|all-MiniLM-L6-v2 FP8" /tmp/step-logs/fp8-gpu-tests.log
-    KEEP_LOGS=1 step bf16-gpu-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_fused_gpu.py \
-        tests/test_qwen3_gpu.py tests/test_gpu_capture.py
+    KEEP_LOGS=1 step bf16-gpu-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/gpu/test_fused_gpu.py \
+        tests/gpu/test_qwen3_gpu.py tests/gpu/test_gpu_capture.py
     ;;
 fp8-gemm)
     models bert-base
     step fp8-gemm-epilogue python3 bench/probes/fp8_gemm_epilogue.py --out "$OUT/fp8-gemm-epilogue.md"
-    KEEP_LOGS=1 step fp8-gemm-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_fp8_gpu.py \
+    KEEP_LOGS=1 step fp8-gemm-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/gpu/test_fp8_gpu.py \
         -k "${TESTS:-bounded or scaled_mm}"
     step fp8-bench-bert python3 bench/fp8_bench.py --tokenizer .carry/minilm/tokenizer.json --models bert-base \
         --plans ${PLANS:-default,every} --out "$OUT/fp8-plans-bert-base.md"
@@ -243,7 +243,7 @@ fp8-gemm)
 fp8-bert)
     # The up projection at one scale per operand (cuBLASLt's epilogue) against its reference and the
     # engines against their simulation ($TESTS: pytest -k), then fp8_bench on BERT-base's plans ($PLANS).
-    KEEP_LOGS=1 step fp8-bert-tests python3 -m pytest -q -rs -s -p no:cacheprovider -m gpu tests/test_fp8_gpu.py \
+    KEEP_LOGS=1 step fp8-bert-tests python3 -m pytest -q -rs -s -p no:cacheprovider -m gpu tests/gpu/test_fp8_gpu.py \
         -k "${TESTS:-one_scale or engine_is_its_cpu or pooled_tokens_kept or scaled_mm}"
     grep -E "engine vs its simulation|all-MiniLM-L6-v2 FP8" /tmp/step-logs/fp8-bert-tests.log
     step fp8-bench-bert python3 bench/fp8_bench.py --tokenizer .carry/minilm/tokenizer.json --models bert-base \

@@ -1,7 +1,7 @@
 """Shared fixtures: the default model's engine, the shared text workload, a real server process.
 
 Tests come in two tiers. The fast one (`pytest -m "not slow"`) serves the app in process on a
-fake engine (tests/fake_engine.py). The slow one holds everything with a real model or a real
+fake engine (tests/support/fake_engine.py). The slow one holds everything with a real model or a real
 server process: a test is marked `slow` by its module's `pytestmark`, by hand, or here, when it
 uses one of REAL_MODEL_FIXTURES; one that loads a model or starts a server unmarked fails.
 """
@@ -31,7 +31,7 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # The client compatibility suite's fixtures, registered once so that session fixtures start once.
-pytest_plugins = ["tests.client_support"]
+pytest_plugins = ["tests.support.client_support"]
 
 # Fixtures that load the real default model or start a real server process.
 REAL_MODEL_FIXTURES = frozenset({"default_engine", "server", "docs_server", "locked_server", "model_ids_server"})

@@ -134,7 +134,7 @@ def main() -> None:
 
 def _measured(tokens, path, label, up, down, reference, exact, bf16_us, want32) -> str:
     """One table row: the up step `up` (its output checked against `reference` where given), then the MLP."""
-    from tests.fp8_checks import assert_rows_close
+    from tests.support.fp8_checks import assert_rows_close
 
     try:
         got = up()

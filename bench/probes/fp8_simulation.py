@@ -2,7 +2,7 @@
 scheme simulated exactly on the CPU (engine/rose/quantization/fp8.py: weights and activations
 round-tripped through e4m3 with the GPU path's scales, products in float32), under each FP8 plan,
 against its float32 self on the shared workload's paragraphs. The GPU path agrees with this
-simulation within bf16's rounding (tests/test_fp8_gpu.py); fast accumulation is the GPU's alone.
+simulation within bf16's rounding (tests/gpu/test_fp8_gpu.py); fast accumulation is the GPU's alone.
 
     python bench/probes/fp8_simulation.py --out bench/results/fp8/fp8-simulation-cpu.md
 

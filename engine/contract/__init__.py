@@ -9,5 +9,5 @@ shared-memory blocks (shared_blocks.py, owner_lock.py), signals while a child st
 process may use (cpu_quota.py).
 
 Runs in every process: the supervisor, the front ends, the engine processes. ROSE imports only its
-data (config, batch, cpu_quota), none of its process plumbing (tests/test_import_layers.py).
+data (config, batch, cpu_quota), none of its process plumbing (tests/package/test_import_layers.py).
 """

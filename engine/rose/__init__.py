@@ -5,5 +5,5 @@ between the matmuls, pooling and the sentence head), attention/ (the attention b
 choice among them), quantization/ (FP8 and int8: plans, support checks, their layers and
 kernels). Runs in an engine process, driven by its queue (engine/queue/), or in any program that
 uses `Engine` as a library (the corpus job, Ray, the benchmarks). Imports nothing of the queue,
-the server or the contract's process plumbing (tests/test_import_layers.py).
+the server or the contract's process plumbing (tests/package/test_import_layers.py).
 """

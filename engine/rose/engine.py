@@ -46,7 +46,7 @@ def resolve_device(name: str) -> torch.device:
 def resolve_dtype(name: str, device: torch.device) -> tuple[torch.dtype, str]:
     """The dtype `name` asks for on `device`, and why, for the start-up log. "auto": bf16 on a GPU,
     and on a CPU that computes bf16 natively (faster than float32 there, within the tolerance
-    tests/test_parity.py and tests/test_architectures.py state); float32 on any other CPU,
+    tests/models/test_parity.py and tests/models/test_architectures.py state); float32 on any other CPU,
     where bf16 would only be emulated."""
     if name == "auto":
         if device.type == "cuda":

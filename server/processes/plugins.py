@@ -1,6 +1,6 @@
 """Engine plugins: `--engine-plugin module:function` calls function(engine) once it is loaded.
 
-They exist for fault injection in tests (tests/fault_plugins.py wraps `execute_packed`),
+They exist for fault injection in tests (tests/support/fault_plugins.py wraps `execute_packed`),
 so that the hot path holds no test-only branches. The flag is hidden from --help.
 """
 

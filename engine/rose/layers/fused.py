@@ -2,7 +2,7 @@
 one fused Triton kernel (engine/rose/layers/triton_kernels.py).
 
 The reference is what runs on the CPU and what defines each step; the Triton kernels must
-match it (tests/test_fused_gpu.py checks them against it). `set_fused_kernels(False)`
+match it (tests/gpu/test_fused_gpu.py checks them against it). `set_fused_kernels(False)`
 (`fused_kernels=False`) keeps CUDA on the references too, for comparison.
 """
 
@@ -114,7 +114,7 @@ def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     that rounds its [T, 4H] output and a GELU pass that reads it back and rounds again.
     cuBLASLt's GELU is the tanh form. Its largest gap to the erf form (5e-4) is far below the
     second rounding it saves in bf16 (a step is 1/128 of the value), so an erf model in bf16
-    lands closer to its float32 self than with two passes (tests/test_fused_gpu.py measures
+    lands closer to its float32 self than with two passes (tests/gpu/test_fused_gpu.py measures
     both against float32). In fp16 and float32 that gap is as large as the rounding saved, or
     larger, and cuBLASLt does not document its tanh's accuracy: there the GELU stays a pass.
     """

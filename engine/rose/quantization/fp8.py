@@ -16,7 +16,7 @@ called at its best algorithm that needs no workspace (engine/rose/quantization/c
 torch._scaled_mm, the same GEMM at the algorithm cuBLAS picks: both multiply e4m3 by e4m3, apply
 both scales and the bias to the float32 accumulator and round once to bf16. Elsewhere it is its
 definition, the dequantized values multiplied in float32: the CPU simulation of the scheme that the tests hold to the fp32 reference
-(tests/test_fp8.py, tests/test_fp8_quality.py).
+(tests/unit/test_fp8.py, tests/models/test_fp8_quality.py).
 """
 
 from __future__ import annotations

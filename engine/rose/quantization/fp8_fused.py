@@ -4,7 +4,7 @@ in the same pass on CUDA (engine/rose/quantization/triton_fp8_kernels.py).
 
 Each is defined by its reference here: the bf16 step as fused.py defines it, then
 quantize_rows_reference on that output as it stands in the activation dtype. On the CPU, and
-on CUDA with the fused kernels off, the references run; tests/test_fp8_gpu.py holds the
+on CUDA with the fused kernels off, the references run; tests/gpu/test_fp8_gpu.py holds the
 kernels to them.
 """
 

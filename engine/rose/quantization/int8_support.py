@@ -6,7 +6,7 @@ Engine asks again, as it can be built without the CLI (docs/cpu-int8.md).
 from __future__ import annotations
 
 # Every architecture the engine serves: their linear layers are nn.Linear modules under the
-# names engine/rose/quantization/int8_plan.py replaces, and tests/test_int8.py holds each to its reference.
+# names engine/rose/quantization/int8_plan.py replaces, and tests/unit/test_int8.py holds each to its reference.
 INT8_ARCHITECTURES = {"bert": "BERT", "distilbert": "DistilBERT", "gemma3": "Gemma3", "mistral": "Mistral",
                       "modernbert": "ModernBERT", "mpnet": "MPNet", "qwen3": "Qwen3"}
 _NEEDS = "int8 runs on a CPU with AVX512-VNNI or AMX-INT8"

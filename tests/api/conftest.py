@@ -1,0 +1,34 @@
+"""The API tests' app: a fake engine (tests/support/fake_engine.py) served in process.
+
+A module that needs another engine (other dimensions, prompts, a reranker) overrides `fake`;
+`client` then serves that one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from litestar.testing import TestClient
+from tokenizers import Tokenizer
+
+from tests.support.fake_engine import FakeEngine, serve
+
+
+@pytest.fixture(scope="module")
+def fake() -> FakeEngine:
+    return FakeEngine()
+
+
+@pytest.fixture(scope="module")
+def client(fake: FakeEngine) -> Iterator[TestClient]:
+    with serve(fake) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def untruncated(fake: FakeEngine) -> Tokenizer:
+    """The fake's tokenizer without its cut at the model's limit: what a long input really holds."""
+    tokenizer = Tokenizer.from_file(str(fake.spec.path / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer

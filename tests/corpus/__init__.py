@@ -1,0 +1,1 @@
+"""rose-embed embed and the corpus job: sources, resuming, Ray."""

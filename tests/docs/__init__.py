@@ -1,0 +1,1 @@
+"""The pages and the README: their commands, flags and figures hold."""

@@ -1,0 +1,1 @@
+"""What ships: the wheel, the Docker image, the Kubernetes manifests, the import layers."""
