@@ -13,6 +13,8 @@
 #                                    # (bench/results/http/bulk-gpu-*.md; about 5 minutes)
 #   bench/gpu_session.sh bulk1000    # the same for 1,000-text requests alone, 1 and 4 clients, three rounds
 #                                    # (bench/results/http/bulk-gpu-*-1000.md; about 3 minutes)
+#   bench/gpu_session.sh http-guard  # the many-client and bulk patterns on BERT-base, uvicorn's protocol against the
+#                                    # HTTP guard (bench/results/http/http-guard-gpu.md gathers them)
 #   bench/gpu_session.sh mixed       # search queries beside 1,000-text requests (bench/lib/mixed.py), MiniLM and BERT-base,
 #                                    # the default flags against --scheduling fcfs (bench/results/http/mixed-gpu-*.md)
 #   bench/gpu_session.sh mixed-qwen3 # the same on the Qwen3-0.6B shape with 500-token documents
@@ -147,6 +149,16 @@ bulk1000)
     export PATH=/tmp/site/bin:$PATH
     for shape in minilm bert-base; do
         bulk "bulk-gpu-$shape-1000" "/tmp/$shape-random" 1000 1,4 3 ${PROFILE:+--py-spy "$OUT/bulk-$shape.pyspy.txt"}
+    done
+    ;;
+http-guard)
+    # What the HTTP guard (server/http/guarded_http.py) costs: the many-client and the bulk patterns on BERT-base with
+    # uvicorn's own protocol (the hidden --http-protocol plain) and with the guard, one after the other (about 6 minutes).
+    models bert-base
+    for protocol in plain guarded; do
+        load_gen "http-$protocol-many" /tmp/bert-base-random --num-texts 12061 --repeat 4 --rounds 2 --latency-queries 0 \
+            --server-arg=--http-protocol=$protocol
+        bulk "http-$protocol-bulk" /tmp/bert-base-random 1000 1,4 2 --server-arg=--http-protocol=$protocol
     done
     ;;
 mixed)

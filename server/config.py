@@ -95,6 +95,9 @@ class ServerConfig:
     max_header_bytes: int = 32 * 1024
     header_timeout: float = 10.0
     max_connections: int = 1024
+    # The guard above (server/http/guarded_http.py), or uvicorn's plain httptools protocol where a
+    # benchmark measures what the guard costs.
+    http_protocol: str = "guarded"
     log_format: str = "text"  # "text" | "json"
     log_inputs: bool = False  # put input texts in the request log (off: they may be private)
     cors_origins: tuple[str, ...] = ()  # empty: no CORS headers at all

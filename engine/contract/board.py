@@ -27,6 +27,7 @@ _FIELDS = (
     "busy_tokens_per_second",  # the device's speed while it computes, over its recent batches, for Retry-After
     "batches", "sequences", "tokens", "compute_seconds",  # batches run, and what they held
     "batches_failed", "pieces_cancelled",
+    "express_batches",  # batches of small requests run between another batch's layers (engine/queue/express_lane.py)
     "graph_replays", "eager_runs", "capture_failures",
     "device_allocated", "device_reserved",  # bytes, on CUDA
     "token_sum", "seq_sum",

@@ -15,7 +15,8 @@ device's time on it. So the lane runs at most once every MIN_INTERVAL_OVERHEADS 
 overhead stays within a twentieth of the time, and queries that arrive meanwhile wait for the
 lane's next run or ride in the next batch, where the queue gives them their whole share.
 
-Only a batch that holds a larger request is interrupted: one of small requests alone takes
+The lane's batch runs on the engine's thread alone (see `_one_thread`). Only a batch that
+holds a larger request is interrupted: one of small requests alone takes
 little longer than the lane's own batch would, and the next one takes what arrived meanwhile.
 
 Everything here runs on the engine's thread, inside the launch of the batch in flight: the
@@ -39,6 +40,7 @@ class _Loop(Protocol):
 
     front_ends: dict[Connection, Any]
     queue: PieceQueue
+    board: Any  # engine/contract/board.py's EngineBoard
     num_in_flight: int
     wake_reader: Connection
 
@@ -53,6 +55,24 @@ class _Loop(Protocol):
 MIN_INTERVAL_OVERHEADS = 15
 # Where warm-up measured no overhead (a test's fake engine): the overhead assumed.
 DEFAULT_OVERHEAD_S = 0.005
+# A warm-up on a busy machine can measure a batch's overhead many times too long: past this the
+# lane's runs would be too far apart for a query's sake.
+MAX_OVERHEAD_S = 0.008
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """The lane's small batch on this thread alone: each of its many short operations would otherwise
+    wait at a barrier for torch's other threads, which a busy machine (the front ends, the clients)
+    leaves unscheduled for milliseconds at a time: hundreds of milliseconds for a batch of one query."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 class ExpressLane:
@@ -60,8 +80,7 @@ class ExpressLane:
         """`overhead_seconds`: what any batch costs beyond its tokens, as warm-up measured it."""
         self.loop = loop
         self.is_running = False
-        self.num_batches = 0
-        self.min_interval = MIN_INTERVAL_OVERHEADS * (overhead_seconds or DEFAULT_OVERHEAD_S)
+        self.min_interval = MIN_INTERVAL_OVERHEADS * min(overhead_seconds or DEFAULT_OVERHEAD_S, MAX_OVERHEAD_S)
         self._last_run = float("-inf")
         self._may_interrupt = False  # the batch in flight holds a larger request
 
@@ -91,11 +110,12 @@ class ExpressLane:
                     loop.on_messages(loop.front_ends[conn])
             while (batch := loop.queue.cut_small()) is not None:
                 in_flight = loop.num_in_flight
-                loop.launch(batch)  # computed now, on this thread; the readback thread writes its rows
+                with _one_thread():
+                    loop.launch(batch)  # computed now, on this thread; the readback thread writes its rows
                 while loop.num_in_flight > in_flight:  # answered before the larger batch goes on
                     wait([loop.wake_reader])
                     loop.on_landed()
-                self.num_batches += 1
+                loop.board.add("express_batches", 1)
                 self._last_run = time.monotonic()
         finally:
             self.is_running = False

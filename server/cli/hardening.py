@@ -57,6 +57,8 @@ def add_arguments(serve: argparse.ArgumentParser, tuning: argparse._ArgumentGrou
     advanced(tuning.add_argument("--protect-metrics-and-docs", action="store_true",
                                  help="with --api-key: /metrics and /docs need the key too (/health stays open)"))
     serve.add_argument("--engine-plugin", default=None, help=argparse.SUPPRESS)  # fault injection in tests
+    # What the HTTP guard costs, measured against uvicorn's own protocol (bench/gpu_session.sh http-guard).
+    serve.add_argument("--http-protocol", choices=["guarded", "plain"], default="guarded", help=argparse.SUPPRESS)
 
 
 def config_kwargs(args: argparse.Namespace) -> dict:
@@ -71,5 +73,5 @@ def config_kwargs(args: argparse.Namespace) -> dict:
         max_header_bytes=args.max_header_bytes, header_timeout=args.header_timeout,
         max_connections=args.max_connections, protect_metrics_and_docs=args.protect_metrics_and_docs,
         log_format=args.log_format, log_inputs=args.log_inputs,
-        cors_origins=tuple(args.cors_origin), engine_plugin=args.engine_plugin,
+        cors_origins=tuple(args.cors_origin), engine_plugin=args.engine_plugin, http_protocol=args.http_protocol,
     )

@@ -59,6 +59,7 @@ _RULES = {
     "rose_engine_serving": _MIN_READY,
     "rose_device_memory_bytes": _MAX_READY,
     "rose_graph_replays": _MAX_ALL,
+    "rose_express_batches": _MAX_ALL,
     "rose_eager_runs": _MAX_ALL,
     "rose_graph_capture_failures": _MAX_ALL,
     "rose_attention_backend": _MAX_LIVE,

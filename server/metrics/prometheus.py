@@ -159,6 +159,8 @@ class _EngineCollector:
         yield _counter("rose_sequences", "Sequences (inputs, or their windows) computed", total("sequences"))
         yield _counter("rose_pieces_cancelled", "Pieces dropped unrun because their request ended (client gone, "
                        "timeout, another piece failed)", total("pieces_cancelled"))
+        yield _counter("rose_express_batches", "Batches of small requests run between the layers of a larger batch "
+                       "on the CPU (docs/queue.md)", total("express_batches"))
         yield _counter("rose_batches_failed", "Pieces' batches whose computation raised (a batch of several "
                        "pieces that raises runs again piece by piece: only those that fail alone count)",
                        total("batches_failed"))

@@ -94,8 +94,9 @@ def uvicorn_config(app: ObservedApp, config: ServerConfig):
     from rose_embed.server.http.guarded_http import HttpLimits, guarded_protocol
 
     limits = HttpLimits(config.max_header_bytes, config.header_timeout, config.max_connections)
+    http = guarded_protocol(limits, app.metrics.count_refused) if config.http_protocol == "guarded" else "httptools"
     return uvicorn.Config(
-        app, loop="uvloop", http=guarded_protocol(limits, app.metrics.count_refused),
+        app, loop="uvloop", http=http,
         log_level=config.log_level, access_log=False, log_config=None,
         timeout_graceful_shutdown=config.shutdown_timeout, timeout_keep_alive=config.keep_alive_timeout,
     )
