@@ -24,6 +24,7 @@ INDEX = RESULTS / "README.md"
 FOLDERS = (("fp8", ("fp8",)), ("cpu", ("cpu-",)), ("http", ("e2e-", "bulk-", "mixed-", "rerank-", "asgi", "http-")),
            ("gpu", ("",)))
 CITE = re.compile(r"bench/results/([\w*][\w./*-]*[\w*])")
+BARE = re.compile(r"(?<![\w/.-])([\w.-]+\.(?:md|txt|json))(?![\w-])")
 HEAD_LINES = 15
 
 
@@ -58,8 +59,8 @@ def cited_by() -> dict[str, list[str]]:
     for page in pages():
         text = page.read_text(encoding="utf-8") if page.is_file() else ""
         named = {name for cite in cites(page) for name in matches(cite, names)}
-        named |= {name for name in names if Path(name).name not in doc_names
-                  and re.search(rf"(?<![\w/.-]){re.escape(Path(name).name)}(?![\w-])", text)}
+        words = set(BARE.findall(text))
+        named |= {name for name in names if Path(name).name in words and Path(name).name not in doc_names}
         label = page.relative_to(REPO).as_posix()
         for name in sorted(named, key=names.index):
             found[name].append(label)
