@@ -127,7 +127,7 @@ def test_a_changed_input_model_or_setting_is_refused_unless_overwrite(tmp_path, 
 def test_a_killed_process_resumes_from_its_last_committed_chunk(tmp_path, rows, texts, default_engine):
     """SIGKILL (no cleanup) in the middle of a chunk; the same command then finishes the job."""
     from rose_embed.server.cli.main import main
-    from tests import corpus_plugins
+    from tests.support import corpus_plugins
 
     source = write_jsonl(tmp_path / "corpus.jsonl", rows)
     output = tmp_path / "vectors.parquet"
