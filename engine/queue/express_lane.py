@@ -12,12 +12,12 @@ not for the whole batch, and the large batches stay large (their overhead stays 
 Every batch costs a fixed overhead beyond its tokens (measured at warm-up,
 engine/rose/batch_budget.py): a lane run for each query of a steady stream would spend the
 device's time on it. So the lane runs at most once every MIN_INTERVAL_OVERHEADS overheads: its
-overhead stays within a twentieth of the time, and queries that arrive meanwhile wait for the
+overhead stays within a fifteenth of the time, and queries that arrive meanwhile wait for the
 lane's next run or ride in the next batch, where the queue gives them their whole share.
 
 The lane's batch runs on the engine's thread alone (see `_one_thread`). Only a batch that
-holds a larger request is interrupted: one of small requests alone takes
-little longer than the lane's own batch would, and the next one takes what arrived meanwhile.
+holds a larger request is interrupted: one of small requests alone takes little longer than
+the lane's own batch would, and the next one takes what arrived meanwhile.
 
 Everything here runs on the engine's thread, inside the launch of the batch in flight: the
 lane never runs inside itself, and a front end that says goodbye meanwhile is closed only
@@ -51,7 +51,7 @@ class _Loop(Protocol):
     def on_landed(self) -> None: ...
 
 
-# The lane's runs are at least this many batch overheads apart: its overhead is a twentieth of the time.
+# The lane's runs are at least this many batch overheads apart: its overhead is a fifteenth of the time.
 MIN_INTERVAL_OVERHEADS = 15
 # Where warm-up measured no overhead (a test's fake engine): the overhead assumed.
 DEFAULT_OVERHEAD_S = 0.005
