@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from server.__main__ import build_parser, config_from_args
-from server.api_keys import keys_from_file
-from tests.fake_engine import FakeEngine, fake_config, serve
+from rose_embed.server.cli.main import build_parser, config_from_args
+from rose_embed.server.cli.api_keys import keys_from_file
+from tests.support.fake_engine import FakeEngine, fake_config, serve
 
 
 def test_a_keys_file_gives_keys_and_weights(tmp_path):
@@ -43,7 +43,7 @@ def test_a_request_carries_its_keys_weight_and_other_keys_are_refused(monkeypatc
         weights.append(weight)
         return open_request(self, model, cost, weight)
 
-    from server.engine_links import EngineLinks
+    from rose_embed.server.links.engine_links import EngineLinks
 
     open_request = EngineLinks.open_request
     monkeypatch.setattr(EngineLinks, "open_request", spy)
