@@ -27,14 +27,14 @@ def test_past_the_bound_a_bulk_request_is_refused_and_a_query_is_admitted():
 def test_an_oversize_request_gets_an_empty_queue_and_queries_still_get_in_beside_it():
     admission = Admission(AdmissionBoard.local(), 0, lambda: 0.0, max_queued_tokens=1_000)
     huge = admission.admit(50_000)  # past the whole bound: admitted into the empty queue
-    for _ in range(3):
-        admission.admit(SMALL_REQUEST_TOKENS)  # twice the bound for them, the largest request apart
+    queries = [admission.admit(SMALL_REQUEST_TOKENS) for _ in range(3)]  # twice the bound, the largest apart
     with pytest.raises(QueueFullError):
         admission.admit(SMALL_REQUEST_TOKENS)
     with pytest.raises(QueueFullError):
         admission.admit(SMALL_REQUEST_TOKENS + 1)  # not small: past the bound
-    admission.release(huge)
-    admission.admit(SMALL_REQUEST_TOKENS)
+    for ticket in (huge, *queries):
+        admission.release(ticket)
+    admission.admit(SMALL_REQUEST_TOKENS + 1)
 
 
 def test_small_requests_alone_are_bounded_too():
