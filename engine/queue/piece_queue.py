@@ -5,14 +5,12 @@ order inside a request is kept. A batch holds one model's inputs (the engine run
 graphs at a time); the models with inputs waiting take turns.
 
 How a batch is filled depends on the scheduling policy:
-- "fair" (the default): the batch's token budget is shared among the model's requests with
-  inputs waiting, by weight (engine/queue/fair_share.py): a request that asks for less than
-  its share, such as a one-text query, gets all of it in the first batch cut after its piece
-  arrives, whatever bulk requests hold, and the rest is split among the bulk ones. Sequences
-  are whole, so a request that could not use all of its share carries the difference into
-  the next batch as credit, and room that shares leave unused goes to the requests owed the
-  most (deficit round robin in tokens): over a window, every request gets its weight's share
-  and none starves. Batches are as full as the waiting inputs allow, as before.
+- "fair" (the default): a request that asks for less than an even share of the batch's token
+  budget (engine/queue/fair_share.py), such as a one-text query, gets all it asks in the first
+  batch cut after its piece arrives, whatever bulk requests hold. The rest of the budget goes to
+  the larger requests in turn, by weight (deficit round robin in tokens, `_serve_in_turn`):
+  over a window every request gets its weight's share and none starves. Batches are as full as
+  the waiting inputs allow, as before.
 - "fcfs": the seed's strict arrival order: requests in the order their pieces came, each
   taking all it can before the next one gets anything.
 
@@ -79,6 +77,11 @@ class QueuedPiece:
         return int(cu[-1] - cu[self.next_seq])
 
 
+# A request's credit never passes this many batches' budgets: a request that cannot send (its rows are
+# not free) does not bank a claim on the queue for later.
+MAX_CREDIT_BATCHES = 2
+
+
 @dataclass(frozen=True)
 class Slice:
     """Sequences [lo, hi) of a piece in a batch; their vectors are the piece's rows [first_row, first_row + num_rows)."""
@@ -121,6 +124,7 @@ class _Line:
     queued_tokens: int = 0
     # Tokens of its past shares that whole sequences left unused (negative: taken ahead of its share).
     credit: float = 0.0
+    is_in_turn: bool = False  # its turn among the large requests has begun (its credit has its quantum)
     is_blocked: bool = False  # its next piece's rows are not free: it sits out the batch being cut
     is_small: bool = False  # the front end says the whole request is small (engine/queue/express_lane.py)
 
@@ -166,6 +170,8 @@ class PieceQueue:
         self._lines: dict[tuple[object, int], _Line] = {}  # in the order each line opened
         self._queued_tokens = 0
         self._last_model = -1  # the model the latest batch served: models take turns
+        # Per model, its large requests' keys in turn order (deficit round robin, `_serve_in_turn`).
+        self._turns: dict[int, collections.deque[tuple[object, int]]] = {}
 
     @property
     def queued_tokens(self) -> int:
@@ -269,34 +275,66 @@ class PieceQueue:
         budget = self.max_batch_tokens
         demands = [min(line.queued_tokens, budget) for line in lines]
         shares = water_fill(demands, [line.weight for line in lines], budget)
-        taken = [0] * len(lines)
-        small = sorted((i for i in range(len(lines)) if demands[i] <= shares[i]), key=lambda i: demands[i])
-        large = sorted(set(range(len(lines))) - set(small), key=lambda i: lines[i].credit, reverse=True)
-        # A request whose next sequence is longer than its share waits, its credit growing, until
-        # earlier batches owe it that sequence: then the sequence goes first, so that requests
-        # that ask for little cannot hold it back for ever.
-        for i in large:
-            if (length := _next_length(lines[i])) <= lines[i].credit:
-                taken[i] += self._take(lines[i], length, filling)
-        # Then those that ask for no more than their share: all of it fits. Then the others, those
-        # owed the most from earlier batches first, each its share and what it is owed; room that
-        # whole sequences leave goes to whoever is owed the most.
-        for i in small:
-            taken[i] += self._take(lines[i], shares[i], filling)
-        for i in large:
-            taken[i] += self._take(lines[i], shares[i] + lines[i].credit - taken[i], filling)
-        for i in sorted(range(len(lines)), key=lambda i: shares[i] + lines[i].credit - taken[i], reverse=True):
+        small = sorted((line for line, d, s in zip(lines, demands, shares) if d <= s), key=lambda l: l.queued_tokens)
+        turns = self._turns_of(lines[0].model, [line for line, d, s in zip(lines, demands, shares) if d > s])
+        if turns:
+            self._begin_turn(turns)
+            # A sequence too long for the room the small requests leave goes first once its request's
+            # turn has come and its credit covers it: small requests cannot hold it back for ever.
+            first, room = turns[0], budget - sum(line.queued_tokens for line in small)
+            if room < (length := _next_length(first)) <= first.credit:
+                first.credit -= self._take(first, length, filling)
+        # Those that ask for no more than an even share: all of it fits, in the next batch.
+        for line in small:
+            self._take(line, math.inf, filling)
+        self._serve_in_turn(turns, filling)
+
+    def _turns_of(self, model: int, large: list[_Line]) -> collections.deque[_Line]:
+        """The model's large requests in turn order: the one whose turn it is first, new ones last."""
+        by_key = {line.key: line for line in large}
+        before = self._turns.get(model, ())
+        order = [key for key in before if key in by_key] + [key for key in by_key if key not in before]
+        self._turns[model] = collections.deque(order)
+        return collections.deque(by_key[key] for key in order)
+
+    def _begin_turn(self, turns: collections.deque[_Line]) -> None:
+        """The first in `turns` gets its quantum, where its turn has not begun: a batch's budget times
+        its weight against the heaviest's."""
+        line = turns[0]
+        if not line.is_in_turn:
+            line.credit = min(line.credit + self.max_batch_tokens * line.weight / max(o.weight for o in turns),
+                              MAX_CREDIT_BATCHES * self.max_batch_tokens)
+            line.is_in_turn = True
+
+    def _serve_in_turn(self, turns: collections.deque[_Line], filling: _Filling) -> None:
+        """Deficit round robin over the large requests: each fills the room of its turn with its own
+        sequences, from its credit; a turn goes on into the next batch while credit is left, and what
+        whole sequences leave of it carries into the request's next turn. So bulk requests advance
+        together, about a batch apart, and a batch holds few of them: one of many slivers costs the
+        engine more to join and to hand back. Room that whole sequences leave at the end goes to
+        any of them, against credit to come."""
+        if not turns:
+            return
+        model, idle = turns[0].model, 0
+        while filling.has_room and idle < len(turns):
+            self._begin_turn(turns)
+            line = turns[0]
+            got = self._take(line, line.credit, filling)
+            line.credit -= got
+            idle = 0 if got else idle + 1
+            if self._may_send(line) and line.credit >= _next_length(line):
+                break  # the room, not its credit, ran out: its turn goes on
+            line.is_in_turn = False
+            turns.rotate(-1)
+            self._turns[model].rotate(-1)
+        for line in turns:
             if not filling.has_room:
                 break
-            taken[i] += self._take(lines[i], math.inf, filling)
-        # What each was owed of the tokens the batch really holds: room that whole sequences left
-        # empty is owed to nobody, but to a request that got nothing at all, its whole share, so
-        # that its credit soon covers its next sequence. A request that has nothing left waiting
-        # starts afresh, as in deficit round robin.
-        served = sum(taken) / max(sum(shares), 1.0)
-        for line, share, got in zip(lines, shares, taken):
-            owed = share if got == 0 else share * served
-            line.credit = min(max(line.credit + owed - got, -budget), budget) if line.pieces else 0.0
+            line.credit -= self._take(line, math.inf, filling)
+
+    @staticmethod
+    def _may_send(line: _Line) -> bool:
+        return bool(line.pieces) and not line.is_blocked
 
     def _take(self, line: _Line, allowance: float, filling: _Filling) -> int:
         """Whole sequences of the line's pieces, in order, within `allowance` tokens and the batch's room

@@ -10,8 +10,8 @@ input cut at the model's limit), and is replaced by its real token count once to
 A request is admitted when the queue has room for it; a request too large for any room is
 admitted only into an empty queue. Past the bound, a small request (at most
 SMALL_REQUEST_TOKENS) is still admitted while a larger request holds more than an even share
-of what waits, up to twice the bound: bulk requests fill the queue, so they are refused, and a
-search query is not. Everything else is refused at once (429 with Retry-After, the seconds the
+of what waits, up to twice the bound (the largest request apart): bulk requests fill the queue,
+so they are refused, and a search query is not. Everything else is refused at once (429 with Retry-After, the seconds the
 engines need for what waits), never left to time out after minutes.
 
 The bound is `--max-queued-tokens`, or by default what the engines compute in
@@ -87,7 +87,8 @@ class Admission:
         bound = self.bound
         if waiting <= 0 or waiting + cost <= bound:
             return True
-        if cost > SMALL_REQUEST_TOKENS or waiting + cost > SMALL_REQUEST_CEILING * bound:
+        # The ceiling counts the largest request apart: one admitted into an empty queue may be past the bound.
+        if cost > SMALL_REQUEST_TOKENS or waiting + cost > SMALL_REQUEST_CEILING * bound + largest:
             return False
         return num_requests > 0 and largest > waiting / num_requests  # a bulk request holds more than its share
 

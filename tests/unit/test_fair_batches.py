@@ -61,9 +61,13 @@ def test_two_bulk_requests_advance_together():
     queue = PieceQueue(max_batch_tokens=512, max_batch_seqs=1024)
     bulk(queue, "a", 1, num_texts=1000, length=32)
     bulk(queue, "a", 2, num_texts=1000, length=32)
-    for _ in range(20):
-        counts = collections.Counter(owners(queue.cut()))
-        assert counts[1] == counts[2] == 8  # half the batch each, every batch
+    batches = [collections.Counter(owners(queue.cut())) for _ in range(20)]
+    for one in batches:
+        assert sum(one.values()) == 16  # full
+    for earlier, later in zip(batches, batches[1:]):
+        assert (earlier + later)[1] == (earlier + later)[2] == 16  # a batch each, in turn
+    total = sum(batches, collections.Counter())
+    assert total[1] == total[2] == 160
 
 
 def test_two_bulk_requests_from_different_front_ends_advance_together_with_uneven_lengths():
@@ -77,7 +81,7 @@ def test_two_bulk_requests_from_different_front_ends_advance_together_with_uneve
             cu = s.piece.batch.cu_seqlens
             tokens[s.piece.message.request] += int(cu[s.hi] - cu[s.lo])
         assert batch.packed.num_tokens > 1000 - 101  # as full as whole sequences allow
-    assert abs(tokens[1] - tokens[2]) <= 2 * 101  # equal shares, within a sequence or two
+    assert abs(tokens[1] - tokens[2]) <= 1000 + 101  # equal shares, within a batch and a sequence
 
 
 def test_weight_w_gets_w_times_the_tokens_of_weight_one_over_a_window():
@@ -156,13 +160,14 @@ def test_every_sequence_comes_out_once_in_order_and_batches_stay_within_the_budg
 def test_a_piece_taken_by_two_passes_of_one_batch_is_one_slice_of_it():
     queue = PieceQueue(max_batch_tokens=100, max_batch_seqs=64)
     queue.offer(piece("a", 1, [30, 30, 30, 30], first_id=1000))
-    queue.offer(piece("b", 2, [80], first_id=2000))
-    batch = queue.cut()  # a's share takes one sequence; b's 80 fits no share, nor the room left: a takes it
+    queue.offer(piece("b", 2, [80], first_id=2000, weight=2.0))
+    # a's turn (half of b's quantum) takes one sequence; b's 80 do not fit the room left: a's next two fill it
+    batch = queue.cut()
     assert firsts(batch) == [1000, 1001, 1002]
     (only,) = batch.slices
     assert (only.lo, only.hi, only.first_row, only.num_rows, only.piece.num_batches) == (0, 3, 0, 3, 1)
-    assert firsts(queue.cut()) == [1003]  # a's last asks for less than its share
-    assert firsts(queue.cut()) == [2000]
+    assert firsts(queue.cut()) == [2000]  # b's turn goes on
+    assert firsts(queue.cut()) == [1003]
 
 
 def test_a_sequence_as_long_as_the_budget_is_not_held_back_for_ever_by_a_stream_of_queries():
