@@ -1,13 +1,13 @@
-"""Admission (server/admission.py): the queue's bound over every front end's slot, small requests past
+"""Admission (server/links/admission.py): the queue's bound over every front end's slot, small requests past
 it while bulk requests fill it, an oversize request only into an empty queue, the bound from speed."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.interface import QueueFullError
-from server.admission import FALLBACK_QUEUED_TOKENS, SMALL_REQUEST_TOKENS, Admission
-from server.admission_board import AdmissionBoard
+from rose_embed.engine.contract.interface import QueueFullError
+from rose_embed.server.links.admission import FALLBACK_QUEUED_TOKENS, SMALL_REQUEST_TOKENS, Admission
+from rose_embed.server.links.admission_board import AdmissionBoard
 
 
 def test_past_the_bound_a_bulk_request_is_refused_and_a_query_is_admitted():
