@@ -167,7 +167,8 @@ mixed)
     models minilm bert-base
     for shape in minilm bert-base; do
         step "mixed-gpu-$shape" python3 bench/load_gen.py --pattern mixed --device cuda --model "/tmp/$shape-random" \
-            --num-texts 12000 --request-texts 1000 --bulk-clients 1,4 --window 6 --warmup 2 --out "$OUT/mixed-gpu-$shape.md"
+            --num-texts 12000 --request-texts 1000 --bulk-clients 1,4 --window 6 --warmup 2 --rounds "${ROUNDS:-3}" \
+            --out "$OUT/mixed-gpu-$shape.md"
     done
     ;;
 mixed-qwen3)

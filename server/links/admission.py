@@ -90,7 +90,8 @@ class Admission:
         # The ceiling counts the largest request apart: one admitted into an empty queue may be past the bound.
         if cost > SMALL_REQUEST_TOKENS or waiting + cost > SMALL_REQUEST_CEILING * bound + largest:
             return False
-        return num_requests > 0 and largest > waiting / num_requests  # a bulk request holds more than its share
+        # A bulk request holds more than an even share, this one counted.
+        return largest > (waiting + cost) / (num_requests + 1)
 
     def retry_after(self) -> int:
         return retry_after_seconds(self.queued_tokens, self.speed())
