@@ -188,7 +188,7 @@ def test_help_shows_at_most_28_flags_and_help_all_shows_the_rest(capsys):
     assert {"--max-batch-seqs", "--enforce-eager", "--pooling"} <= every - short
     hidden = {a.option_strings[0] for a in _serve_parser()._actions if a.help == argparse.SUPPRESS}
     # Fault injection for tests, and the other spelling of --devices: shown nowhere.
-    assert hidden - every == {"--engine-plugin", "--device"}
+    assert hidden - every == {"--engine-plugin", "--device", "--http-protocol"}
 
 
 @pytest.mark.parametrize("command", [["serve"], ["embed", "in.jsonl", "-o", "out.npy"]])
