@@ -201,6 +201,16 @@ def query_bodies(queries: list[str]) -> list[bytes]:
 QUERY_PHASES = ("preparation", "queue", "inference", "answer", "total")
 
 
+def _commit() -> str:
+    """The tree's commit; a copy without git history (a device run) is named by $ROSE_EMBED_COMMIT."""
+    import subprocess
+    from pathlib import Path
+
+    found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parents[1],
+                           capture_output=True, text=True).stdout.strip()
+    return found or os.environ.get("ROSE_EMBED_COMMIT", "unknown (a copy without git history)")
+
+
 def _median_phase(phases: list[dict[str, float]], name: str) -> str:
     values = [p[name] for p in phases if name in p]
     return f"{statistics.median(values):.1f}" if values else "-"
@@ -293,6 +303,7 @@ def render(args, engine, base_flags: list[str], results: dict[str, list[list[Pha
         f"- command: `{command}`",
         f"- hardware: {hardware(engine.device)}",
         f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"- commit: {_commit()}",
         f"- model: {engine.spec.name}; server flags: `{' '.join(base_flags) or '(none)'}`, then the same with "
         "`--scheduling fcfs` (strict arrival order: the queue before fair scheduling)",
         f"- workload: {args.query_clients} query clients, each sending one text of 4 to 16 tokens, waiting for "
