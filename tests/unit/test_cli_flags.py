@@ -12,7 +12,7 @@ from importlib import metadata
 import pytest
 import torch
 
-from server.__main__ import build_parser, main
+from rose_embed.server.cli.main import build_parser, main
 from tests.conftest import REPO
 
 SERVE_USAGE = "usage: rose-embed serve [flags]"
@@ -72,7 +72,7 @@ def test_a_wrong_serve_flag_is_one_line_naming_it_and_status_2(flags, message, c
 
 
 def test_api_keys_are_kept_as_a_bearer_token_carries_them(monkeypatch):
-    from server.__main__ import config_from_args
+    from rose_embed.server.cli.main import config_from_args
 
     monkeypatch.setenv("ROSE_EMBED_API_KEY", "env-key, k")
     args = build_parser().parse_args(["serve", "--api-key", " k ", "--api-key", "other"])
@@ -82,7 +82,7 @@ def test_api_keys_are_kept_as_a_bearer_token_carries_them(monkeypatch):
 @pytest.mark.parametrize("value", ["", " ", ",", " , "])
 def test_an_api_key_variable_set_to_no_key_is_refused_not_served_open(value, monkeypatch):
     """Refused as a ValueError, which `rose-embed serve` reports as one line with status 2."""
-    from server.__main__ import config_from_args
+    from rose_embed.server.cli.main import config_from_args
 
     monkeypatch.setenv("ROSE_EMBED_API_KEY", value)
     with pytest.raises(ValueError) as exc:
@@ -108,7 +108,7 @@ def test_a_wrong_embed_flag_is_refused_the_same_way(flags, message, capsys, tmp_
 
 
 def _pretend_gpus(monkeypatch, count: int) -> None:
-    from server import topology
+    from rose_embed.server.processes import topology
 
     monkeypatch.setattr(topology, "_gpu_driver_present", lambda: count > 0)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
@@ -140,7 +140,7 @@ def test_a_gpu_torch_does_not_see_is_refused_by_name(monkeypatch, capsys):
 def test_the_process_stops_before_anything_starts():
     """The real command: no banner, no uvicorn, no model load; the two lines argparse prints."""
     for flag in (["--devices", "cuda"], ["--devices", "gpu"], ["--port", "99999"]):
-        done = subprocess.run([sys.executable, "-m", "server", "serve", *flag], cwd=REPO, capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "rose_embed", "serve", *flag], cwd=REPO, capture_output=True,
                               text=True, timeout=60)
         assert done.returncode == 2
         assert done.stdout == ""
@@ -187,7 +187,8 @@ def test_help_shows_at_most_28_flags_and_help_all_shows_the_rest(capsys):
     assert len(short) <= 28 and short < every
     assert {"--max-batch-seqs", "--enforce-eager", "--pooling"} <= every - short
     hidden = {a.option_strings[0] for a in _serve_parser()._actions if a.help == argparse.SUPPRESS}
-    # Fault injection for tests, and the other spelling of --devices: shown nowhere.
+    # Fault injection for tests, the other spelling of --devices, and the HTTP guard's A/B switch for its
+    # benchmark (bench/gpu_session.sh http-guard): shown nowhere.
     assert hidden - every == {"--engine-plugin", "--device", "--http-protocol"}
 
 
@@ -207,7 +208,7 @@ def test_devices_is_the_one_spelling_help_shows_and_device_still_works(command, 
 @pytest.mark.parametrize("argv", [["--help"], ["serve", "--help"], ["embed", "--help"]])
 def test_help_imports_neither_torch_nor_the_web_framework(argv):
     """`rose-embed --help` answers at once: what it prints needs no model, no framework."""
-    code = ("import sys\nfrom server.__main__ import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+    code = ("import sys\nfrom rose_embed.server.cli.main import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
             "print(sorted({'torch', 'litestar', 'transformers', 'uvicorn', 'numpy'} & set(sys.modules)))")
     run = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True,
                          cwd=REPO)
