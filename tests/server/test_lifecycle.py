@@ -185,8 +185,7 @@ def test_a_second_ctrl_c_answers_requests_in_flight_503_and_logs_no_traceback(fr
         assert proc.proc.wait(30) == -signal.SIGINT
         log = proc.log_path.read_text()
         assert "Traceback" not in log and "Exception in ASGI application" not in log, log
-        # a front end the kernel handed no request to has nothing to drain and stops at once
-        draining = log.count("Waiting for connections to close")
-        assert 1 <= log.count("forcing the shutdown") == max(draining, 1) <= frontend_workers, log
+        # Once per front end with requests to cut off: one the kernel handed none stops at once.
+        assert 1 <= log.count("forcing the shutdown") <= frontend_workers, log
     finally:
         proc.stop()
