@@ -58,7 +58,7 @@
 #
 # A device call runs at most 10 minutes: one mode per call.
 #
-# Needs what docs/gpu.md's recipe puts in the git-ignored folders named in the call's carry:
+# Needs what docs/gpu-runs.md's recipe puts in the git-ignored folders named in the call's carry:
 # .whl/ (wheels) and .carry/minilm + .carry/pkgs (the default model's tokenizer files and
 # a stand-in package). Each step's exit status is printed; a failing step does not stop the rest.
 set -uo pipefail
@@ -66,7 +66,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
-# FlashInfer's wheel travels alone, in a call after one that brought .whl/ (docs/gpu.md).
+# FlashInfer's wheel travels alone, in a call after one that brought .whl/ (docs/gpu-runs.md).
 [ -d .whl-fi ] && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl-fi/*.whl >/dev/null 2>&1
 # The checkout itself is not installed: run from its root, it imports as rose_embed (rose_embed/__init__.py
 # reaches server/, engine/, compat/ and corpus/ from there; docs/gpu-runs.md).

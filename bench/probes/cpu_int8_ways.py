@@ -7,7 +7,7 @@ Every int8 way quantizes its weight per output channel, symmetric (absmax / 127)
 its activation quantization, integer matmul and dequantization inside the call.
 
 A way whose package is missing is skipped (`available`): torch's ways run from the project's
-venv; torchao, ONNX Runtime and OpenVINO need the separate venv of docs/cpu-int8.md.
+venv; torchao, ONNX Runtime and OpenVINO need the separate venv of bench/results/cpu/README.md.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ how fast each is against bf16, and how far each lands from float32.
 
 Why: rowwise activation scales need a token's whole row, so the kernels that produce an
 activation a tile at a time (the attention per head, a GEMM's epilogue per column tile) cannot
-quantize it themselves, and pay a pass of their own (docs/fp8.md). Scales per 128 columns of a
+quantize it themselves, and pay a pass of their own (bench/results/fp8/README.md). Scales per 128 columns of a
 row (1x128, DeepSeek's layout) can be written by such a kernel, if the GEMM that reads them is
 fast enough. This measures that GEMM (activations 1x128, weights 128x128 or 1x128) beside the
 rowwise one the engine runs, on the linear shapes of BERT-base, Qwen3-0.6B and Qwen3-4B.

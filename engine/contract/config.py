@@ -37,7 +37,7 @@ WIDE_BF16_ATTENTION_FIRST_LAYERS = 3
 @dataclass(frozen=True)
 class Fp8Plan:
     """Which linear layers --quantization fp8 turns to FP8 (engine/rose/quantization/fp8_plan.py says why each
-    rule; docs/fp8.md has the measurements behind the defaults, which are the engine's)."""
+    rule; bench/results/fp8/README.md has the measurements behind the defaults, which are the engine's)."""
 
     # narrower models stay bf16: FP8 does not pay on them (MiniLM's GEMMs gain next to nothing)
     min_hidden_size: int = 768

@@ -10,7 +10,7 @@ float32 and back: slower than float32 and no more exact. So the CPU's default dt
 - Arm on macOS: the kernel's hw.optional.arm.FEAT_BF16.
 
 Likewise `--quantization int8` runs only where the CPU multiplies int8 natively in the way it was
-measured (docs/cpu-int8.md): AVX512-VNNI or AMX-INT8, read from /proc/cpuinfo's flags.
+measured (bench/results/cpu/README.md): AVX512-VNNI or AMX-INT8, read from /proc/cpuinfo's flags.
 """
 
 from __future__ import annotations

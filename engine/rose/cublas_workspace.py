@@ -4,7 +4,8 @@ torch runs each GEMM (the bf16 linears, the addmm with GELU in its epilogue, tor
 the algorithm cuBLAS's heuristic picks within the workspace torch gives it, and on Hopper that
 algorithm comes with memsets before the GEMM: in a whole-model CUDA graph, nodes of their own that
 the GEMM waits on. Within no workspace the heuristic picks algorithms that need none
-(bench/probes/fp8_gemm_algos.py, bench/probes/cublas_workspace.py measure both; docs/gpu.md has the figures).
+(bench/probes/fp8_gemm_algos.py, bench/probes/cublas_workspace.py measure both;
+bench/results/gpu/README.md has the figures).
 
 torch reads the limits once per process, at its first GEMM, from CUBLASLT_WORKSPACE_SIZE (KiB,
 cuBLASLt) and CUBLAS_WORKSPACE_CONFIG (cuBLAS). So the processes the engine owns (the server's

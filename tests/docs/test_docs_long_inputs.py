@@ -1,4 +1,5 @@
-"""Run the examples of docs/long-inputs.md against a real server, and check what the page says they give."""
+"""Run the examples of docs/long-inputs.md's texts over the limit against a real server, and check what the page
+says they give."""
 
 from __future__ import annotations
 
@@ -16,18 +17,19 @@ from tests.support.helpers import code_blocks
 pytestmark = pytest.mark.slow  # a real server process
 
 DOC = REPO / "docs" / "long-inputs.md"
+SECTION = "Texts over the model's limit"
 DOC_URL = "http://localhost:8000"
 
 
 def test_commands_parse():
-    commands = [shlex.split(line) for line in code_blocks(DOC, "sh")]
+    commands = [shlex.split(line) for line in code_blocks(DOC, "sh", SECTION)]
     assert [c[:2] for c in commands] == [["rose-embed", "serve"], ["rose-embed", "embed"]]
     for command in commands:
         assert build_parser().parse_args(command[1:]).long_inputs == "chunk"
 
 
 def test_python_examples(server):
-    sdk, plain = code_blocks(DOC, "python")
+    sdk, plain = code_blocks(DOC, "python", SECTION)
     namespace: dict = {}
     exec(compile(sdk.replace(DOC_URL, server.url), str(DOC), "exec"), namespace)
     response = namespace["response"]
@@ -41,7 +43,7 @@ def test_python_examples(server):
 
 
 def test_curl_example(server, tmp_path):
-    (code,) = code_blocks(DOC, "bash")
+    (code,) = code_blocks(DOC, "bash", SECTION)
     out = subprocess.run(["bash", "-c", code.replace(DOC_URL, server.url)], cwd=tmp_path, capture_output=True,
                          text=True, timeout=60, check=True).stdout
     answer = json.loads(out)

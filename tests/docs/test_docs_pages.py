@@ -1,5 +1,6 @@
 """The Markdown pages hold together: links land, named files exist, docs/README.md lists every
-page, and no page narrates when or in which session something changed."""
+page, and no page narrates when or in which session something changed. The research notes beside
+the benchmark reports count as pages."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import pytest
 
 from tests.conftest import REPO
 
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+# The research beside the benchmark reports (bench/results/<folder>/README.md) is held to the same.
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")),
+         *sorted((REPO / "bench" / "results").glob("*/README.md"))]
 LINK = re.compile(r"\]\(([^)#\s]+)?(#[^)\s]*)?\)")
 REPO_PATH = re.compile(r"`((?:bench|tests|engine|server|compat|corpus|deploy|docs)/[\w./-]+\.(?:py|md|sh|yaml|json|jsonl))`")
 # Words that date a statement instead of saying how things are.

@@ -318,7 +318,7 @@ def test_pooled_tokens_kept_bf16_in_graphs_are_their_cpu_simulation(tmp_path, te
 
 def test_the_default_model_in_fp8_is_its_simulation():
     """all-MiniLM-L6-v2 with the plan's rules but its width floor (which keeps it bf16 by default);
-    its weights may be a bf16 copy (docs/fp8.md: how to carry them to a GPU machine)."""
+    its weights may be a bf16 copy (docs/gpu-runs.md: how to carry them to a GPU machine)."""
     from rose_embed.engine.model_files.loader import resolve_model_dir
     from tests.conftest import load_texts
 

@@ -7,7 +7,7 @@
   These run eagerly (oneDNN's VNNI kernel): the same integer products as the compiled path.
 - The compiled path (inductor's GEMM template) on a tiny BERT: equal to the eager path within
   rounding, no oneDNN matmul (so no reference kernel), no compile after warm-up. Every family
-  compiled was checked by hand (docs/cpu-int8.md, "Built"); compiling each here would take minutes.
+  compiled was checked by hand (bench/results/cpu/README.md, "Built"); compiling each here would take minutes.
 - The default model (all-MiniLM-L6-v2) against its float32 self on the shared workload's texts:
   the bar for int8, mean cosine >= 0.995, min >= 0.98, top-10 agreement >= 0.94.
 - `rose-embed embed --dtype bfloat16 --quantization int8` writes those vectors and says its texts/s.
@@ -90,7 +90,7 @@ def test_the_compiled_model_compiles_nothing_after_warm_up_and_runs_no_reference
     assert counters["stats"]["unique_graphs"] == graphs
     assert np.isfinite(one_token).all() and one_token.shape[0] == 1
     # Every int8 product runs in inductor's GEMM template: oneDNN runs no matmul at all, so neither
-    # its reference kernel (docs/cpu-int8.md's trap).
+    # its reference kernel (bench/results/cpu/README.md: the trap of inductor's SmoothQuant pattern).
     kernels = [line.split(",")[6] for line in printed.splitlines() if ",exec,cpu,matmul," in line]
     assert kernels == []
 

@@ -1,7 +1,7 @@
 """Tiny checkpoints laid out as the published Qwen3-Embedding and pplx-embed checkpoints are.
 
 The field names, types and module entries below are the published files' own (where each
-was read, and what could not be read, is in docs/decoder-models.md, "Checked against the
+was read, and what could not be read, is in docs/models.md, "Checked against the
 published checkpoints"); only the sizes are shrunk. Each checkpoint must load with its
 model's flavour and give the Hugging Face reference's vectors on the same weights.
 """

@@ -85,9 +85,13 @@ def _content_length(data: bytes) -> int:
     return 0
 
 
-def code_blocks(page: Path, language: str) -> list[str]:
-    """The code of a Markdown page's fenced blocks in `language`, in page order."""
-    return [code for lang, code in CODE_BLOCK.findall(page.read_text(encoding="utf-8")) if lang == language]
+def code_blocks(page: Path, language: str, section: str | None = None) -> list[str]:
+    """The code of a Markdown page's fenced blocks in `language`, in page order; with `section`, only
+    those under the `## section` heading, up to the next `## ` one (a page may hold two subjects)."""
+    text = page.read_text(encoding="utf-8")
+    if section is not None:
+        text = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return [code for lang, code in CODE_BLOCK.findall(text) if lang == language]
 
 
 def config_only_model(path: Path, config: dict) -> Path:

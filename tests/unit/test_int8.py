@@ -69,7 +69,7 @@ def test_smoothing_evens_out_an_outlier_channel():
 @needs_vnni
 def test_the_int8_linear_runs_on_the_vnni_kernel_not_the_reference_one(capfd):
     """oneDNN takes int8 activations to its reference kernel on a CPU without AMX, thousands of
-    times slower (docs/cpu-int8.md); uint8 ones go to its brgemm VNNI / AMX kernel."""
+    times slower (bench/results/cpu/README.md); uint8 ones go to its brgemm VNNI / AMX kernel."""
     torch.manual_seed(0)
     layer = Int8Linear(nn.Linear(384, 1536).to(torch.bfloat16))
     x = torch.randn(2048, 384, dtype=torch.bfloat16)

@@ -39,7 +39,7 @@ def _triton_kernels():
 
 def set_gelu_epilogue(enabled: bool) -> None:
     """Let linear_gelu fold the GELU into its matmul on CUDA (the default: whole BERT-family
-    models run faster with it, docs/gpu.md); False keeps the GELU a pass of its own, for
+    models run faster with it, bench/results/gpu/README.md); False keeps the GELU a pass of its own, for
     comparison. With the fused kernels off it is off too. Takes effect as set_fused_kernels does."""
     global _gelu_epilogue
     _gelu_epilogue = enabled

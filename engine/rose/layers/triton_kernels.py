@@ -2,7 +2,7 @@
 
 Each replaces a chain of PyTorch kernels that read and write the activations several
 times with one pass: a profile of the Qwen3-0.6B shape on the H200 found these chains
-costing more than the matmuls themselves (see docs/gpu.md). Imported only where CUDA and
+costing more than the matmuls themselves (see bench/results/gpu/README.md). Imported only where CUDA and
 Triton are present; `engine/rose/layers/fused.py` chooses between these and the PyTorch
 reference, which defines what each kernel must compute.
 

@@ -10,7 +10,7 @@ torch's current stream, so it is captured in CUDA graphs like any other kernel.
 The engine calls it for the BERT family's up projection at one scale per operand
 (fp8_fused.linear_activation_rows): on the H100 (torch 2.11, CUDA 13) cuBLASLt's heuristic serves
 the fused GELU with e4m3 out at one scale per operand but no e4m3 output with rowwise scales
-(bench/probes/fp8_cublaslt.py, docs/fp8.md). Where it serves no algorithm, scaled_matmul returns None
+(bench/probes/fp8_cublaslt.py, bench/results/fp8/README.md). Where it serves no algorithm, scaled_matmul returns None
 and the caller runs its own steps.
 
 Layouts: torch's row-major x [M, K] and weight [N, K] are, read column-major, x^T [K, M] and

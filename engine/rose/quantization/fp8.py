@@ -70,7 +70,7 @@ def scaled_matmul(rows: QuantizedRows, weight: torch.Tensor, weight_scale: torch
     it picks (bench/probes/fp8_gemm_algos.py), where it serves one and the operands are laid out as it
     reads them; else torch._scaled_mm. With fast_accumulation Hopper's tensor cores keep their
     partial sums at their own reduced precision instead of promoting them to float32 every few
-    steps of K (faster; its error is measured in docs/fp8.md). Elsewhere the definition in
+    steps of K (faster; its error is measured in bench/results/fp8/README.md). Elsewhere the definition in
     float32."""
     if rows.values.is_cuda:
         if (workspace_free and rows.values.is_contiguous() and rows.scales.is_contiguous()
@@ -96,7 +96,7 @@ class PooledTokens:
     layers (its queries, its attention output's projection, its MLP) adds to it directly, while
     the other tokens reach it only through keys and values, averaged by the attention. So
     computing those few rows again in bf16 removes much of the rounding that reaches the vector,
-    at the price of a GEMM of one row per segment (docs/fp8.md has the measurements)."""
+    at the price of a GEMM of one row per segment (bench/results/fp8/README.md has the measurements)."""
 
     def __init__(self):
         self.index: torch.Tensor | None = None

@@ -5,7 +5,7 @@ so that the layer's outputs (not its weights one by one) land as close as e4m3 a
 only which e4m3 value each weight takes changes, once, at load: the GEMM is the same.
 
 Why: on the benchmark shapes most of FP8's error comes from the weights, not the activations
-(a weight's error is the same for every token; docs/fp8.md), and GPTQ more than halves it.
+(a weight's error is the same for every token; bench/results/fp8/README.md), and GPTQ more than halves it.
 
 The inputs' correlations H = X^T X come from the unquantized model embedding built-in texts
 (data/fp8_calibration.jsonl: document-sized texts, none of them among the texts the benchmarks

@@ -2,7 +2,7 @@
 
 FP8 pays where a GEMM is large enough for Hopper's FP8 tensor cores to beat bf16's by more
 than the quantized copies of its input cost to write, and costs quality in every layer it
-touches; so the plan says, per model and per linear layer, which run FP8 (docs/fp8.md has the
+touches; so the plan says, per model and per linear layer, which run FP8 (bench/results/fp8/README.md has the
 measurements behind each default and how to measure them again):
 
 - a model narrower than `min_hidden_size` keeps every layer bf16: its GEMMs are small, and FP8

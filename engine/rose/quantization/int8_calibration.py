@@ -5,7 +5,7 @@ The texts are built in (below), so a model's factors are the same on every start
 the outlier channels SmoothQuant evens out come from the model's weights (a norm's gain and
 bias), not from what is being embedded, so a few dozen varied texts find them. On the default
 model the factors from these texts keep the quality of factors from 300 other texts
-(docs/cpu-int8.md, "Built").
+(bench/results/cpu/README.md, "Built").
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Compiling an int8 model for the CPU: torch.compile with max-autotune and inductor's freezing
-(docs/cpu-int8.md).
+(docs/cpu-int8.md; bench/results/cpu/README.md says how it was chosen).
 
 With the weights frozen into the graph as constants, inductor lowers each int8 linear
 (`onednn.qlinear_pointwise` on uint8 activations) to its C++ GEMM template on the CPU's VNNI or

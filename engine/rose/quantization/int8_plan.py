@@ -2,7 +2,7 @@
 them so: every linear layer of the encoder's layers, with SmoothQuant on those whose input is a
 norm's output (the query/key/value and the up or gate-up projections), where a few outlier
 channels would otherwise set every token's scale. The attention's and the feed-forward's output
-projections take inputs without such channels and are quantized as they are (docs/cpu-int8.md
+projections take inputs without such channels and are quantized as they are (bench/results/cpu/README.md
 measures what each kind costs and what SmoothQuant gives back).
 """
 

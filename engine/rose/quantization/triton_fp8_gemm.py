@@ -8,7 +8,7 @@ value is at most 448 * its row's scale, so |x_r . w_j + b_j| <= 448 * scale_r * 
 (quantized_rows.bounded_scales). The bound sits above the row's true largest value, so the
 values use less of e4m3's range than a row-max scale would give them; e4m3 keeps its relative
 precision over fifteen binades below its largest value, so what that costs is small
-(docs/fp8.md measures it).
+(bench/results/fp8/README.md measures it).
 
 The kernel mirrors its reference, engine/rose/quantization/fp8_fused.py's linear_activation_rows: the
 GEMM's output rounded to bf16 as torch._scaled_mm rounds it, activated as the row kernels
@@ -114,7 +114,7 @@ def _linear_activation_rows_kernel(a_ptr, a_scale_ptr, w_ptr, w_scale_ptr, bias_
     if PERSISTENT:
         # One program per SM walks the tiles; the loops flattened into one, so that the pipeline
         # fetches the next tile's first blocks while this tile's epilogue runs. The stages are the
-        # loop's own: given to the launch instead, the flattened loop measured slower (docs/fp8.md).
+        # loop's own: given to the launch instead, the flattened loop measured slower (bench/results/fp8/README.md).
         tiles = tl.cdiv(num_rows, BLOCK_M) * tl.cdiv(n_cols, BLOCK_N)
         for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), flatten=True, num_stages=NUM_STAGES):
             first_row, first_col = _tile(tile, num_rows, n_cols, BLOCK_M, BLOCK_N, GROUP_M)

@@ -4,7 +4,7 @@ rows with one float32 scale per row, for the FP8 GEMM that reads it (engine/rose
 
 Quantizing inside the kernel that produces an activation costs one more byte written per value
 in a pass that runs anyway; a pass of its own reads the activation back and writes it again,
-which costs more than the FP8 GEMM saves (docs/fp8.md). A row's scale needs the row's largest
+which costs more than the FP8 GEMM saves (bench/results/fp8/README.md). A row's scale needs the row's largest
 magnitude: the norms hold their row in registers already (one program per token, as in
 triton_kernels.py); the MLP's activations, rows as long as the intermediate size, are held
 whole too where they fit (up to _WHOLE_ROW_MAX columns: read and activated once), else walked
