@@ -78,7 +78,7 @@ def render(args, server_args: list[str], machine: str, code: str, watch: MemoryW
         f"sample, before the load; baseline: its highest "
         f"sample in the {args.baseline_seconds:g} s after the first {args.warmup_seconds:g} s; peak: its highest "
         f"sample after that while the load ran; final: its last sample under load; idle: its last sample after "
-        f"{args.idle_seconds:g} s idle; tolerance {verdicts[0].tolerance if verdicts else args.tolerance:.0%}",
+        f"{args.idle_seconds:g} s idle; tolerance {args.tolerance if args.tolerance is not None else 0.15:.0%}",
         "",
         f"**{'PASS' if passed else 'FAIL'}**: {tally.failed} requests not answered as expected; "
         f"{sum(not v.passed for v in verdicts)} of {len(watch.tracks)} processes past the tolerance"
