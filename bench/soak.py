@@ -10,6 +10,18 @@ baseline; the run passes when no later sample exceeds it by more than `--toleran
 (10 %) and every request succeeded with the right number of vectors.
 
 It writes no file under bench/results/: docs/reliability.md quotes its summary (`--json` keeps it).
+
+    python -m bench.soak --mixed --minutes 10 --out bench/results/cpu/soak-cpu-minilm.md
+
+The mixed soak serves the default embedder and a reranker of its shape (random weights,
+bench/tiny_model.py) with default flags otherwise, and has `--clients` concurrent clients send,
+for `--minutes`, every route's requests from one text to a thousand, texts past the model's
+limit and bad bodies (bench/lib/soak_mix.py). It samples the resident set of each process
+(supervisor, front ends, engines) on its own every `--sample-seconds`; each one's level in the
+`--baseline-seconds` after the first `--warmup-seconds` is its baseline. It passes when no
+process's later samples exceed its baseline by more than `--tolerance` (15 %), every good
+request got its 200 with one vector or score per input, every bad one its 4xx, and no
+process was restarted.
 """
 
 from __future__ import annotations
@@ -20,10 +32,12 @@ import json
 import random
 import sys
 import time
+from pathlib import Path
 
 import httpx
 
 from bench.lib.common import ServerProcess, descendants, load_texts
+from bench.lib.soak_run import mixed_soak
 from rose_embed.engine.contract.memory import resident_bytes
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -73,19 +87,7 @@ async def run(url: str, pid: int, args, words: list[str]) -> dict:
     }
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--inputs", type=int, default=200_000)
-    p.add_argument("--batch", type=int, default=64, help="texts per request")
-    p.add_argument("--clients", type=int, default=16)
-    p.add_argument("--warmup", type=int, default=20_000, help="inputs before the baseline sample")
-    p.add_argument("--sample-every", type=int, default=50, help="requests between RSS samples")
-    p.add_argument("--tolerance", type=float, default=0.10)
-    p.add_argument("--deadline", type=float, default=3600)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", default=None)
-    args = p.parse_args()
-
+def short_soak(args) -> bool:
     words = sorted({w for t in load_texts(500) for w in t.split() if w.isalpha()})
     server = ServerProcess("--max-batch-tokens", "4096")
     try:
@@ -96,7 +98,37 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=2)
-    passed = summary["failed"] == 0 and summary["inputs"] >= args.inputs and summary["peak_over_baseline"] <= args.tolerance
+    tolerance = 0.10 if args.tolerance is None else args.tolerance
+    return summary["failed"] == 0 and summary["inputs"] >= args.inputs and summary["peak_over_baseline"] <= tolerance
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--inputs", type=int, default=200_000)
+    p.add_argument("--batch", type=int, default=64, help="texts per request")
+    p.add_argument("--clients", type=int, default=None, help="concurrent clients (16; mixed: 8)")
+    p.add_argument("--warmup", type=int, default=20_000, help="inputs before the baseline sample")
+    p.add_argument("--sample-every", type=int, default=50, help="requests between RSS samples")
+    p.add_argument("--tolerance", type=float, default=None, help="growth allowed past the baseline (0.10; mixed: 0.15)")
+    p.add_argument("--deadline", type=float, default=3600)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None)
+    mixed = p.add_argument_group("the mixed soak")
+    mixed.add_argument("--mixed", action="store_true", help="every route, large requests and bad bodies, for a time")
+    mixed.add_argument("--minutes", type=float, default=10.0)
+    mixed.add_argument("--warmup-seconds", type=float, default=60.0, help="load before the baseline")
+    mixed.add_argument("--baseline-seconds", type=float, default=10.0, help="the baseline's window after the warm-up")
+    mixed.add_argument("--sample-seconds", type=float, default=1.0)
+    mixed.add_argument("--idle-seconds", type=float, default=10.0, help="sampled after the load, before the stop")
+    mixed.add_argument("--reranker", type=Path, default=None,
+                       help="a cross-encoder directory (default: one of the embedder's shape, random weights)")
+    mixed.add_argument("--server-arg", action="append", default=[], help="a flag for the server (repeatable)")
+    mixed.add_argument("--out", type=Path, default=None, help="write the markdown report here")
+    args = p.parse_args()
+
+    if args.clients is None:
+        args.clients = 8 if args.mixed else 16
+    passed = mixed_soak(args) if args.mixed else short_soak(args)
     print("PASS" if passed else "FAIL")
     sys.exit(0 if passed else 1)
 

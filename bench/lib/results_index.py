@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results"
 INDEX = RESULTS / "README.md"
 # Which folder a report goes in, by the start of its name: the first that matches.
-FOLDERS = (("fp8", ("fp8",)), ("cpu", ("cpu-",)), ("http", ("e2e-", "bulk-", "mixed-", "rerank-", "asgi", "http-")),
+FOLDERS = (("fp8", ("fp8",)), ("cpu", ("cpu-", "soak-cpu-")), ("http", ("e2e-", "bulk-", "mixed-", "rerank-", "asgi", "http-")),
            ("gpu", ("",)))
 CITE = re.compile(r"bench/results/([\w*][\w./*-]*[\w*])")
 BARE = re.compile(r"(?<![\w/.-])([\w.-]+\.(?:md|txt|json))(?![\w-])")
