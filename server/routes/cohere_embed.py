@@ -14,7 +14,7 @@ import asyncio
 import uuid
 
 import numpy as np
-from litestar import Request, post
+from litestar import Request
 from litestar.datastructures import State
 
 from rose_embed.compat.cohere_embed import (CohereEmbedFloatsResponse, CohereEmbedRequest, CohereEmbedResponse,
@@ -27,18 +27,13 @@ from rose_embed.server.http.errors import APIError, invalid_request
 from rose_embed.server.pipeline.guards import check_finite, check_input_chars, decode_request
 from rose_embed.server.pipeline.model_kind import require_embedder
 from rose_embed.server.http.openapi import EMBEDDINGS_ERROR_RESPONSES
-from rose_embed.server.http.openapi_schema import body_operation
+from rose_embed.server.http.route_spec import RouteSpec
 from rose_embed.server.pipeline.options import check_dimensions
 from rose_embed.server.pipeline.prompts import resolve_prompt
 from rose_embed.compat.inputs import NormalisedInput
 from rose_embed.server.pipeline.request_cost import request_cost
 from rose_embed.server.routes.support import admitted, compute_parts, pick_model, runtime_of, trace_of
 
-CohereEmbedOperation = body_operation(CohereEmbedRequest)
-
-
-@post(["/v2/embed", "/v1/embed"], status_code=200, summary="Create embeddings (Cohere's embed)",
-      operation_class=CohereEmbedOperation, responses=EMBEDDINGS_ERROR_RESPONSES)
 async def cohere_embed(request: Request, state: State) -> CohereEmbedResponse | CohereEmbedFloatsResponse:
     runtime = runtime_of(state)
     data = decode_request(await request.body(), CohereEmbedRequest)
@@ -100,4 +95,5 @@ def _check_max_tokens(max_tokens: int | None, max_seq_len: int) -> None:
                               f"of {max_seq_len} tokens; leave it out, or send at least {max_seq_len}", "max_tokens")
 
 
-ROUTES = [cohere_embed]
+ROUTES = [RouteSpec(cohere_embed, "POST", ("/v2/embed", "/v1/embed"), "Create embeddings (Cohere's embed)",
+                    EMBEDDINGS_ERROR_RESPONSES, body=CohereEmbedRequest)]

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from litestar import Request, post
+from litestar import Request
 from litestar.datastructures import State
 
 from rose_embed.compat.contextualized import (
@@ -34,7 +34,8 @@ from rose_embed.server.http.errors import invalid_request
 from rose_embed.server.pipeline.guards import check_finite, decode_request
 from rose_embed.server.pipeline.model_kind import require_embedder
 from rose_embed.server.pipeline.long_inputs import context_length_error, long_inputs_mode
-from rose_embed.server.http.openapi import EMBEDDINGS_ERROR_RESPONSES, ContextualizedOperation
+from rose_embed.server.http.openapi import EMBEDDINGS_ERROR_RESPONSES
+from rose_embed.server.http.route_spec import RouteSpec
 from rose_embed.server.pipeline.options import check_dimensions, check_encoding_format
 from rose_embed.server.pipeline.prompts import resolve_prompt
 from rose_embed.server.pipeline.request_pipeline import ReadyPart
@@ -48,9 +49,6 @@ def default_encoding_format(spec) -> str:
     return "base64_int8" if spec.quantization == "tanh" else "float"
 
 
-@post(["/v1/contextualizedembeddings", "/contextualizedembeddings"], status_code=200,
-      summary="Create contextualized chunk embeddings (late chunking)", operation_class=ContextualizedOperation,
-      responses=EMBEDDINGS_ERROR_RESPONSES)
 async def create_contextualized_embeddings(request: Request, state: State) -> ContextualizedEmbeddingResponse:
     runtime = runtime_of(state)
     data = decode_request(await request.body(), ContextualizedEmbeddingRequest)
@@ -128,4 +126,7 @@ def _as_api_errors(param: str) -> Iterator[None]:
         raise _cannot_late_chunk(str(exc)) from None
 
 
-ROUTES = [create_contextualized_embeddings]
+ROUTES = [RouteSpec(create_contextualized_embeddings, "POST",
+                    ("/v1/contextualizedembeddings", "/contextualizedembeddings"),
+                    "Create contextualized chunk embeddings (late chunking)", EMBEDDINGS_ERROR_RESPONSES,
+                    body=ContextualizedEmbeddingRequest)]

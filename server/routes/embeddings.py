@@ -8,16 +8,17 @@ part's vectors are encoded as soon as they land.
 from __future__ import annotations
 
 import numpy as np
-from litestar import Request, post
+from litestar import Request
 from litestar.datastructures import State
 
 from rose_embed.compat.inputs import normalise_input
-from rose_embed.compat.openai import Embedding, EmbeddingResponse, Usage
+from rose_embed.compat.openai import Embedding, EmbeddingRequest, EmbeddingResponse, Usage
 from rose_embed.server.pipeline.embed_parts import is_large_request, text_parts, token_id_parts
 from rose_embed.server.pipeline.guards import check_finite, check_input_chars, decode_request
 from rose_embed.server.pipeline.model_kind import require_embedder
 from rose_embed.server.pipeline.long_inputs import long_inputs_mode
-from rose_embed.server.http.openapi import EMBEDDINGS_ERROR_RESPONSES, EmbeddingsOperation
+from rose_embed.server.http.openapi import EMBEDDINGS_ERROR_RESPONSES
+from rose_embed.server.http.route_spec import RouteSpec
 from rose_embed.server.pipeline.options import check_dimensions, check_encoding_format
 from rose_embed.server.pipeline.prompts import resolve_prompt
 from rose_embed.server.pipeline.request_cost import request_cost
@@ -25,8 +26,6 @@ from rose_embed.server.routes.support import admitted, compute_parts, pick_model
 from rose_embed.server.pipeline.token_inputs import TokenInputs
 
 
-@post(["/v1/embeddings", "/embeddings"], status_code=200, summary="Create embeddings",
-      operation_class=EmbeddingsOperation, responses=EMBEDDINGS_ERROR_RESPONSES)
 async def create_embeddings(request: Request, state: State) -> EmbeddingResponse:
     runtime = runtime_of(state)
     # Decoded here, strictly: Litestar's own decoding would turn "8" into 8 for an int field.
@@ -73,4 +72,5 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
     )
 
 
-ROUTES = [create_embeddings]
+ROUTES = [RouteSpec(create_embeddings, "POST", ("/v1/embeddings", "/embeddings"), "Create embeddings",
+                    EMBEDDINGS_ERROR_RESPONSES, body=EmbeddingRequest)]

@@ -12,7 +12,7 @@ import uuid
 from functools import partial
 
 import numpy as np
-from litestar import Request, post
+from litestar import Request
 from litestar.datastructures import State
 
 from rose_embed.compat.rerank import (ApiVersion, BilledUnits, RerankMeta, RerankRequest, RerankResponse, RerankResult,
@@ -21,7 +21,7 @@ from rose_embed.server.http.errors import invalid_request
 from rose_embed.server.pipeline.guards import check_finite, decode_request
 from rose_embed.server.pipeline.model_kind import require_reranker
 from rose_embed.server.http.openapi import EMBEDDINGS_ERROR_RESPONSES
-from rose_embed.server.http.openapi_schema import body_operation
+from rose_embed.server.http.route_spec import RouteSpec
 from rose_embed.server.pipeline.embed_parts import is_large_request
 from rose_embed.server.pipeline.priority_pool import LARGE, SMALL
 from rose_embed.server.pipeline.request_pipeline import ReadyPart, part_bounds
@@ -30,11 +30,6 @@ from rose_embed.server.routes.support import admitted, compute_parts, pick_model
 from rose_embed.server.runtime import Runtime
 from rose_embed.server.pipeline.served_models import ServedModel
 
-RerankOperation = body_operation(RerankRequest)
-
-
-@post(["/v1/rerank", "/v2/rerank"], status_code=200, summary="Rerank documents against a query (Cohere, Jina)",
-      operation_class=RerankOperation, responses=EMBEDDINGS_ERROR_RESPONSES)
 async def rerank(request: Request, state: State) -> RerankResponse:
     data = decode_request(await request.body(), RerankRequest)
     if is_tei(data):
@@ -43,8 +38,6 @@ async def rerank(request: Request, state: State) -> RerankResponse:
     return await _rerank(request, state, data)
 
 
-@post("/rerank", status_code=200, summary="Rerank documents against a query (Cohere, Jina, or TEI's body)",
-      operation_class=RerankOperation, responses=EMBEDDINGS_ERROR_RESPONSES)
 async def rerank_any(request: Request, state: State) -> RerankResponse | list[TeiRank]:
     return await _rerank(request, state, decode_request(await request.body(), RerankRequest))
 
@@ -129,4 +122,9 @@ async def _encode(runtime: Runtime, model: ServedModel, query: str, documents: l
                                             max_doc_tokens)
 
 
-ROUTES = [rerank, rerank_any]
+ROUTES = [
+    RouteSpec(rerank, "POST", ("/v1/rerank", "/v2/rerank"), "Rerank documents against a query (Cohere, Jina)",
+              EMBEDDINGS_ERROR_RESPONSES, body=RerankRequest),
+    RouteSpec(rerank_any, "POST", ("/rerank",), "Rerank documents against a query (Cohere, Jina, or TEI's body)",
+              EMBEDDINGS_ERROR_RESPONSES, body=RerankRequest),
+]

@@ -17,7 +17,7 @@ are gone, so for it `normalize: false` is refused by name rather than answered w
 from __future__ import annotations
 
 import numpy as np
-from litestar import Request, post
+from litestar import Request
 from litestar.datastructures import State
 
 from rose_embed.compat.tei_embed import TeiEmbedRequest, check_truncation_direction, texts_of
@@ -29,18 +29,13 @@ from rose_embed.server.http.errors import APIError, invalid_request
 from rose_embed.server.pipeline.guards import check_finite, check_input_chars, decode_request
 from rose_embed.server.pipeline.model_kind import require_embedder
 from rose_embed.server.http.openapi import EMBEDDINGS_ERROR_RESPONSES
-from rose_embed.server.http.openapi_schema import body_operation
+from rose_embed.server.http.route_spec import RouteSpec
 from rose_embed.server.pipeline.options import check_dimensions
 from rose_embed.server.pipeline.prompts import resolve_prompt
 from rose_embed.compat.inputs import NormalisedInput
 from rose_embed.server.pipeline.request_cost import request_cost
 from rose_embed.server.routes.support import admitted, compute_parts, pick_model, runtime_of, trace_of
 
-TeiEmbedOperation = body_operation(TeiEmbedRequest)
-
-
-@post(["/embed", "/"], status_code=200, summary="Create embeddings (Hugging Face TEI's embed)",
-      operation_class=TeiEmbedOperation, responses=EMBEDDINGS_ERROR_RESPONSES)
 async def tei_embed(request: Request, state: State) -> list[list[float]]:
     runtime = runtime_of(state)
     data = decode_request(await request.body(), TeiEmbedRequest)
@@ -90,4 +85,5 @@ def _check_own_vectors(spec: ModelSpec) -> None:
                           "unnormalised vector is not at hand; send \"normalize\": true", "normalize")
 
 
-ROUTES = [tei_embed]
+ROUTES = [RouteSpec(tei_embed, "POST", ("/embed", "/"), "Create embeddings (Hugging Face TEI's embed)",
+                    EMBEDDINGS_ERROR_RESPONSES, body=TeiEmbedRequest)]

@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import asyncio
 
-from litestar import Request, post
+from litestar import Request
 from litestar.datastructures import State
 
 from rose_embed.compat.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
 from rose_embed.server.http.errors import invalid_request
 from rose_embed.server.pipeline.guards import decode_request
 from rose_embed.server.http.openapi import ERROR_RESPONSES
-from rose_embed.server.http.openapi_schema import body_operation
+from rose_embed.server.http.route_spec import RouteSpec
 from rose_embed.server.routes.support import pick_model, runtime_of
 
 
-@post("/tokenize", status_code=200, summary="Tokenize a text with the served model's tokenizer",
-      operation_class=body_operation(TokenizeRequest), responses=ERROR_RESPONSES)
 async def tokenize(request: Request, state: State) -> TokenizeResponse:
     runtime = runtime_of(state)
     data = decode_request(await request.body(), TokenizeRequest)
@@ -37,8 +35,6 @@ async def tokenize(request: Request, state: State) -> TokenizeResponse:
                             token_strs=tokenizer.token_strings(ids) if data.return_token_strs else None)
 
 
-@post("/detokenize", status_code=200, summary="Turn token ids back into text",
-      operation_class=body_operation(DetokenizeRequest), responses=ERROR_RESPONSES)
 async def detokenize(request: Request, state: State) -> DetokenizeResponse:
     runtime = runtime_of(state)
     data = decode_request(await request.body(), DetokenizeRequest)
@@ -54,4 +50,9 @@ async def detokenize(request: Request, state: State) -> DetokenizeResponse:
     return DetokenizeResponse(prompt=await asyncio.to_thread(tokenizer.decode_releasing_gil, tokens))
 
 
-ROUTES = [tokenize, detokenize]
+ROUTES = [
+    RouteSpec(tokenize, "POST", ("/tokenize",), "Tokenize a text with the served model's tokenizer", ERROR_RESPONSES,
+              body=TokenizeRequest),
+    RouteSpec(detokenize, "POST", ("/detokenize",), "Turn token ids back into text", ERROR_RESPONSES,
+              body=DetokenizeRequest),
+]
