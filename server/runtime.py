@@ -254,6 +254,13 @@ class Runtime:
             return view.tokenize(texts)
         return await self.tokenizer_pool.run(LARGE if is_large_request else SMALL, view.tokenize, texts)
 
+    async def tokenize_pairs(self, query: str, documents: list[str], max_doc_tokens: int | None,
+                             is_large_request: bool, model: ServedModel):
+        """A reranker's (query, document) pairs as its reference builds them (engine/text/pairs.py),
+        always in a thread (the Rust tokenizer releases the GIL), a large request's after any small one's."""
+        return await self.tokenizer_pool.run(LARGE if is_large_request else SMALL, model.view.pairs.encode, query,
+                                             documents, max_doc_tokens)
+
     async def encode(self, vectors: np.ndarray, encoding_format: str, dimensions: int | None,
                      is_large_request: bool = False, model: ServedModel | None = None) -> list:
         """The vectors as the request's `encoding_format` and `dimensions` ask (compat/encoding.py):

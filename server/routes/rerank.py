@@ -1,15 +1,14 @@
 """POST /v1/rerank, /v2/rerank and /rerank: relevance scores through the request pipeline.
 
 The wire is compat/rerank.py's (Cohere's, Jina's and, on /rerank, TEI's). Every (query, document)
-pair is one sequence: the documents are cut into parts of a few dozen, each part's pairs are
-tokenized as the model's reference builds them (engine/text/pairs.py) and go to the same queue
-and engine as embeddings; the engine hands back [score, raw logit] per pair.
+pair is one sequence: the pipeline's pair parts (server/pipeline/pair_parts.py) cut the documents into
+parts of a few dozen, tokenize each part's pairs as the model's reference builds them and send
+them to the same queue and engine as embeddings; the engine hands back [score, raw logit] per pair.
 """
 
 from __future__ import annotations
 
 import uuid
-from functools import partial
 
 import numpy as np
 from litestar import Request
@@ -22,13 +21,9 @@ from rose_embed.server.pipeline.guards import check_finite, decode_request
 from rose_embed.server.pipeline.model_kind import require_reranker
 from rose_embed.server.http.openapi import EMBEDDINGS_ERROR_RESPONSES
 from rose_embed.server.http.route_spec import RouteSpec
-from rose_embed.server.pipeline.embed_parts import is_large_request
-from rose_embed.server.pipeline.priority_pool import LARGE, SMALL
-from rose_embed.server.pipeline.request_pipeline import ReadyPart, part_bounds
-from rose_embed.server.pipeline.request_cost import input_cost
+from rose_embed.server.pipeline.pair_parts import pair_parts, pairs_ahead, pairs_cost
 from rose_embed.server.routes.support import admitted, compute_parts, pick_model, runtime_of, trace_of
 from rose_embed.server.runtime import Runtime
-from rose_embed.server.pipeline.served_models import ServedModel
 
 async def rerank(request: Request, state: State) -> RerankResponse:
     data = decode_request(await request.body(), RerankRequest)
@@ -49,29 +44,22 @@ async def _rerank(request: Request, state: State, data: RerankRequest) -> Rerank
     documents, param = documents_of(data)
     _check(data, documents, param, runtime)
     tei = is_tei(data)
-    is_large = is_large_request(len(documents))
     trace = trace_of(request)
     trace.num_inputs = len(documents)
     trace.texts = [data.query, *documents] if runtime.config.log_inputs else None
 
-    async def make_ready(lo: int, hi: int) -> ReadyPart:
-        pairs = await _encode(runtime, model, data.query, documents[lo:hi], data.max_tokens_per_doc, is_large)
-        if tei and not data.truncate and pairs.truncated:
-            raise invalid_request(
-                f"'texts[{lo + pairs.truncated[0]}]' and the query together are longer than the model's limit of "
-                f"{model.view.spec.max_seq_len} tokens; send \"truncate\": true to have the pair cut, as TEI "
-                "asks", "texts", "context_length_exceeded")
-        return ReadyPart(pairs.seqs, lambda rows: rows[:, :2].copy())
+    def refuse_truncated(index: int) -> None:
+        raise invalid_request(
+            f"'texts[{index}]' and the query together are longer than the model's limit of "
+            f"{model.view.spec.max_seq_len} tokens; send \"truncate\": true to have the pair cut, as TEI "
+            "asks", "texts", "context_length_exceeded")
 
-    parts = [partial(make_ready, lo, hi) for lo, hi in part_bounds(len(documents))]
-    # Each part's pairs are tokenized in a thread (the Rust tokenizer releases the GIL): as many
-    # parts at once as there are threads, so the next ones are ready when the device wants them.
-    # A pair costs its query and document together, cut at the model's limit.
-    max_seq_len = model.view.spec.max_seq_len
-    cost = sum(input_cost(len(data.query) + len(document), max_seq_len, is_chunked=False) for document in documents)
+    parts = pair_parts(runtime, model, data.query, documents, data.max_tokens_per_doc,
+                       refuse_truncated if tei and not data.truncate else None)
+    cost = pairs_cost(data.query, documents, model.view.spec.max_seq_len)
     with admitted(request, runtime, model, cost) as queued:
         outcome = await compute_parts(request, runtime, trace, parts, model, queued,
-                                      parts_ahead=runtime.config.tokenizer_workers)
+                                      parts_ahead=pairs_ahead(runtime))
     rows = np.concatenate(outcome.answers) if outcome.answers else np.zeros((0, 2), np.float32)
     check_finite(rows, trace.request_id)
     if tei:
@@ -112,14 +100,6 @@ def _check(data: RerankRequest, documents: list[str], param: str, runtime: Runti
             raise invalid_request(f"'{name}' holds {len(text)} characters; at most {max_chars} are allowed per text "
                                   "(or start the server with a larger --max-input-chars)",
                                   name.split("[")[0], "input_too_long")
-
-
-async def _encode(runtime: Runtime, model: ServedModel, query: str, documents: list[str], max_doc_tokens: int | None,
-                  is_large: bool):
-    """The pairs' sequences, tokenized off the event loop (the Rust tokenizer releases the GIL), a large
-    request's after any small one's."""
-    return await runtime.tokenizer_pool.run(LARGE if is_large else SMALL, model.view.pairs.encode, query, documents,
-                                            max_doc_tokens)
 
 
 ROUTES = [
