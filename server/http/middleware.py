@@ -97,8 +97,8 @@ class ObservedApp:
         finally:
             total = time.perf_counter() - trace.started
             phases = {**trace.phases(), "total": total}
-            self.metrics.observe_request(self.routes.label(scope["path"]), status, phases, trace.model, trace.num_inputs,
-                                         trace.num_tokens)
+            self.metrics.observe_request(self.routes.label(scope["path"]), status, phases, trace.model,
+                                         trace.num_inputs, trace.num_tokens)
             fields = {"request_id": trace.request_id, "method": scope["method"], "path": scope["path"],
                       "status": status, **sizes, "inputs": trace.num_inputs, "tokens": trace.num_tokens,
                       **{f"{k}_ms": round(v * 1000, 2) for k, v in phases.items()}}
@@ -107,7 +107,8 @@ class ObservedApp:
                 fields["inputs_text"] = trace.texts
             # Probes and scrapes come every few seconds and would drown the log. /health's 503 is
             # an answer too (still loading, or the engine is gone, which is logged where it happens).
-            quiet = self.routes.is_polled(scope["path"]) and (status < 400 or (status == 503 and scope["path"] == "/health"))
+            path = scope["path"]
+            quiet = self.routes.is_polled(path) and (status < 400 or (status == 503 and path == "/health"))
             access_log.log(logging.DEBUG if quiet else logging.INFO, "%s %s %d", scope["method"], scope["path"], status,
                            extra={"fields": fields})
 

@@ -38,11 +38,12 @@ async def health(state: State) -> dict:
 
 
 ROUTES = [
-    RouteSpec(list_models, "GET", ("/v1/models", "/models"), "List the served models, their aliases and each one's kind",
-              ERROR_RESPONSES),
+    RouteSpec(list_models, "GET", ("/v1/models", "/models"),
+              "List the served models, their aliases and each one's kind", ERROR_RESPONSES),
     RouteSpec(get_model, "GET", ("/v1/models/{model_id:path}", "/models/{model_id:path}"), "Describe one model",
               ERROR_RESPONSES,
-              labels={"/v1/models/{model_id:path}": "/v1/models/{model}", "/models/{model_id:path}": "/models/{model}"}),
+              labels={"/v1/models/{model_id:path}": "/v1/models/{model}",
+                      "/models/{model_id:path}": "/models/{model}"}),
     RouteSpec(health, "GET", ("/health",),
               "Readiness: 200 once the model is loaded and warmed up, while an engine serves",
               {503: ERROR_RESPONSES[503]}, access="open", is_polled=True),
