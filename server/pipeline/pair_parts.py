@@ -1,7 +1,7 @@
 """The parts of a rerank request: its (query, document) pairs, a part's worth of documents each.
 
 Every pair is one sequence, built as the model's reference builds it (engine/text/pairs.py) and
-tokenized where the runtime tokenizes (Runtime.tokenize_pairs); the engine hands back
+tokenized where the runtime tokenizes (Serving.tokenize_pairs); the engine hands back
 [score, raw logit] per pair, and a part's answer is those two columns. The request pipeline
 (server/pipeline/request_pipeline.py) computes the parts as it computes any other route's.
 """
@@ -14,13 +14,13 @@ from functools import partial
 from rose_embed.server.pipeline.embed_parts import is_large_request
 from rose_embed.server.pipeline.request_cost import input_cost
 from rose_embed.server.pipeline.request_pipeline import ReadyPart, part_bounds
-from rose_embed.server.runtime import Runtime
+from rose_embed.server.pipeline.serving import Serving
 from rose_embed.server.pipeline.served_models import ServedModel
 
 PartMaker = Callable[[], Awaitable[ReadyPart]]
 
 
-def pair_parts(runtime: Runtime, model: ServedModel, query: str, documents: list[str], max_doc_tokens: int | None,
+def pair_parts(runtime: Serving, model: ServedModel, query: str, documents: list[str], max_doc_tokens: int | None,
                check_truncated: Callable[[int], None] | None = None) -> list[PartMaker]:
     """`check_truncated(index)`: called with the request-wide index of the first document whose pair
     was cut at the model's limit, where the route refuses that rather than cut (TEI's `truncate`)."""
@@ -30,7 +30,7 @@ def pair_parts(runtime: Runtime, model: ServedModel, query: str, documents: list
             for lo, hi in part_bounds(len(documents))]
 
 
-def pairs_ahead(runtime: Runtime) -> int:
+def pairs_ahead(runtime: Serving) -> int:
     """Parts whose pairs are tokenized at once: one per tokenizer thread, so that the next ones are
     ready when the device wants them."""
     return runtime.config.tokenizer_workers
@@ -42,7 +42,7 @@ def pairs_cost(query: str, documents: list[str], max_seq_len: int) -> int:
     return sum(input_cost(len(query) + len(document), max_seq_len, is_chunked=False) for document in documents)
 
 
-async def _pairs_part(runtime: Runtime, model: ServedModel, query: str, documents: list[str], first: int,
+async def _pairs_part(runtime: Serving, model: ServedModel, query: str, documents: list[str], first: int,
                       max_doc_tokens: int | None, is_large: bool, check_truncated) -> ReadyPart:
     pairs = await runtime.tokenize_pairs(query, documents, max_doc_tokens, is_large, model)
     if check_truncated is not None and pairs.truncated:

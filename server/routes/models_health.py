@@ -9,19 +9,19 @@ from litestar.datastructures import State
 from rose_embed.compat.openai import Model, ModelList
 from rose_embed.server.http.openapi import ERROR_RESPONSES
 from rose_embed.server.http.route_spec import RouteSpec
-from rose_embed.server.routes.support import runtime_of
+from rose_embed.server.pipeline.request_context import serving_of
 
 _STARTED = int(time.time())
 
 
 async def list_models(state: State) -> ModelList:
-    runtime = runtime_of(state)
+    runtime = serving_of(state)
     names = runtime.names
     return ModelList(data=[Model(id=name, created=_STARTED, kind=runtime.pick(name).kind) for name in names.listed()])
 
 
 async def get_model(model_id: str, state: State) -> Model:
-    runtime = runtime_of(state)
+    runtime = serving_of(state)
     model_id = model_id.lstrip("/")
     model = runtime.pick(model_id)  # a name a request may use is described, listed or not
     return Model(id=model_id, created=_STARTED, kind=model.kind)
@@ -30,7 +30,7 @@ async def get_model(model_id: str, state: State) -> Model:
 async def health(state: State) -> dict:
     if state.metrics.board is not None:  # --frontend-workers: every front end's report, whichever answers
         return state.metrics.server_health()
-    runtime = runtime_of(state)
+    runtime = serving_of(state)
     engines = runtime.engine_states()
     # Data parallel: 200 while one engine serves; the list says which are out, and why.
     degraded = any(engine["state"] != "serving" for engine in engines)

@@ -10,43 +10,24 @@ from __future__ import annotations
 
 import uuid
 
-import numpy as np
 from litestar import Request
 from litestar.datastructures import State
 
 from rose_embed.compat.rerank import (ApiVersion, BilledUnits, RerankMeta, RerankRequest, RerankResponse, RerankResult,
                            RerankUsage, ResultDocument, TeiRank, documents_of, is_tei, ranked)
+from rose_embed.server.config import ServerConfig
 from rose_embed.server.http.errors import invalid_request
-from rose_embed.server.pipeline.guards import check_finite, decode_request
-from rose_embed.server.pipeline.model_kind import require_reranker
 from rose_embed.server.http.openapi import EMBEDDINGS_ERROR_RESPONSES
 from rose_embed.server.http.route_spec import RouteSpec
-from rose_embed.server.pipeline.pair_parts import pair_parts, pairs_ahead, pairs_cost
-from rose_embed.server.routes.support import admitted, compute_parts, pick_model, runtime_of, trace_of
-from rose_embed.server.runtime import Runtime
-
-async def rerank(request: Request, state: State) -> RerankResponse:
-    data = decode_request(await request.body(), RerankRequest)
-    if is_tei(data):
-        raise invalid_request("'documents' is required here; TEI's body (with 'texts') is taken at POST /rerank",
-                              "documents")
-    return await _rerank(request, state, data)
+from rose_embed.server.pipeline.pair_ask import PairAsk
+from rose_embed.server.pipeline.serve_request import Answered, RouteSteps, serve_request
+from rose_embed.server.pipeline.served_models import ServedModel
 
 
-async def rerank_any(request: Request, state: State) -> RerankResponse | list[TeiRank]:
-    return await _rerank(request, state, decode_request(await request.body(), RerankRequest))
-
-
-async def _rerank(request: Request, state: State, data: RerankRequest) -> RerankResponse | list[TeiRank]:
-    runtime = runtime_of(state)
-    model = pick_model(request, runtime, data.model, "rerank")
-    require_reranker(model.view.spec, model.name)
+def _read(data: RerankRequest, model: ServedModel, config: ServerConfig) -> PairAsk:
+    """Cohere's, Jina's or TEI's body."""
     documents, param = documents_of(data)
-    _check(data, documents, param, runtime)
-    tei = is_tei(data)
-    trace = trace_of(request)
-    trace.num_inputs = len(documents)
-    trace.texts = [data.query, *documents] if runtime.config.log_inputs else None
+    _check(data, documents, param, config)
 
     def refuse_truncated(index: int) -> None:
         raise invalid_request(
@@ -54,15 +35,21 @@ async def _rerank(request: Request, state: State, data: RerankRequest) -> Rerank
             f"{model.view.spec.max_seq_len} tokens; send \"truncate\": true to have the pair cut, as TEI "
             "asks", "texts", "context_length_exceeded")
 
-    parts = pair_parts(runtime, model, data.query, documents, data.max_tokens_per_doc,
-                       refuse_truncated if tei and not data.truncate else None)
-    cost = pairs_cost(data.query, documents, model.view.spec.max_seq_len)
-    with admitted(request, runtime, model, cost) as queued:
-        outcome = await compute_parts(request, runtime, trace, parts, model, queued,
-                                      parts_ahead=pairs_ahead(runtime))
-    rows = np.concatenate(outcome.answers) if outcome.answers else np.zeros((0, 2), np.float32)
-    check_finite(rows, trace.request_id)
-    if tei:
+    return PairAsk(data.query, documents, data.max_tokens_per_doc,
+                   refuse_truncated if is_tei(data) and not data.truncate else None)
+
+
+def _read_not_tei(data: RerankRequest, model: ServedModel, config: ServerConfig) -> PairAsk:
+    """Cohere's or Jina's body: TEI's is taken at /rerank only."""
+    if is_tei(data):
+        raise invalid_request("'documents' is required here; TEI's body (with 'texts') is taken at POST /rerank",
+                              "documents")
+    return _read(data, model, config)
+
+
+def _answer(done: Answered) -> RerankResponse | list[TeiRank]:
+    data, rows, documents = done.data, done.result, done.ask.documents
+    if is_tei(data):
         scores = rows[:, 1 if data.raw_scores else 0].tolist()
         return [TeiRank(index=i, score=scores[i], text=documents[i] if data.return_text else None)
                 for i in ranked(scores, data.top_n)]
@@ -70,16 +57,29 @@ async def _rerank(request: Request, state: State, data: RerankRequest) -> Rerank
     results = [RerankResult(index=i, relevance_score=scores[i],
                             document=ResultDocument(text=documents[i]) if data.return_documents else None)
                for i in ranked(scores, data.top_n)]
-    version = "2" if request.url.path.startswith("/v2/") else "1"
+    version = "2" if done.request.url.path.startswith("/v2/") else "1"
+    num_tokens = done.num_tokens
     return RerankResponse(
-        id=str(uuid.uuid4()), model=model.name, results=results, usage=RerankUsage(total_tokens=outcome.num_tokens),
-        meta=RerankMeta(api_version=ApiVersion(version=version), billed_units=BilledUnits(input_tokens=outcome.num_tokens)),
+        id=str(uuid.uuid4()), model=done.model.name, results=results, usage=RerankUsage(total_tokens=num_tokens),
+        meta=RerankMeta(api_version=ApiVersion(version=version), billed_units=BilledUnits(input_tokens=num_tokens)),
     )
 
 
-def _check(data: RerankRequest, documents: list[str], param: str, runtime: Runtime) -> None:
+RERANK = RouteSteps(RerankRequest, "rerank", _read_not_tei, _answer)
+RERANK_ANY = RouteSteps(RerankRequest, "rerank", _read, _answer)
+
+
+async def rerank(request: Request, state: State) -> RerankResponse:
+    return await serve_request(request, state, RERANK)
+
+
+async def rerank_any(request: Request, state: State) -> RerankResponse | list[TeiRank]:
+    return await serve_request(request, state, RERANK_ANY)
+
+
+def _check(data: RerankRequest, documents: list[str], param: str, config: ServerConfig) -> None:
     """Everything about the request that can be refused before any tokenizing."""
-    limit = runtime.config.max_rerank_documents
+    limit = config.max_rerank_documents
     if not documents:
         raise invalid_request(f"'{param}' holds no documents; give at least one to score", param)
     if len(documents) > limit:
@@ -94,7 +94,7 @@ def _check(data: RerankRequest, documents: list[str], param: str, runtime: Runti
     if data.truncation_direction != "Right":
         raise invalid_request("'truncation_direction' Left is not supported: a pair is cut as its reference cuts "
                               "it, from the end", "truncation_direction")
-    max_chars = runtime.config.max_input_chars
+    max_chars = config.max_input_chars
     for name, text in (("query", data.query), *((f"{param}[{i}]", d) for i, d in enumerate(documents))):
         if len(text) > max_chars:
             raise invalid_request(f"'{name}' holds {len(text)} characters; at most {max_chars} are allowed per text "

@@ -10,7 +10,7 @@ from tests.support.fake_engine import FAKE_MODEL, FakeEngine, serve_async
 from tests.support.request_walk import Walk, profiled
 
 # The crossings of one one-text request as last measured (docs/design.md); lower it as the walk shortens.
-MOST_CROSSINGS = 63
+MOST_CROSSINGS = 30
 
 
 async def _walk_of_one_request(walk: Walk) -> Walk:
