@@ -15,14 +15,9 @@ from rose_embed.server.config import ServerConfig
 from rose_embed.server.http.docs_page import docs_assets
 from rose_embed.server.http.errors import error_response
 from rose_embed.server.http.openapi import openapi_config
-from rose_embed.server.metrics.prometheus import Metrics, metrics_endpoint
-from rose_embed.server.routes.cohere_embed import ROUTES as COHERE_EMBED_ROUTES
-from rose_embed.server.routes.contextualized import ROUTES as CONTEXTUALIZED_ROUTES
-from rose_embed.server.routes.embeddings import ROUTES as EMBEDDINGS_ROUTES
-from rose_embed.server.routes.rerank import ROUTES as RERANK_ROUTES
-from rose_embed.server.routes.tei_embed import ROUTES as TEI_EMBED_ROUTES
-from rose_embed.server.routes.tokenize import ROUTES as TOKENIZE_ROUTES
-from rose_embed.server.routes.models_health import ROUTES
+from rose_embed.server.http.route_index import RouteIndex
+from rose_embed.server.metrics.prometheus import Metrics
+from rose_embed.server.routes.all_routes import ROUTES
 from rose_embed.server.runtime import Runtime
 from rose_embed.server.pipeline.token_inputs import TokenInputs
 
@@ -55,10 +50,10 @@ def create_app(config: ServerConfig, engine: Engine | list[Engine] | None = None
             metrics.stop_publishing()
 
     return Litestar(
-        route_handlers=[*ROUTES, *EMBEDDINGS_ROUTES, *COHERE_EMBED_ROUTES, *TEI_EMBED_ROUTES, *CONTEXTUALIZED_ROUTES,
-                        *RERANK_ROUTES, *TOKENIZE_ROUTES, metrics_endpoint, docs_assets()],
+        route_handlers=[*(route.route_handler() for route in ROUTES), docs_assets()],
         lifespan=[lifespan],
-        state=State({"runtime": runtime, "token_inputs": TokenInputs(config), "metrics": metrics}),
+        state=State({"runtime": runtime, "token_inputs": TokenInputs(config), "metrics": metrics,
+                     "routes": RouteIndex(ROUTES)}),
         request_max_body_size=config.max_body_bytes,
         cors_config=CORSConfig(allow_origins=list(config.cors_origins)) if config.cors_origins else None,
         exception_handlers={Exception: error_response},

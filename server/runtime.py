@@ -19,35 +19,26 @@ import os
 import signal
 import threading
 
-import numpy as np
-
-from rose_embed.compat.encoding import encode_embeddings
 from rose_embed.engine.contract.memory import HeapTrimmer
 from rose_embed.engine.model_files.loader import ModelLoadError
 from rose_embed.engine.model_files.model_view import ModelView
-from rose_embed.server.pipeline.aliases import ModelNames, model_names
 from rose_embed.server.config import ServerConfig, model_configs
 from rose_embed.server.links.engine_link import EngineLoadError
 from rose_embed.server.links.engine_links import EngineLinks
 from rose_embed.server.processes.in_process_engine import InProcessEngine, load_engine, serve_in_thread
 from rose_embed.server.processes.plugins import load_engine_plugin
-from rose_embed.server.pipeline.priority_pool import LARGE, SMALL, PriorityPool
 from rose_embed.server.pipeline.part_process_client import PartProcesses
-from rose_embed.server.processes.part_processes import ENCODED_FORMATS, PartProcessPool, start_part_processes
-from rose_embed.server.pipeline.request_pipeline import PART_TEXTS, RAMP_TEXTS
+from rose_embed.server.pipeline.priority_pool import PriorityPool
+from rose_embed.server.pipeline.serving import Serving
+from rose_embed.server.processes.part_processes import PartProcessPool, start_part_processes
 from rose_embed.server.pipeline.served_models import ServedModel, served_models
 
 logger = logging.getLogger("rose_embed.server")
-# Up to this many characters a request is tokenized on the event loop (well under a millisecond
-# on the fast path); longer ones go to a thread so that other requests are not held up.
-_INLINE_TOKENIZE_CHARS = 16_384
-# A part's texts at most where the part processes take the parts: enough parts that the device
-# gets the request's tokens in a stream, not all at the end.
-_MOST_PART_TEXTS = 256
 
 
-class Runtime:
+class Runtime(Serving):
     """Created with the app; `start` (in the lifespan) loads, warms up and connects to the engines.
+    What a request asks of it is the pipeline's (server/pipeline/serving.py).
 
     `engines` and `model`: the engine processes' links and the models' views, in the order of
     model_configs(config) (the server); else `engine`: engine objects to serve in this process,
@@ -83,55 +74,6 @@ class Runtime:
     def model(self) -> ModelView | None:
         """The first (default) model's view."""
         return self.models[0].view if self.models else None
-
-    @property
-    def names(self) -> ModelNames:
-        first, *others = (m.name for m in self.models)
-        return model_names(first, self.config.model_aliases, self.config.strict_model_names, tuple(others))
-
-    def pick(self, asked: str | None, kind: str | None = None) -> ServedModel:
-        """The model a request's `model` names; the 404 that lists every id otherwise. A request that
-        names none, or one of OpenAI's or Cohere's names, gets the first model of the `kind` its route
-        serves ("embedding" or "rerank"), else the first model (whose route check then says why not)."""
-        names = self.names
-        name = names.resolve(asked)
-        if kind is not None and (asked is None or asked in names.implicit):
-            name = next((m.name for m in self.models if m.kind == kind), name)
-        return next(m for m in self.models if m.name == name)
-
-    @property
-    def batch_budget(self) -> tuple[int, int]:
-        """A piece's most tokens and vectors: the engines' batch budget, as their warm-up chose it."""
-        engine = self.config.engine
-        return (self.engines.max_batch_tokens or engine.max_batch_tokens), engine.max_batch_seqs
-
-    def key_weight(self, request) -> float:
-        """The weight `--api-keys-file` gives the request's key (1 for any other key, or none)."""
-        if not self._key_weights:
-            return 1.0
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        return self._key_weights.get(token.strip(), 1.0) if scheme.lower() == "bearer" else 1.0
-
-    def parts_ahead(self, model: ServedModel) -> int:
-        """Parts of a request to make ready at once: twice what the part processes can take, so that
-        each has its next part waiting; one where the parts are tokenized in place."""
-        if not self._uses_part_processes(model):
-            return 1
-        return 2 * self.part_processes.num_processes
-
-    def part_texts(self, model: ServedModel, num_texts: int) -> int:
-        """Texts per part of a large request after its first small ones: where the part processes
-        take the parts, one part per process (within bounds), since every part costs this front
-        end a round trip to a process each way, more than a process takes to tokenize it."""
-        if not self._uses_part_processes(model):
-            return PART_TEXTS
-        per_process = -(-max(0, num_texts - sum(RAMP_TEXTS)) // self.part_processes.num_processes)
-        return min(max(per_process, PART_TEXTS), _MOST_PART_TEXTS)
-
-    def _uses_part_processes(self, model: ServedModel) -> bool:
-        processes = self.part_processes
-        return (model.index == 0 and processes is not None and processes.is_usable
-                and model.view.tokenizer.holds_the_gil)
 
     @property
     def served_model_name(self) -> str:
@@ -225,10 +167,6 @@ class Runtime:
         if self._own_part_processes is not None:
             await asyncio.to_thread(self._own_part_processes.stop)
 
-    def engine_problem(self) -> str | None:
-        """Why the engines cannot serve (dead or stuck), or None."""
-        return self.engines.problem() if self.is_ready else None
-
     def engine_states(self) -> list[dict]:
         """Each engine as /health lists it, with the bytes each model's weights hold on its device."""
         states = self.engines.describe() if self.engines is not None else []
@@ -237,34 +175,6 @@ class Runtime:
             state["models"] = [{"id": m.name, "kind": m.kind, "weights_bytes": nbytes}
                                for m, nbytes in zip(self.models, weights)]
         return states
-
-    async def tokenize(self, texts: list[str], is_large_request: bool = False,
-                       model: ServedModel | None = None) -> list[np.ndarray]:
-        """Tokenize with `model`'s tokenizer (None: the first model's) off the event loop where that
-        runs in parallel with it (the Rust tokenizer releases the GIL, part processes run side by
-        side for a large request's parts) or would hold it up; a small request in Python is cheaper
-        in place."""
-        model = model or self.models[0]
-        view = model.view
-        if is_large_request and self._uses_part_processes(model):
-            seqs = await self.part_processes.tokenize(texts)
-            if seqs is not None:
-                return seqs
-        if view.tokenizer.holds_the_gil and sum(map(len, texts)) <= _INLINE_TOKENIZE_CHARS:
-            return view.tokenize(texts)
-        return await self.tokenizer_pool.run(LARGE if is_large_request else SMALL, view.tokenize, texts)
-
-    async def encode(self, vectors: np.ndarray, encoding_format: str, dimensions: int | None,
-                     is_large_request: bool = False, model: ServedModel | None = None) -> list:
-        """The vectors as the request's `encoding_format` and `dimensions` ask (compat/encoding.py):
-        a large request's parts in the part processes, side by side, where the format costs more
-        than the round trip (ENCODED_FORMATS); anything else in place."""
-        is_normalized = (model or self.models[0]).view.spec.normalize
-        if is_large_request and self.part_processes is not None and encoding_format in ENCODED_FORMATS:
-            encoded = await self.part_processes.encode(vectors, encoding_format, dimensions, is_normalized)
-            if encoded is not None:
-                return encoded
-        return encode_embeddings(vectors, encoding_format, dimensions, is_normalized)
 
 
 def _as_list(one_or_many) -> list:

@@ -72,6 +72,15 @@ def pack(seqs: list[np.ndarray], segments: list[np.ndarray | None] | None = None
     return replace(batch, segment_ids=segment_ids, cu_segments=cu_segments)
 
 
+def pack_pieces(seqs: list[np.ndarray], segments: list[np.ndarray | None] | None, max_tokens: int,
+                max_outputs: int) -> list[PackedBatch]:
+    """The sequences packed (`pack`) and cut at sequence boundaries into pieces within both caps
+    (`batch_ranges`): one piece where they all fit, views of the packed arrays otherwise."""
+    batch = pack(seqs, segments)
+    ranges = batch_ranges(batch.cu_seqlens, max_tokens, max_outputs, batch.cu_segments)
+    return [batch] if len(ranges) == 1 else [slice_packed(batch, lo, hi) for lo, hi in ranges]
+
+
 def split_flat(input_ids: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
     """Sequences laid end to end, back as one view per sequence (`pack`'s inverse on the ids).
     Slices with Python ints: np.split pays a few array calls per piece, more than a part's

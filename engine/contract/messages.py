@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 
 if TYPE_CHECKING:
     from rose_embed.engine.contract.arena import ArenaLayout
+    from rose_embed.engine.contract.batch import PackedBatch
 
 
 @dataclass
@@ -136,3 +137,21 @@ def ints_for(num_tokens: int, num_seqs: int, is_segmented: bool) -> int:
     """The arena ints a piece takes (see Piece)."""
     one = 2 * num_tokens + num_seqs + 1
     return 2 * one - num_tokens if is_segmented else one
+
+
+class PieceFigures(NamedTuple):
+    """A piece's sizes, as its Piece message and the arena's allocator read them."""
+
+    num_tokens: int
+    num_seqs: int
+    max_seqlen: int
+    num_outputs: int
+    is_segmented: bool
+    num_ints: int  # the arena ints it takes (ints_for)
+
+
+def piece_figures(batch: PackedBatch) -> PieceFigures:
+    """Every size a front end sends or allocates for a piece, read from its batch at once."""
+    num_tokens, num_seqs, is_segmented = batch.num_tokens, batch.num_seqs, batch.cu_segments is not None
+    return PieceFigures(num_tokens, num_seqs, batch.max_seqlen, batch.num_outputs, is_segmented,
+                        ints_for(num_tokens, num_seqs, is_segmented))

@@ -12,13 +12,7 @@ from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
 from rose_embed.server.http.errors import APIError
-
-# Readiness probes stay reachable without a key (a probe that cannot send one would take the pod
-# out of service); so do the metrics scraper and the API docs (the page, /docs/openapi.json and
-# the page's files), unless --protect-metrics-and-docs.
-PROBE_PATHS = ("/health",)
-METRICS_PATHS = ("/metrics",)
-DOCS_PREFIXES = ("/docs",)
+from rose_embed.server.http.access import ACCESS_KEY
 
 
 def _bearer_token(header: str | None) -> str | None:
@@ -44,15 +38,26 @@ def is_valid_key(token: str, keys: tuple[str, ...]) -> bool:
     return matched
 
 
+def _access(connection: ASGIConnection, route_handler: BaseRouteHandler) -> str:
+    """The handler's declared access; for Litestar's own answer to OPTIONS, which no declaration
+    builds, the access of the route it answers for."""
+    access = route_handler.opt.get(ACCESS_KEY)
+    if access is not None:
+        return access
+    path = next(iter(route_handler.paths))
+    declared = (handler.opt.get(ACCESS_KEY) for handler in connection.app.route_handler_method_map[path].values())
+    return next(access for access in declared if access is not None)
+
+
 def api_key_guard(keys: tuple[str, ...], protect_metrics_and_docs: bool = False):
     """A Litestar guard that admits requests whose bearer token is one of `keys`, and any request
-    to the open routes."""
-    open_paths = PROBE_PATHS if protect_metrics_and_docs else PROBE_PATHS + METRICS_PATHS
-    open_prefixes = () if protect_metrics_and_docs else DOCS_PREFIXES
+    to a route declared open (server/http/access.py). Readiness probes stay reachable without a
+    key (a probe that cannot send one would take the pod out of service); so do the metrics scraper
+    and the API docs, unless --protect-metrics-and-docs."""
+    open_access = {"open"} if protect_metrics_and_docs else {"open", "metrics", "docs"}
 
-    def guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
-        path = connection.scope["path"]
-        if path in open_paths or path.startswith(open_prefixes):
+    def guard(connection: ASGIConnection, route_handler: BaseRouteHandler) -> None:
+        if _access(connection, route_handler) in open_access:
             return
         token = _bearer_token(connection.headers.get("authorization"))
         if token is None:

@@ -12,7 +12,11 @@ from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.router import Router
 from litestar.static_files import create_static_files_router
 
+from rose_embed.server.http.access import access_opt
+
 ASSETS_PATH = "/docs/assets"
+# The docs' routes (the page, the document, the page's files), declared to the API-key guard.
+DOCS_ACCESS = access_opt("docs")
 
 
 def docs_page() -> SwaggerRenderPlugin:
@@ -29,4 +33,5 @@ def docs_page() -> SwaggerRenderPlugin:
 def docs_assets() -> Router:
     from swagger_ui_bundle import swagger_ui_path
 
-    return create_static_files_router(path=ASSETS_PATH, directories=[swagger_ui_path], include_in_schema=False)
+    return create_static_files_router(path=ASSETS_PATH, directories=[swagger_ui_path], include_in_schema=False,
+                                       opt=DOCS_ACCESS)

@@ -21,22 +21,6 @@ from rose_embed.server.http.trace import SCOPE_KEY, RequestTrace, request_id_fro
 
 access_log = logging.getLogger(ACCESS_LOGGER)
 
-# Routes by a fixed label, so that a client probing random paths cannot grow the metrics.
-_ROUTES = {"/v1/embeddings", "/embeddings", "/v2/embed", "/v1/embed", "/embed", "/",
-           "/v1/contextualizedembeddings", "/contextualizedembeddings",
-           "/v1/rerank", "/v2/rerank", "/rerank", "/tokenize", "/detokenize",
-           "/v1/models", "/models", "/health", "/metrics"}
-_PROBES = {"/health", "/metrics"}
-
-
-def route_label(path: str) -> str:
-    if path in _ROUTES:
-        return path
-    if path.startswith(("/v1/models/", "/models/")):
-        return path.split("/models/", 1)[0] + "/models/{model}"
-    return "other"
-
-
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f}"
 
@@ -47,6 +31,7 @@ class ObservedApp:
     def __init__(self, app: Litestar, log_inputs: bool = False, worker_pid: int | None = None,
                  request_timeout: float | None = None):
         self.app, self.metrics, self.log_inputs = app, app.state.metrics, log_inputs
+        self.routes = app.state.routes  # what the declared routes say of a path (server/http/route_index.py)
         # uvicorn bounds no body's arrival: without this a client that stops sending its body
         # would hold its connection and its request forever, --request-timeout notwithstanding.
         self.request_timeout = request_timeout
@@ -112,8 +97,8 @@ class ObservedApp:
         finally:
             total = time.perf_counter() - trace.started
             phases = {**trace.phases(), "total": total}
-            self.metrics.observe_request(route_label(scope["path"]), status, phases, trace.model, trace.num_inputs,
-                                         trace.num_tokens)
+            self.metrics.observe_request(self.routes.label(scope["path"]), status, phases, trace.model,
+                                         trace.num_inputs, trace.num_tokens)
             fields = {"request_id": trace.request_id, "method": scope["method"], "path": scope["path"],
                       "status": status, **sizes, "inputs": trace.num_inputs, "tokens": trace.num_tokens,
                       **{f"{k}_ms": round(v * 1000, 2) for k, v in phases.items()}}
@@ -122,7 +107,8 @@ class ObservedApp:
                 fields["inputs_text"] = trace.texts
             # Probes and scrapes come every few seconds and would drown the log. /health's 503 is
             # an answer too (still loading, or the engine is gone, which is logged where it happens).
-            quiet = scope["path"] in _PROBES and (status < 400 or (status == 503 and scope["path"] == "/health"))
+            path = scope["path"]
+            quiet = self.routes.is_polled(path) and (status < 400 or (status == 503 and path == "/health"))
             access_log.log(logging.DEBUG if quiet else logging.INFO, "%s %s %d", scope["method"], scope["path"], status,
                            extra={"fields": fields})
 

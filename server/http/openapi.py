@@ -1,52 +1,20 @@
 """The OpenAPI document: what Litestar cannot infer on its own.
 
-`POST /v1/embeddings` and `/v1/contextualizedembeddings` decode their bodies themselves (strict
-msgspec decoding), so Litestar sees no `data` parameter and would publish them without a request
-body. Their request schemas are therefore generated here from the same Structs the routes decode
-with (server/http/openapi_schema.py), and every route's error responses are declared with OpenAI's
+The routes decode their bodies themselves (strict msgspec decoding), so Litestar sees no `data`
+parameter and would publish them without a request body: each route's declaration names the
+Struct it decodes with (server/http/route_spec.py), published from that Struct
+(server/http/openapi_schema.py). Every route's error responses are declared with OpenAI's
 envelope instead of Litestar's own 400 shape.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from litestar.openapi import OpenAPIConfig, ResponseSpec
-from litestar.openapi.spec import (
-    Components,
-    OpenAPIMediaType,
-    Operation,
-    RequestBody,
-    SecurityScheme,
-)
+from litestar.openapi.spec import Components, SecurityScheme
+from litestar.router import Router
 
-from rose_embed.compat.contextualized import ContextualizedEmbeddingRequest
-from rose_embed.compat.openai import EmbeddingRequest, ErrorResponse
-from rose_embed.server.http.docs_page import docs_page
-from rose_embed.server.http.openapi_schema import struct_schema
-
-EMBEDDING_REQUEST_SCHEMA = struct_schema(EmbeddingRequest)
-CONTEXTUALIZED_REQUEST_SCHEMA = struct_schema(ContextualizedEmbeddingRequest)
-
-
-@dataclass
-class ContextualizedOperation(Operation):
-    """Adds the request body to the contextualized embeddings operation."""
-
-    def __post_init__(self) -> None:
-        self.request_body = RequestBody(
-            required=True, content={"application/json": OpenAPIMediaType(schema=CONTEXTUALIZED_REQUEST_SCHEMA)}
-        )
-
-
-@dataclass
-class EmbeddingsOperation(Operation):
-    """Adds the request body to the embeddings operation."""
-
-    def __post_init__(self) -> None:
-        self.request_body = RequestBody(
-            required=True, content={"application/json": OpenAPIMediaType(schema=EMBEDDING_REQUEST_SCHEMA)}
-        )
+from rose_embed.compat.openai import ErrorResponse
+from rose_embed.server.http.docs_page import DOCS_ACCESS, docs_page
 
 
 def _error(description: str) -> ResponseSpec:
@@ -73,5 +41,7 @@ def openapi_config(has_api_keys: bool) -> OpenAPIConfig:
     if has_api_keys:
         components.security_schemes = {"BearerAuth": SecurityScheme(type="http", scheme="bearer")}
         security = [{"BearerAuth": []}]
+    # The docs' own routes, declared open as the docs are (server/http/auth.py).
+    router = Router("/docs", route_handlers=[], include_in_schema=False, dto=None, return_dto=None, opt=DOCS_ACCESS)
     return OpenAPIConfig(title="rose-embed", version="0.1.0", path="/docs", components=components, security=security,
-                         render_plugins=[docs_page()])
+                         render_plugins=[docs_page()], openapi_router=router)

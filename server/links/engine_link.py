@@ -153,29 +153,29 @@ class EngineLink:
         batches ran faster (small batches of queries alone run slower: they say little of what it can do)."""
         return max(self.board["busy_tokens_per_second"], self.warm_tokens_per_second)
 
-    async def compute(self, request: int, index: int, opens_request: bool, batch: PackedBatch, model: int = 0,
-                      weight: float = 1.0, is_small: bool = False) -> PieceVectors:
-        """`model`: which served model computes it; `weight`: the request's share against others';
-        `is_small`: the whole request is small (on a CPU it may run between a larger batch's layers)."""
+    async def compute(self, request: int, index: int, opens_request: bool, batch: PackedBatch,
+                      figures: messages.PieceFigures, model: int = 0, weight: float = 1.0,
+                      is_small: bool = False) -> PieceVectors:
+        """`figures`: the batch's sizes (messages.piece_figures), read once by the caller; `model`: which
+        served model computes it; `weight`: the request's share against others'; `is_small`: the whole
+        request is small (on a CPU it may run between a larger batch's layers)."""
         if self.out_reason is not None:
             raise EngineLostError(self.out_reason)
-        is_segmented = batch.cu_segments is not None
-        num_ints = messages.ints_for(batch.num_tokens, batch.num_seqs, is_segmented)
-        offset = await self._take(num_ints, request, weight, batch.num_tokens)
+        num_tokens = figures.num_tokens
+        offset = await self._take(figures.num_ints, request, weight, num_tokens)
+        if self.out_reason is not None:  # it went out while the piece waited: nothing would answer it
+            raise EngineLostError(self.out_reason)
         self.arena.write_piece(offset, batch)
         future = self._loop.create_future()
         if not self.tokens_outstanding:
             self.heard_at = time.monotonic()
         width = self.models[model][0] if model < len(self.models) else self.arena.layout.dim
-        self._pending[(request, index)] = _Pending(future, offset, num_ints, batch.num_outputs, batch.num_tokens, width)
+        self._pending[(request, index)] = _Pending(future, offset, figures.num_ints, figures.num_outputs, num_tokens,
+                                                   width)
         self._unanswered[request] += 1
-        self.tokens_outstanding += batch.num_tokens
-        message = messages.Piece(request, index, offset, batch.num_tokens, batch.num_seqs, batch.max_seqlen,
-                                 batch.num_outputs, is_segmented, opens_request, model, weight, is_small)
-        try:
-            self._tasks.send_bytes(messages.encode(message))
-        except OSError:  # a broken pipe: the engine is gone
-            self._lost(self._exit_reason())
+        self.tokens_outstanding += num_tokens
+        self._send(messages.Piece(request, index, offset, num_tokens, figures.num_seqs, figures.max_seqlen,
+                                  figures.num_outputs, figures.is_segmented, opens_request, model, weight, is_small))
         self.num_pieces += 1
         return await future
 

@@ -23,6 +23,7 @@ from multiprocessing.connection import Connection
 
 from rose_embed.engine.contract.interface import BatchFailedError, EngineUnavailableError, PieceVectors
 from rose_embed.engine.contract.batch import PackedBatch
+from rose_embed.engine.contract.messages import piece_figures
 from rose_embed.server.links.admission import SMALL_REQUEST_TOKENS, Admission, Ticket
 from rose_embed.server.links.admission_board import AdmissionBoard
 from rose_embed.server.links.engine_ends import EngineEnds
@@ -265,14 +266,15 @@ class _Request:
         if engines.fatal_error is not None:
             raise EngineUnavailableError(engines.fatal_error, engines.retry_after())
         link = engines.pick()
+        figures = piece_figures(piece)  # read once: the link and the admission both need them
         opens = link not in self._touched
         if opens:
             self._touched.append(link)
         index = self._num_pieces
         self._num_pieces += 1
         try:
-            vectors = await link.compute(self.number, index, opens, piece, model=self.model, weight=self.weight,
-                                         is_small=self.ticket.cost <= SMALL_REQUEST_TOKENS)
+            vectors = await link.compute(self.number, index, opens, piece, figures, model=self.model,
+                                         weight=self.weight, is_small=self.ticket.cost <= SMALL_REQUEST_TOKENS)
         except EngineLostError as exc:
             if engines.fatal_error is not None:
                 raise EngineUnavailableError(engines.fatal_error, engines.retry_after()) from None
@@ -283,7 +285,7 @@ class _Request:
         except PieceFailedError as exc:
             raise BatchFailedError(f"computing the batch failed ({exc})") from exc
         if self._is_open:
-            engines.admission.progress(self.ticket, piece.num_tokens)
+            engines.admission.progress(self.ticket, figures.num_tokens)
         return vectors
 
     def close(self) -> None:

@@ -20,13 +20,14 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from litestar import Response, get
+from litestar import Response
 from litestar.datastructures import State
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
 from rose_embed.engine.contract.memory import resident_bytes
+from rose_embed.server.http.route_spec import RouteSpec
 from rose_embed.server.metrics.merge import carried_counts, families_of, merge, with_carried
 from rose_embed.server.metrics.request_metrics import RequestSeries
 from rose_embed.server.metrics.health import server_health
@@ -250,7 +251,10 @@ def _device_memory(links: list, boards: list[dict]) -> GaugeMetricFamily:
     return family
 
 
-@get("/metrics", summary="Prometheus metrics", include_in_schema=False)
 async def metrics_endpoint(state: State) -> Response:
     # The header as prometheus_client spells it (it names the charset): Litestar would add a second one.
     return Response(content=state.metrics.render(), headers={"content-type": CONTENT_TYPE_LATEST})
+
+
+ROUTES = [RouteSpec(metrics_endpoint, "GET", ("/metrics",), "Prometheus metrics", {}, access="metrics",
+                    is_documented=False, is_polled=True)]

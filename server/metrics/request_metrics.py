@@ -1,11 +1,12 @@
 """The per-request series of /metrics, kept apart per served model.
 
 Every request is counted under the `model` label: the served id of the model a route picked for it
-(Runtime.pick, through route_support.pick_model), or "" for a request answered before any model was
-picked (an unknown model's 404, a body that does not parse, a 503 while loading) or on a route that
-computes with none (/health, /metrics, /v1/models). An empty label value is what Prometheus stores as
-no label at all, and it cannot be taken for a served id, which is never empty. A server with an
-embedder and a reranker side by side shows each one's traffic; a sum over `model` is the server's.
+(Serving.pick, through server/pipeline/request_context.py's pick_model), or "" for a request
+answered before any model was picked (an unknown model's 404, a body that does not parse, a 503
+while loading) or on a route that computes with none (/health, /metrics, /v1/models). An empty
+label value is what Prometheus stores as no label at all, and it cannot be taken for a served id,
+which is never empty. A server with an embedder and a reranker side by side shows each one's
+traffic; a sum over `model` is the server's.
 
 This runs once per request on a front end that answers tens of thousands a second, and
 prometheus_client's labels() takes a lock and builds its key on every call: so each model's

@@ -18,7 +18,7 @@ from rose_embed.server.http.errors import APIError
 from rose_embed.server.pipeline.long_inputs import context_length_error, fit_request_texts, fit_request_token_ids
 from rose_embed.server.pipeline.prompts import apply_prompt
 from rose_embed.server.pipeline.request_pipeline import PART_TEXTS, ReadyPart, part_bounds
-from rose_embed.server.runtime import Runtime
+from rose_embed.server.pipeline.serving import Serving
 from rose_embed.server.pipeline.served_models import ServedModel
 
 Finish = Callable[[np.ndarray], Awaitable]
@@ -30,7 +30,7 @@ def is_large_request(num_inputs: int) -> bool:
     return num_inputs > PART_TEXTS
 
 
-def text_parts(runtime: Runtime, model: ServedModel, texts: list[str], prompt: str, mode: str, finish: Finish,
+def text_parts(runtime: Serving, model: ServedModel, texts: list[str], prompt: str, mode: str, finish: Finish,
                too_long: Callable[[int, int], APIError] = context_length_error) -> list[PartMaker]:
     """`too_long(max_seq_len, num_tokens)`: the error for an input past the limit in mode "error"."""
     is_large = is_large_request(len(texts))
@@ -38,13 +38,13 @@ def text_parts(runtime: Runtime, model: ServedModel, texts: list[str], prompt: s
             for lo, hi in part_bounds(len(texts), runtime.part_texts(model, len(texts)))]
 
 
-def token_id_parts(runtime: Runtime, model: ServedModel, token_ids: list[list[int]], mode: str,
+def token_id_parts(runtime: Serving, model: ServedModel, token_ids: list[list[int]], mode: str,
                    finish: Finish) -> list[PartMaker]:
     return [partial(_token_ids_part, model, token_ids[lo:hi], mode, finish)
             for lo, hi in part_bounds(len(token_ids), runtime.part_texts(model, len(token_ids)))]
 
 
-async def _texts_part(runtime: Runtime, model: ServedModel, texts: list[str], prompt: str, mode: str, finish: Finish,
+async def _texts_part(runtime: Serving, model: ServedModel, texts: list[str], prompt: str, mode: str, finish: Finish,
                       is_large: bool, too_long) -> ReadyPart:
     seqs = await runtime.tokenize(apply_prompt(prompt, texts), is_large, model)
     fitted = await fit_request_texts(model.view.tokenizer, mode, texts, prompt, seqs, too_long)

@@ -4,31 +4,11 @@ from __future__ import annotations
 
 import logging
 
-import msgspec
 import numpy as np
 
-from rose_embed.compat.openai import EmbeddingRequest
 from rose_embed.server.http.errors import APIError, invalid_request, shutting_down
-from rose_embed.server.http.json_body import not_utf8, unpaired_surrogate, without_bom
 
 logger = logging.getLogger("rose_embed.guards")
-
-
-def decode_request(body: bytes, type: type = EmbeddingRequest):
-    """Strict msgspec decoding into `type`; a body nested thousands deep is the client's error, not ours.
-    A leading UTF-8 byte-order mark is ignored (server/http/json_body.py)."""
-    body = without_bom(body)
-    try:
-        return msgspec.json.decode(body, type=type)
-    except RecursionError:
-        raise invalid_request("The JSON body is nested too deeply to parse.") from None
-    except msgspec.ValidationError:
-        raise
-    except msgspec.DecodeError as exc:
-        explained = not_utf8(body) or unpaired_surrogate(body)
-        if explained is None:
-            raise
-        raise explained from exc
 
 
 def check_input_chars(texts: list[str], max_chars: int, is_chunked: bool = False,

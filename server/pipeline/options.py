@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from rose_embed.compat.encoding import encoding_formats
 from rose_embed.engine.model_files.loader import ModelSpec
 from rose_embed.server.http.errors import invalid_request
 
 
-def check_encoding_format(spec: ModelSpec, encoding_format: str, param: str = "encoding_format") -> None:
-    """A 400 naming the formats this model can produce (int8 / binary need a quantising model);
-    `param`: the request field that asked for it."""
-    allowed = encoding_formats(spec.quantization)
+def check_encoding_format(allowed: tuple[str, ...], encoding_format: str, param: str = "encoding_format") -> None:
+    """A 400 naming the formats this model can produce, `allowed` (int8 / binary need a quantising
+    model: ServedModel.formats); `param`: the request field that asked for it."""
     if encoding_format not in allowed:
         raise invalid_request(
             f"this model writes only the formats {', '.join(allowed)}; '{param}' asked for {encoding_format!r}"

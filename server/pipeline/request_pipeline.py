@@ -27,8 +27,9 @@ import numpy as np
 from litestar import Request
 
 from rose_embed.engine.contract.interface import PieceVectors, Request as EngineRequest
-from rose_embed.engine.contract.batch import batch_ranges, pack, slice_packed
+from rose_embed.engine.contract.batch import pack_pieces
 from rose_embed.server.http.errors import APIError
+from rose_embed.server.http.disconnect import wait_for_disconnect
 from rose_embed.server.pipeline.guards import request_timeout
 from rose_embed.server.http.trace import RequestTrace
 
@@ -81,8 +82,8 @@ async def run_parts(request: Request, queued: EngineRequest, trace: RequestTrace
                     parts: Sequence[Callable[[], Awaitable[ReadyPart]]], budget: tuple[int, int],
                     max_tokens: int, tokens_error: Callable[[int, bool], APIError], timeout: float | None,
                     parts_ahead: int = 1) -> Outcome:
-    """Make each part ready in turn and compute it on the admitted engine request `queued` (closed
-    when this returns); every part's `finish` result, in order.
+    """Make each part ready in turn and compute it on the admitted engine request `queued` (its
+    admission closes it: server/pipeline/compute_request.py); every part's `finish` result, in order.
 
     `budget`: (max tokens, max vectors) of one piece, the engine's batch budget. The request's
     tokens may not pass `max_tokens`: past it, `tokens_error(count, is_whole)` ends the request, where
@@ -137,10 +138,7 @@ class _Job:
         return await answer if inspect.isawaitable(answer) else answer
 
     async def _vectors(self, part: ReadyPart) -> np.ndarray:
-        batch = pack(part.seqs, part.segments)
-        max_tokens, max_outputs = self.budget
-        ranges = batch_ranges(batch.cu_seqlens, max_tokens, max_outputs, batch.cu_segments)
-        pieces = [batch] if len(ranges) == 1 else [slice_packed(batch, lo, hi) for lo, hi in ranges]
+        pieces = pack_pieces(part.seqs, part.segments, *self.budget)
         results: list[PieceVectors] = await asyncio.gather(*(self.queued.compute(piece) for piece in pieces))
         for result in results:
             self.trace.add_batch(result.started, result.finished)
@@ -152,13 +150,12 @@ class _Job:
                 task.cancel()
             else:  # read, so that asyncio does not log an exception nobody awaited
                 task.cancelled() or task.exception()
-        self.queued.close()
 
 
 async def _with_deadline(work: Awaitable[T], request: Request, timeout: float | None) -> T:
     """`work`'s result, unless the client goes away (499) or `timeout` passes (504) first."""
     task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_wait_for_disconnect(request))
+    watcher = asyncio.ensure_future(wait_for_disconnect(request))
     try:
         await asyncio.wait({task, watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -176,8 +173,3 @@ async def _with_deadline(work: Awaitable[T], request: Request, timeout: float | 
         raise APIError(499, "The client closed the request.", "invalid_request_error", None, "client_closed")
     return task.result()
 
-
-async def _wait_for_disconnect(request: Request) -> None:
-    """Returns when the client goes away (the body is already read, so only that is left)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass

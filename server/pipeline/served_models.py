@@ -7,22 +7,31 @@ every model in the same order (server/config.py's model_configs).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from rose_embed.compat.encoding import encoding_formats
 from rose_embed.engine.model_files.model_view import ModelView
 from rose_embed.server.config import ServerConfig
 
 
 @dataclass(frozen=True)
 class ServedModel:
+    """Besides its view, the figures every request asks of it, read from the view once."""
+
     index: int  # its place among the server's models: the first is the default one
     name: str  # what clients send as `model` and /v1/models lists
     view: ModelView  # its description and tokenizer
+    kind: str = field(init=False)  # what /v1/models says it does: "embedding" or "rerank"
+    formats: tuple[str, ...] = field(init=False)  # the encoding formats it can write
+    normalizes: bool = field(init=False)  # its vectors are L2-normalised as they are computed
+    tokenizes_holding_the_gil: bool = field(init=False)  # its tokenizer is Python's, not Rust's
 
-    @property
-    def kind(self) -> str:
-        """What /v1/models says it does: "embedding" or "rerank"."""
-        return "rerank" if self.view.spec.is_reranker else "embedding"
+    def __post_init__(self) -> None:
+        spec = self.view.spec
+        object.__setattr__(self, "kind", "rerank" if spec.is_reranker else "embedding")
+        object.__setattr__(self, "formats", tuple(encoding_formats(spec.quantization)))
+        object.__setattr__(self, "normalizes", spec.normalize)
+        object.__setattr__(self, "tokenizes_holding_the_gil", self.view.tokenizer.holds_the_gil)
 
 
 def served_models(config: ServerConfig, views: list[ModelView]) -> list[ServedModel]:

@@ -1,6 +1,6 @@
 """POST /v2/embed and /v1/embed: Cohere's embed, through the request pipeline.
 
-The wire is compat/cohere_embed.py's; the parts are /v1/embeddings' (server/pipeline/embed_parts.py).
+The wire is compat/cohere_embed.py's; the ask is /v1/embeddings' (server/pipeline/embed_ask.py).
 The vectors are computed once, and each part's are written in every type the request asks for
 as soon as they land. Cohere's int8, uint8, binary and ubinary come from its own models'
 training; this server writes them only for a model that defines its own quantisation (as for
@@ -10,80 +10,58 @@ inventing a quantisation of its own.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
-import numpy as np
-from litestar import Request, post
+from litestar import Request
 from litestar.datastructures import State
 
 from rose_embed.compat.cohere_embed import (CohereEmbedFloatsResponse, CohereEmbedRequest, CohereEmbedResponse,
                                  EMBEDDING_TYPES, EmbeddingsByType, check_input_type, embedding_types_of,
                                  long_inputs_mode_of, texts_of)
-from rose_embed.compat.encoding import encoding_formats
-from rose_embed.compat.rerank import ApiVersion, BilledUnits, RerankMeta
-from rose_embed.server.pipeline.embed_parts import is_large_request, text_parts
-from rose_embed.server.http.errors import APIError, invalid_request
-from rose_embed.server.pipeline.guards import check_finite, check_input_chars, decode_request
-from rose_embed.server.pipeline.model_kind import require_embedder
-from rose_embed.server.http.openapi import EMBEDDINGS_ERROR_RESPONSES
-from rose_embed.server.http.openapi_schema import body_operation
-from rose_embed.server.pipeline.options import check_dimensions
-from rose_embed.server.pipeline.prompts import resolve_prompt
 from rose_embed.compat.inputs import NormalisedInput
-from rose_embed.server.pipeline.request_cost import request_cost
-from rose_embed.server.routes.support import admitted, compute_parts, pick_model, runtime_of, trace_of
+from rose_embed.compat.rerank import ApiVersion, BilledUnits, RerankMeta
+from rose_embed.server.config import ServerConfig
+from rose_embed.server.http.errors import APIError, invalid_request
+from rose_embed.server.http.openapi import EMBEDDINGS_ERROR_RESPONSES
+from rose_embed.server.http.route_spec import RouteSpec
+from rose_embed.server.pipeline.embed_ask import EmbedAsk
+from rose_embed.server.pipeline.serve_request import Answered, RouteSteps, serve_request
+from rose_embed.server.pipeline.served_models import ServedModel
 
-CohereEmbedOperation = body_operation(CohereEmbedRequest)
 
-
-@post(["/v2/embed", "/v1/embed"], status_code=200, summary="Create embeddings (Cohere's embed)",
-      operation_class=CohereEmbedOperation, responses=EMBEDDINGS_ERROR_RESPONSES)
-async def cohere_embed(request: Request, state: State) -> CohereEmbedResponse | CohereEmbedFloatsResponse:
-    runtime = runtime_of(state)
-    data = decode_request(await request.body(), CohereEmbedRequest)
-    model = pick_model(request, runtime, data.model, "embedding")
+def _read(data: CohereEmbedRequest, model: ServedModel, config: ServerConfig) -> EmbedAsk:
     spec = model.view.spec
-    require_embedder(spec, model.name)
-    texts, param = texts_of(data, runtime.config.max_request_inputs)
+    texts, param = texts_of(data, config.max_request_inputs)
     types = embedding_types_of(data)
-    _check_types(types, spec.quantization)
-    check_dimensions(spec, data.output_dimension, "output_dimension")
+    _check_types(types, model.formats)
     mode = long_inputs_mode_of(data.truncate)
     _check_max_tokens(data.max_tokens, spec.max_seq_len)
     check_input_type(data.input_type)
-    prompt = resolve_prompt(spec.prompts, spec.default_prompt_name, None, data.input_type)
-    check_input_chars(texts, runtime.config.max_input_chars, param=param)
-    trace = trace_of(request)
-    trace.num_inputs = len(texts)
-    trace.texts = texts if runtime.config.log_inputs else None
-    is_large = is_large_request(len(texts))
-
-    async def finish(vectors: np.ndarray) -> list[list]:
-        check_finite(vectors, trace.request_id)
-        return await asyncio.gather(*(runtime.encode(vectors, name, data.output_dimension, is_large, model)
-                                      for name in types))
 
     def too_long(max_len: int, num_tokens: int) -> APIError:
         return invalid_request(f"An input of '{param}' holds {num_tokens} tokens, more than this model's limit of "
                                f"{max_len}; send \"truncate\": \"END\" (the default) to have its end cut",
                                param, "context_length_exceeded")
 
-    parts = text_parts(runtime, model, texts, prompt, mode, finish, too_long)
-    with admitted(request, runtime, model, request_cost(NormalisedInput(texts=texts), spec.max_seq_len)) as queued:
-        outcome = await compute_parts(request, runtime, trace, parts, model, queued)
-    by_type = {name: [row for answer in outcome.answers for row in answer[k]] for k, name in enumerate(types)}
-    is_v1 = request.url.path.startswith("/v1/")
+    return EmbedAsk(NormalisedInput(texts=texts), param=param, formats=tuple(types), format_param=None,
+                    dimensions=data.output_dimension, dimensions_param="output_dimension",
+                    input_type=data.input_type, long_inputs=mode, too_long=too_long)
+
+
+def _answer(done: Answered) -> CohereEmbedResponse | CohereEmbedFloatsResponse:
+    data, ask = done.data, done.ask
+    texts = ask.inputs.texts
+    by_type = dict(zip(ask.formats, done.result))
+    is_v1 = done.request.url.path.startswith("/v1/")
     meta = RerankMeta(api_version=ApiVersion(version="1" if is_v1 else "2"),
-                      billed_units=BilledUnits(input_tokens=outcome.num_tokens))
+                      billed_units=BilledUnits(input_tokens=done.num_tokens))
     if is_v1 and data.embedding_types is None:
         return CohereEmbedFloatsResponse(id=str(uuid.uuid4()), embeddings=by_type["float"], texts=texts, meta=meta)
     embeddings = EmbeddingsByType(**{("float_" if name == "float" else name): rows for name, rows in by_type.items()})
     return CohereEmbedResponse(id=str(uuid.uuid4()), embeddings=embeddings, texts=texts, meta=meta)
 
 
-def _check_types(types: list[str], quantization: str | None) -> None:
-    served = encoding_formats(quantization)
+def _check_types(types: list[str], served: tuple[str, ...]) -> None:
     for name in types:
         if name not in served:
             given = ", ".join(t for t in EMBEDDING_TYPES if t in served)
@@ -100,4 +78,12 @@ def _check_max_tokens(max_tokens: int | None, max_seq_len: int) -> None:
                               f"of {max_seq_len} tokens; leave it out, or send at least {max_seq_len}", "max_tokens")
 
 
-ROUTES = [cohere_embed]
+COHERE_EMBED = RouteSteps(CohereEmbedRequest, "embedding", _read, _answer)
+
+
+async def cohere_embed(request: Request, state: State) -> CohereEmbedResponse | CohereEmbedFloatsResponse:
+    return await serve_request(request, state, COHERE_EMBED)
+
+
+ROUTES = [RouteSpec(cohere_embed, "POST", ("/v2/embed", "/v1/embed"), "Create embeddings (Cohere's embed)",
+                    EMBEDDINGS_ERROR_RESPONSES, body=CohereEmbedRequest)]

@@ -1,87 +1,55 @@
 """POST /v1/rerank, /v2/rerank and /rerank: relevance scores through the request pipeline.
 
 The wire is compat/rerank.py's (Cohere's, Jina's and, on /rerank, TEI's). Every (query, document)
-pair is one sequence: the documents are cut into parts of a few dozen, each part's pairs are
-tokenized as the model's reference builds them (engine/text/pairs.py) and go to the same queue
-and engine as embeddings; the engine hands back [score, raw logit] per pair.
+pair is one sequence: the pipeline's pair parts (server/pipeline/pair_parts.py) cut the documents into
+parts of a few dozen, tokenize each part's pairs as the model's reference builds them and send
+them to the same queue and engine as embeddings; the engine hands back [score, raw logit] per pair.
 """
 
 from __future__ import annotations
 
 import uuid
-from functools import partial
 
-import numpy as np
-from litestar import Request, post
+from litestar import Request
 from litestar.datastructures import State
 
 from rose_embed.compat.rerank import (ApiVersion, BilledUnits, RerankMeta, RerankRequest, RerankResponse, RerankResult,
                            RerankUsage, ResultDocument, TeiRank, documents_of, is_tei, ranked)
+from rose_embed.server.config import ServerConfig
 from rose_embed.server.http.errors import invalid_request
-from rose_embed.server.pipeline.guards import check_finite, decode_request
-from rose_embed.server.pipeline.model_kind import require_reranker
 from rose_embed.server.http.openapi import EMBEDDINGS_ERROR_RESPONSES
-from rose_embed.server.http.openapi_schema import body_operation
-from rose_embed.server.pipeline.embed_parts import is_large_request
-from rose_embed.server.pipeline.priority_pool import LARGE, SMALL
-from rose_embed.server.pipeline.request_pipeline import ReadyPart, part_bounds
-from rose_embed.server.pipeline.request_cost import input_cost
-from rose_embed.server.routes.support import admitted, compute_parts, pick_model, runtime_of, trace_of
-from rose_embed.server.runtime import Runtime
+from rose_embed.server.http.route_spec import RouteSpec
+from rose_embed.server.pipeline.pair_ask import PairAsk
+from rose_embed.server.pipeline.serve_request import Answered, RouteSteps, serve_request
 from rose_embed.server.pipeline.served_models import ServedModel
 
-RerankOperation = body_operation(RerankRequest)
+
+def _read(data: RerankRequest, model: ServedModel, config: ServerConfig) -> PairAsk:
+    """Cohere's, Jina's or TEI's body."""
+    documents, param = documents_of(data)
+    _check(data, documents, param, config)
+
+    def refuse_truncated(index: int) -> None:
+        raise invalid_request(
+            f"'texts[{index}]' and the query together are longer than the model's limit of "
+            f"{model.view.spec.max_seq_len} tokens; send \"truncate\": true to have the pair cut, as TEI "
+            "asks", "texts", "context_length_exceeded")
+
+    return PairAsk(data.query, documents, data.max_tokens_per_doc,
+                   refuse_truncated if is_tei(data) and not data.truncate else None)
 
 
-@post(["/v1/rerank", "/v2/rerank"], status_code=200, summary="Rerank documents against a query (Cohere, Jina)",
-      operation_class=RerankOperation, responses=EMBEDDINGS_ERROR_RESPONSES)
-async def rerank(request: Request, state: State) -> RerankResponse:
-    data = decode_request(await request.body(), RerankRequest)
+def _read_not_tei(data: RerankRequest, model: ServedModel, config: ServerConfig) -> PairAsk:
+    """Cohere's or Jina's body: TEI's is taken at /rerank only."""
     if is_tei(data):
         raise invalid_request("'documents' is required here; TEI's body (with 'texts') is taken at POST /rerank",
                               "documents")
-    return await _rerank(request, state, data)
+    return _read(data, model, config)
 
 
-@post("/rerank", status_code=200, summary="Rerank documents against a query (Cohere, Jina, or TEI's body)",
-      operation_class=RerankOperation, responses=EMBEDDINGS_ERROR_RESPONSES)
-async def rerank_any(request: Request, state: State) -> RerankResponse | list[TeiRank]:
-    return await _rerank(request, state, decode_request(await request.body(), RerankRequest))
-
-
-async def _rerank(request: Request, state: State, data: RerankRequest) -> RerankResponse | list[TeiRank]:
-    runtime = runtime_of(state)
-    model = pick_model(request, runtime, data.model, "rerank")
-    require_reranker(model.view.spec, model.name)
-    documents, param = documents_of(data)
-    _check(data, documents, param, runtime)
-    tei = is_tei(data)
-    is_large = is_large_request(len(documents))
-    trace = trace_of(request)
-    trace.num_inputs = len(documents)
-    trace.texts = [data.query, *documents] if runtime.config.log_inputs else None
-
-    async def make_ready(lo: int, hi: int) -> ReadyPart:
-        pairs = await _encode(runtime, model, data.query, documents[lo:hi], data.max_tokens_per_doc, is_large)
-        if tei and not data.truncate and pairs.truncated:
-            raise invalid_request(
-                f"'texts[{lo + pairs.truncated[0]}]' and the query together are longer than the model's limit of "
-                f"{model.view.spec.max_seq_len} tokens; send \"truncate\": true to have the pair cut, as TEI "
-                "asks", "texts", "context_length_exceeded")
-        return ReadyPart(pairs.seqs, lambda rows: rows[:, :2].copy())
-
-    parts = [partial(make_ready, lo, hi) for lo, hi in part_bounds(len(documents))]
-    # Each part's pairs are tokenized in a thread (the Rust tokenizer releases the GIL): as many
-    # parts at once as there are threads, so the next ones are ready when the device wants them.
-    # A pair costs its query and document together, cut at the model's limit.
-    max_seq_len = model.view.spec.max_seq_len
-    cost = sum(input_cost(len(data.query) + len(document), max_seq_len, is_chunked=False) for document in documents)
-    with admitted(request, runtime, model, cost) as queued:
-        outcome = await compute_parts(request, runtime, trace, parts, model, queued,
-                                      parts_ahead=runtime.config.tokenizer_workers)
-    rows = np.concatenate(outcome.answers) if outcome.answers else np.zeros((0, 2), np.float32)
-    check_finite(rows, trace.request_id)
-    if tei:
+def _answer(done: Answered) -> RerankResponse | list[TeiRank]:
+    data, rows, documents = done.data, done.result, done.ask.documents
+    if is_tei(data):
         scores = rows[:, 1 if data.raw_scores else 0].tolist()
         return [TeiRank(index=i, score=scores[i], text=documents[i] if data.return_text else None)
                 for i in ranked(scores, data.top_n)]
@@ -89,16 +57,29 @@ async def _rerank(request: Request, state: State, data: RerankRequest) -> Rerank
     results = [RerankResult(index=i, relevance_score=scores[i],
                             document=ResultDocument(text=documents[i]) if data.return_documents else None)
                for i in ranked(scores, data.top_n)]
-    version = "2" if request.url.path.startswith("/v2/") else "1"
+    version = "2" if done.request.url.path.startswith("/v2/") else "1"
+    num_tokens = done.num_tokens
     return RerankResponse(
-        id=str(uuid.uuid4()), model=model.name, results=results, usage=RerankUsage(total_tokens=outcome.num_tokens),
-        meta=RerankMeta(api_version=ApiVersion(version=version), billed_units=BilledUnits(input_tokens=outcome.num_tokens)),
+        id=str(uuid.uuid4()), model=done.model.name, results=results, usage=RerankUsage(total_tokens=num_tokens),
+        meta=RerankMeta(api_version=ApiVersion(version=version), billed_units=BilledUnits(input_tokens=num_tokens)),
     )
 
 
-def _check(data: RerankRequest, documents: list[str], param: str, runtime: Runtime) -> None:
+RERANK = RouteSteps(RerankRequest, "rerank", _read_not_tei, _answer)
+RERANK_ANY = RouteSteps(RerankRequest, "rerank", _read, _answer)
+
+
+async def rerank(request: Request, state: State) -> RerankResponse:
+    return await serve_request(request, state, RERANK)
+
+
+async def rerank_any(request: Request, state: State) -> RerankResponse | list[TeiRank]:
+    return await serve_request(request, state, RERANK_ANY)
+
+
+def _check(data: RerankRequest, documents: list[str], param: str, config: ServerConfig) -> None:
     """Everything about the request that can be refused before any tokenizing."""
-    limit = runtime.config.max_rerank_documents
+    limit = config.max_rerank_documents
     if not documents:
         raise invalid_request(f"'{param}' holds no documents; give at least one to score", param)
     if len(documents) > limit:
@@ -113,7 +94,7 @@ def _check(data: RerankRequest, documents: list[str], param: str, runtime: Runti
     if data.truncation_direction != "Right":
         raise invalid_request("'truncation_direction' Left is not supported: a pair is cut as its reference cuts "
                               "it, from the end", "truncation_direction")
-    max_chars = runtime.config.max_input_chars
+    max_chars = config.max_input_chars
     for name, text in (("query", data.query), *((f"{param}[{i}]", d) for i, d in enumerate(documents))):
         if len(text) > max_chars:
             raise invalid_request(f"'{name}' holds {len(text)} characters; at most {max_chars} are allowed per text "
@@ -121,12 +102,9 @@ def _check(data: RerankRequest, documents: list[str], param: str, runtime: Runti
                                   name.split("[")[0], "input_too_long")
 
 
-async def _encode(runtime: Runtime, model: ServedModel, query: str, documents: list[str], max_doc_tokens: int | None,
-                  is_large: bool):
-    """The pairs' sequences, tokenized off the event loop (the Rust tokenizer releases the GIL), a large
-    request's after any small one's."""
-    return await runtime.tokenizer_pool.run(LARGE if is_large else SMALL, model.view.pairs.encode, query, documents,
-                                            max_doc_tokens)
-
-
-ROUTES = [rerank, rerank_any]
+ROUTES = [
+    RouteSpec(rerank, "POST", ("/v1/rerank", "/v2/rerank"), "Rerank documents against a query (Cohere, Jina)",
+              EMBEDDINGS_ERROR_RESPONSES, body=RerankRequest),
+    RouteSpec(rerank_any, "POST", ("/rerank",), "Rerank documents against a query (Cohere, Jina, or TEI's body)",
+              EMBEDDINGS_ERROR_RESPONSES, body=RerankRequest),
+]

@@ -4,7 +4,7 @@ TEI serves its model's main task at POST / as well, embed for an embedding model
 where `huggingface_hub.InferenceClient(model=URL).feature_extraction` (and so LangChain's and
 LlamaIndex's Hugging Face clients) post. GET / stays unserved: the docs page is at /docs.
 
-The wire is compat/tei_embed.py's; the parts are /v1/embeddings' (server/pipeline/embed_parts.py). Errors
+The wire is compat/tei_embed.py's; the ask is /v1/embeddings' (server/pipeline/embed_ask.py). Errors
 leave in the server's envelope with a 4xx, as /rerank's TEI body does.
 
 `normalize: false` gives the vector as the model's own sentence-transformers modules leave it
@@ -16,66 +16,40 @@ are gone, so for it `normalize: false` is refused by name rather than answered w
 
 from __future__ import annotations
 
-import numpy as np
-from litestar import Request, post
+from litestar import Request
 from litestar.datastructures import State
 
+from rose_embed.compat.inputs import NormalisedInput
 from rose_embed.compat.tei_embed import TeiEmbedRequest, check_truncation_direction, texts_of
-from rose_embed.compat.vector_wire import encode_vectors
 from rose_embed.engine.model_files.loader import ModelSpec
 from rose_embed.engine.model_files.st_modules import Normalize
-from rose_embed.server.pipeline.embed_parts import is_large_request, text_parts
+from rose_embed.server.config import ServerConfig
 from rose_embed.server.http.errors import APIError, invalid_request
-from rose_embed.server.pipeline.guards import check_finite, check_input_chars, decode_request
-from rose_embed.server.pipeline.model_kind import require_embedder
 from rose_embed.server.http.openapi import EMBEDDINGS_ERROR_RESPONSES
-from rose_embed.server.http.openapi_schema import body_operation
-from rose_embed.server.pipeline.options import check_dimensions
-from rose_embed.server.pipeline.prompts import resolve_prompt
-from rose_embed.compat.inputs import NormalisedInput
-from rose_embed.server.pipeline.request_cost import request_cost
-from rose_embed.server.routes.support import admitted, compute_parts, pick_model, runtime_of, trace_of
-
-TeiEmbedOperation = body_operation(TeiEmbedRequest)
+from rose_embed.server.http.route_spec import RouteSpec
+from rose_embed.server.pipeline.embed_ask import EmbedAsk
+from rose_embed.server.pipeline.serve_request import Answered, RouteSteps, serve_request
+from rose_embed.server.pipeline.served_models import ServedModel
 
 
-@post(["/embed", "/"], status_code=200, summary="Create embeddings (Hugging Face TEI's embed)",
-      operation_class=TeiEmbedOperation, responses=EMBEDDINGS_ERROR_RESPONSES)
-async def tei_embed(request: Request, state: State) -> list[list[float]]:
-    runtime = runtime_of(state)
-    data = decode_request(await request.body(), TeiEmbedRequest)
-    model = pick_model(request, runtime, data.model, "embedding")
-    spec = model.view.spec
-    require_embedder(spec, model.name)
-    texts = texts_of(data.inputs, runtime.config.max_request_inputs)
+def _read(data: TeiEmbedRequest, model: ServedModel, config: ServerConfig) -> EmbedAsk:
+    texts = texts_of(data.inputs, config.max_request_inputs)
     check_truncation_direction(data.truncation_direction)
-    check_dimensions(spec, data.dimensions)
     if not data.normalize:
-        _check_own_vectors(spec)
-    prompt = resolve_prompt(spec.prompts, spec.default_prompt_name, data.prompt_name, None)
-    check_input_chars(texts, runtime.config.max_input_chars, param="inputs")
-    trace = trace_of(request)
-    trace.num_inputs = len(texts)
-    trace.texts = texts if runtime.config.log_inputs else None
-    is_large = is_large_request(len(texts))
+        _check_own_vectors(model.view.spec)
+    return EmbedAsk(NormalisedInput(texts=texts), param="inputs", dimensions=data.dimensions,
+                    prompt_name=data.prompt_name, long_inputs="truncate" if data.truncate else "error",
+                    too_long=_too_long, own_vectors=not data.normalize)
 
-    async def finish(vectors: np.ndarray) -> list:
-        check_finite(vectors, trace.request_id)
-        if data.normalize:
-            return await runtime.encode(vectors, "float", data.dimensions, is_large, model)
-        # The model's own vectors, cut as sentence-transformers' truncate_dim cuts them: not re-normalised.
-        return encode_vectors(vectors[:, :data.dimensions], "float")
 
-    def too_long(max_len: int, num_tokens: int) -> APIError:
-        return invalid_request(f"An input of 'inputs' holds {num_tokens} tokens, more than this model's limit of "
-                               f"{max_len}; send \"truncate\": true to have its end cut, as TEI asks", "inputs",
-                               "context_length_exceeded")
+def _too_long(max_len: int, num_tokens: int) -> APIError:
+    return invalid_request(f"An input of 'inputs' holds {num_tokens} tokens, more than this model's limit of "
+                           f"{max_len}; send \"truncate\": true to have its end cut, as TEI asks", "inputs",
+                           "context_length_exceeded")
 
-    mode = "truncate" if data.truncate else "error"
-    parts = text_parts(runtime, model, texts, prompt, mode, finish, too_long)
-    with admitted(request, runtime, model, request_cost(NormalisedInput(texts=texts), spec.max_seq_len)) as queued:
-        outcome = await compute_parts(request, runtime, trace, parts, model, queued)
-    return [row for answer in outcome.answers for row in answer]
+
+def _answer(done: Answered) -> list[list[float]]:
+    return done.result[0]
 
 
 def _check_own_vectors(spec: ModelSpec) -> None:
@@ -90,4 +64,12 @@ def _check_own_vectors(spec: ModelSpec) -> None:
                           "unnormalised vector is not at hand; send \"normalize\": true", "normalize")
 
 
-ROUTES = [tei_embed]
+TEI_EMBED = RouteSteps(TeiEmbedRequest, "embedding", _read, _answer)
+
+
+async def tei_embed(request: Request, state: State) -> list[list[float]]:
+    return await serve_request(request, state, TEI_EMBED)
+
+
+ROUTES = [RouteSpec(tei_embed, "POST", ("/embed", "/"), "Create embeddings (Hugging Face TEI's embed)",
+                    EMBEDDINGS_ERROR_RESPONSES, body=TeiEmbedRequest)]

@@ -2,56 +2,54 @@
 
 A text is tokenized whole, never truncated, so that a client can see how far past
 `max_model_len` it would go; ids are decoded with their special tokens, so that
-detokenize(tokenize(text)) gives back what the model reads.
+detokenize(tokenize(text)) gives back what the model reads. Both run where the pipeline
+tokenizes (Serving.tokenize_whole and Serving.detokenize): its tokenizer threads.
 """
 
 from __future__ import annotations
 
-import asyncio
-
-from litestar import Request, post
+from litestar import Request
 from litestar.datastructures import State
 
 from rose_embed.compat.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
 from rose_embed.server.http.errors import invalid_request
-from rose_embed.server.pipeline.guards import decode_request
+from rose_embed.server.http.json_body import read_json
 from rose_embed.server.http.openapi import ERROR_RESPONSES
-from rose_embed.server.http.openapi_schema import body_operation
-from rose_embed.server.routes.support import pick_model, runtime_of
+from rose_embed.server.http.route_spec import RouteSpec
+from rose_embed.server.pipeline.request_context import pick_model, serving_of
 
 
-@post("/tokenize", status_code=200, summary="Tokenize a text with the served model's tokenizer",
-      operation_class=body_operation(TokenizeRequest), responses=ERROR_RESPONSES)
 async def tokenize(request: Request, state: State) -> TokenizeResponse:
-    runtime = runtime_of(state)
-    data = decode_request(await request.body(), TokenizeRequest)
-    model = pick_model(request, runtime, data.model)
-    max_chars = runtime.config.max_input_chars
+    serving = serving_of(state)
+    data = await read_json(request, TokenizeRequest)
+    model = pick_model(request, serving, data.model)
+    max_chars = serving.config.max_input_chars
     if len(data.prompt) > max_chars:
         raise invalid_request(f"'prompt' holds {len(data.prompt)} characters; at most {max_chars} are allowed",
                               "prompt", "input_too_long")
     tokenizer = model.view.tokenizer
-    # Off the event loop: a text of many thousand characters takes a while.
-    ids = (await asyncio.to_thread(tokenizer.encode_untruncated, [data.prompt], data.add_special_tokens))[0]
+    ids = await serving.tokenize_whole(model, data.prompt, data.add_special_tokens)
     return TokenizeResponse(count=len(ids), max_model_len=model.view.spec.max_seq_len, tokens=list(ids),
                             token_strs=tokenizer.token_strings(ids) if data.return_token_strs else None)
 
 
-@post("/detokenize", status_code=200, summary="Turn token ids back into text",
-      operation_class=body_operation(DetokenizeRequest), responses=ERROR_RESPONSES)
 async def detokenize(request: Request, state: State) -> DetokenizeResponse:
-    runtime = runtime_of(state)
-    data = decode_request(await request.body(), DetokenizeRequest)
-    tokenizer = pick_model(request, runtime, data.model).view.tokenizer
-    vocab_size = tokenizer.vocab_size
+    serving = serving_of(state)
+    data = await read_json(request, DetokenizeRequest)
+    model = pick_model(request, serving, data.model)
+    vocab_size = model.view.tokenizer.vocab_size
     tokens = data.tokens
     # min and max run in C; a Python loop over a body of millions of ids would hold the event loop.
     if tokens and not (min(tokens) >= 0 and max(tokens) < vocab_size):
         bad = next(i for i, token in enumerate(tokens) if not 0 <= token < vocab_size)
         raise invalid_request(f"'tokens[{bad}]' is {tokens[bad]}, which is no token of this model's vocabulary "
                               f"(ids 0..{vocab_size - 1})", "tokens")
-    # Off the event loop: millions of ids take seconds to decode.
-    return DetokenizeResponse(prompt=await asyncio.to_thread(tokenizer.decode_releasing_gil, tokens))
+    return DetokenizeResponse(prompt=await serving.detokenize(model, tokens))
 
 
-ROUTES = [tokenize, detokenize]
+ROUTES = [
+    RouteSpec(tokenize, "POST", ("/tokenize",), "Tokenize a text with the served model's tokenizer", ERROR_RESPONSES,
+              body=TokenizeRequest),
+    RouteSpec(detokenize, "POST", ("/detokenize",), "Turn token ids back into text", ERROR_RESPONSES,
+              body=DetokenizeRequest),
+]

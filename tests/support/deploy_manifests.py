@@ -146,8 +146,10 @@ def gauge_names() -> set[str]:
 
 
 def check_probes(m: Manifests) -> None:
-    from rose_embed.server.routes.models_health import health
+    from rose_embed.server.routes.all_routes import ROUTES
+    from rose_embed.server.routes.models_health import health as handler
 
+    health = next(route for route in ROUTES if route.handler is handler)
     port = server_args(m).port
     for name in _PROBES:
         probe = m.container.get(name)
@@ -174,8 +176,9 @@ def check_termination(m: Manifests) -> None:
 
 
 def check_service(m: Manifests) -> None:
-    from rose_embed.server.metrics.prometheus import metrics_endpoint
+    from rose_embed.server.metrics.prometheus import ROUTES
 
+    (metrics_endpoint,) = ROUTES
     labels = m.pod["metadata"]["labels"]
     port = server_args(m).port
     for kind in ("Service", "PodDisruptionBudget", "Deployment"):
