@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import random
+import subprocess
 
 import numpy as np
 
@@ -40,11 +40,17 @@ def test_a_process_without_a_baseline_sample_is_not_judged():
 
 
 def test_roles_name_the_supervisor_front_ends_and_engines():
-    pid = os.getpid()  # a process with no children: only the supervisor is found under it
-    assert roles(pid, {"engines": [{"index": 0, "device": "cpu", "pid": 999_999_999}]}) == {
-        pid: "supervisor + front end"}
-    assert roles(pid, {"frontends": [{"index": 0, "pid": 1}], "engines": []}) == {pid: "supervisor"}
-    assert memory_of(pid)["rss"] > 0 and memory_of(999_999_999) is None
+    # A process of no children of its own (a test worker may have some): only the supervisor is found.
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        pid = child.pid
+        assert roles(pid, {"engines": [{"index": 0, "device": "cpu", "pid": 999_999_999}]}) == {
+            pid: "supervisor + front end"}
+        assert roles(pid, {"frontends": [{"index": 0, "pid": 1}], "engines": []}) == {pid: "supervisor"}
+        assert memory_of(pid)["rss"] > 0 and memory_of(999_999_999) is None
+    finally:
+        child.kill()
+        child.wait()
 
 
 def _embeddings(num: int, width: int, encoding: str) -> bytes:
