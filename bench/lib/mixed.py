@@ -22,8 +22,8 @@ their texts/s is given beside it. The servers: the
 default flags, then `--scheduling fcfs` (strict arrival order, no express lane, the batch
 budget still chosen at warm-up), and on the CPU also with `--max-batch-tokens 16384` (the
 server as it was before fair scheduling: its batches that large), as the baselines. With
---overload-clients N, N bulk clients then send for --overload-seconds against the default server: the responses by status, how fast each
-429 came, and the accepted requests' p50 and p99. Sampled responses of every kind are decoded
+--overload-clients N, N bulk clients then send for --overload-seconds against the default
+server: the responses by status, how fast each 429 came, and the accepted requests' p50 and p99. Sampled responses of every kind are decoded
 after their window and checked against the engine's vectors.
 """
 
@@ -398,7 +398,8 @@ def render(args, engine, base_flags: list[str], results: dict[str, list[list[Pha
                   f"{overload.failures - overload.statuses.get(504, 0)} | {percentile_ms(refusals, 99):.1f} | "
                   f"{1000 * max(refusals, default=float('nan')):.1f} | "
                   f"{percentile_ms(overload.refusal_server_latencies, 99):.1f} | "
-                  f"{1000 * max(overload.refusal_server_latencies, default=float('nan')):.1f} | {p50:.1f} | {p99:.1f} | "
+                  f"{1000 * max(overload.refusal_server_latencies, default=float('nan')):.1f} | "
+                  f"{p50:.1f} | {p99:.1f} | "
                   f"**{p99 / p50:.2f}** |",
                   "", "A 429's time as the client saw it (from the first byte of its request sent to the answer "
                   "read) and as the server timed it (from the request's headers read to its answer's): the "
