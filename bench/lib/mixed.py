@@ -23,8 +23,9 @@ default flags, then `--scheduling fcfs` (strict arrival order, no express lane, 
 budget still chosen at warm-up), and on the CPU also with `--max-batch-tokens 16384` (the
 server as it was before fair scheduling: its batches that large), as the baselines. With
 --overload-clients N, N bulk clients then send for --overload-seconds against the default
-server: the responses by status, how fast each 429 came, and the accepted requests' p50 and p99. Sampled responses of every kind are decoded
-after their window and checked against the engine's vectors.
+server: the responses by status, how fast each 429 came, and the accepted requests' p50 and
+p99. Sampled responses of every kind are decoded after their window and checked against the
+engine's vectors.
 """
 
 from __future__ import annotations
