@@ -23,7 +23,10 @@ import re
 # leaves room for long words, and the check below catches texts that need more.
 CUT_CHARS_PER_TOKEN = 8
 _SPLITS_AT_WHITESPACE = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}
-_BEFORE_WHITESPACE = re.compile(r"\S(\s)")
+# A space: every pre-tokenizer above splits there. Other characters Python counts as whitespace
+# are not split points to all of them: BERT's normaliser deletes the control characters among
+# them (joining the words on either side) and Metaspace splits at spaces alone.
+_BEFORE_SPACE = re.compile(r"\S( )")
 
 
 def splits_at_whitespace(tokenizer_json: str) -> bool:
@@ -48,7 +51,7 @@ def _splits(pre: dict) -> bool:
 
 
 def cut_point(text: str, max_chars: int) -> int | None:
-    """Where to cut `text` within its first `max_chars` characters: just before a whitespace character
-    that follows a non-whitespace one, as late as possible; None where there is none."""
-    positions = [match.start(1) for match in _BEFORE_WHITESPACE.finditer(text, 0, max_chars + 1)]
+    """Where to cut `text` within its first `max_chars` characters: just before a space that follows a
+    non-whitespace character, as late as possible; None where there is none."""
+    positions = [match.start(1) for match in _BEFORE_SPACE.finditer(text, 0, max_chars + 1)]
     return positions[-1] if positions else None

@@ -66,6 +66,16 @@ def test_a_text_of_few_long_words_is_tokenized_whole_when_its_cut_would_not_reac
     assert [list(ids) for ids in ours.encode([text])] == [reference.encode(text).ids]
 
 
+@pytest.mark.parametrize("separator", ["\x1c", "\x1d", "\x1e", "\x1f", "\x85", "\xa0", "\u2028", "\t", "\n"])
+def test_a_text_is_cut_at_spaces_only_not_where_a_normaliser_may_join_the_words(tokenizers, separator):
+    """Python counts these as whitespace; BERT's normaliser deletes the control characters among
+    them, joining the words on either side, and Metaspace splits at spaces alone."""
+    ours, reference = tokenizers
+    text = separator.join(["00", "0" * 60] * (MAX_SEQ_LEN * CUT_CHARS_PER_TOKEN // 30 + 2))
+    assert [list(ids) for ids in ours.encode([text])] == [reference.encode(text).ids]
+    assert cut_point("00" + separator + "0" * 40, 10) is None
+
+
 def test_a_text_without_whitespace_is_not_cut():
     assert cut_point("y" * 5000, 256) is None
     assert cut_point("ab cd" + "e" * 5000, 256) == 2
