@@ -163,22 +163,23 @@ http-guard)
     ;;
 mixed)
     # Search queries beside an indexing job (bench/lib/mixed.py): 8 query connections, 1 and 4 clients sending
-    # 1,000-text requests, the default flags against --scheduling fcfs, MiniLM and BERT-base (about 7 minutes).
+    # 1,000-text requests, the default flags against --scheduling fcfs, MiniLM and BERT-base (about 9 minutes:
+    # a call has room for two rounds).
     models minilm bert-base
     for shape in minilm bert-base; do
         step "mixed-gpu-$shape" python3 bench/load_gen.py --pattern mixed --device cuda --model "/tmp/$shape-random" \
-            --num-texts 12000 --request-texts 1000 --bulk-clients 1,4 --window 6 --warmup 2 --rounds "${ROUNDS:-3}" \
+            --num-texts 12000 --request-texts 1000 --bulk-clients 1,4 --window 6 --warmup 2 --rounds "${ROUNDS:-2}" \
             --out "$OUT/mixed-gpu-$shape.md"
     done
     ;;
 mixed-qwen3)
-    # The same on the Qwen3-0.6B shape with documents of about 500 tokens, 500 a request (about 4 minutes).
+    # The same on the Qwen3-0.6B shape with documents of about 500 tokens, 500 a request (about 5 minutes a round).
     models qwen3
     python3 -c "import json, pathlib; p = pathlib.Path('/tmp/qwen3-random/sentence_bert_config.json'); \
 c = json.loads(p.read_text()); c['max_seq_length'] = 1024; p.write_text(json.dumps(c))"
     step mixed-gpu-qwen3 python3 bench/load_gen.py --pattern mixed --device cuda --model /tmp/qwen3-random \
         --num-texts 800 --join 15 --repeat 3 --request-texts 500 --bulk-clients 1,4 --window 8 --warmup 3 \
-        --out "$OUT/mixed-gpu-qwen3.md"
+        --rounds "${ROUNDS:-1}" --out "$OUT/mixed-gpu-qwen3.md"
     ;;
 kernels)
     KEEP_LOGS=1 step attention-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu \

@@ -333,15 +333,15 @@ def render(args, engine, base_flags: list[str], results: dict[str, list[list[Pha
            f"{1000 * batch_seconds:.1f} ms on the device (the engine alone, in this run)"] if batch_seconds else []),
         "",
         "| server | bulk clients | query p50 ms | p90 | p99 | p50 x alone | p99 x alone | bulk tokens/s computed | "
-        "x alone | bulk texts/s answered (alone) | bulk request p50 s | failed | client CPU max |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "x alone | ceiling | bulk texts/s answered (alone) | bulk request p50 s | failed | client CPU max |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     per_round = []
     for name, rounds in results.items():
         alone = [p for rows in rounds for p in rows[:1]]
         pooled = [x for p in alone for x in p.query_latencies]
         lines.append(f"| {name} | 0 | {percentile_ms(pooled, 50):.1f} | {percentile_ms(pooled, 90):.1f} | "
-                     f"{percentile_ms(pooled, 99):.1f} | 1.00x | 1.00x | - | - | - | - | "
+                     f"{percentile_ms(pooled, 99):.1f} | 1.00x | 1.00x | - | - | - | - | - | "
                      f"{sum(p.failures for p in alone)} | {max(s for p in alone for s in p.cpu_shares):.1%} |")
         for k in range(len(rounds[0]) // 2):
             pairs = [(rows[0], rows[1 + 2 * k], rows[2 + 2 * k]) for rows in rounds]
@@ -349,6 +349,7 @@ def render(args, engine, base_flags: list[str], results: dict[str, list[list[Pha
             p50s = [percentile_ms(m.query_latencies, 50) / percentile_ms(a.query_latencies, 50) for a, _, m in pairs]
             p99s = [percentile_ms(m.query_latencies, 99) / percentile_ms(a.query_latencies, 99) for a, _, m in pairs]
             ratios = [m.bulk_tokens_per_s / b.bulk_tokens_per_s for _, b, m in pairs]
+            ceilings = [1 - m.query_tokens / m.window / b.bulk_tokens_per_s for _, b, m in pairs]
             bulk_latencies = [x for _, _, m in pairs for x in m.bulk_latencies]
             mixed, bulk_alone = pairs[0][2], pairs[0][1]
             per_round.append(f"{name}, {mixed.num_bulk} bulk: query p50 "
@@ -359,7 +360,7 @@ def render(args, engine, base_flags: list[str], results: dict[str, list[list[Pha
                 f"{percentile_ms(q, 99):.1f} | **{statistics.median(p50s):.2f}x** | **{statistics.median(p99s):.2f}x** "
                 f"| {statistics.median(m.bulk_tokens_per_s for _, _, m in pairs):,.0f} (alone "
                 f"{statistics.median(b.bulk_tokens_per_s for _, b, _ in pairs):,.0f}) | "
-                f"**{statistics.median(ratios):.2f}x** | "
+                f"**{statistics.median(ratios):.2f}x** | {statistics.median(ceilings):.2f}x | "
                 f"{statistics.median(m.bulk_texts_per_s for _, _, m in pairs):.1f} "
                 f"({statistics.median(b.bulk_texts_per_s for _, b, _ in pairs):.1f}) | "
                 f"{statistics.median(bulk_latencies) if bulk_latencies else float('nan'):.1f} | "
@@ -382,9 +383,11 @@ def render(args, engine, base_flags: list[str], results: dict[str, list[list[Pha
             lines.append(f"| {name} | {phases[0].num_bulk} | " + " | ".join(cells)
                          + f" | {percentile_ms([x for p in phases for x in p.query_latencies], 50):.1f} |")
     lines += ["", "Bulk tokens/s computed: the engines' tokens inside the window less the answered queries' "
-              "own. Bulk texts/s answered counts whole requests answered inside the window: with few of them "
-              f"it moves in steps of one request's texts over the window ({request_texts / args.window:.1f} "
-              "texts/s here)."]
+              "own. The ceiling is what the bulk clients would keep if the queries cost the engines their own "
+              "tokens and nothing more: 1 less the queries' tokens per second over the bulk clients' alone (the "
+              "faster the queries are answered, the more of them the query clients send). Bulk texts/s "
+              "answered counts whole requests answered inside the window: with few of them it moves in steps "
+              f"of one request's texts over the window ({request_texts / args.window:.1f} texts/s here)."]
     if overload is not None:
         accepted = overload.bulk_latencies
         p50 = statistics.median(accepted) if accepted else float("nan")

@@ -106,8 +106,8 @@ class EngineLoop:
         self._closing: list[FrontEnd] = []  # said goodbye: closed once no batch is being launched
         # On the CPU, small requests run between the layers of the batch in flight (fair scheduling only).
         overheads = [o for o in (getattr(one, "batch_overhead_seconds", None) for one in self.engines) if o]
-        self.express = ExpressLane(self, max(overheads, default=None))
-        if self._is_cpu and self.queue.is_fair:
+        self.express = ExpressLane(self, max(overheads, default=None), is_on=self._is_cpu and self.queue.is_fair)
+        if self.express.is_on:
             for one in self.engines:
                 interleave = getattr(one, "interleave", None)
                 if interleave is not None:
@@ -131,7 +131,7 @@ class EngineLoop:
                     else:
                         self.on_messages(self.front_ends[conn])
                 while self.queue and self.num_in_flight < self._max_in_flight and not self._is_blocked:
-                    batch = self.queue.cut()
+                    batch = self.express.cut_between_batches() or self.queue.cut()
                     if batch is None:
                         self._is_blocked = True  # until a front end gives rows back
                     else:

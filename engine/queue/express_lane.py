@@ -13,7 +13,9 @@ Every batch costs a fixed overhead beyond its tokens (measured at warm-up,
 engine/rose/batch_budget.py): a lane run for each query of a steady stream would spend the
 device's time on it. So the lane runs at most once every MIN_INTERVAL_OVERHEADS overheads: its
 overhead stays within a fifteenth of the time, and queries that arrive meanwhile wait for the
-lane's next run or ride in the next batch, where the queue gives them their whole share.
+lane's next run or for the batch's end. Between two batches, the small requests that wait beside
+larger ones go first, as a batch of their own (`cut_between_batches`): taken into the next large
+batch, they would wait for all of it.
 
 The lane's batch runs on the engine's thread alone (see `_one_thread`). Only a batch that
 holds a larger request is interrupted: one of small requests alone takes little longer than
@@ -76,13 +78,16 @@ def _one_thread() -> Iterator[None]:
 
 
 class ExpressLane:
-    def __init__(self, loop: _Loop, overhead_seconds: float | None = None):
-        """`overhead_seconds`: what any batch costs beyond its tokens, as warm-up measured it."""
+    def __init__(self, loop: _Loop, overhead_seconds: float | None = None, is_on: bool = True):
+        """`overhead_seconds`: what any batch costs beyond its tokens, as warm-up measured it; `is_on`: the
+        loop computes on the CPU with fair scheduling (elsewhere the lane stays idle)."""
         self.loop = loop
+        self.is_on = is_on
         self.is_running = False
         self.min_interval = MIN_INTERVAL_OVERHEADS * min(overhead_seconds or DEFAULT_OVERHEAD_S, MAX_OVERHEAD_S)
         self._last_run = float("-inf")
         self._may_interrupt = False  # the batch in flight holds a larger request
+        self._went_between = False  # the latest batch was cut_between_batches'
 
     @contextmanager
     def interrupting(self, batch: Batch) -> Iterator[None]:
@@ -93,6 +98,19 @@ class ExpressLane:
             yield
         finally:
             self._may_interrupt = before
+
+    def cut_between_batches(self) -> Batch | None:
+        """Between two batches: the small requests that wait beside larger ones, as a batch of their own.
+        Taken into the next large batch, a query would wait for all of it; alone, it costs little more
+        than its own tokens."""
+        if not self.is_on or self._went_between or not self.loop.queue.holds_large:
+            self._went_between = False  # never two in a row: a stream of queries cannot hold the larger ones
+            return None
+        batch = self.loop.queue.cut_small()
+        if batch is not None:
+            self._went_between = True
+            self.loop.board.add("express_batches", 1)
+        return batch
 
     def __call__(self) -> None:
         """Between two layers of the batch in flight."""

@@ -190,6 +190,11 @@ class PieceQueue:
     def __bool__(self) -> bool:
         return bool(self._lines)
 
+    @property
+    def holds_large(self) -> bool:
+        """Inputs of a request not marked small wait."""
+        return any(not line.is_small for line in self._lines.values())
+
     def offer(self, piece: QueuedPiece) -> None:
         """Queue the piece behind its request's earlier ones."""
         line = self._lines.get(piece.key)
