@@ -131,7 +131,7 @@ class EngineLoop:
                     else:
                         self.on_messages(self.front_ends[conn])
                 while self.queue and self.num_in_flight < self._max_in_flight and not self._is_blocked:
-                    batch = self.express.cut_between_batches() or self.queue.cut()
+                    batch = self.express.cut()
                     if batch is None:
                         self._is_blocked = True  # until a front end gives rows back
                     else:

@@ -12,10 +12,11 @@ not for the whole batch, and the large batches stay large (their overhead stays 
 Every batch costs a fixed overhead beyond its tokens (measured at warm-up,
 engine/rose/batch_budget.py): a lane run for each query of a steady stream would spend the
 device's time on it. So the lane runs at most once every MIN_INTERVAL_OVERHEADS overheads: its
-overhead stays within a fifteenth of the time, and queries that arrive meanwhile wait for the
-lane's next run or for the batch's end. Between two batches, the small requests that wait beside
-larger ones go first, as a batch of their own (`cut_between_batches`): taken into the next large
-batch, they would wait for all of it.
+overhead stays within a fifteenth of the time, and queries that arrive meanwhile wait for its
+next run. While larger requests wait, the batches between the lane's runs leave the small ones
+out (`cut`): taken into a large batch, a query would wait for all of it, longer than the
+lane's interval, and the lane carries the queries of a whole interval in one run. Its run comes
+at the first layer's end past the interval, or before the next batch.
 
 The lane's batch runs on the engine's thread alone (see `_one_thread`). Only a batch that
 holds a larger request is interrupted: one of small requests alone takes little longer than
@@ -87,7 +88,6 @@ class ExpressLane:
         self.min_interval = MIN_INTERVAL_OVERHEADS * min(overhead_seconds or DEFAULT_OVERHEAD_S, MAX_OVERHEAD_S)
         self._last_run = float("-inf")
         self._may_interrupt = False  # the batch in flight holds a larger request
-        self._went_between = False  # the latest batch was cut_between_batches'
 
     @contextmanager
     def interrupting(self, batch: Batch) -> Iterator[None]:
@@ -99,16 +99,23 @@ class ExpressLane:
         finally:
             self._may_interrupt = before
 
-    def cut_between_batches(self) -> Batch | None:
-        """Between two batches: the small requests that wait beside larger ones, as a batch of their own.
-        Taken into the next large batch, a query would wait for all of it; alone, it costs little more
-        than its own tokens."""
-        if not self.is_on or self._went_between or not self.loop.queue.holds_large:
-            self._went_between = False  # never two in a row: a stream of queries cannot hold the larger ones
-            return None
+    def cut(self) -> Batch | None:
+        """The next batch. While larger requests wait, the small ones are the lane's: taken into the next
+        large batch, a query would wait for all of it. So they go first, as a batch of their own, if the
+        lane's interval has passed, and otherwise stay queued for its next run (between this batch's
+        layers, or before the next batch)."""
+        queue = self.loop.queue
+        if not self.is_on or not queue.holds_large:
+            return queue.cut()
+        if time.monotonic() - self._last_run >= self.min_interval and (batch := self._cut_small()) is not None:
+            return batch
+        # Where no larger request can go now (their rows are taken), the small ones need not wait.
+        return queue.cut(skip_small=True) or self._cut_small()
+
+    def _cut_small(self) -> Batch | None:
         batch = self.loop.queue.cut_small()
         if batch is not None:
-            self._went_between = True
+            self._last_run = time.monotonic()
             self.loop.board.add("express_batches", 1)
         return batch
 
@@ -119,7 +126,7 @@ class ExpressLane:
                 or time.monotonic() - self._last_run < self.min_interval):
             return
         ready = wait(list(loop.front_ends), 0)
-        if not ready:
+        if not ready and not loop.queue.holds_small:  # small ones left out of this batch wait for this run
             return
         self.is_running = True
         try:

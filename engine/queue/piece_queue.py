@@ -195,6 +195,11 @@ class PieceQueue:
         """Inputs of a request not marked small wait."""
         return any(not line.is_small for line in self._lines.values())
 
+    @property
+    def holds_small(self) -> bool:
+        """Inputs of a request marked small wait."""
+        return any(line.is_small for line in self._lines.values())
+
     def offer(self, piece: QueuedPiece) -> None:
         """Queue the piece behind its request's earlier ones."""
         line = self._lines.get(piece.key)
@@ -228,10 +233,12 @@ class PieceQueue:
             settled.extend(self.cancel(*key))
         return settled
 
-    def cut(self) -> Batch | None:
-        """The next batch, of the model whose turn it is; None if nothing waits or nothing can go."""
-        for model in self._models_in_turn():
-            lines = [line for line in self._lines.values() if line.model == model]
+    def cut(self, skip_small: bool = False) -> Batch | None:
+        """The next batch, of the model whose turn it is; None if nothing waits or nothing can go.
+        `skip_small`: the small requests stay queued (engine/queue/express_lane.py runs them)."""
+        for model in self._models_in_turn(skip_small):
+            lines = [line for line in self._lines.values()
+                     if line.model == model and not (skip_small and line.is_small)]
             filling = _Filling(self.max_batch_tokens, self.max_batch_seqs)
             if self.is_fair:
                 self._fill_fairly(lines, filling)
@@ -266,10 +273,11 @@ class PieceQueue:
         parts = [s.packed() for s in filling.slices]
         return Batch(tuple(filling.slices), parts[0] if len(parts) == 1 else join_packed(*parts))
 
-    def _models_in_turn(self) -> list[int]:
+    def _models_in_turn(self, skip_small: bool = False) -> list[int]:
         """The models with inputs waiting, the one to serve next first: fair, the next after the
         latest batch's; fcfs, the oldest line's."""
-        models = list(dict.fromkeys(line.model for line in self._lines.values()))  # by each one's oldest line
+        # By each one's oldest line.
+        models = list(dict.fromkeys(line.model for line in self._lines.values() if not (skip_small and line.is_small)))
         if not self.is_fair:
             return models
         models.sort()

@@ -1,6 +1,7 @@
-"""The express lane between two batches (engine/queue/express_lane.py): on the CPU with fair scheduling,
-small requests that wait beside larger ones go first, as a batch of their own, instead of riding the
-next large batch and waiting for all of it."""
+"""The express lane's hold on small requests between batches (engine/queue/express_lane.py): on the CPU
+with fair scheduling, while larger requests wait, the small ones go first as a batch of their own once
+the lane's interval has passed, and stay out of the large batches before it, instead of riding a large
+batch and waiting for all of it."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ class _Board(dict):
 
 
 class _Loop:
-    """What cut_between_batches reads of the engine loop."""
+    """What the lane's `cut` reads of the engine loop."""
 
     def __init__(self, queue: PieceQueue):
         self.queue, self.board, self.front_ends = queue, _Board(), {}
@@ -30,44 +31,66 @@ def _query(front_end: str, request: int, length: int = 9):
     return small
 
 
-def _next(lane: ExpressLane, queue: PieceQueue):
-    return lane.cut_between_batches() or queue.cut()
+def _lane(queue: PieceQueue, **options) -> ExpressLane:
+    lane = ExpressLane(_Loop(queue), **options)
+    lane.min_interval = 3600.0  # a test's pauses never pass it by chance
+    return lane
 
 
-def test_a_query_waiting_beside_a_bulk_request_is_a_batch_of_its_own_before_the_next_bulk_batch():
+def test_a_query_beside_a_bulk_request_is_a_batch_of_its_own_once_the_interval_has_passed():
     queue = PieceQueue(max_batch_tokens=512, max_batch_seqs=1024)
-    lane = ExpressLane(_Loop(queue))
+    lane = _lane(queue)
     bulk(queue, "a", 1, num_texts=1000, length=32)
-    assert set(owners(_next(lane, queue))) == {1}  # no query waits: the bulk request's batch, full
     queue.offer(_query("b", 2))
     queue.offer(_query("c", 3))
-    express = _next(lane, queue)
+    express = lane.cut()  # the lane has not run yet: its interval has passed
     assert owners(express) == [2, 3] and express.packed.num_tokens == 18
     assert lane.loop.board == {"express_batches": 1}
-    after = _next(lane, queue)
+    after = lane.cut()
     assert set(owners(after)) == {1} and after.packed.num_tokens == 512  # the bulk request's batches stay full
+
+
+def test_within_the_interval_a_query_stays_out_of_the_bulk_batch_for_the_lane_s_next_run():
+    queue = PieceQueue(max_batch_tokens=512, max_batch_seqs=1024)
+    lane = _lane(queue)
+    bulk(queue, "a", 1, num_texts=1000, length=32)
+    queue.offer(_query("b", 2))
+    assert owners(lane.cut()) == [2]
+    queue.offer(_query("c", 3))  # right after the lane's run
+    held = lane.cut()
+    assert set(owners(held)) == {1} and held.packed.num_tokens == 512
+    assert queue.holds_small  # for the lane's next run, between this batch's layers or before the next
+    lane._last_run -= lane.min_interval
+    assert owners(lane.cut()) == [3]
+
+
+def test_the_lane_takes_one_batch_of_small_ones_an_interval_so_a_stream_of_queries_cannot_hold_a_bulk_request():
+    queue = PieceQueue(max_batch_tokens=64, max_batch_seqs=1024)
+    lane = _lane(queue)
+    bulk(queue, "a", 1, num_texts=10, length=32)
+    batches = []
+    while queue.holds_large and len(batches) < 100:
+        for k in range(4):  # queries arrive before every batch
+            queue.offer(_query(f"q{len(batches)}-{k}", 2 + len(batches)))
+        batches.append(owners(lane.cut()))
+    assert len(batches) == 6  # one express batch, then the bulk request's 10 texts, two a batch
+    assert 1 not in batches[0] and all(set(b) == {1} for b in batches[1:])
 
 
 def test_queries_alone_and_the_lane_off_take_the_queue_s_own_batches():
     queue = PieceQueue(max_batch_tokens=512, max_batch_seqs=1024)
-    lane = ExpressLane(_Loop(queue))
     queue.offer(_query("b", 2))
-    assert lane.cut_between_batches() is None  # nothing larger waits: the queue's batch serves them as well
-    off = ExpressLane(_Loop(queue), is_on=False)  # a GPU, or --scheduling fcfs
+    assert owners(_lane(queue).cut()) == [2]  # nothing larger waits: the queue's batch as ever
     bulk(queue, "a", 1, num_texts=100, length=32)
-    assert off.cut_between_batches() is None
-    assert owners(queue.cut())[0] == 2
+    queue.offer(_query("c", 3))
+    off = _lane(queue, is_on=False)  # a GPU, or --scheduling fcfs
+    assert owners(off.cut())[:1] == [3] and 1 in owners(off.cut())
 
 
-def test_a_stream_of_queries_cannot_hold_a_bulk_request_back():
-    """Never two express batches in a row: each queue batch after one gives the bulk request its share."""
-    queue = PieceQueue(max_batch_tokens=64, max_batch_seqs=1024)
-    lane = ExpressLane(_Loop(queue))
-    bulk(queue, "a", 1, num_texts=10, length=32)
-    batches = []
-    while queue.holds_large and len(batches) < 100:
-        for k in range(2):  # queries arrive before every batch
-            queue.offer(_query(f"q{len(batches)}-{k}", 2 + len(batches)))
-        batches.append(owners(_next(lane, queue)))
-    assert len(batches) == 20  # the bulk request's 10 texts, one a batch beside the queries, every other batch
-    assert all(1 not in b for b in batches[::2]) and all(1 in b for b in batches[1::2])
+def test_small_ones_go_at_once_where_no_larger_request_can_go():
+    queue = PieceQueue(max_batch_tokens=512, max_batch_seqs=1024, take_rows=lambda p: None if p.key[0] == "a" else 0)
+    lane = _lane(queue)
+    bulk(queue, "a", 1, num_texts=100, length=32)  # its rows are all taken
+    queue.offer(_query("b", 2))
+    lane._last_run = float("inf")  # inside the interval
+    assert owners(lane.cut()) == [2]
