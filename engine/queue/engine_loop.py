@@ -105,8 +105,7 @@ class EngineLoop:
         self._reader = threading.Thread(target=self._read_back, name="rose-readback", daemon=True)
         self._closing: list[FrontEnd] = []  # said goodbye: closed once no batch is being launched
         # On the CPU, small requests run between the layers of the batch in flight (fair scheduling only).
-        overheads = [o for o in (getattr(one, "batch_overhead_seconds", None) for one in self.engines) if o]
-        self.express = ExpressLane(self, max(overheads, default=None), is_on=self._is_cpu and self.queue.is_fair)
+        self.express = ExpressLane(self, is_on=self._is_cpu and self.queue.is_fair)
         if self.express.is_on:
             for one in self.engines:
                 interleave = getattr(one, "interleave", None)

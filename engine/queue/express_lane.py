@@ -9,14 +9,16 @@ runs them as a batch of their own at once, answers them, and lets the larger bat
 from the layer where it stopped. A query then waits for one layer of the batch in flight,
 not for the whole batch, and the large batches stay large (their overhead stays small).
 
-Every batch costs a fixed overhead beyond its tokens (measured at warm-up,
-engine/rose/batch_budget.py): a lane run for each query of a steady stream would spend the
-device's time on it. So the lane runs at most once every MIN_INTERVAL_OVERHEADS overheads: its
-overhead stays within a fifteenth of the time, and queries that arrive meanwhile wait for its
-next run. While larger requests wait, the batches between the lane's runs leave the small ones
-out (`cut`): taken into a large batch, a query would wait for all of it, longer than the
-lane's interval, and the lane carries the queries of a whole interval in one run. Its run comes
-at the first layer's end past the interval, or before the next batch.
+A run costs more than its tokens (a small batch computes less efficiently, on one thread): a run
+for each query of a steady stream would spend the engine's time on it. So the lane paces itself:
+after a run of d seconds the next waits d * (1 - LANE_SHARE) / LANE_SHARE, and its runs take at
+most LANE_SHARE of the engine's time while larger requests wait, whatever the machine's speed
+and the queries' rate (more queries make longer runs, further apart, each carrying more of
+them). The share sets the trade: a larger one answers queries sooner and leaves the bulk
+requests less. Queries that arrive meanwhile wait for the next run: while larger requests
+wait, the batches between the lane's runs leave the small ones out (`cut`), since taken into a
+large batch a query would wait for all of it. The next run comes at the first layer's end past
+the pause, or before the next batch.
 
 The lane's batch runs on the engine's thread alone (see `_one_thread`). Only a batch that
 holds a larger request is interrupted: one of small requests alone takes little longer than
@@ -54,13 +56,8 @@ class _Loop(Protocol):
     def on_landed(self) -> None: ...
 
 
-# The lane's runs are at least this many batch overheads apart: its overhead is a fifteenth of the time.
-MIN_INTERVAL_OVERHEADS = 15
-# Where warm-up measured no overhead (a test's fake engine): the overhead assumed.
-DEFAULT_OVERHEAD_S = 0.005
-# A warm-up on a busy machine can measure a batch's overhead many times too long: past this the
-# lane's runs would be too far apart for a query's sake.
-MAX_OVERHEAD_S = 0.008
+# The most of the engine's time the lane's runs take while larger requests wait: the rest is theirs.
+LANE_SHARE = 0.4
 
 
 @contextmanager
@@ -79,25 +76,27 @@ def _one_thread() -> Iterator[None]:
 
 
 class ExpressLane:
-    def __init__(self, loop: _Loop, overhead_seconds: float | None = None, is_on: bool = True):
-        """`overhead_seconds`: what any batch costs beyond its tokens, as warm-up measured it; `is_on`: the
-        loop computes on the CPU with fair scheduling (elsewhere the lane stays idle)."""
+    def __init__(self, loop: _Loop, is_on: bool = True):
+        """`is_on`: the loop computes on the CPU with fair scheduling (elsewhere the lane stays idle)."""
         self.loop = loop
         self.is_on = is_on
         self.is_running = False
-        self.min_interval = MIN_INTERVAL_OVERHEADS * min(overhead_seconds or DEFAULT_OVERHEAD_S, MAX_OVERHEAD_S)
-        self._last_run = float("-inf")
+        self.next_run = float("-inf")  # the lane's pace: no run before this (time.monotonic())
         self._may_interrupt = False  # the batch in flight holds a larger request
+        self._between: Batch | None = None  # the lane's batch cut between two batches, until it has run
 
     @contextmanager
     def interrupting(self, batch: Batch) -> Iterator[None]:
         """While `batch` computes (on the CPU, inside its launch), the lane may run between its layers."""
-        before = self._may_interrupt
+        before, started = self._may_interrupt, time.monotonic()
         self._may_interrupt = any(not s.piece.message.is_small for s in batch.slices)
         try:
             yield
         finally:
             self._may_interrupt = before
+            if batch is self._between:  # the lane's own run, cut between two batches
+                self._between = None
+                self._paced(started)
 
     def cut(self) -> Batch | None:
         """The next batch. While larger requests wait, the small ones are the lane's: taken into the next
@@ -107,28 +106,31 @@ class ExpressLane:
         queue = self.loop.queue
         if not self.is_on or not queue.holds_large:
             return queue.cut()
-        if time.monotonic() - self._last_run >= self.min_interval and (batch := self._cut_small()) is not None:
+        if time.monotonic() >= self.next_run and (batch := self._cut_small()) is not None:
             return batch
         # Where no larger request can go now (their rows are taken), the small ones need not wait.
         return queue.cut(skip_small=True) or self._cut_small()
 
     def _cut_small(self) -> Batch | None:
-        batch = self.loop.queue.cut_small()
-        if batch is not None:
-            self._last_run = time.monotonic()
+        self._between = self.loop.queue.cut_small()
+        if self._between is not None:
             self.loop.board.add("express_batches", 1)
-        return batch
+        return self._between
+
+    def _paced(self, started: float) -> None:
+        """A run that began at `started` has ended: the next waits in proportion to it."""
+        now = time.monotonic()
+        self.next_run = now + (now - started) * (1 - LANE_SHARE) / LANE_SHARE
 
     def __call__(self) -> None:
         """Between two layers of the batch in flight."""
         loop = self.loop
-        if (self.is_running or not self._may_interrupt or not loop.front_ends
-                or time.monotonic() - self._last_run < self.min_interval):
+        if self.is_running or not self._may_interrupt or not loop.front_ends or time.monotonic() < self.next_run:
             return
         ready = wait(list(loop.front_ends), 0)
         if not ready and not loop.queue.holds_small:  # small ones left out of this batch wait for this run
             return
-        self.is_running = True
+        self.is_running, started, ran = True, time.monotonic(), False
         try:
             for conn in ready:
                 if conn in loop.front_ends:
@@ -141,6 +143,8 @@ class ExpressLane:
                     wait([loop.wake_reader])
                     loop.on_landed()
                 loop.board.add("express_batches", 1)
-                self._last_run = time.monotonic()
+                ran = True
         finally:
             self.is_running = False
+            if ran:
+                self._paced(started)

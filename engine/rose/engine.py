@@ -109,7 +109,6 @@ class Engine(ModelView):
         self.compiled = False  # an int8 model compiled on its first batch (engine/rose/quantization/int8_compile.py)
         # The queue's token budget (warm-up may choose a smaller one) and the speed measured at it.
         self.max_batch_tokens, self.tokens_per_second = config.max_batch_tokens, 0.0
-        self.batch_overhead_seconds: float | None = None  # what any batch costs beyond its tokens, where measured
         self.runner = self._runner(model, head, attention, config.enforce_eager or config.quantization == "fp8")
         if config.quantization == "fp8":
             # GPTQ calibrates on the model as loaded, run eagerly: no graph may hold it unquantized.
@@ -198,7 +197,7 @@ class Engine(ModelView):
         config = self.config
         if self.device.type == "cpu" and config.choose_batch_tokens and not self.compiled:
             choice = cpu_budget(run, config.max_batch_tokens)
-            self.max_batch_tokens, self.batch_overhead_seconds = choice.max_batch_tokens, choice.overhead_seconds
+            self.max_batch_tokens = choice.max_batch_tokens
             how = "chosen at warm-up; --max-batch-tokens sets another"
         else:
             # A CPU's speed per token is the same from a few hundred tokens on: a full budget would take seconds.
