@@ -101,7 +101,7 @@ class ExpressLane:
     def cut(self) -> Batch | None:
         """The next batch. While larger requests wait, the small ones are the lane's: taken into the next
         large batch, a query would wait for all of it. So they go first, as a batch of their own, if the
-        lane's interval has passed, and otherwise stay queued for its next run (between this batch's
+        lane's pace allows a run, and otherwise stay queued for its next run (between this batch's
         layers, or before the next batch)."""
         queue = self.loop.queue
         if not self.is_on or not queue.holds_large:

@@ -276,8 +276,8 @@ class PieceQueue:
     def _models_in_turn(self, skip_small: bool = False) -> list[int]:
         """The models with inputs waiting, the one to serve next first: fair, the next after the
         latest batch's; fcfs, the oldest line's."""
-        # By each one's oldest line.
-        models = list(dict.fromkeys(line.model for line in self._lines.values() if not (skip_small and line.is_small)))
+        lines = [line for line in self._lines.values() if not (skip_small and line.is_small)]
+        models = list(dict.fromkeys(line.model for line in lines))  # by each one's oldest line
         if not self.is_fair:
             return models
         models.sort()

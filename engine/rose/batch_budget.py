@@ -37,7 +37,6 @@ class BudgetChoice:
     max_batch_tokens: int
     tokens_per_second: float  # at that budget
     batch_seconds: float  # one full batch's time
-    overhead_seconds: float | None = None  # what any batch costs beyond its tokens (measured on the CPU)
 
 
 def time_batches(run: Callable[[list[np.ndarray]], None], sizes: tuple[int, ...],
@@ -62,7 +61,7 @@ def cpu_budget(run: Callable[[list[np.ndarray]], None], max_batch_tokens: int) -
     tokens = EFFICIENCY / (1 - EFFICIENCY) * overhead / per_token
     tokens = int(min(max(MIN_BUDGET, -(-tokens // ROUND_TO) * ROUND_TO), CPU_CHUNK_TOKENS, max_batch_tokens))
     seconds = overhead + per_token * tokens
-    return BudgetChoice(tokens, tokens / seconds, seconds, overhead)
+    return BudgetChoice(tokens, tokens / seconds, seconds)
 
 
 def measured_speed(run: Callable[[list[np.ndarray]], None], max_batch_tokens: int) -> BudgetChoice:
