@@ -351,7 +351,7 @@ def render(args, engine, base_flags: list[str], results: dict[str, list[list[Pha
             ratios = [m.bulk_tokens_per_s / b.bulk_tokens_per_s for _, b, m in pairs]
             ceilings = [1 - m.query_tokens / m.window / b.bulk_tokens_per_s for _, b, m in pairs]
             bulk_latencies = [x for _, _, m in pairs for x in m.bulk_latencies]
-            mixed, bulk_alone = pairs[0][2], pairs[0][1]
+            mixed = pairs[0][2]
             per_round.append(f"{name}, {mixed.num_bulk} bulk: query p50 "
                              + ", ".join(f"{x:.2f}x" for x in p50s) + "; p99 " + ", ".join(f"{x:.2f}x" for x in p99s)
                              + "; bulk " + ", ".join(f"{x:.2f}x" for x in ratios))

@@ -236,9 +236,9 @@ class PieceQueue:
     def cut(self, skip_small: bool = False) -> Batch | None:
         """The next batch, of the model whose turn it is; None if nothing waits or nothing can go.
         `skip_small`: the small requests stay queued (engine/queue/express_lane.py runs them)."""
-        for model in self._models_in_turn(skip_small):
-            lines = [line for line in self._lines.values()
-                     if line.model == model and not (skip_small and line.is_small)]
+        open_lines = [line for line in self._lines.values() if not (skip_small and line.is_small)]
+        for model in self._models_in_turn(open_lines):
+            lines = [line for line in open_lines if line.model == model]
             filling = _Filling(self.max_batch_tokens, self.max_batch_seqs)
             if self.is_fair:
                 self._fill_fairly(lines, filling)
@@ -273,10 +273,9 @@ class PieceQueue:
         parts = [s.packed() for s in filling.slices]
         return Batch(tuple(filling.slices), parts[0] if len(parts) == 1 else join_packed(*parts))
 
-    def _models_in_turn(self, skip_small: bool = False) -> list[int]:
-        """The models with inputs waiting, the one to serve next first: fair, the next after the
-        latest batch's; fcfs, the oldest line's."""
-        lines = [line for line in self._lines.values() if not (skip_small and line.is_small)]
+    def _models_in_turn(self, lines: list[_Line]) -> list[int]:
+        """The models of `lines` (in the order each opened), the one to serve next first: fair, the next
+        after the latest batch's; fcfs, the oldest line's."""
         models = list(dict.fromkeys(line.model for line in lines))  # by each one's oldest line
         if not self.is_fair:
             return models
