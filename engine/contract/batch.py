@@ -75,10 +75,8 @@ def pack(seqs: list[np.ndarray], segments: list[np.ndarray | None] | None = None
 def pack_pieces(seqs: list[np.ndarray], segments: list[np.ndarray | None] | None, max_tokens: int,
                 max_outputs: int) -> list[PackedBatch]:
     """The sequences packed (`pack`) and cut at sequence boundaries into pieces within both caps
-    (`batch_ranges`): one piece where they all fit, views of the packed arrays otherwise."""
-    batch = pack(seqs, segments)
-    ranges = batch_ranges(batch.cu_seqlens, max_tokens, max_outputs, batch.cu_segments)
-    return [batch] if len(ranges) == 1 else [slice_packed(batch, lo, hi) for lo, hi in ranges]
+    (`split_packed`): one piece where they all fit, views of the packed arrays otherwise."""
+    return split_packed(pack(seqs, segments), max_tokens, max_outputs)
 
 
 def split_flat(input_ids: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
@@ -168,11 +166,12 @@ def _cu_segments(batch: PackedBatch) -> np.ndarray:
     return np.arange(batch.num_seqs + 1, dtype=np.int32)
 
 
-def split_packed(batch: PackedBatch, max_tokens: int) -> list[PackedBatch]:
-    """Cut a batch, in order and at sequence boundaries, into batches of at most max_tokens
-    (a longer sequence is a batch of its own). Rejoining their results row by row gives
-    the whole batch's: attention and pooling never cross a sequence boundary."""
-    if batch.num_tokens <= max_tokens:
+def split_packed(batch: PackedBatch, max_tokens: int, max_outputs: int | None = None) -> list[PackedBatch]:
+    """Cut a batch, in order and at sequence boundaries, into batches of at most max_tokens and
+    max_outputs vectors (a longer sequence is a batch of its own). Rejoining their results row by
+    row gives the whole batch's: attention and pooling never cross a sequence boundary."""
+    max_outputs = batch.num_outputs if max_outputs is None else max_outputs
+    if batch.num_tokens <= max_tokens and batch.num_outputs <= max_outputs:
         return [batch]
-    ranges = batch_ranges(batch.cu_seqlens, max_tokens, batch.num_outputs, batch.cu_segments)
-    return [slice_packed(batch, lo, hi) for lo, hi in ranges]
+    ranges = batch_ranges(batch.cu_seqlens, max_tokens, max_outputs, batch.cu_segments)
+    return [batch] if len(ranges) == 1 else [slice_packed(batch, lo, hi) for lo, hi in ranges]
