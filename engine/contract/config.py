@@ -23,6 +23,9 @@ class ModelOverrides:
     default_prompt_name: str | None = None  # "" switches the checkpoint's default prompt off
     matryoshka_dims: str | None = None  # "any" | "none" | "64,128,256"
     kind: str | None = None  # "embed" | "rerank" (engine/model_files/reranker.py reads it from the files)
+    # A sparse encoder's top-k: each text keeps its largest this many values, as SparseEncoder.encode's
+    # max_active_dims (engine/model_files/sparse.py); None: the checkpoint's, else every non-zero.
+    max_active_dims: int | None = None
 
 
 # Layers at the start of a model kept bf16 where Fp8Plan leaves the count to the model: none where

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from rose_embed.engine.model_files.architecture_support import config_refusal
 from rose_embed.engine.contract.config import ModelOverrides
+from rose_embed.engine.contract.sparse_rows import row_width
 from rose_embed.engine.model_files.embedded_model import (
     DEFAULT_MODEL_NAME, embedded_model_dir, is_embedded_hub_id, is_embedded_model_dir,
 )
@@ -22,6 +23,7 @@ from rose_embed.engine.model_files.flavour import PPLX_MODEL_TYPE, FlavourError,
 from rose_embed.engine.model_files.json_files import read_json, read_json_object
 from rose_embed.engine.model_files.load_error import ModelLoadError
 from rose_embed.engine.model_files.reranker import QWEN3_MAX_LEN, Reranker, RerankerError, is_reranker, read_reranker
+from rose_embed.engine.model_files.sparse import SparseError, SparseModel, is_sparse, read_sparse
 from rose_embed.engine.model_files.st_modules import HeadStep, ModuleError, SentenceModules, output_dim, read_modules
 
 if TYPE_CHECKING:  # reading what a model is needs no torch (a front end, the supervisor): only its weights do
@@ -75,6 +77,9 @@ class ModelSpec:
     lowercase: bool = False  # texts are lowercased before tokenizing (the Transformer module's do_lower_case)
     # Set for a reranker: a (query, document) pair in, [score, raw logit] out (embedding_dim 2).
     reranker: Reranker | None = None
+    # Set for a sparse encoder (SPLADE): a text in, its (index, value) pairs out, packed into rows of
+    # embedding_dim floats (engine/contract/sparse_rows.py).
+    sparse: SparseModel | None = None
 
     @property
     def is_reranker(self) -> bool:
@@ -160,6 +165,11 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
             return _reranker_spec(model_dir, name, architecture, hf_config, st_cfg, hidden_size, max_seq_len)
     except RerankerError as exc:
         raise ModelLoadError(f"{model_dir}: {exc}") from exc
+    try:
+        if overrides.kind is None and is_sparse(model_dir, st_cfg):
+            return _sparse_spec(model_dir, name, architecture, hf_config, st_cfg, hidden_size, max_seq_len, overrides)
+    except (SparseError, ModuleError) as exc:
+        raise ModelLoadError(f"{model_dir}: {exc}") from exc
     prompts = dict(st_cfg.get("prompts") or {})
     try:
         modules = read_modules(model_dir, hidden_size, st_cfg)
@@ -217,6 +227,26 @@ def _reranker_spec(model_dir: Path, name: str, architecture: str, hf_config: dic
         normalize=False, max_seq_len=min(max_seq_len, model_limit) if max_seq_len else model_limit,
         hidden_size=hidden_size, embedding_dim=2, is_causal=architecture in DECODER_ARCHITECTURES,
         matryoshka_dims=(), reranker=reranker,
+    )
+
+
+def _sparse_spec(model_dir: Path, name: str, architecture: str, hf_config: dict, st_cfg: dict, hidden_size: int,
+                 max_seq_len: int | None, overrides: ModelOverrides) -> ModelSpec:
+    """A sparse encoder's description (engine/model_files/sparse.py says which checkpoints are)."""
+    sparse, max_seq_length, lowercase = read_sparse(model_dir, hf_config, st_cfg, overrides.max_active_dims)
+    model_limit = _max_seq_len(model_dir, hf_config, SentenceModules(max_seq_length=max_seq_length), architecture)
+    prompts = dict(st_cfg.get("prompts") or {})
+    default_prompt = st_cfg.get("default_prompt_name")
+    if overrides.default_prompt_name is not None:
+        default_prompt = overrides.default_prompt_name or None
+    if default_prompt is not None and default_prompt not in prompts:
+        raise ModelLoadError(f"default prompt {default_prompt!r} is not among the model's prompts "
+                             f"({', '.join(prompts) or 'none'})")
+    return ModelSpec(
+        path=model_dir, name=name, architecture=architecture, hf_config=hf_config, pooling=sparse.pooling,
+        normalize=False, max_seq_len=min(max_seq_len, model_limit) if max_seq_len else model_limit,
+        hidden_size=hidden_size, embedding_dim=row_width(sparse.num_slots), is_causal=False, prompts=prompts,
+        default_prompt_name=default_prompt, matryoshka_dims=(), lowercase=lowercase, sparse=sparse,
     )
 
 

@@ -100,7 +100,7 @@ def _class_name(type_ref: str) -> str | None:
     return type_ref.rsplit(".", 1)[-1] if type_ref.startswith("sentence_transformers.") else None
 
 
-class _Module:
+class ModuleEntry:
     """One entry of modules.json, with what error messages need to name it."""
 
     def __init__(self, model_dir: Path, entry: dict, index: int):
@@ -132,19 +132,25 @@ class _Module:
         raise self.error(f"no weights ({' or '.join(_WEIGHT_FILES)}) in its folder")
 
 
-def _transformer(module: _Module) -> tuple[int | None, bool]:
-    """(max_seq_length, do_lower_case) from the Transformer module's settings."""
+# The Transformer module's task -> the output of the Hugging Face model it reads (feature extraction:
+# the token states; fill-mask, a SparseEncoder's MLMTransformer: the MLM logits).
+TRANSFORMER_OUTPUTS = {"feature-extraction": "last_hidden_state", "fill-mask": "logits"}
+
+
+def transformer_settings(module: ModuleEntry, task: str = "feature-extraction") -> tuple[int | None, bool]:
+    """(max_seq_length, do_lower_case) from the Transformer module's settings, which must ask for `task`."""
     if module.path:
         raise module.error("its model is saved in a subfolder (a layout from before sentence-transformers 2.0); "
                            "re-save the model with a current sentence-transformers")
     cfg = next((c for name in _TRANSFORMER_CONFIGS if (c := module.config(name))), {})
-    task = cfg.get("transformer_task", "feature-extraction")
-    if task != "feature-extraction":
-        raise module.error(f"transformer_task {task!r} is not supported (only feature-extraction)")
+    saved_task = cfg.get("transformer_task", task)
+    if saved_task != task:
+        raise module.error(f"transformer_task {saved_task!r} is not supported here (only {task})")
     modalities = cfg.get("modality_config") or {}
     text = modalities.get("text", {})
-    if text.get("method_output_name", "last_hidden_state") != "last_hidden_state":
-        raise module.error(f"text output {text['method_output_name']!r} is not supported (only last_hidden_state)")
+    output = TRANSFORMER_OUTPUTS[task]
+    if text.get("method_output_name", output) != output:
+        raise module.error(f"text output {text['method_output_name']!r} is not supported (only {output})")
     if "message" in modalities:
         # sentence-transformers then renders every text through the tokenizer's chat template.
         raise module.error("the message modality (texts rendered through a chat template) is not supported")
@@ -162,7 +168,7 @@ def _transformer(module: _Module) -> tuple[int | None, bool]:
     return (int(max_len) if max_len else None), bool(cfg.get("do_lower_case", False))
 
 
-def _pooling(module: _Module, has_prompts: bool) -> str:
+def _pooling(module: ModuleEntry, has_prompts: bool) -> str:
     cfg = module.config()
     if "pooling_mode" in cfg:  # 6.x: one name or a list
         modes = cfg["pooling_mode"]
@@ -180,13 +186,13 @@ def _pooling(module: _Module, has_prompts: bool) -> str:
     return "+".join(_POOLING_MODES[m] for m in modes)
 
 
-def _check_sentence_embedding(module: _Module, cfg: dict) -> None:
+def _check_sentence_embedding(module: ModuleEntry, cfg: dict) -> None:
     for key in ("module_input_name", "module_output_name"):
         if cfg.get(key, _SENTENCE_EMBEDDING) not in (None, _SENTENCE_EMBEDDING):
             raise module.error(f"{key} {cfg[key]!r} is not supported (only {_SENTENCE_EMBEDDING!r})")
 
 
-def _activation(module: _Module, path: str | None) -> str:
+def _activation(module: ModuleEntry, path: str | None) -> str:
     if path is None:
         return "Tanh"  # Dense's default, which sentence-transformers uses when the key is absent
     name = path.rsplit(".", 1)[-1]
@@ -195,7 +201,7 @@ def _activation(module: _Module, path: str | None) -> str:
     return name
 
 
-def _dense(module: _Module, in_dim: int) -> Dense:
+def _dense(module: ModuleEntry, in_dim: int) -> Dense:
     cfg = module.config()
     _check_sentence_embedding(module, cfg)
     try:
@@ -208,7 +214,7 @@ def _dense(module: _Module, in_dim: int) -> Dense:
     return dense
 
 
-def _layer_norm(module: _Module, in_dim: int) -> LayerNorm:
+def _layer_norm(module: ModuleEntry, in_dim: int) -> LayerNorm:
     dim = int(module.config().get("dimension", in_dim))
     if dim != in_dim:
         raise module.error(f"dimension {dim} does not match the {in_dim}-wide vector it receives")
@@ -225,7 +231,7 @@ def read_modules(model_dir: Path, hidden_size: int, st_config: dict) -> Sentence
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise ModuleError("modules.json is not a list of modules")
     has_prompts = any((st_config.get("prompts") or {}).values())
-    modules = [_Module(model_dir, entry, i) for i, entry in enumerate(entries)]
+    modules = [ModuleEntry(model_dir, entry, i) for i, entry in enumerate(entries)]
     pooling, head, quantizer = None, [], False
     max_seq_length, lowercase, dim = None, False, hidden_size
     for i, module in enumerate(modules):
@@ -238,7 +244,7 @@ def read_modules(model_dir: Path, hidden_size: int, st_config: dict) -> Sentence
         elif module.cls == "Transformer":
             if i != 0:
                 raise module.error("the Transformer module must come first")
-            max_seq_length, lowercase = _transformer(module)
+            max_seq_length, lowercase = transformer_settings(module)
         elif i == 0:
             raise module.error("the first module must be a Transformer (this one is not supported as the model's input)")
         elif module.cls == "Pooling":

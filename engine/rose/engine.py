@@ -19,6 +19,7 @@ from rose_embed.engine.rose.layers import fused
 from rose_embed.engine.rose.attention.backends import make_attention_backend
 from rose_embed.engine.rose.layers.head import SentenceHead
 from rose_embed.engine.rose.layers.score_head import ScoreHead
+from rose_embed.engine.rose.layers.sparse_head import SparseHead
 from rose_embed.engine.rose.lazy import LazyResult
 from rose_embed.engine.model_files.loader import ModelLoadError, ModelSpec, load_spec, load_state_dict
 from rose_embed.engine.rose.models import MODEL_CLASSES
@@ -60,9 +61,16 @@ def resolve_dtype(name: str, device: torch.device) -> tuple[torch.dtype, str]:
     return _DTYPES[name], "--dtype"
 
 
-def head_for(spec: ModelSpec, state: dict[str, torch.Tensor]) -> SentenceHead | ScoreHead:
+def head_for(spec: ModelSpec, state: dict[str, torch.Tensor],
+             dtype: torch.dtype = torch.float32) -> SentenceHead | ScoreHead | SparseHead:
     """An embedder's pooling, the checkpoint's modules after it, truncate_dim and the final normalisation;
-    a reranker's score head, from the checkpoint's own tensors `state` (float32 either way)."""
+    a reranker's score head, from the checkpoint's own tensors `state` (float32 either way); a sparse
+    encoder's MLM head (in `dtype`, the model's) and SPLADE pooling."""
+    if spec.sparse is not None:
+        try:
+            return SparseHead(spec.sparse, spec.hf_config, state, dtype).eval()
+        except ValueError as exc:
+            raise ModelLoadError(f"{spec.path}: {exc}") from exc
     if spec.reranker is not None:
         try:
             return ScoreHead(spec.reranker, state, spec.hf_config.get("norm_eps", 1e-5)).eval()
@@ -100,7 +108,7 @@ class Engine(ModelView):
         model = MODEL_CLASSES[self.spec.architecture](self.spec.hf_config, **pair_options(self.spec))
         state = load_state_dict(self.spec.path)
         model.load_hf_weights(state)
-        head = head_for(self.spec, state).to(self.device)
+        head = head_for(self.spec, state, self.dtype).to(self.device)
         del state  # the model and the head hold what they need of it
         model = model.to(device=self.device, dtype=self.dtype).eval()
         fused.set_fused_kernels(config.fused_kernels)
@@ -136,6 +144,8 @@ class Engine(ModelView):
                                                       spec.reranker is not None)
                    or quantization_support.device_refusal(quantization, str(self.device))
                    or quantization_support.dtype_refusal(quantization, config.dtype))
+        if refusal is None and spec.sparse is not None:
+            refusal = f"--quantization {quantization} serves embedders; {spec.name} is a sparse encoder"
         if refusal is not None:
             raise ValueError(refusal)
 

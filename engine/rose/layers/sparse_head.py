@@ -1,0 +1,87 @@
+"""Token states -> a sparse encoder's answer rows: the MLM head, SPLADE pooling and the top-k, on the device.
+
+What sentence-transformers' SpladePooling computes (engine/model_files/sparse.py), per text:
+
+    vector[v] = pool over the text's tokens t of  log1p(relu(logit[t, v]))     (log1p twice: log1p_relu)
+
+max or sum pooled. Max pooling pools the raw logits (from 0, which is the relu) and activates the
+pooled [S, V] once: log1p is increasing, so log1p(max x) is max log1p(x), and the activation runs on
+S rows instead of T. Sum pooling activates each token's logits, then adds them up per text.
+
+The [T, V] logits are the costly tensor (16k tokens of a 30k vocabulary are 2 GB in float32): they
+are computed a chunk of tokens at a time and pooled into [S, V] at once, so at most one chunk's
+logits exist. Then, still in the graph, each text's non-zeros are counted and its largest K values
+taken with their token ids (torch.topk), and written as engine/contract/sparse_rows.py lays them
+out: [S, 1 + 2K] float32. Only those rows are copied to the host, never the [S, V] vectors, let
+alone the logits. Every shape here follows from the batch's padded shape (tokens, segments) and
+the model (V, K), and nothing waits on the device, so the head is captured in the model's CUDA
+graph like the sentence head.
+
+The variable-length answer: K is fixed per model, so the rows are fixed-width; the count says how
+many of a row's slots hold non-zeros, and whether the text had more than fit (only where K is a
+cap, not the model's top-k: the front end refuses such a text rather than cut it). This follows
+TEI's SPLADE head (the MLM head's logits, log1p(relu), max over the tokens:
+backends/candle/src/models/bert.rs, BertSpladeHead), which hands the whole [V] vector to its router
+to drop the zeros; vLLM's SPLADESparsePooler (vllm/model_executor/models/bert.py) likewise returns
+[V] per text. Both copy V floats per text to the host; this head copies 1 + 2K.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from rose_embed.engine.model_files.sparse import SparseModel
+from rose_embed.engine.rose.layers.mlm_head import MLMHead
+
+# Elements of one chunk's float32 logits [tokens, V]: 128 MiB, whatever the vocabulary.
+_CHUNK_ELEMENTS = 2**25
+_MIN_CHUNK_TOKENS = 64
+
+
+class SparseHead(nn.Module):
+    """hidden [T, H], segment_ids [T] -> rows [num_segments, 1 + 2K] float32. The MLM head runs in `dtype`
+    (the model's), the pooling and what follows in float32."""
+
+    def __init__(self, sparse: SparseModel, hf_config: dict, state: dict[str, torch.Tensor],
+                 dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.sparse = sparse
+        self.mlm = MLMHead(sparse.mlm_head, hf_config, state).to(dtype)
+        if self.mlm.vocab_size != sparse.vocab_size:
+            raise ValueError(f"the MLM head gives {self.mlm.vocab_size} logits, but config.json's vocab_size is "
+                             f"{sparse.vocab_size}")
+        self.num_slots = sparse.num_slots
+        self.chunk_tokens = max(_MIN_CHUNK_TOKENS, _CHUNK_ELEMENTS // sparse.vocab_size)
+
+    def forward(self, hidden: torch.Tensor, segment_ids: torch.Tensor, num_segments: int) -> torch.Tensor:
+        return self._rows(self.vectors(hidden, segment_ids, num_segments))
+
+    def vectors(self, hidden: torch.Tensor, segment_ids: torch.Tensor, num_segments: int) -> torch.Tensor:
+        """Each segment's sparse vector, dense on the device: [num_segments, V] float32."""
+        is_max = self.sparse.pooling == "max"
+        # Padding tokens (segment id -1) pool into one spare row past the segments, dropped at the end.
+        rows = torch.where(segment_ids < 0, num_segments, segment_ids).long()
+        pooled = torch.zeros((num_segments + 1, self.sparse.vocab_size), dtype=torch.float32, device=hidden.device)
+        dtype = self.mlm.decoder.weight.dtype
+        for start in range(0, hidden.shape[0], self.chunk_tokens):
+            stop = start + self.chunk_tokens
+            logits = self.mlm(hidden[start:stop].to(dtype)).float()  # [chunk, V]
+            if is_max:
+                # scatter_reduce_ rather than the beta index_reduce_; the index is a broadcast view, not a copy.
+                index = rows[start:stop, None].expand(-1, logits.shape[1])
+                pooled.scatter_reduce_(0, index, logits, "amax")  # from 0, which is the relu
+            else:
+                pooled.index_add_(0, rows[start:stop], self._activate(logits.relu_()))
+        pooled = pooled[:num_segments]
+        return self._activate(pooled) if is_max else pooled
+
+    def _activate(self, x: torch.Tensor) -> torch.Tensor:
+        """log1p of x >= 0 (twice for log1p_relu), in place."""
+        x = x.log1p_()
+        return x.log1p_() if self.sparse.activation == "log1p_relu" else x
+
+    def _rows(self, vectors: torch.Tensor) -> torch.Tensor:
+        count = (vectors > 0).sum(dim=1, keepdim=True).to(torch.float32)
+        values, indices = torch.topk(vectors, self.num_slots, dim=1, sorted=True)
+        return torch.cat([count, indices.to(torch.float32), values], dim=1)
