@@ -61,12 +61,26 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True):
         "vLLM's priority: an integer from -10 to 10, lower meaning sooner (default 0). Priority p gets 2^-p "
         "times a default request's share of each batch while both wait; the X-Priority header says the same "
         "for clients that cannot add a field.")] = None
+    # A sparse model's extension (docs/sparse.md): its tokens beside their ids, as TEI's return_text.
+    return_text: Annotated[bool, documented(
+        "Sparse models only: each vector also lists its tokens (`embedding.tokens`, in the order of "
+        "`embedding.indices`).")] = False
+
+
+class SparseEmbedding(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A sparse model's vector in /v1/embeddings (not OpenAI's: docs/sparse.md says why): its non-zero
+    dimensions (token ids, ascending) and their weights, as Qdrant's SparseVector and Pinecone's
+    sparse_values take them."""
+
+    indices: list[int]
+    values: list[float]
+    tokens: list[str] | None = None  # with return_text
 
 
 class Embedding(msgspec.Struct, kw_only=True):
     index: int
-    embedding: list[float] | str
-    object: str = "embedding"
+    embedding: list[float] | str | SparseEmbedding
+    object: str = "embedding"  # "sparse_embedding" where `embedding` is a SparseEmbedding
 
 
 class Usage(msgspec.Struct, kw_only=True):
@@ -86,7 +100,8 @@ class Model(msgspec.Struct, kw_only=True):
     created: int
     owned_by: str = "rose-embed"
     object: str = "model"
-    kind: str = "embedding"  # or "rerank": which routes the model answers (not in OpenAI's schema; clients ignore it)
+    # or "rerank", "sparse_embedding": which routes the model answers (not in OpenAI's schema; clients ignore it)
+    kind: str = "embedding"
 
 
 class ModelList(msgspec.Struct, kw_only=True):

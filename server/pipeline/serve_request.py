@@ -63,12 +63,12 @@ class Answered:
 
 @dataclass(frozen=True)
 class RouteSteps:
-    """What a route hands the pipeline: its body's type, the kind of model it serves ("embedding" or
-    "rerank"), how to read its body into an ask (refusing what its wire does not allow) and how
-    to shape the answer."""
+    """What a route hands the pipeline: its body's type, the kind of model it serves ("embedding",
+    "rerank", "sparse_embedding", or several of them), how to read its body into an ask (refusing what
+    its wire does not allow) and how to shape the answer."""
 
     body: type
-    kind: str
+    kind: str | tuple[str, ...]
     read: Callable[[Any, ServedModel, ServerConfig], Ask]
     answer: Callable[[Answered], Any]
 

@@ -46,14 +46,16 @@ class Serving:
         first, *others = (m.name for m in self.models)
         return model_names(first, self.config.model_aliases, self.config.strict_model_names, tuple(others))
 
-    def pick(self, asked: str | None, kind: str | None = None) -> ServedModel:
+    def pick(self, asked: str | None, kind: str | tuple[str, ...] | None = None) -> ServedModel:
         """The model a request's `model` names; the 404 that lists every id otherwise. A request that
         names none, or one of OpenAI's or Cohere's names, gets the first model of the `kind` its route
-        serves ("embedding" or "rerank"), else the first model (whose route check then says why not)."""
+        serves ("embedding", "rerank", "sparse_embedding"; of several, the first kind that one serves),
+        else the first model (whose route check then says why not)."""
         names = self.names
         name = names.resolve(asked)
         if kind is not None and (asked is None or asked in names.implicit):
-            name = next((m.name for m in self.models if m.kind == kind), name)
+            kinds = (kind,) if isinstance(kind, str) else kind
+            name = next((m.name for k in kinds for m in self.models if m.kind == k), name)
         return next(m for m in self.models if m.name == name)
 
     def engine_problem(self) -> str | None:

@@ -3,34 +3,55 @@
 The route reads OpenAI's body into an embeddings ask (server/pipeline/embed_ask.py, which Cohere's and
 TEI's embed routes share) and shapes OpenAI's answer; the pipeline (server/pipeline/serve_request.py)
 does the rest: over-long inputs are truncated, windowed or refused as `long_inputs` says, and
-each part's vectors are encoded as soon as they land.
+each part's vectors are encoded as soon as they land. A sparse encoder (SPLADE) answers here too,
+each text's pairs in this server's extension of the answer (server/pipeline/sparse_ask.py,
+docs/sparse.md).
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 from litestar import Request
 from litestar.datastructures import State
 
 from rose_embed.compat.inputs import normalise_input
 from rose_embed.compat.openai import Embedding, EmbeddingRequest, EmbeddingResponse, Usage
+from rose_embed.compat.sparse_wire import sparse_embedding
 from rose_embed.server.config import ServerConfig
+from rose_embed.server.http.errors import invalid_request
 from rose_embed.server.http.openapi import EMBEDDINGS_ERROR_RESPONSES
 from rose_embed.server.http.route_spec import RouteSpec
 from rose_embed.server.pipeline.embed_ask import EmbedAsk
+from rose_embed.server.pipeline.model_kind import SPARSE
 from rose_embed.server.pipeline.serve_request import Answered, RouteSteps, serve_request
 from rose_embed.server.pipeline.served_models import ServedModel
+from rose_embed.server.pipeline.sparse_ask import SparseAsk, tokens_of
 
 
 def _read(data: EmbeddingRequest, model: ServedModel, config: ServerConfig) -> EmbedAsk:
-    return EmbedAsk(normalise_input(data.input, config.max_request_inputs), formats=(data.encoding_format,),
-                    dimensions=data.dimensions, prompt_name=data.prompt_name, input_type=data.input_type,
-                    long_inputs=data.long_inputs, priority=data.priority)
+    ask = SparseAsk if model.kind == SPARSE else EmbedAsk
+    if data.return_text and ask is EmbedAsk:
+        raise invalid_request("'return_text' applies to sparse models, whose dimensions are tokens; this model "
+                              "gives dense vectors", "return_text")
+    options = {"return_text": data.return_text} if ask is SparseAsk else {}
+    return ask(normalise_input(data.input, config.max_request_inputs), formats=(data.encoding_format,),
+               dimensions=data.dimensions, prompt_name=data.prompt_name, input_type=data.input_type,
+               long_inputs=data.long_inputs, priority=data.priority, **options)
+
+
+def _data(done: Answered) -> list[Embedding]:
+    """Each input's dense vector, or a sparse model's pairs in this server's extension (docs/sparse.md)."""
+    if not isinstance(done.ask, SparseAsk):
+        return [Embedding(index=i, embedding=e) for i, e in enumerate(done.result[0])]
+    tokens = partial(tokens_of, done.model) if done.ask.return_text else lambda row: None
+    return [Embedding(index=i, embedding=sparse_embedding(row.indices, row.values, tokens(row)),
+                      object="sparse_embedding") for i, row in enumerate(done.result)]
 
 
 def _answer(done: Answered) -> EmbeddingResponse:
-    embeddings = done.result[0]
     return EmbeddingResponse(
-        data=[Embedding(index=i, embedding=e) for i, e in enumerate(embeddings)],
+        data=_data(done),
         # The model that computed the vectors, whichever name was asked (server/pipeline/aliases.py).
         model=done.model.name,
         # Every window counts: the cap, `usage` and the log see what the model reads.
@@ -38,7 +59,7 @@ def _answer(done: Answered) -> EmbeddingResponse:
     )
 
 
-EMBEDDINGS = RouteSteps(EmbeddingRequest, "embedding", _read, _answer)
+EMBEDDINGS = RouteSteps(EmbeddingRequest, ("embedding", SPARSE), _read, _answer)
 
 
 async def create_embeddings(request: Request, state: State) -> EmbeddingResponse:

@@ -39,10 +39,11 @@ def _read(data: TeiEmbedRequest, model: ServedModel, config: ServerConfig) -> Em
         _check_own_vectors(model.view.spec)
     return EmbedAsk(NormalisedInput(texts=texts), param="inputs", dimensions=data.dimensions,
                     prompt_name=data.prompt_name, long_inputs="truncate" if data.truncate else "error",
-                    too_long=_too_long, own_vectors=not data.normalize)
+                    too_long=tei_too_long, own_vectors=not data.normalize)
 
 
-def _too_long(max_len: int, num_tokens: int) -> APIError:
+def tei_too_long(max_len: int, num_tokens: int) -> APIError:
+    """TEI's words for an input past the model's limit (/embed_sparse's too)."""
     return invalid_request(f"An input of 'inputs' holds {num_tokens} tokens, more than this model's limit of "
                            f"{max_len}; send \"truncate\": true to have its end cut, as TEI asks", "inputs",
                            "context_length_exceeded")
