@@ -36,8 +36,9 @@ _SPARSE_MODULES = {"MLMTransformer", "SpladePooling", "SparseStaticEmbedding", "
 _POOLINGS = ("max", "sum")
 _ACTIVATIONS = ("relu", "log1p_relu")
 # Without a top-k, a text's non-zero values are all handed out, up to this many: an answer row holds
-# this many (index, value) slots. Trained SPLADE models give a few hundred at most per text; a text
-# with more is refused with a 400 naming --max-active-dims, never cut short (server/pipeline/sparse_ask.py).
+# this many (index, value) slots. Trained SPLADE models are regularised to a small fraction of it; a
+# text with more is refused with a 400 naming --max-active-dims, never cut short
+# (server/pipeline/sparse_ask.py). The slots cost arena memory: each row is 1 + 2 x this many floats.
 MAX_UNCUT_DIMS = 2048
 # Token ids travel as float32 in the answer rows (engine/contract/sparse_rows.py): exact below 2**24.
 _MAX_VOCAB = 2**24

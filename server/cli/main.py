@@ -26,6 +26,7 @@ from rose_embed.server.cli.api_keys import API_KEY_ENV, keys_from_env, keys_from
 from rose_embed.server.cli import embed as embed_cli, hardening as hardening_cli
 from rose_embed.server.cli.help import HelpAll, HelpFormatter, advanced, hidden_alias
 from rose_embed.engine.rose.quantization.support import QUANTIZATIONS
+from rose_embed.engine.model_files.sparse import MAX_UNCUT_DIMS
 from rose_embed.server.cli.values import (DTYPES, FP8_BF16_LAYERS_HELP, FP8_POOLED_TOKENS, FP8_POOLED_TOKENS_HELP,
                                FP8_WEIGHT_ROUNDING_HELP, FP8_WEIGHT_ROUNDINGS, api_key, attention_refusal,
                                device_list, fp8_plan_of, from_environment, matryoshka_sizes, model_choice,
@@ -174,6 +175,10 @@ def _add_model_flags(serve: argparse.ArgumentParser) -> None:
                                 help="embed or rerank (default: from the files; a one-label *ForSequenceClassification "
                                      "or a CrossEncoder save reranks; Qwen3-Reranker needs rerank unless its files say "
                                      "CrossEncoder)"))
+    advanced(group.add_argument("--max-active-dims", type=positive_int, default=None, metavar="N",
+                                help="sparse encoders (SPLADE): keep each text's N largest values, as "
+                                     "SparseEncoder.encode(max_active_dims=N) (default: the checkpoint's, else every "
+                                     f"non-zero, up to {MAX_UNCUT_DIMS}: a text with more is refused)"))
     group.add_argument("--default-prompt-name", default=None,
                        help="prompt applied when a request names none ('' for none; default: the model's)")
     group.add_argument("--matryoshka-dims", type=matryoshka_sizes, default=None,
@@ -207,7 +212,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         model_overrides=ModelOverrides(
             attention=args.attention, pooling=args.pooling, quantization=args.embedding_quantization,
             default_prompt_name=args.default_prompt_name, matryoshka_dims=args.matryoshka_dims,
-            kind=args.model_kind,
+            kind=args.model_kind, max_active_dims=args.max_active_dims,
         ),
     )
     api_keys = tuple(dict.fromkeys([*args.api_key, *keys_from_env(), *(key for key, _ in key_weights)]))
