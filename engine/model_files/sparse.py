@@ -13,7 +13,7 @@ then, where config_sentence_transformers.json sets `max_active_dims` (or the ser
 --max-active-dims does), only each text's largest that many values, as encode's top-k keeps.
 
 The MLM heads run are those of BertForMaskedLM (naver's SPLADE models, opensearch's BERT-based
-ones), DistilBertForMaskedLM (splade_v2_distil, opensearch's distilled doc models) and
+bi-encoders), DistilBertForMaskedLM (splade_v2_distil, opensearch's distilled bi-encoders) and
 RobertaForMaskedLM / XLMRobertaForMaskedLM. Refused by name: the Router layout of the
 inference-free encoders (a static per-token weight for queries, an MLM for documents: a request
 would have to say which side it is), SparseAutoEncoder (CSR: a top-k autoencoder on a dense

@@ -73,9 +73,8 @@ def refuse_reranker(engine) -> None:
         raise ValueError(f"{engine.spec.name} is a reranker: it scores (query, document) pairs (serve it and "
                          "send them to POST /v1/rerank), and embeds no texts")
     if engine.spec.sparse is not None:
-        raise ValueError(f"{engine.spec.name} is a sparse encoder: its rows are each text's (token id, weight) "
-                         "pairs (engine/contract/sparse_rows.py), not dense vectors; serve it and send its texts "
-                         "to POST /embed_sparse or /v1/embeddings")
+        raise ValueError(f"{engine.spec.name} is a sparse encoder: it gives each text's (token id, weight) pairs, "
+                         "not dense vectors (serve it and send its texts to POST /embed_sparse or /v1/embeddings)")
 
 
 def embed_texts(engine, texts: Sequence[str], *, num_threads: int | None = None,

@@ -5,9 +5,7 @@ says what the served model is and which route fits."""
 from __future__ import annotations
 
 from rose_embed.server.http.errors import invalid_request
-from rose_embed.server.pipeline.served_models import ServedModel
-
-SPARSE = "sparse_embedding"
+from rose_embed.server.pipeline.served_models import SPARSE, ServedModel
 
 
 def require_kind(model: ServedModel, kind: str | tuple[str, ...]) -> None:

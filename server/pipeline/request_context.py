@@ -28,7 +28,8 @@ def trace_of(request: Request) -> RequestTrace:
     return trace if trace is not None else RequestTrace("-")
 
 
-def pick_model(request: Request, serving: Serving, asked: str | None, kind: str | tuple[str, ...] | None = None) -> ServedModel:
+def pick_model(request: Request, serving: Serving, asked: str | None,
+               kind: str | tuple[str, ...] | None = None) -> ServedModel:
     """Serving.pick, noted on the request's trace: /metrics counts the request under that model's id."""
     if asked == "":  # no name to look up: the 404's advice, --model-alias '', would make it one
         raise invalid_request("you must provide a model parameter: 'model' is empty. Name one of the models "

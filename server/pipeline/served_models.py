@@ -13,6 +13,8 @@ from rose_embed.compat.encoding import encoding_formats
 from rose_embed.engine.model_files.model_view import ModelView
 from rose_embed.server.config import ServerConfig
 
+SPARSE = "sparse_embedding"  # a sparse encoder's kind (server/pipeline/sparse_ask.py)
+
 
 @dataclass(frozen=True)
 class ServedModel:
@@ -28,7 +30,7 @@ class ServedModel:
 
     def __post_init__(self) -> None:
         spec = self.view.spec
-        object.__setattr__(self, "kind", "rerank" if spec.is_reranker else kind_of(spec))
+        object.__setattr__(self, "kind", kind_of(spec))
         # A sparse model's pairs are written as JSON numbers only (server/pipeline/sparse_ask.py).
         formats = ("float",) if spec.sparse is not None else tuple(encoding_formats(spec.quantization))
         object.__setattr__(self, "formats", formats)
@@ -37,8 +39,10 @@ class ServedModel:
 
 
 def kind_of(spec) -> str:
-    """An embedder's kind: "sparse_embedding" for a sparse encoder (SPLADE), else "embedding"."""
-    return "sparse_embedding" if spec.sparse is not None else "embedding"
+    """What a model serves: "rerank" (a reranker), SPARSE (a sparse encoder, SPLADE) or "embedding"."""
+    if spec.is_reranker:
+        return "rerank"
+    return SPARSE if spec.sparse is not None else "embedding"
 
 
 def served_models(config: ServerConfig, views: list[ModelView]) -> list[ServedModel]:

@@ -23,21 +23,21 @@ from rose_embed.server.http.errors import invalid_request
 from rose_embed.server.http.openapi import EMBEDDINGS_ERROR_RESPONSES
 from rose_embed.server.http.route_spec import RouteSpec
 from rose_embed.server.pipeline.embed_ask import EmbedAsk
-from rose_embed.server.pipeline.model_kind import SPARSE
 from rose_embed.server.pipeline.serve_request import Answered, RouteSteps, serve_request
-from rose_embed.server.pipeline.served_models import ServedModel
+from rose_embed.server.pipeline.served_models import SPARSE, ServedModel
 from rose_embed.server.pipeline.sparse_ask import SparseAsk, tokens_of
 
 
 def _read(data: EmbeddingRequest, model: ServedModel, config: ServerConfig) -> EmbedAsk:
-    ask = SparseAsk if model.kind == SPARSE else EmbedAsk
-    if data.return_text and ask is EmbedAsk:
+    inputs = normalise_input(data.input, config.max_request_inputs)
+    fields = dict(formats=(data.encoding_format,), dimensions=data.dimensions, prompt_name=data.prompt_name,
+                  input_type=data.input_type, long_inputs=data.long_inputs, priority=data.priority)
+    if model.kind == SPARSE:
+        return SparseAsk(inputs, return_text=data.return_text, **fields)
+    if data.return_text:
         raise invalid_request("'return_text' applies to sparse models, whose dimensions are tokens; this model "
                               "gives dense vectors", "return_text")
-    options = {"return_text": data.return_text} if ask is SparseAsk else {}
-    return ask(normalise_input(data.input, config.max_request_inputs), formats=(data.encoding_format,),
-               dimensions=data.dimensions, prompt_name=data.prompt_name, input_type=data.input_type,
-               long_inputs=data.long_inputs, priority=data.priority, **options)
+    return EmbedAsk(inputs, **fields)
 
 
 def _data(done: Answered) -> list[Embedding]:

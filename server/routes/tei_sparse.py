@@ -18,9 +18,8 @@ from rose_embed.compat.tei_sparse import SparseValue, TeiSparseRequest
 from rose_embed.server.config import ServerConfig
 from rose_embed.server.http.openapi import EMBEDDINGS_ERROR_RESPONSES
 from rose_embed.server.http.route_spec import RouteSpec
-from rose_embed.server.pipeline.model_kind import SPARSE
 from rose_embed.server.pipeline.serve_request import Answered, RouteSteps, serve_request
-from rose_embed.server.pipeline.served_models import ServedModel
+from rose_embed.server.pipeline.served_models import SPARSE, ServedModel
 from rose_embed.server.pipeline.sparse_ask import SparseAsk, tokens_of
 from rose_embed.server.routes.tei_embed import tei_too_long
 

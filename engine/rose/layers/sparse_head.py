@@ -8,8 +8,8 @@ max or sum pooled. Max pooling pools the raw logits (from 0, which is the relu) 
 pooled [S, V] once: log1p is increasing, so log1p(max x) is max log1p(x), and the activation runs on
 S rows instead of T. Sum pooling activates each token's logits, then adds them up per text.
 
-The [T, V] logits are the costly tensor (16k tokens of a 30k vocabulary are 2 GB in float32): they
-are computed a chunk of tokens at a time and pooled into [S, V] at once, so at most one chunk's
+The [T, V] logits are the costly tensor (a whole batch's tokens times the vocabulary): they are
+computed a chunk of tokens at a time and pooled into [S, V] at once, so at most one chunk's
 logits exist. Then, still in the graph, each text's non-zeros are counted and its largest K values
 taken with their token ids (torch.topk), and written as engine/contract/sparse_rows.py lays them
 out: [S, 1 + 2K] float32. Only those rows are copied to the host, never the [S, V] vectors, let
