@@ -24,6 +24,7 @@ from rose_embed.engine.model_files.json_files import read_json, read_json_object
 from rose_embed.engine.model_files.load_error import ModelLoadError
 from rose_embed.engine.model_files.reranker import QWEN3_MAX_LEN, Reranker, RerankerError, is_reranker, read_reranker
 from rose_embed.engine.model_files.sparse import SparseError, SparseModel, is_sparse, read_sparse
+from rose_embed.engine.model_files.sparse_router import RouterError, routed_model_dir
 from rose_embed.engine.model_files.st_modules import HeadStep, ModuleError, SentenceModules, output_dim, read_modules
 
 if TYPE_CHECKING:  # reading what a model is needs no torch (a front end, the supervisor): only its weights do
@@ -143,7 +144,11 @@ def _max_seq_len(model_dir: Path, hf_config: dict, modules: SentenceModules, arc
 def load_spec(model: str | None, max_seq_len: int | None = None, overrides: ModelOverrides | None = None,
               revision: str | None = None) -> ModelSpec:
     """Read a model's description (no weights); engine/model_files/flavour.py says how each choice is made."""
-    model_dir, name = resolve_model_dir(model, revision)
+    root, name = resolve_model_dir(model, revision)
+    try:  # an inference-free sparse encoder keeps its model in its document route's folder
+        model_dir = routed_model_dir(root) or root
+    except RouterError as exc:
+        raise ModelLoadError(f"{root}: {exc}") from exc
     hf_config = read_json_object(model_dir / "config.json")
     if hf_config is None:
         raise ModelLoadError(f"{model_dir} has no config.json")
@@ -158,7 +163,7 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
     # DistilBERT's config calls the hidden size `dim`.
     hidden_size = int(hf_config.get("hidden_size") or hf_config.get("dim") or 0)
 
-    st_cfg = read_json_object(model_dir / "config_sentence_transformers.json") or {}
+    st_cfg = read_json_object(root / "config_sentence_transformers.json") or {}
     overrides = overrides or ModelOverrides()
     try:
         if is_reranker(hf_config, st_cfg, overrides.kind):
@@ -166,10 +171,11 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
     except RerankerError as exc:
         raise ModelLoadError(f"{model_dir}: {exc}") from exc
     try:
-        if overrides.kind is None and is_sparse(model_dir, st_cfg):
-            return _sparse_spec(model_dir, name, architecture, hf_config, st_cfg, hidden_size, max_seq_len, overrides)
-    except (SparseError, ModuleError) as exc:
-        raise ModelLoadError(f"{model_dir}: {exc}") from exc
+        if overrides.kind is None and is_sparse(root, st_cfg):
+            return _sparse_spec(root, model_dir, name, architecture, hf_config, st_cfg, hidden_size, max_seq_len,
+                                overrides)
+    except (SparseError, RouterError, ModuleError) as exc:
+        raise ModelLoadError(f"{root}: {exc}") from exc
     prompts = dict(st_cfg.get("prompts") or {})
     try:
         modules = read_modules(model_dir, hidden_size, st_cfg)
@@ -230,10 +236,11 @@ def _reranker_spec(model_dir: Path, name: str, architecture: str, hf_config: dic
     )
 
 
-def _sparse_spec(model_dir: Path, name: str, architecture: str, hf_config: dict, st_cfg: dict, hidden_size: int,
-                 max_seq_len: int | None, overrides: ModelOverrides) -> ModelSpec:
-    """A sparse encoder's description (engine/model_files/sparse.py says which checkpoints are)."""
-    sparse, max_seq_length, lowercase = read_sparse(model_dir, hf_config, st_cfg, overrides.max_active_dims)
+def _sparse_spec(root: Path, model_dir: Path, name: str, architecture: str, hf_config: dict, st_cfg: dict,
+                 hidden_size: int, max_seq_len: int | None, overrides: ModelOverrides) -> ModelSpec:
+    """A sparse encoder's description (engine/model_files/sparse.py says which checkpoints are); `root`
+    holds its sentence-transformers files, `model_dir` its model (the same folder but for a Router)."""
+    sparse, max_seq_length, lowercase = read_sparse(root, hf_config, st_cfg, overrides.max_active_dims)
     model_limit = _max_seq_len(model_dir, hf_config, SentenceModules(max_seq_length=max_seq_length), architecture)
     prompts = dict(st_cfg.get("prompts") or {})
     default_prompt = st_cfg.get("default_prompt_name")

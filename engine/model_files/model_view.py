@@ -12,6 +12,7 @@ import numpy as np
 
 from rose_embed.engine.model_files.loader import ModelSpec
 from rose_embed.engine.text.pairs import PairTokenizer
+from rose_embed.engine.text.static_queries import StaticQueryEncoder
 from rose_embed.engine.text.tokenizer import tokenizer_for, vocab_size_of
 
 
@@ -21,6 +22,10 @@ class ModelView:
         self.tokenizer = tokenizer_for(spec)
         # A reranker's inputs are (query, document) pairs, built as its reference builds them.
         self.pairs = PairTokenizer(spec) if spec.reranker is not None else None
+        # An inference-free sparse encoder's queries are a lookup, not the model's (engine/text/static_queries.py).
+        self.static_queries = None
+        if spec.sparse is not None and spec.sparse.queries is not None:
+            self.static_queries = StaticQueryEncoder(spec.sparse.queries, spec.sparse.max_active_dims)
 
     @property
     def dimensions(self) -> int:

@@ -14,18 +14,19 @@ then, where config_sentence_transformers.json sets `max_active_dims` (or the ser
 
 The MLM heads run are those of BertForMaskedLM (naver's SPLADE models, opensearch's BERT-based
 bi-encoders), DistilBertForMaskedLM (splade_v2_distil, opensearch's distilled bi-encoders) and
-RobertaForMaskedLM / XLMRobertaForMaskedLM. Refused by name: the Router layout of the
-inference-free encoders (a static per-token weight for queries, an MLM for documents: a request
-would have to say which side it is), SparseAutoEncoder (CSR: a top-k autoencoder on a dense
-embedder), SparseStaticEmbedding alone, modules after SpladePooling, other architectures.
+RobertaForMaskedLM / XLMRobertaForMaskedLM. The inference-free encoders' Router (a static weight
+per query token, this layout for documents) is engine/model_files/sparse_router.py's. Refused by
+name: SparseAutoEncoder (CSR: a top-k autoencoder on a dense embedder), SparseStaticEmbedding
+alone, modules after SpladePooling, other architectures.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rose_embed.engine.model_files.json_files import read_json
+from rose_embed.engine.model_files.sparse_router import StaticQueries, read_router
 from rose_embed.engine.model_files.st_modules import ModuleEntry, transformer_settings
 
 # config.json model_type -> the MLM head its *ForMaskedLM class runs (engine/rose/layers/mlm_head.py).
@@ -57,6 +58,10 @@ class SparseModel:
     activation: str  # "relu": log1p(relu(x)); "log1p_relu": log1p(log1p(relu(x)))
     vocab_size: int  # V: the vector's dimensions, one per token id
     max_active_dims: int | None  # keep each text's largest this many (encode's top-k); None: every non-zero
+    # An inference-free encoder's query side, a weight per token, and the side of a request that names
+    # neither (engine/model_files/sparse_router.py); None: queries are encoded as documents are.
+    queries: StaticQueries | None = None
+    default_route: str = "document"
 
     @property
     def num_slots(self) -> int:
@@ -81,8 +86,8 @@ def is_sparse(model_dir: Path, st_cfg: dict) -> bool:
 def _refuse_layout(entries: list[ModuleEntry]) -> None:
     names = [entry.cls or entry.type for entry in entries]
     if "Router" in names or "Asym" in names:
-        raise SparseError("the Router layout (an inference-free sparse encoder: a static per-token weight for queries, "
-                          "an MLM for documents) is not supported; only MLMTransformer + SpladePooling encoders are")
+        raise SparseError("a Router among other modules is not supported; only an inference-free encoder's lone "
+                          "Router (engine/model_files/sparse_router.py) or MLMTransformer + SpladePooling are")
     if "SparseAutoEncoder" in names:
         raise SparseError("SparseAutoEncoder (CSR: a top-k autoencoder on a dense embedder's vector) is not supported; "
                           "only MLMTransformer + SpladePooling encoders are")
@@ -115,18 +120,23 @@ def read_sparse(model_dir: Path, hf_config: dict, st_cfg: dict,
                 max_active_dims: int | None = None) -> tuple[SparseModel, int | None, bool]:
     """(how the sparse vector is computed, the Transformer's max_seq_length, its do_lower_case);
     SparseError (or ModuleError) names what cannot be computed exactly. `max_active_dims`: the
-    server's top-k, which replaces the checkpoint's."""
-    entries = _entries(model_dir)
+    server's top-k, which replaces the checkpoint's. `model_dir`: the checkpoint's own folder (for a
+    Router, the one above its routes' folders)."""
+    routed = read_router(model_dir)
+    entries = routed.document if routed is not None else _entries(model_dir)
     _refuse_layout(entries)
     transformer, pooling_module = entries
     model_type = hf_config.get("model_type", "")
     if model_type not in MLM_HEADS:
         raise SparseError(f"sparse encoders on {model_type!r} are not supported (supported: "
                           f"{', '.join(sorted(MLM_HEADS))})")
-    max_seq_length, lowercase = transformer_settings(transformer, "fill-mask")
+    max_seq_length, lowercase = transformer_settings(transformer, "fill-mask", in_folder=routed is not None)
     pooling, activation = _splade_pooling(pooling_module)
     vocab_size = int(hf_config.get("vocab_size") or 0)
     if not 0 < vocab_size < _MAX_VOCAB:
         raise SparseError(f"vocab_size {vocab_size} is not supported (1 to {_MAX_VOCAB - 1})")
     top_k = _max_active_dims(st_cfg.get("max_active_dims"), max_active_dims)
-    return SparseModel(MLM_HEADS[model_type], pooling, activation, vocab_size, top_k), max_seq_length, lowercase
+    sparse = SparseModel(MLM_HEADS[model_type], pooling, activation, vocab_size, top_k)
+    if routed is not None:
+        sparse = replace(sparse, queries=routed.queries, default_route=routed.default_route)
+    return sparse, max_seq_length, lowercase

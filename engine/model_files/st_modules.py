@@ -137,9 +137,11 @@ class ModuleEntry:
 TRANSFORMER_OUTPUTS = {"feature-extraction": "last_hidden_state", "fill-mask": "logits"}
 
 
-def transformer_settings(module: ModuleEntry, task: str = "feature-extraction") -> tuple[int | None, bool]:
-    """(max_seq_length, do_lower_case) from the Transformer module's settings, which must ask for `task`."""
-    if module.path:
+def transformer_settings(module: ModuleEntry, task: str = "feature-extraction",
+                         in_folder: bool = False) -> tuple[int | None, bool]:
+    """(max_seq_length, do_lower_case) from the Transformer module's settings, which must ask for `task`.
+    `in_folder`: the module is a Router's, in its route's folder (engine/model_files/sparse_router.py)."""
+    if module.path and not in_folder:
         raise module.error("its model is saved in a subfolder (a layout from before sentence-transformers 2.0); "
                            "re-save the model with a current sentence-transformers")
     cfg = next((c for name in _TRANSFORMER_CONFIGS if (c := module.config(name))), {})

@@ -37,5 +37,12 @@ def resolve_prompt(prompts: dict[str, str], default_name: str | None,
     return prompts[name]
 
 
+def task_of(prompt_name: str | None, input_type: str | None) -> str | None:
+    """The name a request gives its texts' task, with `input_type`'s aliases read as above ("search_query" is
+    "query"): an inference-free sparse encoder takes its query side for "query" (server/pipeline/sparse_ask.py)."""
+    name = prompt_name if prompt_name is not None else input_type
+    return _ALIASES.get(name, name)
+
+
 def apply_prompt(prompt: str, texts: list[str]) -> list[str]:
     return [prompt + text for text in texts] if prompt else texts

@@ -6,7 +6,8 @@ the engine's rows have the same indices as `SparseEncoder(path).encode`'s sparse
 within 1e-4, for max and sum pooling and both activations, in one packed batch of texts of many
 lengths (some cut at the model's limit). A top-k (max_active_dims, the checkpoint's or the
 server's) keeps the same values as encode's; a text with more non-zeros than its row holds says
-so (its count) and keeps its largest values.
+so (its count) and keeps its largest values. An inference-free encoder (a Router) computes its
+documents with the engine as encode_document does and its queries by lookup as encode_query does.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 from rose_embed.engine.contract.sparse_rows import read_rows
 from rose_embed.engine.model_files.sparse import MAX_UNCUT_DIMS
 from tests.conftest import load_texts
-from tests.support.sparse_checkpoints import reference_pairs, save_sparse_encoder
+from tests.support.sparse_checkpoints import reference_pairs, save_inference_free, save_sparse_encoder
 
 pytestmark = pytest.mark.slow  # loads engines
 
@@ -87,3 +88,13 @@ def test_a_text_past_the_row_is_counted_and_keeps_its_largest_values(tmp_path):
     assert all(row.is_cut and len(row.indices) == MAX_UNCUT_DIMS for row in rows)
     assert [row.num_active for row in rows] == [len(indices) for indices, _ in full]
     _assert_same(rows, reference_pairs(path, texts, max_active_dims=MAX_UNCUT_DIMS))
+
+
+def test_inference_free_documents_by_the_model_and_queries_by_lookup(tmp_path):
+    path = save_inference_free(tmp_path / "inference-free")
+    texts = _texts()
+    engine = _engine(path)
+    assert engine.spec.path.name == "document_0_MLMTransformer" and engine.spec.sparse.default_route == "document"
+    _assert_same(_rows(engine, texts), reference_pairs(path, texts, task="document"))
+    # A tenth of the static weights are 0: a query's tokens of those are left out, as encode_query leaves them.
+    _assert_same(engine.static_queries.encode(texts), reference_pairs(path, texts, task="query"))

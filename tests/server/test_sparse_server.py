@@ -1,8 +1,9 @@
-"""A sparse encoder served by a real server process beside a dense embedder (`--model` repeated):
+"""Sparse encoders served by a real server process beside a dense embedder (`--model` repeated):
 a tiny SPLADE saved by SparseEncoder.save, its pairs through POST /embed_sparse and /v1/embeddings
 equal to `SparseEncoder.encode` within 1e-4 with the same indices, tokens by `return_text` as its
-tokenizer spells them; the dense model still answers /v1/embeddings; each route refuses the
-other kind of model by name."""
+tokenizer spells them; a tiny inference-free encoder (a Router), its queries as encode_query's and
+its documents as encode_document's; the dense model still answers /v1/embeddings; each route
+refuses the other kind of model by name."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ import pytest
 from tests.conftest import ServerProcess, load_texts
 from tests.support.client_support import stop_and_check_no_server_error
 from tests.support.helpers import MODEL, assert_envelope
-from tests.support.sparse_checkpoints import reference_pairs, save_sparse_encoder
+from tests.support.sparse_checkpoints import reference_pairs, save_inference_free, save_sparse_encoder
 
 pytestmark = pytest.mark.slow  # a real server process
 
 SPARSE = "tiny-splade"
+INFERENCE_FREE = "tiny-inference-free"
 TOLERANCE = 1e-4
 
 
@@ -29,10 +31,16 @@ def splade(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(splade) -> Iterator[ServerProcess]:
+def inference_free(tmp_path_factory):
+    return save_inference_free(tmp_path_factory.mktemp("sparse") / "inference-free")
+
+
+@pytest.fixture(scope="module")
+def server(splade, inference_free) -> Iterator[ServerProcess]:
     # Few sequences a batch: the arena's rows are as wide as the sparse model's.
     proc = ServerProcess("--dtype", "float32", "--model", MODEL, "--model", f"{SPARSE}={splade}",
-                         "--max-batch-tokens", "1024", "--max-batch-seqs", "64")
+                         "--model", f"{INFERENCE_FREE}={inference_free}", "--max-batch-tokens", "1024",
+                         "--max-batch-seqs", "64")
     yield proc
     stop_and_check_no_server_error(proc)
 
@@ -72,6 +80,14 @@ def test_v1_embeddings_serves_both_models(server, splade, texts):
     dense = _post(server, "/v1/embeddings", {"input": texts[:2]})
     assert dense.status_code == 200 and dense.json()["model"] == MODEL
     assert len(dense.json()["data"][0]["embedding"]) == 384
+
+
+def test_inference_free_queries_by_lookup_and_documents_by_the_model(server, inference_free, texts):
+    for body, task in (({"input_type": "search_query"}, "query"), ({}, "document")):
+        r = _post(server, "/v1/embeddings", {"input": texts[:8], "model": INFERENCE_FREE, **body})
+        assert r.status_code == 200, r.text
+        got = [(d["embedding"]["indices"], d["embedding"]["values"]) for d in r.json()["data"]]
+        _assert_pairs(got, reference_pairs(inference_free, texts[:8], task=task))
 
 
 def test_each_route_refuses_the_other_kind(server):

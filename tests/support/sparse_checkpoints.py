@@ -6,8 +6,10 @@
 so the files are the ones the installed sentence-transformers writes. A random MLM head makes
 about half of the vocabulary's logits positive, where a trained SPLADE model makes a few dozen:
 its output bias is lowered (`sparsity_shift`) so that a text has tens to hundreds of non-zero
-values, as a trained model's has. `reference_pairs` is `SparseEncoder(path).encode`'s sparse
-tensor read as each text's (indices, values).
+values, as a trained model's has. `save_inference_free` saves the same kind of MLM as the document
+route of an inference-free encoder's Router, its query route a SparseStaticEmbedding of random
+weights (a tenth of them 0). `reference_pairs` is `SparseEncoder(path).encode`'s sparse tensor (for
+a `task`, "query" or "document", where given) read as each text's (indices, values).
 """
 
 from __future__ import annotations
@@ -63,6 +65,17 @@ def _lower_logits(model: torch.nn.Module, shift: float) -> None:
         decoder.bias -= shift
 
 
+def _save_mlm(hf_dir: Path, name: str, sparsity_shift: float | None, seed: int) -> None:
+    tokenizer, config_of, default_shift = MLM_MODELS[name]
+    hf_dir.mkdir(parents=True, exist_ok=True)
+    config = config_of(tokenizer(hf_dir))
+    torch.manual_seed(seed)
+    model = AutoModelForMaskedLM.from_config(config)
+    randomize(model, seed)
+    _lower_logits(model, default_shift if sparsity_shift is None else sparsity_shift)
+    model.save_pretrained(hf_dir)
+
+
 def save_sparse_encoder(path: Path, name: str = "bert", *, pooling: str = "max", activation: str = "relu",
                         max_active_dims: int | None = None, sparsity_shift: float | None = None,
                         seed: int = 0) -> Path:
@@ -72,17 +85,31 @@ def save_sparse_encoder(path: Path, name: str = "bert", *, pooling: str = "max",
     from sentence_transformers import SparseEncoder
     from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
 
-    tokenizer, config_of, default_shift = MLM_MODELS[name]
     hf_dir = path.parent / f"{path.name}-hf"
-    hf_dir.mkdir(parents=True, exist_ok=True)
-    config = config_of(tokenizer(hf_dir))
-    torch.manual_seed(seed)
-    model = AutoModelForMaskedLM.from_config(config)
-    randomize(model, seed)
-    _lower_logits(model, default_shift if sparsity_shift is None else sparsity_shift)
-    model.save_pretrained(hf_dir)
-    modules = [MLMTransformer(str(hf_dir), max_seq_length=MAX_SEQ_LENGTH), SpladePooling(pooling_strategy=pooling, activation_function=activation)]
+    _save_mlm(hf_dir, name, sparsity_shift, seed)
+    modules = [MLMTransformer(str(hf_dir), max_seq_length=MAX_SEQ_LENGTH),
+               SpladePooling(pooling_strategy=pooling, activation_function=activation)]
     SparseEncoder(modules=modules, max_active_dims=max_active_dims, device="cpu").save(str(path))
+    return path
+
+
+def save_inference_free(path: Path, *, seed: int = 0) -> Path:
+    """An inference-free encoder: a Router whose query route is a SparseStaticEmbedding of random weights
+    and whose document route is a random BERT MLM with SpladePooling, saved by SparseEncoder.save."""
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.sparse_encoder.modules import MLMTransformer, Router, SparseStaticEmbedding, SpladePooling
+    from transformers import AutoTokenizer
+
+    hf_dir = path.parent / f"{path.name}-hf"
+    _save_mlm(hf_dir, "bert", None, seed)
+    tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+    gen = torch.Generator().manual_seed(seed)
+    weight = torch.rand(len(tokenizer.get_vocab()), generator=gen) * 3
+    weight[torch.rand(weight.shape, generator=gen) < 0.1] = 0  # tokens a query's vector leaves out
+    router = Router.for_query_document(
+        query_modules=[SparseStaticEmbedding(tokenizer=tokenizer, weight=weight, frozen=True)],
+        document_modules=[MLMTransformer(str(hf_dir), max_seq_length=MAX_SEQ_LENGTH), SpladePooling()])
+    SparseEncoder(modules=[router], device="cpu").save(str(path))
     return path
 
 

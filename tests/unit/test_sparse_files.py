@@ -75,6 +75,43 @@ def test_what_cannot_be_computed_exactly_is_refused_by_name(tmp_path, name, modu
         load_spec(_model(tmp_path, modules, **files))
 
 
+ROUTER = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.router.Router"}]
+STATIC = "sentence_transformers.sparse_encoder.modules.sparse_static_embedding.SparseStaticEmbedding"
+
+
+def _router(path: Path, query: list[tuple[str, str]], parameters: dict | None = None) -> str:
+    """An inference-free layout: the document route's model in its folder, `query` (folder, type) as given."""
+    document = [("document_0_MLMTransformer", MLM["type"]), ("document_1_SpladePooling", SPLADE["type"])]
+    _model(path / "document_0_MLMTransformer", [])
+    (path / "document_1_SpladePooling").mkdir()
+    (path / "document_1_SpladePooling" / "config.json").write_text(json.dumps({"pooling_strategy": "max"}))
+    router = {"types": dict(document + query), "structure": {"query": [f for f, _ in query],
+                                                              "document": [f for f, _ in document]},
+              "parameters": {"default_route": "document", **(parameters or {})}}
+    files = {"modules.json": ROUTER, "router_config.json": router,
+             "config_sentence_transformers.json": {"model_type": "SparseEncoder"}}
+    for name, value in files.items():
+        (path / name).write_text(json.dumps(value))
+    return str(path)
+
+
+def test_an_inference_free_router_serves_its_document_model(tmp_path):
+    spec = load_spec(_router(tmp_path, [("query_0_SparseStaticEmbedding", STATIC)]))
+    assert spec.path == tmp_path / "document_0_MLMTransformer" and spec.name == tmp_path.name
+    assert spec.sparse.queries.folder == tmp_path / "query_0_SparseStaticEmbedding"
+    assert (spec.sparse.default_route, spec.max_seq_len) == ("document", 128)
+
+
+@pytest.mark.parametrize("query,parameters,words", [
+    ([("query_0_MLMTransformer", MLM["type"])], {}, "query route"),
+    ([("query_0_SparseStaticEmbedding", STATIC)], {"route_mappings": {"x": "query"}}, "route_mappings"),
+    ([("query_0_SparseStaticEmbedding", STATIC)], {"default_route": "passage"}, "default_route"),
+])
+def test_other_routers_are_refused_by_name(tmp_path, query, parameters, words):
+    with pytest.raises(ModelLoadError, match=words):
+        load_spec(_router(tmp_path, query, parameters))
+
+
 def test_rows_read_back_ascending_with_their_count():
     rows = np.zeros((3, row_width(3)), np.float32)
     rows[0, :7] = [2, 17, 4, 0, 0.5, 0.25, 0]  # two non-zeros, largest first
