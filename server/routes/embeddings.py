@@ -30,8 +30,8 @@ from rose_embed.server.pipeline.sparse_ask import SparseAsk, tokens_of
 
 def _read(data: EmbeddingRequest, model: ServedModel, config: ServerConfig) -> EmbedAsk:
     inputs = normalise_input(data.input, config.max_request_inputs)
-    fields = dict(formats=(data.encoding_format,), dimensions=data.dimensions, prompt_name=data.prompt_name,
-                  input_type=data.input_type, long_inputs=data.long_inputs, priority=data.priority)
+    fields = {"formats": (data.encoding_format,), "dimensions": data.dimensions, "prompt_name": data.prompt_name,
+              "input_type": data.input_type, "long_inputs": data.long_inputs, "priority": data.priority}
     if model.kind == SPARSE:
         return SparseAsk(inputs, return_text=data.return_text, **fields)
     if data.return_text:

@@ -14,6 +14,7 @@ A text of a few hundred tokens lights more dimensions than a row holds.
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 
 import numpy as np
 import torch
@@ -63,7 +64,7 @@ class FakeSparse(FakeEngine):
     def execute_packed(self, batch: PackedBatch) -> LazyResult:
         bounds = batch.cu_seqlens
         rows = np.stack([self._row(*self._vector(batch.input_ids[lo:hi], batch.positions[lo:hi]))
-                         for lo, hi in zip(bounds[:-1], bounds[1:])])
+                         for lo, hi in pairwise(bounds)])
         self.batches.append((batch.num_seqs, batch.num_tokens))
         self.outputs.append(batch.num_outputs)
         self.num_eager_runs += 1

@@ -24,7 +24,7 @@ from transformers import AutoModelForMaskedLM, PretrainedConfig
 from tests.support.qwen3_checkpoints import randomize
 from tests.support.st_checkpoints import bert_tokenizer, xlmr_tokenizer
 
-_SIZES = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
+_SIZES = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
 # The Transformer module's limit: short enough that the shared workload's longer paragraphs are cut.
 MAX_SEQ_LENGTH = 128
 
