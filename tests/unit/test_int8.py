@@ -142,7 +142,7 @@ def test_a_model_int8_does_not_serve_is_refused_by_name(config, refusal, monkeyp
 
 
 def test_an_unknown_family_is_refused_by_name():
-    assert int8_support.model_refusal("t5", "some/t5", False) == (
+    assert int8_support.model_refusal("t5", "some/t5", "embed") == (
         "int8 does not support t5 models (some/t5); it supports BERT, DistilBERT, Gemma3, MPNet, Mistral, ModernBERT, "
         "Qwen3")
 
