@@ -3,6 +3,8 @@ refused by name (engine/model_files/classifier.py, checkpoint_kind.py), read fro
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from rose_embed.engine.contract.config import ModelOverrides
@@ -82,3 +84,11 @@ REFUSED = [
 def test_classifiers_that_cannot_be_served_exactly_are_refused_by_name(tmp_path, name, config, message):
     with pytest.raises(ModelLoadError, match=message):
         load_spec(_model(tmp_path, config), overrides=ModelOverrides(kind="classify"))
+
+
+def test_the_library_embeds_no_texts_with_a_classifier(tmp_path):
+    """Engine.embed and the corpus CLI refuse it by name: its rows are label probabilities."""
+    from rose_embed.engine.rose.pipeline import refuse_non_embedder
+
+    with pytest.raises(ValueError, match="is a classifier.*POST /classify"):
+        refuse_non_embedder(SimpleNamespace(spec=load_spec(_model(tmp_path, THREE))))
