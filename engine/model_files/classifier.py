@@ -20,9 +20,6 @@ from dataclasses import dataclass
 from rose_embed.engine.model_files.classifier_heads import (HeadError, architecture_of, num_labels_of,
                                                             read_classifier_head)
 
-FUNCTIONS = ("softmax", "sigmoid", "none")
-
-
 class ClassifierError(HeadError):
     """A checkpoint named a classifier that the engine cannot compute exactly."""
 
@@ -38,7 +35,7 @@ class Classifier:
     head: str  # engine/model_files/classifier_heads.py's heads
     pooling: str  # "cls" or "mean"
     labels: tuple[str, ...]  # label i's name
-    function: str  # one of FUNCTIONS
+    function: str  # "softmax", "sigmoid" or "none"
     classifier_activation: str | None = None  # ModernBERT's head
 
     @property

@@ -108,7 +108,8 @@ def _qwen3(model_dir: Path, hf_config: dict, st_cfg: dict, vocab: dict[str, int]
 
 
 def read_reranker(model_dir: Path, hf_config: dict, st_cfg: dict, vocab: Callable[[], dict[str, int]]) -> Reranker:
-    """How to score a checkpoint that is_reranker; RerankerError names what cannot be served exactly.
+    """How to score a checkpoint named a reranker (engine/model_files/checkpoint_kind.py); RerankerError
+    names what cannot be served exactly.
     `vocab`: the tokenizer's token -> id, read only where needed (Qwen3's "yes" and "no")."""
     model_type = hf_config.get("model_type", "")
     architecture = architecture_of(hf_config)

@@ -26,7 +26,8 @@ from rose_embed.server.pipeline.serving import Serving
 
 
 def classify_parts(serving: Serving, model: ServedModel, inputs: list[ClassifyInput], cut_long: bool,
-                   too_long: Callable[[int, int], APIError], pair_too_long: Callable[[int], APIError]) -> list[PartMaker]:
+                   too_long: Callable[[int, int], APIError],
+                   pair_too_long: Callable[[int], APIError]) -> list[PartMaker]:
     """`too_long(max_seq_len, num_tokens)`, `pair_too_long(index)`: the errors for an input past the
     limit where `cut_long` is false (`index` counts in the whole request)."""
     is_large = is_large_request(len(inputs))

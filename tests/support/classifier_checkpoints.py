@@ -40,7 +40,8 @@ def save_classifier(path: Path, name: str, *, labels: tuple[str, ...] = LABELS, 
     randomize(model, seed)
     model.save_pretrained(path)
     tokenizer_config = path / "tokenizer_config.json"
-    tokenizer_config.write_text(json.dumps({**json.loads(tokenizer_config.read_text()), "model_max_length": MAX_LENGTH}))
+    settings = json.loads(tokenizer_config.read_text())
+    tokenizer_config.write_text(json.dumps({**settings, "model_max_length": MAX_LENGTH}))
     return path
 
 

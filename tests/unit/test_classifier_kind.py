@@ -70,13 +70,15 @@ def test_the_rerankers_other_heads_classify_too(tmp_path, model_type, architectu
     assert (classifier.head, classifier.pooling) == (head, pooling)
 
 
+MODERNBERT = {**THREE, "model_type": "modernbert", "architectures": ["ModernBertForSequenceClassification"]}
 REFUSED = [
     ("distilbert", {**THREE, "model_type": "distilbert", "architectures": ["DistilBertForSequenceClassification"],
-                    "dim": 32}, "DistilBertForSequenceClassification classifiers are not supported.*--model-kind embed"),
+                    "dim": 32},
+     "DistilBertForSequenceClassification classifiers are not supported.*--model-kind embed"),
     ("ids with a gap", {**THREE, "id2label": {"0": "a", "1": "b", "3": "c"}}, "id2label must name the labels 0 to 2"),
-    ("a plain encoder named a classifier", {**THREE, "architectures": ["BertModel"]}, "'BertModel' is named a classifier"),
-    ("modernbert pooling", {**THREE, "model_type": "modernbert", "architectures": ["ModernBertForSequenceClassification"],
-                            "classifier_pooling": "max"}, "classifier_pooling 'max'"),
+    ("a plain encoder named a classifier", {**THREE, "architectures": ["BertModel"]},
+     "'BertModel' is named a classifier"),
+    ("modernbert pooling", {**MODERNBERT, "classifier_pooling": "max"}, "classifier_pooling 'max'"),
 ]
 
 
