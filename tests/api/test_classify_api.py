@@ -12,7 +12,7 @@ from tests.conftest import load_texts
 from tests.support.fake_classifier import FAKE_CLASSIFIER, LABELS, FakeClassifier
 from tests.support.fake_engine import FAKE_MODEL, FakeEngine, fake_config, serve
 from tests.support.fake_reranker import FAKE_RERANKER, FakeReranker
-from tests.support.helpers import assert_envelope
+from tests.support.helpers import assert_envelope, sample
 
 MAX_INPUTS = 200
 NUM_LABELS = len(LABELS)
@@ -159,6 +159,21 @@ def test_each_route_reaches_its_own_kind_of_model(client, models):
     assert r.status_code == 200 and r.json()["model"] == FAKE_RERANKER
     kinds = {m["id"]: m["kind"] for m in client.get("/v1/models").json()["data"]}
     assert kinds == {FAKE_MODEL: "embedding", FAKE_CLASSIFIER: "classify", FAKE_RERANKER: "rerank"}
+
+
+def test_metrics_count_classify_requests_under_the_classifier(client):
+    def requests(text: str, path: str, status: int) -> float:
+        return sample(text, f'rose_requests_total{{model="{FAKE_CLASSIFIER}",route="{path}",status="{status}"}}')
+
+    before = client.get("/metrics").text
+    assert client.post("/classify", json={"input": ["a", "b"]}).status_code == 200
+    assert client.post("/predict", json={"inputs": [["a"], ["b", "c"]]}).status_code == 200
+    assert client.post("/v1/embeddings", json={"model": FAKE_CLASSIFIER, "input": "a"}).status_code == 400
+    after = client.get("/metrics").text
+    for path, status in (("/classify", 200), ("/predict", 200), ("/v1/embeddings", 400)):
+        assert requests(after, path, status) - requests(before, path, status) == 1, (path, status)
+    inputs = f'rose_request_inputs_total{{model="{FAKE_CLASSIFIER}"}}'
+    assert sample(after, inputs) - sample(before, inputs) == 4
 
 
 WRONG_KIND = [
