@@ -86,7 +86,7 @@ class Model(msgspec.Struct, kw_only=True):
     created: int
     owned_by: str = "rose-embed"
     object: str = "model"
-    kind: str = "embedding"  # or "rerank": which routes the model answers (not in OpenAI's schema; clients ignore it)
+    kind: str = "embedding"  # "rerank", "classify": which routes the model answers (not OpenAI's; clients ignore it)
 
 
 class ModelList(msgspec.Struct, kw_only=True):

@@ -22,7 +22,7 @@ class ModelOverrides:
     quantization: str | None = None  # "none" | "tanh" (int8 = round(127 * tanh(pooled)))
     default_prompt_name: str | None = None  # "" switches the checkpoint's default prompt off
     matryoshka_dims: str | None = None  # "any" | "none" | "64,128,256"
-    kind: str | None = None  # "embed" | "rerank" (engine/model_files/reranker.py reads it from the files)
+    kind: str | None = None  # "embed" | "rerank" | "classify" (engine/model_files/checkpoint_kind.py)
 
 
 # Layers at the start of a model kept bf16 where Fp8Plan leaves the count to the model: none where

@@ -19,8 +19,9 @@ class ModelView:
     def __init__(self, spec: ModelSpec):
         self.spec = spec
         self.tokenizer = tokenizer_for(spec)
-        # A reranker's inputs are (query, document) pairs, built as its reference builds them.
-        self.pairs = PairTokenizer(spec) if spec.reranker is not None else None
+        # A reranker's inputs are (query, document) pairs, built as its reference builds them; a
+        # classifier's may be pairs too.
+        self.pairs = PairTokenizer(spec) if spec.kind != "embed" else None
 
     @property
     def dimensions(self) -> int:

@@ -1,21 +1,33 @@
-"""Each route serves one kind of model: embeddings from an embedder, scores from a reranker.
-A request for the other kind gets a 400 that says what the served model is and which route fits."""
+"""Each route serves one kind of model: embeddings from an embedder, scores from a reranker, labels
+from a classifier. A request for another kind gets a 400 that says what the served model is and
+which route fits."""
 
 from __future__ import annotations
 
 from rose_embed.server.http.errors import invalid_request
 from rose_embed.server.pipeline.served_models import ServedModel
 
+# A served model's kind -> what it is and gives, the route to send its inputs to, and the error's code.
+_WHAT_IT_IS = {
+    "embedding": ("an embedder: it gives embeddings", "Embed the texts with POST /v1/embeddings", "model_is_embedder"),
+    "rerank": ("a reranker: it scores (query, document) pairs", "Send the query and documents to POST /v1/rerank",
+               "model_is_reranker"),
+    "classify": ("a classifier: it gives each text's label probabilities",
+                 "Send the texts to POST /classify (or TEI's POST /predict)", "model_is_classifier"),
+}
+# A route's kind -> what it answers with, and the models that serve it.
+_WHAT_THE_ROUTE_GIVES = {
+    "embedding": ("embeddings", "an embedding model"),
+    "rerank": ("relevance scores", "a cross-encoder or Qwen3-Reranker"),
+    "classify": ("labels", "a *ForSequenceClassification classifier"),
+}
+
 
 def require_kind(model: ServedModel, kind: str) -> None:
-    """`kind`: what the route serves, "embedding" or "rerank"."""
+    """`kind`: what the route serves, "embedding", "rerank" or "classify"."""
     if model.kind == kind:
         return
-    if kind == "embedding":
-        raise invalid_request(
-            f"The model '{model.name}' is a reranker: it scores (query, document) pairs and gives no embeddings. "
-            "Send the query and documents to POST /v1/rerank instead.", "model", "model_is_reranker")
-    raise invalid_request(
-        f"The model '{model.name}' is an embedder, not a reranker: it gives embeddings, not relevance scores. "
-        "Embed the query and documents with POST /v1/embeddings and compare the vectors, or serve a "
-        "cross-encoder or Qwen3-Reranker for /v1/rerank.", "model", "model_is_embedder")
+    is_what, route, code = _WHAT_IT_IS[model.kind]
+    gives, serve = _WHAT_THE_ROUTE_GIVES[kind]
+    raise invalid_request(f"The model '{model.name}' is {is_what}, not {gives}. {route} instead, or serve {serve} "
+                          "for this route.", "model", code)

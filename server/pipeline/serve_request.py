@@ -63,8 +63,8 @@ class Answered:
 
 @dataclass(frozen=True)
 class RouteSteps:
-    """What a route hands the pipeline: its body's type, the kind of model it serves ("embedding" or
-    "rerank"), how to read its body into an ask (refusing what its wire does not allow) and how
+    """What a route hands the pipeline: its body's type, the kind of model it serves ("embedding",
+    "rerank" or "classify"), how to read its body into an ask (refusing what its wire does not allow) and how
     to shape the answer."""
 
     body: type

@@ -21,14 +21,14 @@ class ServedModel:
     index: int  # its place among the server's models: the first is the default one
     name: str  # what clients send as `model` and /v1/models lists
     view: ModelView  # its description and tokenizer
-    kind: str = field(init=False)  # what /v1/models says it does: "embedding" or "rerank"
+    kind: str = field(init=False)  # what /v1/models says it does: "embedding", "rerank" or "classify"
     formats: tuple[str, ...] = field(init=False)  # the encoding formats it can write
     normalizes: bool = field(init=False)  # its vectors are L2-normalised as they are computed
     tokenizes_holding_the_gil: bool = field(init=False)  # its tokenizer is Python's, not Rust's
 
     def __post_init__(self) -> None:
         spec = self.view.spec
-        object.__setattr__(self, "kind", "rerank" if spec.is_reranker else "embedding")
+        object.__setattr__(self, "kind", "embedding" if spec.kind == "embed" else spec.kind)
         object.__setattr__(self, "formats", tuple(encoding_formats(spec.quantization)))
         object.__setattr__(self, "normalizes", spec.normalize)
         object.__setattr__(self, "tokenizes_holding_the_gil", self.view.tokenizer.holds_the_gil)
