@@ -100,7 +100,7 @@ class Model(msgspec.Struct, kw_only=True):
     created: int
     owned_by: str = "rose-embed"
     object: str = "model"
-    # or "rerank", "sparse_embedding": which routes the model answers (not in OpenAI's schema; clients ignore it)
+    # "rerank", "classify", "sparse_embedding": which routes the model answers (not OpenAI's; clients ignore it)
     kind: str = "embedding"
 
 

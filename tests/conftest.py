@@ -37,6 +37,24 @@ pytest_plugins = ["tests.support.client_support"]
 REAL_MODEL_FIXTURES = frozenset({"default_engine", "server", "docs_server", "locked_server", "model_ids_server"})
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Rewrite the asserts of this suite only, not of every installed pytest plugin's package.
+
+    pytest marks each package that registers a plugin (schemathesis, hypothesis, langsmith, faker, ...)
+    for assert rewriting, and where bytecode is not written (PYTHONDONTWRITEBYTECODE) it parses and
+    rewrites hundreds of their modules again in every process of every run. Their asserts are not
+    this suite's; a failure inside them still fails the test, with a plain message. pytest offers
+    no option for this, so the hook's set is trimmed where it exists and left alone where it does not."""
+    from _pytest.assertion.rewrite import assertstate_key
+
+    hook = getattr(config.stash.get(assertstate_key, None), "hook", None)
+    marked = getattr(hook, "_must_rewrite", None)
+    if isinstance(marked, set):
+        marked.intersection_update({name for name in marked if name == "tests" or name.startswith("tests.")})
+        hook._marked_for_rewrite_cache.clear()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if REAL_MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):

@@ -304,7 +304,8 @@ def render(args, engine, server_args, rows: list[Measurement], engine_rates: lis
             shares = [x for m in ms for x in m.cpu_shares]
             # Only whole requests count: with few inside the window, the ratio moves in coarse steps.
             step = [m.ratio / m.counted for m in ms if m.counted]
-            step_text = f"{statistics.median(step):.2f}" if step else "-"
+            # Two significant digits: a window of many requests moves the ratio by less than 0.01.
+            step_text = f"{statistics.median(step):.2g}" if step else "-"
             lines.append(f"| {size} | {n} | {statistics.median(m.tokens_per_s for m in ms):,.0f} "
                          f"| **{statistics.median(m.ratio for m in ms):.2f}x** | {step_text} "
                          f"| {sum(m.counted for m in ms)} | {p50} "

@@ -134,6 +134,12 @@ def _args(path: Path) -> str:
     return " ".join(kept)
 
 
+def _note(path: Path) -> str:
+    """The report's note line: what sets it apart from another run of the same command."""
+    found = re.search(r"^- note: (.*)$", "\n".join(_head(path)), re.MULTILINE)
+    return found.group(1).strip() if found else ""
+
+
 def render(use_git: bool = True) -> str:
     citing = cited_by()
     titles = [question(path) for path in reports()]
@@ -144,8 +150,8 @@ def render(use_git: bool = True) -> str:
         "which benchmark writes which. Grouped by what they measure: `http/` (the server through HTTP),",
         "`gpu/` (the engine on a GPU), `cpu/` (the CPU paths) and `fp8/` (FP8 on Hopper). A report is kept",
         "while a page cites it; git keeps the earlier ones. Written by `python -m bench.lib.results_index`",
-        "(tests/bench/test_results_index.py checks it): question (with the run's flags where the same",
-        "benchmark wrote several), card, commit (the one the report names, else the last that changed the",
+        "(tests/bench/test_results_index.py checks it): question (with the run's flags, and its note, where",
+        "the same benchmark wrote several), card, commit (the one the report names, else the last that changed the",
         "report, from git), date, the pages that cite it. A folder's README.md holds the research its",
         "reports answer, beside them; the pages under docs/ say what a user does and link to it.",
     ]
@@ -163,6 +169,8 @@ def render(use_git: bool = True) -> str:
             ask = question(path)
             if titles.count(ask) > 1 and _args(path):  # a variant of a run: its flags tell it apart
                 ask += f" (`{_args(path)}`)"
+            if titles.count(question(path)) > 1 and _note(path):  # where the flags are the same, its note does
+                ask += f": {_note(path)}"
             ask = ask.replace("|", "\\|")
             lines.append(f"| [{path.name}]({name}) | {ask} | {card(path)} | {commit(path, use_git)} | {date(path)} "
                          f"| {pages_citing} |")

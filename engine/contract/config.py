@@ -22,7 +22,7 @@ class ModelOverrides:
     quantization: str | None = None  # "none" | "tanh" (int8 = round(127 * tanh(pooled)))
     default_prompt_name: str | None = None  # "" switches the checkpoint's default prompt off
     matryoshka_dims: str | None = None  # "any" | "none" | "64,128,256"
-    kind: str | None = None  # "embed" | "rerank" (engine/model_files/reranker.py reads it from the files)
+    kind: str | None = None  # "embed" | "rerank" | "classify" (engine/model_files/checkpoint_kind.py)
     # A sparse encoder's top-k: each text keeps its largest this many values, as SparseEncoder.encode's
     # max_active_dims (engine/model_files/sparse.py); None: the checkpoint's, else every non-zero.
     max_active_dims: int | None = None

@@ -22,7 +22,10 @@ from rose_embed.engine.model_files.embedded_model import (
 from rose_embed.engine.model_files.flavour import PPLX_MODEL_TYPE, FlavourError, read_flavour
 from rose_embed.engine.model_files.json_files import read_json, read_json_object
 from rose_embed.engine.model_files.load_error import ModelLoadError
-from rose_embed.engine.model_files.reranker import QWEN3_MAX_LEN, Reranker, RerankerError, is_reranker, read_reranker
+from rose_embed.engine.model_files.checkpoint_kind import checkpoint_kind
+from rose_embed.engine.model_files.classifier import Classifier, read_classifier
+from rose_embed.engine.model_files.classifier_heads import HeadError
+from rose_embed.engine.model_files.reranker import QWEN3_MAX_LEN, Reranker, read_reranker
 from rose_embed.engine.model_files.sparse import SparseError, SparseModel, is_sparse, read_sparse
 from rose_embed.engine.model_files.sparse_router import RouterError, routed_model_dir
 from rose_embed.engine.model_files.st_modules import HeadStep, ModuleError, SentenceModules, output_dim, read_modules
@@ -78,13 +81,20 @@ class ModelSpec:
     lowercase: bool = False  # texts are lowercased before tokenizing (the Transformer module's do_lower_case)
     # Set for a reranker: a (query, document) pair in, [score, raw logit] out (embedding_dim 2).
     reranker: Reranker | None = None
-    # Set for a sparse encoder (SPLADE): a text in, its (index, value) pairs out, packed into rows of
-    # embedding_dim floats (engine/contract/sparse_rows.py).
+    # Set for a classifier: a text or a pair in, [probabilities, raw logits] out (embedding_dim 2 * labels).
+    classifier: Classifier | None = None
+    # Set for a sparse encoder (SPLADE, an embedder of kind "embed"): a text in, its (index, value) pairs
+    # out, packed into rows of embedding_dim floats (engine/contract/sparse_rows.py).
     sparse: SparseModel | None = None
 
     @property
     def is_reranker(self) -> bool:
         return self.reranker is not None
+
+    @property
+    def kind(self) -> str:
+        """What it serves: "embed", "rerank" or "classify" (engine/model_files/checkpoint_kind.py)."""
+        return "rerank" if self.reranker is not None else "classify" if self.classifier is not None else "embed"
 
 
 def resolve_model_dir(model: str | None, revision: str | None = None) -> tuple[Path, str]:
@@ -166,9 +176,10 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
     st_cfg = read_json_object(root / "config_sentence_transformers.json") or {}
     overrides = overrides or ModelOverrides()
     try:
-        if is_reranker(hf_config, st_cfg, overrides.kind):
-            return _reranker_spec(model_dir, name, architecture, hf_config, st_cfg, hidden_size, max_seq_len)
-    except RerankerError as exc:
+        kind = checkpoint_kind(hf_config, st_cfg, overrides.kind)
+        if kind != "embed":
+            return _scoring_spec(model_dir, name, architecture, hf_config, st_cfg, hidden_size, max_seq_len, kind)
+    except HeadError as exc:
         raise ModelLoadError(f"{model_dir}: {exc}") from exc
     try:
         if overrides.kind is None and is_sparse(root, st_cfg):
@@ -213,26 +224,29 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
     )
 
 
-def _reranker_spec(model_dir: Path, name: str, architecture: str, hf_config: dict, st_cfg: dict, hidden_size: int,
-                   max_seq_len: int | None) -> ModelSpec:
-    """A reranker's description (engine/model_files/reranker.py says which checkpoints are rerankers)."""
+def _scoring_spec(model_dir: Path, name: str, architecture: str, hf_config: dict, st_cfg: dict, hidden_size: int,
+                  max_seq_len: int | None, kind: str) -> ModelSpec:
+    """A reranker's or a classifier's description (engine/model_files/checkpoint_kind.py says which
+    checkpoints are which): its head's numbers, not a vector, come out of each sequence."""
 
     def vocab() -> dict[str, int]:
         from rose_embed.engine.model_files.tokenizer_file import read_tokenizer
 
         return read_tokenizer(model_dir / "tokenizer.json").get_vocab(with_added_tokens=True)
 
-    reranker = read_reranker(model_dir, hf_config, st_cfg, vocab)
+    reranker = read_reranker(model_dir, hf_config, st_cfg, vocab) if kind == "rerank" else None
+    classifier = read_classifier(hf_config) if kind == "classify" else None
     st_transformer = read_json_object(model_dir / "sentence_bert_config.json") or {}
     model_limit = _max_seq_len(model_dir, hf_config, SentenceModules(max_seq_length=st_transformer.get("max_seq_length")),
                                architecture)
-    if reranker.is_template:
+    if reranker is not None and reranker.is_template:
         model_limit = min(model_limit, QWEN3_MAX_LEN)
     return ModelSpec(
-        path=model_dir, name=name, architecture=architecture, hf_config=hf_config, pooling=reranker.pooling,
-        normalize=False, max_seq_len=min(max_seq_len, model_limit) if max_seq_len else model_limit,
-        hidden_size=hidden_size, embedding_dim=2, is_causal=architecture in DECODER_ARCHITECTURES,
-        matryoshka_dims=(), reranker=reranker,
+        path=model_dir, name=name, architecture=architecture, hf_config=hf_config,
+        pooling=(reranker or classifier).pooling, normalize=False,
+        max_seq_len=min(max_seq_len, model_limit) if max_seq_len else model_limit, hidden_size=hidden_size,
+        embedding_dim=2 if classifier is None else 2 * classifier.num_labels,
+        is_causal=architecture in DECODER_ARCHITECTURES, matryoshka_dims=(), reranker=reranker, classifier=classifier,
     )
 
 

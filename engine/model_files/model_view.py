@@ -20,8 +20,9 @@ class ModelView:
     def __init__(self, spec: ModelSpec):
         self.spec = spec
         self.tokenizer = tokenizer_for(spec)
-        # A reranker's inputs are (query, document) pairs, built as its reference builds them.
-        self.pairs = PairTokenizer(spec) if spec.reranker is not None else None
+        # A reranker's inputs are (query, document) pairs, built as its reference builds them; a
+        # classifier's may be pairs too.
+        self.pairs = PairTokenizer(spec) if spec.kind != "embed" else None
         # An inference-free sparse encoder's queries are a lookup, not the model's (engine/text/static_queries.py).
         self.static_queries = None
         if spec.sparse is not None and spec.sparse.queries is not None:

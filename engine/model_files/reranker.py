@@ -21,8 +21,8 @@ qwen3 yes/no    Qwen3-Reranker: a Qwen3ForCausalLM named a reranker by the kind 
 
 Anything else named a reranker (several labels, another architecture, an activation that is
 not an element-wise torch module, modules after the Transformer other than Qwen's yes/no
-LogitScore) is refused by name. A `*ForSequenceClassification` checkpoint with several labels
-and no CrossEncoder marking stays an embedder of its backbone, as before.
+LogitScore) is refused by name. Which checkpoints are rerankers: engine/model_files/checkpoint_kind.py;
+the classifier heads they share with classifiers: engine/model_files/classifier_heads.py.
 """
 
 from __future__ import annotations
@@ -31,16 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rose_embed.engine.model_files.classifier_heads import (HeadError, architecture_of, num_labels_of,
+                                                            read_classifier_head)
 from rose_embed.engine.model_files.json_files import read_json, read_json_object
 from rose_embed.engine.model_files.st_modules import ACTIVATIONS
-
-KINDS = ("embed", "rerank")
-# config.json model_type -> the cross-encoder head its *ForSequenceClassification class runs.
-_CLASSIFIER_HEADS = {"bert": "bert_pooler", "roberta": "roberta_head", "xlm-roberta": "roberta_head",
-                     "camembert": "roberta_head", "modernbert": "modernbert_head"}
-# ModernBERT's classifier_activation (a transformers ACT2FN name) -> the torch function it is.
-MODERNBERT_ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
-                          "relu": "relu", "silu": "silu", "tanh": "tanh"}
 
 # Qwen3-Reranker's model card: the system turn, the user turn's layout and the empty thinking block
 # that ends the prompt, so that the next token is the answer, "yes" or "no".
@@ -53,7 +47,7 @@ QWEN3_BODY = "<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document
 QWEN3_MAX_LEN = 8192
 
 
-class RerankerError(ValueError):
+class RerankerError(HeadError):
     """A checkpoint named a reranker that the engine cannot score exactly."""
 
 
@@ -69,7 +63,7 @@ class Reranker:
     head: str
     pooling: str  # "cls", "mean" or "last"
     activation: str  # a torch.nn class name from st_modules.ACTIVATIONS
-    classifier_activation: str | None = None  # ModernBERT's head: MODERNBERT_ACTIVATIONS' values
+    classifier_activation: str | None = None  # ModernBERT's head: classifier_heads.MODERNBERT_ACTIVATIONS' values
     yes_id: int | None = None  # Qwen3: the tokens whose logits are compared
     no_id: int | None = None
 
@@ -77,28 +71,6 @@ class Reranker:
     def is_template(self) -> bool:
         """The pair is formatted into Qwen3-Reranker's prompt rather than tokenized as a pair."""
         return self.head == "yes_no"
-
-
-def _architecture(hf_config: dict) -> str:
-    names = hf_config.get("architectures") or [""]
-    return str(names[0])
-
-
-def _num_labels(hf_config: dict) -> int:
-    if isinstance(hf_config.get("id2label"), dict):
-        return len(hf_config["id2label"])
-    return int(hf_config.get("num_labels", 2))
-
-
-def is_reranker(hf_config: dict, st_cfg: dict, kind: str | None) -> bool:
-    """The kind override ("embed" | "rerank"); else a CrossEncoder save or a one-label classifier."""
-    if kind is not None:
-        if kind not in KINDS:
-            raise RerankerError(f"model kind must be one of {', '.join(KINDS)}; got {kind!r}")
-        return kind == "rerank"
-    if st_cfg.get("model_type") == "CrossEncoder":
-        return True
-    return _architecture(hf_config).endswith("ForSequenceClassification") and _num_labels(hf_config) == 1
 
 
 def _activation(hf_config: dict, st_cfg: dict) -> str:
@@ -136,32 +108,25 @@ def _qwen3(model_dir: Path, hf_config: dict, st_cfg: dict, vocab: dict[str, int]
 
 
 def read_reranker(model_dir: Path, hf_config: dict, st_cfg: dict, vocab: Callable[[], dict[str, int]]) -> Reranker:
-    """How to score a checkpoint that is_reranker; RerankerError names what cannot be served exactly.
+    """How to score a checkpoint named a reranker (engine/model_files/checkpoint_kind.py); RerankerError
+    names what cannot be served exactly.
     `vocab`: the tokenizer's token -> id, read only where needed (Qwen3's "yes" and "no")."""
     model_type = hf_config.get("model_type", "")
-    architecture = _architecture(hf_config)
+    architecture = architecture_of(hf_config)
     if model_type == "qwen3" and architecture.endswith("ForCausalLM"):
         return _qwen3(model_dir, hf_config, st_cfg, vocab())
     if not architecture.endswith("ForSequenceClassification"):
         raise RerankerError(f"{architecture or model_type!r} is named a reranker, but only *ForSequenceClassification "
                             "cross-encoders (BERT, RoBERTa, XLM-RoBERTa, ModernBERT) and Qwen3-Reranker "
                             "(Qwen3ForCausalLM) are supported")
-    if model_type not in _CLASSIFIER_HEADS:
-        raise RerankerError(f"{architecture} cross-encoders are not supported (supported: "
-                            f"{', '.join(sorted(_CLASSIFIER_HEADS))})")
-    if _num_labels(hf_config) != 1:
-        raise RerankerError(f"this cross-encoder has {_num_labels(hf_config)} labels; a reranker gives one score, so "
-                            "only one-label cross-encoders are supported")
+    head = read_classifier_head(hf_config, "cross-encoders")
+    if num_labels_of(hf_config) != 1:
+        raise RerankerError(f"this cross-encoder has {num_labels_of(hf_config)} labels; a reranker gives one score, "
+                            "so only one-label cross-encoders are supported (serve it with --model-kind classify "
+                            "for its labels)")
     modules = _modules(model_dir)
     if modules[1:]:
         raise RerankerError(f"a cross-encoder with modules after its Transformer ({', '.join(modules[1:])}) is not "
                             "supported")
-    head = _CLASSIFIER_HEADS[model_type]
-    if head != "modernbert_head":
-        return Reranker(head, "cls", _activation(hf_config, st_cfg))
-    pooling = hf_config.get("classifier_pooling", "cls")
-    act = hf_config.get("classifier_activation", "gelu")
-    if pooling not in ("cls", "mean") or act not in MODERNBERT_ACTIVATIONS:
-        raise RerankerError(f"ModernBERT with classifier_pooling {pooling!r} and classifier_activation {act!r} is not "
-                            f"supported (cls or mean; {', '.join(MODERNBERT_ACTIVATIONS)})")
-    return Reranker(head, pooling, _activation(hf_config, st_cfg), classifier_activation=MODERNBERT_ACTIVATIONS[act])
+    return Reranker(head.head, head.pooling, _activation(hf_config, st_cfg),
+                    classifier_activation=head.classifier_activation)

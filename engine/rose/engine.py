@@ -18,6 +18,7 @@ from rose_embed.engine.rose.quantization.fp8_plan import quantize_model
 from rose_embed.engine.rose.layers import fused
 from rose_embed.engine.rose.attention.backends import make_attention_backend
 from rose_embed.engine.rose.layers.head import SentenceHead
+from rose_embed.engine.rose.layers.label_head import LabelHead
 from rose_embed.engine.rose.layers.score_head import ScoreHead
 from rose_embed.engine.rose.layers.sparse_head import SparseHead
 from rose_embed.engine.rose.lazy import LazyResult
@@ -62,18 +63,21 @@ def resolve_dtype(name: str, device: torch.device) -> tuple[torch.dtype, str]:
 
 
 def head_for(spec: ModelSpec, state: dict[str, torch.Tensor],
-             dtype: torch.dtype = torch.float32) -> SentenceHead | ScoreHead | SparseHead:
+             dtype: torch.dtype = torch.float32) -> SentenceHead | ScoreHead | LabelHead | SparseHead:
     """An embedder's pooling, the checkpoint's modules after it, truncate_dim and the final normalisation;
-    a reranker's score head, from the checkpoint's own tensors `state` (float32 either way); a sparse
-    encoder's MLM head (in `dtype`, the model's) and SPLADE pooling."""
+    a reranker's score head; a classifier's label head; from the checkpoint's own tensors `state`
+    (float32 each); a sparse encoder's MLM head (in `dtype`, the model's) and SPLADE pooling."""
     if spec.sparse is not None:
         try:
             return SparseHead(spec.sparse, spec.hf_config, state, dtype).eval()
         except ValueError as exc:
             raise ModelLoadError(f"{spec.path}: {exc}") from exc
-    if spec.reranker is not None:
+    if spec.reranker is not None or spec.classifier is not None:
+        norm_eps = spec.hf_config.get("norm_eps", 1e-5)
         try:
-            return ScoreHead(spec.reranker, state, spec.hf_config.get("norm_eps", 1e-5)).eval()
+            if spec.reranker is not None:
+                return ScoreHead(spec.reranker, state, norm_eps).eval()
+            return LabelHead(spec.classifier, state, norm_eps).eval()
         except ValueError as exc:
             raise ModelLoadError(f"{spec.path}: {exc}") from exc
     try:
@@ -140,8 +144,7 @@ class Engine(ModelView):
     def _refuse_quantization(self, config: EngineConfig) -> None:
         """ValueError naming what --quantization needs that this model, device or dtype lacks."""
         spec, quantization = self.spec, config.quantization
-        refusal = (quantization_support.model_refusal(quantization, spec.architecture, spec.name,
-                                                      spec.reranker is not None)
+        refusal = (quantization_support.model_refusal(quantization, spec.architecture, spec.name, spec.kind)
                    or quantization_support.device_refusal(quantization, str(self.device))
                    or quantization_support.dtype_refusal(quantization, config.dtype))
         if refusal is None and spec.sparse is not None:

@@ -66,12 +66,15 @@ class _Item:
     num_texts: int
 
 
-def refuse_reranker(engine) -> None:
-    """ValueError for a reranker (its rows are scores of (query, document) pairs, never a text's vector) and
-    for a sparse encoder (its rows are packed (index, value) pairs): what embeds files wants dense vectors."""
-    if engine.spec.is_reranker:
+def refuse_non_embedder(engine) -> None:
+    """ValueError for a reranker, a classifier or a sparse encoder: its rows are scores of (query, document)
+    pairs, a text's label probabilities or its packed (token id, weight) pairs, never a text's vector."""
+    if engine.spec.kind == "rerank":
         raise ValueError(f"{engine.spec.name} is a reranker: it scores (query, document) pairs (serve it and "
                          "send them to POST /v1/rerank), and embeds no texts")
+    if engine.spec.kind == "classify":
+        raise ValueError(f"{engine.spec.name} is a classifier: it gives each text's label probabilities (serve it "
+                         "and send them to POST /classify), and embeds no texts")
     if engine.spec.sparse is not None:
         raise ValueError(f"{engine.spec.name} is a sparse encoder: it gives each text's (token id, weight) pairs, "
                          "not dense vectors (serve it and send its texts to POST /embed_sparse or /v1/embeddings)")
@@ -123,7 +126,7 @@ def embed_stream(engine, items: Iterable[tuple[T, Sequence[str]]],
     the device at once. Closing the generator (or an exception, Ctrl-C included) stops the
     threads: no piece is tokenized after it, beyond those already running.
     """
-    refuse_reranker(engine)
+    refuse_non_embedder(engine)
     num_threads = default_num_threads() if num_threads is None else num_threads
     if late_chunking:
         num_processes = 0

@@ -1,4 +1,5 @@
-"""(query, document) pairs -> one token sequence each, built as the reranker's reference builds it.
+"""(query, document) pairs -> one token sequence each, built as the reranker's reference builds it;
+a classifier's pairs of texts (TEI's /predict) are built as a cross-encoder's.
 
 A cross-encoder's pair is what its tokenizer makes of two texts ([CLS] q [SEP] d [SEP] for
 BERT, <s> q </s></s> d </s> for XLM-R), truncated longest-first to the model's limit, as
@@ -48,10 +49,10 @@ class EncodedPairs:
 
 
 def reads_token_types(spec: ModelSpec) -> bool:
-    """Whether a cross-encoder's document tokens get the second token type. The model must have one,
+    """Whether a cross-encoder's (or a classifier's) second text gets the second token type. The model must have one,
     and its tokenizer must give token_type_ids: a tokenizer_config.json whose model_input_names
     leaves them out makes transformers (and so CrossEncoder.predict) run every token as the first type."""
-    if spec.reranker is None or spec.architecture != "bert" or spec.hf_config.get("type_vocab_size", 1) < 2:
+    if spec.kind == "embed" or spec.architecture != "bert" or spec.hf_config.get("type_vocab_size", 1) < 2:
         return False
     names = (read_json_object(spec.path / "tokenizer_config.json") or {}).get("model_input_names")
     return not isinstance(names, list) or "token_type_ids" in names
@@ -68,14 +69,14 @@ def _tokenizer(spec: ModelSpec, max_length: int | None) -> Tokenizer:
 
 
 class PairTokenizer:
-    """Builds a reranker's input sequences; safe to call from several threads (the Rust tokenizer is;
+    """Builds a reranker's (or a classifier's) pairs; safe to call from several threads (the Rust tokenizer is;
     the fast path holds the GIL, so threads add no parallelism there)."""
 
     def __init__(self, spec: ModelSpec):
-        if spec.reranker is None:
-            raise ValueError("pairs are tokenized for rerankers only")
+        if spec.kind == "embed":
+            raise ValueError("pairs are tokenized for rerankers and classifiers only")
         self.max_seq_len = spec.max_seq_len
-        self.is_template = spec.reranker.is_template
+        self.is_template = spec.reranker is not None and spec.reranker.is_template
         self._plain = _tokenizer(spec, None)
         self._fast: FastPairs | None = None
         # BERT's second token type, marked in the ids (see engine/rose/engine.py's pair_options).
@@ -104,6 +105,15 @@ class PairTokenizer:
         if fast is not None:
             return EncodedPairs(*fast)
         return self._encode_rust(query, documents, max_doc_tokens)
+
+    def encode_each(self, pairs: list[tuple[str, str]]) -> EncodedPairs:
+        """The sequence of each (first, second) pair, in order, cut as `encode` cuts a query's pairs."""
+        seqs, truncated = [], []
+        for i, (first, second) in enumerate(pairs):
+            one = self.encode(first, [second])
+            seqs += one.seqs
+            truncated += [i] if one.truncated else []
+        return EncodedPairs(seqs, truncated)
 
     def _encode_rust(self, query: str, documents: list[str], max_doc_tokens: int | None) -> EncodedPairs:
         """A cross-encoder's pairs from Rust Encodings, cut and wrapped by the Rust post-processor."""

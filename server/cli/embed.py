@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> None:
     from rose_embed.corpus.parts import output_format_of
     from rose_embed.corpus.source import CorpusInputError
     from rose_embed.engine.contract.config import ModelOverrides
-    from rose_embed.engine.rose.pipeline import refuse_reranker
+    from rose_embed.engine.rose.pipeline import refuse_non_embedder
     from rose_embed.engine.model_files.loader import ModelLoadError, load_spec
 
     _refuse_what_the_device_cannot_run(args)
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> None:
             fused_kernels=args.fused_kernels, quantization=args.quantization, fp8_plan=fp8_plan,
             model_overrides=overrides,
         )
-        refuse_reranker(engine)  # before the job writes anything
+        refuse_non_embedder(engine)  # before the job writes anything
         if args.engine_plugin:
             from rose_embed.server.processes.plugins import load_engine_plugin
 
@@ -175,7 +175,7 @@ def _check_flags_against(args: argparse.Namespace, spec) -> None:
     from rose_embed.server.cli.flag_checks import batch_tokens_refusal, capped_seq_len_warning
 
     if args.quantization is not None and (
-            refusal := model_refusal(args.quantization, spec.architecture, spec.name, spec.reranker is not None)):
+            refusal := model_refusal(args.quantization, spec.architecture, spec.name, spec.kind)):
         _usage_error(f"argument --quantization: {refusal}")
     if args.max_batch_tokens is not None and (refusal := batch_tokens_refusal(args.max_batch_tokens, [spec])):
         _usage_error(refusal)

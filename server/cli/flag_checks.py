@@ -49,8 +49,7 @@ def model_flag_refusal(config: ServerConfig, specs: Sequence[ModelSpec]) -> str 
 
     if config.engine.quantization is not None:
         for spec in specs:
-            if refusal := model_refusal(config.engine.quantization, spec.architecture, spec.name,
-                                        spec.reranker is not None):
+            if refusal := model_refusal(config.engine.quantization, spec.architecture, spec.name, spec.kind):
                 return f"argument --quantization: {refusal}"
     if refusal := batch_tokens_refusal(config.engine.max_batch_tokens, specs):
         return refusal

@@ -26,6 +26,7 @@ from rose_embed.server.cli.api_keys import API_KEY_ENV, keys_from_env, keys_from
 from rose_embed.server.cli import embed as embed_cli, hardening as hardening_cli
 from rose_embed.server.cli.help import HelpAll, HelpFormatter, advanced, hidden_alias
 from rose_embed.engine.rose.quantization.support import QUANTIZATIONS
+from rose_embed.engine.model_files.checkpoint_kind import KINDS
 from rose_embed.engine.model_files.sparse import MAX_UNCUT_DIMS
 from rose_embed.server.cli.values import (DTYPES, FP8_BF16_LAYERS_HELP, FP8_POOLED_TOKENS, FP8_POOLED_TOKENS_HELP,
                                FP8_WEIGHT_ROUNDING_HELP, FP8_WEIGHT_ROUNDINGS, api_key, attention_refusal,
@@ -171,10 +172,10 @@ def _add_model_flags(serve: argparse.ArgumentParser) -> None:
     advanced(group.add_argument("--embedding-quantization", choices=["none", "tanh"], default=None,
                                 help="tanh: offer int8 = round(127*tanh(x)) and sign-bit formats "
                                      "(default: on for pplx-embed)"))
-    advanced(group.add_argument("--model-kind", choices=["embed", "rerank"], default=None,
-                                help="embed or rerank (default: from the files; a one-label *ForSequenceClassification "
-                                     "or a CrossEncoder save reranks; Qwen3-Reranker needs rerank unless its files say "
-                                     "CrossEncoder)"))
+    advanced(group.add_argument("--model-kind", choices=KINDS, default=None,
+                                help="embed, rerank or classify (default: from the files; a one-label "
+                                     "*ForSequenceClassification or a CrossEncoder save reranks, one of several labels "
+                                     "classifies; Qwen3-Reranker needs rerank unless its files say CrossEncoder)"))
     advanced(group.add_argument("--max-active-dims", type=positive_int, default=None, metavar="N",
                                 help="sparse encoders (SPLADE): keep each text's N largest values, as "
                                      "SparseEncoder.encode(max_active_dims=N) (default: the checkpoint's, else every "

@@ -1,33 +1,38 @@
-"""Each route serves one kind of model, or a few: dense embeddings from an embedder, scores from a
-reranker, (token id, weight) pairs from a sparse encoder. A request for another kind gets a 400 that
-says what the served model is and which route fits."""
+"""Each route serves one kind of model, or a few: embeddings from an embedder, scores from a
+reranker, labels from a classifier, (token id, weight) pairs from a sparse encoder. A request for
+another kind gets a 400 that says what the served model is and which route fits."""
 
 from __future__ import annotations
 
 from rose_embed.server.http.errors import invalid_request
 from rose_embed.server.pipeline.served_models import SPARSE, ServedModel
 
+# A served model's kind -> what it is and gives, the route to send its inputs to, and the error's code.
+_WHAT_IT_IS = {
+    "embedding": ("an embedder: it gives embeddings", "Embed the texts with POST /v1/embeddings", "model_is_embedder"),
+    "rerank": ("a reranker: it scores (query, document) pairs", "Send the query and documents to POST /v1/rerank",
+               "model_is_reranker"),
+    "classify": ("a classifier: it gives each text's label probabilities",
+                 "Send the texts to POST /classify (or TEI's POST /predict)", "model_is_classifier"),
+    SPARSE: ("a sparse encoder (SPLADE): it gives each text's (token id, weight) pairs",
+             "Send the texts to POST /embed_sparse (or /v1/embeddings)", "model_is_sparse"),
+}
+# A route's kind -> what it answers with, and the models that serve it.
+_WHAT_THE_ROUTE_GIVES = {
+    "embedding": ("embeddings", "an embedding model"),
+    "rerank": ("relevance scores", "a cross-encoder or Qwen3-Reranker"),
+    "classify": ("labels", "a *ForSequenceClassification classifier"),
+    SPARSE: ("sparse embeddings", "a SPLADE model (a sentence-transformers SparseEncoder)"),
+}
+
 
 def require_kind(model: ServedModel, kind: str | tuple[str, ...]) -> None:
-    """`kind`: what the route serves, "embedding", "rerank" or "sparse_embedding" (or several)."""
+    """`kind`: what the route serves, "embedding", "rerank", "classify" or "sparse_embedding" (or several,
+    the first the one its errors name)."""
     kinds = (kind,) if isinstance(kind, str) else kind
     if model.kind in kinds:
         return
-    if model.kind == SPARSE:
-        raise invalid_request(
-            f"The model '{model.name}' is a sparse encoder (SPLADE): it gives each text's (token id, weight) pairs, "
-            "not dense embeddings or relevance scores. Send its texts to POST /embed_sparse or POST /v1/embeddings "
-            "instead.", "model", "model_is_sparse")
-    if "embedding" in kinds or (SPARSE in kinds and model.kind == "rerank"):
-        raise invalid_request(
-            f"The model '{model.name}' is a reranker: it scores (query, document) pairs and gives no embeddings. "
-            "Send the query and documents to POST /v1/rerank instead.", "model", "model_is_reranker")
-    if SPARSE in kinds:
-        raise invalid_request(
-            f"The model '{model.name}' is a dense embedder, not a sparse encoder: it gives dense vectors, not "
-            "(token id, weight) pairs. Embed with POST /embed or /v1/embeddings, or serve a SPLADE model (a "
-            "sentence-transformers SparseEncoder) for POST /embed_sparse.", "model", "model_is_embedder")
-    raise invalid_request(
-        f"The model '{model.name}' is an embedder, not a reranker: it gives embeddings, not relevance scores. "
-        "Embed the query and documents with POST /v1/embeddings and compare the vectors, or serve a "
-        "cross-encoder or Qwen3-Reranker for /v1/rerank.", "model", "model_is_embedder")
+    is_what, route, code = _WHAT_IT_IS[model.kind]
+    gives, serve = _WHAT_THE_ROUTE_GIVES[kinds[0]]
+    raise invalid_request(f"The model '{model.name}' is {is_what}, not {gives}. {route} instead, or serve {serve} "
+                          "for this route.", "model", code)

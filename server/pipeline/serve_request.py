@@ -64,8 +64,8 @@ class Answered:
 @dataclass(frozen=True)
 class RouteSteps:
     """What a route hands the pipeline: its body's type, the kind of model it serves ("embedding",
-    "rerank", "sparse_embedding", or several of them), how to read its body into an ask (refusing what
-    its wire does not allow) and how to shape the answer."""
+    "rerank", "classify" or "sparse_embedding", or several of them), how to read its body into an ask
+    (refusing what its wire does not allow) and how to shape the answer."""
 
     body: type
     kind: str | tuple[str, ...]

@@ -23,26 +23,21 @@ class ServedModel:
     index: int  # its place among the server's models: the first is the default one
     name: str  # what clients send as `model` and /v1/models lists
     view: ModelView  # its description and tokenizer
-    kind: str = field(init=False)  # what /v1/models says it does: "embedding", "rerank" or "sparse_embedding"
+    # what /v1/models says it does: "embedding", "rerank", "classify" or "sparse_embedding" (SPARSE)
+    kind: str = field(init=False)
     formats: tuple[str, ...] = field(init=False)  # the encoding formats it can write
     normalizes: bool = field(init=False)  # its vectors are L2-normalised as they are computed
     tokenizes_holding_the_gil: bool = field(init=False)  # its tokenizer is Python's, not Rust's
 
     def __post_init__(self) -> None:
         spec = self.view.spec
-        object.__setattr__(self, "kind", kind_of(spec))
+        kind = "embedding" if spec.kind == "embed" else spec.kind
+        object.__setattr__(self, "kind", SPARSE if spec.sparse is not None else kind)
         # A sparse model's pairs are written as JSON numbers only (server/pipeline/sparse_ask.py).
         formats = ("float",) if spec.sparse is not None else tuple(encoding_formats(spec.quantization))
         object.__setattr__(self, "formats", formats)
         object.__setattr__(self, "normalizes", spec.normalize)
         object.__setattr__(self, "tokenizes_holding_the_gil", self.view.tokenizer.holds_the_gil)
-
-
-def kind_of(spec) -> str:
-    """What a model serves: "rerank" (a reranker), SPARSE (a sparse encoder, SPLADE) or "embedding"."""
-    if spec.is_reranker:
-        return "rerank"
-    return SPARSE if spec.sparse is not None else "embedding"
 
 
 def served_models(config: ServerConfig, views: list[ModelView]) -> list[ServedModel]:

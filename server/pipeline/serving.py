@@ -49,8 +49,8 @@ class Serving:
     def pick(self, asked: str | None, kind: str | tuple[str, ...] | None = None) -> ServedModel:
         """The model a request's `model` names; the 404 that lists every id otherwise. A request that
         names none, or one of OpenAI's or Cohere's names, gets the first model of the `kind` its route
-        serves ("embedding", "rerank", "sparse_embedding"; of several, the first kind that one serves),
-        else the first model (whose route check then says why not)."""
+        serves ("embedding", "rerank", "classify" or "sparse_embedding"; of several, the first kind that one
+        serves), else the first model (whose route check then says why not)."""
         names = self.names
         name = names.resolve(asked)
         if kind is not None and (asked is None or asked in names.implicit):
@@ -118,6 +118,11 @@ class Serving:
         always in a thread (the Rust tokenizer releases the GIL), a large request's after any small one's."""
         return await self.tokenizer_pool.run(LARGE if is_large_request else SMALL, model.view.pairs.encode, query,
                                              documents, max_doc_tokens)
+
+    async def tokenize_each_pair(self, pairs: list[tuple[str, str]], is_large_request: bool, model: ServedModel):
+        """A classifier's pairs of texts (engine/text/pairs.py), each cut as a cross-encoder's pair is,
+        in a tokenizer thread as a reranker's are."""
+        return await self.tokenizer_pool.run(LARGE if is_large_request else SMALL, model.view.pairs.encode_each, pairs)
 
     async def tokenize_whole(self, model: ServedModel, text: str, add_special_tokens: bool) -> list[int]:
         """One text's ids, never truncated (/tokenize), in a tokenizer thread (a text of many thousand

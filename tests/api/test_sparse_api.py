@@ -177,7 +177,7 @@ def test_each_route_reaches_the_model_of_its_kind(several):
 
 
 @pytest.mark.parametrize("path,body,code,named", [
-    ("/embed_sparse", {"inputs": "a", "model": FAKE_MODEL}, "model_is_embedder", "/embed"),
+    ("/embed_sparse", {"inputs": "a", "model": FAKE_MODEL}, "model_is_embedder", "SPLADE"),
     ("/embed_sparse", {"inputs": "a", "model": FAKE_RERANKER}, "model_is_reranker", "/v1/rerank"),
     ("/embed", {"inputs": "a", "model": FAKE_SPARSE}, "model_is_sparse", "/embed_sparse"),
     ("/v1/embeddings", {"input": "a", "return_text": True}, None, "sparse models"),

@@ -89,9 +89,7 @@ def _minilm_of_length(max_len: int) -> TextTokenizer:
     return TextTokenizer(MINILM, max_len, strip_texts=True)
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.lists(_TEXTS, min_size=16, max_size=48), st.sampled_from([256, 8, 3]))
-def test_random_lists_take_the_whole_list_path(texts, max_len):
+def _assert_the_whole_list_path_agrees(texts: list[str], max_len: int) -> None:
     """Sixteen texts and more go through the fast path's whole-list form, with the texts off it
     (non-ASCII, control characters, added tokens) mixed in among the rest."""
     tokenizer = _minilm_of_length(max_len)
@@ -100,6 +98,22 @@ def test_random_lists_take_the_whole_list_path(texts, max_len):
     if len(nonempty) >= 16:
         assert tokenizer.encode_packed(nonempty).input_ids.tolist() == \
             [i for ids in _reference(tokenizer, nonempty) for i in ids]
+
+
+_LISTS = (st.lists(_TEXTS, min_size=16, max_size=48), st.sampled_from([256, 8, 3]))
+
+
+@settings(max_examples=30, deadline=None)
+@given(*_LISTS)
+def test_random_lists_take_the_whole_list_path(texts, max_len):
+    _assert_the_whole_list_path_agrees(texts, max_len)
+
+
+@pytest.mark.slow  # the same check on five times the examples
+@settings(max_examples=150, deadline=None)
+@given(*_LISTS)
+def test_many_random_lists_take_the_whole_list_path(texts, max_len):
+    _assert_the_whole_list_path_agrees(texts, max_len)
 
 
 def test_whole_list_path_with_an_added_token_across_lines(tmp_path):

@@ -36,6 +36,7 @@ def _config(*flags: str):
     return config_from_args(build_parser().parse_args(["serve", *flags]))
 
 
+@pytest.mark.slow  # a Python process with torch each
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where torch sees no GPU")
 @pytest.mark.parametrize("command", [["serve"], ["embed", "in.jsonl", "-o", "out.npy"]])
 def test_on_a_cpu_the_command_stops_with_one_line_and_status_2(command, tmp_path):
@@ -123,6 +124,7 @@ def test_fp8_bf16_layers_takes_a_whole_number(capsys):
     assert "argument --fp8-bf16-layers: must be 0 or more; got -1" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a Python process with torch each
 @pytest.mark.parametrize("flag, value", [("--fp8-bf16-layers", "4"), ("--fp8-weight-rounding", "nearest"),
                                          ("--fp8-pooled-tokens", "fp8")])
 def test_embed_refuses_an_fp8_flag_without_fp8(tmp_path, flag, value):

@@ -131,6 +131,9 @@ def test_a_gpu_is_refused_for_int8():
     ({"model_type": "bert", "hidden_size": 32, "max_position_embeddings": 512,
       "architectures": ["BertForSequenceClassification"], "id2label": {"0": "LABEL_0"}},
      "int8 serves embedders; model is a reranker"),
+    ({"model_type": "bert", "hidden_size": 32, "max_position_embeddings": 512,
+      "architectures": ["BertForSequenceClassification"], "id2label": {"0": "no", "1": "yes"}},
+     "int8 serves embedders; model is a classifier"),
 ])
 def test_a_model_int8_does_not_serve_is_refused_by_name(config, refusal, monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(cpu_features, "int8_dot_products", lambda: "AVX512-VNNI")
@@ -142,7 +145,7 @@ def test_a_model_int8_does_not_serve_is_refused_by_name(config, refusal, monkeyp
 
 
 def test_an_unknown_family_is_refused_by_name():
-    assert int8_support.model_refusal("t5", "some/t5", False) == (
+    assert int8_support.model_refusal("t5", "some/t5", "embed") == (
         "int8 does not support t5 models (some/t5); it supports BERT, DistilBERT, Gemma3, MPNet, Mistral, ModernBERT, "
         "Qwen3")
 

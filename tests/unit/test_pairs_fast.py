@@ -130,7 +130,9 @@ def _random_text(rng: random.Random, words: list[str], num_words: tuple[int, int
     return rng.choice(["", " ", "\n"]) + glue.join(pieces) + rng.choice(["", " ", "\t\n"])
 
 
-@pytest.mark.parametrize(("max_seq_len", "rounds"), [(37, 40), (64, 32), (128, 24), (512, 8)])
+# The longer limits take seconds each: the slow tier walks them.
+@pytest.mark.parametrize(("max_seq_len", "rounds"), [(37, 40), (64, 32), pytest.param(128, 24, marks=pytest.mark.slow),
+                                                     pytest.param(512, 8, marks=pytest.mark.slow)])
 def test_random_pairs_equal_the_rust_path(bert_spec, max_seq_len, rounds):
     """Random queries and documents from a few tokens to past the limit, with and without
     max_doc_tokens, non-ASCII, control characters and added tokens' text mixed in; the pairs

@@ -57,11 +57,13 @@ def test_modernbert_head_reads_pooling_and_activation(tmp_path):
     assert (reranker.head, reranker.pooling, reranker.classifier_activation) == ("modernbert_head", "mean", "gelu")
 
 
-def test_several_labels_stay_an_embedder_unless_marked_a_cross_encoder(tmp_path):
+def test_several_labels_are_a_classifier_marked_a_cross_encoder_or_not_and_no_reranker_by_flag(tmp_path):
     config = {**BERT, "id2label": {"0": "no", "1": "yes"}}
-    assert not load_spec(_model(tmp_path / "plain", config)).is_reranker
-    with pytest.raises(ModelLoadError, match="2 labels"):
-        load_spec(_model(tmp_path / "marked", config, {"config_sentence_transformers.json": CROSS_ENCODER_ST}))
+    assert load_spec(_model(tmp_path / "plain", config)).kind == "classify"
+    assert load_spec(_model(tmp_path / "marked", config, {"config_sentence_transformers.json": CROSS_ENCODER_ST})
+                     ).kind == "classify"
+    with pytest.raises(ModelLoadError, match="2 labels.*--model-kind classify"):
+        load_spec(_model(tmp_path / "flag", config), overrides=ModelOverrides(kind="rerank"))
 
 
 def test_kind_override_turns_a_cross_encoder_into_its_backbone_embedder(tmp_path):
@@ -129,5 +131,5 @@ def test_qwen3_reranker_without_yes_and_no_tokens_is_refused(tmp_path):
 
 
 def test_unknown_kind_is_refused(tmp_path):
-    with pytest.raises(ModelLoadError, match="model kind must be one of embed, rerank"):
-        load_spec(_model(tmp_path, BERT), overrides=ModelOverrides(kind="classify"))
+    with pytest.raises(ModelLoadError, match="model kind must be one of embed, rerank, classify"):
+        load_spec(_model(tmp_path, BERT), overrides=ModelOverrides(kind="score"))

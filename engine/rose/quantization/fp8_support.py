@@ -37,11 +37,12 @@ def dtype_refusal(dtype: str) -> str | None:
     return f"fp8 runs the layers around its GEMMs in bfloat16; --dtype {dtype} asks for {dtype}"
 
 
-def model_refusal(architecture: str, model_name: str, is_reranker: bool) -> str | None:
-    """Why FP8 does not serve this model (a family not yet supported, or a reranker), or None."""
+def model_refusal(architecture: str, model_name: str, kind: str) -> str | None:
+    """Why FP8 does not serve this model (a family not yet supported, or a reranker or classifier:
+    `kind` is ModelSpec.kind), or None."""
     if architecture not in FP8_ARCHITECTURES:
         supported = ", ".join(sorted(set(FP8_ARCHITECTURES.values())))
         return f"fp8 does not support {architecture} models yet ({model_name}); it supports {supported}"
-    if is_reranker:
-        return f"fp8 serves embedders; {model_name} is a reranker"
+    if kind != "embed":
+        return f"fp8 serves embedders; {model_name} is a {'reranker' if kind == 'rerank' else 'classifier'}"
     return None

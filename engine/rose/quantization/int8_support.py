@@ -34,11 +34,12 @@ def dtype_refusal(dtype: str) -> str | None:
     return f"int8 runs the layers around its GEMMs in bfloat16 or float32; --dtype {dtype} asks for {dtype}"
 
 
-def model_refusal(architecture: str, model_name: str, is_reranker: bool) -> str | None:
-    """Why int8 does not serve this model (an unknown family, or a reranker), or None."""
+def model_refusal(architecture: str, model_name: str, kind: str) -> str | None:
+    """Why int8 does not serve this model (an unknown family, or a reranker or classifier: `kind`
+    is ModelSpec.kind), or None."""
     if architecture not in INT8_ARCHITECTURES:
         supported = ", ".join(sorted(INT8_ARCHITECTURES.values()))
         return f"int8 does not support {architecture} models ({model_name}); it supports {supported}"
-    if is_reranker:
-        return f"int8 serves embedders; {model_name} is a reranker"
+    if kind != "embed":
+        return f"int8 serves embedders; {model_name} is a {'reranker' if kind == 'rerank' else 'classifier'}"
     return None

@@ -25,6 +25,6 @@ def dtype_refusal(quantization: str, dtype: str) -> str | None:
     return _support(quantization).dtype_refusal(dtype)
 
 
-def model_refusal(quantization: str, architecture: str, model_name: str, is_reranker: bool) -> str | None:
-    """Why `quantization` does not serve this model, or None."""
-    return _support(quantization).model_refusal(architecture, model_name, is_reranker)
+def model_refusal(quantization: str, architecture: str, model_name: str, kind: str) -> str | None:
+    """Why `quantization` does not serve this model (`kind`: ModelSpec.kind), or None."""
+    return _support(quantization).model_refusal(architecture, model_name, kind)
