@@ -15,7 +15,7 @@ from tests.conftest import ServerProcess, load_texts
 from tests.support.classifier_checkpoints import LABELS, pipeline_scores, save_classifier
 from tests.support.client_support import stop_and_check_no_server_error
 from tests.support.helpers import assert_envelope
-from tests.support.st_checkpoints import bert_tokenizer, save_architecture
+from tests.support.st_checkpoints import bert_tokenizer, save_architecture, tiny_bert_config
 
 pytestmark = pytest.mark.slow  # a real server process
 
@@ -23,17 +23,11 @@ CLASSIFIER = "tiny-classifier"
 TOLERANCE = 1e-5  # float32 on the CPU, as tests/models/test_classify_scores.py
 
 
-def _bert(vocab_size: int):
-    from transformers import BertConfig
-
-    return BertConfig(vocab_size=vocab_size, max_position_embeddings=512, hidden_size=64, intermediate_size=128,
-                      num_hidden_layers=2, num_attention_heads=4)
-
-
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory) -> tuple:
     root = tmp_path_factory.mktemp("classify")
-    return save_architecture(root / "embedder", bert_tokenizer, _bert), save_classifier(root / "classifier", "bert")
+    return (save_architecture(root / "embedder", bert_tokenizer, tiny_bert_config),
+            save_classifier(root / "classifier", "bert"))
 
 
 @pytest.fixture(scope="module")

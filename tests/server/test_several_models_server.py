@@ -17,7 +17,7 @@ import pytest
 from tests.support.client_support import stop_and_check_no_server_error
 from tests.conftest import ServerProcess, load_texts
 from tests.support.reranker_checkpoints import save_cross_encoder
-from tests.support.st_checkpoints import bert_tokenizer, load_reference, save_architecture
+from tests.support.st_checkpoints import bert_tokenizer, load_reference, save_architecture, tiny_bert_config
 
 pytestmark = pytest.mark.slow  # real server processes
 
@@ -27,17 +27,11 @@ MIN_COSINE = 0.99999  # float32 against float32, as tests/models/test_architectu
 SCORE_TOLERANCE = 1e-4
 
 
-def _bert(vocab_size: int):
-    from transformers import BertConfig
-
-    return BertConfig(vocab_size=vocab_size, max_position_embeddings=512, hidden_size=64, intermediate_size=128,
-                      num_hidden_layers=2, num_attention_heads=4)
-
-
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory) -> tuple:
     root = tmp_path_factory.mktemp("several")
-    return save_architecture(root / "embedder", bert_tokenizer, _bert), save_cross_encoder(root / "ranker", "bert")
+    return (save_architecture(root / "embedder", bert_tokenizer, tiny_bert_config),
+            save_cross_encoder(root / "ranker", "bert"))
 
 
 @pytest.fixture(scope="module")

@@ -181,6 +181,14 @@ def save_architecture(path: Path, tokenizer: Callable[[Path], int], config: Call
     return save_st_model(path, hf_dir, seed=seed, **st_options)
 
 
+def tiny_bert_config(vocab_size: int) -> PretrainedConfig:
+    """A two-layer BERT of width 64: a real server loads it in a moment."""
+    from transformers import BertConfig
+
+    return BertConfig(vocab_size=vocab_size, max_position_embeddings=512, hidden_size=64, intermediate_size=128,
+                      num_hidden_layers=2, num_attention_heads=4)
+
+
 def load_reference(path: Path, trust_remote_code: bool = False):
     """sentence-transformers' own reading of a saved checkpoint, fp32 on the CPU."""
     from sentence_transformers import SentenceTransformer
