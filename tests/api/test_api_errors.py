@@ -167,11 +167,16 @@ def test_millions_of_token_ids_hold_the_event_loop_no_longer_than_parsing_them(f
             return await longest_loop_stall(lambda: client.post(
                 "/v1/embeddings", content=body, headers={"content-type": "application/json"}), 0.005)
 
-    # The best of two tries: under pytest -n another worker's server can take the core meanwhile.
-    tries = [asyncio.run(post_while_ticking()) for _ in range(2)]
-    for response, _ in tries:
+    # The best of up to four tries: under pytest -n another worker, or another process, can take
+    # the core meanwhile; a check per id in Python would stall every try.
+    stalls = []
+    for _ in range(4):
+        response, stall = asyncio.run(post_while_ticking())
         assert assert_envelope(response, 400, "input_too_long")["param"] == "input"
-    longest_stall = min(stall for _, stall in tries)
+        stalls.append(stall)
+        if stall < 6 * parse:
+            break
+    longest_stall = min(stalls)
     # Parsing and the type check in C stay on the loop, a few parses' time; a check per id in
     # Python held it many times longer.
     assert longest_stall < 6 * parse, (longest_stall, parse)
