@@ -33,6 +33,10 @@ def _read(data: EmbeddingRequest, model: ServedModel, config: ServerConfig) -> E
     fields = {"formats": (data.encoding_format,), "dimensions": data.dimensions, "prompt_name": data.prompt_name,
               "input_type": data.input_type, "long_inputs": data.long_inputs, "priority": data.priority}
     if model.kind == SPARSE:
+        if data.encoding_format == "base64":
+            # The OpenAI SDK asks for base64 unless told otherwise and decodes only a string; a sparse
+            # answer is an object of JSON numbers either way, which the SDK hands on as it is.
+            fields["formats"] = ("float",)
         return SparseAsk(inputs, return_text=data.return_text, **fields)
     if data.return_text:
         raise invalid_request("'return_text' applies to sparse models, whose dimensions are tokens; this model "

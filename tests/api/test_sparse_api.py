@@ -131,7 +131,7 @@ BAD = [
     ("unknown prompt", "/embed_sparse", {"inputs": "a", "prompt_name": "instruction"}, 400, "prompt_name", None),
     ("unknown model", "/embed_sparse", {"inputs": "a", "model": "naver/splade-v3"}, 404, "model", "model_not_found"),
     ("dimensions", "/v1/embeddings", {"input": "a", "dimensions": 8}, 400, "dimensions", None),
-    ("base64", "/v1/embeddings", {"input": "a", "encoding_format": "base64"}, 400, "encoding_format", None),
+    ("int8", "/v1/embeddings", {"input": "a", "encoding_format": "int8"}, 400, "encoding_format", None),
     ("long inputs in windows", "/v1/embeddings", {"input": "a", "long_inputs": "chunk"}, 400, "long_inputs", None),
     ("a sparse model asked for dense vectors", "/embed", {"inputs": "a"}, 400, "model", "model_is_sparse"),
     ("a sparse model asked by Cohere's wire", "/v2/embed", {"texts": ["a"], "input_type": "search_query"}, 400,

@@ -139,3 +139,19 @@ def test_async_client_with_concurrent_requests(fake):
     assert sum(n for n, _ in fake.batches) == sum(map(len, requests))
     assert len(fake.batches) < len(requests)  # batches formed across requests
 
+
+
+def test_a_sparse_model_answers_the_sdks_default_call_with_its_pairs():
+    """The SDK asks for base64 unless told otherwise; a sparse model's answer, an object of numbers,
+    comes through it as it is (docs/sparse.md)."""
+    from tests.support.fake_sparse import FAKE_SPARSE, FakeSparse
+
+    sparse = FakeSparse()
+    with serve(sparse) as http:
+        client = openai.OpenAI(base_url=BASE_URL + "/v1", api_key="unused", http_client=http, max_retries=0)
+        for options in ({}, {"encoding_format": "float"}):
+            got = client.embeddings.create(model=FAKE_SPARSE, input=TEXTS[:2], **options)
+            for item, (indices, values) in zip(got.data, sparse.pairs_of(TEXTS[:2]), strict=True):
+                assert item.object == "sparse_embedding"
+                assert item.embedding["indices"] == indices.tolist()
+                np.testing.assert_allclose(item.embedding["values"], values, rtol=1e-6)
