@@ -4,8 +4,9 @@ text is its (token id, weight) pairs instead of a dense vector.
 
 Its parts, prompts, admission and queue are the embeddings ask's (server/pipeline/embed_ask.py);
 what differs is each part's answer: the engine's rows (engine/contract/sparse_rows.py) read into
-each text's pairs as soon as they land. Refused by name: `dimensions` and encodings other than
-float (a sparse vector has no prefix to cut and no float32 array to pack), and long_inputs
+each text's pairs as soon as they land. Refused by name: `dimensions` and the quantized encodings
+(a sparse vector has no prefix to cut and no float32 array to pack; base64 is answered as float,
+server/routes/embeddings.py says why), and long_inputs
 "chunk" (SparseEncoder truncates; windows would need a combination it does not define). A text
 with more non-zero values than its row holds, where the model has no top-k that means to cut
 there, is refused with a 400 rather than answered short.
