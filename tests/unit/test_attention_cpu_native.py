@@ -161,6 +161,7 @@ def test_auto_picks_the_kernel(dtype):
     assert make_attention_backend("sdpa", AttentionShape(12, 12, 32, False), torch.device("cpu"), dtype).name == "sdpa"
 
 
+@pytest.mark.slow  # a Python process with torch
 def test_no_compiler_means_the_portable_path_and_says_why(tmp_path):
     # In a fresh process (the build is cached per process), with the only compiler one that fails.
     script = (
