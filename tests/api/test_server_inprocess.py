@@ -6,6 +6,7 @@ import asyncio
 import os
 import threading
 
+import pytest
 from litestar.testing import AsyncTestClient
 
 from rose_embed.server.app import create_app
@@ -112,6 +113,7 @@ def _gone_client_scenario() -> tuple[int, bool, list[str]]:
     return asyncio.run(scenario())
 
 
+@pytest.mark.slow  # a Python process of its own, with torch
 def test_a_client_that_leaves_leaves_no_unretrieved_error_behind():
     """The request's work is cancelled when its client goes (a 499); asyncio must not log
     "exception was never retrieved" for what it was waiting on.
