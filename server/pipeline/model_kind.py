@@ -16,9 +16,8 @@ _WHAT_IT_IS = {
                  "Send the texts to POST /classify (or TEI's POST /predict)", "model_is_classifier"),
     SPARSE: ("a sparse encoder (SPLADE): it gives each text's (token id, weight) pairs",
              "Send the texts to POST /embed_sparse (or /v1/embeddings)", "model_is_sparse"),
-    MULTI_VECTOR: ("a multi-vector (ColBERT) model: it gives one vector per token and reranks by MaxSim",
-                   "Send the texts to POST /v1/embeddings, or a query and documents to POST /v1/rerank",
-                   "model_is_multi_vector"),
+    MULTI_VECTOR: ("a multi-vector (ColBERT) model: it gives one vector per token of a query or a document",
+                   "Send the texts to POST /v1/embeddings (input_type query or document)", "model_is_multi_vector"),
 }
 # A route's kind -> what it answers with, and the models that serve it.
 _WHAT_THE_ROUTE_GIVES = {

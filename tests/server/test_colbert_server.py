@@ -96,6 +96,8 @@ def test_what_a_colbert_model_cannot_do_is_a_400(server, body, param):
     assert assert_envelope(r, 400)["param"] == param
 
 
-def test_a_route_of_another_kind_names_what_it_serves(server):
-    r = _post(server, "/embed_sparse", {"inputs": ["a text"], "model": COLBERT})
+@pytest.mark.parametrize("path,body", [("/embed_sparse", {"inputs": ["a text"]}),
+                                       ("/v1/rerank", {"query": "a query", "documents": ["a text"]})])
+def test_a_route_of_another_kind_names_what_it_serves(server, path, body):
+    r = _post(server, path, {**body, "model": COLBERT})
     assert "multi-vector (ColBERT)" in assert_envelope(r, 400, "model_is_multi_vector")["message"]
