@@ -28,12 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rose_embed.engine.model_files.json_files import read_json, read_json_object
-from rose_embed.engine.model_files.st_modules import (
-    Dense,
-    ModuleEntry,
-    dense_module,
-    transformer_settings,
-)
+from rose_embed.engine.model_files.st_modules import Dense, ModuleEntry, dense_module, transformer_settings
 
 # The keys PyLate's ColBERT.save writes into config_sentence_transformers.json.
 PYLATE_KEYS = ("query_prefix", "document_prefix", "query_length", "document_length", "attend_to_expansion_tokens",

@@ -15,6 +15,7 @@ give no vector.
 from __future__ import annotations
 
 import numpy as np
+
 from rose_embed.engine.model_files.colbert import ColbertModel
 from rose_embed.engine.text.tokenizer import TextTokenizer
 

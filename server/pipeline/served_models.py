@@ -39,7 +39,7 @@ class ServedModel:
         object.__setattr__(self, "kind", kind)
         # A sparse model's pairs are written as JSON numbers only (server/pipeline/sparse_ask.py).
         formats = ("float",) if spec.sparse is not None else tuple(encoding_formats(spec.quantization))
-        if spec.colbert is not None:
+        if spec.colbert is not None:  # several vectors per text: float arrays or one base64 string
             formats = MULTI_VECTOR_FORMATS
         object.__setattr__(self, "formats", formats)
         object.__setattr__(self, "normalizes", spec.normalize)

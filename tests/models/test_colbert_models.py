@@ -11,22 +11,30 @@ queries keep their own tokens only.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
-from rose_embed.engine.contract.batch import pack
 
+from rose_embed.engine.contract.batch import pack
 from tests.conftest import load_texts
-from tests.support.colbert_checkpoints import (
-    PROJECTION_DIM,
-    maxsim,
-    reference_vectors,
-    save_colbert,
-)
+from tests.support.colbert_checkpoints import PROJECTION_DIM, maxsim, reference_vectors, save_colbert
 
 pytestmark = pytest.mark.slow  # loads engines
 
 TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """One checkpoint of the default layout, copied by the tests that change its files."""
+    return save_colbert(tmp_path_factory.mktemp("colbert") / "colbert")
+
+
+def _copy(saved, tmp_path):
+    import shutil
+
+    return Path(shutil.copytree(saved, tmp_path / "colbert"))
 
 
 def _texts() -> list[str]:
@@ -54,8 +62,8 @@ def _assert_same(got: list[np.ndarray], expected: list[np.ndarray]) -> None:
         np.testing.assert_allclose(ours, theirs, atol=TOLERANCE, rtol=0, err_msg=f"text {i}")
 
 
-def test_vectors_and_scores_equal_pylate(tmp_path):
-    path = save_colbert(tmp_path / "colbert", query_length=12, document_length=40)
+def test_vectors_and_scores_equal_pylate(saved):
+    path = saved  # query_length 12, document_length 40
     engine = _engine(path)
     texts = _texts()
     queries, documents = _vectors(engine, texts, True), _vectors(engine, texts, False)
@@ -91,22 +99,22 @@ def _rewrite_config(path, **keys) -> None:
     ({"document_length": 600}, "past the model's 512 positions"),
     ({"query_length": "32"}, "query_length must be an integer"),
 ])
-def test_what_cannot_be_computed_exactly_is_refused_by_name(tmp_path, keys, named):
+def test_what_cannot_be_computed_exactly_is_refused_by_name(saved, tmp_path, keys, named):
     from rose_embed.engine.model_files.loader import ModelLoadError, load_spec
 
-    path = save_colbert(tmp_path / "colbert")
+    path = _copy(saved, tmp_path)
     assert load_spec(str(path)).colbert is not None
     _rewrite_config(path, **keys)
     with pytest.raises(ModelLoadError, match=re.escape(named)):
         load_spec(str(path))
 
 
-def test_modules_past_dense_are_refused_by_name(tmp_path):
+def test_modules_past_dense_are_refused_by_name(saved, tmp_path):
     import json
 
     from rose_embed.engine.model_files.loader import ModelLoadError, load_spec
 
-    path = save_colbert(tmp_path / "colbert")
+    path = _copy(saved, tmp_path)
     modules = json.loads((path / "modules.json").read_text())
     modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
     (path / "modules.json").write_text(json.dumps(modules))
@@ -114,9 +122,9 @@ def test_modules_past_dense_are_refused_by_name(tmp_path):
         load_spec(str(path))
 
 
-def test_the_library_embedder_refuses_a_colbert_model(tmp_path):
+def test_the_library_embedder_refuses_a_colbert_model(saved):
     from rose_embed.engine.rose.pipeline import refuse_non_embedder
 
-    engine = _engine(save_colbert(tmp_path / "colbert"))
+    engine = _engine(saved)
     with pytest.raises(ValueError, match="multi-vector"):
         refuse_non_embedder(engine)

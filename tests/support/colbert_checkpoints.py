@@ -64,13 +64,17 @@ def save_colbert(path: Path, *, query_length: int = 12, document_length: int = 4
     return path
 
 
-def reference_vectors(path: Path, texts: list[str], is_query: bool) -> list[np.ndarray]:
-    """Each text's kept token vectors [n, dim] float32, as ColBERT(path).encode(texts, is_query=...) gives them."""
+def reference_vectors(path: Path, texts: list[str], is_query: bool, device: str = "cpu",
+                      dtype: torch.dtype = torch.float32) -> list[np.ndarray]:
+    """Each text's kept token vectors [n, dim] float32, as ColBERT(path).encode(texts, is_query=...) gives them
+    (on `device`, the modules in `dtype`)."""
     from sentence_transformers.sentence_transformer.modules import Dense, Transformer
 
     cfg = json.loads((path / "config_sentence_transformers.json").read_text())
     # The modules as PyLate's _load_sbert_model loads them (SentenceTransformer(path) would add a Pooling).
     transformer, dense = Transformer.load(str(path)), Dense.load(str(path / "1_Dense"))
+    transformer.to(device=device, dtype=dtype)
+    dense.to(device=device, dtype=dtype)
     tokenizer = transformer.tokenizer
     length = cfg["query_length"] if is_query else cfg["document_length"]
     prefix_id = tokenizer.convert_tokens_to_ids(cfg["query_prefix"] if is_query else cfg["document_prefix"])
@@ -92,8 +96,8 @@ def reference_vectors(path: Path, texts: list[str], is_query: bool) -> list[np.n
             attention.fill_(1)
         inputs = {"input_ids": ids, "attention_mask": attention, "token_type_ids": torch.zeros_like(ids)}
         with torch.no_grad():
-            states = transformer(inputs)["token_embeddings"][0]
-            projected = dense.activation_function(dense.linear(states))  # pylate's Dense on token_embeddings
+            states = transformer({name: t.to(device) for name, t in inputs.items()})["token_embeddings"][0]
+            projected = dense.activation_function(dense.linear(states)).float().cpu()  # on token_embeddings
         if is_query:
             keep = torch.ones(ids.shape[1], dtype=torch.bool) if expand else attention[0].bool()
         else:
