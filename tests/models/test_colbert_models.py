@@ -122,6 +122,15 @@ def test_modules_past_dense_are_refused_by_name(saved, tmp_path):
         load_spec(str(path))
 
 
+@pytest.mark.parametrize("quantization", ["int8", "fp8"])
+def test_quantization_is_refused_by_name(saved, quantization):
+    from rose_embed.engine.contract.config import EngineConfig
+    from rose_embed.engine.rose.engine import Engine
+
+    with pytest.raises(ValueError, match=f"--quantization {quantization} serves embedders; .* multi-vector"):
+        Engine(EngineConfig(model=str(saved), device="cpu", dtype="float32", quantization=quantization))
+
+
 def test_the_library_embedder_refuses_a_colbert_model(saved):
     from rose_embed.engine.rose.pipeline import refuse_non_embedder
 
