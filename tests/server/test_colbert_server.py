@@ -78,6 +78,15 @@ def test_documents_are_the_default_side(server, colbert, texts):
     _assert_same(got, reference_vectors(colbert, texts[:3], False))
 
 
+def test_a_large_request_in_several_parts_and_batches(server, colbert, texts):
+    many = texts * 5  # parts of 16, 32 and 64 texts; batches of at most 256 token vectors
+    r = _post(server, "/v1/embeddings", {"input": many, "model": COLBERT, "encoding_format": "base64"})
+    assert r.status_code == 200, r.text
+    got = [np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4").reshape(-1, PROJECTION_DIM)
+           for d in r.json()["data"]]
+    _assert_same(got, reference_vectors(colbert, texts, False) * 5)
+
+
 def test_the_dense_model_still_answers(server, texts):
     r = _post(server, "/v1/embeddings", {"input": texts[:2]})
     assert r.status_code == 200, r.text
