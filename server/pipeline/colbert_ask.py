@@ -9,7 +9,8 @@ apart by each text's count as soon as they land. The request says which side its
 `encode(is_query=True)`, "document" (or "search_document", or neither) as `encode(is_query=False)`.
 
 Sizes: a query gives query_length vectors, a document at most document_length (PyLate cuts a
-longer one there, and so does this server, the only long-inputs mode it takes: "truncate").
+longer one there, and so does this server, whatever --long-inputs says; a request may send
+long_inputs "truncate" or none).
 Refused by name: `dimensions`, encodings other than float and base64, token-id inputs (the prefix
 and expansion tokens are put in by the tokenizer step), long_inputs "chunk" and "error".
 """
@@ -67,11 +68,12 @@ class ColbertAsk(EmbedAsk):
                                   "its token vectors have the size its projection gives", self.dimensions_param)
         self._is_query = colbert_side(self.prompt_name, self.input_type)
         self.prompt_name = self.input_type = None  # a side, not a prompt: the tokenizer step puts in its prefix
+        if self.long_inputs not in (None, "truncate"):
+            raise invalid_request(f"long_inputs {self.long_inputs!r} is not supported for a multi-vector (ColBERT) "
+                                  "model: PyLate cuts queries at query_length and documents at document_length; send "
+                                  "long_inputs 'truncate' or none", "long_inputs")
+        self.long_inputs = "truncate"  # the server's --long-inputs is for embedders: this model cuts as PyLate does
         cost = super().check(serving, model, trace)
-        if self._mode != "truncate":
-            raise invalid_request(f"long_inputs {self._mode!r} is not supported for a multi-vector (ColBERT) model: "
-                                  "PyLate cuts queries at query_length and documents at document_length; send "
-                                  "long_inputs 'truncate'", "long_inputs")
         if self.inputs.texts is None:
             raise invalid_request("token ids are not taken for a multi-vector (ColBERT) model, whose query and "
                                   "document tokens are built from the text; send the texts", self.param)

@@ -30,8 +30,9 @@ def colbert(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(colbert) -> Iterator[ServerProcess]:
+    # --long-inputs error is the embedders': the ColBERT model still cuts its long texts as PyLate does.
     proc = ServerProcess("--dtype", "float32", "--model", MODEL, "--model", f"{COLBERT}={colbert}",
-                         "--max-batch-tokens", "1024", "--max-batch-seqs", "256")
+                         "--max-batch-tokens", "1024", "--max-batch-seqs", "256", "--long-inputs", "error")
     yield proc
     stop_and_check_no_server_error(proc)
 
@@ -98,6 +99,7 @@ def test_the_dense_model_still_answers(server, texts):
     ({"encoding_format": "int8"}, "encoding_format"),
     ({"input_type": "classification"}, "input_type"),
     ({"long_inputs": "chunk"}, "long_inputs"),
+    ({"long_inputs": "error"}, "long_inputs"),
     ({"input": [[101, 102]]}, "input"),
 ])
 def test_what_a_colbert_model_cannot_do_is_a_400(server, body, param):
