@@ -102,7 +102,8 @@ class Model(msgspec.Struct, kw_only=True):
     created: int
     owned_by: str = "rose-embed"
     object: str = "model"
-    # "rerank", "classify", "sparse_embedding": which routes the model answers (not OpenAI's; clients ignore it)
+    # "rerank", "classify", "sparse_embedding", "multi_vector_embedding": which routes the model answers (not
+    # OpenAI's; clients ignore it)
     kind: str = "embedding"
 
 

@@ -88,6 +88,11 @@ def test_a_large_request_in_several_parts_and_batches(server, colbert, texts):
     _assert_same(got, reference_vectors(colbert, texts, False) * 5)
 
 
+def test_models_lists_its_kind(server):
+    kinds = {m["id"]: m["kind"] for m in httpx.get(server.url + "/v1/models", timeout=10).json()["data"]}
+    assert kinds[COLBERT] == "multi_vector_embedding" and kinds[MODEL] == "embedding"
+
+
 def test_the_dense_model_still_answers(server, texts):
     r = _post(server, "/v1/embeddings", {"input": texts[:2]})
     assert r.status_code == 200, r.text
