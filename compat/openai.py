@@ -80,7 +80,9 @@ class SparseEmbedding(msgspec.Struct, kw_only=True, omit_defaults=True):
 class Embedding(msgspec.Struct, kw_only=True):
     index: int
     embedding: list[float] | str | SparseEmbedding
-    object: str = "embedding"  # "sparse_embedding" where `embedding` is a SparseEmbedding
+    # "sparse_embedding" where `embedding` is a SparseEmbedding; "multi_vector_embedding" where it holds a
+    # ColBERT model's token vectors (compat/multi_vector_wire.py)
+    object: str = "embedding"
 
 
 class Usage(msgspec.Struct, kw_only=True):
@@ -100,7 +102,8 @@ class Model(msgspec.Struct, kw_only=True):
     created: int
     owned_by: str = "rose-embed"
     object: str = "model"
-    # "rerank", "classify", "sparse_embedding": which routes the model answers (not OpenAI's; clients ignore it)
+    # "rerank", "classify", "sparse_embedding", "multi_vector_embedding": which routes the model answers (not
+    # OpenAI's; clients ignore it)
     kind: str = "embedding"
 
 

@@ -22,6 +22,7 @@ from rose_embed.engine.model_files.embedded_model import (
 from rose_embed.engine.model_files.flavour import PPLX_MODEL_TYPE, FlavourError, read_flavour
 from rose_embed.engine.model_files.json_files import read_json, read_json_object
 from rose_embed.engine.model_files.load_error import ModelLoadError
+from rose_embed.engine.model_files.colbert import ColbertError, ColbertModel, is_colbert, read_colbert
 from rose_embed.engine.model_files.checkpoint_kind import checkpoint_kind
 from rose_embed.engine.model_files.classifier import Classifier, read_classifier
 from rose_embed.engine.model_files.classifier_heads import HeadError
@@ -86,6 +87,9 @@ class ModelSpec:
     # Set for a sparse encoder (SPLADE, an embedder of kind "embed"): a text in, its (index, value) pairs
     # out, packed into rows of embedding_dim floats (engine/contract/sparse_rows.py).
     sparse: SparseModel | None = None
+    # Set for a multi-vector (ColBERT) model, an embedder of kind "embed": a query or a document in,
+    # one vector of embedding_dim per kept token out, each token a pooling segment (engine/text/colbert_tokens.py).
+    colbert: ColbertModel | None = None
 
     @property
     def is_reranker(self) -> bool:
@@ -182,6 +186,11 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
     except HeadError as exc:
         raise ModelLoadError(f"{model_dir}: {exc}") from exc
     try:
+        if overrides.kind is None and is_colbert(st_cfg):
+            return _colbert_spec(model_dir, name, architecture, hf_config, st_cfg, hidden_size)
+    except (ColbertError, ModuleError) as exc:
+        raise ModelLoadError(f"{model_dir}: {exc}") from exc
+    try:
         if overrides.kind is None and is_sparse(root, st_cfg):
             return _sparse_spec(root, model_dir, name, architecture, hf_config, st_cfg, hidden_size, max_seq_len,
                                 overrides)
@@ -247,6 +256,20 @@ def _scoring_spec(model_dir: Path, name: str, architecture: str, hf_config: dict
         max_seq_len=min(max_seq_len, model_limit) if max_seq_len else model_limit, hidden_size=hidden_size,
         embedding_dim=2 if classifier is None else 2 * classifier.num_labels,
         is_causal=architecture in DECODER_ARCHITECTURES, matryoshka_dims=(), reranker=reranker, classifier=classifier,
+    )
+
+
+def _colbert_spec(model_dir: Path, name: str, architecture: str, hf_config: dict, st_cfg: dict,
+                  hidden_size: int) -> ModelSpec:
+    """A PyLate ColBERT model's description (engine/model_files/colbert.py). Its lengths are PyLate's
+    query_length and document_length, whatever --max-seq-len says: they are part of what the vectors are."""
+    colbert, lowercase = read_colbert(model_dir, st_cfg, hidden_size, _position_limit(hf_config))
+    return ModelSpec(
+        path=model_dir, name=name, architecture=architecture, hf_config=hf_config,
+        pooling="cls",  # of a one-token segment: the token's own state
+        normalize=True, max_seq_len=max(colbert.query_length, colbert.document_length), hidden_size=hidden_size,
+        embedding_dim=colbert.dense[-1].out_features, is_causal=architecture in DECODER_ARCHITECTURES,
+        matryoshka_dims=(), head=colbert.dense, lowercase=lowercase, colbert=colbert,
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from rose_embed.engine.model_files.loader import ModelSpec
+from rose_embed.engine.text.colbert_tokens import ColbertTokenizer
 from rose_embed.engine.text.pairs import PairTokenizer
 from rose_embed.engine.text.static_queries import StaticQueryEncoder
 from rose_embed.engine.text.tokenizer import tokenizer_for, vocab_size_of
@@ -27,6 +28,8 @@ class ModelView:
         self.static_queries = None
         if spec.sparse is not None and spec.sparse.queries is not None:
             self.static_queries = StaticQueryEncoder(spec.sparse.queries, spec.sparse.max_active_dims)
+        # A ColBERT model's queries and documents: one pooling segment per kept token (engine/text/colbert_tokens.py).
+        self.colbert = ColbertTokenizer(self.tokenizer, spec.colbert) if spec.colbert is not None else None
 
     @property
     def dimensions(self) -> int:

@@ -203,7 +203,7 @@ def _activation(module: ModuleEntry, path: str | None) -> str:
     return name
 
 
-def _dense(module: ModuleEntry, in_dim: int) -> Dense:
+def dense_module(module: ModuleEntry, in_dim: int) -> Dense:
     cfg = module.config()
     _check_sentence_embedding(module, cfg)
     try:
@@ -258,7 +258,7 @@ def read_modules(model_dir: Path, hidden_size: int, st_config: dict) -> Sentence
             if pooling is None:
                 raise module.error("comes before the Pooling module (on token embeddings), which is not supported")
             if module.cls == "Dense":
-                head.append(_dense(module, dim))
+                head.append(dense_module(module, dim))
                 dim = head[-1].out_features
             elif module.cls == "LayerNorm":
                 head.append(_layer_norm(module, dim))

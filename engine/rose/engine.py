@@ -144,6 +144,9 @@ class Engine(ModelView):
     def _refuse_quantization(self, config: EngineConfig) -> None:
         """ValueError naming what --quantization needs that this model, device or dtype lacks."""
         spec, quantization = self.spec, config.quantization
+        if spec.colbert is not None:  # its tolerance is stated for a text's vector, not for each token's
+            raise ValueError(f"--quantization {quantization} serves embedders; {spec.name} is a multi-vector (ColBERT) "
+                             "model")
         refusal = (quantization_support.model_refusal(quantization, spec.architecture, spec.name, spec.kind)
                    or quantization_support.device_refusal(quantization, str(self.device))
                    or quantization_support.dtype_refusal(quantization, config.dtype))

@@ -78,6 +78,9 @@ def refuse_non_embedder(engine) -> None:
     if engine.spec.sparse is not None:
         raise ValueError(f"{engine.spec.name} is a sparse encoder: it gives each text's (token id, weight) pairs, "
                          "not dense vectors (serve it and send its texts to POST /embed_sparse or /v1/embeddings)")
+    if engine.spec.colbert is not None:
+        raise ValueError(f"{engine.spec.name} is a multi-vector (ColBERT) model: it gives one vector per token of a "
+                         "query or a document, not one per text (serve it and send its texts to POST /v1/embeddings)")
 
 
 def embed_texts(engine, texts: Sequence[str], *, num_threads: int | None = None,

@@ -5,7 +5,7 @@ another kind gets a 400 that says what the served model is and which route fits.
 from __future__ import annotations
 
 from rose_embed.server.http.errors import invalid_request
-from rose_embed.server.pipeline.served_models import SPARSE, ServedModel
+from rose_embed.server.pipeline.served_models import MULTI_VECTOR, SPARSE, ServedModel
 
 # A served model's kind -> what it is and gives, the route to send its inputs to, and the error's code.
 _WHAT_IT_IS = {
@@ -16,6 +16,8 @@ _WHAT_IT_IS = {
                  "Send the texts to POST /classify (or TEI's POST /predict)", "model_is_classifier"),
     SPARSE: ("a sparse encoder (SPLADE): it gives each text's (token id, weight) pairs",
              "Send the texts to POST /embed_sparse (or /v1/embeddings)", "model_is_sparse"),
+    MULTI_VECTOR: ("a multi-vector (ColBERT) model: it gives one vector per token of a query or a document",
+                   "Send the texts to POST /v1/embeddings (input_type query or document)", "model_is_multi_vector"),
 }
 # A route's kind -> what it answers with, and the models that serve it.
 _WHAT_THE_ROUTE_GIVES = {
@@ -23,6 +25,7 @@ _WHAT_THE_ROUTE_GIVES = {
     "rerank": ("relevance scores", "a cross-encoder or Qwen3-Reranker"),
     "classify": ("labels", "a *ForSequenceClassification classifier"),
     SPARSE: ("sparse embeddings", "a SPLADE model (a sentence-transformers SparseEncoder)"),
+    MULTI_VECTOR: ("multi-vector embeddings", "a PyLate ColBERT model"),
 }
 
 

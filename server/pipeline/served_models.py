@@ -10,10 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rose_embed.compat.encoding import encoding_formats
+from rose_embed.compat.multi_vector_wire import MULTI_VECTOR_FORMATS
 from rose_embed.engine.model_files.model_view import ModelView
 from rose_embed.server.config import ServerConfig
 
 SPARSE = "sparse_embedding"  # a sparse encoder's kind (server/pipeline/sparse_ask.py)
+MULTI_VECTOR = "multi_vector_embedding"  # a ColBERT model's kind (server/pipeline/colbert_ask.py)
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,8 @@ class ServedModel:
     index: int  # its place among the server's models: the first is the default one
     name: str  # what clients send as `model` and /v1/models lists
     view: ModelView  # its description and tokenizer
-    # what /v1/models says it does: "embedding", "rerank", "classify" or "sparse_embedding" (SPARSE)
+    # what /v1/models says it does: "embedding", "rerank", "classify", "sparse_embedding" (SPARSE) or
+    # "multi_vector_embedding" (MULTI_VECTOR)
     kind: str = field(init=False)
     formats: tuple[str, ...] = field(init=False)  # the encoding formats it can write
     normalizes: bool = field(init=False)  # its vectors are L2-normalised as they are computed
@@ -32,9 +35,12 @@ class ServedModel:
     def __post_init__(self) -> None:
         spec = self.view.spec
         kind = "embedding" if spec.kind == "embed" else spec.kind
-        object.__setattr__(self, "kind", SPARSE if spec.sparse is not None else kind)
+        kind = SPARSE if spec.sparse is not None else MULTI_VECTOR if spec.colbert is not None else kind
+        object.__setattr__(self, "kind", kind)
         # A sparse model's pairs are written as JSON numbers only (server/pipeline/sparse_ask.py).
         formats = ("float",) if spec.sparse is not None else tuple(encoding_formats(spec.quantization))
+        if spec.colbert is not None:  # several vectors per text: float arrays or one base64 string
+            formats = MULTI_VECTOR_FORMATS
         object.__setattr__(self, "formats", formats)
         object.__setattr__(self, "normalizes", spec.normalize)
         object.__setattr__(self, "tokenizes_holding_the_gil", self.view.tokenizer.holds_the_gil)

@@ -5,7 +5,8 @@ TEI's embed routes share) and shapes OpenAI's answer; the pipeline (server/pipel
 does the rest: over-long inputs are truncated, windowed or refused as `long_inputs` says, and
 each part's vectors are encoded as soon as they land. A sparse encoder (SPLADE) answers here too,
 each text's pairs in this server's extension of the answer (server/pipeline/sparse_ask.py,
-docs/sparse.md).
+docs/sparse.md), and a multi-vector (ColBERT) model, each text's token vectors
+(server/pipeline/colbert_ask.py, docs/colbert.md).
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from rose_embed.server.config import ServerConfig
 from rose_embed.server.http.errors import invalid_request
 from rose_embed.server.http.openapi import EMBEDDINGS_ERROR_RESPONSES
 from rose_embed.server.http.route_spec import RouteSpec
+from rose_embed.server.pipeline.colbert_ask import ColbertAsk
 from rose_embed.server.pipeline.embed_ask import EmbedAsk
 from rose_embed.server.pipeline.serve_request import Answered, RouteSteps, serve_request
-from rose_embed.server.pipeline.served_models import SPARSE, ServedModel
+from rose_embed.server.pipeline.served_models import MULTI_VECTOR, SPARSE, ServedModel
 from rose_embed.server.pipeline.sparse_ask import SparseAsk, tokens_of
 
 
@@ -41,11 +43,16 @@ def _read(data: EmbeddingRequest, model: ServedModel, config: ServerConfig) -> E
     if data.return_text:
         raise invalid_request("'return_text' applies to sparse models, whose dimensions are tokens; this model "
                               "gives dense vectors", "return_text")
+    if model.kind == MULTI_VECTOR:
+        return ColbertAsk(inputs, **fields)
     return EmbedAsk(inputs, **fields)
 
 
 def _data(done: Answered) -> list[Embedding]:
-    """Each input's dense vector, or a sparse model's pairs in this server's extension (docs/sparse.md)."""
+    """Each input's dense vector, a sparse model's pairs or a ColBERT model's token vectors in this server's
+    extensions (docs/sparse.md, docs/colbert.md)."""
+    if isinstance(done.ask, ColbertAsk):
+        return [Embedding(index=i, embedding=e, object="multi_vector_embedding") for i, e in enumerate(done.result[0])]
     if not isinstance(done.ask, SparseAsk):
         return [Embedding(index=i, embedding=e) for i, e in enumerate(done.result[0])]
     tokens = partial(tokens_of, done.model) if done.ask.return_text else lambda row: None
@@ -63,7 +70,7 @@ def _answer(done: Answered) -> EmbeddingResponse:
     )
 
 
-EMBEDDINGS = RouteSteps(EmbeddingRequest, ("embedding", SPARSE), _read, _answer)
+EMBEDDINGS = RouteSteps(EmbeddingRequest, ("embedding", SPARSE, MULTI_VECTOR), _read, _answer)
 
 
 async def create_embeddings(request: Request, state: State) -> EmbeddingResponse:
