@@ -47,7 +47,6 @@ from rose_embed.engine.rose.engine import Engine  # noqa: E402
 
 HEADS = ("dense", "sparse", "classifier")
 TARGETS = {"sparse": 0.8}  # head -> least tokens/s over dense's
-MIN_TIMED_SECONDS = 1.0  # each head's passes are timed over at least this long
 CALIBRATION_DOCS = 16
 
 
@@ -82,7 +81,7 @@ def time_head(engine: Engine, docs: list[np.ndarray], args) -> tuple[float, np.n
         run_ours(runner, docs, args.max_batch_tokens, args.max_batch_seqs, landing)
     before = (runner.num_graph_replays, runner.num_eager_runs, runner.num_capture_failures)
     times: list[float] = []
-    while len(times) < args.repeats or sum(times) < MIN_TIMED_SECONDS:
+    while len(times) < args.repeats or sum(times) < args.min_seconds:
         _synchronize(args.device)
         start = time.perf_counter()
         run_ours(runner, docs, args.max_batch_tokens, args.max_batch_seqs, landing)
@@ -109,7 +108,7 @@ def bench_head(head: str, path: Path, docs: list[np.ndarray], texts: list[str], 
     engine = Engine(config)
     engine.warm_up()
     seconds, rows, counters = time_head(engine, docs, args)
-    row = dict(head=head, kind=engine.spec.kind, dtype=str(engine.dtype).removeprefix("torch."),
+    row = dict(head=head, module=type(engine.runner.head).__name__, dtype=str(engine.dtype).removeprefix("torch."),
                num_tokens=sum(len(d) for d in docs), seconds=seconds, counters=counters,
                width=rows.shape[1], answer_bytes=answer_bytes(head, rows))
     if head == "sparse":
@@ -118,7 +117,9 @@ def bench_head(head: str, path: Path, docs: list[np.ndarray], texts: list[str], 
         row["check"] = check_answers(head, engine, path, texts, args)
     except HeadMismatch as exc:
         row["failure"] = str(exc)
-    print(f"# {head}: {row['num_tokens'] / seconds:,.0f} tok/s; {row.get('check') or row.get('failure')}", flush=True)
+    check = row.get("check")
+    verdict = f"{check.metric} error {check.error:.3g} (bar {check.bar:.3g})" if check else row["failure"]
+    print(f"# {head}: {row['num_tokens'] / seconds:,.0f} tok/s; {verdict}", flush=True)
     del engine
     if args.device.startswith("cuda"):
         torch.cuda.empty_cache()
@@ -142,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check-texts", type=int, default=8, help="real texts each head is checked on")
     parser.add_argument("--max-batch-tokens", type=int, default=EngineConfig.max_batch_tokens)
     parser.add_argument("--max-batch-seqs", type=int, default=EngineConfig.max_batch_seqs)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="timed passes over the documents, at least")
+    parser.add_argument("--min-seconds", type=float, default=1.0,
+                        help="and as many more as fill this long: a short pass varies from call to call")
     parser.add_argument("--source", type=Path, default=None,
                         help="tokenizer and sentence-transformers files (default: the embedded model's)")
     parser.add_argument("--out", type=Path, default=None)

@@ -40,7 +40,7 @@ def header(args, num_docs: int, num_tokens: int) -> list[str]:
 
 def speed_table(rows: list[dict], targets: dict[str, float]) -> list[str]:
     dense = next((r for r in rows if r["head"] == "dense"), None)
-    lines = ["| head | engine kind | dtype | tok/s | ratio to dense | target | answer row floats | "
+    lines = ["| head | engine's head | dtype | tok/s | ratio to dense | target | answer row floats | "
              "timed passes: graph replays / eager runs / capture failures |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         rate = r["num_tokens"] / r["seconds"]
@@ -48,7 +48,7 @@ def speed_table(rows: list[dict], targets: dict[str, float]) -> list[str]:
         target = targets.get(r["head"])
         verdict = "-" if target is None else f">= {target:.2f} {'MET' if ratio >= target else 'NOT MET'}"
         c = r["counters"]
-        lines.append(f"| {r['head']} | {r['kind']} | {r['dtype']} | {rate:,.0f} | "
+        lines.append(f"| {r['head']} | {r['module']} | {r['dtype']} | {rate:,.0f} | "
                      f"{'-' if ratio is None else f'{ratio:.3f}'} | {verdict} | {r['width']} | "
                      f"{c['replays']} / {c['eager']} / {c['capture failures']} |")
     return lines
