@@ -36,14 +36,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.gpu_bench import run_ours, workloads  # noqa: E402
-from bench.lib import head_models  # noqa: E402
-from bench.lib.common import hardware, load_texts, publish  # noqa: E402
-from bench.lib.head_answers import active_dims, answer_bytes  # noqa: E402
-from bench.lib.head_checks import HeadMismatch, as_answers, check_head  # noqa: E402
-from rose_embed.engine.contract.config import EngineConfig  # noqa: E402
-from rose_embed.engine.model_files.loader import resolve_model_dir  # noqa: E402
-from rose_embed.engine.rose.engine import Engine  # noqa: E402
+from rose_embed.engine.contract.config import EngineConfig
+from rose_embed.engine.model_files.loader import resolve_model_dir
+from rose_embed.engine.rose.engine import Engine
+
+from bench.gpu_bench import run_ours, workloads
+from bench.lib import head_models
+from bench.lib.common import hardware, load_texts, publish
+from bench.lib.head_answers import active_dims, answer_bytes
+from bench.lib.head_checks import HeadMismatch, as_answers, check_head
 
 HEADS = ("dense", "sparse", "classifier")
 TARGETS = {"sparse": 0.8}  # head -> least tokens/s over dense's
@@ -106,11 +107,14 @@ def bench_head(head: str, path: Path, docs: list[np.ndarray], texts: list[str], 
     config = EngineConfig(model=str(path), device=args.device, dtype=args.dtype, max_seq_len=head_models.MAX_SEQ_LENGTH,
                           max_batch_tokens=args.max_batch_tokens, max_batch_seqs=args.max_batch_seqs)
     engine = Engine(config)
+    if engine.spec.max_seq_len < max(map(len, docs)):  # the runner would cut or refuse them: not the same work
+        raise SystemExit(f"{head}: the checkpoint's limit of {engine.spec.max_seq_len} tokens is below the "
+                         f"longest document's {max(map(len, docs))}")
     engine.warm_up()
     seconds, rows, counters = time_head(engine, docs, args)
-    row = dict(head=head, module=type(engine.runner.head).__name__, dtype=str(engine.dtype).removeprefix("torch."),
-               num_tokens=sum(len(d) for d in docs), seconds=seconds, counters=counters,
-               width=rows.shape[1], answer_bytes=answer_bytes(head, rows))
+    row = {"head": head, "module": type(engine.runner.head).__name__, "dtype": str(engine.dtype).removeprefix("torch."),
+           "num_tokens": sum(len(d) for d in docs), "seconds": seconds, "counters": counters,
+           "width": rows.shape[1], "answer_bytes": answer_bytes(head, rows)}
     if head == "sparse":
         row["active_dims"] = active_dims(rows)
     try:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import msgspec
 import numpy as np
-
 from rose_embed.compat.classify import ClassificationData, Prediction
 from rose_embed.compat.openai import Embedding
 from rose_embed.compat.sparse_wire import sparse_embedding, tei_pairs

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
 from rose_embed.engine.contract.sparse_rows import read_rows
 
 REFERENCE_ERROR_FACTOR = 3

@@ -52,8 +52,13 @@ def _copy_tokenizer(source: Path, out: Path) -> None:
 
 
 def write_dense(out: Path, source: Path, shape: str) -> Path:
+    """The default model's files at `shape`, its limit raised to MAX_SEQ_LENGTH as the other heads' (its own
+    is shorter, which would cut the longer documents for the dense pass alone)."""
     hidden, layers, heads = SHAPES[shape]
-    return write_tiny_bert(out, hidden, layers, heads, source=source)
+    write_tiny_bert(out, hidden, layers, heads, source=source)
+    settings = out / "sentence_bert_config.json"
+    settings.write_text(json.dumps({**json.loads(settings.read_text()), "max_seq_length": MAX_SEQ_LENGTH}))
+    return out
 
 
 @torch.inference_mode()
@@ -74,7 +79,10 @@ def write_sparse(out: Path, source: Path, shape: str, calibration_docs: list[np.
                  activation: str, device: str) -> Path:
     """A SPLADE SparseEncoder at `shape`, its logits lowered by calibrate_shift."""
     from sentence_transformers import SparseEncoder
-    from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
+    from sentence_transformers.sparse_encoder.modules import (
+        MLMTransformer,
+        SpladePooling,
+    )
     from transformers import BertForMaskedLM
 
     hf_dir = out.parent / f"{out.name}-hf"
