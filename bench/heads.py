@@ -154,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="tokenizer and sentence-transformers files (default: the embedded model's)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else argv  # the report's command line, also when called in-process
     from bench.lib.head_report import render
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")

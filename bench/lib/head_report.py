@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 from bench.lib.common import REPO, hardware
 
@@ -27,7 +25,7 @@ def header(args, num_docs: int, num_tokens: int) -> list[str]:
     return [
         "# Heads: the engine alone, dense against sparse (SPLADE) and a classifier on one backbone",
         "",
-        f"- command: `python3 {' '.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])}`",
+        f"- command: `python3 bench/heads.py {' '.join(args.argv)}`",
         f"- machine: {hardware(args.device)}",
         f"- commit {commit()}; date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         (f"- shape {args.shape}, random weights; {num_docs} documents, {num_tokens:,} tokens, the same token ids "

@@ -32,7 +32,8 @@ def test_smoke_run_reports_every_head_checked(tmp_path):
                          "--min-seconds", "0", "--check-texts", "3", "--out", str(out)])
     report = out.read_text()
     assert status == 0
-    assert report.startswith("# Heads") and "- command: `" in report and "- commit " in report
+    assert report.startswith("# Heads") and "- command: `python3 bench/heads.py --shape tiny" in report
+    assert "- commit " in report and "- machine: " in report
     speed = {row[0]: row for row in _table(report, "head | engine's head")}
     assert list(speed) == list(heads.HEADS)
     assert [speed[h][1] for h in heads.HEADS] == ["SentenceHead", "SparseHead", "LabelHead"]
