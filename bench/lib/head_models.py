@@ -5,12 +5,13 @@ real ones ship, so that the engine loads each through the path a server takes (E
               bench/tiny_model.py's write_tiny_bert
   sparse      BertForMaskedLM saved by save_pretrained into `{out}-hf`, then wrapped in
               SparseEncoder(MLMTransformer, SpladePooling) and saved by SparseEncoder.save, as
-              tests/support/sparse_checkpoints.py saves its tiny ones; max pooling, no top-k (naver's
-              SPLADE models set none), so every answer row holds MAX_UNCUT_DIMS slots
+              tests/support/sparse_checkpoints.py saves its tiny ones; max pooling, SpladePooling's "relu"
+              (log1p(relu(x)), naver's SPLADE), no max_active_dims, so every answer row holds
+              MAX_UNCUT_DIMS slots
   classifier  BertForSequenceClassification of several labels (multi-label: a sigmoid per label)
 
 A random MLM head makes about half of the vocabulary's logits positive, where a trained SPLADE
-model keeps a few hundred dimensions of a passage: `calibrate_shift` lowers the head's output
+model keeps tens to a few hundred dimensions of a passage: `calibrate_shift` lowers the head's output
 bias so that the median text has `active_dims` non-zero values, measured on the benchmark's own
 documents, and the JSON pairs weigh what a trained model's would.
 """
