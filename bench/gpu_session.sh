@@ -55,6 +55,9 @@
 #                                    # Qwen3-0.6B shape, against the FP8 engine alone (bench/results/http/e2e-gpu-*-fp8.md)
 #   bench/gpu_session.sh fp8-bulk    # the bulk pattern with --quantization fp8: 1,000-text requests from 1 and 4
 #                                    # clients, BERT-base and the Qwen3-0.6B shape (bench/results/http/bulk-gpu-*-fp8.md)
+#   bench/gpu_session.sh heads       # the sparse encoders' (and any classifiers') GPU tests, then bench/heads.py on
+#                                    # BERT-base: dense, SPLADE and a classifier, the engine alone on the same documents
+#                                    # (bench/results/gpu/heads-bert-base.md; set ROSE_EMBED_COMMIT to name the commit)
 #
 # A device call runs at most 10 minutes: one mode per call.
 #
@@ -311,8 +314,18 @@ fp8-bulk)
     bulk bulk-gpu-bert-base-fp8 /tmp/bert-base-random 1000 1,4 2 --quantization fp8
     bulk bulk-gpu-qwen3-fp8 /tmp/qwen3-random 1000 1,4 2 --quantization fp8
     ;;
+heads)
+    # Classifiers have no GPU tests yet: the glob takes tests/gpu/test_classif*_gpu.py once they come.
+    shopt -s nullglob
+    KEEP_LOGS=1 step heads-gpu-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/gpu/test_sparse_gpu.py \
+        tests/gpu/test_classif*_gpu.py
+    shopt -u nullglob
+    step heads-bert-base python3 bench/heads.py --shape bert-base --device cuda --source .carry/minilm \
+        --out "$OUT/heads-bert-base.md"
+    sed -n '/^| head | engine/,$p' "$OUT/heads-bert-base.md"
+    ;;
 *)
-    echo "usage: $0 tests|engine|paragraphs|bulk|bulk1000|kernels|sweep|flashinfer|ratios|queries|sustained|rerank|profile|fp8-tests|fp8|fp8-4b|fp8-plans|fp8-algos|cublas-workspace|fp8-probe|fp8-gemm|fp8-bert|fp8-lt|fp8-rows|fp8-paragraphs|fp8-bulk" >&2
+    echo "usage: $0 tests|engine|paragraphs|bulk|bulk1000|kernels|sweep|flashinfer|ratios|queries|sustained|rerank|profile|fp8-tests|fp8|fp8-4b|fp8-plans|fp8-algos|cublas-workspace|fp8-probe|fp8-gemm|fp8-bert|fp8-lt|fp8-rows|fp8-paragraphs|fp8-bulk|heads" >&2
     exit 2
     ;;
 esac

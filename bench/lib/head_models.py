@@ -1,0 +1,115 @@
+"""Random-weight checkpoints of one BERT shape, one per head, for bench/heads.py: written the way the
+real ones ship, so that the engine loads each through the path a server takes (Engine, head_for).
+
+  dense       BertModel + the default model's sentence-transformers files (mean pooling, normalised):
+              bench/tiny_model.py's write_tiny_bert
+  sparse      BertForMaskedLM saved by save_pretrained into `{out}-hf`, then wrapped in
+              SparseEncoder(MLMTransformer, SpladePooling) and saved by SparseEncoder.save, as
+              tests/support/sparse_checkpoints.py saves its tiny ones; max pooling, SpladePooling's "relu"
+              (log1p(relu(x)), naver's SPLADE), no max_active_dims, so every answer row holds
+              MAX_UNCUT_DIMS slots
+  classifier  BertForSequenceClassification of several labels (multi-label: a sigmoid per label)
+
+A random MLM head makes about half of the vocabulary's logits positive, where a trained SPLADE
+model keeps tens to a few hundred dimensions of a passage: `calibrate_shift` lowers the head's output
+bias so that the median text has `active_dims` non-zero values, measured on the benchmark's own
+documents, and the JSON pairs weigh what a trained model's would.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench.tiny_model import write_tiny_bert
+
+_TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"]
+# sentence_bert_config's limit, also the longest document the benchmark sends
+MAX_SEQ_LENGTH = 512
+
+# name -> (hidden, layers, heads); the feed-forward is 4x hidden
+SHAPES = {"minilm": (384, 6, 12), "bert-base": (768, 12, 12), "tiny": (32, 1, 1)}
+
+
+def bert_config(source: Path, shape: str, **extra):
+    """The default model's BertConfig (its vocabulary and positions) at `shape`'s sizes."""
+    from transformers import BertConfig
+
+    hidden, layers, heads = SHAPES[shape]
+    base = json.loads((source / "config.json").read_text())
+    return BertConfig(**{**base, "hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
+                         "intermediate_size": 4 * hidden, **extra})
+
+
+def _copy_tokenizer(source: Path, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name in _TOKENIZER_FILES:
+        if (source / name).is_file():
+            shutil.copy(source / name, out / name)
+
+
+def write_dense(out: Path, source: Path, shape: str) -> Path:
+    """The default model's files at `shape`, its limit raised to MAX_SEQ_LENGTH as the other heads' (its own
+    is shorter, which would cut the longer documents for the dense pass alone)."""
+    hidden, layers, heads = SHAPES[shape]
+    write_tiny_bert(out, hidden, layers, heads, source=source)
+    settings = out / "sentence_bert_config.json"
+    settings.write_text(json.dumps({**json.loads(settings.read_text()), "max_seq_length": MAX_SEQ_LENGTH}))
+    return out
+
+
+@torch.inference_mode()
+def calibrate_shift(model, docs: list[np.ndarray], active_dims: int, device: str) -> float:
+    """The amount to subtract from the MLM head's bias so that the median of `docs` keeps
+    `active_dims` positive max-pooled logits (what SpladePooling turns into non-zero values)."""
+    model = model.to(device).eval()
+    kth = []
+    for seq in docs:
+        ids = torch.from_numpy(seq[:MAX_SEQ_LENGTH].astype(np.int64))[None].to(device)
+        pooled = model(input_ids=ids).logits[0].float().amax(0)  # [V]
+        kth.append(float(torch.topk(pooled, active_dims).values[-1]))
+    model.to("cpu")
+    return float(np.median(kth))
+
+
+def write_sparse(out: Path, source: Path, shape: str, calibration_docs: list[np.ndarray], active_dims: int,
+                 activation: str, device: str) -> Path:
+    """A SPLADE SparseEncoder at `shape`, its logits lowered by calibrate_shift."""
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.sparse_encoder.modules import (
+        MLMTransformer,
+        SpladePooling,
+    )
+    from transformers import BertForMaskedLM
+
+    hf_dir = out.parent / f"{out.name}-hf"
+    torch.manual_seed(0)
+    model = BertForMaskedLM(bert_config(source, shape))
+    shift = calibrate_shift(model, calibration_docs, active_dims, device)
+    with torch.no_grad():
+        model.get_output_embeddings().bias -= shift
+    model.save_pretrained(hf_dir, safe_serialization=True)
+    _copy_tokenizer(source, hf_dir)
+    modules = [MLMTransformer(str(hf_dir), max_seq_length=MAX_SEQ_LENGTH),
+               SpladePooling(pooling_strategy="max", activation_function=activation)]
+    SparseEncoder(modules=modules, device="cpu").save(str(out))
+    return out
+
+
+def write_classifier(out: Path, source: Path, shape: str, num_labels: int) -> Path:
+    """A multi-label BertForSequenceClassification of `num_labels` labels (the engine's kind: classify)."""
+    from transformers import BertForSequenceClassification
+
+    labels = {i: f"label_{i}" for i in range(num_labels)}
+    config = bert_config(source, shape, num_labels=num_labels, id2label=labels,
+                         label2id={name: i for i, name in labels.items()},
+                         problem_type="multi_label_classification",
+                         architectures=["BertForSequenceClassification"])
+    torch.manual_seed(0)
+    BertForSequenceClassification(config).save_pretrained(out, safe_serialization=True)
+    _copy_tokenizer(source, out)
+    return out
