@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -53,6 +54,20 @@ def pytest_configure(config: pytest.Config) -> None:
     if isinstance(marked, set):
         marked.intersection_update({name for name in marked if name == "tests" or name.startswith("tests.")})
         hook._marked_for_rewrite_cache.clear()
+
+
+# A module-level mark that makes every test of the file slow: `pytestmark = pytest.mark.slow`, or a list holding it.
+_WHOLE_FILE_SLOW = re.compile(r"^pytestmark\s*=\s*(pytest\.mark\.slow\b|\[[^\]]*\bpytest\.mark\.slow\b)", re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The fast tier (`-m "not slow"`) does not import a file whose every test is slow: it would
+    deselect them all anyway, after paying for the imports (transformers' models, the clients)
+    and the assert rewriting of the whole file in every process."""
+    if (config.option.markexpr or "").strip() != "not slow" or collection_path.suffix != ".py" \
+            or not collection_path.name.startswith("test_"):
+        return None
+    return True if _WHOLE_FILE_SLOW.search(collection_path.read_text(encoding="utf-8")) else None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tokenizers.processors import TemplateProcessing
-from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3Model
+
+if TYPE_CHECKING:
+    from transformers import Qwen3Config, Qwen3Model
 
 END_TOKEN = "<|endoftext|>"
 QUERY_PROMPT = "Instruct: Given a docstring, find the function it documents\nQuery:"
@@ -47,6 +50,8 @@ def with_end_token(tok: Tokenizer) -> Tokenizer:
 
 
 def tiny_config(vocab_size: int, **extra) -> Qwen3Config:
+    from transformers import Qwen3Config
+
     return Qwen3Config(
         vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=MAX_SEQ_LEN,
@@ -115,6 +120,8 @@ def qwen3_embedding(path: Path, tok: Tokenizer, *, seed: int = 1, bf16: bool = F
     Saved from Qwen3ForCausalLM (names under `model.`, tied embeddings) unless bf16, which
     is saved untied with an lm_head to exercise both layouts.
     """
+    from transformers import Qwen3ForCausalLM
+
     config = tiny_config(tok.get_vocab_size(), tie_word_embeddings=not bf16)
     model = Qwen3ForCausalLM(config)
     randomize(model, seed)
@@ -142,6 +149,8 @@ def pplx_embed(path: Path, tok: Tokenizer, *, seed: int = 2) -> Checkpoint:
     Saved from Qwen3Model (bare names), sharded, with the config pplx-embed ships
     (model_type bidirectional_pplx_qwen3, use_bidirectional_attention).
     """
+    from transformers import Qwen3Model
+
     model = Qwen3Model(tiny_config(tok.get_vocab_size()))
     randomize(model, seed)
     model.save_pretrained(path, max_shard_size="60KB")
