@@ -25,13 +25,12 @@ import torch
 
 from tests.conftest import ServerProcess, load_texts
 from tests.support.colbert_checkpoints import PROJECTION_DIM, maxsim, reference_vectors, save_colbert
+from tests.support.gpu_tolerance import REPLAY_TOLERANCE, bf16_tolerance
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 DEVICE = "cuda"
 LEAST_TOLERANCE = 0.02
-REFERENCE_ERROR_FACTOR = 3
-REPLAY_TOLERANCE = 1e-3
 QUERY_LENGTH = 16
 
 
@@ -51,7 +50,7 @@ def _references(path, texts: list[str], is_query: bool) -> tuple[list[np.ndarray
     expected = reference_vectors(path, texts, is_query)
     theirs = reference_vectors(path, texts, is_query, DEVICE, torch.bfloat16)
     their_error = max(float(np.abs(t - e).max()) for t, e in zip(theirs, expected))
-    return expected, max(LEAST_TOLERANCE, REFERENCE_ERROR_FACTOR * their_error)
+    return expected, bf16_tolerance(their_error, LEAST_TOLERANCE)
 
 
 def _worst(got: list[np.ndarray], expected: list[np.ndarray], tolerance: float) -> float:

@@ -31,15 +31,14 @@ import pytest
 import torch
 
 from tests.conftest import ServerProcess, load_texts
+from tests.support.gpu_tolerance import REPLAY_TOLERANCE, bf16_tolerance
 from tests.support.reranker_checkpoints import CROSS_ENCODERS, qwen3_card_scores, save_cross_encoder, save_qwen3_reranker
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 DEVICE = "cuda"
 LEAST_TOLERANCE = 0.01
-REFERENCE_ERROR_FACTOR = 3
 RAW_FACTOR = 4  # 1 / the sigmoid's steepest slope
-REPLAY_TOLERANCE = 1e-3
 QWEN3 = "qwen3"
 
 
@@ -77,7 +76,7 @@ def _references(name: str, path: Path, query: str, documents: list[str]):
         raw = reference.predict(pairs, activation_fn=torch.nn.Identity())
         theirs = CrossEncoder(str(path), device=DEVICE, model_kwargs={"dtype": torch.bfloat16}).predict(pairs)
     their_error = float(np.abs(np.asarray(theirs, np.float64) - expected).max())
-    tolerance = max(LEAST_TOLERANCE, REFERENCE_ERROR_FACTOR * their_error)
+    tolerance = bf16_tolerance(their_error, LEAST_TOLERANCE)
     # The scores must differ by more than the tolerance, or a mixed-up pair could pass.
     assert np.ptp(expected) > 2 * tolerance, (name, np.ptp(expected), tolerance)
     return expected, raw, tolerance

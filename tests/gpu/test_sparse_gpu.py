@@ -27,14 +27,13 @@ import pytest
 import torch
 
 from tests.conftest import ServerProcess, load_texts
+from tests.support.gpu_tolerance import REPLAY_TOLERANCE, bf16_tolerance
 from tests.support.sparse_checkpoints import save_sparse_encoder
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 DEVICE = "cuda"
 LEAST_TOLERANCE = 0.02
-REFERENCE_ERROR_FACTOR = 3
-REPLAY_TOLERANCE = 1e-3
 TOP_K = 16
 CASES = {"bert-max": ("bert", "max", None), "bert-sum-top-k": ("bert", "sum", TOP_K),
          "distilbert-max": ("distilbert", "max", None)}
@@ -67,7 +66,7 @@ def _references(path: Path, texts: list[str]) -> tuple[np.ndarray, float]:
     expected = SparseEncoder(str(path), device="cpu").encode(texts).to_dense().double().numpy()
     theirs = SparseEncoder(str(path), device=DEVICE, model_kwargs={"dtype": torch.bfloat16}).encode(texts)
     their_error = float(np.abs(theirs.to_dense().double().cpu().numpy() - expected).max())
-    return expected, max(LEAST_TOLERANCE, REFERENCE_ERROR_FACTOR * their_error)
+    return expected, bf16_tolerance(their_error, LEAST_TOLERANCE)
 
 
 def _check(got: np.ndarray, expected: np.ndarray, tolerance: float, top_k: int | None, name: str) -> float:
