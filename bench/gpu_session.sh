@@ -55,7 +55,7 @@
 #                                    # Qwen3-0.6B shape, against the FP8 engine alone (bench/results/http/e2e-gpu-*-fp8.md)
 #   bench/gpu_session.sh fp8-bulk    # the bulk pattern with --quantization fp8: 1,000-text requests from 1 and 4
 #                                    # clients, BERT-base and the Qwen3-0.6B shape (bench/results/http/bulk-gpu-*-fp8.md)
-#   bench/gpu_session.sh heads       # the sparse encoders' (and any classifiers') GPU tests, then bench/heads.py on
+#   bench/gpu_session.sh heads       # the sparse and ColBERT GPU tests (and any classifiers'), then bench/heads.py on
 #                                    # BERT-base: dense, SPLADE and a classifier, the engine alone on the same documents
 #                                    # (bench/results/gpu/heads-bert-base.md; set ROSE_EMBED_COMMIT to name the commit)
 #
@@ -318,7 +318,7 @@ heads)
     # Classifiers have no GPU tests yet: the glob takes tests/gpu/test_classif*_gpu.py once they come.
     shopt -s nullglob
     KEEP_LOGS=1 step heads-gpu-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/gpu/test_sparse_gpu.py \
-        tests/gpu/test_classif*_gpu.py
+        tests/gpu/test_colbert_gpu.py tests/gpu/test_classif*_gpu.py
     shopt -u nullglob
     step heads-bert-base python3 bench/heads.py --shape bert-base --device cuda --source .carry/minilm \
         --out "$OUT/heads-bert-base.md"
