@@ -78,9 +78,19 @@ _PIECES = st.sampled_from(["[MASK]", "[CLS]", "[unk]", "##", "x" * 120, "\u00e9"
 _TEXTS = st.lists(st.one_of(st.text(_ASCII, max_size=40), _PIECES), max_size=8).map("".join)
 
 
-@settings(max_examples=400, deadline=None)
-@given(st.lists(_TEXTS, min_size=1, max_size=6))
+_SHORT_LISTS = st.lists(_TEXTS, min_size=1, max_size=6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_SHORT_LISTS)
 def test_random_texts(minilm, texts):
+    assert _ours(minilm, texts) == _reference(minilm, texts)
+
+
+@pytest.mark.slow  # the same check on four times the examples
+@settings(max_examples=400, deadline=None)
+@given(_SHORT_LISTS)
+def test_many_random_texts(minilm, texts):
     assert _ours(minilm, texts) == _reference(minilm, texts)
 
 

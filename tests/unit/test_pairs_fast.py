@@ -71,7 +71,9 @@ def test_the_template_is_read_off_the_tokenizer(bert_spec, tmp_path):
     assert PairTemplate.probe(xlmr) == PairTemplate(((start, 0),), ((end, 0), (end, 0)), ((end, 0),), 0, 0)
 
 
-@pytest.mark.parametrize("max_seq_len", range(4, 16))
+# Odd and even room for the two texts at both ends in the fast tier; every limit between in the slow one.
+@pytest.mark.parametrize("max_seq_len", [n if n in (4, 5, 14, 15) else pytest.param(n, marks=pytest.mark.slow)
+                                         for n in range(4, 16)])
 def test_every_length_case_of_longest_first(bert_spec, max_seq_len):
     """Queries and documents of 0 to 16 tokens ("a" and "b" are one token each) against limits
     that leave 1 to 12 tokens for the two texts, odd and even: pairs that fit, only the document
