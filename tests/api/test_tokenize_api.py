@@ -75,11 +75,18 @@ def test_detokenizing_many_ids_leaves_the_event_loop_free(fake):
             (response, took), longest_stall = await longest_loop_stall(timed_post, 0.01)
             return response, took, longest_stall
 
-    response, took, longest_stall = asyncio.run(detokenize_while_ticking())
-    assert response.status_code == 200, response.text
-    assert response.json()["prompt"] == "hello world " * 999_999 + "hello world"
-    # The loop still turns while the ids are decoded: no stall near the request's whole time.
-    assert longest_stall < took / 4, (longest_stall, took)
+    # The loop still turns while the ids are decoded: no stall near the request's whole time. The
+    # best of up to three tries: under pytest -n another process can take the core meanwhile; a
+    # decode on the loop would stall every try.
+    tries = []
+    for _ in range(3):
+        response, took, longest_stall = asyncio.run(detokenize_while_ticking())
+        assert response.status_code == 200, response.text
+        assert response.json()["prompt"] == "hello world " * 999_999 + "hello world"
+        tries.append((longest_stall, took))
+        if longest_stall < took / 4:
+            break
+    assert min(stall / took for stall, took in tries) < 1 / 4, tries
 
 
 def test_a_reranker_tokenizes_too():
