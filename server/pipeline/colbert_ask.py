@@ -26,7 +26,6 @@ from rose_embed.server.http.errors import invalid_request
 from rose_embed.server.http.trace import RequestTrace
 from rose_embed.server.pipeline.compute_request import PartMaker
 from rose_embed.server.pipeline.embed_ask import EmbedAsk
-from rose_embed.server.pipeline.embed_parts import is_large_request
 from rose_embed.server.pipeline.guards import check_finite
 from rose_embed.server.pipeline.priority_pool import LARGE, SMALL
 from rose_embed.server.pipeline.prompts import task_of
@@ -83,7 +82,7 @@ class ColbertAsk(EmbedAsk):
                     token_inputs: TokenInputs) -> list[PartMaker]:
         texts = self.inputs.texts
         trace.texts = texts if serving.config.log_inputs else None
-        priority = LARGE if is_large_request(len(texts)) else SMALL
+        priority = LARGE if self._is_large else SMALL  # as check() sized the request
         return [self._part_maker(serving, model, trace, texts[lo:hi], priority)
                 for lo, hi in part_bounds(len(texts), serving.part_texts(model, len(texts)))]
 
