@@ -58,6 +58,7 @@
 #   bench/gpu_session.sh heads       # the sparse and ColBERT GPU tests (and any classifiers'), then bench/heads.py on
 #                                    # BERT-base: dense, SPLADE and a classifier, the engine alone on the same documents
 #                                    # (bench/results/gpu/heads-bert-base.md; set ROSE_EMBED_COMMIT to name the commit)
+#   bench/gpu_session.sh budget      # a batch's time and speed against its token budget (bench/probes/gpu_batch_budget.py)
 #
 # A device call runs at most 10 minutes: one mode per call.
 #
@@ -324,8 +325,18 @@ heads)
         --out "$OUT/heads-bert-base.md"
     sed -n '/^| head | engine/,$p' "$OUT/heads-bert-base.md"
     ;;
+budget)
+    # A batch's time and speed against its token budget, MiniLM, BERT-base and the Qwen3-0.6B shape
+    # (bench/probes/gpu_batch_budget.py; about 3 minutes): what the warm-up's choice of a budget reads.
+    models
+    python3 -c "import json, pathlib; p = pathlib.Path('/tmp/qwen3-random/sentence_bert_config.json'); \
+c = json.loads(p.read_text()); c['max_seq_length'] = 1024; p.write_text(json.dumps(c))"
+    KEEP_LOGS=1 step gpu-batch-budget python3 bench/probes/gpu_batch_budget.py \
+        --models /tmp/minilm-random,/tmp/bert-base-random,/tmp/qwen3-random
+    grep -v "^Writing" /tmp/step-logs/gpu-batch-budget.log
+    ;;
 *)
-    echo "usage: $0 tests|engine|paragraphs|bulk|bulk1000|kernels|sweep|flashinfer|ratios|queries|sustained|rerank|profile|fp8-tests|fp8|fp8-4b|fp8-plans|fp8-algos|cublas-workspace|fp8-probe|fp8-gemm|fp8-bert|fp8-lt|fp8-rows|fp8-paragraphs|fp8-bulk|heads" >&2
+    echo "usage: $0 tests|engine|paragraphs|bulk|bulk1000|kernels|sweep|flashinfer|ratios|queries|sustained|rerank|profile|fp8-tests|fp8|fp8-4b|fp8-plans|fp8-algos|cublas-workspace|fp8-probe|fp8-gemm|fp8-bert|fp8-lt|fp8-rows|fp8-paragraphs|fp8-bulk|heads|budget" >&2
     exit 2
     ;;
 esac
