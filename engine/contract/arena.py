@@ -7,8 +7,11 @@ back once the engine has answered for it; the engine takes a run of rows for a p
 starts computing it and gives it back once the front end has read the vectors (a Release
 message). The ints hold a few full batches: one computing, one queued behind it, and what
 the queue shares the next ones among; the front end keeps the rest of its pieces until there
-is room, handing the room out fairly too (server/links/engine_link.py). The rows hold a few full
-batches, as only pieces on the device or just answered hold any.
+is room, handing the room out fairly too (server/links/engine_link.py). One more batch's worth
+of ints at their end is kept for small requests' pieces (`reserved_ints`): a bulk request fills
+the rest, and a query sent meanwhile through the same front end finds room at once instead of
+waiting for a batch to land. The rows hold a few full batches, as only pieces on the device or
+just answered hold any.
 """
 
 from __future__ import annotations
@@ -33,12 +36,13 @@ class ArenaLayout:
     num_ints: int
     num_rows: int
     dim: int
+    reserved_ints: int = 0  # the last of num_ints: small requests' pieces only
 
     @classmethod
     def for_budget(cls, max_batch_tokens: int, max_batch_seqs: int, dim: int) -> ArenaLayout:
         # A piece takes at most 3 ints per token and 2 per sequence (engine/contract/messages.py).
         batch_ints = 3 * max_batch_tokens + 2 * (max_batch_seqs + 1)
-        return cls(BATCHES_PER_ARENA * batch_ints, BATCHES_PER_ARENA * max_batch_seqs, dim)
+        return cls((BATCHES_PER_ARENA + 1) * batch_ints, BATCHES_PER_ARENA * max_batch_seqs, dim, batch_ints)
 
     @property
     def nbytes(self) -> int:
@@ -99,9 +103,10 @@ class Arena:
 class Allocator:
     """First fit over one area of an arena, kept by the front end that writes into it."""
 
-    def __init__(self, size: int):
-        self.size = size
-        self._free: list[list[int]] = [[0, size]]  # [start, length], sorted by start, never adjacent
+    def __init__(self, size: int, first: int = 0):
+        """Units [first, first + size) of the area."""
+        self.size, self.first = size, first
+        self._free: list[list[int]] = [[first, size]]  # [start, length], sorted by start, never adjacent
 
     @property
     def num_free(self) -> int:

@@ -3,8 +3,9 @@
 One thread (the caller's) owns the queue and the device: it reads every front end's pipe
 as messages come (`connection.wait` over all of them), queues the pieces, and launches a
 batch cut from the queue whenever the device has room. On a GPU two device batches are kept in
-flight, one computing and one queued behind it; what arrives meanwhile waits in the queue
-and goes into the next batch, which is then as large as the budget allows. On the CPU a batch
+flight at most, one computing and one queued behind it, the second launched only shortly before
+the first is due to end (engine/queue/launch_clock.py): what arrives meanwhile waits in the queue
+and goes into the next batch, which is cut as late as the device allows. On the CPU a batch
 computes inside its launch, on this thread, so one is in flight: a second launched at once would
 compute before the first one's pieces are answered or a cancel is read. A second thread
 waits for each batch's vectors, writes them into the rows of the pieces they belong to and
@@ -40,11 +41,12 @@ from rose_embed.engine.contract.memory import HeapTrimmer
 from rose_embed.engine.contract.messages import Attach, Cancel, Goodbye, Piece, Release
 from rose_embed.engine.queue.busy_rate import BusyRate
 from rose_embed.engine.queue.express_lane import ExpressLane
+from rose_embed.engine.queue.launch_clock import LaunchClock
 from rose_embed.engine.queue.piece_queue import Batch, PieceQueue, QueuedPiece
 
 # Device batches launched and not yet read back: on a GPU one computing and one queued behind it
-# keep the device busy; what arrives meanwhile is joined into the next batch. A CPU computes each
-# batch as it is launched.
+# keep the device busy across the host's gap between them (the second launched only shortly before
+# the first ends). A CPU computes each batch as it is launched.
 DEVICE_BATCHES_IN_FLIGHT = 2
 CPU_BATCHES_IN_FLIGHT = 1
 _RATE_WINDOW_S = 10.0
@@ -102,6 +104,7 @@ class EngineLoop:
         self.num_in_flight = 0
         self._is_cpu = getattr(getattr(engine, "device", None), "type", "cpu") == "cpu"
         self._max_in_flight = CPU_BATCHES_IN_FLIGHT if self._is_cpu else DEVICE_BATCHES_IN_FLIGHT
+        self._clock = LaunchClock(float(getattr(engine, "tokens_per_second", 0.0)))
         self._reader = threading.Thread(target=self._read_back, name="rose-readback", daemon=True)
         self._closing: list[FrontEnd] = []  # said goodbye: closed once no batch is being launched
         # On the CPU, small requests run between the layers of the batch in flight (fair scheduling only).
@@ -119,9 +122,9 @@ class EngineLoop:
         try:
             while self.control is not None or self.front_ends:
                 self._close_front_ends()
-                busy = self.queue and self.num_in_flight < self._max_in_flight and not self._is_blocked
+                may_launch = self.queue and self.num_in_flight < self._max_in_flight and not self._is_blocked
                 ready = wait([*self.front_ends, self.wake_reader, *([self.control] if self.control else [])],
-                             0 if busy else None)
+                             self._seconds_to_launch() if may_launch else None)
                 for conn in ready:
                     if conn is self.control:
                         self._on_control()
@@ -129,7 +132,8 @@ class EngineLoop:
                         self.on_landed()
                     else:
                         self.on_messages(self.front_ends[conn])
-                while self.queue and self.num_in_flight < self._max_in_flight and not self._is_blocked:
+                while (self.queue and self.num_in_flight < self._max_in_flight and not self._is_blocked
+                       and self._seconds_to_launch() == 0):
                     batch = self.express.cut()
                     if batch is None:
                         self._is_blocked = True  # until a front end gives rows back
@@ -229,6 +233,10 @@ class EngineLoop:
 
     # -- the device ------------------------------------------------------------------------
 
+    def _seconds_to_launch(self) -> float:
+        """How long the next batch may wait: on a GPU, until the work in flight is about to end."""
+        return 0.0 if self._is_cpu else self._clock.seconds_to_launch(time.monotonic())
+
     def launch(self, batch: Batch) -> None:
         started = time.monotonic()
         if self.num_in_flight == 0:
@@ -244,6 +252,7 @@ class EngineLoop:
             self.num_in_flight -= 1
             self._fail(batch, f"{type(exc).__name__}: {exc}")
             return
+        self._clock.launched(batch.packed.num_tokens, started)
         self._launched.put((batch, lazy, started))
 
     def _fail(self, batch: Batch, error: str) -> None:
@@ -260,6 +269,7 @@ class EngineLoop:
         self.wake_reader.recv_bytes()
         landed: _Landed = self._landed.get()
         self.num_in_flight -= 1
+        self._clock.landed(landed.finished)
         self.board["busy_since"] = time.monotonic() if self.num_in_flight else 0.0
         if landed.error is not None:
             self._fail(landed.batch, landed.error)

@@ -9,9 +9,15 @@ gives the overhead `a` and the time per token `b`, and the budget is where `b * 
 EFFICIENCY of `a + b * n`, within MIN_BUDGET and the runner's CPU chunk (a CPU batch runs in
 chunks of that many tokens anyway: a larger budget would gain nothing), and never more than
 the configured one. The two sizes are timed in turn, several times, the fastest of each
-counting: a machine busy with something else at start-up slows both alike. On a GPU
-the configured budget stands (a batch takes milliseconds, and CUDA graphs are captured per
-bucket up to it); the speed at it is measured all the same, for the queue's bound.
+counting: a machine busy with something else at start-up slows both alike.
+
+On a GPU the speed per token keeps rising with the batch up to thousands of tokens (the matrix
+products fill the device), and a small model's full batch takes a few milliseconds, a large
+one's tens. So the budget is the smallest power of two from GPU_MIN_BUDGET (or the configured
+budget itself) whose speed is at least GPU_EFFICIENCY of the configured budget's: batches no
+larger than costs no throughput, each taking as little time as that allows. Each size is timed
+as the loop runs batches, one launched behind another (its graphs captured at warm-up), several
+times in turn, the fastest counting.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ import numpy as np
 from rose_embed.engine.rose.runner import CPU_CHUNK_TOKENS
 
 EFFICIENCY = 0.95  # of a large batch's speed per token
+GPU_EFFICIENCY = 0.97  # of the configured budget's speed
+GPU_MIN_BUDGET = 1024
+GPU_BATCHES_TIMED = 6  # a size's batches launched back to back in one timing
 SEQ_TOKENS = 32
 SMALL_TOKENS, LARGE_TOKENS = 64, 512
 MIN_BUDGET = 256
@@ -37,6 +46,7 @@ class BudgetChoice:
     max_batch_tokens: int
     tokens_per_second: float  # at that budget
     batch_seconds: float  # one full batch's time
+    speeds: tuple[tuple[int, float], ...] = ()  # (tokens, tokens/s) of each size timed, where several were
 
 
 def time_batches(run: Callable[[list[np.ndarray]], None], sizes: tuple[int, ...],
@@ -62,6 +72,27 @@ def cpu_budget(run: Callable[[list[np.ndarray]], None], max_batch_tokens: int) -
     tokens = int(min(max(MIN_BUDGET, -(-tokens // ROUND_TO) * ROUND_TO), CPU_CHUNK_TOKENS, max_batch_tokens))
     seconds = overhead + per_token * tokens
     return BudgetChoice(tokens, tokens / seconds, seconds)
+
+
+def gpu_budget(launch: Callable[[list[np.ndarray]], object], max_batch_tokens: int) -> BudgetChoice:
+    """The budget for a GPU (see the module's docstring); `launch(seqs)` starts a batch and returns what
+    `wait()`s for it."""
+    sizes = [n for n in (GPU_MIN_BUDGET << k for k in range(16)) if n < max_batch_tokens] + [max_batch_tokens]
+    seconds = time_batches(lambda seqs: _back_to_back(launch, seqs), tuple(sizes))
+    speeds = [GPU_BATCHES_TIMED * max(1, n // SEQ_TOKENS) * SEQ_TOKENS / s for n, s in zip(sizes, seconds)]
+    tokens = next(n for n, speed in zip(sizes, speeds) if speed >= GPU_EFFICIENCY * speeds[-1])
+    speed = speeds[sizes.index(tokens)]
+    return BudgetChoice(tokens, speed, tokens / speed, tuple(zip(sizes, speeds)))
+
+
+def _back_to_back(launch: Callable[[list[np.ndarray]], object], seqs: list[np.ndarray]) -> None:
+    """GPU_BATCHES_TIMED batches, each launched while the one before it computes."""
+    ahead = launch(seqs)
+    for _ in range(GPU_BATCHES_TIMED - 1):
+        behind = launch(seqs)
+        ahead.wait()
+        ahead = behind
+    ahead.wait()
 
 
 def measured_speed(run: Callable[[list[np.ndarray]], None], max_batch_tokens: int) -> BudgetChoice:

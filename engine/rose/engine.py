@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from rose_embed.engine.contract.batch import PackedBatch, pack
-from rose_embed.engine.rose.batch_budget import LARGE_TOKENS, SEQ_TOKENS, cpu_budget, measured_speed
+from rose_embed.engine.rose.batch_budget import LARGE_TOKENS, SEQ_TOKENS, cpu_budget, gpu_budget, measured_speed
 from rose_embed.engine.rose.cpu_features import native_bf16
 from rose_embed.engine.contract.config import EngineConfig
 from rose_embed.engine.contract.cpu_quota import available_cores
@@ -215,6 +215,10 @@ class Engine(ModelView):
             choice = cpu_budget(run, config.max_batch_tokens)
             self.max_batch_tokens = choice.max_batch_tokens
             how = "chosen at warm-up; --max-batch-tokens sets another"
+        elif self.device.type == "cuda" and config.choose_batch_tokens:
+            choice = gpu_budget(self.execute, min(config.max_batch_tokens, config.max_batch_seqs * SEQ_TOKENS))
+            self.max_batch_tokens = choice.max_batch_tokens
+            how = "chosen at warm-up; --max-batch-tokens sets another"
         else:
             # A CPU's speed per token is the same from a few hundred tokens on: a full budget would take seconds.
             most = config.max_batch_tokens if self.device.type == "cuda" else LARGE_TOKENS
@@ -223,6 +227,9 @@ class Engine(ModelView):
         self.tokens_per_second = choice.tokens_per_second
         logger.info("batches of at most %d tokens, %.1f ms each at %.0f tokens/s (%s)", self.max_batch_tokens,
                     1000 * self.max_batch_tokens / choice.tokens_per_second, choice.tokens_per_second, how)
+        if choice.speeds:
+            logger.info("tokens/s at each budget timed: %s",
+                        ", ".join(f"{tokens}: {speed:,.0f}" for tokens, speed in choice.speeds))
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Synchronous convenience (benchmarks, corpus jobs, Ray): texts -> [N, dim] float32.

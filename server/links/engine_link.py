@@ -8,7 +8,8 @@ Release message) or it was dropped (the request was cancelled). Only then are it
 back. While the arena is full, pieces wait here, and freed space goes first to the piece
 whose request has the fewest tokens in the engine for its weight: a one-text query passes
 every waiting piece of a bulk request, and bulk requests take turns, as the engine's queue
-shares its batches. Replies are read
+shares its batches. A small request's piece first tries the arena's room kept for small ones
+(engine/contract/arena.py), so that it need not wait at all. Replies are read
 on the event loop (`add_reader`, no thread). The engine's exit, for whatever reason, shows
 as the reply pipe's end of file: what this front end had on it fails, and it leaves the
 rotation; where the supervisor restarts the engine, a new link to the new process takes its
@@ -71,6 +72,7 @@ class _Waiter:
     weight: float
     num_tokens: int
     number: int  # its place in arrival order, among equals
+    is_small: bool
 
 
 class EngineLink:
@@ -87,7 +89,9 @@ class EngineLink:
         self.arena = Arena.attach(ends.arena, ends.layout)
         self.board = EngineBoard.attach(ends.board)
         self._tasks, self._replies = ends.tasks, ends.replies
-        self._ints = Allocator(ends.layout.num_ints)
+        layout = ends.layout
+        self._ints = Allocator(layout.num_ints - layout.reserved_ints)
+        self._small_ints = Allocator(layout.reserved_ints, first=layout.num_ints - layout.reserved_ints)
         self._pending: dict[tuple[int, int], _Pending] = {}
         self._unanswered: collections.Counter[int] = collections.Counter()  # pending pieces by request
         self._request_tokens: collections.Counter[int] = collections.Counter()  # ... and their tokens
@@ -162,7 +166,7 @@ class EngineLink:
         if self.out_reason is not None:
             raise EngineLostError(self.out_reason)
         num_tokens = figures.num_tokens
-        offset = await self._take(figures.num_ints, request, weight, num_tokens)
+        offset = await self._take(figures.num_ints, request, weight, num_tokens, is_small)
         if self.out_reason is not None:  # it went out while the piece waited: nothing would answer it
             raise EngineLostError(self.out_reason)
         self.arena.write_piece(offset, batch)
@@ -179,21 +183,22 @@ class EngineLink:
         self.num_pieces += 1
         return await future
 
-    async def _take(self, num_ints: int, request: int, weight: float, num_tokens: int) -> int:
+    async def _take(self, num_ints: int, request: int, weight: float, num_tokens: int, is_small: bool) -> int:
         """Arena ints for a piece, waiting while the arena is full (see the module's docstring).
         Its tokens count as its request's in the engine from the moment the ints are its."""
-        if not self._waiting:
+        offset = self._small_ints.take(num_ints) if is_small else None
+        if offset is None and not self._waiting:
             offset = self._ints.take(num_ints)
-            if offset is not None:
-                self._request_tokens[request] += num_tokens
-                return offset
+        if offset is not None:
+            self._request_tokens[request] += num_tokens
+            return offset
         future = self._loop.create_future()
-        self._waiting.append(_Waiter(num_ints, future, request, weight, num_tokens, next(self._arrivals)))
+        self._waiting.append(_Waiter(num_ints, future, request, weight, num_tokens, next(self._arrivals), is_small))
         try:
             return await future
         except asyncio.CancelledError:
             if future.done() and not future.cancelled() and future.exception() is None:
-                self._ints.give_back(future.result(), num_ints)  # given to a piece that no longer wants it
+                self._give_back_ints(future.result(), num_ints)  # given to a piece that no longer wants it
                 self._forget_tokens(request, num_tokens)
                 self._wake_waiters()
             raise
@@ -206,12 +211,17 @@ class EngineLink:
             tokens = self._request_tokens
             waiter = (min(self._waiting, key=lambda w: (tokens[w.request] / w.weight, w.number)) if self.is_fair
                       else self._waiting[0])
-            offset = self._ints.take(waiter.num_ints)
+            offset = self._small_ints.take(waiter.num_ints) if waiter.is_small else None
+            if offset is None:
+                offset = self._ints.take(waiter.num_ints)
             if offset is None:
                 return
             self._waiting.remove(waiter)
             self._request_tokens[waiter.request] += waiter.num_tokens
             waiter.future.set_result(offset)
+
+    def _give_back_ints(self, offset: int, num_ints: int) -> None:
+        (self._small_ints if offset >= self._small_ints.first else self._ints).give_back(offset, num_ints)
 
     def _forget_tokens(self, request: int, num_tokens: int) -> None:
         tokens = self._request_tokens
@@ -264,7 +274,7 @@ class EngineLink:
         self._give_back(pending, reply.request)
 
     def _give_back(self, pending: _Pending, request: int) -> None:
-        self._ints.give_back(pending.offset, pending.num_ints)
+        self._give_back_ints(pending.offset, pending.num_ints)
         self.tokens_outstanding -= pending.num_tokens
         self._forget_tokens(request, pending.num_tokens)
         self._wake_waiters()

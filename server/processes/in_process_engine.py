@@ -32,7 +32,9 @@ class InProcessEngine:
         fills a batch (engine/queue/piece_queue.py)."""
         engines = list(engine) if isinstance(engine, (list, tuple)) else [engine]
         engine = engines[0]
-        layout = ArenaLayout.for_budget(*budget, max(e.spec.embedding_dim for e in engines))
+        # A sequence longer than the budget goes alone into a batch: the arena holds a few of those too.
+        longest = max(budget[0], *(e.spec.max_seq_len for e in engines))
+        layout = ArenaLayout.for_budget(longest, budget[1], max(e.spec.embedding_dim for e in engines))
         self._arena, self._board = Arena.create(layout), EngineBoard.create()
         task_reader, task_writer = Pipe(duplex=False)
         reply_reader, reply_writer = Pipe(duplex=False)

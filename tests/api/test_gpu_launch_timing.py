@@ -1,0 +1,82 @@
+"""On a GPU the engine loop launches the next batch shortly before the one computing ends
+(engine/queue/launch_clock.py), so a query that arrives while a bulk batch computes rides the very
+next batch, not the one after a batch queued behind it; and the front end keeps arena room for
+small requests (engine/contract/arena.py), so the query does not first wait for a bulk batch to land
+for room. Shown in process on the CPU with a fake GPU: batches take a fixed time one after the
+other, as on a CUDA stream, and their vectors are ready only at their end."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import torch
+
+from bench.lib.common import DEFAULT_DATA, build_texts
+from rose_embed.engine.contract.config import EngineConfig
+from rose_embed.engine.queue.engine_loop import EngineLoop
+from tests.support.fake_engine import FakeEngine, fake_config, serve_async
+
+BATCH_SECONDS = 0.1
+TEXTS = build_texts(DEFAULT_DATA, 400, 1)
+
+
+class _Ready:
+    """A batch's vectors, on the host only once the fake device has computed them."""
+
+    def __init__(self, lazy, end: float):
+        self._lazy, self._end = lazy, end
+
+    def ready(self) -> bool:
+        return time.monotonic() >= self._end
+
+    def wait(self) -> np.ndarray:
+        time.sleep(max(0.0, self._end - time.monotonic()))
+        return self._lazy.wait()
+
+
+class _FakeGpu(FakeEngine):
+    """Batches computed one after the other, each BATCH_SECONDS from its start, launch returning at once."""
+
+    device = torch.device("cuda")
+
+    def __init__(self):
+        super().__init__()
+        self.device_free = 0.0
+        self.spans: list[tuple[float, float]] = []  # (start, end) of each batch on the device
+
+    def execute_packed(self, batch):
+        lazy = super().execute_packed(batch)
+        start = max(time.monotonic(), self.device_free)
+        self.device_free = end = start + BATCH_SECONDS
+        self.spans.append((start, end))
+        return _Ready(lazy, end)
+
+
+def test_a_query_arriving_while_a_bulk_batch_computes_rides_the_next_batch(monkeypatch):
+    monkeypatch.setattr(EngineLoop, "_record_memory", lambda self: None)  # no CUDA here to read
+    fake = _FakeGpu()
+    config = fake_config(engine=EngineConfig(device="cpu", max_batch_tokens=512))
+
+    async def scenario():
+        async with serve_async(fake, config) as client:
+            bulk = asyncio.ensure_future(client.post("/v1/embeddings", json={"input": TEXTS}))
+            # A few bulk batches in, then just after one starts computing (the loop has learned its speed).
+            while len(fake.spans) < 4 or not 0 <= time.monotonic() - fake.spans[-1][0] < 0.02:
+                await asyncio.sleep(0.001)
+            sent = time.monotonic()
+            query = await client.post("/v1/embeddings", json={"input": "how do I open a file"})
+            return sent, time.monotonic(), query, await bulk
+
+    sent, done, query, bulk = asyncio.run(scenario())
+    assert query.status_code == bulk.status_code == 200
+    computing = next(end for start, end in fake.spans if start <= sent < end)
+    # The next batch after the one computing holds the query: answered about one batch after it ends,
+    # where a batch launched ahead would have made it two.
+    assert done - computing < 1.5 * BATCH_SECONDS, (done - computing, fake.spans)
+    assert len(fake.spans) > 8  # the bulk request was still computing when the query came
+    # Its piece reached the engine at once though the bulk request's pieces filled the arena's shared room.
+    assert float(query.headers["x-preparation-time-ms"]) < 0.2 * BATCH_SECONDS * 1000
+    np.testing.assert_allclose(query.json()["data"][0]["embedding"], fake.embed(["how do I open a file"])[0],
+                               atol=1e-6)
