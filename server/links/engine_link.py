@@ -8,8 +8,8 @@ Release message) or it was dropped (the request was cancelled). Only then are it
 back. While the arena is full, pieces wait here, and freed space goes first to the piece
 whose request has the fewest tokens in the engine for its weight: a one-text query passes
 every waiting piece of a bulk request, and bulk requests take turns, as the engine's queue
-shares its batches. A small request's piece first tries the arena's room kept for small ones
-(engine/contract/arena.py), so that it need not wait at all. Replies are read
+shares its batches. With fair scheduling a small request's piece first tries the arena's room
+kept for small ones (engine/contract/arena.py), so that it need not wait at all. Replies are read
 on the event loop (`add_reader`, no thread). The engine's exit, for whatever reason, shows
 as the reply pipe's end of file: what this front end had on it fails, and it leaves the
 rotation; where the supervisor restarts the engine, a new link to the new process takes its
@@ -186,7 +186,7 @@ class EngineLink:
     async def _take(self, num_ints: int, request: int, weight: float, num_tokens: int, is_small: bool) -> int:
         """Arena ints for a piece, waiting while the arena is full (see the module's docstring).
         Its tokens count as its request's in the engine from the moment the ints are its."""
-        offset = self._small_ints.take(num_ints) if is_small else None
+        offset = self._small_ints.take(num_ints) if is_small and self.is_fair else None
         if offset is None and not self._waiting:
             offset = self._ints.take(num_ints)
         if offset is not None:
@@ -211,7 +211,7 @@ class EngineLink:
             tokens = self._request_tokens
             waiter = (min(self._waiting, key=lambda w: (tokens[w.request] / w.weight, w.number)) if self.is_fair
                       else self._waiting[0])
-            offset = self._small_ints.take(waiter.num_ints) if waiter.is_small else None
+            offset = self._small_ints.take(waiter.num_ints) if waiter.is_small and self.is_fair else None
             if offset is None:
                 offset = self._ints.take(waiter.num_ints)
             if offset is None:
