@@ -332,7 +332,7 @@ budget)
     python3 -c "import json, pathlib; p = pathlib.Path('/tmp/qwen3-random/sentence_bert_config.json'); \
 c = json.loads(p.read_text()); c['max_seq_length'] = 1024; p.write_text(json.dumps(c))"
     KEEP_LOGS=1 step gpu-batch-budget python3 bench/probes/gpu_batch_budget.py \
-        --models /tmp/minilm-random,/tmp/bert-base-random,/tmp/qwen3-random
+        --models "${MODELS:-/tmp/qwen3-random,/tmp/bert-base-random,/tmp/minilm-random}"
     grep -v "^Writing" /tmp/step-logs/gpu-batch-budget.log
     ;;
 *)
