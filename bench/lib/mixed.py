@@ -139,14 +139,19 @@ class Phase:
         return sum(n for status, n in self.statuses.items() if status not in (200, 429))
 
 
-def computed_tokens(url: str) -> float:
-    """The tokens every engine has computed so far (/metrics)."""
+def metric(url: str, name: str) -> float:
+    """One unlabelled series of the server's /metrics."""
     import httpx
 
     for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
-        if line.startswith("rose_tokens_total "):
+        if line.startswith(name + " "):
             return float(line.rsplit(" ", 1)[1])
-    raise RuntimeError(f"{url}/metrics has no rose_tokens_total")
+    raise RuntimeError(f"{url}/metrics has no {name}")
+
+
+def computed_tokens(url: str) -> float:
+    """The tokens every engine has computed so far."""
+    return metric(url, "rose_tokens_total")
 
 
 def run_phase(pool, url: str, query_bodies: list[bytes], query_tokens: list[int], bulk_bodies: list[bytes],
@@ -250,12 +255,7 @@ def run_mixed(args, engine, min_cosine: float, base_flags: list[str]) -> int:
     check = VectorCheck(min_cosine)
     checks = (check, engine.embed(queries), engine.embed(texts))
     bodies = query_bodies(queries)
-    batch_seconds = None
-    if engine.device.type == "cuda":  # what a query may wait for beside bulk work: one full batch on the device
-        from rose_embed.engine.rose.batch_budget import measured_speed
-
-        batch_seconds = measured_speed(lambda seqs: engine.execute(seqs).wait(),
-                                       engine.config.max_batch_tokens).batch_seconds
+    budget: dict[str, int] = {}  # per server, the batch budget its warm-up chose
     fcfs = [*base_flags, "--scheduling", "fcfs"]
     servers = [("default flags", base_flags), ("--scheduling fcfs", fcfs)]
     if engine.device.type == "cpu":  # a GPU's default budget is that large already
@@ -286,6 +286,7 @@ def run_mixed(args, engine, min_cosine: float, base_flags: list[str]) -> int:
                 for body in [*bulk[:1], *bodies[:20]]:  # the first requests of each shape, outside the timing
                     warm.post(PATH, body)
                 warm.close()
+                budget[name] = int(metric(server.url, "rose_batch_budget_tokens"))
                 results[name] = []
                 for _ in range(args.rounds):  # a shared machine's speed drifts: ratios are taken within a round
                     rows = [phase(server.url, args.query_clients, 0, args.window, args.warmup)]
@@ -298,15 +299,22 @@ def run_mixed(args, engine, min_cosine: float, base_flags: list[str]) -> int:
                     overload = phase(server.url, 0, args.overload_clients, args.overload_seconds, 0.0)
             finally:
                 server.stop()
+    batch_seconds = None
+    if engine.device.type == "cuda" and budget:  # what a query may wait for beside bulk work: one full batch
+        from rose_embed.engine.rose.batch_budget import measured_speed
+
+        batch_seconds = measured_speed(lambda seqs: engine.execute(seqs).wait(),
+                                       budget[servers[0][0]]).batch_seconds
     publish(render(args, engine, base_flags, results, overload, check, len(texts), request_texts, bulk_tokens,
-                   batch_seconds), args.out)
+                   budget, batch_seconds), args.out)
     failed = (any(p.failures for rounds in results.values() for rows in rounds for p in rows)
               or (overload and overload.failures))
     return 1 if failed or check.mismatches or not check.checked else 0
 
 
 def render(args, engine, base_flags: list[str], results: dict[str, list[list[Phase]]], overload: Phase | None, check,
-           num_texts: int, request_texts: int, bulk_tokens: list[int], batch_seconds: float | None) -> str:
+           num_texts: int, request_texts: int, bulk_tokens: list[int], budget: dict[str, int],
+           batch_seconds: float | None) -> str:
     from bench.lib.common import hardware
 
     command = "python bench/load_gen.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -329,8 +337,11 @@ def render(args, engine, base_flags: list[str], results: dict[str, list[list[Pha
         "answered inside it; a 429 is retried after its Retry-After",
         f"- correctness: {check.checked} vectors of sampled responses checked against the engine's, "
         f"**{check.mismatches} mismatches** (cosine < {check.min_cosine}); worst cosine {check.worst:.7f}",
-        *([f"- one full batch ({engine.config.max_batch_tokens} tokens of 32-token texts) takes "
-           f"{1000 * batch_seconds:.1f} ms on the device (the engine alone, in this run)"] if batch_seconds else []),
+        "- batch budget per server, as its warm-up chose it: "
+        + "; ".join(f"{name}: {tokens} tokens" for name, tokens in budget.items()),
+        *([f"- one full batch of the default flags' budget ({budget[next(iter(budget))]} tokens of 32-token texts) "
+           f"takes {1000 * batch_seconds:.1f} ms on the device (the engine alone, in this run)"]
+          if batch_seconds else []),
         "",
         "| server | bulk clients | query p50 ms | p90 | p99 | p50 x alone | p99 x alone | bulk tokens/s computed | "
         "x alone | ceiling | bulk texts/s answered (alone) | bulk request p50 s | failed | client CPU max |",

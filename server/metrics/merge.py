@@ -52,6 +52,7 @@ _RULES = {
     "rose_queue_tokens": _MAX_LIVE,
     "rose_queue_requests": _MAX_LIVE,
     "rose_queue_bound_tokens": _MAX_LIVE,
+    "rose_batch_budget_tokens": _MAX_LIVE,
     "rose_queue_pieces": _MAX_LIVE,
     "rose_tokens_per_second": _MAX_LIVE,
     "rose_ready": _MAX_LIVE,

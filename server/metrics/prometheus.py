@@ -152,6 +152,8 @@ class _EngineCollector:
         yield _gauge("rose_queue_requests", "Admitted requests not yet answered", float(num_requests))
         yield _gauge("rose_queue_bound_tokens", "The queue's bound: past it, requests other than small ones get 429",
                      engines.admission.bound)
+        yield _gauge("rose_batch_budget_tokens", "The token budget the engines cut batches by, as warm-up chose it "
+                     "(or --max-batch-tokens)", float(engines.max_batch_tokens or 0))
         yield _gauge("rose_queue_pieces", "Pieces (parts of requests) waiting in the engines' queues",
                      total("queued_pieces"))
         yield _gauge("rose_tokens_per_second", "Tokens computed per second over the last 10 s",

@@ -138,6 +138,7 @@ def test_past_the_bound_a_bulk_request_is_refused_at_once_and_a_query_still_gets
     assert assert_envelope(refused, 429, "rate_limit_exceeded")
     assert 1 <= int(refused.headers["retry-after"]) <= 60 and refused_in < 0.1
     assert sample(metrics, "rose_queue_bound_tokens") == 20_000
+    assert sample(metrics, "rose_batch_budget_tokens") == 512  # the configured one: the fake chooses none
     assert sample(metrics, 'rose_requests_total{model="rose-test/fake-embedder",route="/v1/embeddings",'
                            'status="429"}') == 1
 
