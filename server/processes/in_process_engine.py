@@ -33,7 +33,7 @@ class InProcessEngine:
         engines = list(engine) if isinstance(engine, (list, tuple)) else [engine]
         engine = engines[0]
         # A sequence longer than the budget goes alone into a batch: the arena holds a few of those too.
-        longest = max(budget[0], *(e.spec.max_seq_len for e in engines))
+        longest = max(budget[0], *(getattr(e.spec, "max_seq_len", 0) for e in engines))
         layout = ArenaLayout.for_budget(longest, budget[1], max(e.spec.embedding_dim for e in engines))
         self._arena, self._board = Arena.create(layout), EngineBoard.create()
         task_reader, task_writer = Pipe(duplex=False)
