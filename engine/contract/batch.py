@@ -5,6 +5,11 @@ late-chunked document (engine/text/late_chunking.py) is one sequence of several 
 chunk, and its special and prompt tokens belong to none: `segment_ids` says which segment each
 token is pooled into (-1: none), and `cu_segments` how many segments the sequences before
 each one hold, so that a batch can be cut at sequence boundaries.
+
+Late interaction (a ColBERT model's rerank, engine/rose/layers/maxsim_head.py): a query's tokens carry
+QUERY_TOKEN and pool into no row; the documents after it, up to the next query, each pool their kept
+tokens into one row, where the engine writes the document's MaxSim score against that query. Such a
+group stays whole: a batch of them is cut only before a query (`group_starts`).
 """
 
 from __future__ import annotations
@@ -12,6 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
+
+# The segment id of a late-interaction query's token (any id below 0 pools into no row).
+QUERY_TOKEN = -2
 
 
 @dataclass(frozen=True)
@@ -28,7 +36,7 @@ class PackedBatch:
     positions: np.ndarray
     cu_seqlens: np.ndarray
     max_seqlen: int
-    segment_ids: np.ndarray | None = None  # the batch's segment each token is pooled into; -1: none
+    segment_ids: np.ndarray | None = None  # the batch's segment each token is pooled into; < 0: none
     cu_segments: np.ndarray | None = None  # segments of the sequences before each one
 
     @property
@@ -44,6 +52,20 @@ class PackedBatch:
         """Vectors the batch pools: one per segment."""
         return self.num_seqs if self.cu_segments is None else int(self.cu_segments[-1])
 
+    @property
+    def is_late_interaction(self) -> bool:
+        """Its sequences are queries, each followed by the documents scored against it: its first token
+        is a query's (a batch holds such groups only, engine/queue/piece_queue.py)."""
+        ids = self.segment_ids
+        return ids is not None and len(ids) > 0 and int(ids[0]) == QUERY_TOKEN
+
+    def group_starts(self) -> np.ndarray:
+        """[G] int64: the sequences a batch may be cut before, ascending from 0: each late-interaction
+        query's, or every sequence where the batch holds none."""
+        if not self.is_late_interaction:
+            return np.arange(self.num_seqs)
+        return np.flatnonzero(self.segment_ids[self.cu_seqlens[:-1]] == QUERY_TOKEN)
+
     def pooling_ids(self) -> np.ndarray:
         """[T] int32: the segment each token is pooled into (-1: none); ordinarily its sequence."""
         if self.segment_ids is not None:
@@ -56,7 +78,8 @@ def pack(seqs: list[np.ndarray], segments: list[np.ndarray | None] | None = None
 
     `segments`, where given, holds per sequence None (one vector for the whole sequence) or
     its tokens' segment ids [len(seq)] int32, numbered from 0 within the sequence (-1: a
-    token no segment reads); every number up to the largest must be used.
+    token no segment reads; QUERY_TOKEN: a late-interaction query's, which pools into none either);
+    every number up to the largest must be used.
     """
     lengths = np.fromiter((len(s) for s in seqs), dtype=np.int32, count=len(seqs))
     input_ids = np.concatenate(seqs).astype(np.int32, copy=False) if seqs else np.zeros(0, np.int32)
@@ -64,11 +87,11 @@ def pack(seqs: list[np.ndarray], segments: list[np.ndarray | None] | None = None
     if segments is None or all(ids is None for ids in segments):
         return batch
     local = [np.zeros(n, np.int32) if ids is None else np.asarray(ids, np.int32) for n, ids in zip(lengths, segments)]
-    counts = np.fromiter((int(ids.max()) + 1 for ids in local), dtype=np.int32, count=len(local))
+    counts = np.fromiter((max(int(ids.max()) + 1, 0) for ids in local), dtype=np.int32, count=len(local))
     cu_segments = np.zeros(len(local) + 1, dtype=np.int32)
     np.cumsum(counts, out=cu_segments[1:])
     flat = np.concatenate(local)
-    segment_ids = np.where(flat < 0, -1, flat + np.repeat(cu_segments[:-1], lengths)).astype(np.int32)
+    segment_ids = np.where(flat < 0, flat, flat + np.repeat(cu_segments[:-1], lengths)).astype(np.int32)
     return replace(batch, segment_ids=segment_ids, cu_segments=cu_segments)
 
 
@@ -136,7 +159,7 @@ def slice_packed(batch: PackedBatch, lo: int, hi: int) -> PackedBatch:
         cu_segments = batch.cu_segments[lo : hi + 1]
         first = int(cu_segments[0])
         ids = batch.segment_ids[start:end]
-        segment_ids = np.where(ids < 0, -1, ids - first).astype(np.int32) if first else ids
+        segment_ids = np.where(ids < 0, ids, ids - first).astype(np.int32) if first else ids
         cu_segments = (cu_segments - first).astype(np.int32)
     return PackedBatch(batch.input_ids[start:end], batch.positions[start:end], (cu - start).astype(np.int32),
                        int(np.diff(cu).max()), segment_ids, cu_segments)
@@ -151,7 +174,7 @@ def join_packed(*batches: PackedBatch) -> PackedBatch:
     if any(b.cu_segments is not None for b in batches):
         output_offsets = np.cumsum([0] + [b.num_outputs for b in batches[:-1]])
         pooling = [b.pooling_ids() for b in batches]
-        segment_ids = np.concatenate([np.where(ids < 0, -1, ids + offset)
+        segment_ids = np.concatenate([np.where(ids < 0, ids, ids + offset)
                                       for ids, offset in zip(pooling, output_offsets)])
         cu_segments = np.concatenate([np.zeros(1, np.int32)]
                                      + [_cu_segments(b)[1:] + offset for b, offset in zip(batches, output_offsets)])
@@ -169,9 +192,18 @@ def _cu_segments(batch: PackedBatch) -> np.ndarray:
 def split_packed(batch: PackedBatch, max_tokens: int, max_outputs: int | None = None) -> list[PackedBatch]:
     """Cut a batch, in order and at sequence boundaries, into batches of at most max_tokens and
     max_outputs vectors (a longer sequence is a batch of its own). Rejoining their results row by
-    row gives the whole batch's: attention and pooling never cross a sequence boundary."""
+    row gives the whole batch's: attention and pooling never cross a sequence boundary. A batch of
+    late-interaction groups is cut between groups only, each within max_tokens and max_outputs
+    sequences (a graph's key counts its sequences too, and a group holds one more than its rows)."""
     max_outputs = batch.num_outputs if max_outputs is None else max_outputs
-    if batch.num_tokens <= max_tokens and batch.num_outputs <= max_outputs:
+    is_grouped = batch.is_late_interaction
+    num_units = batch.num_seqs if is_grouped else batch.num_outputs
+    if batch.num_tokens <= max_tokens and num_units <= max_outputs:
         return [batch]
-    ranges = batch_ranges(batch.cu_seqlens, max_tokens, max_outputs, batch.cu_segments)
+    if is_grouped:
+        bounds = np.append(batch.group_starts(), batch.num_seqs)
+        ranges = [(int(bounds[lo]), int(bounds[hi]))
+                  for lo, hi in batch_ranges(batch.cu_seqlens[bounds], max_tokens, max_outputs, bounds)]
+    else:
+        ranges = batch_ranges(batch.cu_seqlens, max_tokens, max_outputs, batch.cu_segments)
     return [batch] if len(ranges) == 1 else [slice_packed(batch, lo, hi) for lo, hi in ranges]

@@ -2,7 +2,9 @@
 
 Every front end's pieces land here, each in its request's line, in the order they came: the
 order inside a request is kept. A batch holds one model's inputs (the engine runs one model's
-graphs at a time); the models with inputs waiting take turns.
+graphs at a time), and of a ColBERT model either its texts or its rerank groups, never both (a
+query's documents are told from texts by where they lie: engine/contract/batch.py); the classes of
+batch with inputs waiting take turns.
 
 How a batch is filled depends on the scheduling policy:
 - "fair" (the default): a request that asks for less than an even share of the batch's token
@@ -14,8 +16,8 @@ How a batch is filled depends on the scheduling policy:
 - "fcfs": the seed's strict arrival order: requests in the order their pieces came, each
   taking all it can before the next one gets anything.
 
-A piece may be split across batches; pieces of several requests and front ends share a
-batch. A piece's vector rows are taken (`take_rows`) when its first batch is cut: a request
+A piece may be split across batches, between sequences (between late-interaction groups, where
+it holds them); pieces of several requests and front ends share a batch. A piece's vector rows are taken (`take_rows`) when its first batch is cut: a request
 whose next piece has no rows free yet sits out this batch. Cancelled requests' pieces are
 dropped. Admission is not decided here: the front ends admit a request before they tokenize
 it (server/links/admission.py), seeing every front end's share of the work.
@@ -61,6 +63,11 @@ class QueuedPiece:
     @property
     def key(self) -> tuple[object, int]:
         return self.front_end, self.message.request
+
+    @property
+    def batch_class(self) -> tuple[int, bool]:
+        """The batches it may go into: its model's, of late-interaction groups or of texts."""
+        return self.message.model, self.batch.is_late_interaction
 
     @property
     def is_fully_cut(self) -> bool:
@@ -118,7 +125,7 @@ class _Line:
     """One request's pieces waiting in the queue, in the order they came."""
 
     key: tuple[object, int]
-    model: int
+    batch_class: tuple[int, bool]  # QueuedPiece.batch_class: a batch holds lines of one class
     weight: float
     pieces: collections.deque[QueuedPiece] = field(default_factory=collections.deque)
     queued_tokens: int = 0
@@ -154,7 +161,8 @@ class _Filling:
             before = self.slices[place]
             self.slices[place] = Slice(piece, before.lo, hi, before.first_row, before.num_rows + num_rows)
         self.tokens_left -= int(piece.batch.cu_seqlens[hi] - piece.batch.cu_seqlens[lo])
-        self.rows_left -= num_rows
+        # A late-interaction group's sequences count against the cap: each query is one more than its rows.
+        self.rows_left -= hi - lo if piece.batch.is_late_interaction else num_rows
 
 
 class PieceQueue:
@@ -169,9 +177,9 @@ class PieceQueue:
         self.is_fair = scheduling == "fair"
         self._lines: dict[tuple[object, int], _Line] = {}  # in the order each line opened
         self._queued_tokens = 0
-        self._last_model = -1  # the model the latest batch served: models take turns
-        # Per model, its large requests' keys in turn order (deficit round robin, `_serve_in_turn`).
-        self._turns: dict[int, collections.deque[tuple[object, int]]] = {}
+        self._last_class = (-1, False)  # the class of the latest batch: classes (models) take turns
+        # Per class, its large requests' keys in turn order (deficit round robin, `_serve_in_turn`).
+        self._turns: dict[tuple[int, bool], collections.deque[tuple[object, int]]] = {}
 
     @property
     def queued_tokens(self) -> int:
@@ -204,7 +212,7 @@ class PieceQueue:
         """Queue the piece behind its request's earlier ones."""
         line = self._lines.get(piece.key)
         if line is None:
-            line = self._lines[piece.key] = _Line(piece.key, piece.model, max(piece.message.weight, 1e-6),
+            line = self._lines[piece.key] = _Line(piece.key, piece.batch_class, max(piece.message.weight, 1e-6),
                                                   is_small=piece.message.is_small)
         line.pieces.append(piece)
         tokens = piece.remaining_tokens
@@ -234,11 +242,11 @@ class PieceQueue:
         return settled
 
     def cut(self, skip_small: bool = False) -> Batch | None:
-        """The next batch, of the model whose turn it is; None if nothing waits or nothing can go.
+        """The next batch, of the class (model) whose turn it is; None if nothing waits or nothing can go.
         `skip_small`: the small requests stay queued (engine/queue/express_lane.py runs them)."""
         open_lines = [line for line in self._lines.values() if not (skip_small and line.is_small)]
-        for model in self._models_in_turn(open_lines):
-            lines = [line for line in open_lines if line.model == model]
+        for batch_class in self._classes_in_turn(open_lines):
+            lines = [line for line in open_lines if line.batch_class == batch_class]
             filling = _Filling(self.max_batch_tokens, self.max_batch_seqs)
             if self.is_fair:
                 self._fill_fairly(lines, filling)
@@ -246,17 +254,17 @@ class PieceQueue:
                 for line in lines:
                     self._take(line, math.inf, filling)
             if (batch := self._close(lines, filling)) is not None:
-                self._last_model = model
+                self._last_class = batch_class
                 return batch
         return None
 
     def cut_small(self) -> Batch | None:
-        """A batch of the small requests alone, in arrival order, of the model of the oldest of them;
+        """A batch of the small requests alone, in arrival order, of the class of the oldest of them;
         None if none waits (engine/queue/express_lane.py runs it between another batch's layers)."""
         small = [line for line in self._lines.values() if line.is_small]
         if not small:
             return None
-        lines = [line for line in small if line.model == small[0].model]
+        lines = [line for line in small if line.batch_class == small[0].batch_class]
         filling = _Filling(self.max_batch_tokens, self.max_batch_seqs)
         for line in lines:
             self._take(line, math.inf, filling)
@@ -273,22 +281,22 @@ class PieceQueue:
         parts = [s.packed() for s in filling.slices]
         return Batch(tuple(filling.slices), parts[0] if len(parts) == 1 else join_packed(*parts))
 
-    def _models_in_turn(self, lines: list[_Line]) -> list[int]:
-        """The models of `lines` (in the order each opened), the one to serve next first: fair, the next
-        after the latest batch's; fcfs, the oldest line's."""
-        models = list(dict.fromkeys(line.model for line in lines))  # by each one's oldest line
+    def _classes_in_turn(self, lines: list[_Line]) -> list[tuple[int, bool]]:
+        """The batch classes of `lines` (in the order each opened), the one to serve next first: fair,
+        the next after the latest batch's; fcfs, the oldest line's."""
+        classes = list(dict.fromkeys(line.batch_class for line in lines))  # by each one's oldest line
         if not self.is_fair:
-            return models
-        models.sort()
-        after = [m for m in models if m > self._last_model]
-        return after + [m for m in models if m <= self._last_model]
+            return classes
+        classes.sort()
+        after = [c for c in classes if c > self._last_class]
+        return after + [c for c in classes if c <= self._last_class]
 
     def _fill_fairly(self, lines: list[_Line], filling: _Filling) -> None:
         budget = self.max_batch_tokens
         demands = [min(line.queued_tokens, budget) for line in lines]
         shares = water_fill(demands, [line.weight for line in lines], budget)
         small = sorted((line for line, d, s in zip(lines, demands, shares) if d <= s), key=lambda l: l.queued_tokens)
-        turns = self._turns_of(lines[0].model, [line for line, d, s in zip(lines, demands, shares) if d > s])
+        turns = self._turns_of(lines[0].batch_class, [line for line, d, s in zip(lines, demands, shares) if d > s])
         if turns:
             self._begin_turn(turns)
             # A sequence too long for the room the small requests leave goes first once its request's
@@ -301,12 +309,12 @@ class PieceQueue:
             self._take(line, math.inf, filling)
         self._serve_in_turn(turns, filling)
 
-    def _turns_of(self, model: int, large: list[_Line]) -> collections.deque[_Line]:
-        """The model's large requests in turn order: the one whose turn it is first, new ones last."""
+    def _turns_of(self, batch_class: tuple[int, bool], large: list[_Line]) -> collections.deque[_Line]:
+        """The class's large requests in turn order: the one whose turn it is first, new ones last."""
         by_key = {line.key: line for line in large}
-        before = self._turns.get(model, ())
+        before = self._turns.get(batch_class, ())
         order = [key for key in before if key in by_key] + [key for key in by_key if key not in before]
-        self._turns[model] = collections.deque(order)
+        self._turns[batch_class] = collections.deque(order)
         return collections.deque(by_key[key] for key in order)
 
     def _begin_turn(self, turns: collections.deque[_Line]) -> None:
@@ -327,7 +335,7 @@ class PieceQueue:
         any of them, against credit to come."""
         if not turns:
             return
-        model, idle = turns[0].model, 0
+        batch_class, idle = turns[0].batch_class, 0
         while filling.has_room and idle < len(turns):
             self._begin_turn(turns)
             line = turns[0]
@@ -338,7 +346,7 @@ class PieceQueue:
                 break  # the room, not its credit, ran out: its turn goes on
             line.is_in_turn = False
             turns.rotate(-1)
-            self._turns[model].rotate(-1)
+            self._turns[batch_class].rotate(-1)
         for line in turns:
             if not filling.has_room:
                 break
@@ -360,7 +368,7 @@ class PieceQueue:
             if hi == lo:
                 if filling.slices or allowance < math.inf:
                     break
-                hi = lo + 1  # one sequence always fits an empty batch: the front end cut it so
+                hi = _next_cut(batch, lo)  # one sequence (group) always fits an empty batch: the front end cut it so
             if piece.first_row is None:
                 piece.first_row = self.take_rows(piece)
                 if piece.first_row is None:  # its front end has not read earlier vectors yet
@@ -378,16 +386,31 @@ class PieceQueue:
 
 
 def _next_length(line: _Line) -> int:
-    """The tokens of the line's next sequence."""
+    """The tokens of the line's next sequence (late-interaction group)."""
     piece = line.pieces[0]
     cu, lo = piece.batch.cu_seqlens, piece.next_seq
-    return int(cu[lo + 1] - cu[lo])
+    return int(cu[_next_cut(piece.batch, lo)] - cu[lo])
+
+
+def _next_cut(batch: PackedBatch, lo: int) -> int:
+    """The first place after sequence `lo` the batch may be cut: the next sequence, or the end of the
+    late-interaction group `lo` opens."""
+    if not batch.is_late_interaction:
+        return lo + 1
+    starts = batch.group_starts()
+    later = starts[starts > lo]
+    return int(later[0]) if len(later) else batch.num_seqs
 
 
 def _fit(batch: PackedBatch, lo: int, max_tokens: int, max_rows: int) -> int:
-    """The largest hi such that sequences [lo, hi) hold at most max_tokens tokens and max_rows vectors."""
+    """The largest hi such that sequences [lo, hi) hold at most max_tokens tokens and max_rows vectors;
+    for late-interaction groups, whole groups within max_rows sequences (their graph key counts them)."""
     cu = batch.cu_seqlens
     hi = int(np.searchsorted(cu, int(cu[lo]) + max_tokens, side="right")) - 1
+    if batch.is_late_interaction:
+        starts = np.append(batch.group_starts(), batch.num_seqs)
+        cuts = starts[(starts >= lo) & (starts <= min(hi, lo + max_rows))]
+        return int(cuts[-1]) if len(cuts) else lo
     if batch.cu_segments is None:
         return max(lo, min(hi, lo + max_rows))
     cs = batch.cu_segments

@@ -19,6 +19,7 @@ from rose_embed.engine.rose.layers import fused
 from rose_embed.engine.rose.attention.backends import make_attention_backend
 from rose_embed.engine.rose.layers.head import SentenceHead
 from rose_embed.engine.rose.layers.label_head import LabelHead
+from rose_embed.engine.rose.layers.maxsim_head import MaxSimHead
 from rose_embed.engine.rose.layers.score_head import ScoreHead
 from rose_embed.engine.rose.layers.sparse_head import SparseHead
 from rose_embed.engine.rose.lazy import LazyResult
@@ -63,8 +64,9 @@ def resolve_dtype(name: str, device: torch.device) -> tuple[torch.dtype, str]:
 
 
 def head_for(spec: ModelSpec, state: dict[str, torch.Tensor],
-             dtype: torch.dtype = torch.float32) -> SentenceHead | ScoreHead | LabelHead | SparseHead:
-    """An embedder's pooling, the checkpoint's modules after it, truncate_dim and the final normalisation;
+             dtype: torch.dtype = torch.float32) -> SentenceHead | MaxSimHead | ScoreHead | LabelHead | SparseHead:
+    """An embedder's pooling, the checkpoint's modules after it, truncate_dim and the final normalisation
+    (a ColBERT model's, with the MaxSim scores of its rerank groups beside);
     a reranker's score head; a classifier's label head; from the checkpoint's own tensors `state`
     (float32 each); a sparse encoder's MLM head (in `dtype`, the model's) and SPLADE pooling."""
     if spec.sparse is not None:
@@ -81,7 +83,10 @@ def head_for(spec: ModelSpec, state: dict[str, torch.Tensor],
         except ValueError as exc:
             raise ModelLoadError(f"{spec.path}: {exc}") from exc
     try:
-        return SentenceHead(spec.pooling, spec.head, spec.truncate_dim, spec.normalize).eval()
+        head = SentenceHead(spec.pooling, spec.head, spec.truncate_dim, spec.normalize)
+        if spec.colbert is not None:  # its texts' token vectors, or its rerank groups' MaxSim scores
+            return MaxSimHead(head, spec.colbert.query_length).eval()
+        return head.eval()
     except (OSError, ValueError, RuntimeError) as exc:
         raise ModelLoadError(f"{spec.path}: the sentence-transformers modules' weights do not load: {exc}") from exc
 

@@ -42,9 +42,9 @@ class ColbertTokenizer:
         self.tokenizer = tokenizer
         self.colbert = colbert
         try:
-            self._after = tokenizer.wrapping()[1]
+            self._before, self._after = tokenizer.wrapping()
         except ValueError:
-            self._after = ()
+            self._before, self._after = (), ()
 
     def text_limit(self, is_query: bool) -> int:
         """Tokens a text keeps before its prefix is put in."""
@@ -53,10 +53,15 @@ class ColbertTokenizer:
                              else (colbert.document_length, colbert.document_prefix_id))
         return length - 1 if prefix_id is not None else length
 
-    def encode(self, texts: list[str], is_query: bool) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """(ids [n] int32, segment ids [n] int32: 0, 1, ... for the kept tokens, -1 for the others) per text."""
+    def encode(self, texts: list[str], is_query: bool,
+               max_own_tokens: int | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """(ids [n] int32, segment ids [n] int32: 0, 1, ... for the kept tokens, -1 for the others) per text.
+        `max_own_tokens`: a text's own tokens (its special tokens aside) cut to this many first, where
+        that is shorter than the model's length (rerank's max_tokens_per_doc)."""
         colbert = self.colbert
         limit = self.text_limit(is_query)
+        if max_own_tokens is not None:
+            limit = min(limit, max_own_tokens + len(self._before) + len(self._after))
         prefix_id = colbert.query_prefix_id if is_query else colbert.document_prefix_id
         seqs, segments = [], []
         for ids in self.tokenizer.encode(texts):

@@ -17,12 +17,13 @@ _WHAT_IT_IS = {
     SPARSE: ("a sparse encoder (SPLADE): it gives each text's (token id, weight) pairs",
              "Send the texts to POST /embed_sparse (or /v1/embeddings)", "model_is_sparse"),
     MULTI_VECTOR: ("a multi-vector (ColBERT) model: it gives one vector per token of a query or a document",
-                   "Send the texts to POST /v1/embeddings (input_type query or document)", "model_is_multi_vector"),
+                   "Send the texts to POST /v1/embeddings (input_type query or document), or a query and its "
+                   "documents to POST /v1/rerank", "model_is_multi_vector"),
 }
 # A route's kind -> what it answers with, and the models that serve it.
 _WHAT_THE_ROUTE_GIVES = {
     "embedding": ("embeddings", "an embedding model"),
-    "rerank": ("relevance scores", "a cross-encoder or Qwen3-Reranker"),
+    "rerank": ("relevance scores", "a cross-encoder, Qwen3-Reranker or PyLate ColBERT model"),
     "classify": ("labels", "a *ForSequenceClassification classifier"),
     SPARSE: ("sparse embeddings", "a SPLADE model (a sentence-transformers SparseEncoder)"),
     MULTI_VECTOR: ("multi-vector embeddings", "a PyLate ColBERT model"),

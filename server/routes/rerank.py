@@ -4,6 +4,8 @@ The wire is compat/rerank.py's (Cohere's, Jina's and, on /rerank, TEI's). Every 
 pair is one sequence: the pipeline's pair parts (server/pipeline/pair_parts.py) cut the documents into
 parts of a few dozen, tokenize each part's pairs as the model's reference builds them and send
 them to the same queue and engine as embeddings; the engine hands back [score, raw logit] per pair.
+A multi-vector (ColBERT) model scores each document by MaxSim against the query on the device instead
+(server/pipeline/colbert_rerank_ask.py), its answer in the same shapes.
 """
 
 from __future__ import annotations
@@ -19,15 +21,18 @@ from rose_embed.server.config import ServerConfig
 from rose_embed.server.http.errors import invalid_request
 from rose_embed.server.http.openapi import EMBEDDINGS_ERROR_RESPONSES
 from rose_embed.server.http.route_spec import RouteSpec
+from rose_embed.server.pipeline.colbert_rerank_ask import ColbertRerankAsk
 from rose_embed.server.pipeline.pair_ask import PairAsk
 from rose_embed.server.pipeline.serve_request import Answered, RouteSteps, serve_request
-from rose_embed.server.pipeline.served_models import ServedModel
+from rose_embed.server.pipeline.served_models import MULTI_VECTOR, ServedModel
 
 
-def _read(data: RerankRequest, model: ServedModel, config: ServerConfig) -> PairAsk:
+def _read(data: RerankRequest, model: ServedModel, config: ServerConfig) -> PairAsk | ColbertRerankAsk:
     """Cohere's, Jina's or TEI's body."""
     documents, param = documents_of(data)
     _check(data, documents, param, config)
+    if model.kind == MULTI_VECTOR:
+        return ColbertRerankAsk(data.query, documents, data.max_tokens_per_doc)
 
     def refuse_truncated(index: int) -> None:
         raise invalid_request(
@@ -39,7 +44,7 @@ def _read(data: RerankRequest, model: ServedModel, config: ServerConfig) -> Pair
                    refuse_truncated if is_tei(data) and not data.truncate else None)
 
 
-def _read_not_tei(data: RerankRequest, model: ServedModel, config: ServerConfig) -> PairAsk:
+def _read_not_tei(data: RerankRequest, model: ServedModel, config: ServerConfig) -> PairAsk | ColbertRerankAsk:
     """Cohere's or Jina's body: TEI's is taken at /rerank only."""
     if is_tei(data):
         raise invalid_request("'documents' is required here; TEI's body (with 'texts') is taken at POST /rerank",
@@ -65,8 +70,9 @@ def _answer(done: Answered) -> RerankResponse | list[TeiRank]:
     )
 
 
-RERANK = RouteSteps(RerankRequest, "rerank", _read_not_tei, _answer)
-RERANK_ANY = RouteSteps(RerankRequest, "rerank", _read, _answer)
+# A reranker, or a ColBERT model (scored by MaxSim): a request naming no model gets the first reranker.
+RERANK = RouteSteps(RerankRequest, ("rerank", MULTI_VECTOR), _read_not_tei, _answer)
+RERANK_ANY = RouteSteps(RerankRequest, ("rerank", MULTI_VECTOR), _read, _answer)
 
 
 async def rerank(request: Request, state: State) -> RerankResponse:

@@ -1,7 +1,8 @@
 """A ColBERT model served by a real server process beside a dense embedder (`--model` repeated): a tiny
 PyLate checkpoint (tests/support/colbert_checkpoints.py), its token vectors through /v1/embeddings in
 query and document mode, float and base64, equal to PyLate's encode within 1e-4; the dense model still
-answers; what a ColBERT model cannot do is a 400 that names what it serves."""
+answers; what a ColBERT model cannot do is a 400 that names what it serves. Its /v1/rerank is
+tests/server/test_colbert_rerank_server.py's."""
 
 from __future__ import annotations
 
@@ -112,8 +113,7 @@ def test_what_a_colbert_model_cannot_do_is_a_400(server, body, param):
     assert assert_envelope(r, 400)["param"] == param
 
 
-@pytest.mark.parametrize("path,body", [("/embed_sparse", {"inputs": ["a text"]}),
-                                       ("/v1/rerank", {"query": "a query", "documents": ["a text"]})])
+@pytest.mark.parametrize("path,body", [("/embed_sparse", {"inputs": ["a text"]}), ("/classify", {"input": ["a text"]})])
 def test_a_route_of_another_kind_names_what_it_serves(server, path, body):
     r = _post(server, path, {**body, "model": COLBERT})
     assert "multi-vector (ColBERT)" in assert_envelope(r, 400, "model_is_multi_vector")["message"]
