@@ -53,6 +53,8 @@ def model_flag_refusal(config: ServerConfig, specs: Sequence[ModelSpec]) -> str 
                 return f"argument --quantization: {refusal}"
     if refusal := batch_tokens_refusal(config.engine.max_batch_tokens, specs):
         return refusal
+    if refusal := batch_seqs_refusal(config.engine.max_batch_seqs, specs):
+        return refusal
     names = served_names(config, specs)
     if repeated := next((name for i, name in enumerate(names) if name in names[:i]), None):
         return f"argument --model: two models would be served as {repeated!r}; name them with --model NAME=PATH"
@@ -72,6 +74,20 @@ def batch_tokens_refusal(max_batch_tokens: int, specs: Sequence[ModelSpec]) -> s
     whose = "the models' longest" if len(specs) > 1 else "the model's"
     return (f"argument --max-batch-tokens: must be at least {whose} max sequence length ({longest}); "
             f"got {max_batch_tokens}")
+
+
+def batch_seqs_refusal(max_batch_seqs: int, specs: Sequence[ModelSpec]) -> str | None:
+    """--max-batch-seqs below the vectors one ColBERT text gives (one per kept token, up to its
+    query or document length): every output row of a text must fit one batch."""
+    colbert = [spec for spec in specs if spec.colbert is not None]
+    if not colbert:
+        return None
+    spec = max(colbert, key=lambda s: max(s.colbert.query_length, s.colbert.document_length))
+    most = max(spec.colbert.query_length, spec.colbert.document_length)
+    if max_batch_seqs >= most:
+        return None
+    return (f"argument --max-batch-seqs: must be at least {most} for {spec.name}, a ColBERT model whose texts "
+            f"give up to {most} vectors (one per kept token); got {max_batch_seqs}")
 
 
 def capped_seq_len_warning(max_seq_len: int | None, specs: Sequence[ModelSpec]) -> str | None:

@@ -197,3 +197,13 @@ def test_embed_refuses_a_cuda_attention_backend_on_the_cpu(tmp_path, capsys):
         "rose-embed embed: error: argument --attention-backend: attention backend 'varlen' needs CUDA; "
         "on CPU 'native' and 'sdpa' run"]
     assert not (tmp_path / "out.npy").exists()
+
+
+def test_a_batch_too_few_rows_for_one_colbert_text_is_refused(refused, tmp_path):
+    """Each kept token of a ColBERT text is an output row: a batch must hold a whole text's."""
+    from tests.support.colbert_checkpoints import save_colbert
+
+    path = save_colbert(tmp_path / "colbert", query_length=12, document_length=40)
+    lines = refused("--model", str(path), "--max-batch-seqs", "39")
+    assert lines[-1].endswith("argument --max-batch-seqs: must be at least 40 for colbert, a ColBERT model whose "
+                              "texts give up to 40 vectors (one per kept token); got 39"), lines
