@@ -38,7 +38,8 @@ def colbert_vectors(text_rows: np.ndarray, dense_dim: int, colbert_dim: int) -> 
     return text_rows[1:, dense_dim:dense_dim + colbert_dim]
 
 
-def lexical_weights(ids: np.ndarray, text_rows: np.ndarray, unused_ids: frozenset[int]) -> tuple[np.ndarray, np.ndarray]:
+def lexical_weights(ids: np.ndarray, text_rows: np.ndarray,
+                    unused_ids: frozenset[int]) -> tuple[np.ndarray, np.ndarray]:
     """(token ids ascending int64, their weights float32): each id's largest positive weight among its
     tokens, the unused ids (cls, eos, pad, unk) left out, as M3Embedder's _process_token_weights keeps them."""
     weights = text_rows[:, -1]

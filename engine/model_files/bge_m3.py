@@ -92,7 +92,8 @@ def _unused_ids(model_dir: Path) -> frozenset[int]:
 
 
 def _check_dense_side(modules: SentenceModules) -> None:
-    """The sentence-transformers modules must give FlagEmbedding's dense vector: CLS, then Normalize (or none at all)."""
+    """The sentence-transformers modules must give FlagEmbedding's dense vector: CLS, then Normalize (or no
+    modules at all)."""
     if modules.pooling is None and not modules.head:
         return  # no modules.json: FlagEmbedding's own defaults, CLS pooling and normalisation
     if modules.pooling != "cls" or modules.head != (Normalize(),) or modules.quantizer or modules.truncate_dim:

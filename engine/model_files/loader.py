@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rose_embed.engine.model_files.architecture_support import config_refusal
-from rose_embed.engine.model_files.bge_m3 import COLBERT_FILE, SPARSE_FILE, BgeM3Error, BgeM3Model, is_bge_m3, read_bge_m3
+from rose_embed.engine.model_files.bge_m3 import (
+    COLBERT_FILE, SPARSE_FILE, BgeM3Error, BgeM3Model, is_bge_m3, read_bge_m3,
+)
 from rose_embed.engine.contract.config import ModelOverrides
 from rose_embed.engine.contract import m3_rows
 from rose_embed.engine.contract.sparse_rows import row_width

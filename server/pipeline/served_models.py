@@ -41,7 +41,8 @@ class ServedModel:
         object.__setattr__(self, "kind", kind)
         # A sparse model's pairs are written as JSON numbers only (server/pipeline/sparse_ask.py).
         formats = ("float",) if spec.sparse is not None else tuple(encoding_formats(spec.quantization))
-        if spec.colbert is not None or spec.m3 is not None:  # several vectors per text: float arrays or one base64 string
+        # ColBERT's and BGE-M3's several vectors per text: float arrays or one base64 string each
+        if spec.colbert is not None or spec.m3 is not None:
             formats = MULTI_VECTOR_FORMATS
         object.__setattr__(self, "formats", formats)
         object.__setattr__(self, "normalizes", spec.normalize)

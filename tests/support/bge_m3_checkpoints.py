@@ -69,7 +69,8 @@ def _linear(path: Path) -> torch.nn.Linear:
     return linear
 
 
-def _process_token_weights(token_weights: np.ndarray, input_ids: list[int], unused_tokens: set[int]) -> dict[str, float]:
+def _process_token_weights(token_weights: np.ndarray, input_ids: list[int],
+                           unused_tokens: set[int]) -> dict[str, float]:
     result: dict[str, float] = {}
     for w, idx in zip(token_weights, input_ids):
         if idx not in unused_tokens and w > 0:
