@@ -108,7 +108,10 @@ class Usage(msgspec.Struct, kw_only=True):
 
 
 class EmbeddingResponse(msgspec.Struct, kw_only=True):
-    data: list[Embedding] | list[MultiOutputEmbedding]
+    # A BGE-M3 request that names `outputs` gets MultiOutputEmbedding items instead (docs/bge-m3.md); the
+    # OpenAPI document, read from this type, describes OpenAI's item, and msgspec's schema has no untagged
+    # union of two Structs to say both.
+    data: list[Embedding]
     model: str
     usage: Usage
     object: str = "list"
