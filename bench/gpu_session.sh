@@ -122,7 +122,8 @@ tests)
     KEEP_LOGS=1 step gpu-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu \
         tests/gpu/test_gpu.py tests/gpu/test_gpu_capture.py tests/gpu/test_gpu_stress.py tests/gpu/test_qwen3_gpu.py \
         tests/gpu/test_fused_gpu.py tests/gpu/test_architectures_gpu.py tests/gpu/test_packed_attention_gpu.py \
-        tests/models/test_st_modules.py tests/gpu/test_contextualized_gpu.py tests/gpu/test_long_inputs_devices.py
+        tests/models/test_st_modules.py tests/gpu/test_contextualized_gpu.py tests/gpu/test_long_inputs_devices.py \
+        tests/gpu/test_bge_m3_gpu.py
     # Rerankers in a step of their own: their server of four models captures its graphs at start.
     KEEP_LOGS=1 step rerank-gpu-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/gpu/test_rerank_gpu.py
     ;;

@@ -65,6 +65,11 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True):
     return_text: Annotated[bool, documented(
         "Sparse models only: each vector also lists its tokens (`embedding.tokens`, in the order of "
         "`embedding.indices`).")] = False
+    # A BGE-M3 model's extension (docs/bge-m3.md): which of its outputs each item holds.
+    outputs: Annotated[list[str] | None, documented(
+        "BGE-M3 models only: any of dense, sparse and colbert, all computed in one pass of the model; each item "
+        "then holds them as `dense`, `sparse` and `colbert` (object multi_output_embedding). Absent: the dense "
+        "vector alone, as OpenAI's `embedding`.", items={"enum": ["dense", "sparse", "colbert"]})] = None
 
 
 class SparseEmbedding(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -75,6 +80,18 @@ class SparseEmbedding(msgspec.Struct, kw_only=True, omit_defaults=True):
     indices: list[int]
     values: list[float]
     tokens: list[str] | None = None  # with return_text
+
+
+class MultiOutputEmbedding(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A BGE-M3 model's item in /v1/embeddings when the request names `outputs` (docs/bge-m3.md): the outputs
+    asked for, each in the shape this server answers it alone (a dense array or base64 string, a sparse
+    object, a multi-vector array or base64 string); those not asked for are left out."""
+
+    index: int
+    object: str  # "multi_output_embedding"
+    dense: Any = None
+    sparse: SparseEmbedding | None = None
+    colbert: Any = None
 
 
 class Embedding(msgspec.Struct, kw_only=True):
@@ -91,6 +108,9 @@ class Usage(msgspec.Struct, kw_only=True):
 
 
 class EmbeddingResponse(msgspec.Struct, kw_only=True):
+    # A BGE-M3 request that names `outputs` gets MultiOutputEmbedding items instead (docs/bge-m3.md); the
+    # OpenAPI document, read from this type, describes OpenAI's item, and msgspec's schema has no untagged
+    # union of two Structs to say both.
     data: list[Embedding]
     model: str
     usage: Usage

@@ -14,7 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rose_embed.engine.model_files.architecture_support import config_refusal
+from rose_embed.engine.model_files.bge_m3 import (
+    COLBERT_FILE, SPARSE_FILE, BgeM3Error, BgeM3Model, is_bge_m3, read_bge_m3,
+)
 from rose_embed.engine.contract.config import ModelOverrides
+from rose_embed.engine.contract import m3_rows
 from rose_embed.engine.contract.sparse_rows import row_width
 from rose_embed.engine.model_files.embedded_model import (
     DEFAULT_MODEL_NAME, embedded_model_dir, is_embedded_hub_id, is_embedded_model_dir,
@@ -54,8 +58,8 @@ _LEARNED_POSITIONS = {"bert", "distilbert", "mpnet"}
 # What a hub download fetches: configs, tokenizer files and safetensors weights (not the
 # ONNX, OpenVINO or pickled copies many repositories carry as well).
 # "[0-9]*_*/*": the sentence-transformers module folders (1_Pooling, 2_Dense with its weights,
-# which 2.x saved as pytorch_model.bin).
-_HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "[0-9]*_*/*"]
+# which 2.x saved as pytorch_model.bin), and BGE-M3's two linears.
+_HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "[0-9]*_*/*", COLBERT_FILE, SPARSE_FILE]
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,9 @@ class ModelSpec:
     # Set for a multi-vector (ColBERT) model, an embedder of kind "embed": a query or a document in,
     # one vector of embedding_dim per kept token out, each token a pooling segment (engine/text/colbert_tokens.py).
     colbert: ColbertModel | None = None
+    # Set for BGE-M3, an embedder of kind "embed": a text in, rows of [dense | colbert | lexical weight]
+    # out, one per text or one per token as the request asks (engine/contract/m3_rows.py).
+    m3: BgeM3Model | None = None
 
     @property
     def is_reranker(self) -> bool:
@@ -196,6 +203,11 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
                                 overrides)
     except (SparseError, RouterError, ModuleError) as exc:
         raise ModelLoadError(f"{root}: {exc}") from exc
+    try:
+        if overrides.kind is None and is_bge_m3(model_dir):
+            return _bge_m3_spec(model_dir, name, architecture, hf_config, st_cfg, hidden_size, max_seq_len)
+    except (BgeM3Error, ModuleError) as exc:
+        raise ModelLoadError(f"{model_dir}: {exc}") from exc
     prompts = dict(st_cfg.get("prompts") or {})
     try:
         modules = read_modules(model_dir, hidden_size, st_cfg)
@@ -270,6 +282,21 @@ def _colbert_spec(model_dir: Path, name: str, architecture: str, hf_config: dict
         normalize=True, max_seq_len=max(colbert.query_length, colbert.document_length), hidden_size=hidden_size,
         embedding_dim=colbert.dense[-1].out_features, is_causal=architecture in DECODER_ARCHITECTURES,
         matryoshka_dims=(), head=colbert.dense, lowercase=lowercase, colbert=colbert,
+    )
+
+
+def _bge_m3_spec(model_dir: Path, name: str, architecture: str, hf_config: dict, st_cfg: dict, hidden_size: int,
+                 max_seq_len: int | None) -> ModelSpec:
+    """BGE-M3's description (engine/model_files/bge_m3.py): its rows are engine/contract/m3_rows.py's, as
+    wide as the dense vector, a token vector and a weight together."""
+    modules = read_modules(model_dir, hidden_size, st_cfg)
+    m3 = read_bge_m3(model_dir, hidden_size, modules, architecture in DECODER_ARCHITECTURES)
+    model_limit = _max_seq_len(model_dir, hf_config, modules, architecture)
+    return ModelSpec(
+        path=model_dir, name=name, architecture=architecture, hf_config=hf_config, pooling="cls", normalize=True,
+        max_seq_len=min(max_seq_len, model_limit) if max_seq_len else model_limit, hidden_size=hidden_size,
+        embedding_dim=m3_rows.row_width(m3.dense_dim, m3.colbert_dim), is_causal=False,
+        prompts=dict(st_cfg.get("prompts") or {}), matryoshka_dims=(), lowercase=modules.lowercase, m3=m3,
     )
 
 

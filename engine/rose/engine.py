@@ -19,6 +19,7 @@ from rose_embed.engine.rose.layers import fused
 from rose_embed.engine.rose.attention.backends import make_attention_backend
 from rose_embed.engine.rose.layers.head import SentenceHead
 from rose_embed.engine.rose.layers.label_head import LabelHead
+from rose_embed.engine.rose.layers.m3_head import M3Head
 from rose_embed.engine.rose.layers.maxsim_head import MaxSimHead
 from rose_embed.engine.rose.layers.score_head import ScoreHead
 from rose_embed.engine.rose.layers.sparse_head import SparseHead
@@ -63,10 +64,10 @@ def resolve_dtype(name: str, device: torch.device) -> tuple[torch.dtype, str]:
     return _DTYPES[name], "--dtype"
 
 
-def head_for(spec: ModelSpec, state: dict[str, torch.Tensor],
-             dtype: torch.dtype = torch.float32) -> SentenceHead | MaxSimHead | ScoreHead | LabelHead | SparseHead:
+def head_for(spec: ModelSpec, state: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32
+             ) -> SentenceHead | MaxSimHead | M3Head | ScoreHead | LabelHead | SparseHead:
     """An embedder's pooling, the checkpoint's modules after it, truncate_dim and the final normalisation
-    (a ColBERT model's, with the MaxSim scores of its rerank groups beside);
+    (a ColBERT model's, with the MaxSim scores of its rerank groups beside; BGE-M3's three outputs);
     a reranker's score head; a classifier's label head; from the checkpoint's own tensors `state`
     (float32 each); a sparse encoder's MLM head (in `dtype`, the model's) and SPLADE pooling."""
     if spec.sparse is not None:
@@ -83,6 +84,8 @@ def head_for(spec: ModelSpec, state: dict[str, torch.Tensor],
         except ValueError as exc:
             raise ModelLoadError(f"{spec.path}: {exc}") from exc
     try:
+        if spec.m3 is not None:
+            return M3Head(spec.m3).eval()
         head = SentenceHead(spec.pooling, spec.head, spec.truncate_dim, spec.normalize)
         if spec.colbert is not None:  # its texts' token vectors, or its rerank groups' MaxSim scores
             return MaxSimHead(head, spec.colbert.query_length).eval()
@@ -152,6 +155,9 @@ class Engine(ModelView):
         if spec.colbert is not None:  # its tolerance is stated for a text's vector, not for each token's
             raise ValueError(f"--quantization {quantization} serves embedders; {spec.name} is a multi-vector (ColBERT) "
                              "model")
+        if spec.m3 is not None:  # measured on one vector per text, not on token vectors and lexical weights
+            raise ValueError(f"--quantization {quantization} serves embedders; {spec.name} is a BGE-M3 model, whose "
+                             "sparse and multi-vector outputs it was not measured on")
         refusal = (quantization_support.model_refusal(quantization, spec.architecture, spec.name, spec.kind)
                    or quantization_support.device_refusal(quantization, str(self.device))
                    or quantization_support.dtype_refusal(quantization, config.dtype))

@@ -81,6 +81,9 @@ def refuse_non_embedder(engine) -> None:
     if engine.spec.colbert is not None:
         raise ValueError(f"{engine.spec.name} is a multi-vector (ColBERT) model: it gives one vector per token of a "
                          "query or a document, not one per text (serve it and send its texts to POST /v1/embeddings)")
+    if engine.spec.m3 is not None:
+        raise ValueError(f"{engine.spec.name} is a BGE-M3 model: its rows hold its dense, multi-vector and sparse "
+                         "outputs side by side (serve it and send its texts to POST /v1/embeddings)")
 
 
 def embed_texts(engine, texts: Sequence[str], *, num_threads: int | None = None,

@@ -78,16 +78,24 @@ def batch_tokens_refusal(max_batch_tokens: int, specs: Sequence[ModelSpec]) -> s
 
 def batch_seqs_refusal(max_batch_seqs: int, specs: Sequence[ModelSpec]) -> str | None:
     """--max-batch-seqs below the vectors one ColBERT text gives (one per kept token, up to its
-    query or document length): every output row of a text must fit one batch."""
-    colbert = [spec for spec in specs if spec.colbert is not None]
-    if not colbert:
+    query or document length), or one BGE-M3 text asked for its sparse or colbert output (a row per
+    token, up to its max sequence length): every output row of a text must fit one batch."""
+    most, spec, what = 0, None, ""
+    for candidate in specs:
+        if candidate.colbert is not None:
+            rows = max(candidate.colbert.query_length, candidate.colbert.document_length)
+            kind = "a ColBERT model whose texts give up to {} vectors (one per kept token)"
+        elif candidate.m3 is not None:
+            rows = candidate.max_seq_len
+            kind = ("a BGE-M3 model whose texts give up to {} rows (one per token) for sparse or colbert outputs; "
+                    "or lower --max-seq-len")
+        else:
+            continue
+        if rows > most:
+            most, spec, what = rows, candidate, kind.format(rows)
+    if spec is None or max_batch_seqs >= most:
         return None
-    spec = max(colbert, key=lambda s: max(s.colbert.query_length, s.colbert.document_length))
-    most = max(spec.colbert.query_length, spec.colbert.document_length)
-    if max_batch_seqs >= most:
-        return None
-    return (f"argument --max-batch-seqs: must be at least {most} for {spec.name}, a ColBERT model whose texts "
-            f"give up to {most} vectors (one per kept token); got {max_batch_seqs}")
+    return f"argument --max-batch-seqs: must be at least {most} for {spec.name}, {what}; got {max_batch_seqs}"
 
 
 def capped_seq_len_warning(max_seq_len: int | None, specs: Sequence[ModelSpec]) -> str | None:

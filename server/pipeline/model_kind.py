@@ -5,7 +5,7 @@ another kind gets a 400 that says what the served model is and which route fits.
 from __future__ import annotations
 
 from rose_embed.server.http.errors import invalid_request
-from rose_embed.server.pipeline.served_models import MULTI_VECTOR, SPARSE, ServedModel
+from rose_embed.server.pipeline.served_models import MULTI_OUTPUT, MULTI_VECTOR, SPARSE, ServedModel
 
 # A served model's kind -> what it is and gives, the route to send its inputs to, and the error's code.
 _WHAT_IT_IS = {
@@ -19,6 +19,9 @@ _WHAT_IT_IS = {
     MULTI_VECTOR: ("a multi-vector (ColBERT) model: it gives one vector per token of a query or a document",
                    "Send the texts to POST /v1/embeddings (input_type query or document), or a query and its "
                    "documents to POST /v1/rerank", "model_is_multi_vector"),
+    MULTI_OUTPUT: ("a BGE-M3 model: it gives a dense vector, (token id, weight) pairs and token vectors per text",
+                   "Send the texts to POST /v1/embeddings (with `outputs` for more than the dense vector)",
+                   "model_is_multi_output"),
 }
 # A route's kind -> what it answers with, and the models that serve it.
 _WHAT_THE_ROUTE_GIVES = {
@@ -27,6 +30,7 @@ _WHAT_THE_ROUTE_GIVES = {
     "classify": ("labels", "a *ForSequenceClassification classifier"),
     SPARSE: ("sparse embeddings", "a SPLADE model (a sentence-transformers SparseEncoder)"),
     MULTI_VECTOR: ("multi-vector embeddings", "a PyLate ColBERT model"),
+    MULTI_OUTPUT: ("dense, sparse and multi-vector embeddings", "a BGE-M3 model"),
 }
 
 

@@ -16,6 +16,7 @@ from rose_embed.server.config import ServerConfig
 
 SPARSE = "sparse_embedding"  # a sparse encoder's kind (server/pipeline/sparse_ask.py)
 MULTI_VECTOR = "multi_vector_embedding"  # a ColBERT model's kind (server/pipeline/colbert_ask.py)
+MULTI_OUTPUT = "multi_output_embedding"  # BGE-M3's kind: dense, sparse and multi-vector (server/pipeline/m3_ask.py)
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class ServedModel:
     name: str  # what clients send as `model` and /v1/models lists
     view: ModelView  # its description and tokenizer
     # what /v1/models says it does: "embedding", "rerank", "classify", "sparse_embedding" (SPARSE) or
-    # "multi_vector_embedding" (MULTI_VECTOR)
+    # "multi_vector_embedding" (MULTI_VECTOR) or "multi_output_embedding" (MULTI_OUTPUT)
     kind: str = field(init=False)
     formats: tuple[str, ...] = field(init=False)  # the encoding formats it can write
     normalizes: bool = field(init=False)  # its vectors are L2-normalised as they are computed
@@ -36,10 +37,12 @@ class ServedModel:
         spec = self.view.spec
         kind = "embedding" if spec.kind == "embed" else spec.kind
         kind = SPARSE if spec.sparse is not None else MULTI_VECTOR if spec.colbert is not None else kind
+        kind = MULTI_OUTPUT if spec.m3 is not None else kind
         object.__setattr__(self, "kind", kind)
         # A sparse model's pairs are written as JSON numbers only (server/pipeline/sparse_ask.py).
         formats = ("float",) if spec.sparse is not None else tuple(encoding_formats(spec.quantization))
-        if spec.colbert is not None:  # several vectors per text: float arrays or one base64 string
+        # ColBERT's and BGE-M3's several vectors per text: float arrays or one base64 string each
+        if spec.colbert is not None or spec.m3 is not None:
             formats = MULTI_VECTOR_FORMATS
         object.__setattr__(self, "formats", formats)
         object.__setattr__(self, "normalizes", spec.normalize)

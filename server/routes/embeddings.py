@@ -5,8 +5,10 @@ TEI's embed routes share) and shapes OpenAI's answer; the pipeline (server/pipel
 does the rest: over-long inputs are truncated, windowed or refused as `long_inputs` says, and
 each part's vectors are encoded as soon as they land. A sparse encoder (SPLADE) answers here too,
 each text's pairs in this server's extension of the answer (server/pipeline/sparse_ask.py,
-docs/sparse.md), and a multi-vector (ColBERT) model, each text's token vectors
-(server/pipeline/colbert_ask.py, docs/colbert.md).
+docs/sparse.md), a multi-vector (ColBERT) model, each text's token vectors
+(server/pipeline/colbert_ask.py, docs/colbert.md), and a BGE-M3 model, each text's dense vector or,
+where the request names `outputs`, any of its dense, sparse and multi-vector outputs
+(server/pipeline/m3_ask.py, docs/bge-m3.md).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from litestar import Request
 from litestar.datastructures import State
 
 from rose_embed.compat.inputs import normalise_input
+from rose_embed.compat.multi_output_wire import multi_output_item
 from rose_embed.compat.openai import Embedding, EmbeddingRequest, EmbeddingResponse, Usage
 from rose_embed.compat.sparse_wire import sparse_embedding
 from rose_embed.server.config import ServerConfig
@@ -25,8 +28,9 @@ from rose_embed.server.http.openapi import EMBEDDINGS_ERROR_RESPONSES
 from rose_embed.server.http.route_spec import RouteSpec
 from rose_embed.server.pipeline.colbert_ask import ColbertAsk
 from rose_embed.server.pipeline.embed_ask import EmbedAsk
+from rose_embed.server.pipeline.m3_ask import M3Ask
 from rose_embed.server.pipeline.serve_request import Answered, RouteSteps, serve_request
-from rose_embed.server.pipeline.served_models import MULTI_VECTOR, SPARSE, ServedModel
+from rose_embed.server.pipeline.served_models import MULTI_OUTPUT, MULTI_VECTOR, SPARSE, ServedModel
 from rose_embed.server.pipeline.sparse_ask import SparseAsk, tokens_of
 
 
@@ -34,6 +38,9 @@ def _read(data: EmbeddingRequest, model: ServedModel, config: ServerConfig) -> E
     inputs = normalise_input(data.input, config.max_request_inputs)
     fields = {"formats": (data.encoding_format,), "dimensions": data.dimensions, "prompt_name": data.prompt_name,
               "input_type": data.input_type, "long_inputs": data.long_inputs, "priority": data.priority}
+    if data.outputs is not None and model.kind != MULTI_OUTPUT:
+        raise invalid_request(f"'outputs' applies to BGE-M3 models, which give several outputs per text; the model "
+                              f"'{model.name}' gives one", "outputs")
     if model.kind == SPARSE:
         if data.encoding_format == "base64":
             # The OpenAI SDK asks for base64 unless told otherwise and decodes only a string; a sparse
@@ -45,12 +52,16 @@ def _read(data: EmbeddingRequest, model: ServedModel, config: ServerConfig) -> E
                               "gives dense vectors", "return_text")
     if model.kind == MULTI_VECTOR:
         return ColbertAsk(inputs, **fields)
+    if model.kind == MULTI_OUTPUT:
+        return M3Ask(inputs, outputs=data.outputs, **fields)
     return EmbedAsk(inputs, **fields)
 
 
 def _data(done: Answered) -> list[Embedding]:
-    """Each input's dense vector, a sparse model's pairs or a ColBERT model's token vectors in this server's
-    extensions (docs/sparse.md, docs/colbert.md)."""
+    """Each input's dense vector, a sparse model's pairs, a ColBERT model's token vectors or a BGE-M3 model's
+    outputs in this server's extensions (docs/sparse.md, docs/colbert.md, docs/bge-m3.md)."""
+    if isinstance(done.ask, M3Ask) and done.ask.outputs is not None:
+        return [multi_output_item(i, answer) for i, answer in enumerate(done.result)]
     if isinstance(done.ask, ColbertAsk):
         return [Embedding(index=i, embedding=e, object="multi_vector_embedding") for i, e in enumerate(done.result[0])]
     if not isinstance(done.ask, SparseAsk):
@@ -70,7 +81,7 @@ def _answer(done: Answered) -> EmbeddingResponse:
     )
 
 
-EMBEDDINGS = RouteSteps(EmbeddingRequest, ("embedding", SPARSE, MULTI_VECTOR), _read, _answer)
+EMBEDDINGS = RouteSteps(EmbeddingRequest, ("embedding", SPARSE, MULTI_VECTOR, MULTI_OUTPUT), _read, _answer)
 
 
 async def create_embeddings(request: Request, state: State) -> EmbeddingResponse:

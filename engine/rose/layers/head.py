@@ -25,7 +25,8 @@ def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def _load(module: nn.Module, path: Path) -> None:
+def load_weights(module: nn.Module, path: Path) -> None:
+    """A module's float32 weights from a safetensors or torch.save file of exactly its tensors."""
     state = {name: tensor.float() for name, tensor in _read_tensors(path).items()}
     missing, unexpected = module.load_state_dict(state, strict=False)
     if missing or unexpected:
@@ -42,7 +43,7 @@ class _Dense(nn.Module):
         self.use_residual = step.use_residual
         if step.use_residual and step.in_features != step.out_features:
             self.residual = nn.Linear(step.in_features, step.out_features, bias=False)
-        _load(self, step.weights)
+        load_weights(self, step.weights)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.activation(self.linear(x))
@@ -55,7 +56,7 @@ class _LayerNorm(nn.Module):
     def __init__(self, step: LayerNorm):
         super().__init__()
         self.norm = nn.LayerNorm(step.dim)
-        _load(self, step.weights)
+        load_weights(self, step.weights)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm(x)
