@@ -76,10 +76,11 @@ def batch_tokens_refusal(max_batch_tokens: int, specs: Sequence[ModelSpec]) -> s
             f"got {max_batch_tokens}")
 
 
-def batch_seqs_refusal(max_batch_seqs: int, specs: Sequence[ModelSpec]) -> str | None:
-    """--max-batch-seqs below the vectors one ColBERT text gives (one per kept token, up to its
-    query or document length), or one BGE-M3 text asked for its sparse or colbert output (a row per
-    token, up to its max sequence length): every output row of a text must fit one batch."""
+def rows_per_text(specs: Sequence[ModelSpec]) -> tuple[int, ModelSpec | None, str]:
+    """The most output rows one text of the served models gives where that is more than one: a ColBERT
+    model's, one per kept token up to its query or document length; a BGE-M3 model's asked for its
+    sparse or colbert output, one per token up to its max sequence length. With the model and how to
+    say it; (0, None, "") where every model gives a text one row."""
     most, spec, what = 0, None, ""
     for candidate in specs:
         if candidate.colbert is not None:
@@ -93,6 +94,13 @@ def batch_seqs_refusal(max_batch_seqs: int, specs: Sequence[ModelSpec]) -> str |
             continue
         if rows > most:
             most, spec, what = rows, candidate, kind.format(rows)
+    return most, spec, what
+
+
+def batch_seqs_refusal(max_batch_seqs: int, specs: Sequence[ModelSpec]) -> str | None:
+    """--max-batch-seqs below the rows one text gives (`rows_per_text`): every output row of a text must
+    fit one batch. Where the flag is not given, serve raises the default to that instead."""
+    most, spec, what = rows_per_text(specs)
     if spec is None or max_batch_seqs >= most:
         return None
     return f"argument --max-batch-seqs: must be at least {most} for {spec.name}, {what}; got {max_batch_seqs}"

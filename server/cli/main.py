@@ -115,8 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     advanced(tuning.add_argument("--max-rerank-documents", type=positive_int,
                                  default=ServerConfig.max_rerank_documents,
                                  help="most documents one rerank request may score (400 above)"))
-    advanced(tuning.add_argument("--max-batch-seqs", type=positive_int, default=EngineConfig.max_batch_seqs,
-                                 help="most sequences in one batch"))
+    advanced(tuning.add_argument("--max-batch-seqs", type=positive_int, default=None,
+                                 help=f"most sequences (output rows) in one batch (default {EngineConfig.max_batch_seqs}, "
+                                      "or the most rows one text of a ColBERT or BGE-M3 model gives, if more)"))
     advanced(tuning.add_argument("--api-keys-file", default=None, metavar="PATH",
                                  help="more keys, one a line, each optionally followed by a weight: its requests' "
                                       "share of each batch against others' (default 1; e.g. 0.25 for an indexing "
@@ -206,7 +207,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         model=first_model, revision=args.revision, device=devices[0], dtype=args.dtype,
         max_batch_tokens=args.max_batch_tokens or DEFAULT_MAX_BATCH_TOKENS,
         choose_batch_tokens=args.max_batch_tokens is None, scheduling=args.scheduling,
-        max_batch_seqs=args.max_batch_seqs, max_seq_len=args.max_seq_len, num_threads=args.num_threads,
+        max_batch_seqs=args.max_batch_seqs or EngineConfig.max_batch_seqs, max_seq_len=args.max_seq_len,
+        num_threads=args.num_threads,
         attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
         fused_kernels=args.fused_kernels, quantization=args.quantization, fp8_plan=fp8_plan,
         capture_at_start=not args.lazy_capture,
@@ -236,7 +238,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     )
 
 
-def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
+def serve(config: ServerConfig, budget_is_default: bool = False, seqs_is_default: bool = False) -> None:
     """Check what the flags ask for, bind the port, then serve until a signal stops the server.
 
     Everything that can be refused is refused before the port is bound, and the port is bound
@@ -245,7 +247,9 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
     from rose_embed.engine.model_files.loader import ModelLoadError
     from rose_embed.engine.text.tokenizer import tokenizer_for
     from rose_embed.server.config import load_specs
-    from rose_embed.server.cli.flag_checks import capped_seq_len_warning, flavour_flag_refusal, model_flag_refusal, served_names
+    from rose_embed.server.cli.flag_checks import (
+        capped_seq_len_warning, flavour_flag_refusal, model_flag_refusal, rows_per_text, served_names,
+    )
     from rose_embed.server.http.logs import configure_logging
 
     try:
@@ -258,6 +262,10 @@ def serve(config: ServerConfig, budget_is_default: bool = False) -> None:
     if config.engine.max_batch_tokens < longest and budget_is_default:
         # A 32k-context model must still fit one whole sequence into a batch.
         config = replace(config, engine=replace(config.engine, max_batch_tokens=longest))
+    most_rows = rows_per_text(specs)[0]
+    if config.engine.max_batch_seqs < most_rows and seqs_is_default:
+        # A ColBERT or BGE-M3 text gives a row per token: a batch must hold one whole text's.
+        config = replace(config, engine=replace(config.engine, max_batch_seqs=most_rows))
     if refusal := model_flag_refusal(config, specs):
         _usage_error(refusal)
     try:
@@ -327,7 +335,7 @@ def _serve_command(args: argparse.Namespace) -> None:
         config = config_from_args(args)
     except ValueError as exc:
         _usage_error(str(exc))
-    serve(config, budget_is_default=args.max_batch_tokens is None)
+    serve(config, budget_is_default=args.max_batch_tokens is None, seqs_is_default=args.max_batch_seqs is None)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ def _serve(*flags: str) -> None:
         config = cli.config_from_args(args)
     except ValueError as exc:
         cli._usage_error(str(exc))
-    cli.serve(config, budget_is_default=args.max_batch_tokens is None)
+    cli.serve(config, budget_is_default=args.max_batch_tokens is None, seqs_is_default=args.max_batch_seqs is None)
 
 
 @pytest.fixture
@@ -207,3 +207,28 @@ def test_a_batch_too_few_rows_for_one_colbert_text_is_refused(refused, tmp_path)
     lines = refused("--model", str(path), "--max-batch-seqs", "39")
     assert lines[-1].endswith("argument --max-batch-seqs: must be at least 40 for colbert, a ColBERT model whose "
                               "texts give up to 40 vectors (one per kept token); got 39"), lines
+
+
+def test_without_the_flag_a_batch_holds_a_whole_bge_m3_text_s_rows(monkeypatch, tmp_path):
+    """Where --max-batch-seqs is not given, serve raises it to the rows one text may give (BGE-M3's
+    sparse and colbert outputs: one per token); given, it is refused below that (the ColBERT case above)."""
+    from rose_embed.engine.contract.config import EngineConfig
+    from tests.support.bge_m3_checkpoints import save_bge_m3
+
+    class Bound(Exception):
+        pass
+
+    served = []
+
+    def listen(config):
+        served.append(config)
+        raise Bound
+
+    monkeypatch.setattr(cli, "_listen", listen)
+    monkeypatch.setattr(EngineConfig, "max_batch_seqs", 64)  # a default below the model's 128 tokens a text
+    path = save_bge_m3(tmp_path / "m3", max_seq_length=128)
+    with pytest.raises(Bound):
+        _serve("--model", str(path))
+    assert served[0].engine.max_batch_seqs == 128
+    with pytest.raises(SystemExit):
+        _serve("--model", str(path), "--max-batch-seqs", "64")
