@@ -14,8 +14,8 @@ counting: a machine busy with something else at start-up slows both alike.
 On a GPU the speed per token keeps rising with the batch up to thousands of tokens (the matrix
 products fill the device), and a small model's full batch takes a few milliseconds, a large
 one's tens. So the budget is the smallest power of two from GPU_MIN_BUDGET (or the configured
-budget itself) whose speed is at least GPU_EFFICIENCY of the configured budget's: batches no
-larger than costs no throughput, each taking as little time as that allows. Each size is timed
+budget itself) whose speed is at least GPU_EFFICIENCY of the configured budget's: batches only as
+large as throughput needs, each taking as little time as that allows (a query waits for about one). Each size is timed
 as the loop runs batches, one launched behind another (its graphs captured at warm-up), several
 times in turn, the fastest counting.
 """
