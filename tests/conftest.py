@@ -114,6 +114,12 @@ def load_texts(n: int | None = None) -> list[str]:
     return texts
 
 
+def texts_with_edges(n: int, joined: int) -> list[str]:
+    """The first `n` paragraphs, an empty text, one of few words among punctuation, and the first
+    `joined` paragraphs as one text (past a short model's limit, so cut)."""
+    return [*load_texts(n), "", "Hello, world!!! (yes).", " ".join(load_texts(joined))]
+
+
 @pytest.fixture(scope="session")
 def texts() -> list[str]:
     return load_texts(2000)

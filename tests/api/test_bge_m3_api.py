@@ -14,7 +14,7 @@ import pytest
 
 from rose_embed.engine.contract.config import EngineConfig
 from rose_embed.engine.rose.engine import Engine
-from tests.conftest import load_texts
+from tests.conftest import load_texts, texts_with_edges
 from tests.support.bge_m3_checkpoints import HIDDEN, as_pairs, reference_outputs, save_bge_m3
 from tests.support.fake_engine import FAKE_MODEL, FakeEngine, fake_config, serve
 from tests.support.helpers import assert_envelope
@@ -43,7 +43,7 @@ def client(saved):
 @pytest.fixture(scope="module")
 def texts() -> list[str]:
     # A text past the limit (cut, as FlagEmbedding's truncation cuts it), an empty one, punctuation.
-    return [*load_texts(12), "", "Hello, world!!! (yes).", " ".join(load_texts(20))]
+    return texts_with_edges(12, 20)
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import ServerProcess, load_texts
+from tests.conftest import ServerProcess, texts_with_edges
 from tests.support.bge_m3_checkpoints import HIDDEN, reference_outputs, save_bge_m3
 from tests.support.gpu_tolerance import REPLAY_TOLERANCE, bf16_tolerance
 
@@ -35,8 +35,7 @@ MAX_SEQ_LEN = 128
 
 
 def _texts() -> list[str]:
-    texts = load_texts(20)
-    return [*texts, "", "Hello, world!!! (yes).", " ".join(texts[:10])]
+    return texts_with_edges(20, 10)
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import ServerProcess, load_texts
+from tests.conftest import ServerProcess, texts_with_edges
 from tests.support.colbert_checkpoints import PROJECTION_DIM, maxsim, reference_vectors, save_colbert
 from tests.support.gpu_tolerance import REPLAY_TOLERANCE, bf16_tolerance
 
@@ -36,8 +36,7 @@ QUERY_LENGTH = 16
 
 def _texts() -> list[str]:
     """At most 23 x 128 tokens: one batch within the engine test's caps, whichever side."""
-    texts = load_texts(20)
-    return [*texts, "", "Hello, world!!! (yes).", " ".join(texts[:10])]
+    return texts_with_edges(20, 10)
 
 
 @pytest.fixture(scope="module")

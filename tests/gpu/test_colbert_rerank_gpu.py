@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import ServerProcess, load_texts
+from tests.conftest import ServerProcess, load_texts, texts_with_edges
 from tests.support.colbert_checkpoints import maxsim, reference_vectors, save_colbert
 from tests.support.gpu_tolerance import REPLAY_TOLERANCE, bf16_tolerance
 
@@ -35,8 +35,7 @@ QUERIES = ["How do I read a file line by line?", " ".join(load_texts(4)), ""]
 
 
 def _documents() -> list[str]:
-    texts = load_texts(20)
-    return [*texts, "", "Hello, world!!! (yes).", " ".join(texts[:10])]
+    return texts_with_edges(20, 10)
 
 
 @pytest.fixture(scope="module")

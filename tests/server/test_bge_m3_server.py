@@ -17,7 +17,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, ServerProcess, load_texts
+from tests.conftest import REPO, ServerProcess, texts_with_edges
 from tests.support.bge_m3_checkpoints import HIDDEN, as_pairs, reference_outputs, save_bge_m3
 from tests.support.client_support import stop_and_check_no_server_error
 from tests.support.helpers import MODEL, assert_envelope
@@ -46,7 +46,7 @@ def server(saved) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def texts() -> list[str]:
-    return [*load_texts(20), "", "Hello, world!!! (yes).", " ".join(load_texts(10))]
+    return texts_with_edges(20, 10)
 
 
 def _post(server, body: dict) -> httpx.Response:

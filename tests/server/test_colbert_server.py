@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import ServerProcess, load_texts
+from tests.conftest import ServerProcess, texts_with_edges
 from tests.support.client_support import stop_and_check_no_server_error
 from tests.support.colbert_checkpoints import PROJECTION_DIM, reference_vectors, save_colbert
 from tests.support.helpers import MODEL, assert_envelope
@@ -40,7 +40,7 @@ def server(colbert) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def texts() -> list[str]:
-    return [*load_texts(30), "", "Hello, world!!! (yes).", " ".join(load_texts(10))]
+    return texts_with_edges(30, 10)
 
 
 def _post(server, path: str, body: dict) -> httpx.Response:
