@@ -9,7 +9,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from tests.support.fake_engine import FAKE_MODEL, FakeEngine, serve, serve_async
+from tests.support.fake_engine import FAKE_MODEL, FakeEngine, serve_async
 from tests.support.helpers import assert_envelope, longest_loop_stall
 
 DIM = 64

@@ -19,7 +19,7 @@ from rose_embed.engine.queue.engine_loop import EngineLoop
 from tests.support.fake_engine import FakeEngine, fake_config, serve_async
 
 BATCH_SECONDS = 0.1
-TEXTS = build_texts(DEFAULT_DATA, 400, 1)
+TEXTS = build_texts(DEFAULT_DATA, 250, 1)
 
 
 class _Ready:

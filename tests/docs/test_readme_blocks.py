@@ -28,7 +28,9 @@ import numpy as np
 import pytest
 
 from rose_embed.server.cli.main import build_parser
-from tests.support.client_support import assert_same_vectors, reference_vectors, stop_and_check_no_server_error
+from tests.support.client_support import (
+    assert_same_vectors, checked_server, reference_vectors, stop_and_check_no_server_error,
+)
 from tests.conftest import REPO, ServerProcess
 
 README = REPO / "README.md"
@@ -184,9 +186,7 @@ def test_why_figures_are_in_the_reports_named():
 @pytest.fixture(scope="module")
 def readme_server() -> Iterator[ServerProcess]:
     """The server as the README starts it."""
-    proc = ServerProcess(*_server_args())
-    yield proc
-    stop_and_check_no_server_error(proc)
+    yield from checked_server(*_server_args())
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import REPO, ServerProcess, texts_with_edges
 from tests.support.bge_m3_checkpoints import HIDDEN, as_pairs, reference_outputs, save_bge_m3
-from tests.support.client_support import stop_and_check_no_server_error
+from tests.support.client_support import checked_server
 from tests.support.helpers import MODEL, assert_envelope
 
 pytestmark = pytest.mark.slow  # a real server process
@@ -38,10 +38,8 @@ def saved(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(saved) -> Iterator[ServerProcess]:
     # --long-inputs chunk is the embedders': the BGE-M3 model truncates its long texts as FlagEmbedding does.
-    proc = ServerProcess("--dtype", "float32", "--model", MODEL, "--model", f"{M3}={saved}",
-                         "--max-batch-tokens", "512", "--max-batch-seqs", "128", "--long-inputs", "chunk")
-    yield proc
-    stop_and_check_no_server_error(proc)
+    yield from checked_server("--dtype", "float32", "--model", MODEL, "--model", f"{M3}={saved}",
+                              "--max-batch-tokens", "512", "--max-batch-seqs", "128", "--long-inputs", "chunk")
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import ServerProcess, load_texts
 from tests.support.classifier_checkpoints import LABELS, pipeline_scores, save_classifier
-from tests.support.client_support import stop_and_check_no_server_error
+from tests.support.client_support import checked_server
 from tests.support.helpers import assert_envelope
 from tests.support.st_checkpoints import bert_tokenizer, save_architecture, tiny_bert_config
 
@@ -33,10 +33,8 @@ def checkpoints(tmp_path_factory) -> tuple:
 @pytest.fixture(scope="module")
 def server(checkpoints) -> Iterator[ServerProcess]:
     embedder, classifier = checkpoints
-    proc = ServerProcess("--dtype", "float32", "--model", str(embedder), "--model", f"{CLASSIFIER}={classifier}",
-                         "--max-batch-tokens", "1024")
-    yield proc
-    stop_and_check_no_server_error(proc)
+    yield from checked_server("--dtype", "float32", "--model", str(embedder),
+                              "--model", f"{CLASSIFIER}={classifier}", "--max-batch-tokens", "1024")
 
 
 def _post(server: ServerProcess, path: str, body: dict) -> httpx.Response:

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ServerProcess, load_texts
-from tests.support.client_support import stop_and_check_no_server_error
+from tests.support.client_support import checked_server
 from tests.support.colbert_checkpoints import maxsim, reference_vectors, save_colbert
 from tests.support.helpers import assert_envelope, metric
 from tests.support.reranker_checkpoints import save_cross_encoder
@@ -43,10 +43,8 @@ def server(colbert, tmp_path_factory) -> Iterator[ServerProcess]:
     cross_encoder = save_cross_encoder(tmp_path_factory.mktemp("rerank") / "bert", "bert")
     # 512 tokens and 48 sequences a batch (a document's 40 token vectors fit /v1/embeddings' batch): a
     # group is the query and the documents of 500 tokens or fewer, a batch one group or two.
-    proc = ServerProcess("--dtype", "float32", "--model", f"{CROSS_ENCODER}={cross_encoder}",
-                         "--model", f"{COLBERT}={colbert}", "--max-batch-tokens", "512", "--max-batch-seqs", "48")
-    yield proc
-    stop_and_check_no_server_error(proc)
+    yield from checked_server("--dtype", "float32", "--model", f"{CROSS_ENCODER}={cross_encoder}",
+                              "--model", f"{COLBERT}={colbert}", "--max-batch-tokens", "512", "--max-batch-seqs", "48")
 
 
 @pytest.fixture(scope="module")

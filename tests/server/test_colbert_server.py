@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ServerProcess, texts_with_edges
-from tests.support.client_support import stop_and_check_no_server_error
+from tests.support.client_support import checked_server
 from tests.support.colbert_checkpoints import PROJECTION_DIM, reference_vectors, save_colbert
 from tests.support.helpers import MODEL, assert_envelope
 
@@ -32,10 +32,8 @@ def colbert(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(colbert) -> Iterator[ServerProcess]:
     # --long-inputs error is the embedders': the ColBERT model still cuts its long texts as PyLate does.
-    proc = ServerProcess("--dtype", "float32", "--model", MODEL, "--model", f"{COLBERT}={colbert}",
-                         "--max-batch-tokens", "1024", "--max-batch-seqs", "256", "--long-inputs", "error")
-    yield proc
-    stop_and_check_no_server_error(proc)
+    yield from checked_server("--dtype", "float32", "--model", MODEL, "--model", f"{COLBERT}={colbert}",
+                              "--max-batch-tokens", "1024", "--max-batch-seqs", "256", "--long-inputs", "error")
 
 
 @pytest.fixture(scope="module")

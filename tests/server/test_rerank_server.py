@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.support.client_support import stop_and_check_no_server_error
+from tests.support.client_support import checked_server, stop_and_check_no_server_error
 from tests.conftest import ServerProcess, load_texts
 from tests.support.reranker_checkpoints import qwen3_card_scores, save_cross_encoder, save_qwen3_reranker
 
@@ -29,9 +29,8 @@ def cross_encoder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(cross_encoder) -> Iterator[ServerProcess]:
-    proc = ServerProcess("--dtype", "float32", "--model", str(cross_encoder), "--served-model-name", NAME, "--max-batch-tokens", "1024")
-    yield proc
-    stop_and_check_no_server_error(proc)
+    yield from checked_server("--dtype", "float32", "--model", str(cross_encoder), "--served-model-name", NAME,
+                              "--max-batch-tokens", "1024")
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.support.client_support import stop_and_check_no_server_error
+from tests.support.client_support import checked_server
 from tests.conftest import ServerProcess, load_texts
 from tests.support.reranker_checkpoints import save_cross_encoder
 from tests.support.st_checkpoints import bert_tokenizer, load_reference, save_architecture, tiny_bert_config
@@ -37,10 +37,8 @@ def checkpoints(tmp_path_factory) -> tuple:
 @pytest.fixture(scope="module")
 def server(checkpoints) -> Iterator[ServerProcess]:
     embedder, ranker = checkpoints
-    proc = ServerProcess("--dtype", "float32", "--model", str(embedder), "--model", f"{RANKER}={ranker}",
-                         "--max-batch-tokens", "1024")
-    yield proc
-    stop_and_check_no_server_error(proc)
+    yield from checked_server("--dtype", "float32", "--model", str(embedder), "--model", f"{RANKER}={ranker}",
+                              "--max-batch-tokens", "1024")
 
 
 @pytest.fixture(scope="module")

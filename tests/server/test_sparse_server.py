@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ServerProcess, load_texts
-from tests.support.client_support import stop_and_check_no_server_error
+from tests.support.client_support import checked_server
 from tests.support.helpers import MODEL, assert_envelope
 from tests.support.sparse_checkpoints import reference_pairs, save_inference_free, save_sparse_encoder
 
@@ -38,11 +38,9 @@ def inference_free(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(splade, inference_free) -> Iterator[ServerProcess]:
     # Few sequences a batch: the arena's rows are as wide as the sparse model's.
-    proc = ServerProcess("--dtype", "float32", "--model", MODEL, "--model", f"{SPARSE}={splade}",
-                         "--model", f"{INFERENCE_FREE}={inference_free}", "--max-batch-tokens", "1024",
-                         "--max-batch-seqs", "64")
-    yield proc
-    stop_and_check_no_server_error(proc)
+    yield from checked_server("--dtype", "float32", "--model", MODEL, "--model", f"{SPARSE}={splade}",
+                              "--model", f"{INFERENCE_FREE}={inference_free}", "--max-batch-tokens", "1024",
+                              "--max-batch-seqs", "64")
 
 
 @pytest.fixture(scope="module")

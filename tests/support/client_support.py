@@ -86,28 +86,30 @@ def stop_and_check_no_server_error(proc: ServerProcess) -> None:
         assert marker not in log, f"the server answered a 5xx:\n{log[-5000:]}"
 
 
+def checked_server(*args: str) -> Iterator[ServerProcess]:
+    """A real server for a module's tests (a fixture yields from it): stopped after them, its log then
+    checked for any 5xx it answered."""
+    proc = ServerProcess(*args)
+    yield proc
+    stop_and_check_no_server_error(proc)
+
+
 @pytest.fixture(scope="session")
 def docs_server() -> Iterator[ServerProcess]:
     """The server as docs/clients.md starts it: default flags."""
-    proc = ServerProcess(*DOCS_SERVER_FLAGS, "--max-batch-tokens", "2048")
-    yield proc
-    stop_and_check_no_server_error(proc)
+    yield from checked_server(*DOCS_SERVER_FLAGS, "--max-batch-tokens", "2048")
 
 
 @pytest.fixture(scope="session")
 def strict_server() -> Iterator[ServerProcess]:
     """--strict-model-names: OpenAI's model names are 404s, as an operator who wants them may ask."""
-    proc = ServerProcess("--strict-model-names", "--max-batch-tokens", "2048")
-    yield proc
-    stop_and_check_no_server_error(proc)
+    yield from checked_server("--strict-model-names", "--max-batch-tokens", "2048")
 
 
 @pytest.fixture(scope="session")
 def model_ids_server() -> Iterator[ServerProcess]:
     """Token-id input read as the served model's own ids (--token-ids model)."""
-    proc = ServerProcess("--token-ids", "model", "--max-batch-tokens", "2048")
-    yield proc
-    stop_and_check_no_server_error(proc)
+    yield from checked_server("--token-ids", "model", "--max-batch-tokens", "2048")
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import torch
 
 from rose_embed.server.processes import topology
 from rose_embed.server.cli.main import build_parser, config_from_args
-from rose_embed.server.processes.topology import default_front_ends, default_part_processes, parse_devices
+from rose_embed.server.processes.topology import default_front_ends, default_part_processes
 
 
 def config(*flags: str):
