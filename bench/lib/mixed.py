@@ -124,6 +124,7 @@ class Phase:
     failure_lines: list[str]
     cpu_shares: list[float]
     start_spread: float
+    server_cores: tuple[float, float] = (float("nan"), float("nan"))  # CPU over the window: engines, the rest
 
     @property
     def bulk_texts_per_s(self) -> float:
@@ -154,11 +155,28 @@ def computed_tokens(url: str) -> float:
     return metric(url, "rose_tokens_total")
 
 
+class ServerCpu:
+    """CPU seconds so far of a server's engine processes and of the rest of it (supervisor, front ends)."""
+
+    def __init__(self, url: str, server_pid: int):
+        import httpx
+
+        self.server_pid = server_pid
+        self.engine_pids = [e["pid"] for e in httpx.get(url + "/health", timeout=10).json().get("engines", [])]
+
+    def __call__(self) -> tuple[float, float]:
+        from bench.lib.common import process_cpu_seconds
+
+        engines = sum(process_cpu_seconds(pid) for pid in self.engine_pids)
+        return engines, process_cpu_seconds(self.server_pid) - engines
+
+
 def run_phase(pool, url: str, query_bodies: list[bytes], query_tokens: list[int], bulk_bodies: list[bytes],
               bulk_tokens: list[int], request_texts: int, num_queries: int, num_bulk: int, warmup: float,
-              window: float, gap: float, checks: list) -> Phase:
+              window: float, gap: float, checks: list, server_cpu: ServerCpu | None = None) -> Phase:
     """All the clients start at one instant; what is answered inside the window counts.
-    `checks`: (check, query reference, bulk reference) that sampled vectors are compared with."""
+    `checks`: (check, query reference, bulk reference) that sampled vectors are compared with;
+    `server_cpu`: the server's CPU, read as the window opens and closes."""
     start_at = time.monotonic() + 1.0
     opens, closes = start_at + warmup, start_at + warmup + window
     futures = [("query", pool.submit(run_client, url, query_bodies, c * 37, start_at, closes, gap))
@@ -167,9 +185,11 @@ def run_phase(pool, url: str, query_bodies: list[bytes], query_tokens: list[int]
     futures += [("bulk", pool.submit(run_client, url, bulk_bodies, c * stride, start_at, closes, 0.0))
                 for c in range(num_bulk)]
     time.sleep(max(0.0, opens - time.monotonic()))
-    at_open = computed_tokens(url)
+    at_open, cpu_at_open = computed_tokens(url), server_cpu() if server_cpu else (0.0, 0.0)
     time.sleep(max(0.0, closes - time.monotonic()))
     computed = computed_tokens(url) - at_open
+    cores = (tuple((after - before) / window for after, before in zip(server_cpu(), cpu_at_open)) if server_cpu
+             else (float("nan"), float("nan")))
     results = [(kind, f.result()) for kind, f in futures]
     check, query_reference, bulk_reference = checks
     query_latencies, query_phases, bulk_latencies, statuses, refusals, lines = [], [], [], {}, [], []
@@ -201,7 +221,8 @@ def run_phase(pool, url: str, query_bodies: list[bytes], query_tokens: list[int]
     starts = [r.started for _, r in results]
     return Phase(num_queries, num_bulk, window, query_latencies, query_phases, texts, tokens, bulk_latencies, statuses,
                  refusals, server_refusals,
-                 computed, answered_query_tokens, lines, [r.cpu_share for _, r in results], max(starts) - min(starts))
+                 computed, answered_query_tokens, lines, [r.cpu_share for _, r in results], max(starts) - min(starts),
+                 cores)
 
 
 def query_bodies(queries: list[str]) -> list[bytes]:
@@ -268,9 +289,11 @@ def run_mixed(args, engine, min_cosine: float, base_flags: list[str]) -> int:
     with ProcessPoolExecutor(num_procs, mp_context=multiprocessing.get_context("spawn")) as pool:
         list(pool.map(time.sleep, [0.1] * num_procs))  # every process started before any timing
 
+        server_cpu: ServerCpu | None = None  # the server being measured's
+
         def phase(url: str, num_queries: int, num_bulk: int, window: float, warmup: float) -> Phase:
             measured = run_phase(pool, url, bodies, query_tokens, bulk, bulk_tokens, request_texts, num_queries,
-                                 num_bulk, warmup, window, args.query_gap, checks)
+                                 num_bulk, warmup, window, args.query_gap, checks, server_cpu)
             print(f"  {num_queries} query + {num_bulk} bulk clients: query p50 "
                   f"{percentile_ms(measured.query_latencies, 50):.1f} ms, p99 "
                   f"{percentile_ms(measured.query_latencies, 99):.1f} ms; bulk {measured.bulk_tokens_per_s:,.0f} "
@@ -287,6 +310,7 @@ def run_mixed(args, engine, min_cosine: float, base_flags: list[str]) -> int:
                     warm.post(PATH, body)
                 warm.close()
                 budget[name] = int(metric(server.url, "rose_batch_budget_tokens"))
+                server_cpu = ServerCpu(server.url, server.proc.pid)
                 results[name] = []
                 for _ in range(args.rounds):  # a shared machine's speed drifts: ratios are taken within a round
                     rows = [phase(server.url, args.query_clients, 0, args.window, args.warmup)]
@@ -393,6 +417,18 @@ def render(args, engine, base_flags: list[str], results: dict[str, list[list[Pha
             cells = [_median_phase(timed, p) for p in QUERY_PHASES]
             lines.append(f"| {name} | {phases[0].num_bulk} | " + " | ".join(cells)
                          + f" | {percentile_ms([x for p in phases for x in p.query_latencies], 50):.1f} |")
+    lines += ["", f"The server's CPU over each window, in cores of the machine's {os.cpu_count()}: its engine "
+              "processes, and the rest of it (front ends: HTTP, JSON, tokenizing; the supervisor). The ceiling "
+              "above counts the queries' engine tokens only; their front-end work takes CPU from the same cores.",
+              "", "| server | query clients | bulk clients | engines | the rest | queries/s |",
+              "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for name, rounds in results.items():
+        for k in range(len(rounds[0])):
+            phases = [rows[k] for rows in rounds]
+            lines.append(f"| {name} | {phases[0].num_queries} | {phases[0].num_bulk} | "
+                         f"{statistics.median(p.server_cores[0] for p in phases):.2f} | "
+                         f"{statistics.median(p.server_cores[1] for p in phases):.2f} | "
+                         f"{statistics.median(len(p.query_latencies) / p.window for p in phases):.0f} |")
     lines += ["", "Bulk tokens/s computed: the engines' tokens inside the window less the answered queries' "
               "own. The ceiling is what the bulk clients would keep if the queries cost the engines their own "
               "tokens and nothing more: 1 less the queries' tokens per second over the bulk clients' alone (the "
