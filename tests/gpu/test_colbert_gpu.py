@@ -24,25 +24,20 @@ import pytest
 import torch
 
 from tests.conftest import ServerProcess, texts_with_edges
-from tests.support.colbert_checkpoints import PROJECTION_DIM, maxsim, reference_vectors, save_colbert
+from tests.support.colbert_checkpoints import GPU_QUERY_LENGTH as QUERY_LENGTH
+from tests.support.colbert_checkpoints import PROJECTION_DIM, maxsim, reference_vectors
 from tests.support.gpu_tolerance import REPLAY_TOLERANCE, bf16_tolerance
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 DEVICE = "cuda"
 LEAST_TOLERANCE = 0.02
-QUERY_LENGTH = 16
 
 
 def _texts() -> list[str]:
     """At most 23 x 128 tokens: one batch within the engine test's caps, whichever side."""
     return texts_with_edges(20, 10)
 
-
-@pytest.fixture(scope="module")
-def colbert(tmp_path_factory):
-    return save_colbert(tmp_path_factory.mktemp("colbert") / "colbert", query_length=QUERY_LENGTH,
-                        document_length=128)
 
 
 def _references(path, texts: list[str], is_query: bool) -> tuple[list[np.ndarray], float]:

@@ -23,25 +23,20 @@ import pytest
 import torch
 
 from tests.conftest import ServerProcess, load_texts, texts_with_edges
-from tests.support.colbert_checkpoints import maxsim, reference_vectors, save_colbert
+from tests.support.colbert_checkpoints import GPU_QUERY_LENGTH as QUERY_LENGTH
+from tests.support.colbert_checkpoints import maxsim, reference_vectors
 from tests.support.gpu_tolerance import REPLAY_TOLERANCE, bf16_tolerance
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 DEVICE = "cuda"
 LEAST_TOLERANCE = 0.02
-QUERY_LENGTH = 16
 QUERIES = ["How do I read a file line by line?", " ".join(load_texts(4)), ""]
 
 
 def _documents() -> list[str]:
     return texts_with_edges(20, 10)
 
-
-@pytest.fixture(scope="module")
-def colbert(tmp_path_factory):
-    return save_colbert(tmp_path_factory.mktemp("colbert") / "colbert", query_length=QUERY_LENGTH,
-                        document_length=128)
 
 
 def _reference(path, queries: list[str], documents: list[str]) -> tuple[list[np.ndarray], float]:

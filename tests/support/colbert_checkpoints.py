@@ -28,6 +28,7 @@ from tests.support.qwen3_checkpoints import randomize
 from tests.support.st_checkpoints import bert_tokenizer
 
 PROJECTION_DIM = 16
+GPU_QUERY_LENGTH = 16  # the GPU tests' ColBERT (tests/gpu/conftest.py): its MaxSim sums this many tokens
 
 
 def save_colbert(path: Path, *, query_length: int = 12, document_length: int = 40, attend_to_expansion_tokens=True,
