@@ -169,7 +169,8 @@ def test_a_second_ctrl_c_answers_requests_in_flight_503_and_logs_no_traceback(fr
                          env=DELAY, new_session=True)
     send = os.killpg if to_group else os.kill
     try:
-        bodies = [{"input": [f"in flight {i}"] * 8, "model": MODEL} for i in range(4)]  # 16 batches, ~8 s
+        # 32 batches, ~16 s; fair batches may serve one request first, which still needs 8 of them (4 s).
+        bodies = [{"input": [f"in flight {i}"] * 16, "model": MODEL} for i in range(4)]
         with ThreadPoolExecutor(4) as pool:
             futures = [pool.submit(embed, proc.url, body) for body in bodies]
             time.sleep(1.0)
