@@ -202,17 +202,21 @@ def wait_until_healthy(url: str, proc: subprocess.Popen, timeout: float = 300.0)
 class ServerProcess:
     """`python -m rose_embed serve` on loopback; `url` is ready once started."""
 
-    def __init__(self, *args: str, timeout: float = 300.0):
+    def __init__(self, *args: str, timeout: float = 300.0, log_path: Path | None = None):
+        """`log_path`: the server's log at level info goes there (else warnings only, to this stderr)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # The repository first, then whatever PYTHONPATH already holds (packages installed
         # with --target on a machine without a virtual environment).
         path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
         env = dict(os.environ, PYTHONPATH=path, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1")
-        # stderr is inherited: at --log-level warning it stays quiet unless the server fails to start.
+        # Without a log file stderr is inherited: at --log-level warning it stays quiet unless the server fails.
+        self.log_path = log_path
+        level = "info" if log_path is not None else "warning"
+        self._log = open(log_path, "w") if log_path is not None else None  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rose_embed", "serve", "--port", str(self.port), "--log-level", "warning", *args],
-            cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+            [sys.executable, "-m", "rose_embed", "serve", "--port", str(self.port), "--log-level", level, *args],
+            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=self._log,
         )
         try:
             wait_until_healthy(self.url, self.proc, timeout)
@@ -226,3 +230,5 @@ class ServerProcess:
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+        if self._log is not None:
+            self._log.close()

@@ -34,8 +34,10 @@ import os
 import shlex
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import msgspec
 import numpy as np
@@ -277,6 +279,7 @@ def run_mixed(args, engine, min_cosine: float, base_flags: list[str]) -> int:
     checks = (check, engine.embed(queries), engine.embed(texts))
     bodies = query_bodies(queries)
     budget: dict[str, int] = {}  # per server, the batch budget its warm-up chose
+    warm_up_lines: dict[str, list[str]] = {}  # ... and what its log says of the choice
     fcfs = [*base_flags, "--scheduling", "fcfs"]
     servers = [("default flags", base_flags), ("--scheduling fcfs", fcfs)]
     if engine.device.type == "cpu":  # a GPU's default budget is that large already
@@ -303,13 +306,17 @@ def run_mixed(args, engine, min_cosine: float, base_flags: list[str]) -> int:
 
         for name, flags in servers:
             print(f"server: {name}", flush=True)
-            server = ServerProcess(*flags)
+            log_path = Path(tempfile.mkdtemp()) / "server.log"
+            server = ServerProcess(*flags, log_path=log_path)
             try:
                 warm = BlockingConnection(server.url, timeout=CLIENT_TIMEOUT_S)
                 for body in [*bulk[:1], *bodies[:20]]:  # the first requests of each shape, outside the timing
                     warm.post(PATH, body)
                 warm.close()
                 budget[name] = int(metric(server.url, "rose_batch_budget_tokens"))
+                warm_up_lines[name] = [line.split("rose_embed.engine: ", 1)[-1] for line in
+                                       log_path.read_text(errors="replace").splitlines()
+                                       if "batches of at most" in line or "at each budget timed" in line]
                 server_cpu = ServerCpu(server.url, server.proc.pid)
                 results[name] = []
                 for _ in range(args.rounds):  # a shared machine's speed drifts: ratios are taken within a round
@@ -330,7 +337,7 @@ def run_mixed(args, engine, min_cosine: float, base_flags: list[str]) -> int:
         batch_seconds = measured_speed(lambda seqs: engine.execute(seqs).wait(),
                                        budget[servers[0][0]]).batch_seconds
     publish(render(args, engine, base_flags, results, overload, check, len(texts), request_texts, bulk_tokens,
-                   budget, batch_seconds), args.out)
+                   budget, batch_seconds, warm_up_lines), args.out)
     failed = (any(p.failures for rounds in results.values() for rows in rounds for p in rows)
               or (overload and overload.failures))
     return 1 if failed or check.mismatches or not check.checked else 0
@@ -338,7 +345,7 @@ def run_mixed(args, engine, min_cosine: float, base_flags: list[str]) -> int:
 
 def render(args, engine, base_flags: list[str], results: dict[str, list[list[Phase]]], overload: Phase | None, check,
            num_texts: int, request_texts: int, bulk_tokens: list[int], budget: dict[str, int],
-           batch_seconds: float | None) -> str:
+           batch_seconds: float | None, warm_up_lines: dict[str, list[str]]) -> str:
     from bench.lib.common import hardware
 
     command = "python bench/load_gen.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -363,6 +370,7 @@ def render(args, engine, base_flags: list[str], results: dict[str, list[list[Pha
         f"**{check.mismatches} mismatches** (cosine < {check.min_cosine}); worst cosine {check.worst:.7f}",
         "- batch budget per server, as its warm-up chose it: "
         + "; ".join(f"{name}: {tokens} tokens" for name, tokens in budget.items()),
+        *[f"- warm-up's log, {name}: " + " / ".join(lines) for name, lines in warm_up_lines.items() if lines],
         *([f"- one full batch of the default flags' budget ({budget[next(iter(budget))]} tokens of 32-token texts) "
            f"takes {1000 * batch_seconds:.1f} ms on the device (the engine alone, in this run)"]
           if batch_seconds else []),
