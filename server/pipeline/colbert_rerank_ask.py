@@ -11,7 +11,9 @@ colbert_scores: a sum over the query's vectors, no activation), so the route ans
 
 PyLate cuts queries at query_length and documents at document_length, and so does the server: TEI's
 `truncate` false refuses nothing here, as /v1/embeddings cuts a ColBERT model's texts whatever
---long-inputs says. `max_tokens_per_doc` cuts each document's own tokens before that.
+--long-inputs says (`check_truncated` is never called). `max_tokens_per_doc` cuts each document's own
+tokens before that. What the two kinds share (the trace, how many parts may wait ahead, the result
+rows) is PairAsk's.
 """
 
 from __future__ import annotations
@@ -24,26 +26,19 @@ from rose_embed.engine.text.colbert_groups import encode_rerank
 from rose_embed.server.http.trace import RequestTrace
 from rose_embed.server.pipeline.compute_request import PartMaker
 from rose_embed.server.pipeline.embed_parts import is_large_request
-from rose_embed.server.pipeline.guards import check_finite
-from rose_embed.server.pipeline.pair_parts import pairs_ahead
+from rose_embed.server.pipeline.pair_ask import PairAsk
 from rose_embed.server.pipeline.priority_pool import LARGE, SMALL
 from rose_embed.server.pipeline.request_cost import input_cost
-from rose_embed.server.pipeline.request_pipeline import Outcome, ReadyPart, part_bounds
+from rose_embed.server.pipeline.request_pipeline import ReadyPart, part_bounds
 from rose_embed.server.pipeline.served_models import ServedModel
 from rose_embed.server.pipeline.serving import Serving
 from rose_embed.server.pipeline.token_inputs import TokenInputs
 
 
 @dataclass
-class ColbertRerankAsk:
-    query: str
-    documents: list[str]
-    max_doc_tokens: int | None = None
-    priority: int | None = None
-
+class ColbertRerankAsk(PairAsk):
     def check(self, serving: Serving, model: ServedModel, trace: RequestTrace) -> int:
-        trace.num_inputs = len(self.documents)
-        trace.texts = [self.query, *self.documents] if serving.config.log_inputs else None
+        self._trace(serving, trace)
         colbert = model.view.spec.colbert
         max_tokens, _ = serving.batch_budget
         # Each group repeats the query: about one per batch budget's worth of documents.
@@ -57,14 +52,6 @@ class ColbertRerankAsk:
         priority = LARGE if is_large_request(len(self.documents)) else SMALL
         return [self._part_maker(serving, model, self.documents[lo:hi], priority)
                 for lo, hi in part_bounds(len(self.documents))]
-
-    def parts_ahead(self, serving: Serving, model: ServedModel) -> int | None:
-        return pairs_ahead(serving)
-
-    def result(self, outcome: Outcome, trace: RequestTrace) -> np.ndarray:
-        rows = np.concatenate(outcome.answers) if outcome.answers else np.zeros((0, 2), np.float32)
-        check_finite(rows, trace.request_id)
-        return rows
 
     def _part_maker(self, serving: Serving, model: ServedModel, documents: list[str], priority: int) -> PartMaker:
         async def ready() -> ReadyPart:

@@ -30,9 +30,12 @@ class PairAsk:
     priority: int | None = None
 
     def check(self, serving: Serving, model: ServedModel, trace: RequestTrace) -> int:
+        self._trace(serving, trace)
+        return pairs_cost(self.query, self.documents, model.view.spec.max_seq_len)
+
+    def _trace(self, serving: Serving, trace: RequestTrace) -> None:
         trace.num_inputs = len(self.documents)
         trace.texts = [self.query, *self.documents] if serving.config.log_inputs else None
-        return pairs_cost(self.query, self.documents, model.view.spec.max_seq_len)
 
     async def parts(self, serving: Serving, model: ServedModel, trace: RequestTrace,
                     token_inputs: TokenInputs) -> list[PartMaker]:
