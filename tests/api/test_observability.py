@@ -13,10 +13,9 @@ import uuid
 
 import numpy as np
 import pytest
-from litestar.testing import TestClient
 
 from rose_embed.server.http.logs import ACCESS_LOGGER, JsonFormatter, TextFormatter
-from tests.support.fake_engine import BASE_URL, FAKE_MODEL, FakeEngine, fake_config, observed_app, serve
+from tests.support.fake_engine import FAKE_MODEL, FakeEngine, fake_config, observed_app, serve, serve_app
 from tests.support.helpers import assert_envelope, sample
 
 ORIGIN = "https://app.example"
@@ -131,9 +130,8 @@ def test_probes_log_below_info(client, caplog):
 
 def test_a_503_from_health_while_loading_logs_below_info_too(fake, caplog):
     caplog.set_level(logging.DEBUG, logger=ACCESS_LOGGER)
-    app = observed_app(fake)
-    with TestClient(app, base_url=BASE_URL) as client:
-        app.app.state.runtime.is_ready = False  # as while the model loads
+    with serve_app(observed_app(fake)) as client:  # once loaded: the load would set it ready again
+        client.runtime.is_ready = False  # as while the model loads
         r = client.get("/health", headers={"x-request-id": "probe-3"})
     assert r.status_code == 503 and r.json()["error"]["code"] == "model_not_ready"
     assert [r.levelno for r in _access_records(caplog, "probe-3")] == [logging.DEBUG]
