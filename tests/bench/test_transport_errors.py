@@ -3,6 +3,7 @@ failed request, in both patterns, and its lean client opens a fresh connection a
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import threading
@@ -81,7 +82,9 @@ def test_the_many_client_worker_counts_a_lost_request_as_a_failure(rude):
     assert result.transport_errors == len(plan) == len(result.errors)
     assert all(error.startswith("transport: ") for error in result.errors)
     assert len(result.indices) == 0
-    assert 0 < result.cpu_share < 2  # the generator's own CPU, reported beside the server's figures
+    # The generator's own CPU, reported beside the server's figures: this process's, which holds the rude
+    # server's thread too, so at most every core of the machine over the worker's few milliseconds.
+    assert 0 < result.cpu_share <= 1.1 * os.cpu_count()
 
 
 def test_after_a_transport_error_the_next_request_opens_a_fresh_connection():
