@@ -89,9 +89,9 @@ class MultiOutputEmbedding(msgspec.Struct, kw_only=True, omit_defaults=True):
 
     index: int
     object: str  # "multi_output_embedding"
-    dense: Any = None
+    dense: list[float] | str | None = None
     sparse: SparseEmbedding | None = None
-    colbert: Any = None
+    colbert: list[list[float]] | str | None = None
 
 
 class Embedding(msgspec.Struct, kw_only=True):
@@ -108,9 +108,9 @@ class Usage(msgspec.Struct, kw_only=True):
 
 
 class EmbeddingResponse(msgspec.Struct, kw_only=True):
-    # A BGE-M3 request that names `outputs` gets MultiOutputEmbedding items instead (docs/bge-m3.md); the
-    # OpenAPI document, read from this type, describes OpenAI's item, and msgspec's schema has no untagged
-    # union of two Structs to say both.
+    # A BGE-M3 request that names `outputs` gets MultiOutputEmbedding items instead (docs/bge-m3.md); msgspec's
+    # types have no untagged union of two Structs to say both: the OpenAPI document adds it
+    # (server/routes/embeddings.py's ANSWER).
     data: list[Embedding]
     model: str
     usage: Usage

@@ -6,6 +6,7 @@ one is in the document without a second description to keep in step.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,16 +18,25 @@ _NESTED_ONE = {"items", "schema_not", "additional_properties", "contains"}
 _NESTED_LIST = {"one_of", "any_of", "all_of", "prefix_items"}
 
 
-def struct_schema(struct: type[msgspec.Struct]) -> Schema:
+def struct_schema(struct: type[msgspec.Struct],
+                  items: Mapping[str, tuple[type[msgspec.Struct], ...]] | None = None) -> Schema:
     """The Struct's schema, inline: Litestar rebuilds `components.schemas` from its own registry,
-    so a component added beside it would be dropped and a reference to it would dangle."""
-    (ref,), components = msgspec.json.schema_components([struct], ref_template="#/$defs/{name}")
-    return _to_schema(_inline(ref, components))
+    so a component added beside it would be dropped and a reference to it would dangle. `items`: list
+    fields whose items are one of several Structs, an untagged union msgspec's types cannot say."""
+    items = items or {}
+    alternatives = [one for ones in items.values() for one in ones]
+    (ref, *refs), components = msgspec.json.schema_components([struct, *alternatives], ref_template="#/$defs/{name}")
+    node = _inline(ref, components)
+    by_type = dict(zip(alternatives, refs))
+    for name, ones in items.items():
+        node["properties"][name]["items"] = {"anyOf": [_inline(by_type[one], components) for one in ones]}
+    return _to_schema(node)
 
 
-def body_operation(struct: type[msgspec.Struct]) -> type[Operation]:
+def body_operation(struct: type[msgspec.Struct], answer: Schema | None = None) -> type[Operation]:
     """An operation class that publishes `struct` as its request body, for a route that decodes
-    its body itself (strictly), where Litestar sees no `data` parameter to infer one from."""
+    its body itself (strictly), where Litestar sees no `data` parameter to infer one from; and
+    `answer`, where given, as its 200 answer in place of the one Litestar reads from the handler."""
     schema = struct_schema(struct)
 
     @dataclass
@@ -34,6 +44,8 @@ def body_operation(struct: type[msgspec.Struct]) -> type[Operation]:
         def __post_init__(self) -> None:
             self.request_body = RequestBody(required=True,
                                             content={"application/json": OpenAPIMediaType(schema=schema)})
+            if answer is not None and self.responses and "200" in self.responses:
+                self.responses["200"].content = {"application/json": OpenAPIMediaType(schema=answer)}
 
     return BodyOperation
 

@@ -16,7 +16,7 @@ from typing import Literal
 import msgspec
 from litestar.handlers import HTTPRouteHandler
 from litestar.openapi import ResponseSpec
-from litestar.openapi.spec import Operation
+from litestar.openapi.spec import Operation, Schema
 
 from rose_embed.server.http.access import Access, access_opt
 from rose_embed.server.http.openapi import NO_KEY_NEEDED
@@ -35,6 +35,9 @@ class RouteSpec:
     summary: str
     responses: Mapping[int, ResponseSpec]
     body: type[msgspec.Struct] | None = None
+    # The 200 answer's schema where Litestar's, read from the handler's return type, cannot say it all
+    # (server/http/openapi_schema.py's `struct_schema` with `items`); only with `body`.
+    answer: Schema | None = None
     access: Access = "key"
     is_documented: bool = True
     is_polled: bool = False  # asked every few seconds (probes, scrapes): its answers would drown the log
@@ -49,7 +52,7 @@ class RouteSpec:
     def route_handler(self) -> HTTPRouteHandler:
         decorate = HTTPRouteHandler(
             path=list(self.paths), http_method=self.method, status_code=200, summary=self.summary,
-            operation_class=body_operation(self.body) if self.body is not None else Operation,
+            operation_class=body_operation(self.body, self.answer) if self.body is not None else Operation,
             responses=dict(self.responses), include_in_schema=self.is_documented,
             security=NO_KEY_NEEDED if self.access == "open" else None, opt=access_opt(self.access))
         return decorate(self.handler)

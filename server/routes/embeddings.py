@@ -20,11 +20,12 @@ from litestar.datastructures import State
 
 from rose_embed.compat.inputs import normalise_input
 from rose_embed.compat.multi_output_wire import multi_output_item
-from rose_embed.compat.openai import Embedding, EmbeddingRequest, EmbeddingResponse, Usage
+from rose_embed.compat.openai import Embedding, EmbeddingRequest, EmbeddingResponse, MultiOutputEmbedding, Usage
 from rose_embed.compat.sparse_wire import sparse_embedding
 from rose_embed.server.config import ServerConfig
 from rose_embed.server.http.errors import invalid_request
 from rose_embed.server.http.openapi import EMBEDDINGS_ERROR_RESPONSES
+from rose_embed.server.http.openapi_schema import struct_schema
 from rose_embed.server.http.route_spec import RouteSpec
 from rose_embed.server.pipeline.colbert_ask import ColbertAsk
 from rose_embed.server.pipeline.embed_ask import EmbedAsk
@@ -88,5 +89,7 @@ async def create_embeddings(request: Request, state: State) -> EmbeddingResponse
     return await serve_request(request, state, EMBEDDINGS)
 
 
+# Each item OpenAI's, or with a BGE-M3 model asked for `outputs` the outputs it asked for.
+ANSWER = struct_schema(EmbeddingResponse, items={"data": (Embedding, MultiOutputEmbedding)})
 ROUTES = [RouteSpec(create_embeddings, "POST", ("/v1/embeddings", "/embeddings"), "Create embeddings",
-                    EMBEDDINGS_ERROR_RESPONSES, body=EmbeddingRequest)]
+                    EMBEDDINGS_ERROR_RESPONSES, body=EmbeddingRequest, answer=ANSWER)]

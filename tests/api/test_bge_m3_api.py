@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import itertools
 
+import jsonschema
 import numpy as np
 import pytest
 
@@ -90,6 +91,21 @@ def test_base64_packs_dense_and_colbert_vectors(client, texts, reference):
     r = _post(client, {"input": texts, "outputs": ["dense", "sparse", "colbert"], "encoding_format": "base64"})
     assert r.status_code == 200, r.text
     _assert_outputs(r.json()["data"], reference, ["dense", "sparse", "colbert"], "base64")
+
+
+@pytest.mark.parametrize("encoding", ["float", "base64"])
+def test_the_openapi_document_describes_both_answers(client, texts, encoding):
+    """The 200 answer published for /v1/embeddings takes a multi-output answer and OpenAI's; an item of
+    neither shape does not pass (the schema is not vacuous)."""
+    document = client.get("/docs/openapi.json").json()
+    answer = document["paths"]["/v1/embeddings"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+    validator = jsonschema.Draft202012Validator(answer)
+    for body in ({"outputs": ["dense", "sparse", "colbert"]}, {"outputs": ["sparse"]}, {}):
+        r = _post(client, {"input": texts[:4], "encoding_format": encoding, **body})
+        assert r.status_code == 200, r.text
+        validator.validate(r.json())
+    neither = {**r.json(), "data": [{"index": 0, "sparse": "not an object"}]}
+    assert not validator.is_valid(neither)
 
 
 def test_without_outputs_the_answer_is_openais_dense_vector(client, texts, reference):
