@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+
 from rose_embed.engine.model_files.json_files import read_json_object
 
 if TYPE_CHECKING:

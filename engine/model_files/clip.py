@@ -23,11 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rose_embed.engine.image.preprocess import (
-    ImagePreprocess,
-    ImageProcessorError,
-    read_image_processor,
-)
+from rose_embed.engine.image.preprocess import ImagePreprocess, ImageProcessorError, read_image_processor
 from rose_embed.engine.model_files.json_files import read_json, read_json_object
 
 CLIP_MODEL_TYPE = "clip"

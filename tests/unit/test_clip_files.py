@@ -11,18 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image, ImageDraw
+
 from rose_embed.engine.contract.config import ModelOverrides
 from rose_embed.engine.image.preprocess import image_preprocess, preprocess
 from rose_embed.engine.model_files.clip import HIGHEST_ID
 from rose_embed.engine.model_files.loader import ModelLoadError, load_spec
 from rose_embed.engine.text.tokenizer import tokenizer_for
-
-from tests.support.clip_checkpoints import (
-    IMAGE_SIZE,
-    save_clip,
-    save_st_clip,
-    write_modules,
-)
+from tests.support.clip_checkpoints import IMAGE_SIZE, save_clip, save_st_clip, write_modules
 
 
 @pytest.fixture(scope="module")
