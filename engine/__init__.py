@@ -6,8 +6,9 @@
 - queue/: Tulip, the queue of one device. Runs in that device's engine process.
 - rose/: ROSE, the engine that runs the model on packed batches. Runs in an engine process (or in
   the process of a program that uses `Engine` as a library: the corpus job, Ray, the benchmarks).
-- model_files/ and text/: what a model's directory says and how its texts become token ids,
-  without torch. Imported by every process that knows the model, front ends included.
+- model_files/, text/ and image/: what a model's directory says and how its texts become token ids
+  and its images pixels, without torch. Imported by every process that knows the model, front ends
+  included.
 
 Tensors and token ids only: nothing here knows HTTP, JSON or Litestar.
 """

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rose_embed.engine.model_files.architecture_support import config_refusal
+from rose_embed.engine.model_files.clip import ClipError, ClipModel, clip_model_dir, is_clip, read_clip
 from rose_embed.engine.model_files.bge_m3 import (
     COLBERT_FILE, SPARSE_FILE, BgeM3Error, BgeM3Model, is_bge_m3, read_bge_m3,
 )
@@ -23,7 +24,7 @@ from rose_embed.engine.contract.sparse_rows import row_width
 from rose_embed.engine.model_files.embedded_model import (
     DEFAULT_MODEL_NAME, embedded_model_dir, is_embedded_hub_id, is_embedded_model_dir,
 )
-from rose_embed.engine.model_files.flavour import PPLX_MODEL_TYPE, FlavourError, read_flavour
+from rose_embed.engine.model_files.flavour import PPLX_MODEL_TYPE, FlavourError, parse_matryoshka_dims, read_flavour
 from rose_embed.engine.model_files.json_files import read_json, read_json_object
 from rose_embed.engine.model_files.load_error import ModelLoadError
 from rose_embed.engine.model_files.colbert import ColbertError, ColbertModel, is_colbert, read_colbert
@@ -47,6 +48,7 @@ ARCHITECTURES = {
     "qwen3": "qwen3", PPLX_MODEL_TYPE: "qwen3",
     "mistral": "mistral",
     "gemma3_text": "gemma3",
+    "clip": "clip",
 }
 DECODER_ARCHITECTURES = {"qwen3", "mistral", "gemma3"}
 # Encoders whose learned positions start after the padding index (which costs that many slots).
@@ -97,6 +99,9 @@ class ModelSpec:
     # Set for BGE-M3, an embedder of kind "embed": a text in, rows of [dense | colbert | lexical weight]
     # out, one per text or one per token as the request asks (engine/contract/m3_rows.py).
     m3: BgeM3Model | None = None
+    # Set for a CLIP dual encoder, an embedder of kind "embed": a text or an image in, one vector of the
+    # space both share out (engine/model_files/clip.py); the text tower is the model's packed-stream forward.
+    clip: ClipModel | None = None
 
     @property
     def is_reranker(self) -> bool:
@@ -170,6 +175,10 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
         model_dir = routed_model_dir(root) or root
     except RouterError as exc:
         raise ModelLoadError(f"{root}: {exc}") from exc
+    try:  # sentence-transformers' packaging of a CLIP model may keep it in a module's folder
+        model_dir = clip_model_dir(root) or model_dir
+    except ClipError as exc:
+        raise ModelLoadError(f"{root}: {exc}") from exc
     hf_config = read_json_object(model_dir / "config.json")
     if hf_config is None:
         raise ModelLoadError(f"{model_dir} has no config.json")
@@ -181,6 +190,8 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
     architecture = ARCHITECTURES[model_type]
     if refusal := config_refusal(architecture, hf_config):
         raise ModelLoadError(refusal)
+    if is_clip(hf_config):
+        return _clip_spec(model_dir, name, hf_config, max_seq_len, overrides or ModelOverrides())
     # DistilBERT's config calls the hidden size `dim`.
     hidden_size = int(hf_config.get("hidden_size") or hf_config.get("dim") or 0)
 
@@ -297,6 +308,39 @@ def _bge_m3_spec(model_dir: Path, name: str, architecture: str, hf_config: dict,
         max_seq_len=min(max_seq_len, model_limit) if max_seq_len else model_limit, hidden_size=hidden_size,
         embedding_dim=m3_rows.row_width(m3.dense_dim, m3.colbert_dim), is_causal=False,
         prompts=dict(st_cfg.get("prompts") or {}), matryoshka_dims=(), lowercase=modules.lowercase, m3=m3,
+    )
+
+
+def _clip_spec(model_dir: Path, name: str, hf_config: dict, max_seq_len: int | None,
+               overrides: ModelOverrides) -> ModelSpec:
+    """A CLIP model's description (engine/model_files/clip.py): its text tower is causal and read at the
+    text's last token once the text is cut after its end token; both towers' vectors are projection_dim wide."""
+    asked = {name: value for name, value in (("--model-kind", overrides.kind), ("--pooling", overrides.pooling),
+                                             ("--attention", overrides.attention),
+                                             ("--output-quantization", overrides.quantization))
+             if value is not None and value not in ("embed", "none")}
+    if asked:
+        raise ModelLoadError(f"{model_dir}: a CLIP model's pooling, attention, kind and output are its own; "
+                             f"{', '.join(asked)} cannot change them")
+    try:
+        clip = read_clip(model_dir, hf_config)
+    except ClipError as exc:
+        raise ModelLoadError(f"{model_dir}: {exc}") from exc
+    text = hf_config["text_config"]
+    model_limit = int(text.get("max_position_embeddings", 77))
+    tok_cfg = read_json_object(model_dir / "tokenizer_config.json") or {}
+    if isinstance(tok_cfg.get("model_max_length"), int) and tok_cfg["model_max_length"] < 10**9:
+        model_limit = min(model_limit, tok_cfg["model_max_length"])
+    try:
+        matryoshka = (None if overrides.matryoshka_dims is None
+                      else parse_matryoshka_dims(overrides.matryoshka_dims, clip.projection_dim))
+    except FlavourError as exc:
+        raise ModelLoadError(str(exc)) from exc
+    return ModelSpec(
+        path=model_dir, name=name, architecture="clip", hf_config=hf_config, pooling="last", normalize=True,
+        max_seq_len=min(max_seq_len, model_limit) if max_seq_len else model_limit,
+        hidden_size=int(text.get("hidden_size", 512)), embedding_dim=clip.projection_dim, is_causal=True,
+        matryoshka_dims=matryoshka, clip=clip,
     )
 
 

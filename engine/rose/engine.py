@@ -242,6 +242,17 @@ class Engine(ModelView):
             logger.info("tokens/s at each budget timed: %s",
                         ", ".join(f"{tokens}: {speed:,.0f}" for tokens, speed in choice.speeds))
 
+    def embed_images(self, pixel_values: np.ndarray) -> np.ndarray:
+        """Synchronous: preprocessed images [N, 3, S, S] float32 (engine/image/preprocess.py) -> [N, dim]
+        float32, in the space of the texts' vectors; batches of at most max_batch_seqs images.
+        ValueError for a model without a vision tower."""
+        if self.spec.clip is None:
+            raise ValueError(f"{self.spec.name} embeds texts only: it has no vision tower")
+        size = self.config.max_batch_seqs
+        parts = [self.runner.execute_images(pixel_values[lo: lo + size]).wait()
+                 for lo in range(0, len(pixel_values), size)]
+        return np.concatenate(parts) if parts else np.zeros((0, self.dimensions), np.float32)
+
     def embed(self, texts: list[str]) -> np.ndarray:
         """Synchronous convenience (benchmarks, corpus jobs, Ray): texts -> [N, dim] float32.
 

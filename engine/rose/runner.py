@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from rose_embed.engine.contract.batch import PackedBatch, split_packed
@@ -13,7 +14,7 @@ from rose_embed.engine.rose.quantization.fp8_plan import pooled_tokens_of
 from rose_embed.engine.rose.graphs import CUDAGraphRunner, StaticInputs
 from rose_embed.engine.rose.attention.ragged import AttentionBackend
 from rose_embed.engine.rose.layers.head import SentenceHead
-from rose_embed.engine.rose.layers.pooling import pooled_token_rows
+from rose_embed.engine.rose.layers.pooling import normalize, pooled_token_rows
 from rose_embed.engine.rose.lazy import LazyResult
 
 
@@ -66,6 +67,15 @@ class ModelRunner:
             parts = [self._run_eager(part) for part in split_packed(batch, CPU_CHUNK_TOKENS)]
             return LazyResult(parts[0] if len(parts) == 1 else torch.cat(parts), num_outputs)
         return LazyResult(self._run_eager(batch), num_outputs)
+
+    @torch.inference_mode()
+    def execute_images(self, pixel_values: np.ndarray) -> LazyResult:
+        """Images' vectors, for a model with a vision tower (CLIP): pixel_values [N, 3, S, S] float32, as
+        engine/image/preprocess.py makes them -> [N, dim], normalised where the head normalises texts'.
+        Eager on every device: no CUDA graph holds a vision tower yet."""
+        pixels = torch.from_numpy(pixel_values).to(self.device)
+        vectors = self.model.embed_images(pixels).float()
+        return LazyResult(normalize(vectors) if self.head.normalize else vectors, len(pixel_values))
 
     def _run_eager(self, batch: PackedBatch) -> torch.Tensor:
         input_ids, positions, cu_seqlens, segment_ids = self._load(batch)

@@ -14,6 +14,7 @@ from tokenizers import Tokenizer, normalizers
 from tokenizers.processors import TemplateProcessing
 
 from rose_embed.engine.text.long_text_cut import CUT_CHARS_PER_TOKEN, cut_point, splits_at_whitespace
+from rose_embed.engine.model_files.clip import HIGHEST_ID
 from rose_embed.engine.model_files.json_files import read_json_object
 from rose_embed.engine.model_files.tokenizer_file import read_tokenizer
 from rose_embed.engine.text.ascii_wordpiece import AsciiWordPiece
@@ -90,10 +91,12 @@ class TextTokenizer:
     """
 
     def __init__(self, model_dir: Path, max_seq_len: int, append_end_token: bool = False, strip_texts: bool = True,
-                 lowercase: bool = False):
+                 lowercase: bool = False, pooled_token: int | None = None):
         # What builds the same tokenizer again, in another process.
-        self.recipe = (Path(model_dir), max_seq_len, append_end_token, strip_texts, lowercase)
+        self.recipe = (Path(model_dir), max_seq_len, append_end_token, strip_texts, lowercase, pooled_token)
         self.max_seq_len = max_seq_len
+        # A CLIP text tower's token whose state is the text's vector (engine/model_files/clip.py): ids end there.
+        self.pooled_token = pooled_token
         self.strip_texts = strip_texts
         self._tokenizer = read_tokenizer(Path(model_dir) / "tokenizer.json")
         if lowercase:
@@ -113,7 +116,7 @@ class TextTokenizer:
         self._untruncated: Tokenizer | None = None  # built on first use: only over-long texts need it
         self._untruncated_lock = threading.Lock()
         self._wrapping: tuple[tuple[int, ...], tuple[int, ...]] | None = None
-        self._fast = self._ascii_wordpiece()
+        self._fast = self._ascii_wordpiece() if pooled_token is None else None
 
     def _ascii_wordpiece(self) -> AsciiWordPiece | None:
         try:
@@ -190,6 +193,8 @@ class TextTokenizer:
 
     def _ids(self, texts: Sequence[str]) -> list[Sequence[int]]:
         texts = self._stripped(texts)
+        if self.pooled_token is not None:
+            return [cut_after_pooled_token(ids, self.pooled_token) for ids in self._rust_ids(texts)]
         if self._fast is None:
             return self._rust_ids(texts)
         ids = [self._fast.encode(text) for text in texts]
@@ -230,6 +235,8 @@ class TextTokenizer:
         """Caller-given token ids, used as they are and cut to max_seq_len. Ids that end with what the
         tokenizer puts after a text ([SEP], </s>, <|endoftext|>) keep it at the end of the cut, as the
         tokenizer's own truncation of a text does: a last-token-pooled model reads its vector there."""
+        if self.pooled_token is not None:
+            ids = cut_after_pooled_token(ids, self.pooled_token)
         if len(ids) <= self.max_seq_len:
             return np.asarray(ids, dtype=np.int32)
         try:
@@ -254,6 +261,23 @@ class TextTokenizer:
         return [self._tokenizer.id_to_token(i) or "" for i in ids]
 
 
+def cut_after_pooled_token(ids: Sequence[int], pooled_token: int) -> Sequence[int]:
+    """A CLIP text's ids up to the token transformers reads its vector at: the first `pooled_token`, or
+    with HIGHEST_ID the first occurrence of the text's highest id; the first token where there is no
+    such token (transformers' argmax of an all-false row). The text tower is causal, so that token's
+    state is the same without what follows, and the text is pooled at its last token."""
+    if not ids:
+        return ids
+    if pooled_token == HIGHEST_ID:
+        at = max(range(len(ids)), key=ids.__getitem__)  # the first of the highest, as argmax takes it
+    else:
+        try:
+            at = list(ids).index(pooled_token)
+        except ValueError:
+            at = 0
+    return ids[: at + 1]
+
+
 # Model types whose tokenizers split on whitespace (WordPiece), where stripping a text changes
 # nothing a reference computes. For byte-level BPE (RoBERTa, XLM-R's SentencePiece, Qwen3,
 # ModernBERT, Gemma3, Mistral) whitespace is content, and sentence-transformers 6 feeds the
@@ -264,7 +288,8 @@ _STRIPPED_MODEL_TYPES = {"bert", "distilbert", "mpnet"}
 def tokenizer_recipe(spec: ModelSpec) -> tuple:
     """TextTokenizer's arguments for the model (its `recipe`), without loading the tokenizer."""
     strip_texts = spec.hf_config.get("model_type") in _STRIPPED_MODEL_TYPES
-    return (Path(spec.path), spec.max_seq_len, spec.append_end_token, strip_texts, spec.lowercase)
+    pooled_token = spec.clip.end_token if spec.clip is not None else None
+    return (Path(spec.path), spec.max_seq_len, spec.append_end_token, strip_texts, spec.lowercase, pooled_token)
 
 
 def tokenizer_for(spec: ModelSpec) -> TextTokenizer:

@@ -2,6 +2,7 @@
 engine process."""
 
 from rose_embed.engine.rose.models.bert import BertModel
+from rose_embed.engine.rose.models.clip import ClipModel
 from rose_embed.engine.rose.models.distilbert import DistilBertModel
 from rose_embed.engine.rose.models.gemma3 import Gemma3TextModel
 from rose_embed.engine.rose.models.mistral import MistralModel
@@ -11,6 +12,7 @@ from rose_embed.engine.rose.models.qwen3 import Qwen3Model
 
 MODEL_CLASSES = {
     "bert": BertModel,
+    "clip": ClipModel,
     "distilbert": DistilBertModel,
     "gemma3": Gemma3TextModel,
     "mistral": MistralModel,
