@@ -59,9 +59,27 @@ from rose_embed.engine.rose.engine import Engine
 from bench.gpu_bench import workloads
 from bench.lib import head_models
 from bench.lib.common import hardware, load_texts, publish
-from bench.lib.head_answers import active_dims, answer_bytes, m3_bytes, m3_dense_bytes, multi_vector_bytes
-from bench.lib.head_checks import HeadMismatch, as_answers, check_bge_m3, check_colbert, check_head
-from bench.lib.head_runs import answer_rows, lay_out, per_text, rows_per_text, run_segmented
+from bench.lib.head_answers import (
+    active_dims,
+    answer_bytes,
+    m3_bytes,
+    m3_dense_bytes,
+    multi_vector_bytes,
+)
+from bench.lib.head_checks import (
+    HeadMismatch,
+    as_answers,
+    check_bge_m3,
+    check_colbert,
+    check_head,
+)
+from bench.lib.head_runs import (
+    answer_rows,
+    lay_out,
+    per_text,
+    rows_per_text,
+    run_segmented,
+)
 
 
 @dataclass(frozen=True)
@@ -145,7 +163,7 @@ def arm_bytes(arm: Arm, engine: Engine, seqs, segments, rows: np.ndarray, num_te
     counts = rows_per_text(seqs[:num_texts], None if segments is None else segments[:num_texts])
     texts_rows = per_text(rows[: int(counts.sum())], counts)
     if arm.head == "colbert":  # and a query's, as PyLate encodes it: expanded to query_length vectors
-        queries = answer_rows(engine, *engine.colbert.encode(load_texts(num_texts)[-8:], is_query=True))
+        queries = answer_rows(engine, *engine.colbert.encode(load_texts(8), is_query=True))
         return {**multi_vector_bytes(texts_rows), **{f"query: {name}": size
                                                       for name, size in multi_vector_bytes(queries).items()}}
     if arm.head == "bge-m3":
@@ -253,7 +271,8 @@ def parse_args(argv: list[str] | None):
     http.add_argument("--http", type=_heads, default=(), help="heads served over HTTP against the engine alone "
                       "(sparse, colbert, bge-m3; default none)")
     http.add_argument("--http-texts", type=int, default=12061, help="paragraphs of the shared workload per round")
-    http.add_argument("--http-repeat", type=int, default=2, help="send the texts this many times per round")
+    http.add_argument("--http-repeat", type=int, default=4, help="send the texts this many times per round (long "
+                      "enough for a steady window on a GPU, as load_gen's BERT-base rounds)")
     http.add_argument("--http-clients", type=int, default=96, help="connections, spread over --http-procs")
     http.add_argument("--http-procs", type=int, default=8, help="client processes")
     http.add_argument("--http-rounds", type=int, default=3)

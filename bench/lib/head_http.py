@@ -26,12 +26,12 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from rose_embed.engine.contract import m3_rows
+from rose_embed.engine.contract.sparse_rows import read_rows
 
 from bench.lib.common import DEFAULT_DATA, ServerProcess, build_texts
 from bench.lib.head_runs import per_text, rows_per_text, run_segmented
 from bench.lib.traffic import Route, make_plan, run_worker
-from rose_embed.engine.contract import m3_rows
-from rose_embed.engine.contract.sparse_rows import read_rows
 
 HTTP_TARGET = 0.9  # the least HTTP tokens/s over the engine alone's
 MAX_REQUEST_TEXTS = 64
@@ -115,9 +115,9 @@ def server_flags(config, path: Path) -> list[str]:
 def bench_http(head: str, path: Path, config, args) -> dict:
     """One head's HTTP rounds against the engine alone: the report's row (bench/lib/head_report.py)."""
     import torch
+    from rose_embed.engine.rose.engine import Engine
 
     from bench.load_gen import http_round
-    from rose_embed.engine.rose.engine import Engine
 
     if head not in ROUTES:
         raise SystemExit(f"--http: no route for {head}; choose from {', '.join(ROUTES)}")
@@ -168,10 +168,7 @@ def bench_http(head: str, path: Path, config, args) -> dict:
     finally:
         server.stop()
     row["min_cosine"] = min_cosine
-    del engine
-    if config.device.startswith("cuda"):
-        torch.cuda.empty_cache()
-    return row
+    return row  # the engine goes with this frame, before the next head's is built
 
 
 def _check(head: str, measured, expected: list, min_cosine: float, row: dict) -> None:

@@ -164,7 +164,11 @@ def write_colbert(out: Path, source: Path, shape: str) -> Path:
 def write_bge_m3(out: Path, source: Path, shape: str) -> Path:
     """BGE-M3's files on an XLM-R of `shape` (M3_SHAPES), random weights."""
     from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+    from sentence_transformers.sentence_transformer.modules import (
+        Normalize,
+        Pooling,
+        Transformer,
+    )
     from transformers import XLMRobertaConfig, XLMRobertaModel
 
     hidden, layers, heads = M3_SHAPES[shape]

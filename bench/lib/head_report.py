@@ -23,6 +23,8 @@ def commit() -> str:
 
 
 def header(args, num_docs: int, num_tokens: int) -> list[str]:
+    documents = (f"{num_docs} documents, {num_tokens:,} tokens, the same token ids for every head; " if args.heads
+                 else "the engine-alone arms not run (--heads none); ")
     return [
         "# Heads: each retrieval head against the dense pass of its backbone, the engine alone and over HTTP",
         "",
@@ -30,7 +32,7 @@ def header(args, num_docs: int, num_tokens: int) -> list[str]:
         f"- machine: {hardware(args.device)}",
         f"- commit {commit()}; date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         (f"- random weights: dense, sparse, classifier and colbert at shape {args.shape}, BGE-M3 at {args.m3_shape}; "
-         f"{num_docs} documents, {num_tokens:,} tokens, the same token ids for every head; --max-batch-tokens "
+         f"{documents}--max-batch-tokens "
          f"{args.max_batch_tokens}, --max-batch-seqs {args.max_batch_seqs} ({args.token_rows_seqs} for the heads "
          f"with a row per token: colbert, bge-m3); sparse: max pooling, activation {args.splade_activation}, no "
          f"top-k, its bias lowered so that the median text keeps {args.active_dims} dimensions; classifier: "
@@ -80,8 +82,8 @@ def check_table(rows: list[dict]) -> list[str]:
 
 
 def bytes_table(rows: list[dict], num_texts: int) -> list[str]:
-    lines = ["", f"## Bytes per text's answer (the mean over the first {num_texts} documents; a ColBERT "
-             "query's over short texts of the shared workload)", "",
+    lines = ["", (f"## Bytes per text's answer (the mean over the first {num_texts} documents; a ColBERT query's "
+                  "over 8 texts of the shared workload, each query_length vectors whatever its length)"), "",
              "| arm | format | bytes per text |", "|---|---|---|"]
     for r in rows:
         for name, size in r["answer_bytes"].items():

@@ -18,7 +18,6 @@ and launched one ahead of the batch read back into one buffer made once.
 from __future__ import annotations
 
 import numpy as np
-
 from rose_embed.engine.contract import m3_rows
 from rose_embed.engine.contract.batch import batch_ranges, pack
 from rose_embed.engine.model_files.colbert import ColbertModel

@@ -6,14 +6,23 @@ import base64
 
 import msgspec
 import numpy as np
-
-from bench.lib.profile_summary import summarize
-from bench.lib.traffic import (ANSWERS, WorkerResult, decode_body, decode_multi_output, decode_multi_vector,
-                                decode_tei_sparse, encode_plan, make_plan, steady_window)
-from bench.lib.traffic import Route
 from rose_embed.compat.multi_output_wire import multi_output_item
 from rose_embed.compat.multi_vector_wire import multi_vector
 from rose_embed.compat.sparse_wire import sparse_embedding, tei_pairs
+
+from bench.lib.profile_summary import summarize
+from bench.lib.traffic import (
+    ANSWERS,
+    Route,
+    WorkerResult,
+    decode_body,
+    decode_multi_output,
+    decode_multi_vector,
+    decode_tei_sparse,
+    encode_plan,
+    make_plan,
+    steady_window,
+)
 
 
 def test_plan_covers_every_text_once_in_requests_of_1_to_64():
