@@ -32,7 +32,7 @@ answer that comes back is checked against the engine's for its text.
   python3 bench/heads.py --heads none --http sparse,colbert --device cuda --source .carry/minilm \
       --out bench/results/http/heads-http-gpu.md
   python3 bench/heads.py --shape tiny --device cpu --dtype float32 --docs 24 --http sparse,colbert,bge-m3 \
-      --http-texts 64 --http-clients 4 --http-rounds 1   # a smoke run on a CPU
+      --http-texts 64 --http-repeat 1 --http-clients 4 --http-procs 1 --http-rounds 2   # a smoke run on a CPU
 """
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ def bench_head(head: str, path: Path, docs: list[np.ndarray], texts: list[str], 
         row = {"head": arm.name, "module": type(engine.runner.head).__name__, "baseline": arm.baseline,
                "target": arm.target, "dtype": str(engine.dtype).removeprefix("torch."),
                "num_tokens": sum(len(s) for s in seqs), "seconds": seconds, "counters": counters,
-               "max_batch_seqs": engine.config.max_batch_seqs, "width": landed.shape[1], "num_rows": len(landed),
+               "width": landed.shape[1], "num_rows": len(landed),
                "answer_bytes": arm_bytes(arm, engine, seqs, segments, landed, min(args.bytes_texts, len(seqs)))}
         if head == "sparse":
             row["active_dims"] = active_dims(landed)
@@ -279,6 +279,10 @@ def parse_args(argv: list[str] | None):
     http.add_argument("--http-formats", default="float,base64", help="encoding formats drawn per request")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    from bench.lib.head_http import ROUTES
+
+    if unserved := [head for head in args.http if head not in ROUTES]:
+        parser.error(f"--http: no route for {', '.join(unserved)}; choose from {', '.join(ROUTES)}")
     args.argv = sys.argv[1:] if argv is None else argv  # the report's command line, also when called in-process
     args.m3_shape = args.m3_shape or ("tiny" if args.shape == "tiny" else "xlmr-large")
     args.token_rows_seqs = args.token_rows_seqs or args.max_batch_tokens
