@@ -55,9 +55,15 @@
 #                                    # Qwen3-0.6B shape, against the FP8 engine alone (bench/results/http/e2e-gpu-*-fp8.md)
 #   bench/gpu_session.sh fp8-bulk    # the bulk pattern with --quantization fp8: 1,000-text requests from 1 and 4
 #                                    # clients, BERT-base and the Qwen3-0.6B shape (bench/results/http/bulk-gpu-*-fp8.md)
-#   bench/gpu_session.sh heads       # the sparse and ColBERT GPU tests (and any classifiers'), then bench/heads.py on
-#                                    # BERT-base: dense, SPLADE and a classifier, the engine alone on the same documents
-#                                    # (bench/results/gpu/heads-bert-base.md; set ROSE_EMBED_COMMIT to name the commit)
+#   bench/gpu_session.sh heads       # the sparse, ColBERT and BGE-M3 GPU tests (and any classifiers'), then bench/heads.py:
+#                                    # the engine alone on the same documents, dense, SPLADE, a classifier and ColBERT
+#                                    # on BERT-base, BGE-M3 dense-only against all three outputs on XLM-R large
+#                                    # (bench/results/gpu/heads-bert-base.md; set ROSE_EMBED_COMMIT to name the commit;
+#                                    # about 7 minutes by estimate, not yet timed: the tests 2 to 3, the BERT-base
+#                                    # heads under 2, BGE-M3's 2 to 3, most of it writing and loading its 2.2 GB)
+#   bench/gpu_session.sh heads-http  # bench/heads.py --http: SPLADE (/embed_sparse) and ColBERT (documents) on BERT-base
+#                                    # through the server to 96 clients in 8 processes, against the engine alone
+#                                    # (bench/results/http/heads-http-gpu.md; about 5 minutes by estimate, not yet timed)
 #   bench/gpu_session.sh budget      # a batch's time and speed against its token budget (bench/probes/gpu_batch_budget.py)
 #
 # A device call runs at most 10 minutes: one mode per call.
@@ -324,7 +330,14 @@ heads)
     shopt -u nullglob
     step heads-bert-base python3 bench/heads.py --shape bert-base --device cuda --source .carry/minilm \
         --out "$OUT/heads-bert-base.md"
-    sed -n '/^| head | engine/,$p' "$OUT/heads-bert-base.md"
+    sed -n '/^| arm | engine/,$p' "$OUT/heads-bert-base.md"
+    ;;
+heads-http)
+    # BGE-M3 all three outputs over HTTP is left out: 8 KB of answer per token, a round's bodies run to gigabytes
+    # (--http bge-m3 measures it, with fewer --http-texts).
+    step heads-http python3 bench/heads.py --heads none --http sparse,colbert --shape bert-base --device cuda \
+        --source .carry/minilm --http-clients 96 --http-procs 8 --http-rounds 3 --out "$OUT/heads-http-gpu.md"
+    sed -n '/^| head | route/,$p' "$OUT/heads-http-gpu.md"
     ;;
 budget)
     # A batch's time and speed against its token budget, MiniLM, BERT-base and the Qwen3-0.6B shape
@@ -337,7 +350,7 @@ c = json.loads(p.read_text()); c['max_seq_length'] = 1024; p.write_text(json.dum
     grep -v "^Writing" /tmp/step-logs/gpu-batch-budget.log
     ;;
 *)
-    echo "usage: $0 tests|engine|paragraphs|bulk|bulk1000|kernels|sweep|flashinfer|ratios|queries|sustained|rerank|profile|fp8-tests|fp8|fp8-4b|fp8-plans|fp8-algos|cublas-workspace|fp8-probe|fp8-gemm|fp8-bert|fp8-lt|fp8-rows|fp8-paragraphs|fp8-bulk|heads|budget" >&2
+    echo "usage: $0 tests|engine|paragraphs|bulk|bulk1000|kernels|sweep|flashinfer|ratios|queries|sustained|rerank|profile|fp8-tests|fp8|fp8-4b|fp8-plans|fp8-algos|cublas-workspace|fp8-probe|fp8-gemm|fp8-bert|fp8-lt|fp8-rows|fp8-paragraphs|fp8-bulk|heads|heads-http|budget" >&2
     exit 2
     ;;
 esac

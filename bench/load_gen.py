@@ -68,8 +68,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # Only light imports at the top: the spawned client processes import this module again.
 from bench.lib.common import (DEFAULT_DATA, ServerProcess, VectorCheck, build_texts, cosine_rows,  # noqa: E402
                           hardware, load_texts, process_cpu_seconds, publish)
-from bench.lib.traffic import (STEADY_WINDOW_LATENCIES, PlannedRequest, make_plan, run_latency,  # noqa: E402
-                           run_worker, steady_window)
+from bench.lib.traffic import (EMBEDDINGS, STEADY_WINDOW_LATENCIES, PlannedRequest, Route,  # noqa: E402
+                           make_plan, run_latency, run_worker, steady_window)
 from rose_embed.engine.rose.cublas_workspace import give_cublas_no_workspace  # noqa: E402
 from rose_embed.engine.rose.quantization.support import QUANTIZATIONS  # noqa: E402
 
@@ -167,13 +167,15 @@ class HttpRound:
 
 
 def http_round(pool: ProcessPoolExecutor, procs: int, url: str, texts: list[str], plan: list[PlannedRequest],
-               clients: int, model: str | None, token_prefix: np.ndarray) -> HttpRound:
+               clients: int, model: str | None, token_prefix: np.ndarray, route: Route = EMBEDDINGS,
+               dim: int | None = None) -> HttpRound:
     """All client processes start together; the whole round lasts from the first send to the
-    last answer, and its steady window is bench/lib/traffic.py's `steady_window`."""
+    last answer, and its steady window is bench/lib/traffic.py's `steady_window`. `route` and `dim`:
+    run_worker's, for routes other than /v1/embeddings' vectors."""
     start_at = time.monotonic() + 0.5
     shares = [plan[i::procs] for i in range(procs)]
     counts = [clients // procs + (i < clients % procs) for i in range(procs)]
-    futures = [pool.submit(run_worker, url, texts, share, max(1, n), model, start_at)
+    futures = [pool.submit(run_worker, url, texts, share, max(1, n), model, start_at, route, dim)
                for share, n in zip(shares, counts)]
     results = [f.result() for f in futures]
     started = min(r.started for r in results)

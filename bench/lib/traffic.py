@@ -9,6 +9,10 @@ several, and each reports its CPU share of a core (one near 100 % measures itsel
 server). Bodies are kept as bytes while timing and decoded afterwards, so the decoding cost
 of the client never slows the server's clock. A request lost below HTTP (reset, broken
 pipe, closed without a response) is a failed request like a non-200 status.
+
+A `Route` says where the requests go and what else they ask: /v1/embeddings and a vector per text by
+default; TEI's /embed_sparse, a ColBERT model's documents or BGE-M3's `outputs` for bench/heads.py's HTTP
+arm, whose answers are kept per text as decoded (ANSWERS) instead of stacked into one array.
 """
 
 from __future__ import annotations
@@ -17,11 +21,27 @@ import asyncio
 import base64
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 import numpy as np
 
 from bench.lib.lean_http import AsyncConnection, BlockingConnection, TransportError
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a plan's requests go, the field their texts go in, what else each body holds, and how an
+    answer reads (ANSWERS)."""
+
+    path: str = "/v1/embeddings"
+    input_field: str = "input"
+    fields: tuple[tuple[str, Any], ...] = ()  # sent in every body, as (name, value)
+    answer: str = "vector"
+    has_formats: bool = True  # the body names the request's encoding_format (TEI's /embed_sparse has none)
+
+
+EMBEDDINGS = Route()
 
 
 @dataclass(frozen=True)
@@ -55,7 +75,7 @@ class WorkerResult:
     ramped_up: float  # time.monotonic() when the last of this process's clients got its first answer
     last_taken: float  # time.monotonic() when this process's last planned request was sent (then its clients idle)
     indices: np.ndarray  # [n] int: which text each vector belongs to
-    vectors: np.ndarray  # [n, dim] float32, as decoded from the responses
+    vectors: np.ndarray  # [n, dim] float32, as decoded from the responses (another Route's: [n] of its answers)
     errors: list[str]  # failed requests: non-200 statuses and transport errors, one line each
     cpu_seconds: float  # this client process's CPU time while sending (its cost on a shared machine)
     transport_errors: int = 0  # of the errors, the requests that got no complete HTTP response
@@ -85,20 +105,86 @@ def decode_body(body: bytes) -> list[tuple[int, np.ndarray]]:
     return out
 
 
-def encode_plan(texts: list[str], plan: list[PlannedRequest], model: str | None) -> list[tuple[PlannedRequest, bytes]]:
+class _Pair(msgspec.Struct):
+    index: int
+    value: float
+
+
+class _Sparse(msgspec.Struct):
+    indices: list[int]
+    values: list[float]
+
+
+class _TokenItem(msgspec.Struct):
+    index: int
+    embedding: list[list[float]] | str
+
+
+class _TokenBody(msgspec.Struct):
+    data: list[_TokenItem]
+
+
+class _OutputsItem(msgspec.Struct):
+    index: int
+    dense: list[float] | str
+    sparse: _Sparse
+    colbert: list[list[float]] | str
+
+
+class _OutputsBody(msgspec.Struct):
+    data: list[_OutputsItem]
+
+
+def _vector(value: list[float] | str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(value), dtype="<f4") if isinstance(value, str) else np.asarray(value, np.float32)
+
+
+def _token_vectors(value: list[list[float]] | str, dim: int) -> np.ndarray:
+    """A text's token vectors [n, D]: an array per token, or one base64 string of them row after row."""
+    if isinstance(value, str):
+        return np.frombuffer(base64.b64decode(value), dtype="<f4").reshape(-1, dim)
+    return np.asarray(value, np.float32) if value else np.zeros((0, dim), np.float32)
+
+
+def _pairs(indices, values) -> tuple[np.ndarray, np.ndarray]:
+    return np.asarray(indices, np.int64), np.asarray(values, np.float32)
+
+
+def decode_tei_sparse(body: bytes, dim: int | None = None) -> list[tuple[int, tuple[np.ndarray, np.ndarray]]]:
+    """(index, (token ids, weights)) per text of TEI's /embed_sparse answer (texts in order, no index field)."""
+    texts = msgspec.json.decode(body, type=list[list[_Pair]])
+    return [(i, _pairs([p.index for p in pairs], [p.value for p in pairs])) for i, pairs in enumerate(texts)]
+
+
+def decode_multi_vector(body: bytes, dim: int | None = None) -> list[tuple[int, np.ndarray]]:
+    """(index, token vectors [n, dim]) per item of a ColBERT model's /v1/embeddings answer, either format."""
+    return [(item.index, _token_vectors(item.embedding, dim)) for item in msgspec.json.decode(body, type=_TokenBody).data]
+
+
+def decode_multi_output(body: bytes, dim: int | None = None) -> list[tuple[int, tuple]]:
+    """(index, (dense [H], (ids, weights), colbert [n, D])) per item of a BGE-M3 answer to all three `outputs`."""
+    return [(item.index, (_vector(item.dense), _pairs(item.sparse.indices, item.sparse.values),
+                          _token_vectors(item.colbert, dim)))
+            for item in msgspec.json.decode(body, type=_OutputsBody).data]
+
+
+def encode_plan(texts: list[str], plan: list[PlannedRequest], model: str | None,
+                route: Route = EMBEDDINGS) -> list[tuple[PlannedRequest, bytes]]:
     """Each planned request's JSON body, encoded before the clock starts: the client's JSON work
     is not the server's time."""
     encoder = msgspec.json.Encoder()
     out = []
     for request in plan:
-        payload = {"input": texts[request.lo : request.hi], "encoding_format": request.encoding_format}
+        payload = {route.input_field: texts[request.lo : request.hi], **dict(route.fields)}
+        if route.has_formats:
+            payload["encoding_format"] = request.encoding_format
         if model:
             payload["model"] = model
         out.append((request, encoder.encode(payload)))
     return out
 
 
-async def _drive(url: str, encoded: list[tuple[PlannedRequest, bytes]], num_clients: int
+async def _drive(url: str, encoded: list[tuple[PlannedRequest, bytes]], num_clients: int, path: str
                  ) -> tuple[float, float, float, float, list[float], list[tuple[PlannedRequest, bytes, float]],
                             list[str], int]:
     queue: asyncio.Queue[tuple[PlannedRequest, bytes]] = asyncio.Queue()
@@ -122,7 +208,7 @@ async def _drive(url: str, encoded: list[tuple[PlannedRequest, bytes]], num_clie
                     last_taken = time.monotonic()
                 t = time.perf_counter()
                 try:
-                    status, body = await connection.post("/v1/embeddings", content)
+                    status, body = await connection.post(path, content)
                 except TransportError as exc:
                     transport_errors += 1
                     errors.append(f"transport: {exc} (texts {request.lo}:{request.hi})")
@@ -146,30 +232,40 @@ async def _drive(url: str, encoded: list[tuple[PlannedRequest, bytes]], num_clie
 
 
 def run_worker(url: str, texts: list[str], plan: list[PlannedRequest], num_clients: int, model: str | None,
-               start_at: float) -> WorkerResult:
-    """One process's share: wait for the common start, send, then decode what came back."""
+               start_at: float, route: Route = EMBEDDINGS, dim: int | None = None) -> WorkerResult:
+    """One process's share: wait for the common start, send, then decode what came back. Other routes' answers
+    (`dim`: the width of a token vector, for base64 ones) are kept per text, an object array of them."""
     import uvloop
 
-    encoded = encode_plan(texts, plan, model)
+    encoded = encode_plan(texts, plan, model, route)
     delay = start_at - time.monotonic()
     if delay > 0:
         time.sleep(delay)
     cpu = time.process_time()
-    drive = _drive(url, encoded, num_clients)
+    drive = _drive(url, encoded, num_clients, route.path)
     started, finished, ramped_up, last_taken, latencies, bodies, errors, transport_errors = uvloop.run(drive)
     cpu = time.process_time() - cpu
     indices, vectors = [], []
     answered = [(request.lo, request.hi, at) for request, _, at in bodies]
     for request, body, _ in bodies:
-        items = decode_body(body)
+        items = decode_body(body) if route.answer == "vector" else ANSWERS[route.answer](body, dim)
         if [i for i, _ in items] != list(range(request.hi - request.lo)):
             errors.append(f"request for texts {request.lo}:{request.hi}: indices out of order or missing")
             continue
         indices += range(request.lo, request.hi)
         vectors += [v for _, v in items]
+    if route.answer != "vector":
+        kept = np.empty(len(vectors), dtype=object)
+        for i, answer in enumerate(vectors):
+            kept[i] = answer
+    else:
+        kept = np.stack(vectors) if vectors else np.zeros((0, 0), np.float32)
     return WorkerResult(started, finished, latencies, answered, ramped_up, last_taken,
-                        np.asarray(indices, dtype=np.int64),
-                        np.stack(vectors) if vectors else np.zeros((0, 0), np.float32), errors, cpu, transport_errors)
+                        np.asarray(indices, dtype=np.int64), kept, errors, cpu, transport_errors)
+
+
+# Route.answer -> how a response body reads, for the routes other than /v1/embeddings' vectors.
+ANSWERS = {"tei_sparse": decode_tei_sparse, "multi_vector": decode_multi_vector, "multi_output": decode_multi_output}
 
 
 def steady_window(results: list[WorkerResult], token_prefix: np.ndarray,

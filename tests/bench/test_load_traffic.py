@@ -6,9 +6,23 @@ import base64
 
 import msgspec
 import numpy as np
+from rose_embed.compat.multi_output_wire import multi_output_item
+from rose_embed.compat.multi_vector_wire import multi_vector
+from rose_embed.compat.sparse_wire import sparse_embedding, tei_pairs
 
 from bench.lib.profile_summary import summarize
-from bench.lib.traffic import WorkerResult, decode_body, make_plan, steady_window
+from bench.lib.traffic import (
+    ANSWERS,
+    Route,
+    WorkerResult,
+    decode_body,
+    decode_multi_output,
+    decode_multi_vector,
+    decode_tei_sparse,
+    encode_plan,
+    make_plan,
+    steady_window,
+)
 
 
 def test_plan_covers_every_text_once_in_requests_of_1_to_64():
@@ -34,6 +48,41 @@ def test_decode_body_reads_both_formats_exactly():
     decoded = decode_body(body)
     assert [i for i, _ in decoded] == [0, 1]
     assert all(np.array_equal(v, w) and v.dtype == np.float32 for (_, v), w in zip(decoded, vectors))
+
+
+def test_other_routes_bodies_and_answers_read_back_exactly():
+    """The heads' routes (bench/heads.py's HTTP arm): bodies with their own fields, answers written by the
+    server's own encoders read back exactly."""
+    plan = make_plan(3, 64, 0, ("base64",))
+    route = Route(path="/embed_sparse", input_field="inputs", fields=(("truncate", True),), answer="tei_sparse",
+                  has_formats=False)
+    [(_, body)] = encode_plan(["a", "b", "c"], plan, None, route)
+    assert msgspec.json.decode(body) == {"inputs": ["a", "b", "c"], "truncate": True}
+    outputs = Route(fields=(("outputs", ("dense", "sparse", "colbert")),), answer="multi_output")
+    assert msgspec.json.decode(encode_plan(["a"], make_plan(1, 1, 0, ("float",)), "m", outputs)[0][1]) == {
+        "input": ["a"], "outputs": ["dense", "sparse", "colbert"], "encoding_format": "float", "model": "m"}
+    assert set(ANSWERS) == {"tei_sparse", "multi_vector", "multi_output"}
+
+    rng = np.random.default_rng(0)
+    ids, weights = np.array([2, 7, 30000]), np.array([0.5, 1.25, 3.0e-3], np.float32)
+    tokens = [rng.standard_normal((n, 4)).astype(np.float32) for n in (3, 0)]
+    [(i, (got_ids, got_weights))] = decode_tei_sparse(msgspec.json.encode([tei_pairs(ids, weights)]))
+    assert i == 0 and np.array_equal(got_ids, ids) and np.array_equal(got_weights, weights)
+    body = msgspec.json.encode({"data": [{"index": i, "object": "multi_vector_embedding",
+                                          "embedding": multi_vector(v, fmt)}
+                                         for i, (v, fmt) in enumerate(zip(tokens * 2, ["float", "float", "base64",
+                                                                                       "base64"]))]})
+    decoded = decode_multi_vector(body, 4)
+    assert [v.shape for _, v in decoded] == [(3, 4), (0, 4)] * 2
+    assert all(np.array_equal(v, w) for (_, v), w in zip(decoded, tokens * 2))
+    dense = rng.standard_normal(6).astype(np.float32)
+    for fmt, dense_wire in (("float", dense.tolist()), ("base64", base64.b64encode(dense.tobytes()).decode())):
+        item = multi_output_item(0, {"dense": dense_wire, "sparse": sparse_embedding(ids, weights),
+                                     "colbert": multi_vector(tokens[0], fmt)})
+        [(_, (got_dense, (got_ids, got_weights), got_tokens))] = decode_multi_output(
+            msgspec.json.encode({"data": [item]}), 4)
+        assert np.array_equal(got_dense, dense) and np.array_equal(got_tokens, tokens[0])
+        assert np.array_equal(got_ids, ids) and np.array_equal(got_weights, weights)
 
 
 def test_profile_summary_shares(tmp_path):
