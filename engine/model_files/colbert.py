@@ -21,8 +21,8 @@ do_query_expansion). What `ColBERT.encode` computes from them (pylate/models/col
 
 The keys' defaults are PyLate's when a key is absent. Refused by name: a prefix token the tokenizer
 lacks (PyLate would add it with freshly initialised weights), modules other than Transformer and
-Dense, a length past the model's positions; the engine refuses hidden [MASK]s on an attention backend
-that cannot hide keys (engine/rose/engine.py: the GPU's but sdpa).
+Dense, a length past the model's positions; the engine refuses hidden [MASK]s where its attention
+cannot hide keys (engine/rose/engine.py: on a GPU, every backend but sdpa).
 """
 
 from __future__ import annotations

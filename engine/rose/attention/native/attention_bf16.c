@@ -166,7 +166,7 @@ static inline __attribute__((always_inline)) int attend(const attention_args *a,
                     __mmask16 keep = lanes_from(first, stop);
                     _mm256_mask_storeu_epi16(p16 + j0, keep, (__m256i)e16);
                 }
-                /* a zero sum cannot happen: every query sees itself, or (a hidden key) one key at least */
+                /* a zero sum cannot happen: every query sees itself or, hidden, one key (the engine sees to it) */
                 inverse_sum[r] = 1.0f / _mm512_reduce_add_ps(vsum);
             }
 

@@ -150,7 +150,7 @@ static inline __attribute__((always_inline)) int attend(const attention_args *a,
                     vsum = _mm256_add_ps(vsum, e);
                     _mm256_storeu_ps(s + j0, e);
                 }
-                /* every query sees itself, or (a hidden key) one key at least, so the sum is positive */
+                /* every query sees itself or, hidden, one key (the engine sees to it): the sum is positive */
                 const __m256 inverse_sum = _mm256_set1_ps(1.0f / horizontal_sum(vsum));
 
                 float *o = a->out + (int64_t)(start + i0 + r) * a->out_token_stride + (int64_t)h * a->out_head_stride;
