@@ -5,13 +5,15 @@ its encode path (tests/support/colbert_checkpoints.py). This probe checks that t
 PyLate itself, in two steps and two environments:
 
     python3 -m venv /tmp/pylate-venv && /tmp/pylate-venv/bin/pip install torch pylate
-    /tmp/pylate-venv/bin/python bench/probes/colbert_pylate.py make OUT TOKENIZER_DIR
+    /tmp/pylate-venv/bin/python bench/probes/colbert_pylate.py make OUT TOKENIZER_DIR [false]
     python bench/probes/colbert_pylate.py check OUT          # in the project's environment
 
 `make` builds a tiny random BERT (the tokenizer's files from TOKENIZER_DIR, e.g. the default model's
 folder), wraps it in `pylate.models.ColBERT` (which adds the [Q] / [D] tokens and the Dense
 projection), saves it with `ColBERT.save` into OUT/model, and writes `ColBERT.encode` of the texts
-in query and document mode and `colbert_scores` of the queries against the documents into OUT/pylate.npz.
+in query and document mode and `colbert_scores` of the queries against the documents into OUT/pylate.npz;
+with `attend_to_expansion_tokens` true, or false (PyLate's default: the [MASK]s hidden as keys) where
+the last argument says so.
 `check` loads OUT/model in the engine (CPU, float32) and prints the largest differences.
 """
 
@@ -27,7 +29,7 @@ TEXTS = ["How do I read a file?", "Open it, then loop over its lines!", "Paris i
 LENGTHS = {"query_length": 12, "document_length": 40}
 
 
-def make(out: Path, tokenizer_dir: Path) -> None:
+def make(out: Path, tokenizer_dir: Path, attend: bool = True) -> None:
     import numpy as np
     import torch
     from pylate import models, scores
@@ -41,7 +43,8 @@ def make(out: Path, tokenizer_dir: Path) -> None:
     vocab_size = len(json.loads((hf_dir / "tokenizer.json").read_text())["model"]["vocab"])
     BertModel(BertConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4)).save_pretrained(hf_dir)
-    model = models.ColBERT(str(hf_dir), embedding_size=16, attend_to_expansion_tokens=True, device="cpu", **LENGTHS)
+    model = models.ColBERT(str(hf_dir), embedding_size=16, attend_to_expansion_tokens=attend, device="cpu",
+                           **LENGTHS)
     model.save(str(out / "model"))
     model = models.ColBERT(str(out / "model"), device="cpu")  # as a user loads it
     queries = model.encode(TEXTS, is_query=True, convert_to_numpy=True)
@@ -82,6 +85,6 @@ def check(out: Path) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "make":
-        make(Path(sys.argv[2]), Path(sys.argv[3]))
+        make(Path(sys.argv[2]), Path(sys.argv[3]), attend=sys.argv[4:] != ["false"])
     else:
         check(Path(sys.argv[2]))

@@ -9,16 +9,20 @@ do_query_expansion). What `ColBERT.encode` computes from them (pylate/models/col
   tokens     the text cut to `length - 1` tokens, specials included; the prefix token ([Q] / [D]) put
              after the first one (`insert_prefix_token`), so at most `length` tokens
   queries    with do_query_expansion, padded with [MASK] (the tokenizer's mask token, else its end
-             token) to query_length, every token kept; the [MASK]s are attended to only where
-             attend_to_expansion_tokens is set
+             token) to query_length, every token kept
+  expansion  attend_to_expansion_tokens true: the [MASK]s are tokens like the others. False (PyLate's
+             default): the attention mask handed to the transformer is 0 on them (the tokenizer's
+             padding mask, which PyLate leaves as it is), so no token, [MASK] included, reads a [MASK]
+             as a key, while each [MASK] reads the query's own tokens and gives its vector. The
+             tokenizer marks them as hidden keys (engine/contract/hidden_keys.py) and the engine's
+             attention sees each query's own tokens alone as keys
   documents  every token kept but those of skiplist_words (punctuation by default)
   vectors    the Dense modules (a projection without bias) on each kept token's state, then L2 normalised
 
-The keys' defaults are PyLate's when a key is absent. Refused by name: query expansion with
-attend_to_expansion_tokens false (the [MASK] rows would need an attention that hides them as keys
-while they still read the text: the engine's packed attention has no such mask), a prefix token
-the tokenizer lacks (PyLate would add it with freshly initialised weights), modules other than
-Transformer and Dense, a length past the model's positions.
+The keys' defaults are PyLate's when a key is absent. Refused by name: a prefix token the tokenizer
+lacks (PyLate would add it with freshly initialised weights), modules other than Transformer and
+Dense, a length past the model's positions; the engine refuses hidden [MASK]s where its attention
+cannot hide keys (engine/rose/engine.py: on a GPU, every backend but sdpa).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ class ColbertModel:
     query_length: int  # a query's tokens, prefix included
     document_length: int  # a document's most tokens, prefix included
     expansion_id: int | None  # the [MASK] queries are padded with to query_length; None: no expansion
+    hides_expansion: bool  # the [MASK]s are no keys of the attention (attend_to_expansion_tokens false)
     skiplist_ids: frozenset[int]  # token ids a document keeps no vector for
     dense: tuple[Dense, ...]  # the projection(s) applied to each kept token's state
 
@@ -67,6 +72,9 @@ def _settings(st_cfg: dict) -> dict:
         value = settings[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 3:
             raise ColbertError(f"{key} must be an integer of at least 3; got {value!r}")
+    for key in ("do_query_expansion", "attend_to_expansion_tokens"):
+        if not isinstance(settings[key], bool):
+            raise ColbertError(f"{key} must be true or false; got {settings[key]!r}")
     if not settings["do_query_expansion"]:
         settings["attend_to_expansion_tokens"] = False  # as ColBERT.__init__ sets it
     return settings
@@ -137,10 +145,6 @@ def read_colbert(model_dir: Path, st_cfg: dict, hidden_size: int, position_limit
     tok_cfg = read_json_object(model_dir / "tokenizer_config.json") or {}
     expansion_id = None
     if settings["do_query_expansion"]:
-        if settings["attend_to_expansion_tokens"] is not True:
-            raise ColbertError("query expansion with attend_to_expansion_tokens false is not supported: the [MASK] "
-                               "tokens would have to read the query while hidden from its other tokens, which the "
-                               "engine's packed attention cannot express")
         # ColBERT.__init__ pads with the mask token, else the end token.
         expansion_id = _special_id(tokenizer, tok_cfg, "mask_token")
         if expansion_id is None:
@@ -152,6 +156,7 @@ def read_colbert(model_dir: Path, st_cfg: dict, hidden_size: int, position_limit
         document_prefix_id=_prefix_id(tokenizer, settings["document_prefix"], "document_prefix"),
         query_length=settings["query_length"], document_length=settings["document_length"],
         expansion_id=expansion_id,
+        hides_expansion=expansion_id is not None and not settings["attend_to_expansion_tokens"],
         skiplist_ids=_skiplist_ids(tokenizer, settings["skiplist_words"], _special_id(tokenizer, tok_cfg, "unk_token")),
         dense=dense,
     )

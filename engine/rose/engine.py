@@ -94,6 +94,21 @@ def head_for(spec: ModelSpec, state: dict[str, torch.Tensor], dtype: torch.dtype
         raise ModelLoadError(f"{spec.path}: the sentence-transformers modules' weights do not load: {exc}") from exc
 
 
+def refuse_hidden_expansion(spec: ModelSpec, shape, attention) -> None:
+    """ValueError where a ColBERT model's hidden [MASK] keys (engine/contract/hidden_keys.py) cannot be
+    computed exactly: on an attention backend that cannot hide keys (the GPU's own kernels, and
+    their CUDA graphs), or where a [MASK] past a sliding window's reach would see no key at all."""
+    colbert = spec.colbert
+    if not getattr(attention, "takes_num_keys", False):
+        raise ValueError(f"{spec.name} does not attend to its queries' [MASK] tokens (attend_to_expansion_tokens "
+                         f"false), which the {attention.name} attention backend cannot compute: it hides no keys. "
+                         "Serve it on the CPU, or on a GPU with --attention-backend sdpa (exact, slower)")
+    if shape.window is not None and shape.window[0] < colbert.query_length - 1:
+        raise ValueError(f"{spec.name} does not attend to its queries' [MASK] tokens, and its sliding window "
+                         f"({shape.window[0]} tokens back) is shorter than its query_length {colbert.query_length}: "
+                         "a [MASK] past the window's reach would see no token at all")
+
+
 def pair_options(spec: ModelSpec) -> dict:
     """A BERT cross-encoder reads its document's tokens with the second token type: the pair
     tokenizer (engine/text/pairs.py) marks them in their ids, and the model must know to look."""
@@ -126,6 +141,8 @@ class Engine(ModelView):
         fused.set_fused_kernels(config.fused_kernels)
         shape = model.attention_shape(self.spec.is_causal).bounded_by(self.spec.max_seq_len)
         attention = make_attention_backend(config.attention_backend, shape, self.device, self.dtype)
+        if self.spec.colbert is not None and self.spec.colbert.hides_expansion:
+            refuse_hidden_expansion(self.spec, shape, attention)
         self.compiled = False  # an int8 model compiled on its first batch (engine/rose/quantization/int8_compile.py)
         # The queue's token budget (warm-up may choose a smaller one) and the speed measured at it.
         self.max_batch_tokens, self.tokens_per_second = config.max_batch_tokens, 0.0

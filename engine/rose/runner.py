@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from rose_embed.engine.contract.batch import PackedBatch, split_packed
+from rose_embed.engine.contract.hidden_keys import reveal_hidden_keys
 from rose_embed.engine.rose.quantization.fp8_plan import pooled_tokens_of
 from rose_embed.engine.rose.graphs import CUDAGraphRunner, StaticInputs
 from rose_embed.engine.rose.attention.ragged import AttentionBackend
@@ -78,8 +79,14 @@ class ModelRunner:
         return LazyResult(normalize(vectors) if self.head.normalize else vectors, len(pixel_values))
 
     def _run_eager(self, batch: PackedBatch) -> torch.Tensor:
+        batch, num_keys = reveal_hidden_keys(batch)
         input_ids, positions, cu_seqlens, segment_ids = self._load(batch)
-        meta = self.attention.prepare(cu_seqlens, batch.cu_seqlens.tolist(), batch.max_seqlen)
+        if num_keys is None:
+            meta = self.attention.prepare(cu_seqlens, batch.cu_seqlens.tolist(), batch.max_seqlen)
+        elif getattr(self.attention, "takes_num_keys", False):
+            meta = self.attention.prepare(cu_seqlens, batch.cu_seqlens.tolist(), batch.max_seqlen, num_keys=num_keys)
+        else:  # the engine refuses such a model at load (engine/rose/engine.py): never reached but by a bug
+            raise ValueError(f"the {self.attention.name} attention backend cannot hide tokens as keys")
         return self._forward(input_ids, positions, cu_seqlens, segment_ids, batch.num_outputs, meta)
 
     def interleave(self, between_layers: Callable[[], None]) -> bool:

@@ -3,7 +3,8 @@
 The tokens are those `pylate.models.ColBERT.tokenize` feeds the model (engine/model_files/colbert.py):
 the text cut to `length - 1` tokens (its special tokens kept at the ends, as the tokenizer's own
 truncation keeps them), the query or document prefix token put after the first token, and a query
-padded with its expansion token to query_length.
+padded with its expansion token to query_length: marked as hidden keys (engine/contract/hidden_keys.py)
+where the model does not attend to them (attend_to_expansion_tokens false).
 
 Each kept token is a segment of its own (engine/contract/batch.py): the engine pools a segment of
 one token into that token's state, so the model's ordinary head (Dense, then L2 normalisation) gives
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rose_embed.engine.contract.hidden_keys import hide_as_keys
 from rose_embed.engine.model_files.colbert import ColbertModel
 from rose_embed.engine.text.tokenizer import TextTokenizer
 
@@ -68,7 +70,7 @@ class ColbertTokenizer:
             ids = _with_prefix(_cut(np.asarray(ids, dtype=np.int32), limit, self._after), prefix_id)
             if is_query and colbert.expansion_id is not None and len(ids) < colbert.query_length:
                 pad = np.full(colbert.query_length - len(ids), colbert.expansion_id, dtype=np.int32)
-                ids = np.concatenate([ids, pad])
+                ids = np.concatenate([ids, hide_as_keys(pad) if colbert.hides_expansion else pad])
             if is_query or not colbert.skiplist_ids:
                 kept = np.ones(len(ids), dtype=bool)
             else:

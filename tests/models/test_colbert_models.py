@@ -5,12 +5,15 @@ text's token vectors from the engine's rows (one pooling segment per kept token)
 transcribed `ColBERT.encode` in query mode (prefix, [MASK] expansion to query_length, every token
 kept) and document mode (prefix, cut at document_length, skiplist tokens dropped), in one packed
 batch of texts of many lengths; MaxSim over them equals `colbert_scores`. Without query expansion
-queries keep their own tokens only.
+queries keep their own tokens only. With expansion and attend_to_expansion_tokens false (PyLate's
+default) the [MASK]s are hidden as keys: queries of every length, in one batch with documents, on
+the native kernel and on grouped SDPA.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -41,11 +44,11 @@ def _texts() -> list[str]:
     return [*load_texts(8), "", "Hello, world!!! (yes).", "  spaced   text  ", "?!", " ".join(load_texts(3))]
 
 
-def _engine(path):
+def _engine(path, attention_backend: str = "auto"):
     from rose_embed.engine.contract.config import EngineConfig
     from rose_embed.engine.rose.engine import Engine
 
-    return Engine(EngineConfig(model=str(path), device="cpu", dtype="float32"))
+    return Engine(EngineConfig(model=str(path), device="cpu", dtype="float32", attention_backend=attention_backend))
 
 
 def _vectors(engine, texts: list[str], is_query: bool) -> list[np.ndarray]:
@@ -86,6 +89,53 @@ def test_queries_without_expansion_keep_their_own_tokens(tmp_path):
     assert len(queries[texts.index("")]) == 3  # [CLS] [Q] [SEP]
 
 
+@pytest.mark.parametrize("attention_backend", ["auto", "sdpa"])  # the native kernel where it runs; grouped SDPA
+def test_hidden_expansion_tokens_in_a_batch_mixed_with_documents(tmp_path, attention_backend):
+    path = save_colbert(tmp_path / "colbert", attend_to_expansion_tokens=False)  # PyLate's default
+    engine = _engine(path, attention_backend)
+    texts = [*_texts(), "read a file", "sort a list in place", "what does the queue share?"]
+    queries, documents = engine.colbert.encode(texts, True), engine.colbert.encode(texts, False)
+    lengths = [int((ids >= 0).sum()) for ids in queries[0]]
+    assert min(lengths) == 3 and max(lengths) == 12 and len(set(lengths)) > 3  # some hide 9 [MASK]s, some none
+    # Queries and documents in turn, as the queue mixes two requests' pieces.
+    order = [(side, i) for i in range(len(texts)) for side in (queries, documents)]
+    seqs = [side[0][i] for side, i in order]
+    segments = [side[1][i] for side, i in order]
+    rows = engine.execute_packed(pack(seqs, segments)).wait()
+    counts = [int(ids.max()) + 1 for ids in segments]
+    vectors = np.split(rows, np.cumsum(counts)[:-1])
+    want_queries, want_documents = reference_vectors(path, texts, True), reference_vectors(path, texts, False)
+    _assert_same(vectors[0::2], want_queries)
+    _assert_same(vectors[1::2], want_documents)
+    assert all(len(q) == 12 for q in vectors[0::2])  # every [MASK] still gives its vector
+    # Hiding them changes the vectors: the same checkpoint attending to its [MASK]s gives others.
+    _rewrite_config(path, attend_to_expansion_tokens=True)
+    short = texts.index("read a file")  # 6 tokens of its own, 6 [MASK]s
+    attending = _vectors(_engine(path, attention_backend), [texts[short]], True)[0]
+    assert np.abs(attending - want_queries[short]).max() > 100 * TOLERANCE
+    for query in vectors[0:6:2]:
+        np.testing.assert_allclose(maxsim(query, vectors[1::2]), maxsim(query, want_documents), atol=TOLERANCE * 12,
+                                   rtol=0)
+
+
+def test_hidden_expansion_tokens_are_refused_where_the_attention_cannot_hide_keys(saved):
+    from types import SimpleNamespace
+
+    from rose_embed.engine.model_files.loader import load_spec
+    from rose_embed.engine.rose.attention.ragged import AttentionShape
+    from rose_embed.engine.rose.engine import refuse_hidden_expansion
+
+    spec = load_spec(str(saved))
+    hidden = SimpleNamespace(name=spec.name, colbert=replace(spec.colbert, hides_expansion=True))
+    shape = AttentionShape(4, 4, 8, is_causal=False)
+    with pytest.raises(ValueError, match="the varlen attention backend cannot compute.* --attention-backend sdpa"):
+        refuse_hidden_expansion(hidden, shape, SimpleNamespace(name="varlen"))  # the GPU's kernels
+    refuse_hidden_expansion(hidden, shape, SimpleNamespace(name="sdpa", takes_num_keys=True))
+    windowed = replace(shape, window=(8, 8))  # query_length 12: the last [MASK]s would see no key
+    with pytest.raises(ValueError, match=r"sliding window \(8 tokens back\) is shorter than its query_length 12"):
+        refuse_hidden_expansion(hidden, windowed, SimpleNamespace(name="sdpa", takes_num_keys=True))
+
+
 def _rewrite_config(path, **keys) -> None:
     import json
 
@@ -94,7 +144,7 @@ def _rewrite_config(path, **keys) -> None:
 
 
 @pytest.mark.parametrize("keys,named", [
-    ({"attend_to_expansion_tokens": False}, "attend_to_expansion_tokens false is not supported"),
+    ({"attend_to_expansion_tokens": "false"}, "attend_to_expansion_tokens must be true or false"),
     ({"query_prefix": "[QUERY] "}, "query_prefix '[QUERY] ' is not a token"),
     ({"document_length": 600}, "past the model's 512 positions"),
     ({"query_length": "32"}, "query_length must be an integer"),

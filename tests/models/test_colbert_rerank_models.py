@@ -3,8 +3,9 @@ colbert_scores over the reference transcription of PyLate's encode, within 1e-4.
 
 Batches of several queries' groups (engine/text/colbert_groups.py), each document's row holding its
 score in column 0 and zeros after it; a batch past the CPU's chunk of tokens (cut between groups);
-queries without expansion, shorter than query_length; and the head's rows for a batch of texts are the
-token vectors the sentence head gives, bit for bit.
+queries without expansion, shorter than query_length; queries whose [MASK]s the model does not attend
+to (hidden as keys); and the head's rows for a batch of texts are the token vectors the sentence head
+gives, bit for bit.
 """
 
 from __future__ import annotations
@@ -49,9 +50,11 @@ def _scores(engine, queries: list[str], documents: list[str], max_tokens: int) -
     return np.split(rows[:, 0], len(queries)), batch
 
 
-@pytest.mark.parametrize("expansion", [True, False])
-def test_scores_equal_colbert_scores(tmp_path, expansion):
-    path = save_colbert(tmp_path / "colbert", do_query_expansion=expansion, attend_to_expansion_tokens=expansion)
+@pytest.mark.parametrize("expansion,attend", [(True, True), (True, False), (False, False)],
+                         ids=["expansion", "hidden-expansion", "no-expansion"])
+def test_scores_equal_colbert_scores(tmp_path, expansion, attend):
+    # attend false (PyLate's default): the query's [MASK]s are hidden as keys, in each of its groups.
+    path = save_colbert(tmp_path / "colbert", do_query_expansion=expansion, attend_to_expansion_tokens=attend)
     engine = _engine(path)
     documents = _documents()
     # Groups of 300 tokens or fewer: four queries' groups, thirty or more, in one batch of more than the

@@ -24,7 +24,8 @@ SHARED = (f"{ENGINE}.contract", f"{ENGINE}.model_files", f"{ENGINE}.text")
 # supervisor starts engine processes; in_process_engine.py serves an `Engine` object in a thread).
 ENGINE_HOSTS = ("rose_embed.server.cli", "rose_embed.server.processes")
 # The contract's data, which ROSE computes on; the rest of the contract is process plumbing.
-ROSE_MAY_USE = {f"{ENGINE}.contract.config", f"{ENGINE}.contract.batch", f"{ENGINE}.contract.cpu_quota"}
+ROSE_MAY_USE = {f"{ENGINE}.contract.config", f"{ENGINE}.contract.batch", f"{ENGINE}.contract.hidden_keys",
+                f"{ENGINE}.contract.cpu_quota"}
 
 
 def _modules() -> dict[str, Path]:

@@ -1,8 +1,8 @@
 """A ColBERT model served by a real server process beside a dense embedder (`--model` repeated): a tiny
 PyLate checkpoint (tests/support/colbert_checkpoints.py), its token vectors through /v1/embeddings in
-query and document mode, float and base64, equal to PyLate's encode within 1e-4; the dense model still
-answers; what a ColBERT model cannot do is a 400 that names what it serves. Its /v1/rerank is
-tests/server/test_colbert_rerank_server.py's."""
+query and document mode (its [MASK]s hidden as keys, PyLate's default), float and base64, equal to
+PyLate's encode within 1e-4; the dense model still answers; what a ColBERT model cannot do is a 400 that
+names what it serves. Its /v1/rerank is tests/server/test_colbert_rerank_server.py's."""
 
 from __future__ import annotations
 
@@ -26,7 +26,10 @@ TOLERANCE = 1e-4
 
 @pytest.fixture(scope="module")
 def colbert(tmp_path_factory):
-    return save_colbert(tmp_path_factory.mktemp("colbert") / "colbert", query_length=12, document_length=40)
+    # attend_to_expansion_tokens false, PyLate's default: the queries' [MASK]s travel marked as hidden keys
+    # (engine/contract/hidden_keys.py) from the front end through the arena and the queue to the engine.
+    return save_colbert(tmp_path_factory.mktemp("colbert") / "colbert", query_length=12, document_length=40,
+                        attend_to_expansion_tokens=False)
 
 
 @pytest.fixture(scope="module")

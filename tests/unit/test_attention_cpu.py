@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -29,12 +30,13 @@ def test_grouped_equals_per_sequence(is_causal, num_kv_heads):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
-def _naive(q, k, v, cu, shape: AttentionShape, local: bool, table):
+def _naive(q, k, v, cu, shape: AttentionShape, local: bool, table, num_keys=None):
     """Scores, mask and softmax written out for each sequence: the definition of a window
-    (inclusive bounds, key - query in [-left, right]) and of the bias (table column R + key - query)."""
+    (inclusive bounds, key - query in [-left, right]), of the bias (table column R + key - query)
+    and of hidden keys (a sequence's queries see its first num_keys[b] tokens only)."""
     out = torch.empty_like(q)
     group = shape.num_heads // shape.num_kv_heads
-    for start, end in zip(cu[:-1], cu[1:]):
+    for b, (start, end) in enumerate(zip(cu[:-1], cu[1:])):
         n = end - start
         qs, ks, vs = q[start:end], k[start:end].repeat_interleave(group, 1), v[start:end].repeat_interleave(group, 1)
         scores = torch.einsum("ihd,jhd->hij", qs, ks) * shape.scale
@@ -47,6 +49,8 @@ def _naive(q, k, v, cu, shape: AttentionShape, local: bool, table):
             allowed &= offset <= 0
         if local:
             allowed &= (offset >= -shape.window[0]) & (offset <= shape.window[1])
+        if num_keys is not None:
+            allowed &= torch.arange(n)[None, :] < int(num_keys[b])
         scores = scores.masked_fill(~allowed, float("-inf"))
         out[start:end] = torch.einsum("hij,jhd->ihd", scores.softmax(-1), vs)
     return out
@@ -79,3 +83,31 @@ def test_a_window_no_sequence_can_outgrow_is_dropped():
     assert shape.bounded_by(65).window is None and shape.bounded_by(66).window == (64, 64)
     causal = AttentionShape(4, 4, 8, is_causal=True, window=(4095, 0))
     assert causal.bounded_by(4096).window is None and causal.bounded_by(4097).window == (4095, 0)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("local", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_hidden_keys_are_seen_by_no_query_while_their_rows_stay_queries(is_causal, local, with_bias):
+    # Sequences whose last tokens are no keys (a ColBERT query's [MASK]s, engine/contract/hidden_keys.py)
+    # beside sequences that hide nothing, grouped together and alone; one hides all but its first token.
+    torch.manual_seed(2)
+    lengths = [12, 12, 5, 9, 12, 30, 1, 12, 64, 7]
+    num_keys = np.array([5, 12, 5, 3, 1, 30, 1, 11, 40, 7], dtype=np.int32)
+    cu = [0]
+    for n in lengths:
+        cu.append(cu[-1] + n)
+    # The window reaches back to a key from every hidden row, as the engine requires (engine/rose/engine.py).
+    shape = AttentionShape(num_heads=4, num_kv_heads=2, head_dim=8, is_causal=is_causal, window=(30, 30),
+                           has_position_bias=with_bias)
+    q, k, v = torch.randn(cu[-1], 4, 8), torch.randn(cu[-1], 2, 8), torch.randn(cu[-1], 2, 8)
+    table = torch.randn(4, 2 * 70 + 1) if with_bias else None
+    want = _naive(q, k, v, cu, shape, local, table, num_keys)
+    assert not torch.allclose(want, _naive(q, k, v, cu, shape, local, table))  # hiding changes the answer
+    cu_t = torch.tensor(cu, dtype=torch.int32)
+    for backend in (GroupedSDPABackend(shape), SDPAPerSequenceBackend(shape)):
+        assert backend.takes_num_keys
+        meta = backend.prepare(cu_t, cu, max(lengths), num_keys=num_keys)
+        for _ in range(2):
+            got = backend.forward(q, k, v, meta, local=local, position_bias=table)
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -14,6 +14,7 @@ import random
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -43,16 +44,17 @@ def _stream(shape: AttentionShape, lengths: list[int], dtype: torch.dtype = torc
 
 
 def _compare(shape: AttentionShape, lengths: list[int], dtype: torch.dtype, local: bool = False,
-             bias: torch.Tensor | None = None):
+             bias: torch.Tensor | None = None, num_keys: np.ndarray | None = None):
     q, k, v, cu = _stream(shape, lengths, dtype)
     reference = SDPAPerSequenceBackend(shape)
-    meta = reference.prepare(None, cu, max(lengths))
+    meta = reference.prepare(None, cu, max(lengths), num_keys=num_keys)
     exact = reference.forward(q.double(), k.double(), v.double(), meta, local=local,
                               position_bias=None if bias is None else bias.double())
     # torch's SDPA takes the bias in the model's dtype, as the engine hands it over
     torch_same = reference.forward(q, k, v, meta, local=local, position_bias=bias).double()
     native = NativeCPUAttentionBackend(shape, dtype)
-    out = native.forward(q, k, v, native.prepare(None, cu, max(lengths)), local=local, position_bias=bias)
+    out = native.forward(q, k, v, native.prepare(None, cu, max(lengths), num_keys=num_keys), local=local,
+                         position_bias=bias)
     assert out.dtype == dtype and out.shape == q.shape and out.is_contiguous()
     error, torch_error = (out.double() - exact).abs(), (torch_same - exact).abs()
     assert error.mean() <= 1.5 * torch_error.mean(), (error.mean(), torch_error.mean())
@@ -98,6 +100,23 @@ def test_relative_position_bias_clamped_at_the_tables_radius(dtype):
     shape = AttentionShape(4, 4, 64, False, has_position_bias=True)
     bias = torch.randn(4, 2 * 20 + 1, generator=torch.Generator().manual_seed(3)).to(dtype)
     _compare(shape, LENGTHS, dtype, bias=bias)  # sequences up to 250 tokens, radius 20
+
+
+@needs_native
+@each_dtype
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("local", [False, True])
+def test_hidden_keys(is_causal, local, dtype):
+    # Each sequence's queries see its first num_keys tokens (from one to all of them), every row a query;
+    # no more than 40 hidden, so that the window reaches a key from each row (as the engine requires).
+    num_keys = np.array([max(1, n - random.Random(n).randrange(min(n, 41))) for n in LENGTHS], dtype=np.int32)
+    assert (num_keys < LENGTHS).sum() > len(LENGTHS) // 2
+    shape = AttentionShape(4, 2, 64, is_causal, window=(40, 40))
+    _compare(shape, LENGTHS, dtype, local=local, num_keys=num_keys)
+    q, k, v, cu = _stream(shape, LENGTHS, dtype)
+    native = NativeCPUAttentionBackend(shape, dtype)
+    assert not torch.equal(native.forward(q, k, v, native.prepare(None, cu, 250, num_keys=num_keys)),
+                           native.forward(q, k, v, native.prepare(None, cu, 250)))
 
 
 @needs_native

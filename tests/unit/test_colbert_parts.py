@@ -24,10 +24,11 @@ CLS, SEP, MASK, COMMA, BANG = 101, 102, 103, 1010, 999
 Q, D = 30522, 30523  # the ids PyLate's added prefix tokens get after BERT's vocabulary
 
 
-def _tokenizer(expansion: bool = True, query_length: int = 8, document_length: int = 10) -> ColbertTokenizer:
+def _tokenizer(expansion: bool = True, query_length: int = 8, document_length: int = 10,
+               hides_expansion: bool = False) -> ColbertTokenizer:
     colbert = ColbertModel(query_prefix_id=Q, document_prefix_id=D, query_length=query_length,
                            document_length=document_length, expansion_id=MASK if expansion else None,
-                           skiplist_ids=frozenset({COMMA, BANG}), dense=())
+                           hides_expansion=hides_expansion, skiplist_ids=frozenset({COMMA, BANG}), dense=())
     return ColbertTokenizer(TextTokenizer(resolve_model_dir(None)[0], max(query_length, document_length)), colbert)
 
 
@@ -35,6 +36,14 @@ def test_a_query_is_prefixed_and_expanded_with_mask_every_token_kept():
     (ids,), (segments,) = _tokenizer().encode(["hello, world"], is_query=True)
     assert ids.tolist() == [CLS, Q, 7592, COMMA, 2088, SEP, MASK, MASK]
     assert segments.tolist() == list(range(8))
+
+
+def test_mask_tokens_the_model_does_not_attend_to_are_marked_as_hidden_keys():
+    (ids,), (segments,) = _tokenizer(hides_expansion=True).encode(["hello, world"], is_query=True)
+    assert ids.tolist() == [CLS, Q, 7592, COMMA, 2088, SEP, ~MASK, ~MASK]  # engine/contract/hidden_keys.py
+    assert segments.tolist() == list(range(8))  # each still gives its vector
+    (ids,), _ = _tokenizer(hides_expansion=True).encode(["hello, world"], is_query=False)
+    assert ids.min() >= 0  # a document hides nothing
 
 
 def test_a_long_query_is_cut_to_its_length_keeping_sep():

@@ -4,7 +4,8 @@ One SDPA call per sequence is exact but pays a parallel-region start per call an
 layer (thousands per batch of short texts, and far worse on a busy machine). Sorting by
 length and grouping sequences whose padded size stays within PAD_SLACK of their real size
 keeps the padding waste small and the call count at a few dozen per layer. Padded keys are
-masked out and padded query rows dropped, so results equal the per-sequence path.
+masked out and padded query rows dropped, so results equal the per-sequence path; so are the
+keys a sequence hides (engine/contract/hidden_keys.py), its rows staying queries.
 """
 
 from __future__ import annotations
@@ -51,11 +52,14 @@ def _group_ranges(sorted_lengths: np.ndarray) -> list[tuple[int, int]]:
 
 class GroupedSDPABackend:
     name = "sdpa"
+    takes_num_keys = True
 
     def __init__(self, shape: AttentionShape):
         self.shape = shape
 
-    def prepare(self, cu_seqlens: torch.Tensor, cu_seqlens_host: list[int], max_seqlen: int) -> list[_Group]:
+    def prepare(self, cu_seqlens: torch.Tensor, cu_seqlens_host: list[int], max_seqlen: int,
+                num_keys: np.ndarray | None = None) -> list[_Group]:
+        """`num_keys` [B]: each sequence's keys, its first tokens (None: all of them)."""
         cu = np.asarray(cu_seqlens_host, dtype=np.int64)
         lengths = np.diff(cu)
         order = np.argsort(lengths, kind="stable")
@@ -69,15 +73,16 @@ class GroupedSDPABackend:
             offsets = np.arange(max_len)
             valid = offsets[None, :] < lengths[seqs][:, None]  # [G, L]
             gather = np.where(valid, cu[seqs][:, None] + offsets[None, :], cu[seqs][:, None])
+            keys = valid if num_keys is None else offsets[None, :] < num_keys[seqs][:, None]  # [G, L]
             mask = None
-            if len(seqs) > 1:
-                mask_np = valid[:, None, None, :]
+            if len(seqs) > 1 or num_keys is not None and not keys.all():
+                mask_np = keys[:, None, None, :]
                 if self.shape.is_causal:
                     mask_np = mask_np & np.tril(np.ones((max_len, max_len), dtype=bool))[None, None]
                 mask = torch.from_numpy(np.ascontiguousarray(mask_np))
             local_mask = None
             if self.shape.window is not None:
-                local_mask = torch.from_numpy(valid[:, None, None, :]) & allowed_keys(self.shape, max_len, True)
+                local_mask = torch.from_numpy(keys[:, None, None, :]) & allowed_keys(self.shape, max_len, True)
             gather_t = torch.from_numpy(gather.reshape(-1))
             valid_t = torch.from_numpy(valid.reshape(-1))
             groups.append(_Group(gather_t, valid_t, gather_t[valid_t], mask, local_mask, len(seqs), max_len))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from rose_embed.engine.rose.cpu_features import cpu_flags
@@ -56,6 +57,7 @@ class _Arguments(ctypes.Structure):
         ("window_left", ctypes.c_int32), ("window_right", ctypes.c_int32),
         ("position_bias", ctypes.c_void_p),
         ("bias_radius", ctypes.c_int32),
+        ("num_keys", ctypes.c_void_p),
     ]
 
 
@@ -83,8 +85,15 @@ def unavailable_reason(shape: AttentionShape, dtype: torch.dtype) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class NativeMeta:
+    cu_seqlens: torch.Tensor  # [B+1] int32
+    num_keys: torch.Tensor | None  # [B] int32: each sequence's keys, its first tokens; None: all
+
+
 class NativeCPUAttentionBackend:
     name = "native"
+    takes_num_keys = True
 
     def __init__(self, shape: AttentionShape, dtype: torch.dtype = torch.bfloat16):
         reason = unavailable_reason(shape, dtype)
@@ -97,10 +106,12 @@ class NativeCPUAttentionBackend:
         self._run.argtypes = [ctypes.POINTER(_Arguments), ctypes.c_int]
         self._run.restype = ctypes.c_int
 
-    def prepare(self, cu_seqlens: torch.Tensor, cu_seqlens_host: list[int], max_seqlen: int) -> torch.Tensor:
-        return torch.tensor(cu_seqlens_host, dtype=torch.int32)
+    def prepare(self, cu_seqlens: torch.Tensor, cu_seqlens_host: list[int], max_seqlen: int,
+                num_keys: np.ndarray | None = None) -> NativeMeta:
+        keys = None if num_keys is None else torch.from_numpy(np.ascontiguousarray(num_keys, dtype=np.int32))
+        return NativeMeta(torch.tensor(cu_seqlens_host, dtype=torch.int32), keys)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: torch.Tensor, local: bool = False,
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: NativeMeta, local: bool = False,
                 position_bias: torch.Tensor | None = None) -> torch.Tensor:
         q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
         if not q.dtype == k.dtype == v.dtype == self.dtype:
@@ -115,11 +126,12 @@ class NativeCPUAttentionBackend:
             q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
             out.stride(0), out.stride(1),
-            meta.data_ptr(), meta.numel() - 1,
+            meta.cu_seqlens.data_ptr(), meta.cu_seqlens.numel() - 1,
             self.shape.num_heads, self.shape.num_kv_heads, self.shape.head_dim,
             self.shape.scale, int(self.shape.is_causal),
             -1 if window is None else window[0], -1 if window is None else window[1],
             None if bias is None else bias.data_ptr(), 0 if bias is None else (bias.shape[1] - 1) // 2,
+            None if meta.num_keys is None else meta.num_keys.data_ptr(),
         )
         status = self._run(ctypes.byref(arguments), torch.get_num_threads())
         if status != 0:

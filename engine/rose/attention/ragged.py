@@ -7,6 +7,12 @@ Beyond plain (causal or bidirectional) attention a model may declare, in its Att
 a sliding window that its local layers use (ModernBERT, Gemma3, Mistral) and a learned bias
 per head and relative distance (MPNet). A backend that cannot compute one of them exactly
 refuses the shape when it is built; none ever runs an approximation.
+
+A batch may also hide some sequences' last tokens as keys (engine/contract/hidden_keys.py: a
+ColBERT query's [MASK]s that the model does not attend to): `prepare(..., num_keys=...)` then says
+how many of its first tokens each sequence's queries see, every token staying a query. Only a
+backend that declares `takes_num_keys` is handed one; the engine refuses a model that needs it on
+any other.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -74,7 +81,9 @@ def relative_bias_rows(table: torch.Tensor, length: int) -> torch.Tensor:
 
 
 class AttentionBackend(Protocol):
-    """Per-batch metadata once (`prepare`), then one call per layer (`forward`)."""
+    """Per-batch metadata once (`prepare`), then one call per layer (`forward`). A backend whose
+    `prepare` takes `num_keys` ([B] int32 numpy, each sequence's keys: its first tokens) sets
+    `takes_num_keys = True`."""
 
     name: str
 
@@ -94,29 +103,36 @@ class SDPAPerSequenceBackend:
     """
 
     name = "sdpa"
+    takes_num_keys = True
 
     def __init__(self, shape: AttentionShape):
         self.shape = shape
 
-    def prepare(self, cu_seqlens: torch.Tensor, cu_seqlens_host: list[int], max_seqlen: int) -> list[int]:
-        return cu_seqlens_host
+    def prepare(self, cu_seqlens: torch.Tensor, cu_seqlens_host: list[int], max_seqlen: int,
+                num_keys: np.ndarray | None = None) -> list[tuple[int, int, int]]:
+        """(start, end, end of its keys) per sequence."""
+        starts, ends = cu_seqlens_host[:-1], cu_seqlens_host[1:]
+        key_ends = ends if num_keys is None else [start + int(n) for start, n in zip(starts, num_keys)]
+        return list(zip(starts, ends, key_ends))
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: list[int], local: bool = False,
-                position_bias: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: list[tuple[int, int, int]],
+                local: bool = False, position_bias: torch.Tensor | None = None) -> torch.Tensor:
         out = torch.empty_like(q)
         grouped = self.shape.num_kv_heads != self.shape.num_heads
-        for start, end in zip(meta[:-1], meta[1:]):
+        for start, end, key_end in meta:
             if end == start:
                 continue
             mask = allowed_keys(self.shape, end - start, local, q.device)
             if position_bias is not None:
                 bias = relative_bias_rows(position_bias, end - start).to(q.dtype)
                 mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+            if key_end < end and mask is not None:  # its last tokens are no keys: the columns stop before them
+                mask = mask[..., : key_end - start]
             # [L, H, D] -> [H, L, D], the layout SDPA expects.
             out[start:end] = F.scaled_dot_product_attention(
                 q[start:end].transpose(0, 1),
-                k[start:end].transpose(0, 1),
-                v[start:end].transpose(0, 1),
+                k[start:key_end].transpose(0, 1),
+                v[start:key_end].transpose(0, 1),
                 attn_mask=mask,
                 is_causal=self.shape.is_causal and mask is None,
                 scale=self.shape.scale,

@@ -2,7 +2,8 @@
 
    q [T, num_heads, head_dim], k and v [T, num_kv_heads, head_dim] (any token and head strides,
    head_dim contiguous) -> out [T, num_heads, head_dim]. Sequence b owns rows
-   cu_seqlens[b]:cu_seqlens[b+1] and attends only inside them.
+   cu_seqlens[b]:cu_seqlens[b+1] and attends only inside them (to its first num_keys[b] rows
+   where num_keys is given).
 
    Why it exists: PyTorch's CPU attention pays a few microseconds of library overhead per
    small matrix product, and an embedder's batch is thousands of short sequences times the
@@ -63,6 +64,7 @@ static inline __attribute__((always_inline)) int attend(const attention_args *a,
     const int start = a->cu_seqlens[seq];
     const int len = a->cu_seqlens[seq + 1] - start;
     if (len <= 0) return 0;
+    const int key_count = keys_of(a, seq, len);  /* its first tokens, which its queries see */
     const int pairs = HEAD_DIM / 2;       /* bf16 pairs in a row */
     const int chunks = HEAD_DIM / 16;     /* float32 vectors in a row */
     const int padded = (len + KEY_BLOCK - 1) / KEY_BLOCK * KEY_BLOCK;
@@ -116,7 +118,7 @@ static inline __attribute__((always_inline)) int attend(const attention_args *a,
         for (int i0 = 0; i0 < len; i0 += SCORE_ROWS) {
             const int rows = len - i0 < SCORE_ROWS ? len - i0 : SCORE_ROWS;
             int lo[SCORE_ROWS], hi[SCORE_ROWS], block_lo, block_hi;
-            block_key_ranges(a, i0, rows, SCORE_ROWS, len, lo, hi, &block_lo, &block_hi);
+            block_key_ranges(a, i0, rows, SCORE_ROWS, key_count, lo, hi, &block_lo, &block_hi);
             const uint32_t *qrow[SCORE_ROWS];
             for (int r = 0; r < SCORE_ROWS; r++) {
                 int i = i0 + (r < rows ? r : rows - 1);
@@ -164,7 +166,7 @@ static inline __attribute__((always_inline)) int attend(const attention_args *a,
                     __mmask16 keep = lanes_from(first, stop);
                     _mm256_mask_storeu_epi16(p16 + j0, keep, (__m256i)e16);
                 }
-                /* a zero sum cannot happen: every query sees at least itself */
+                /* a zero sum cannot happen: every query sees itself or, hidden, one key (the engine sees to it) */
                 inverse_sum[r] = 1.0f / _mm512_reduce_add_ps(vsum);
             }
 

@@ -37,6 +37,7 @@ typedef struct {
     int32_t window_left, window_right;  /* keys a query sees around it; negative: unbounded */
     const float *position_bias;         /* [num_heads, 2 * bias_radius + 1] or NULL */
     int32_t bias_radius;
+    const int32_t *num_keys;            /* [num_seqs]: the first tokens of each sequence that are keys; NULL: all */
 } attention_args;
 
 /* Per-thread scratch, grown as longer sequences come; kept for the process's life. */
@@ -52,9 +53,14 @@ static void *scratch_for(size_t size) {
     return scratch;
 }
 
-/* The keys a query row sees, [*lo, *hi). */
-static inline void key_range(const attention_args *a, int i, int len, int *lo, int *hi) {
-    int first = 0, stop = len;
+/* The keys of a sequence: its first num_keys tokens (all its tokens stay queries), else all `len`. */
+static inline int keys_of(const attention_args *a, int seq, int len) {
+    return a->num_keys ? a->num_keys[seq] : len;
+}
+
+/* The keys a query row sees, [*lo, *hi), of the sequence's first `keys` tokens. */
+static inline void key_range(const attention_args *a, int i, int keys, int *lo, int *hi) {
+    int first = 0, stop = keys;
     if (a->is_causal && i + 1 < stop) stop = i + 1;
     if (a->window_left >= 0 && i - a->window_left > first) first = i - a->window_left;
     if (a->window_right >= 0 && i + a->window_right + 1 < stop) stop = i + a->window_right + 1;
@@ -64,13 +70,13 @@ static inline void key_range(const attention_args *a, int i, int len, int *lo, i
 
 /* The key ranges of `count` query rows from i0 (rows past the sequence's `rows` repeat its last
    row, so that a block of fixed size can be scored whole), and the keys any of them sees,
-   [*block_lo, *block_hi). */
-static inline void block_key_ranges(const attention_args *a, int i0, int rows, int count, int len, int *lo, int *hi,
+   [*block_lo, *block_hi), of the sequence's first `keys` tokens. */
+static inline void block_key_ranges(const attention_args *a, int i0, int rows, int count, int keys, int *lo, int *hi,
                                     int *block_lo, int *block_hi) {
-    *block_lo = len;
+    *block_lo = keys;
     *block_hi = 0;
     for (int r = 0; r < count; r++) {
-        key_range(a, i0 + (r < rows ? r : rows - 1), len, &lo[r], &hi[r]);
+        key_range(a, i0 + (r < rows ? r : rows - 1), keys, &lo[r], &hi[r]);
         if (lo[r] < *block_lo) *block_lo = lo[r];
         if (hi[r] > *block_hi) *block_hi = hi[r];
     }

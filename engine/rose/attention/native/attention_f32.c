@@ -68,6 +68,7 @@ static inline __attribute__((always_inline)) int attend(const attention_args *a,
     const int start = a->cu_seqlens[seq];
     const int len = a->cu_seqlens[seq + 1] - start;
     if (len <= 0) return 0;
+    const int key_count = keys_of(a, seq, len);  /* its first tokens, which its queries see */
     const int padded = (len + KEY_BLOCK - 1) / KEY_BLOCK * KEY_BLOCK;
 
     /* Scratch: keys transposed [head_dim][padded]; scores [SCORE_ROWS][padded]; the bias by
@@ -94,7 +95,7 @@ static inline __attribute__((always_inline)) int attend(const attention_args *a,
         for (int i0 = 0; i0 < len; i0 += SCORE_ROWS) {
             const int rows = len - i0 < SCORE_ROWS ? len - i0 : SCORE_ROWS;
             int lo[SCORE_ROWS], hi[SCORE_ROWS], block_lo, block_hi;
-            block_key_ranges(a, i0, rows, SCORE_ROWS, len, lo, hi, &block_lo, &block_hi);
+            block_key_ranges(a, i0, rows, SCORE_ROWS, key_count, lo, hi, &block_lo, &block_hi);
             const float *qrow[SCORE_ROWS];
             for (int r = 0; r < SCORE_ROWS; r++) {
                 int i = i0 + (r < rows ? r : rows - 1);
@@ -149,7 +150,7 @@ static inline __attribute__((always_inline)) int attend(const attention_args *a,
                     vsum = _mm256_add_ps(vsum, e);
                     _mm256_storeu_ps(s + j0, e);
                 }
-                /* every query sees at least itself, so the sum is positive */
+                /* every query sees itself or, hidden, one key (the engine sees to it): the sum is positive */
                 const __m256 inverse_sum = _mm256_set1_ps(1.0f / horizontal_sum(vsum));
 
                 float *o = a->out + (int64_t)(start + i0 + r) * a->out_token_stride + (int64_t)h * a->out_head_stride;
