@@ -326,7 +326,8 @@ heads)
     # Classifiers have no GPU tests yet: the glob takes tests/gpu/test_classif*_gpu.py once they come.
     shopt -s nullglob
     KEEP_LOGS=1 step heads-gpu-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/gpu/test_sparse_gpu.py \
-        tests/gpu/test_colbert_gpu.py tests/gpu/test_colbert_rerank_gpu.py tests/gpu/test_bge_m3_gpu.py tests/gpu/test_classif*_gpu.py
+        tests/gpu/test_colbert_gpu.py tests/gpu/test_colbert_rerank_gpu.py tests/gpu/test_bge_m3_gpu.py tests/gpu/test_classif*_gpu.py \
+        tests/gpu/test_colbert_hidden_expansion_gpu.py tests/gpu/test_fused_gpu.py
     shopt -u nullglob
     step heads-bert-base python3 bench/heads.py --shape bert-base --device cuda --source .carry/minilm \
         --out "$OUT/heads-bert-base.md"

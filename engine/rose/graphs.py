@@ -118,6 +118,7 @@ class GraphKey:
     max_seqlen: int  # longest segment allowed, padding included
     slot: int  # which of the backend's graph slots (FlashInfer alternates two)
     backend: str = ""  # the attention backend its graph runs ("auto" picks one per class)
+    mode: int = 0  # what the head computes, where it has several modes (engine/rose/layers/maxsim_head.py)
 
 
 @dataclass
@@ -126,17 +127,21 @@ class _Captured:
     output: torch.Tensor  # [num_segments, dim] float32, rewritten by each replay
 
 
-# forward(input_ids, positions, cu_seqlens, segment_ids, num_segments, attention_meta)
+# forward(input_ids, positions, cu_seqlens, segment_ids, num_segments, attention_meta, head_mode)
 #   -> pooled vectors [num_segments, dim]
-ForwardFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, object], torch.Tensor]
+ForwardFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, object, int], torch.Tensor]
 
 
 class CUDAGraphRunner:
     """Pads a batch to its bucket, then runs it eagerly (first), captures (second) or replays."""
 
     def __init__(self, forward: ForwardFn, attention, inputs: StaticInputs, *, max_num_tokens: int,
-                 max_num_seqs: int, max_seqlen: int):
+                 max_num_seqs: int, max_seqlen: int, head_mode_of: Callable[[PackedBatch], int] | None = None,
+                 num_head_modes: int = 1):
+        """`head_mode_of(batch)`: which of the head's `num_head_modes` modes a batch runs in (each mode its
+        own graphs: the head computes only what that batch's rows hold)."""
         self.forward, self.attention, self.inputs = forward, attention, inputs
+        self.head_mode_of, self.num_head_modes = head_mode_of, num_head_modes
         self.buckets = token_buckets(max_num_tokens)
         self.max_num_seqs, self.max_seqlen = max_num_seqs, max_seqlen
         self.num_slots = getattr(attention, "num_graph_slots", 1)
@@ -150,7 +155,7 @@ class CUDAGraphRunner:
         # A graph whose capture failed may still be referenced by the allocators' routing
         # filters (torch ends them only on a successful capture_end): kept alive, never freed.
         self._failed_graphs: list[torch.cuda.CUDAGraph] = []
-        self._next_slot: dict[tuple[int, int, int], int] = {}
+        self._next_slot: dict[tuple[int, int, int, int], int] = {}
         # End of each key's last run, for backends that re-plan on the host (FlashInfer):
         # a wrapper's plan buffers must not be rewritten while its last run may read them.
         self._last_run: dict[GraphKey, torch.cuda.Event] = {}
@@ -190,7 +195,8 @@ class CUDAGraphRunner:
         bucket, num_segments, chunk = shape
         input_ids, positions, cu_seqlens, segment_ids = self.inputs.host_views(bucket, num_segments)
         _fill_padded(batch, chunk, input_ids, positions, cu_seqlens, segment_ids)
-        return self._run(bucket, num_segments, chunk, cu_seqlens.tolist())
+        mode = self.head_mode_of(batch) if self.head_mode_of is not None else 0
+        return self._run(bucket, num_segments, chunk, cu_seqlens.tolist(), mode)
 
     def capture_all(self) -> int:
         """Capture every key a batch can reach (capture_at_start); return how many."""
@@ -203,21 +209,23 @@ class CUDAGraphRunner:
                 while num_segments <= most:
                     # Slots take turns, so 2 runs per slot make each run eagerly and then get
                     # captured; a key captured before (by warm-up) just replays.
-                    for _ in range(2 * self.num_slots):
-                        input_ids, positions, cu_seqlens, segment_ids = self.inputs.host_views(bucket, num_segments)
-                        _fill_dummy(bucket, num_segments, chunk, input_ids, positions, cu_seqlens)
-                        segment_ids[:] = -1
-                        self._run(bucket, num_segments, chunk, cu_seqlens.tolist())
+                    for mode in range(self.num_head_modes):
+                        for _ in range(2 * self.num_slots):
+                            input_ids, positions, cu_seqlens, segment_ids = self.inputs.host_views(bucket,
+                                                                                                  num_segments)
+                            _fill_dummy(bucket, num_segments, chunk, input_ids, positions, cu_seqlens)
+                            segment_ids[:] = -1
+                            self._run(bucket, num_segments, chunk, cu_seqlens.tolist(), mode)
                     num_segments *= 2
         torch.cuda.synchronize()
         return len(self.graphs) - before
 
-    def _run(self, bucket: int, num_segments: int, max_seqlen: int,
-             cu_seqlens_host: list[int]) -> tuple[torch.Tensor, int]:
+    def _run(self, bucket: int, num_segments: int, max_seqlen: int, cu_seqlens_host: list[int],
+             mode: int = 0) -> tuple[torch.Tensor, int]:
         backend, num_slots = self._backend_for(bucket, max_seqlen)
-        slot = self._next_slot.get((bucket, num_segments, max_seqlen), 0)
-        self._next_slot[(bucket, num_segments, max_seqlen)] = (slot + 1) % num_slots
-        key = GraphKey(bucket, num_segments, max_seqlen, slot, backend)
+        slot = self._next_slot.get((bucket, num_segments, max_seqlen, mode), 0)
+        self._next_slot[(bucket, num_segments, max_seqlen, mode)] = (slot + 1) % num_slots
+        key = GraphKey(bucket, num_segments, max_seqlen, slot, backend, mode)
         last_run = self._last_run.get(key)
         if last_run is not None and not last_run.query():
             last_run.synchronize()  # flow control: its wrapper is about to be re-planned
@@ -229,7 +237,7 @@ class CUDAGraphRunner:
         if captured is None:  # the key's warm-up run, or a key whose capture failed
             self._warmed.add(key)
             self.num_eager_runs += 1
-            output = self.forward(*inputs, num_segments, meta)
+            output = self.forward(*inputs, num_segments, meta, mode)
         else:
             captured.graph.replay()
             self.num_replays += 1
@@ -263,7 +271,7 @@ class CUDAGraphRunner:
             with torch.cuda.stream(self._capture_stream), gc_paused():
                 graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
                 try:
-                    output = self.forward(*inputs, key.num_segments, meta)
+                    output = self.forward(*inputs, key.num_segments, meta, key.mode)
                 finally:
                     graph.capture_end()
         except Exception as exc:

@@ -45,14 +45,27 @@ class ModelRunner:
             self.inputs = StaticInputs(max_num_tokens, max_num_segments, device)
             if not enforce_eager and hasattr(attention, "prepare_graph"):
                 self.graphs = CUDAGraphRunner(self._forward, attention, self.inputs, max_num_tokens=max_num_tokens,
-                                              max_num_seqs=max_num_seqs, max_seqlen=max_seqlen)
+                                              max_num_seqs=max_num_seqs, max_seqlen=max_seqlen,
+                                              head_mode_of=self._head_mode_of, num_head_modes=self._num_head_modes)
+
+    @property
+    def _num_head_modes(self) -> int:
+        """A head that computes different rows for different batches (MaxSimHead: token vectors or scores)
+        says how many kinds it tells apart and which a batch is (`mode_of`); the rest have one."""
+        return getattr(self.head, "num_modes", 1)
+
+    def _head_mode_of(self, batch: PackedBatch) -> int:
+        return self.head.mode_of(batch) if self._num_head_modes > 1 else 0
 
     def _forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cu_seqlens: torch.Tensor,
-                 segment_ids: torch.Tensor, num_segments: int, meta: object) -> torch.Tensor:
+                 segment_ids: torch.Tensor, num_segments: int, meta: object, head_mode: int = 0) -> torch.Tensor:
         """Everything a graph holds: the model and the sentence head -> [num_segments, dim] float32."""
         if (pooled := pooled_tokens_of(self.model)) is not None:  # FP8 linears that keep them bf16 read them
             pooled.index = pooled_token_rows(segment_ids, num_segments, self.head.pooling)
-        return self.head(self.model(input_ids, positions, self.attention, meta), segment_ids, num_segments)
+        hidden = self.model(input_ids, positions, self.attention, meta)
+        if self._num_head_modes > 1:
+            return self.head(hidden, segment_ids, num_segments, head_mode)
+        return self.head(hidden, segment_ids, num_segments)
 
     @torch.inference_mode()
     def execute(self, batch: PackedBatch) -> LazyResult:
@@ -87,7 +100,8 @@ class ModelRunner:
             meta = self.attention.prepare(cu_seqlens, batch.cu_seqlens.tolist(), batch.max_seqlen, num_keys=num_keys)
         else:  # the engine refuses such a model at load (engine/rose/engine.py): never reached but by a bug
             raise ValueError(f"the {self.attention.name} attention backend cannot hide tokens as keys")
-        return self._forward(input_ids, positions, cu_seqlens, segment_ids, batch.num_outputs, meta)
+        return self._forward(input_ids, positions, cu_seqlens, segment_ids, batch.num_outputs, meta,
+                             self._head_mode_of(batch))
 
     def interleave(self, between_layers: Callable[[], None]) -> bool:
         """On the CPU, call `between_layers` after each of the model's layers (engine/queue/express_lane.py:

@@ -106,6 +106,24 @@ def test_segment_sums_match_reference(dtype, workload):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("workload", ["documents", "queries"])
+def test_segment_maxes_match_reference_exactly(dtype, workload):
+    """SPLADE's max pooling (engine/rose/layers/sparse_head.py) of a chunk of MLM logits into maxes pooled
+    before, the segments laid out as above: the kernel's float32 atomic max equals scatter_reduce_'s bit for bit."""
+    g = torch.Generator(device="cuda").manual_seed(12)
+    high = 512 if workload == "documents" else 32
+    lengths = torch.randint(1, high, (1024 // (high // 2),), device="cuda", generator=g)
+    lengths = lengths[: int((lengths.cumsum(0) <= 1024).sum())]
+    num_segments = len(lengths) + 5
+    index = torch.repeat_interleave(torch.arange(len(lengths), device="cuda"), lengths)
+    index = torch.where(torch.rand(len(index), device="cuda", generator=g) < 0.02, num_segments, index)
+    values = (4 * torch.randn(len(index), 30522, device="cuda", generator=g)).to(dtype)
+    start = torch.rand(num_segments + 1, 30522, device="cuda", generator=g)
+    out, ref = both(lambda: fused.segment_maxes_into(start.clone(), values, index))
+    assert torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("activation", ["gelu", "gelu_tanh"])
 def test_geglu_matches_reference(dtype, activation):
     g = torch.Generator(device="cuda").manual_seed(5)

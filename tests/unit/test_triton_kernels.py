@@ -116,3 +116,34 @@ def test_add_layer_norm():
     weight, bias = (torch.randn(200, generator=g) for _ in range(2))
     torch.testing.assert_close(add_layer_norm(x, residual, weight, bias, 1e-12),
                                fused.add_layer_norm(x, residual, weight, bias, 1e-12), rtol=1e-5, atol=1e-5)
+
+
+def _check_maxes(values: torch.Tensor, index: torch.Tensor, num_rows: int) -> None:
+    from rose_embed.engine.rose.layers.triton_kernels import segment_maxes_into
+
+    start = torch.rand(num_rows, values.shape[1], generator=torch.Generator().manual_seed(9)) * 0.5
+    want = start.clone().scatter_reduce_(0, index[:, None].expand(-1, values.shape[1]), values.float(), "amax")
+    got = segment_maxes_into(start.clone(), values, index)
+    assert torch.equal(got, want.clamp_min(0)), (got - want).abs().max()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+def test_segment_maxes_of_documents_across_tiles(dtype):
+    """SPLADE's max pooling: runs longer than a tile and ending mid-tile, negative values (the relu floors
+    them at 0), maxes that start above 0 (a chunk pooled before), 200 columns; exactly scatter_reduce_'s."""
+    lengths = [1, 3, 70, 150, 5, 64, 8]
+    index = _runs(lengths)
+    values = torch.randn(len(index), 200, generator=torch.Generator().manual_seed(2)).to(dtype)
+    _check_maxes(values, index, len(lengths))
+
+
+def test_segment_maxes_of_queries_dropped_tokens_and_indices_in_no_order():
+    g = torch.Generator().manual_seed(3)
+    lengths = torch.randint(1, 13, (40,), generator=g).tolist()
+    index = _runs(lengths)
+    num_segments = len(lengths) + 3
+    index = torch.where(torch.rand(len(index), generator=g) < 0.1, num_segments, index)
+    values = torch.randn(len(index), 48, generator=g)
+    _check_maxes(values, index, num_segments + 1)
+    shuffled = index[torch.randperm(len(index), generator=g)]
+    _check_maxes(values, shuffled, num_segments + 1)

@@ -178,3 +178,13 @@ def segment_sums(values: torch.Tensor, index: torch.Tensor, num_rows: int) -> to
         return _triton_kernels().segment_sums(values, index, num_rows)
     sums = torch.zeros(num_rows, values.shape[1], dtype=torch.float32, device=values.device)
     return sums.index_add_(0, index, values.float())
+
+
+def segment_maxes_into(maxes: torch.Tensor, values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """maxes [R, H] float32 >= 0, values [T, H], index [T] in [0, R) -> maxes, each row r raised in place to
+    the largest value whose index is r, values below 0 counting as 0: SPLADE's max pooling of the relu.
+    On CUDA one Triton pass over the values as they are (no float32 copy of them); the reference is
+    scatter_reduce_'s amax in float32, whose atomic max on a GPU is a compare-and-swap loop per element."""
+    if uses_triton(values) and values.dim() == 2 and values.stride(1) == 1 and maxes.is_contiguous():
+        return _triton_kernels().segment_maxes_into(maxes, values, index)
+    return maxes.scatter_reduce_(0, index.long()[:, None].expand(-1, values.shape[1]), values.float(), "amax")

@@ -11,9 +11,9 @@ A ColBERT model's batch is one of two classes (the queue never mixes them, engin
 
                    score(d) = sum over the query's vectors q of  max over d's kept vectors t of  q . t
 
-Both are computed for every batch and the first token picks which one the rows hold, so one CUDA
-graph per key serves either class with fixed shapes and no host sync; the vectors of a batch of texts
-are the sentence head's, bit for bit. For the scores, every token's vector is computed (the sentence
+The host knows which class a batch is (its first token is a query's or not: `mode_of`), so each class
+has its own CUDA graphs (engine/rose/graphs.py keys them by the head's mode) and a batch computes only
+the rows it holds: a batch of texts, the sentence head's vectors, bit for bit, and nothing of the scores. For the scores, every token's vector is computed (the sentence
 head's modules on its state, normalised); token t's query is the one whose run of QUERY_TOKENs last
 began at or before t, and its i-th vector lies i tokens after that start. The dot products are taken
 a block of query positions at a time ([T, block, dim] float32 at most), their max per document row is
@@ -27,13 +27,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rose_embed.engine.contract.batch import QUERY_TOKEN
+from rose_embed.engine.contract.batch import QUERY_TOKEN, PackedBatch
 from rose_embed.engine.rose.layers.head import SentenceHead
 from rose_embed.engine.rose.layers.pooling import normalize
 
 # Query positions whose dot products are taken at once: [T, block, dim] float32 stays within a few
 # dozen MB at the largest token budgets, and a query of 32 takes four steps.
 QUERY_BLOCK = 8
+# The head's modes: a batch of texts (each kept token's vector) or of rerank groups (each document's score).
+TEXTS, RERANK = 0, 1
 
 
 class MaxSimHead(nn.Module):
@@ -46,12 +48,19 @@ class MaxSimHead(nn.Module):
         self.pooling = sentence.pooling  # what the runner reads of a head
         self.query_length = query_length
 
-    def forward(self, hidden: torch.Tensor, segment_ids: torch.Tensor, num_segments: int) -> torch.Tensor:
-        vectors = self.sentence(hidden, segment_ids, num_segments)
-        scores = self.scores(hidden, segment_ids, num_segments)  # [S]
-        score_rows = F.pad(scores.unsqueeze(1), (0, vectors.shape[1] - 1))
-        is_rerank = segment_ids[0] == QUERY_TOKEN  # a 0-d tensor: no host sync inside a graph
-        return torch.where(is_rerank, score_rows, vectors)
+    num_modes = 2  # TEXTS and RERANK: the runner asks `mode_of` each batch and passes it to forward
+
+    @staticmethod
+    def mode_of(batch: PackedBatch) -> int:
+        return RERANK if batch.is_late_interaction else TEXTS
+
+    def forward(self, hidden: torch.Tensor, segment_ids: torch.Tensor, num_segments: int,
+                mode: int = TEXTS) -> torch.Tensor:
+        if mode == TEXTS:
+            return self.sentence(hidden, segment_ids, num_segments)
+        tokens = self.token_vectors(hidden)
+        scores = self.scores(tokens, segment_ids, num_segments)  # [S]
+        return F.pad(scores.unsqueeze(1), (0, tokens.shape[1] - 1))
 
     def token_vectors(self, hidden: torch.Tensor) -> torch.Tensor:
         """[T, dim] float32: every token's vector, as the sentence head gives a one-token segment's."""
@@ -60,9 +69,9 @@ class MaxSimHead(nn.Module):
             vectors = step(vectors)
         return normalize(vectors)
 
-    def scores(self, hidden: torch.Tensor, segment_ids: torch.Tensor, num_segments: int) -> torch.Tensor:
-        """[num_segments] float32: each document row's MaxSim against its query (0 for rows of no document)."""
-        tokens = self.token_vectors(hidden)
+    def scores(self, tokens: torch.Tensor, segment_ids: torch.Tensor, num_segments: int) -> torch.Tensor:
+        """tokens [T, dim] (`token_vectors`) -> [num_segments] float32: each document row's MaxSim against its
+        query (0 for rows of no document)."""
         num_tokens = tokens.shape[0]
         ids = segment_ids.long()
         is_query = ids == QUERY_TOKEN

@@ -6,7 +6,9 @@ What sentence-transformers' SpladePooling computes (engine/model_files/sparse.py
 
 max or sum pooled. Max pooling pools the raw logits (from 0, which is the relu) and activates the
 pooled [S, V] once: log1p is increasing, so log1p(max x) is max log1p(x), and the activation runs on
-S rows instead of T. Sum pooling activates each token's logits, then adds them up per text.
+S rows instead of T. On CUDA the max is one Triton pass over the logits as the MLM head gives them
+(engine/rose/layers/fused.py's segment_maxes_into): a float32 copy of them and torch's atomic max, a
+compare-and-swap loop per element, cost more than the MLM head's matrix product. Sum pooling activates each token's logits, then adds them up per text.
 
 The [T, V] logits are the costly tensor (a whole batch's tokens times the vocabulary): they are
 computed a chunk of tokens at a time and pooled into [S, V] at once, so at most one chunk's
@@ -32,9 +34,10 @@ import torch
 from torch import nn
 
 from rose_embed.engine.model_files.sparse import SparseModel
+from rose_embed.engine.rose.layers import fused
 from rose_embed.engine.rose.layers.mlm_head import MLMHead
 
-# Elements of one chunk's float32 logits [tokens, V]: 128 MiB, whatever the vocabulary.
+# Elements of one chunk's logits [tokens, V]: 128 MiB as float32, whatever the vocabulary.
 _CHUNK_ELEMENTS = 2**25
 _MIN_CHUNK_TOKENS = 64
 
@@ -66,13 +69,11 @@ class SparseHead(nn.Module):
         dtype = self.mlm.decoder.weight.dtype
         for start in range(0, hidden.shape[0], self.chunk_tokens):
             stop = start + self.chunk_tokens
-            logits = self.mlm(hidden[start:stop].to(dtype)).float()  # [chunk, V]
+            logits = self.mlm(hidden[start:stop].to(dtype))  # [chunk, V]
             if is_max:
-                # scatter_reduce_ rather than the beta index_reduce_; the index is a broadcast view, not a copy.
-                index = rows[start:stop, None].expand(-1, logits.shape[1])
-                pooled.scatter_reduce_(0, index, logits, "amax")  # from 0, which is the relu
+                fused.segment_maxes_into(pooled, logits, rows[start:stop])  # from 0, which is the relu
             else:
-                pooled.index_add_(0, rows[start:stop], self._activate(logits.relu_()))
+                pooled.index_add_(0, rows[start:stop], self._activate(logits.float().relu_()))
         pooled = pooled[:num_segments]
         return self._activate(pooled) if is_max else pooled
 

@@ -276,3 +276,47 @@ def segment_sums(values: torch.Tensor, index: torch.Tensor, num_rows: int) -> to
         values, index, sums, num_tokens, n_cols, values.stride(0), BLOCK_T=block_t, BLOCK_H=block_h, num_warps=4,
     )
     return sums
+
+
+@triton.jit
+def _segment_maxes_kernel(x_ptr, index_ptr, maxes_ptr, num_tokens, n_cols, x_stride,
+                          BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr):
+    # As _segment_sums_kernel, with max for sum: a tile's rows of its first and last rows'
+    # segments are reduced in the tile, one atomic row each; other rows one atomic row each.
+    # The maxes start from 0 and every value is floored at 0 (SPLADE's relu), so float32's
+    # atomic max, which orders non-negative floats as integers, is exact and order-free.
+    tile = tl.program_id(0)
+    rows = tile * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    row_ok = rows < num_tokens
+    col_ok = cols < n_cols
+    index = tl.load(index_ptr + rows, mask=row_ok, other=0).to(tl.int64)
+    x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * x_stride + cols[None, :],
+                mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+    x = tl.maximum(x, 0.0)
+    first = tl.load(index_ptr + tile * BLOCK_T).to(tl.int64)
+    last = tl.load(index_ptr + tl.minimum(tile * BLOCK_T + BLOCK_T, num_tokens) - 1).to(tl.int64)
+    in_first = row_ok & (index == first)
+    tl.atomic_max(maxes_ptr + first * n_cols + cols, tl.max(tl.where(in_first[:, None], x, 0.0), axis=0), mask=col_ok)
+    others = row_ok & ~in_first
+    if tl.max(others.to(tl.int32), axis=0) > 0:
+        in_last = others & (index == last)
+        tl.atomic_max(maxes_ptr + last * n_cols + cols, tl.max(tl.where(in_last[:, None], x, 0.0), axis=0),
+                      mask=col_ok)
+        inside = others & ~in_last
+        tl.atomic_max(maxes_ptr + index[:, None] * n_cols + cols[None, :], x, mask=inside[:, None] & col_ok[None, :])
+
+
+def segment_maxes_into(maxes: torch.Tensor, values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """maxes [R, H] float32, all >= 0 (contiguous), values [T, H] (any float dtype, unit column stride),
+    index [T] in [0, R): each maxes[r] raised in place to the largest of the values whose index is r
+    (values below 0 count as 0). Exact: a max does not depend on the order it is taken in."""
+    num_tokens, n_cols = values.shape
+    if num_tokens == 0:
+        return maxes
+    block_h = min(128, max(16, triton.next_power_of_2(n_cols)))
+    block_t = 64
+    _segment_maxes_kernel[(triton.cdiv(num_tokens, block_t), triton.cdiv(n_cols, block_h))](
+        values, index, maxes, num_tokens, n_cols, values.stride(0), BLOCK_T=block_t, BLOCK_H=block_h, num_warps=4,
+    )
+    return maxes
