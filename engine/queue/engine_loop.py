@@ -105,6 +105,9 @@ class EngineLoop:
         self._is_cpu = getattr(getattr(engine, "device", None), "type", "cpu") == "cpu"
         self._max_in_flight = CPU_BATCHES_IN_FLIGHT if self._is_cpu else DEVICE_BATCHES_IN_FLIGHT
         self._clock = LaunchClock(float(getattr(engine, "tokens_per_second", 0.0)))
+        # On a GPU, the budget of batches cut while small requests wait beside larger ones (0: none).
+        express = [e.express_batch_tokens for e in self.engines if getattr(e, "express_batch_tokens", 0)]
+        self._express_tokens = min(express) if express and not self._is_cpu and self.queue.is_fair else 0
         self._reader = threading.Thread(target=self._read_back, name="rose-readback", daemon=True)
         self._closing: list[FrontEnd] = []  # said goodbye: closed once no batch is being launched
         # On the CPU, small requests run between the layers of the batch in flight (fair scheduling only).
@@ -134,7 +137,7 @@ class EngineLoop:
                         self.on_messages(self.front_ends[conn])
                 while (self.queue and self.num_in_flight < self._max_in_flight and not self._is_blocked
                        and self._seconds_to_launch() == 0):
-                    batch = self.express.cut()
+                    batch = self._cut()
                     if batch is None:
                         self._is_blocked = True  # until a front end gives rows back
                     else:
@@ -232,6 +235,14 @@ class EngineLoop:
         self._closing.clear()
 
     # -- the device ------------------------------------------------------------------------
+
+    def _cut(self) -> Batch | None:
+        """The next batch. On a GPU whose warm-up gave an express budget (engine/rose/batch_budget.py), a
+        batch cut while small requests wait beside larger ones is held to it: the queries go first, the
+        larger requests fill the rest, and a query waits for a batch of about its own cost."""
+        if self._express_tokens and self.queue.holds_small and self.queue.holds_large:
+            return self.queue.cut(max_tokens=self._express_tokens)
+        return self.express.cut()
 
     def _seconds_to_launch(self) -> float:
         """How long the next batch may wait: on a GPU, until the work in flight is about to end."""

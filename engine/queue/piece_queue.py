@@ -241,13 +241,14 @@ class PieceQueue:
             settled.extend(self.cancel(*key))
         return settled
 
-    def cut(self, skip_small: bool = False) -> Batch | None:
+    def cut(self, skip_small: bool = False, max_tokens: int | None = None) -> Batch | None:
         """The next batch, of the class (model) whose turn it is; None if nothing waits or nothing can go.
-        `skip_small`: the small requests stay queued (engine/queue/express_lane.py runs them)."""
+        `skip_small`: the small requests stay queued (engine/queue/express_lane.py runs them).
+        `max_tokens`: a smaller budget for this batch (a GPU's express one, engine/queue/engine_loop.py)."""
         open_lines = [line for line in self._lines.values() if not (skip_small and line.is_small)]
         for batch_class in self._classes_in_turn(open_lines):
             lines = [line for line in open_lines if line.batch_class == batch_class]
-            filling = _Filling(self.max_batch_tokens, self.max_batch_seqs)
+            filling = _Filling(min(max_tokens or self.max_batch_tokens, self.max_batch_tokens), self.max_batch_seqs)
             if self.is_fair:
                 self._fill_fairly(lines, filling)
             else:
@@ -292,7 +293,7 @@ class PieceQueue:
         return after + [c for c in classes if c <= self._last_class]
 
     def _fill_fairly(self, lines: list[_Line], filling: _Filling) -> None:
-        budget = self.max_batch_tokens
+        budget = filling.tokens_left
         demands = [min(line.queued_tokens, budget) for line in lines]
         shares = water_fill(demands, [line.weight for line in lines], budget)
         small = sorted((line for line, d, s in zip(lines, demands, shares) if d <= s), key=lambda l: l.queued_tokens)

@@ -18,6 +18,14 @@ budget itself) whose speed is at least GPU_EFFICIENCY of the configured budget's
 large as throughput needs, each taking as little time as that allows (a query waits for about one). Each size is timed
 as the loop runs batches, one launched behind another (its graphs captured at warm-up), several
 times in turn, the fastest counting.
+
+A large model's budget still makes batches of tens of milliseconds, and a query rides a whole one
+after the one computing. So the same timings give a second, smaller budget, the express one: the
+largest size timed whose batch takes at most EXPRESS_BATCH_SECONDS, about what a query costs alone
+end to end (HTTP, tokenizing, a batch of its own). While small requests wait beside larger ones, the
+loop cuts its batches at that budget (engine/queue/engine_loop.py): the queries go first and the bulk
+requests fill the rest, so a query waits for a batch of about its own cost, not for a large one. A
+small model's full batch takes less than that anyway, and its express budget is the budget itself.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ EFFICIENCY = 0.95  # of a large batch's speed per token
 GPU_EFFICIENCY = 0.97  # of the configured budget's speed
 GPU_MIN_BUDGET = 1024
 GPU_BATCHES_TIMED = 6  # a size's batches launched back to back in one timing
+EXPRESS_BATCH_SECONDS = 0.005  # the longest express batch (see the module's docstring)
 SEQ_TOKENS = 32
 SMALL_TOKENS, LARGE_TOKENS = 64, 512
 MIN_BUDGET = 256
@@ -47,6 +56,7 @@ class BudgetChoice:
     tokens_per_second: float  # at that budget
     batch_seconds: float  # one full batch's time
     speeds: tuple[tuple[int, float], ...] = ()  # (tokens, tokens/s) of each size timed, where several were
+    express_tokens: int = 0  # the express budget (a GPU's; 0: the budget itself)
 
 
 def time_batches(run: Callable[[list[np.ndarray]], None], sizes: tuple[int, ...],
@@ -82,7 +92,8 @@ def gpu_budget(launch: Callable[[list[np.ndarray]], object], max_batch_tokens: i
     speeds = [GPU_BATCHES_TIMED * max(1, n // SEQ_TOKENS) * SEQ_TOKENS / s for n, s in zip(sizes, seconds)]
     tokens = next(n for n, speed in zip(sizes, speeds) if speed >= GPU_EFFICIENCY * speeds[-1])
     speed = speeds[sizes.index(tokens)]
-    return BudgetChoice(tokens, speed, tokens / speed, tuple(zip(sizes, speeds)))
+    quick = [n for n, s in zip(sizes, speeds) if n <= tokens and n / s <= EXPRESS_BATCH_SECONDS]
+    return BudgetChoice(tokens, speed, tokens / speed, tuple(zip(sizes, speeds)), max(quick, default=sizes[0]))
 
 
 def _back_to_back(launch: Callable[[list[np.ndarray]], object], seqs: list[np.ndarray]) -> None:

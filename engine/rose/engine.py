@@ -146,6 +146,7 @@ class Engine(ModelView):
         self.compiled = False  # an int8 model compiled on its first batch (engine/rose/quantization/int8_compile.py)
         # The queue's token budget (warm-up may choose a smaller one) and the speed measured at it.
         self.max_batch_tokens, self.tokens_per_second = config.max_batch_tokens, 0.0
+        self.express_batch_tokens = 0  # a GPU's budget while queries wait beside bulk requests (0: none)
         self.runner = self._runner(model, head, attention, config.enforce_eager or config.quantization == "fp8")
         if config.quantization == "fp8":
             # GPTQ calibrates on the model as loaded, run eagerly: no graph may hold it unquantized.
@@ -246,6 +247,9 @@ class Engine(ModelView):
         elif self.device.type == "cuda" and config.choose_batch_tokens:
             choice = gpu_budget(self.execute, min(config.max_batch_tokens, config.max_batch_seqs * SEQ_TOKENS))
             self.max_batch_tokens = choice.max_batch_tokens
+            # A sequence longer than the express budget could not go into an express batch at all.
+            if max(choice.express_tokens, self.spec.max_seq_len) < choice.max_batch_tokens:
+                self.express_batch_tokens = choice.express_tokens
             how = "chosen at warm-up; --max-batch-tokens sets another"
         else:
             # A CPU's speed per token is the same from a few hundred tokens on: a full budget would take seconds.
@@ -258,6 +262,10 @@ class Engine(ModelView):
         if choice.speeds:
             logger.info("tokens/s at each budget timed: %s",
                         ", ".join(f"{tokens}: {speed:,.0f}" for tokens, speed in choice.speeds))
+        if self.express_batch_tokens:
+            logger.info("while queries wait beside larger requests, batches of at most %d tokens (about %.1f ms)",
+                        self.express_batch_tokens,
+                        1000 * self.express_batch_tokens / dict(choice.speeds)[self.express_batch_tokens])
 
     def embed_images(self, pixel_values: np.ndarray) -> np.ndarray:
         """Synchronous: preprocessed images [N, 3, S, S] float32 (engine/image/preprocess.py) -> [N, dim]

@@ -80,3 +80,47 @@ def test_a_query_arriving_while_a_bulk_batch_computes_rides_the_next_batch(monke
     assert float(query.headers["x-preparation-time-ms"]) < 0.2 * BATCH_SECONDS * 1000
     np.testing.assert_allclose(query.json()["data"][0]["embedding"], fake.embed(["how do I open a file"])[0],
                                atol=1e-6)
+
+
+class _FakeLargeGpu(_FakeGpu):
+    """A large model's GPU: a batch takes its tokens' time, and warm-up gave an express budget of an eighth."""
+
+    express_batch_tokens = 64
+
+    def __init__(self):
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def execute_packed(self, batch):
+        lazy = super().execute_packed(batch)
+        start, _ = self.spans[-1]
+        self.device_free = end = start + BATCH_SECONDS * batch.num_tokens / 512
+        self.spans[-1] = (start, end)
+        self.sizes.append(batch.num_tokens)
+        return _Ready(lazy._lazy, end)
+
+
+def test_while_a_query_waits_beside_bulk_the_next_batch_is_cut_at_the_express_budget(monkeypatch):
+    """Its batch holds the query and bulk inputs up to the express budget, so it is answered about an
+    eighth of a full batch after the one computing, where a full batch would take all of one; and once no
+    query waits, batches are full again."""
+    monkeypatch.setattr(EngineLoop, "_record_memory", lambda self: None)
+    fake = _FakeLargeGpu()
+    config = fake_config(engine=EngineConfig(device="cpu", max_batch_tokens=512))
+
+    async def scenario():
+        async with serve_async(fake, config) as client:
+            bulk = asyncio.ensure_future(client.post("/v1/embeddings", json={"input": TEXTS}))
+            while len(fake.spans) < 4 or not 0 <= time.monotonic() - fake.spans[-1][0] < 0.02:
+                await asyncio.sleep(0.001)
+            sent = time.monotonic()
+            query = await client.post("/v1/embeddings", json={"input": "how do I open a file"})
+            return sent, time.monotonic(), query, await bulk
+
+    sent, done, query, bulk = asyncio.run(scenario())
+    assert query.status_code == bulk.status_code == 200
+    at = next(i for i, (start, end) in enumerate(fake.spans) if start <= sent < end)
+    computing = fake.spans[at][1]
+    assert fake.sizes[at + 1] <= fake.express_batch_tokens < fake.sizes[at]  # the next batch: the express one
+    assert done - computing < 0.5 * BATCH_SECONDS, (done - computing, fake.sizes)
+    assert max(fake.sizes[at + 2:]) > fake.express_batch_tokens  # full batches again once it is answered

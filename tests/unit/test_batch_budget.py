@@ -78,3 +78,22 @@ def test_a_gpu_whose_speed_keeps_rising_keeps_the_configured_budget(device):
 def test_a_configured_budget_under_the_smallest_candidate_is_kept(device):
     fake = device(overhead=1e-3, per_token=1e-7)
     assert gpu_budget(fake.launch, max_batch_tokens=512).max_batch_tokens == 512
+
+
+def test_a_large_models_gpu_budget_has_a_smaller_express_one(device):
+    """Batches of tens of milliseconds at the chosen budget: the express budget is the largest size timed
+    whose batch takes at most EXPRESS_BATCH_SECONDS (a batch of 1024 here takes 2.7 ms, of 2048 5.2 ms)."""
+    per_token = 2.5e-6
+    fake = device(overhead=128 * per_token, per_token=per_token)
+    choice = gpu_budget(fake.launch, max_batch_tokens=16384)
+    assert choice.max_batch_tokens == 4096
+    seconds = {n: n / speed for n, speed in choice.speeds}
+    assert seconds[1024] <= batch_budget.EXPRESS_BATCH_SECONDS < seconds[2048]
+    assert choice.express_tokens == 1024
+
+
+def test_a_small_models_express_budget_is_its_budget(device):
+    per_token = 1e-7
+    fake = device(overhead=128 * per_token, per_token=per_token)
+    choice = gpu_budget(fake.launch, max_batch_tokens=16384)
+    assert choice.express_tokens == choice.max_batch_tokens == 4096

@@ -176,3 +176,15 @@ def test_a_piece_written_to_the_arena_reads_back_as_the_same_batch():
         assert back.num_outputs == 3 == batch.num_outputs
     finally:
         arena.close()
+
+
+def test_a_batch_cut_at_a_smaller_budget_holds_the_query_and_fills_the_rest_with_bulk():
+    """A GPU's express batch (engine/queue/engine_loop.py): the budget given to `cut` holds, the query goes
+    in whole, the bulk request fills what is left, and the next batch is back at the full budget."""
+    queue = PieceQueue(max_batch_tokens=40, max_batch_seqs=16)
+    queue.offer(piece("a", 1, [4] * 20))
+    queue.offer(piece("b", 2, [2]))
+    express = queue.cut(max_tokens=10)
+    assert sorted(firsts(express)) == [100, 101, 200] and express.packed.num_tokens == 10
+    assert queue.cut().packed.num_tokens == 40
+    assert queue.cut(max_tokens=100).packed.num_tokens == 32  # never past the queue's own budget, 40
