@@ -239,7 +239,8 @@ class EngineLoop:
     def _cut(self) -> Batch | None:
         """The next batch. On a GPU whose warm-up gave an express budget (engine/rose/batch_budget.py), a
         batch cut while small requests wait beside larger ones is held to it: the queries go first, the
-        larger requests fill the rest, and a query waits for a batch of about its own cost."""
+        larger requests fill the rest, and a query waits for a batch of about its own cost. (A sequence
+        longer than that budget still goes, alone, as into any empty batch: PieceQueue._take.)"""
         if self._express_tokens and self.queue.holds_small and self.queue.holds_large:
             return self.queue.cut(max_tokens=self._express_tokens)
         return self.express.cut()

@@ -247,8 +247,7 @@ class Engine(ModelView):
         elif self.device.type == "cuda" and config.choose_batch_tokens:
             choice = gpu_budget(self.execute, min(config.max_batch_tokens, config.max_batch_seqs * SEQ_TOKENS))
             self.max_batch_tokens = choice.max_batch_tokens
-            # A sequence longer than the express budget could not go into an express batch at all.
-            if max(choice.express_tokens, self.spec.max_seq_len) < choice.max_batch_tokens:
+            if choice.express_tokens < choice.max_batch_tokens:
                 self.express_batch_tokens = choice.express_tokens
             how = "chosen at warm-up; --max-batch-tokens sets another"
         else:

@@ -124,3 +124,4 @@ def test_while_a_query_waits_beside_bulk_the_next_batch_is_cut_at_the_express_bu
     assert fake.sizes[at + 1] <= fake.express_batch_tokens < fake.sizes[at]  # the next batch: the express one
     assert done - computing < 0.5 * BATCH_SECONDS, (done - computing, fake.sizes)
     assert max(fake.sizes[at + 2:]) > fake.express_batch_tokens  # full batches again once it is answered
+
