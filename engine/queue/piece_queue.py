@@ -3,8 +3,9 @@
 Every front end's pieces land here, each in its request's line, in the order they came: the
 order inside a request is kept. A batch holds one model's inputs (the engine runs one model's
 graphs at a time), and of a ColBERT model either its texts or its rerank groups, never both (a
-query's documents are told from texts by where they lie: engine/contract/batch.py); the classes of
-batch with inputs waiting take turns.
+query's documents are told from texts by where they lie: engine/contract/batch.py), of a CLIP model
+either its texts or its images (each tower runs alone); the classes of batch with inputs waiting
+take turns.
 
 How a batch is filled depends on the scheduling policy:
 - "fair" (the default): a request that asks for less than an even share of the batch's token
@@ -65,9 +66,9 @@ class QueuedPiece:
         return self.front_end, self.message.request
 
     @property
-    def batch_class(self) -> tuple[int, bool]:
-        """The batches it may go into: its model's, of late-interaction groups or of texts."""
-        return self.message.model, self.batch.is_late_interaction
+    def batch_class(self) -> tuple[int, bool, bool]:
+        """The batches it may go into: its model's, of late-interaction groups, of images or of texts."""
+        return self.message.model, self.batch.is_late_interaction, self.batch.is_images
 
     @property
     def is_fully_cut(self) -> bool:
@@ -125,7 +126,7 @@ class _Line:
     """One request's pieces waiting in the queue, in the order they came."""
 
     key: tuple[object, int]
-    batch_class: tuple[int, bool]  # QueuedPiece.batch_class: a batch holds lines of one class
+    batch_class: tuple[int, bool, bool]  # QueuedPiece.batch_class: a batch holds lines of one class
     weight: float
     pieces: collections.deque[QueuedPiece] = field(default_factory=collections.deque)
     queued_tokens: int = 0
@@ -177,9 +178,9 @@ class PieceQueue:
         self.is_fair = scheduling == "fair"
         self._lines: dict[tuple[object, int], _Line] = {}  # in the order each line opened
         self._queued_tokens = 0
-        self._last_class = (-1, False)  # the class of the latest batch: classes (models) take turns
+        self._last_class = (-1, False, False)  # the class of the latest batch: classes (models) take turns
         # Per class, its large requests' keys in turn order (deficit round robin, `_serve_in_turn`).
-        self._turns: dict[tuple[int, bool], collections.deque[tuple[object, int]]] = {}
+        self._turns: dict[tuple[int, bool, bool], collections.deque[tuple[object, int]]] = {}
 
     @property
     def queued_tokens(self) -> int:
@@ -281,7 +282,7 @@ class PieceQueue:
         parts = [s.packed() for s in filling.slices]
         return Batch(tuple(filling.slices), parts[0] if len(parts) == 1 else join_packed(*parts))
 
-    def _classes_in_turn(self, lines: list[_Line]) -> list[tuple[int, bool]]:
+    def _classes_in_turn(self, lines: list[_Line]) -> list[tuple[int, bool, bool]]:
         """The batch classes of `lines` (in the order each opened), the one to serve next first: fair,
         the next after the latest batch's; fcfs, the oldest line's."""
         classes = list(dict.fromkeys(line.batch_class for line in lines))  # by each one's oldest line
@@ -309,7 +310,7 @@ class PieceQueue:
             self._take(line, math.inf, filling)
         self._serve_in_turn(turns, filling)
 
-    def _turns_of(self, batch_class: tuple[int, bool], large: list[_Line]) -> collections.deque[_Line]:
+    def _turns_of(self, batch_class: tuple[int, bool, bool], large: list[_Line]) -> collections.deque[_Line]:
         """The class's large requests in turn order: the one whose turn it is first, new ones last."""
         by_key = {line.key: line for line in large}
         before = self._turns.get(batch_class, ())
