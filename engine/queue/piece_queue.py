@@ -126,7 +126,6 @@ class _Line:
     """One request's pieces waiting in the queue, in the order they came."""
 
     key: tuple[object, int]
-    batch_class: tuple[int, bool, bool]  # QueuedPiece.batch_class: a batch holds lines of one class
     weight: float
     pieces: collections.deque[QueuedPiece] = field(default_factory=collections.deque)
     queued_tokens: int = 0
@@ -135,6 +134,12 @@ class _Line:
     is_in_turn: bool = False  # its turn among the large requests has begun (its credit has its quantum)
     is_blocked: bool = False  # its next piece's rows are not free: it sits out the batch being cut
     is_small: bool = False  # the front end says the whole request is small (engine/queue/express_lane.py)
+
+    @property
+    def batch_class(self) -> tuple[int, bool, bool]:
+        """Its next piece's QueuedPiece.batch_class: a batch holds lines of one class. A request of texts and
+        images (a CLIP model's) holds pieces of both, in its order: its line takes the class of each in turn."""
+        return self.pieces[0].batch_class
 
 
 class _Filling:
@@ -213,7 +218,7 @@ class PieceQueue:
         """Queue the piece behind its request's earlier ones."""
         line = self._lines.get(piece.key)
         if line is None:
-            line = self._lines[piece.key] = _Line(piece.key, piece.batch_class, max(piece.message.weight, 1e-6),
+            line = self._lines[piece.key] = _Line(piece.key, max(piece.message.weight, 1e-6),
                                                   is_small=piece.message.is_small)
         line.pieces.append(piece)
         tokens = piece.remaining_tokens
@@ -360,9 +365,11 @@ class PieceQueue:
     def _take(self, line: _Line, allowance: float, filling: _Filling) -> int:
         """Whole sequences of the line's pieces, in order, within `allowance` tokens and the batch's room
         (one sequence always goes into an empty batch); the tokens taken."""
-        taken = 0
+        taken, batch_class = 0, line.batch_class
         while line.pieces and not line.is_blocked and filling.has_room:
             piece = line.pieces[0]
+            if piece.batch_class != batch_class:  # the request's next inputs go into a batch of their kind
+                break
             batch, lo = piece.batch, piece.next_seq
             limit = min(allowance - taken, filling.tokens_left)
             hi = _fit(batch, lo, int(limit) if limit < math.inf else filling.tokens_left, filling.rows_left)
