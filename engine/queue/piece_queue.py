@@ -134,12 +134,16 @@ class _Line:
     is_in_turn: bool = False  # its turn among the large requests has begun (its credit has its quantum)
     is_blocked: bool = False  # its next piece's rows are not free: it sits out the batch being cut
     is_small: bool = False  # the front end says the whole request is small (engine/queue/express_lane.py)
+    last_class: tuple[int, bool, bool] = (-1, False, False)  # `batch_class` as last read
 
     @property
     def batch_class(self) -> tuple[int, bool, bool]:
-        """Its next piece's QueuedPiece.batch_class: a batch holds lines of one class. A request of texts and
-        images (a CLIP model's) holds pieces of both, in its order: its line takes the class of each in turn."""
-        return self.pieces[0].batch_class
+        """Its next piece's QueuedPiece.batch_class (once a batch took its last piece, that one's): a batch
+        holds lines of one class. A request of texts and images (a CLIP model's) holds pieces of both, in
+        its order: its line takes the class of each in turn."""
+        if self.pieces:
+            self.last_class = self.pieces[0].batch_class
+        return self.last_class
 
 
 class _Filling:

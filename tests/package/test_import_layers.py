@@ -2,7 +2,7 @@
 
 server -> compat and engine; compat knows only the wire; engine never knows HTTP, JSON or
 Litestar. Inside engine: the front end reaches the engines only through the contract package
-(engine/contract/) and the model's files and text; ROSE imports nothing of the queue, the server
+(engine/contract/) and the model's files, text and images; ROSE imports nothing of the queue, the server
 or the contract's process plumbing. Every import counts, those inside functions and under
 TYPE_CHECKING too."""
 
@@ -15,10 +15,10 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("engine", "server", "compat", "corpus")
 
 ENGINE = "rose_embed.engine"
-# What every side may import of the engine: the contract between the sides, and the model's files and
-# text (no torch). These import nothing of the queue, ROSE or the server in turn, so that a front end
+# What every side may import of the engine: the contract between the sides, and the model's files,
+# text and images (no torch). These import nothing of the queue, ROSE or the server in turn, so that a front end
 # that imports them never reaches an engine's insides.
-SHARED = (f"{ENGINE}.contract", f"{ENGINE}.model_files", f"{ENGINE}.text")
+SHARED = (f"{ENGINE}.contract", f"{ENGINE}.model_files", f"{ENGINE}.text", f"{ENGINE}.image")
 # The server's parts that run an engine or start one, and may import any of it: the command line
 # (it checks flags against ROSE's support tables before anything starts) and the processes (the
 # supervisor starts engine processes; in_process_engine.py serves an `Engine` object in a thread).
