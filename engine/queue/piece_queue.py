@@ -149,7 +149,8 @@ class _Line:
 class _Filling:
     """The batch being cut: its slices and the room left in it."""
 
-    def __init__(self, max_tokens: int, max_rows: int):
+    def __init__(self, max_tokens: int, max_rows: int, batch_class: tuple[int, bool, bool]):
+        self.batch_class = batch_class  # of every piece it takes (QueuedPiece.batch_class)
         self.slices: list[Slice] = []
         self._by_piece: dict[int, int] = {}  # id of a piece -> its slice's place in `slices`
         self.tokens_left, self.rows_left = max_tokens, max_rows
@@ -257,7 +258,7 @@ class PieceQueue:
         open_lines = [line for line in self._lines.values() if not (skip_small and line.is_small)]
         for batch_class in self._classes_in_turn(open_lines):
             lines = [line for line in open_lines if line.batch_class == batch_class]
-            filling = _Filling(self.max_batch_tokens, self.max_batch_seqs)
+            filling = _Filling(self.max_batch_tokens, self.max_batch_seqs, batch_class)
             if self.is_fair:
                 self._fill_fairly(lines, filling)
             else:
@@ -275,7 +276,7 @@ class PieceQueue:
         if not small:
             return None
         lines = [line for line in small if line.batch_class == small[0].batch_class]
-        filling = _Filling(self.max_batch_tokens, self.max_batch_seqs)
+        filling = _Filling(self.max_batch_tokens, self.max_batch_seqs, small[0].batch_class)
         for line in lines:
             self._take(line, math.inf, filling)
         return self._close(lines, filling)
@@ -369,10 +370,10 @@ class PieceQueue:
     def _take(self, line: _Line, allowance: float, filling: _Filling) -> int:
         """Whole sequences of the line's pieces, in order, within `allowance` tokens and the batch's room
         (one sequence always goes into an empty batch); the tokens taken."""
-        taken, batch_class = 0, line.batch_class
+        taken = 0
         while line.pieces and not line.is_blocked and filling.has_room:
             piece = line.pieces[0]
-            if piece.batch_class != batch_class:  # the request's next inputs go into a batch of their kind
+            if piece.batch_class != filling.batch_class:  # the request's next inputs go into a batch of their kind
                 break
             batch, lo = piece.batch, piece.next_seq
             limit = min(allowance - taken, filling.tokens_left)

@@ -96,3 +96,17 @@ def test_a_batch_holds_images_or_texts_and_a_request_of_both_keeps_its_order(sch
     assert request_1 == [(1, 0), (1, 1), (1, 2)]  # in its order, each piece in a batch of its kind
     assert len(cut) == 3  # texts of request 1; the images of both requests together; request 1's last texts
     assert sorted(cut[1]) == [(1, 1), (2, 0)]
+
+
+def test_a_large_request_whose_texts_run_out_mid_batch_leaves_its_images_for_a_batch_of_images():
+    """Fair: two requests larger than their shares take turns; the first one's texts end inside the batch
+    and its images wait, while the second one's texts fill the room left."""
+    queue = PieceQueue(max_batch_tokens=40, max_batch_seqs=64)
+    queue.offer(_piece(1, _texts(100, [5, 5]), 0))
+    queue.offer(_piece(1, pack_images(pixels(3), SEQ_LEN), 1))
+    queue.offer(_piece(2, _texts(200, [10] * 6)))
+    first = queue.cut()
+    assert not first.packed.is_images and first.packed.num_tokens == 40
+    assert [(s.piece.message.request, s.piece.message.index) for s in first.slices] == [(1, 0), (2, 0)]
+    second = queue.cut()
+    assert second.packed.is_images and [s.piece.message.request for s in second.slices] == [1]
