@@ -12,19 +12,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from rose_embed.engine.contract.config import EngineConfig
 from rose_embed.engine.rose.engine import Engine
-from tests.support.clip_checkpoints import IMAGE_SIZE, save_clip
+from tests.support.clip_checkpoints import save_clip
+from tests.support.clip_inputs import (IMAGE_TOKENS, TEXTS, data_uri, image_item, reference_images, reference_texts,
+                                       sample_images)
 from tests.support.fake_engine import FakeEngine, serve
 
 pytestmark = pytest.mark.slow
-
-TEXTS = ["the cat", "a photo of the dog", "the dog <|endoftext|> and what follows", "x " * 40]
-PATCH_SIZE = 8  # save_clip's default
-IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE) ** 2 + 1
 
 
 @pytest.fixture(scope="module")
@@ -38,41 +35,6 @@ def client(saved):
     engine = Engine(EngineConfig(model=str(saved[0]), device="cpu", dtype="float32"))
     with serve(engine) as client:
         yield client
-
-
-def _images() -> list[Image.Image]:
-    """Of several sizes and modes: wider and taller than the crop, smaller than it, with transparency."""
-    rng = np.random.default_rng(3)
-    return [Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8), mode)
-            for shape, mode in [((45, 70, 3), "RGB"), ((90, 33, 3), "RGB"), ((20, 24, 4), "RGBA"), ((32, 32), "L")]]
-
-
-def data_uri(image: Image.Image, fmt: str = "PNG") -> str:
-    out = io.BytesIO()
-    image.save(out, format=fmt, **({"lossless": True} if fmt == "WEBP" else {}))
-    return f"data:image/{fmt.lower()};base64," + base64.b64encode(out.getvalue()).decode()
-
-
-def image_item(image: Image.Image, fmt: str = "PNG") -> dict:
-    return {"type": "image_url", "image_url": {"url": data_uri(image, fmt)}}
-
-
-def reference_images(saved, images: list[Image.Image]) -> np.ndarray:
-    from transformers import CLIPImageProcessorPil
-
-    path, model = saved
-    pixels = CLIPImageProcessorPil.from_pretrained(str(path))(images=images, return_tensors="pt")["pixel_values"]
-    with torch.no_grad():
-        return torch.nn.functional.normalize(model.get_image_features(pixel_values=pixels).pooler_output, dim=-1).numpy()
-
-
-def reference_texts(saved, texts: list[str]) -> np.ndarray:
-    from transformers import AutoTokenizer
-
-    path, model = saved
-    inputs = AutoTokenizer.from_pretrained(str(path))(texts, padding=True, truncation=True, return_tensors="pt")
-    with torch.no_grad():
-        return torch.nn.functional.normalize(model.get_text_features(**inputs).pooler_output, dim=-1).numpy()
 
 
 def vectors(response) -> np.ndarray:
@@ -89,7 +51,7 @@ def test_texts_equal_transformers(client, saved):
 
 @pytest.mark.parametrize("fmt", ["PNG", "WEBP"])
 def test_images_equal_transformers_and_count_their_patches(client, saved, fmt):
-    images = _images()
+    images = sample_images()
     response = client.post("/v1/embeddings", json={"input": [image_item(im, fmt) for im in images],
                                                    "model": saved[0].name})
     np.testing.assert_allclose(vectors(response), reference_images(saved, images), atol=1e-4, rtol=0)
@@ -99,7 +61,7 @@ def test_images_equal_transformers_and_count_their_patches(client, saved, fmt):
 
 def test_a_jpeg_and_a_lone_image_item(client, saved):
     """A JPEG is compared with the reference on the same decoded image; `input` may be one image item."""
-    image = _images()[0]
+    image = sample_images()[0]
     raw = io.BytesIO()
     image.save(raw, format="JPEG", quality=90)
     decoded = Image.open(io.BytesIO(raw.getvalue()))
@@ -114,7 +76,7 @@ def test_a_jpeg_and_a_lone_image_item(client, saved):
 
 
 def test_texts_and_images_mixed_keep_their_order(client, saved):
-    images, texts = _images()[:3], TEXTS[:3]
+    images, texts = sample_images()[:3], TEXTS[:3]
     items = [texts[0], image_item(images[0]), image_item(images[1]), texts[1], texts[2], image_item(images[2])]
     response = client.post("/v1/embeddings", json={"input": items, "model": saved[0].name})
     ours = vectors(response)
@@ -126,7 +88,7 @@ def test_texts_and_images_mixed_keep_their_order(client, saved):
 
 
 def test_base64_format_holds_the_float_vectors(client, saved):
-    items = [TEXTS[0], image_item(_images()[1])]
+    items = [TEXTS[0], image_item(sample_images()[1])]
     floats = vectors(client.post("/v1/embeddings", json={"input": items, "model": saved[0].name}))
     response = client.post("/v1/embeddings", json={"input": items, "model": saved[0].name,
                                                    "encoding_format": "base64"})
@@ -137,7 +99,7 @@ def test_base64_format_holds_the_float_vectors(client, saved):
 
 
 def _truncated_png() -> str:
-    uri = data_uri(_images()[0])
+    uri = data_uri(sample_images()[0])
     raw = base64.b64decode(uri.split(",", 1)[1])
     return "data:image/png;base64," + base64.b64encode(raw[: len(raw) // 2]).decode()
 
@@ -159,7 +121,7 @@ def _huge_png() -> str:
     (_huge_png(), "more than 50000000"),
 ])
 def test_a_bad_image_is_a_400_naming_its_index_and_why(client, saved, url, why):
-    items = ["the cat", image_item(_images()[0]), {"type": "image_url", "image_url": {"url": url}}]
+    items = ["the cat", image_item(sample_images()[0]), {"type": "image_url", "image_url": {"url": url}}]
     response = client.post("/v1/embeddings", json={"input": items, "model": saved[0].name})
     assert response.status_code == 400, response.text
     error = response.json()["error"]
@@ -173,7 +135,7 @@ def test_a_bad_image_is_a_400_naming_its_index_and_why(client, saved, url, why):
     (7, "'input[1]' must be a string or an image item"),
 ])
 def test_a_malformed_item_is_a_400_naming_its_index(client, saved, item, why):
-    items = ["the cat", item, image_item(_images()[0])]
+    items = ["the cat", item, image_item(sample_images()[0])]
     response = client.post("/v1/embeddings", json={"input": items, "model": saved[0].name})
     assert response.status_code == 400, response.text
     assert why in response.json()["error"]["message"]
@@ -191,7 +153,7 @@ def test_more_images_than_allowed_are_refused_before_decoding(client, saved):
 
 def test_an_image_for_a_text_only_model_names_what_it_serves():
     with serve(FakeEngine(dim=16)) as client:
-        response = client.post("/v1/embeddings", json={"input": ["a", image_item(_images()[0])]})
+        response = client.post("/v1/embeddings", json={"input": ["a", image_item(sample_images()[0])]})
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["code"] == "model_takes_texts_only" and "'input[1]' is an image" in error["message"]
@@ -201,7 +163,7 @@ def test_an_image_for_a_text_only_model_names_what_it_serves():
 def test_images_and_texts_sent_at_once_from_several_threads(client, saved):
     """Requests of images, of texts and of both, in flight together: the queue cuts batches of one kind
     from them and every vector lands in its own request's place."""
-    images = _images()
+    images = sample_images()
     image_rows, text_rows = reference_images(saved, images), reference_texts(saved, TEXTS)
     asks = []
     for k in range(12):
@@ -234,7 +196,7 @@ def test_the_openai_sdk_sends_an_image_item(client, saved):
     from tests.support.fake_engine import BASE_URL
 
     sdk = openai.OpenAI(base_url=BASE_URL + "/v1", api_key="unused", http_client=client, max_retries=0)
-    image = _images()[2]
+    image = sample_images()[2]
     answer = sdk.embeddings.create(model=saved[0].name, input=[TEXTS[0], image_item(image)])
     ours = np.array([row.embedding for row in answer.data], dtype=np.float32)
     expected = np.stack([reference_texts(saved, TEXTS[:1])[0], reference_images(saved, [image])[0]])
