@@ -58,8 +58,8 @@ class EmbedAsk:
         check_dimensions(spec, self.dimensions, self.dimensions_param)
         self._prompt = resolve_prompt(spec.prompts, spec.default_prompt_name, self.prompt_name, self.input_type)
         self._mode = long_inputs_mode(serving.config.long_inputs, self.long_inputs)
-        texts, items = self.inputs.texts, self.inputs.items
-        trace.num_inputs = len(self.inputs)
+        texts, token_ids, items = self.inputs.texts, self.inputs.token_ids, self.inputs.items
+        trace.num_inputs = len(items if items is not None else texts if texts is not None else token_ids)
         self._is_large = is_large_request(trace.num_inputs)
         if items is not None:
             check_images(model, self.inputs, self.param)

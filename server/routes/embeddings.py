@@ -39,7 +39,8 @@ from rose_embed.server.pipeline.sparse_ask import SparseAsk, tokens_of
 
 def _read(data: EmbeddingRequest, model: ServedModel, config: ServerConfig) -> EmbedAsk:
     inputs = normalise_input(data.input, config.max_request_inputs, allow_images=True)
-    check_images(model, inputs)  # before the kinds below: none of theirs takes images
+    if inputs.items is not None:  # before the kinds below: none of theirs takes images
+        check_images(model, inputs)
     fields = {"formats": (data.encoding_format,), "dimensions": data.dimensions, "prompt_name": data.prompt_name,
               "input_type": data.input_type, "long_inputs": data.long_inputs, "priority": data.priority}
     if data.outputs is not None and model.kind != MULTI_OUTPUT:
