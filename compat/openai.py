@@ -22,6 +22,12 @@ def documented(description: str, **json_schema: Any) -> msgspec.Meta:
 
 
 _TOKEN_IDS = {"type": "array", "items": {"type": "integer"}, "minItems": 1}
+# An image item (a CLIP model's; docs/images.md), in the shape vLLM and Jina accept.
+_IMAGE_ITEM = {"type": "object", "required": ["image_url"],
+               "properties": {"type": {"enum": ["image_url"]},
+                              "image_url": {"anyOf": [{"type": "object", "required": ["url"],
+                                                       "properties": {"url": {"type": "string"}}},
+                                                      {"type": "string"}]}}}
 MODEL_FIELD_DESCRIPTION = ("The served model's name or one of its aliases; with one model served, OpenAI's embedding "
                            "model names too. The answer's `model` is the served model's name.")
 PROMPT_NAME_DESCRIPTION = "A prompt of the model's (its config_sentence_transformers.json prompts) put before each text."
@@ -35,11 +41,15 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True):
     # several array types, so compat.inputs checks the shape.
     input: Annotated[Any, documented(
         "Text or token ids to embed: a string, an array of strings, an array of token ids, or an array of "
-        f"token-id arrays (at most {MAX_INPUTS} items).",
+        f"token-id arrays (at most {MAX_INPUTS} items). For a CLIP model also images, alone or in an array "
+        "beside texts: {\"type\": \"image_url\", \"image_url\": {\"url\": \"data:image/png;base64,...\"}}.",
         oneOf=[{"type": "string"},
                {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": MAX_INPUTS},
                _TOKEN_IDS,
-               {"type": "array", "items": _TOKEN_IDS, "minItems": 1, "maxItems": MAX_INPUTS}])]
+               {"type": "array", "items": _TOKEN_IDS, "minItems": 1, "maxItems": MAX_INPUTS},
+               _IMAGE_ITEM,
+               {"type": "array", "items": {"anyOf": [{"type": "string"}, _IMAGE_ITEM]}, "contains": _IMAGE_ITEM,
+                "minItems": 1, "maxItems": MAX_INPUTS}])]
     model: Annotated[str | None, documented(MODEL_FIELD_DESCRIPTION)] = None
     # A model that quantises (pplx-embed) takes more formats (compat/encoding.py); OpenAI's are listed.
     encoding_format: Annotated[str, documented("float or base64 (little-endian float32).",

@@ -22,7 +22,7 @@ from multiprocessing import shared_memory
 import numpy as np
 
 from rose_embed.engine.contract.shared_blocks import attach_block, close_block, create_block
-from rose_embed.engine.contract.batch import PackedBatch
+from rose_embed.engine.contract.batch import PackedBatch, image_floats
 
 # Full batches' worth of tokens and vectors an arena holds: one computing, one queued behind it,
 # and room for the front end to write the next while those run.
@@ -39,9 +39,13 @@ class ArenaLayout:
     reserved_ints: int = 0  # the last of num_ints: small requests' pieces only
 
     @classmethod
-    def for_budget(cls, max_batch_tokens: int, max_batch_seqs: int, dim: int) -> ArenaLayout:
-        # A piece takes at most 3 ints per token and 2 per sequence (engine/contract/messages.py).
-        batch_ints = 3 * max_batch_tokens + 2 * (max_batch_seqs + 1)
+    def for_budget(cls, max_batch_tokens: int, max_batch_seqs: int, dim: int,
+                   pixel_floats_per_token: int = 0) -> ArenaLayout:
+        """`pixel_floats_per_token`: where a served model embeds images, the most floats of pixels an image
+        holds per token it counts (engine/model_files/clip.py's `pixel_floats_per_token`); 0: texts only."""
+        # A piece of texts takes at most 3 ints per token and 2 per sequence (engine/contract/messages.py); one of
+        # images 2 per token, 1 per image and its pixels.
+        batch_ints = max(3, 2 + pixel_floats_per_token) * max_batch_tokens + 2 * (max_batch_seqs + 1)
         return cls((BATCHES_PER_ARENA + 1) * batch_ints, BATCHES_PER_ARENA * max_batch_seqs, dim, batch_ints)
 
     @property
@@ -77,18 +81,28 @@ class Arena:
         ints[offset : offset + t] = batch.input_ids
         ints[offset + t : offset + 2 * t] = batch.positions
         ints[offset + 2 * t : offset + 2 * t + s + 1] = batch.cu_seqlens
-        if batch.cu_segments is not None:
+        if batch.pixels is not None:
+            start = offset + 2 * t + s + 1
+            pixels = np.ascontiguousarray(batch.pixels, dtype=np.float32).reshape(-1)
+            ints[start : start + len(pixels)].view(np.float32)[:] = pixels
+        elif batch.cu_segments is not None:
             start = offset + 2 * t + s + 1
             ints[start : start + t] = batch.segment_ids
             ints[start + t : start + t + s + 1] = batch.cu_segments
 
     def read_piece(self, offset: int, num_tokens: int, num_seqs: int, max_seqlen: int,
-                   is_segmented: bool) -> PackedBatch:
+                   is_segmented: bool, image_size: int = 0) -> PackedBatch:
         """The piece (as engine/contract/messages.py's Piece places it) as a batch of views into the arena
         (no copy): valid until it is answered."""
         t, s, ints = num_tokens, num_seqs, self.ints
         input_ids, positions = ints[offset : offset + t], ints[offset + t : offset + 2 * t]
         cu_seqlens = ints[offset + 2 * t : offset + 2 * t + s + 1]
+        if image_size:
+            start, floats = offset + 2 * t + s + 1, s * image_floats(image_size)
+            if start + floats > len(ints):
+                raise ValueError(f"a piece of {s} images of {image_size} pixels a side does not fit the arena")
+            pixels = ints[start : start + floats].view(np.float32).reshape(s, 3, image_size, image_size)
+            return PackedBatch(input_ids, positions, cu_seqlens, max_seqlen, pixels=pixels)
         if not is_segmented:
             return PackedBatch(input_ids, positions, cu_seqlens, max_seqlen)
         start = offset + 2 * t + s + 1

@@ -20,6 +20,8 @@ import numpy as np
 
 # The segment id of a late-interaction query's token (any id below 0 pools into no row).
 QUERY_TOKEN = -2
+# The token id an image's sequence holds: a placeholder, since the vision tower reads the image's pixels.
+IMAGE_TOKEN = 0
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,8 @@ class PackedBatch:
     input_ids [T] and positions [T] are int32, cu_seqlens [B+1] int32 with
     cu_seqlens[0] == 0 and cu_seqlens[-1] == T. segment_ids [T] and cu_segments [B+1]
     (int32, both or neither) where a sequence pools into more than one vector; None: one
-    vector per sequence.
+    vector per sequence. pixels [B, 3, S, S] float32 where the sequences are images (each of
+    IMAGE_TOKEN ids, as many as the vision tower's sequence); None: texts.
     """
 
     input_ids: np.ndarray
@@ -38,6 +41,11 @@ class PackedBatch:
     max_seqlen: int
     segment_ids: np.ndarray | None = None  # the batch's segment each token is pooled into; < 0: none
     cu_segments: np.ndarray | None = None  # segments of the sequences before each one
+    pixels: np.ndarray | None = None  # [B, 3, S, S] float32: the sequences are these images
+
+    @property
+    def is_images(self) -> bool:
+        return self.pixels is not None
 
     @property
     def num_seqs(self) -> int:
@@ -96,10 +104,25 @@ def pack(seqs: list[np.ndarray], segments: list[np.ndarray | None] | None = None
 
 
 def pack_pieces(seqs: list[np.ndarray], segments: list[np.ndarray | None] | None, max_tokens: int,
-                max_outputs: int) -> list[PackedBatch]:
+                max_outputs: int, pixels: np.ndarray | None = None) -> list[PackedBatch]:
     """The sequences packed (`pack`) and cut at sequence boundaries into pieces within both caps
-    (`split_packed`): one piece where they all fit, views of the packed arrays otherwise."""
-    return split_packed(pack(seqs, segments), max_tokens, max_outputs)
+    (`split_packed`): one piece where they all fit, views of the packed arrays otherwise. `pixels`
+    [len(seqs), 3, S, S]: the sequences are these images (`pack_images`)."""
+    batch = pack(seqs, segments) if pixels is None else pack_images(pixels, len(seqs[0]) if seqs else 1)
+    return split_packed(batch, max_tokens, max_outputs)
+
+
+def image_floats(image_size: int) -> int:
+    """The floats of one image's pixels [3, image_size, image_size]."""
+    return 3 * image_size * image_size
+
+
+def pack_images(pixels: np.ndarray, seq_len: int) -> PackedBatch:
+    """Images [B, 3, S, S] float32 as a batch: each a sequence of `seq_len` IMAGE_TOKEN ids (the vision
+    tower's patches and class token), so that it counts what the tower computes."""
+    lengths = np.full(len(pixels), seq_len, dtype=np.int32)
+    batch = pack_flat(np.full(len(pixels) * seq_len, IMAGE_TOKEN, dtype=np.int32), lengths)
+    return replace(batch, pixels=pixels)
 
 
 def split_flat(input_ids: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
@@ -161,12 +184,19 @@ def slice_packed(batch: PackedBatch, lo: int, hi: int) -> PackedBatch:
         ids = batch.segment_ids[start:end]
         segment_ids = np.where(ids < 0, ids, ids - first).astype(np.int32) if first else ids
         cu_segments = (cu_segments - first).astype(np.int32)
+    pixels = batch.pixels[lo:hi] if batch.pixels is not None else None
     return PackedBatch(batch.input_ids[start:end], batch.positions[start:end], (cu - start).astype(np.int32),
-                       int(np.diff(cu).max()), segment_ids, cu_segments)
+                       int(np.diff(cu).max()), segment_ids, cu_segments, pixels)
 
 
 def join_packed(*batches: PackedBatch) -> PackedBatch:
-    """The sequences of each batch in turn, as one batch (its vectors are theirs, in order)."""
+    """The sequences of each batch in turn, as one batch (its vectors are theirs, in order): all texts,
+    or all images."""
+    pixels = None
+    if any(b.is_images for b in batches):
+        if not all(b.is_images for b in batches):
+            raise ValueError("a batch holds images or texts, not both")
+        pixels = np.concatenate([b.pixels for b in batches])
     token_offsets = np.cumsum([0] + [b.num_tokens for b in batches[:-1]])
     cu_seqlens = np.concatenate([batches[0].cu_seqlens[:1]]
                                 + [b.cu_seqlens[1:] + offset for b, offset in zip(batches, token_offsets)])
@@ -180,7 +210,8 @@ def join_packed(*batches: PackedBatch) -> PackedBatch:
                                      + [_cu_segments(b)[1:] + offset for b, offset in zip(batches, output_offsets)])
         segment_ids, cu_segments = segment_ids.astype(np.int32), cu_segments.astype(np.int32)
     return PackedBatch(np.concatenate([b.input_ids for b in batches]), np.concatenate([b.positions for b in batches]),
-                       cu_seqlens.astype(np.int32), max(b.max_seqlen for b in batches), segment_ids, cu_segments)
+                       cu_seqlens.astype(np.int32), max(b.max_seqlen for b in batches), segment_ids, cu_segments,
+                       pixels)
 
 
 def _cu_segments(batch: PackedBatch) -> np.ndarray:

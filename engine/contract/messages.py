@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 
+from rose_embed.engine.contract.batch import image_floats
+
 if TYPE_CHECKING:
     from rose_embed.engine.contract.arena import ArenaLayout
     from rose_embed.engine.contract.batch import PackedBatch
@@ -38,7 +40,9 @@ class Attach:
 class Piece(msgspec.Struct, tag=True, array_like=True):
     """Front end -> engine: a piece to compute, lying in the arena's ints at `offset`: input_ids [num_tokens], positions [num_tokens],
     cu_seqlens [num_seqs + 1], then, where the piece pools several vectors per sequence,
-    segment_ids [num_tokens] and cu_segments [num_seqs + 1] (engine/contract/batch.py's PackedBatch)."""
+    segment_ids [num_tokens] and cu_segments [num_seqs + 1] (engine/contract/batch.py's PackedBatch), or,
+    where its sequences are images (image_size > 0), their pixels [num_seqs, 3, image_size, image_size]
+    float32, each float in one int's four bytes."""
 
     request: int  # the front end's number for the request
     index: int  # the piece's place in its request
@@ -52,9 +56,10 @@ class Piece(msgspec.Struct, tag=True, array_like=True):
     model: int = 0  # which of the engine's models computes it (its place in the server's --model list)
     weight: float = 1.0  # the request's share of a batch against other requests' (engine/queue/piece_queue.py)
     is_small: bool = False  # a request of a few hundred tokens at most: it may run between a batch's layers
+    image_size: int = 0  # its sequences are images of this many pixels a side; 0: texts
 
     def num_ints(self) -> int:
-        return ints_for(self.num_tokens, self.num_seqs, self.is_segmented)
+        return ints_for(self.num_tokens, self.num_seqs, self.is_segmented, self.image_size)
 
 
 class Cancel(msgspec.Struct, tag=True, array_like=True):
@@ -133,9 +138,11 @@ def decode_to_front_end(data: bytes) -> ToFrontEnd:
     return _to_front_end.decode(data)
 
 
-def ints_for(num_tokens: int, num_seqs: int, is_segmented: bool) -> int:
+def ints_for(num_tokens: int, num_seqs: int, is_segmented: bool, image_size: int = 0) -> int:
     """The arena ints a piece takes (see Piece)."""
     one = 2 * num_tokens + num_seqs + 1
+    if image_size:
+        return one + num_seqs * image_floats(image_size)
     return 2 * one - num_tokens if is_segmented else one
 
 
@@ -148,10 +155,12 @@ class PieceFigures(NamedTuple):
     num_outputs: int
     is_segmented: bool
     num_ints: int  # the arena ints it takes (ints_for)
+    image_size: int = 0  # its sequences are images this many pixels a side; 0: texts
 
 
 def piece_figures(batch: PackedBatch) -> PieceFigures:
     """Every size a front end sends or allocates for a piece, read from its batch at once."""
     num_tokens, num_seqs, is_segmented = batch.num_tokens, batch.num_seqs, batch.cu_segments is not None
+    image_size = int(batch.pixels.shape[-1]) if batch.pixels is not None else 0
     return PieceFigures(num_tokens, num_seqs, batch.max_seqlen, batch.num_outputs, is_segmented,
-                        ints_for(num_tokens, num_seqs, is_segmented))
+                        ints_for(num_tokens, num_seqs, is_segmented, image_size), image_size)

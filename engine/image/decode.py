@@ -30,6 +30,7 @@ class ImageInputError(ValueError):
 class ImageLimits:
     max_bytes: int = 20 * 1024 * 1024  # an image file, decoded from base64
     max_pixels: int = 50_000_000  # width x height as its header says, before decoding
+    max_images: int = 256  # images in one request (its texts are counted as any request's)
 
 
 def decode_data_uri(url: str, limits: ImageLimits) -> bytes:

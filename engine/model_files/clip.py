@@ -62,6 +62,18 @@ class ClipModel:
         """The vision tower's sequence: its patches and the class token; every image has this length."""
         return self.num_patches + 1
 
+    @property
+    def pixel_floats_per_token(self) -> int:
+        """The floats of pixels [3, S, S] an image carries per token it counts in a batch (rounded up): what
+        a batch of images takes in the shared-memory arena besides its token arrays."""
+        return -(-3 * self.image_size * self.image_size // self.image_seq_len)
+
+
+def pixel_floats_per_token(specs) -> int:
+    """The most `ClipModel.pixel_floats_per_token` of the served models' specs (0: none embeds images)."""
+    return max((spec.clip.pixel_floats_per_token for spec in specs if getattr(spec, "clip", None) is not None),
+               default=0)
+
 
 def is_clip(hf_config: dict) -> bool:
     return hf_config.get("model_type") == CLIP_MODEL_TYPE

@@ -198,7 +198,7 @@ class EngineLoop:
             if not 0 <= message.model < len(self.engines):
                 raise ValueError(f"no model {message.model} here; this engine serves {len(self.engines)}")
             batch = front_end.arena.read_piece(message.offset, message.num_tokens, message.num_seqs, message.max_seqlen,
-                                               message.is_segmented)
+                                               message.is_segmented, message.image_size)
         except Exception as exc:  # a piece that cannot be read fails alone
             front_end.send(messages.PieceDone(message.request, message.index, f"{type(exc).__name__}: {exc}", -1, 0.0,
                                               0.0))

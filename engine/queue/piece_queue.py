@@ -3,8 +3,9 @@
 Every front end's pieces land here, each in its request's line, in the order they came: the
 order inside a request is kept. A batch holds one model's inputs (the engine runs one model's
 graphs at a time), and of a ColBERT model either its texts or its rerank groups, never both (a
-query's documents are told from texts by where they lie: engine/contract/batch.py); the classes of
-batch with inputs waiting take turns.
+query's documents are told from texts by where they lie: engine/contract/batch.py), of a CLIP model
+either its texts or its images (each tower runs alone); the classes of batch with inputs waiting
+take turns.
 
 How a batch is filled depends on the scheduling policy:
 - "fair" (the default): a request that asks for less than an even share of the batch's token
@@ -65,9 +66,9 @@ class QueuedPiece:
         return self.front_end, self.message.request
 
     @property
-    def batch_class(self) -> tuple[int, bool]:
-        """The batches it may go into: its model's, of late-interaction groups or of texts."""
-        return self.message.model, self.batch.is_late_interaction
+    def batch_class(self) -> tuple[int, bool, bool]:
+        """The batches it may go into: its model's, of late-interaction groups, of images or of texts."""
+        return self.message.model, self.batch.is_late_interaction, self.batch.is_images
 
     @property
     def is_fully_cut(self) -> bool:
@@ -125,7 +126,6 @@ class _Line:
     """One request's pieces waiting in the queue, in the order they came."""
 
     key: tuple[object, int]
-    batch_class: tuple[int, bool]  # QueuedPiece.batch_class: a batch holds lines of one class
     weight: float
     pieces: collections.deque[QueuedPiece] = field(default_factory=collections.deque)
     queued_tokens: int = 0
@@ -134,12 +134,23 @@ class _Line:
     is_in_turn: bool = False  # its turn among the large requests has begun (its credit has its quantum)
     is_blocked: bool = False  # its next piece's rows are not free: it sits out the batch being cut
     is_small: bool = False  # the front end says the whole request is small (engine/queue/express_lane.py)
+    last_class: tuple[int, bool, bool] = (-1, False, False)  # `batch_class` as last read
+
+    @property
+    def batch_class(self) -> tuple[int, bool, bool]:
+        """Its next piece's QueuedPiece.batch_class (once a batch took its last piece, that one's): a batch
+        holds lines of one class. A request of texts and images (a CLIP model's) holds pieces of both, in
+        its order: its line takes the class of each in turn."""
+        if self.pieces:
+            self.last_class = self.pieces[0].batch_class
+        return self.last_class
 
 
 class _Filling:
     """The batch being cut: its slices and the room left in it."""
 
-    def __init__(self, max_tokens: int, max_rows: int):
+    def __init__(self, max_tokens: int, max_rows: int, batch_class: tuple[int, bool, bool]):
+        self.batch_class = batch_class  # of every piece it takes (QueuedPiece.batch_class)
         self.slices: list[Slice] = []
         self._by_piece: dict[int, int] = {}  # id of a piece -> its slice's place in `slices`
         self.tokens_left, self.rows_left = max_tokens, max_rows
@@ -177,9 +188,9 @@ class PieceQueue:
         self.is_fair = scheduling == "fair"
         self._lines: dict[tuple[object, int], _Line] = {}  # in the order each line opened
         self._queued_tokens = 0
-        self._last_class = (-1, False)  # the class of the latest batch: classes (models) take turns
+        self._last_class = (-1, False, False)  # the class of the latest batch: classes (models) take turns
         # Per class, its large requests' keys in turn order (deficit round robin, `_serve_in_turn`).
-        self._turns: dict[tuple[int, bool], collections.deque[tuple[object, int]]] = {}
+        self._turns: dict[tuple[int, bool, bool], collections.deque[tuple[object, int]]] = {}
 
     @property
     def queued_tokens(self) -> int:
@@ -212,7 +223,7 @@ class PieceQueue:
         """Queue the piece behind its request's earlier ones."""
         line = self._lines.get(piece.key)
         if line is None:
-            line = self._lines[piece.key] = _Line(piece.key, piece.batch_class, max(piece.message.weight, 1e-6),
+            line = self._lines[piece.key] = _Line(piece.key, max(piece.message.weight, 1e-6),
                                                   is_small=piece.message.is_small)
         line.pieces.append(piece)
         tokens = piece.remaining_tokens
@@ -248,7 +259,8 @@ class PieceQueue:
         open_lines = [line for line in self._lines.values() if not (skip_small and line.is_small)]
         for batch_class in self._classes_in_turn(open_lines):
             lines = [line for line in open_lines if line.batch_class == batch_class]
-            filling = _Filling(min(max_tokens or self.max_batch_tokens, self.max_batch_tokens), self.max_batch_seqs)
+            filling = _Filling(min(max_tokens or self.max_batch_tokens, self.max_batch_tokens), self.max_batch_seqs,
+                               batch_class)
             if self.is_fair:
                 self._fill_fairly(lines, filling)
             else:
@@ -266,7 +278,7 @@ class PieceQueue:
         if not small:
             return None
         lines = [line for line in small if line.batch_class == small[0].batch_class]
-        filling = _Filling(self.max_batch_tokens, self.max_batch_seqs)
+        filling = _Filling(self.max_batch_tokens, self.max_batch_seqs, small[0].batch_class)
         for line in lines:
             self._take(line, math.inf, filling)
         return self._close(lines, filling)
@@ -282,7 +294,7 @@ class PieceQueue:
         parts = [s.packed() for s in filling.slices]
         return Batch(tuple(filling.slices), parts[0] if len(parts) == 1 else join_packed(*parts))
 
-    def _classes_in_turn(self, lines: list[_Line]) -> list[tuple[int, bool]]:
+    def _classes_in_turn(self, lines: list[_Line]) -> list[tuple[int, bool, bool]]:
         """The batch classes of `lines` (in the order each opened), the one to serve next first: fair,
         the next after the latest batch's; fcfs, the oldest line's."""
         classes = list(dict.fromkeys(line.batch_class for line in lines))  # by each one's oldest line
@@ -310,7 +322,7 @@ class PieceQueue:
             self._take(line, math.inf, filling)
         self._serve_in_turn(turns, filling)
 
-    def _turns_of(self, batch_class: tuple[int, bool], large: list[_Line]) -> collections.deque[_Line]:
+    def _turns_of(self, batch_class: tuple[int, bool, bool], large: list[_Line]) -> collections.deque[_Line]:
         """The class's large requests in turn order: the one whose turn it is first, new ones last."""
         by_key = {line.key: line for line in large}
         before = self._turns.get(batch_class, ())
@@ -363,6 +375,8 @@ class PieceQueue:
         taken = 0
         while line.pieces and not line.is_blocked and filling.has_room:
             piece = line.pieces[0]
+            if piece.batch_class != filling.batch_class:  # the request's next inputs go into a batch of their kind
+                break
             batch, lo = piece.batch, piece.next_seq
             limit = min(allowance - taken, filling.tokens_left)
             hi = _fit(batch, lo, int(limit) if limit < math.inf else filling.tokens_left, filling.rows_left)

@@ -69,7 +69,10 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, batch: PackedBatch) -> LazyResult:
-        """The batch's vectors, one per pooling segment (per sequence, but for late-chunked documents)."""
+        """The batch's vectors, one per pooling segment (per sequence, but for late-chunked documents), or
+        per image where the batch holds images (their pixels, through the vision tower)."""
+        if batch.pixels is not None:
+            return self.execute_images(batch.pixels, batch.max_seqlen)
         num_outputs = batch.num_outputs
         if self.graphs is not None:
             ran = self.graphs.execute(batch)
@@ -83,13 +86,22 @@ class ModelRunner:
         return LazyResult(self._run_eager(batch), num_outputs)
 
     @torch.inference_mode()
-    def execute_images(self, pixel_values: np.ndarray) -> LazyResult:
+    def execute_images(self, pixel_values: np.ndarray, seq_len: int | None = None) -> LazyResult:
         """Images' vectors, for a model with a vision tower (CLIP): pixel_values [N, 3, S, S] float32, as
         engine/image/preprocess.py makes them -> [N, dim], normalised where the head normalises texts'.
-        Eager on every device: no CUDA graph holds a vision tower yet."""
-        pixels = torch.from_numpy(pixel_values).to(self.device)
-        vectors = self.model.embed_images(pixels).float()
-        return LazyResult(normalize(vectors) if self.head.normalize else vectors, len(pixel_values))
+        Eager on every device: no CUDA graph holds a vision tower yet. `seq_len`: the tokens each image
+        counts (its patches and class token); on the CPU the images run in pieces of about
+        CPU_CHUNK_TOKENS tokens, as texts do."""
+        self._num_eager_runs += 1
+        size = len(pixel_values)
+        if self.device.type == "cpu" and seq_len:
+            size = max(1, CPU_CHUNK_TOKENS // seq_len)
+        parts = [self._run_images(pixel_values[lo: lo + size]) for lo in range(0, len(pixel_values), size)]
+        return LazyResult(parts[0] if len(parts) == 1 else torch.cat(parts), len(pixel_values))
+
+    def _run_images(self, pixel_values: np.ndarray) -> torch.Tensor:
+        vectors = self.model.embed_images(torch.from_numpy(pixel_values).to(self.device)).float()
+        return normalize(vectors) if self.head.normalize else vectors
 
     def _run_eager(self, batch: PackedBatch) -> torch.Tensor:
         batch, num_keys = reveal_hidden_keys(batch)

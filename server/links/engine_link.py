@@ -179,7 +179,8 @@ class EngineLink:
         self._unanswered[request] += 1
         self.tokens_outstanding += num_tokens
         self._send(messages.Piece(request, index, offset, num_tokens, figures.num_seqs, figures.max_seqlen,
-                                  figures.num_outputs, figures.is_segmented, opens_request, model, weight, is_small))
+                                  figures.num_outputs, figures.is_segmented, opens_request, model, weight, is_small,
+                                  figures.image_size))
         self.num_pieces += 1
         return await future
 

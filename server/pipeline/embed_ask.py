@@ -1,8 +1,9 @@
 """An embeddings request as the pipeline reads it, whichever wire it came in on (OpenAI's, Cohere's,
-TEI's): its texts or token ids, the formats and size of its vectors, its prompt and long-inputs mode.
+TEI's): its texts or token ids (or, for a CLIP model, texts and images), the formats and size of its
+vectors, its prompt and long-inputs mode.
 
-Its parts are server/pipeline/embed_parts.py's; each part's vectors are checked finite and written in
-every format asked for as soon as they land.
+Its parts are server/pipeline/embed_parts.py's (and image_parts.py's); each part's vectors are checked
+finite and written in every format asked for as soon as they land.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rose_embed.server.http.trace import RequestTrace
 from rose_embed.server.pipeline.compute_request import PartMaker
 from rose_embed.server.pipeline.embed_parts import is_large_request, text_parts, token_id_parts
 from rose_embed.server.pipeline.guards import check_finite, check_input_chars
+from rose_embed.server.pipeline.image_parts import check_images, mixed_parts
 from rose_embed.server.pipeline.long_inputs import context_length_error, long_inputs_mode
 from rose_embed.server.pipeline.options import check_dimensions, check_encoding_format
 from rose_embed.server.pipeline.prompts import resolve_prompt
@@ -56,21 +58,27 @@ class EmbedAsk:
         check_dimensions(spec, self.dimensions, self.dimensions_param)
         self._prompt = resolve_prompt(spec.prompts, spec.default_prompt_name, self.prompt_name, self.input_type)
         self._mode = long_inputs_mode(serving.config.long_inputs, self.long_inputs)
-        texts, token_ids = self.inputs.texts, self.inputs.token_ids
-        trace.num_inputs = len(texts if texts is not None else token_ids)
+        texts, token_ids, items = self.inputs.texts, self.inputs.token_ids, self.inputs.items
+        trace.num_inputs = len(items if items is not None else texts if texts is not None else token_ids)
         self._is_large = is_large_request(trace.num_inputs)
+        if items is not None:
+            check_images(model, self.inputs, self.param)
+            texts = [item if isinstance(item, str) else "" for item in items]  # each text at its own index
         if texts is not None:
             check_input_chars(texts, serving.config.max_input_chars, is_chunked=self._mode == "chunk",
                               param=self.param)
-        return request_cost(self.inputs, spec.max_seq_len, self._mode == "chunk")
+        return request_cost(self.inputs, spec.max_seq_len, self._mode == "chunk", model.image_seq_len)
 
     async def parts(self, serving: Serving, model: ServedModel, trace: RequestTrace,
                     token_inputs: TokenInputs) -> list[PartMaker]:
         """Token ids are decoded (--token-ids cl100k) only now: a request the queue has no room for
         costs nothing more."""
         sent = self.inputs
-        inputs = await token_inputs.decode_token_ids(sent)
         finish = partial(self._finish, serving, model, trace)
+        if sent.items is not None:
+            return mixed_parts(serving, model, sent.items, self._prompt, self._mode, finish, self.too_long,
+                               self._is_large, self.param)
+        inputs = await token_inputs.decode_token_ids(sent)
         config = serving.config
         if inputs.texts is None:
             token_inputs.check_token_ids(inputs.token_ids, model.view.vocab_size)

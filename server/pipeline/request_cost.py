@@ -25,8 +25,12 @@ def input_cost(num_chars_or_ids: int, max_seq_len: int, is_chunked: bool, is_tex
     return tokens + (windows - 1) * SPECIAL_TOKENS
 
 
-def request_cost(inputs: NormalisedInput, max_seq_len: int, is_chunked: bool = False) -> int:
-    """The queue's estimate of a request's tokens, from its texts' characters or its token ids."""
+def request_cost(inputs: NormalisedInput, max_seq_len: int, is_chunked: bool = False, image_seq_len: int = 0) -> int:
+    """The queue's estimate of a request's tokens, from its texts' characters or its token ids; an image
+    counts `image_seq_len`, its exact size."""
+    if inputs.items is not None:
+        return sum(input_cost(len(item), max_seq_len, is_chunked) if isinstance(item, str) else image_seq_len
+                   for item in inputs.items)
     if inputs.texts is not None:
         return sum(input_cost(len(text), max_seq_len, is_chunked) for text in inputs.texts)
     return sum(input_cost(len(ids), max_seq_len, is_chunked, is_text=False) for ids in inputs.token_ids)

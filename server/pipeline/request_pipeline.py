@@ -44,13 +44,15 @@ RAMP_TEXTS = (PART_TEXTS // 4, PART_TEXTS // 2)
 
 @dataclass
 class ReadyPart:
-    """A part made ready: its sequences (and, for late chunking, their segment ids), and how its
-    rows of vectors [num_outputs, dim] become what the route answers with (`finish` may give an
-    awaitable of it, where that work is done elsewhere)."""
+    """A part made ready: its sequences (and, for late chunking, their segment ids; for images, their
+    pixels, each sequence an image's placeholder tokens), and how its rows of vectors [num_outputs, dim]
+    become what the route answers with (`finish` may give an awaitable of it, where that work is done
+    elsewhere)."""
 
     seqs: list[np.ndarray]
     finish: Callable[[np.ndarray], T]
     segments: list[np.ndarray] | None = None
+    pixels: np.ndarray | None = None  # [len(seqs), 3, S, S] float32: the part is these images
 
     @property
     def num_tokens(self) -> int:
@@ -138,7 +140,7 @@ class _Job:
         return await answer if inspect.isawaitable(answer) else answer
 
     async def _vectors(self, part: ReadyPart) -> np.ndarray:
-        pieces = pack_pieces(part.seqs, part.segments, *self.budget)
+        pieces = pack_pieces(part.seqs, part.segments, *self.budget, pixels=part.pixels)
         results: list[PieceVectors] = await asyncio.gather(*(self.queued.compute(piece) for piece in pieces))
         for result in results:
             self.trace.add_batch(result.started, result.finished)

@@ -32,6 +32,8 @@ class ServedModel:
     formats: tuple[str, ...] = field(init=False)  # the encoding formats it can write
     normalizes: bool = field(init=False)  # its vectors are L2-normalised as they are computed
     tokenizes_holding_the_gil: bool = field(init=False)  # its tokenizer is Python's, not Rust's
+    # The tokens each image counts (its vision tower's patches and class token); 0: it embeds texts only.
+    image_seq_len: int = field(init=False)
 
     def __post_init__(self) -> None:
         spec = self.view.spec
@@ -47,6 +49,11 @@ class ServedModel:
         object.__setattr__(self, "formats", formats)
         object.__setattr__(self, "normalizes", spec.normalize)
         object.__setattr__(self, "tokenizes_holding_the_gil", self.view.tokenizer.holds_the_gil)
+        object.__setattr__(self, "image_seq_len", spec.clip.image_seq_len if spec.clip is not None else 0)
+
+    @property
+    def takes_images(self) -> bool:
+        return self.image_seq_len > 0
 
 
 def served_models(config: ServerConfig, views: list[ModelView]) -> list[ServedModel]:

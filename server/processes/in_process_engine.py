@@ -14,6 +14,7 @@ from rose_embed.engine.contract.arena import Arena, ArenaLayout
 from rose_embed.engine.contract.board import EngineBoard
 from rose_embed.engine.contract.config import EngineConfig
 from rose_embed.engine.contract.messages import Attach
+from rose_embed.engine.model_files.clip import pixel_floats_per_token
 from rose_embed.engine.queue.engine_loop import EngineLoop, queue_budget
 from rose_embed.server.links.engine_ends import EngineEnds
 
@@ -34,7 +35,8 @@ class InProcessEngine:
         engine = engines[0]
         # A sequence longer than the budget goes alone into a batch: the arena holds a few of those too.
         longest = max(budget[0], *(getattr(e.spec, "max_seq_len", 0) for e in engines))
-        layout = ArenaLayout.for_budget(longest, budget[1], max(e.spec.embedding_dim for e in engines))
+        layout = ArenaLayout.for_budget(longest, budget[1], max(e.spec.embedding_dim for e in engines),
+                                        pixel_floats_per_token([e.spec for e in engines]))
         self._arena, self._board = Arena.create(layout), EngineBoard.create()
         task_reader, task_writer = Pipe(duplex=False)
         reply_reader, reply_writer = Pipe(duplex=False)

@@ -44,6 +44,7 @@ from rose_embed.server.processes.engine_host import EngineHost
 from rose_embed.server.processes.engine_keeper import EngineKeeper
 from rose_embed.engine.model_files.loader import ModelSpec
 from rose_embed.engine.contract.arena import ArenaLayout
+from rose_embed.engine.model_files.clip import pixel_floats_per_token
 from rose_embed.engine.text.tokenizer import tokenizer_recipe
 from rose_embed.server.config import ServerConfig, model_configs
 from rose_embed.server.processes.front_end import run_front_end, run_front_end_process
@@ -70,7 +71,7 @@ def run_supervisor(config: ServerConfig, specs: list[ModelSpec], sockets: list[s
     remove_stale()  # what a server killed outright left in /dev/shm
     # One arena per (engine, front end) for every model: its vector rows fit the widest.
     layout = ArenaLayout.for_budget(config.engine.max_batch_tokens, config.engine.max_batch_seqs,
-                                    max(spec.embedding_dim for spec in specs))
+                                    max(spec.embedding_dim for spec in specs), pixel_floats_per_token(specs))
     logger.info("starting %d engine process(es) (%s) and %d front end(s) on port %d", len(config.devices),
                 ", ".join(config.devices), config.frontend_workers, config.port)
     hosts: list[EngineHost] = []

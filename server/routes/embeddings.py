@@ -1,9 +1,11 @@
 """POST /v1/embeddings (and /embeddings): OpenAI's embeddings, through the request pipeline.
 
 The route reads OpenAI's body into an embeddings ask (server/pipeline/embed_ask.py, which Cohere's and
-TEI's embed routes share) and shapes OpenAI's answer; the pipeline (server/pipeline/serve_request.py)
-does the rest: over-long inputs are truncated, windowed or refused as `long_inputs` says, and
-each part's vectors are encoded as soon as they land. A sparse encoder (SPLADE) answers here too,
+TEI's embed routes share) and shapes OpenAI's answer; for a CLIP model an item may be an image
+(`{"type": "image_url", "image_url": {"url": "data:..."}}`: server/pipeline/image_parts.py,
+docs/images.md). The pipeline (server/pipeline/serve_request.py) does the rest: over-long inputs are
+truncated, windowed or refused as `long_inputs` says, and each part's vectors are encoded as soon as
+they land. A sparse encoder (SPLADE) answers here too,
 each text's pairs in this server's extension of the answer (server/pipeline/sparse_ask.py,
 docs/sparse.md), a multi-vector (ColBERT) model, each text's token vectors
 (server/pipeline/colbert_ask.py, docs/colbert.md), and a BGE-M3 model, each text's dense vector or,
@@ -29,6 +31,7 @@ from rose_embed.server.http.openapi_schema import struct_schema
 from rose_embed.server.http.route_spec import RouteSpec
 from rose_embed.server.pipeline.colbert_ask import ColbertAsk
 from rose_embed.server.pipeline.embed_ask import EmbedAsk
+from rose_embed.server.pipeline.image_parts import check_images
 from rose_embed.server.pipeline.m3_ask import M3Ask
 from rose_embed.server.pipeline.serve_request import Answered, RouteSteps, serve_request
 from rose_embed.server.pipeline.served_models import MULTI_OUTPUT, MULTI_VECTOR, SPARSE, ServedModel
@@ -36,7 +39,9 @@ from rose_embed.server.pipeline.sparse_ask import SparseAsk, tokens_of
 
 
 def _read(data: EmbeddingRequest, model: ServedModel, config: ServerConfig) -> EmbedAsk:
-    inputs = normalise_input(data.input, config.max_request_inputs)
+    inputs = normalise_input(data.input, config.max_request_inputs, allow_images=True)
+    if inputs.items is not None:  # before the kinds below: none of theirs takes images
+        check_images(model, inputs)
     fields = {"formats": (data.encoding_format,), "dimensions": data.dimensions, "prompt_name": data.prompt_name,
               "input_type": data.input_type, "long_inputs": data.long_inputs, "priority": data.priority}
     if data.outputs is not None and model.kind != MULTI_OUTPUT:

@@ -59,7 +59,9 @@ def test_embeddings_request_and_response(schema, path):
     assert request["properties"]["dimensions"]["minimum"] == 1
     assert "truncate" in request["properties"]["long_inputs"]["description"]
     forms = request["properties"]["input"]["oneOf"]
-    assert [f["type"] for f in forms] == ["string", "array", "array", "array"]
+    # OpenAI's four forms, then a CLIP model's: an image item, alone or beside texts (docs/images.md).
+    assert [f["type"] for f in forms] == ["string", "array", "array", "array", "object", "array"]
+    assert forms[4]["properties"]["type"]["enum"] == ["image_url"] and forms[5]["contains"] == forms[4]
     assert request["properties"]["encoding_format"]["enum"] == ["float", "base64"]
     response = _resolve(schema, operation["responses"]["200"]["content"]["application/json"]["schema"])
     assert set(response["properties"]) == {"data", "model", "usage", "object"}
@@ -145,7 +147,8 @@ def test_security_scheme_declared_with_keys():
 
 def test_request_schema_follows_openais_contract(schema):
     """The shared contract is OpenAI's own description: ours has its fields first, as they are (it may
-    relax `model`), then the server's own (prompts, long inputs)."""
+    relax `model`), then the server's own (prompts, long inputs); `input` takes OpenAI's forms first, then
+    a CLIP model's image items."""
     import yaml
     from tests.conftest import REPO
 
@@ -156,4 +159,5 @@ def test_request_schema_follows_openais_contract(schema):
     assert list(ours["properties"])[:len(theirs["properties"])] == list(theirs["properties"])
     assert ours["properties"]["encoding_format"]["enum"] == theirs["properties"]["encoding_format"]["enum"]
     forms = [(f["type"], f.get("items", {}).get("type")) for f in theirs["properties"]["input"]["oneOf"]]
-    assert [(f["type"], f.get("items", {}).get("type")) for f in ours["properties"]["input"]["oneOf"]] == forms
+    ours_forms = [(f["type"], f.get("items", {}).get("type")) for f in ours["properties"]["input"]["oneOf"]]
+    assert ours_forms[:len(forms)] == forms and ours_forms[len(forms):] == [("object", None), ("array", None)]
