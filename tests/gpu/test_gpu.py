@@ -87,10 +87,11 @@ def test_layout_pads_tokens_segments_and_seqlen_to_powers_of_two():
         assert graphs.layout(num_tokens, num_seqs, max_seqlen)[1] <= segments
 
 
-@pytest.mark.parametrize("num_slots", [1, 2])
-def test_capture_all_captures_every_slot_even_after_warm_up(monkeypatch, num_slots):
+@pytest.mark.parametrize(("num_slots", "num_modes"), [(1, 1), (2, 1), (1, 2)])
+def test_capture_all_captures_every_slot_even_after_warm_up(monkeypatch, num_slots, num_modes):
     """capture_all once waited for a key's graph count to grow, forever when warm-up had
-    already captured that key. Here a fake `_run` keeps the eager/capture/replay state."""
+    already captured that key. Here a fake `_run` keeps the eager/capture/replay state. A head
+    of several modes (MaxSimHead's texts and rerank groups) gets every key in each."""
     from rose_embed.engine.rose.graphs import GraphKey
 
     class FakeInputs:
@@ -101,13 +102,14 @@ def test_capture_all_captures_every_slot_even_after_warm_up(monkeypatch, num_slo
             return b[:t], b[t : 2 * t], b[3 * t : 3 * t + num_segments + 1], b[2 * t : 3 * t]
 
     attention = type("Attention", (), {"num_graph_slots": num_slots})()
-    graphs = CUDAGraphRunner(None, attention, FakeInputs(), max_num_tokens=2048, max_num_seqs=512, max_seqlen=512)
+    graphs = CUDAGraphRunner(None, attention, FakeInputs(), max_num_tokens=2048, max_num_seqs=512, max_seqlen=512,
+                             num_head_modes=num_modes)
     runs = []
 
-    def fake_run(bucket, num_segments, max_seqlen, cu_seqlens_host):
-        slot = graphs._next_slot.get((bucket, num_segments, max_seqlen), 0)
-        graphs._next_slot[(bucket, num_segments, max_seqlen)] = (slot + 1) % num_slots
-        key = GraphKey(bucket, num_segments, max_seqlen, slot)
+    def fake_run(bucket, num_segments, max_seqlen, cu_seqlens_host, mode=0):
+        slot = graphs._next_slot.get((bucket, num_segments, max_seqlen, mode), 0)
+        graphs._next_slot[(bucket, num_segments, max_seqlen, mode)] = (slot + 1) % num_slots
+        key = GraphKey(bucket, num_segments, max_seqlen, slot, mode=mode)
         runs.append(key)
         assert cu_seqlens_host is None or (len(cu_seqlens_host) == num_segments + 1 and cu_seqlens_host[-1] == bucket)
         if key not in graphs.graphs:
@@ -124,7 +126,8 @@ def test_capture_all_captures_every_slot_even_after_warm_up(monkeypatch, num_slo
     graphs.capture_all()
     shapes = {(k.num_tokens, k.num_segments, k.max_seqlen) for k in runs}
     assert (64, 2, 64) in shapes and (2048, 512, 128) in shapes and len(shapes) > 50
-    assert all(GraphKey(*shape, slot) in graphs.graphs for shape in shapes for slot in range(num_slots))
+    assert all(GraphKey(*shape, slot, mode=mode) in graphs.graphs
+               for shape in shapes for slot in range(num_slots) for mode in range(num_modes))
 
 
 # --- GPU ---------------------------------------------------------------------------------
