@@ -239,13 +239,11 @@ QUERY_PHASES = ("preparation", "queue", "inference", "answer", "total")
 
 
 def _commit() -> str:
-    """The tree's commit; a copy without git history (a device run) is named by $ROSE_EMBED_COMMIT."""
-    import subprocess
-    from pathlib import Path
+    """$ROSE_EMBED_COMMIT where set (a device run's copy has the files, and perhaps a stale git directory),
+    else the tree's commit (bench/lib/head_report.py's rule)."""
+    from bench.lib.head_report import commit
 
-    found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parents[1],
-                           capture_output=True, text=True).stdout.strip()
-    return found or os.environ.get("ROSE_EMBED_COMMIT", "unknown (a copy without git history)")
+    return commit()
 
 
 def _median_phase(phases: list[dict[str, float]], name: str) -> str:

@@ -108,6 +108,7 @@ class EngineLoop:
         # On a GPU, the budget of batches cut while small requests wait beside larger ones (0: none).
         express = [e.express_batch_tokens for e in self.engines if getattr(e, "express_batch_tokens", 0)]
         self._express_tokens = min(express) if express and not self._is_cpu and self.queue.is_fair else 0
+        self._small_seen = float("-inf")  # when a small request's piece last came or waited (time.monotonic())
         self._reader = threading.Thread(target=self._read_back, name="rose-readback", daemon=True)
         self._closing: list[FrontEnd] = []  # said goodbye: closed once no batch is being launched
         # On the CPU, small requests run between the layers of the batch in flight (fair scheduling only).
@@ -203,6 +204,8 @@ class EngineLoop:
             front_end.send(messages.PieceDone(message.request, message.index, f"{type(exc).__name__}: {exc}", -1, 0.0,
                                               0.0))
             return
+        if message.is_small:
+            self._small_seen = time.monotonic()
         self.queue.offer(QueuedPiece(front_end, message, batch))
 
     def _answer_settled(self, pieces: list[QueuedPiece]) -> None:
@@ -239,10 +242,17 @@ class EngineLoop:
     def _cut(self) -> Batch | None:
         """The next batch. On a GPU whose warm-up gave an express budget (engine/rose/batch_budget.py), a
         batch cut while small requests wait beside larger ones is held to it: the queries go first, the
-        larger requests fill the rest, and a query waits for a batch of about its own cost. (A sequence
-        longer than that budget still goes, alone, as into any empty batch: PieceQueue._take.)"""
-        if self._express_tokens and self.queue.holds_small and self.queue.holds_large:
-            return self.queue.cut(max_tokens=self._express_tokens)
+        larger requests fill the rest, and a query waits for a batch of about its own cost. So too while
+        queries came or waited within one full batch's time, though none waits now: the next is likely
+        to arrive while this batch computes, and would wait for all of a full one. (A sequence longer
+        than that budget still goes, alone, as into any empty batch: PieceQueue._take.)"""
+        queue = self.queue
+        if self._express_tokens and queue.holds_large:
+            now = time.monotonic()
+            if queue.holds_small:
+                self._small_seen = now
+            if now - self._small_seen < queue.max_batch_tokens * self._clock.seconds_per_token:
+                return queue.cut(max_tokens=self._express_tokens)
         return self.express.cut()
 
     def _seconds_to_launch(self) -> float:
