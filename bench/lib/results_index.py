@@ -97,7 +97,7 @@ def card(path: Path) -> str:
 def commit(path: Path, use_git: bool = True) -> str:
     """The commit the report names, else the last one that changed its content (from git, marked so;
     `use_git=False` leaves it out, for a check that must not depend on the history)."""
-    found = re.search(r"commit `?([0-9a-f]{7,40})\b", "\n".join(_head(path)))
+    found = re.search(r"commit:? `?([0-9a-f]{7,40})\b", "\n".join(_head(path)))
     if found:
         return found.group(1)[:7]
     if not use_git:
