@@ -13,8 +13,9 @@ A ColBERT model's batch is one of two classes (the queue never mixes them, engin
 
 The host knows which class a batch is (its first token is a query's or not: `mode_of`), so each class
 has its own CUDA graphs (engine/rose/graphs.py keys them by the head's mode) and a batch computes only
-the rows it holds: a batch of texts, the sentence head's vectors, bit for bit, and nothing of the scores. For the scores, every token's vector is computed (the sentence
-head's modules on its state, normalised); token t's query is the one whose run of QUERY_TOKENs last
+the rows it holds: a batch of texts, the sentence head's vectors, bit for bit, and nothing of the
+scores. For the scores, every token's vector is computed (the sentence head's modules on its state,
+normalised); token t's query is the one whose run of QUERY_TOKENs last
 began at or before t, and its i-th vector lies i tokens after that start. The dot products are taken
 a block of query positions at a time ([T, block, dim] float32 at most), their max per document row is
 a scatter of amax (exact, so graph replays and eager runs agree bit for bit), and the positions a
