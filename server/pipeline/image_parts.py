@@ -25,8 +25,8 @@ from rose_embed.engine.contract.batch import IMAGE_TOKEN
 from rose_embed.engine.image.decode import ImageInputError, ImageLimits, decode_data_uri, open_image
 from rose_embed.engine.image.preprocess import ImagePreprocess, preprocess
 from rose_embed.server.http.errors import APIError, invalid_request
-from rose_embed.server.pipeline.image_fetch import ImageFetcher, is_fetched_url
 from rose_embed.server.pipeline.embed_parts import Finish, PartMaker, text_parts
+from rose_embed.server.pipeline.image_fetch import ImageFetcher, is_fetched_url
 from rose_embed.server.pipeline.priority_pool import LARGE, SMALL
 from rose_embed.server.pipeline.request_pipeline import PART_TEXTS, ReadyPart
 from rose_embed.server.pipeline.served_models import ServedModel
