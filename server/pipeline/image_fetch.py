@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -79,7 +80,13 @@ class _CheckedBackend(httpcore.AsyncNetworkBackend):
             raise _RefusedAddress(f"the host {host!r} resolves to {refused[0] if refused else 'no address'}, which is "
                                   "not a public address; private, loopback and link-local addresses are fetched only "
                                   "where the server runs with --allow-private-image-urls")
-        return await self._inner.connect_tcp(str(addresses[0]), port, timeout, local_address, socket_options)
+        failed = None
+        for address in addresses:  # in the resolver's order, as a plain connect tries them
+            try:
+                return await self._inner.connect_tcp(str(address), port, timeout, local_address, socket_options)
+            except httpcore.ConnectError as exc:
+                failed = exc
+        raise failed
 
     async def connect_unix_socket(self, path, timeout=None, socket_options=None):
         raise _RefusedAddress("images are not fetched over Unix sockets")
@@ -93,21 +100,22 @@ class _CheckedTransport(httpx.AsyncHTTPTransport):
     network backend of its own, so the pool it would make is replaced by one that has it (the
     transport sends every request through `_pool`)."""
 
-    def __init__(self, is_allowed: AddressCheck):
+    def __init__(self, is_allowed: AddressCheck, verify: ssl.SSLContext | None):
         super().__init__(trust_env=False, retries=0)
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(trust_env=False),
+            ssl_context=verify or httpx.create_ssl_context(trust_env=False),
             network_backend=_CheckedBackend(httpcore.AnyIOBackend(), is_allowed))
 
 
 class ImageFetcher:
-    """One front end's client for image URLs; `aclose` when the front end stops."""
+    """One front end's client for image URLs; `aclose` when the front end stops. `verify`: the TLS context
+    that checks servers' certificates (None: httpx's, over certifi's authorities)."""
 
     def __init__(self, allow_private: bool = False, limits: FetchLimits = FetchLimits(),
-                 is_allowed: AddressCheck | None = None):
+                 is_allowed: AddressCheck | None = None, verify: ssl.SSLContext | None = None):
         self.limits = limits
         check = is_allowed or ((lambda address: True) if allow_private else is_public_address)
-        self._client = httpx.AsyncClient(transport=_CheckedTransport(check), trust_env=False,
+        self._client = httpx.AsyncClient(transport=_CheckedTransport(check, verify), trust_env=False,
                                          follow_redirects=True, max_redirects=limits.max_redirects,
                                          timeout=limits.timeout_s, headers={"Accept": "image/*"})
 

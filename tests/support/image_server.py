@@ -4,6 +4,7 @@ answer, an HTML page and a 404."""
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +20,8 @@ class ImageServer:
         self.files = files
 
     def url(self, path: str, host: str = "127.0.0.1") -> str:
-        return f"http://{host}:{self._server.server_port}{path}"
+        scheme = "https" if isinstance(self._server.socket, ssl.SSLSocket) else "http"
+        return f"{scheme}://{host}:{self._server.server_port}{path}"
 
 
 def _handler(files: dict[str, tuple[str, bytes]], big_bytes: int, slow_s: float):
@@ -73,8 +75,12 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 @contextmanager
-def image_server(files: dict[str, tuple[str, bytes]], big_bytes: int = 0, slow_s: float = 0.0) -> Iterator[ImageServer]:
+def image_server(files: dict[str, tuple[str, bytes]], big_bytes: int = 0, slow_s: float = 0.0,
+                 tls: ssl.SSLContext | None = None) -> Iterator[ImageServer]:
+    """`tls`: serve https with this server-side context."""
     server = _QuietServer(("127.0.0.1", 0), _handler(files, big_bytes, slow_s))
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import shutil
+import ssl
+import subprocess
 
 import pytest
 
@@ -50,3 +53,38 @@ def test_a_redirect_target_is_checked_before_connecting():
             loop = web.url("/redirect?to=" + web.url("/redirect?to=" + web.url("/redirect?to=" + web.url(
                 "/redirect?to=" + web.url("/cat.png")))))
             asyncio.run(fetch(loop))
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory) -> tuple[str, str]:
+    """A self-signed certificate for the name localhost only, and its key."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command makes the test's certificate")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = str(folder / "cert.pem"), str(folder / "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost", "-keyout", key, "-out", cert],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def test_https_checks_the_certificate_against_the_host_name_while_connecting_to_its_checked_address(certificate):
+    """The connection goes to the address the check passed, yet TLS names and verifies the URL's host: a
+    certificate for localhost is good for https://localhost, not for https://127.0.0.1."""
+    cert, key = certificate
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    files = {"/cat.png": ("image/png", b"\x89PNG not really")}
+
+    async def fetch(url: str) -> bytes:
+        fetcher = ImageFetcher(is_allowed=lambda address: address.is_loopback,
+                               verify=ssl.create_default_context(cafile=cert))
+        try:
+            return await fetcher.fetch(url)
+        finally:
+            await fetcher.aclose()
+
+    with image_server(files, tls=tls) as web:
+        assert asyncio.run(fetch(web.url("/cat.png", host="localhost"))) == files["/cat.png"][1]
+        with pytest.raises(ImageInputError, match="cannot be fetched .*(certificate|IP address mismatch)"):
+            asyncio.run(fetch(web.url("/cat.png")))
