@@ -2,8 +2,9 @@
 `embeddings_image`, and any client of Infinity's OpenAPI document).
 
 Request: `input`, an image or an array of them, each an http(s) URL or a data: URI (base64 PNG, JPEG
-or WebP); `model` (Infinity's "default/not-specified" is the default model, as no name is); `encoding_format` (float or base64); `dimensions` (Matryoshka; 0, Infinity's
-default, for the whole vector); `user`. Unknown fields are ignored. The answer is OpenAI's embeddings
+or WebP); `model` (Infinity's "default/not-specified" is the default model, as no name is);
+`encoding_format` (float or base64); `dimensions` (Matryoshka; 0, Infinity's default, for the whole
+vector); `user`. Unknown fields are ignored. The answer is OpenAI's embeddings
 list, with Infinity's `id` and `created` beside it.
 """
 

@@ -27,7 +27,7 @@ import anyio
 import httpcore
 import httpx
 
-from rose_embed.engine.image.decode import ImageInputError
+from rose_embed.engine.image.decode import ImageInputError, ImageLimits
 
 AddressCheck = Callable[[ipaddress.IPv4Address | ipaddress.IPv6Address], bool]
 # What a server may answer for an image file besides image/*: some serve every file as bytes.
@@ -43,7 +43,7 @@ def is_fetched_url(url: str) -> bool:
 
 @dataclass(frozen=True)
 class FetchLimits:
-    max_bytes: int = 20 * 1024 * 1024  # the image file limit of a data: URI (engine/image/decode.py)
+    max_bytes: int = ImageLimits.max_bytes  # a file's limit, as a data: URI's
     timeout_s: float = 10.0  # the whole fetch: connecting, redirects and the body
     max_redirects: int = 3
 
