@@ -3,8 +3,8 @@
 
 Request: `input`, an image or an array of them, each an http(s) URL or a data: URI (base64 PNG, JPEG
 or WebP); `model` (Infinity's "default/not-specified" is the default model, as no name is);
-`encoding_format` (float or base64); `dimensions` (Matryoshka; 0, Infinity's default, for the whole
-vector); `user`. Unknown fields are ignored. The answer is OpenAI's embeddings
+`encoding_format` (float or base64); `user`; and, beyond Infinity's body, `dimensions` (Matryoshka, as
+on /v1/embeddings; 0 or absent for the whole vector). Unknown fields are ignored. The answer is OpenAI's embeddings
 list, with Infinity's `id` and `created` beside it.
 """
 
