@@ -1,17 +1,21 @@
 """The wire of Cohere's embed: POST /v2/embed (`cohere.ClientV2.embed`) and /v1/embed (`cohere.Client.embed`).
 
-Request: `texts` (or `inputs`, each `{"content": [{"type": "text", "text": ...}]}`), `model`,
+Request: `texts`, or `images` (data: URIs or http(s) URLs, for a model with a vision tower), or `inputs`,
+each `{"content": [part]}` with one part, `{"type": "text", "text": ...}` or `{"type": "image_url",
+"image_url": {"url": ...}}`; `model`,
 `input_type` (search_document, search_query, classification, clustering, image),
 `embedding_types` (float, int8, uint8, binary, ubinary, base64), `truncate` (NONE, START,
 END; END by default), `output_dimension`, `max_tokens`, `priority`; v1 sends no `inputs`,
 `output_dimension` or `max_tokens`. The answer: `{"id", "embeddings": {"float": [[...]], ...},
 "texts", "meta": {"api_version": {"version"}, "billed_units": {"input_tokens"}}, "response_type":
-"embeddings_by_type"}`, one list per type asked, in the texts' order; a v1 request that names no
-`embedding_types` gets v1's older shape, `"embeddings": [[...]]` with "embeddings_floats".
+"embeddings_by_type"}`, one list per type asked, in the inputs' order (`texts` lists the texts among
+them); a v1 request that names no `embedding_types` gets v1's older shape, `"embeddings": [[...]]` with
+"embeddings_floats".
 
-What this server cannot do as Cohere does is refused here by field (InvalidInputError): images
-(`images`, an `inputs` part that is no text, `input_type` image), more than one text part in one
-input, and an unknown type or truncation. Unknown fields are ignored, as Cohere's SDKs add some.
+What this server cannot do as Cohere does is refused here by field (InvalidInputError): more than one
+part in one input (Cohere's v4 models fuse an input's texts and images into one vector; a CLIP model
+embeds each alone: send each part as its own input), more than one of `texts`, `images` and `inputs`,
+and an unknown type or truncation. Unknown fields are ignored, as Cohere's SDKs add some.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from rose_embed.compat.inputs import InvalidInputError
+from rose_embed.compat.inputs import ImageInput, InvalidInputError, NormalisedInput
 from rose_embed.compat.openai import MODEL_FIELD_DESCRIPTION, documented
 from rose_embed.compat.rerank import RerankMeta
 
@@ -47,13 +51,16 @@ class CohereEmbedRequest(msgspec.Struct, kw_only=True):
 
     texts: Annotated[list[str] | None, documented("The texts to embed.", minItems=1)] = None
     inputs: Annotated[list[EmbedInput] | None, documented(
-        "v2's other form of the texts: each input's `content` one part, `{\"type\": \"text\", \"text\": ...}` "
-        "(images are refused).")] = None
-    images: Annotated[list[str] | None, documented("Refused: this server embeds text only.")] = None
+        "v2's other form of the inputs: each input's `content` one part, `{\"type\": \"text\", \"text\": ...}` or "
+        "`{\"type\": \"image_url\", \"image_url\": {\"url\": ...}}` (an image: for a model with a vision tower).")] = None
+    images: Annotated[list[str] | None, documented(
+        "Images to embed, each a data: URI (base64 PNG, JPEG or WebP) or an http(s) URL, for a model with a vision "
+        "tower (CLIP).", minItems=1)] = None
     model: Annotated[str | None, documented(MODEL_FIELD_DESCRIPTION)] = None
     input_type: Annotated[str | None, documented(
         "search_query and search_document pick the model's query and document prompts, classification and "
-        "clustering prompts of those names; a model without prompts embeds every type alike; image is refused.",
+        "clustering prompts of those names; a model without prompts embeds every type alike; image, for "
+        "images, applies no prompt.",
         enum=list(INPUT_TYPES))] = None
     embedding_types: Annotated[list[str] | None, documented(
         "The forms to answer with (default float): float and base64 for every model; int8, uint8, binary and "
@@ -99,33 +106,50 @@ class CohereEmbedFloatsResponse(msgspec.Struct, kw_only=True):
     response_type: str = "embeddings_floats"
 
 
-def texts_of(request: CohereEmbedRequest, max_inputs: int) -> tuple[list[str], str]:
-    """The texts to embed and the field that held them."""
-    if request.images is not None:
-        raise InvalidInputError("'images' cannot be embedded: this server embeds text only; send 'texts'", "images")
-    if request.texts is not None and request.inputs is not None:
-        raise InvalidInputError("give the texts as either 'texts' or 'inputs', not both", "inputs")
-    if request.inputs is not None:
-        texts, param = [_text_of(i, item) for i, item in enumerate(request.inputs)], "inputs"
-    elif request.texts is not None:
-        texts, param = request.texts, "texts"
-    else:
-        raise InvalidInputError("'texts' is required: the texts to embed", "texts")
-    if not texts:
+def inputs_of(request: CohereEmbedRequest, max_inputs: int) -> tuple[NormalisedInput, str]:
+    """The texts (or, where any is an image, the texts and images in order) to embed, and the field that
+    held them."""
+    given = [name for name in ("texts", "images", "inputs") if getattr(request, name) is not None]
+    if len(given) > 1:
+        raise InvalidInputError(f"give the inputs in one of 'texts', 'images' and 'inputs', not in {' and '.join(given)}",
+                                given[-1])
+    if not given:
+        raise InvalidInputError("'texts' is required: the texts to embed (or 'images', or 'inputs')", "texts")
+    param = given[0]
+    items = getattr(request, param)
+    if not items:
         raise InvalidInputError(f"'{param}' must not be an empty array", param)
-    if len(texts) > max_inputs:
-        raise InvalidInputError(f"'{param}' holds {len(texts)} items; at most {max_inputs} are allowed per request",
+    if len(items) > max_inputs:
+        raise InvalidInputError(f"'{param}' holds {len(items)} items; at most {max_inputs} are allowed per request",
                                 param)
-    return texts, param
+    if param == "texts":
+        return NormalisedInput(texts=items), param
+    if param == "images":
+        return NormalisedInput(items=[_image_of(i, url, param) for i, url in enumerate(items)]), param
+    parts = [_part_of(i, item) for i, item in enumerate(items)]
+    if all(isinstance(part, str) for part in parts):
+        return NormalisedInput(texts=parts), param
+    return NormalisedInput(items=parts), param
 
 
-def _text_of(index: int, item: EmbedInput) -> str:
+def _image_of(index: int, url: object, param: str) -> ImageInput:
+    if not isinstance(url, str) or not url:
+        raise InvalidInputError(f"'{param}[{index}]' must be an image's data: URI or http(s) URL", param)
+    return ImageInput(url)
+
+
+def _part_of(index: int, item: EmbedInput) -> str | ImageInput:
     parts = item.content
-    if len(parts) != 1 or parts[0].type != "text" or parts[0].text is None:
-        kinds = ", ".join(part.type for part in parts) or "none"
-        raise InvalidInputError(f"'inputs[{index}]' must hold exactly one part, of type text with its 'text' "
-                                f"(this server embeds text only); got parts: {kinds}", "inputs")
-    return parts[0].text
+    if len(parts) == 1 and parts[0].type == "text" and parts[0].text is not None:
+        return parts[0].text
+    if len(parts) == 1 and parts[0].type == "image_url":
+        url = parts[0].image_url
+        return _image_of(index, url.get("url") if isinstance(url, dict) else url, "inputs")
+    kinds = ", ".join(part.type for part in parts) or "none"
+    raise InvalidInputError(f"'inputs[{index}]' must hold exactly one part, a text ({{\"type\": \"text\", \"text\": "
+                            f"...}}) or an image ({{\"type\": \"image_url\", \"image_url\": {{\"url\": ...}}}}); got "
+                            f"parts: {kinds} (each text and image is embedded alone: send each part as an input of "
+                            "its own)", "inputs")
 
 
 def embedding_types_of(request: CohereEmbedRequest) -> list[str]:
@@ -155,9 +179,7 @@ def long_inputs_mode_of(truncate: str | None) -> str:
 
 
 def check_input_type(input_type: str | None) -> None:
-    """One of Cohere's input types, and a text one (which prompt it picks is the server's business)."""
-    if input_type == "image":
-        raise InvalidInputError("'input_type' image is not supported: this server embeds text only", "input_type")
+    """One of Cohere's input types (which prompt a text one picks is the server's business)."""
     if input_type is not None and input_type not in INPUT_TYPES:
-        raise InvalidInputError(f"'input_type' must be one of {', '.join(INPUT_TYPES[:-1])}; got {input_type!r}",
+        raise InvalidInputError(f"'input_type' must be one of {', '.join(INPUT_TYPES)}; got {input_type!r}",
                                 "input_type")

@@ -24,7 +24,8 @@ IMAGE_ITEM = '{"type": "image_url", "image_url": {"url": "data:image/png;base64,
 
 @dataclass(frozen=True)
 class ImageInput:
-    """An image item of `input`, as sent: the URL that holds it (a data: URI; the front end decodes it)."""
+    """An image input, as sent: the URL that holds it (a data: URI, or an http(s) URL the front end fetches;
+    the front end decodes either)."""
 
     url: str
 

@@ -42,7 +42,8 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True):
     input: Annotated[Any, documented(
         "Text or token ids to embed: a string, an array of strings, an array of token ids, or an array of "
         f"token-id arrays (at most {MAX_INPUTS} items). For a CLIP model also images, alone or in an array "
-        "beside texts: {\"type\": \"image_url\", \"image_url\": {\"url\": \"data:image/png;base64,...\"}}.",
+        "beside texts: {\"type\": \"image_url\", \"image_url\": {\"url\": \"data:image/png;base64,...\"}} (or an "
+        "http(s) URL).",
         oneOf=[{"type": "string"},
                {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": MAX_INPUTS},
                _TOKEN_IDS,

@@ -103,6 +103,11 @@ class ServerConfig:
     cors_origins: tuple[str, ...] = ()  # empty: no CORS headers at all
     # With api_keys: /metrics and /docs need a key too (server/http/auth.py); /health stays open for probes.
     protect_metrics_and_docs: bool = False
+    # Image inputs given as http(s) URLs (server/pipeline/image_fetch.py): the seconds a fetch may take, and
+    # whether private, loopback and link-local addresses may be fetched too (on, a request can make the
+    # server reach what only its own network can: for trusted clients only).
+    image_url_timeout: float = 10.0
+    allow_private_image_urls: bool = False
     engine_plugin: str | None = None  # "module:function" wrapping the engine (fault injection in tests)
 
 

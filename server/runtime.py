@@ -27,6 +27,7 @@ from rose_embed.server.links.engine_link import EngineLoadError
 from rose_embed.server.links.engine_links import EngineLinks
 from rose_embed.server.processes.in_process_engine import InProcessEngine, load_engine, serve_in_thread
 from rose_embed.server.processes.plugins import load_engine_plugin
+from rose_embed.server.pipeline.image_fetch import FetchLimits, ImageFetcher
 from rose_embed.server.pipeline.part_process_client import PartProcesses
 from rose_embed.server.pipeline.priority_pool import PriorityPool
 from rose_embed.server.pipeline.serving import Serving
@@ -65,6 +66,7 @@ class Runtime(Serving):
         # Small requests' tokenizing before large ones' (server/pipeline/priority_pool.py).
         self.tokenizer_pool = PriorityPool(config.tokenizer_workers, "rose-tokenize")
         self.part_processes: PartProcesses | None = None
+        self.image_fetcher = ImageFetcher(config.allow_private_image_urls, FetchLimits(timeout_s=config.image_url_timeout))
         self._own_part_processes: PartProcessPool | None = None  # started here, without a supervisor
 
     def _set_models(self, views) -> None:
@@ -162,6 +164,7 @@ class Runtime(Serving):
         if self._in_process is not None:
             await asyncio.to_thread(self._in_process.close, min(5.0, self.config.shutdown_timeout))
         self.tokenizer_pool.shutdown()
+        await self.image_fetcher.aclose()
         if self.part_processes is not None:
             self.part_processes.close()
         if self._own_part_processes is not None:

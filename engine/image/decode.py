@@ -1,4 +1,5 @@
-"""An image input as a client sends it (a `data:` URI) -> a decoded Pillow image, within limits.
+"""An image input as a client sends it (a `data:` URI, or the file an http(s) URL held, which the front end
+fetches: server/pipeline/image_fetch.py) -> a decoded Pillow image, within limits.
 
 The front end decodes: the engine never sees bytes of a file. What a client may send is bounded
 before any pixel is decoded: the URI's length, the formats (PNG, JPEG, WebP: what OpenAI's and
@@ -37,7 +38,8 @@ def decode_data_uri(url: str, limits: ImageLimits) -> bytes:
     """The file inside a `data:image/...;base64,` URI."""
     if not url.startswith("data:"):
         scheme = url.split(":", 1)[0] if ":" in url else "no scheme"
-        raise ImageInputError(f"images must be given as data: URIs (base64); URLs ({scheme}) are not fetched")
+        raise ImageInputError(f"an image is a data: URI (base64) or an http(s) URL; URLs of {scheme!r} are not "
+                              "fetched")
     header, sep, payload = url[5:].partition(",")
     if not sep:
         raise ImageInputError("the data: URI has no ',' between its media type and its data")

@@ -48,6 +48,11 @@ def add_arguments(serve: argparse.ArgumentParser, tuning: argparse._ArgumentGrou
     advanced(tuning.add_argument("--max-connections", type=positive_int, default=_DEFAULTS.max_connections,
                                  help="connections one front end holds; past them a new one gets 503 with "
                                       "Retry-After and is closed"))
+    advanced(tuning.add_argument("--allow-private-image-urls", action="store_true",
+                                 help="fetch image URLs on private, loopback and link-local addresses too (off: only "
+                                      "public addresses, so that a request cannot reach the server's own network)"))
+    advanced(tuning.add_argument("--image-url-timeout", type=positive_seconds, default=_DEFAULTS.image_url_timeout,
+                                 help="seconds to fetch an image URL (redirects and body included); then 400"))
     serve.add_argument("--log-format", choices=["text", "json"], default=_DEFAULTS.log_format,
                        help="log lines as text or one JSON object each")
     advanced(tuning.add_argument("--log-inputs", action="store_true",
@@ -71,7 +76,8 @@ def config_kwargs(args: argparse.Namespace) -> dict:
         engine_restart_window=args.engine_restart_window,
         shutdown_timeout=args.shutdown_timeout, keep_alive_timeout=args.keep_alive_timeout,
         max_header_bytes=args.max_header_bytes, header_timeout=args.header_timeout,
-        max_connections=args.max_connections, protect_metrics_and_docs=args.protect_metrics_and_docs,
+        max_connections=args.max_connections, allow_private_image_urls=args.allow_private_image_urls,
+        image_url_timeout=args.image_url_timeout, protect_metrics_and_docs=args.protect_metrics_and_docs,
         log_format=args.log_format, log_inputs=args.log_inputs,
         cors_origins=tuple(args.cors_origin), engine_plugin=args.engine_plugin, http_protocol=args.http_protocol,
     )

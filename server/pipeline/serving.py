@@ -15,6 +15,7 @@ from rose_embed.engine.contract.memory import HeapTrimmer
 from rose_embed.server.config import ServerConfig
 from rose_embed.server.links.engine_links import EngineLinks
 from rose_embed.server.pipeline.aliases import ModelNames, model_names
+from rose_embed.server.pipeline.image_fetch import ImageFetcher
 from rose_embed.server.pipeline.part_process_client import PartProcesses
 from rose_embed.server.pipeline.priority_pool import LARGE, SMALL, PriorityPool
 from rose_embed.server.pipeline.request_pipeline import PART_TEXTS, RAMP_TEXTS
@@ -39,6 +40,7 @@ class Serving:
     tokenizer_pool: PriorityPool
     heap_trimmer: HeapTrimmer
     part_processes: PartProcesses | None
+    image_fetcher: ImageFetcher  # image inputs given as http(s) URLs
     _key_weights: dict[str, float]
 
     @property

@@ -5,7 +5,9 @@ The vectors are computed once, and each part's are written in every type the req
 as soon as they land. Cohere's int8, uint8, binary and ubinary come from its own models'
 training; this server writes them only for a model that defines its own quantisation (as for
 /v1/embeddings' `encoding_format`), and refuses them by name for any other, rather than
-inventing a quantisation of its own.
+inventing a quantisation of its own. For a model with a vision tower (CLIP), `images` and `inputs`'
+`image_url` parts are embedded as /v1/embeddings' image items are (server/pipeline/image_parts.py,
+docs/images.md), texts beside them in order.
 """
 
 from __future__ import annotations
@@ -17,8 +19,7 @@ from litestar.datastructures import State
 
 from rose_embed.compat.cohere_embed import (CohereEmbedFloatsResponse, CohereEmbedRequest, CohereEmbedResponse,
                                  EMBEDDING_TYPES, EmbeddingsByType, check_input_type, embedding_types_of,
-                                 long_inputs_mode_of, texts_of)
-from rose_embed.compat.inputs import NormalisedInput
+                                 inputs_of, long_inputs_mode_of)
 from rose_embed.compat.rerank import ApiVersion, BilledUnits, RerankMeta
 from rose_embed.server.config import ServerConfig
 from rose_embed.server.http.errors import APIError, invalid_request
@@ -31,26 +32,33 @@ from rose_embed.server.pipeline.served_models import ServedModel
 
 def _read(data: CohereEmbedRequest, model: ServedModel, config: ServerConfig) -> EmbedAsk:
     spec = model.view.spec
-    texts, param = texts_of(data, config.max_request_inputs)
+    inputs, param = inputs_of(data, config.max_request_inputs)
     types = embedding_types_of(data)
     _check_types(types, model.formats)
     mode = long_inputs_mode_of(data.truncate)
     _check_max_tokens(data.max_tokens, spec.max_seq_len)
     check_input_type(data.input_type)
+    input_type = data.input_type
+    if input_type == "image":
+        if not model.takes_images:
+            raise invalid_request(f"'input_type' image: the model '{model.name}' embeds texts only (it has no vision "
+                                  "tower); send images to a CLIP model, or texts with a text input type", "input_type")
+        input_type = None  # images take no prompt
 
     def too_long(max_len: int, num_tokens: int) -> APIError:
         return invalid_request(f"An input of '{param}' holds {num_tokens} tokens, more than this model's limit of "
                                f"{max_len}; send \"truncate\": \"END\" (the default) to have its end cut",
                                param, "context_length_exceeded")
 
-    return EmbedAsk(NormalisedInput(texts=texts), param=param, formats=tuple(types), format_param=None,
+    return EmbedAsk(inputs, param=param, formats=tuple(types), format_param=None,
                     dimensions=data.output_dimension, dimensions_param="output_dimension",
-                    input_type=data.input_type, long_inputs=mode, too_long=too_long)
+                    input_type=input_type, long_inputs=mode, too_long=too_long)
 
 
 def _answer(done: Answered) -> CohereEmbedResponse | CohereEmbedFloatsResponse:
     data, ask = done.data, done.ask
-    texts = ask.inputs.texts
+    inputs = ask.inputs
+    texts = inputs.texts if inputs.texts is not None else [item for item in inputs.items if isinstance(item, str)]
     by_type = dict(zip(ask.formats, done.result))
     is_v1 = done.request.url.path.startswith("/v1/")
     meta = RerankMeta(api_version=ApiVersion(version="1" if is_v1 else "2"),

@@ -115,7 +115,7 @@ def _huge_png() -> str:
     ("data:image/png;base64,AAAA", "not an image in a supported format"),
     ("data:image/png;base64,not base64!", "not valid base64"),
     ("data:image/gif;base64,R0lGODlh", "media type 'image/gif' is not supported"),
-    ("https://example.com/cat.png", "URLs (https) are not fetched"),
+    ("ftp://example.com/cat.png", "URLs of 'ftp' are not fetched"),
     ("data:image/png,rawbytes", "must be base64"),
     (_truncated_png(), "damaged or cut short"),
     (_huge_png(), "more than 50000000"),
