@@ -8,7 +8,8 @@ max or sum pooled. Max pooling pools the raw logits (from 0, which is the relu) 
 pooled [S, V] once: log1p is increasing, so log1p(max x) is max log1p(x), and the activation runs on
 S rows instead of T. On CUDA the max is one Triton pass over the logits as the MLM head gives them
 (engine/rose/layers/fused.py's segment_maxes_into): a float32 copy of them and torch's atomic max, a
-compare-and-swap loop per element, cost more than the MLM head's matrix product. Sum pooling activates each token's logits, then adds them up per text.
+compare-and-swap loop per element, cost more than the MLM head's matrix product. Sum pooling
+activates each token's logits, then adds them up per text.
 
 The [T, V] logits are the costly tensor (a whole batch's tokens times the vocabulary): they are
 computed a chunk of tokens at a time and pooled into [S, V] at once, so at most one chunk's
