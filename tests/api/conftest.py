@@ -1,7 +1,7 @@
 """The API tests' app: a fake engine (tests/support/fake_engine.py) served in process.
 
 A module that needs another engine (other dimensions, prompts, a reranker) overrides `fake`;
-`client` then serves that one."""
+`client` then serves that one. The CLIP modules share `clip_saved`, a tiny CLIP checkpoint."""
 
 from __future__ import annotations
 
@@ -32,3 +32,13 @@ def untruncated(fake: FakeEngine) -> Tokenizer:
     tokenizer.no_padding()
     tokenizer.no_truncation()
     return tokenizer
+
+
+@pytest.fixture(scope="module")
+def clip_saved(tmp_path_factory):
+    """(folder, model): a tiny CLIP model saved by transformers (tests/support/clip_checkpoints.py), the model
+    kept as the reference."""
+    from tests.support.clip_checkpoints import save_clip
+
+    path = tmp_path_factory.mktemp("clip")
+    return path, save_clip(path)

@@ -16,7 +16,6 @@ from PIL import Image
 
 from rose_embed.engine.contract.config import EngineConfig
 from rose_embed.engine.rose.engine import Engine
-from tests.support.clip_checkpoints import save_clip
 from tests.support.clip_inputs import (IMAGE_TOKENS, TEXTS, data_uri, image_item, reference_images, reference_texts,
                                        sample_images)
 from tests.support.fake_engine import FakeEngine, serve
@@ -25,14 +24,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    path = tmp_path_factory.mktemp("clip")
-    return path, save_clip(path)
-
-
-@pytest.fixture(scope="module")
-def client(saved):
-    engine = Engine(EngineConfig(model=str(saved[0]), device="cpu", dtype="float32"))
+def client(clip_saved):
+    engine = Engine(EngineConfig(model=str(clip_saved[0]), device="cpu", dtype="float32"))
     with serve(engine) as client:
         yield client
 
@@ -44,22 +37,22 @@ def vectors(response) -> np.ndarray:
     return np.array([row["embedding"] for row in data], dtype=np.float32)
 
 
-def test_texts_equal_transformers(client, saved):
-    response = client.post("/v1/embeddings", json={"input": TEXTS, "model": saved[0].name})
-    np.testing.assert_allclose(vectors(response), reference_texts(saved, TEXTS), atol=1e-4, rtol=0)
+def test_texts_equal_transformers(client, clip_saved):
+    response = client.post("/v1/embeddings", json={"input": TEXTS, "model": clip_saved[0].name})
+    np.testing.assert_allclose(vectors(response), reference_texts(clip_saved, TEXTS), atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("fmt", ["PNG", "WEBP"])
-def test_images_equal_transformers_and_count_their_patches(client, saved, fmt):
+def test_images_equal_transformers_and_count_their_patches(client, clip_saved, fmt):
     images = sample_images()
     response = client.post("/v1/embeddings", json={"input": [image_item(im, fmt) for im in images],
-                                                   "model": saved[0].name})
-    np.testing.assert_allclose(vectors(response), reference_images(saved, images), atol=1e-4, rtol=0)
+                                                   "model": clip_saved[0].name})
+    np.testing.assert_allclose(vectors(response), reference_images(clip_saved, images), atol=1e-4, rtol=0)
     assert response.json()["usage"] == {"prompt_tokens": len(images) * IMAGE_TOKENS,
                                         "total_tokens": len(images) * IMAGE_TOKENS}
 
 
-def test_a_jpeg_and_a_lone_image_item(client, saved):
+def test_a_jpeg_and_a_lone_image_item(client, clip_saved):
     """A JPEG is compared with the reference on the same decoded image; `input` may be one image item."""
     image = sample_images()[0]
     raw = io.BytesIO()
@@ -67,30 +60,30 @@ def test_a_jpeg_and_a_lone_image_item(client, saved):
     decoded = Image.open(io.BytesIO(raw.getvalue()))
     url = "data:image/jpeg;base64," + base64.b64encode(raw.getvalue()).decode()
     response = client.post("/v1/embeddings", json={"input": {"type": "image_url", "image_url": {"url": url}},
-                                                   "model": saved[0].name})
-    np.testing.assert_allclose(vectors(response), reference_images(saved, [decoded]), atol=1e-4, rtol=0)
+                                                   "model": clip_saved[0].name})
+    np.testing.assert_allclose(vectors(response), reference_images(clip_saved, [decoded]), atol=1e-4, rtol=0)
     # The bare string form of image_url names the same image.
     response = client.post("/v1/embeddings", json={"input": [{"type": "image_url", "image_url": url}],
-                                                   "model": saved[0].name})
-    np.testing.assert_allclose(vectors(response), reference_images(saved, [decoded]), atol=1e-4, rtol=0)
+                                                   "model": clip_saved[0].name})
+    np.testing.assert_allclose(vectors(response), reference_images(clip_saved, [decoded]), atol=1e-4, rtol=0)
 
 
-def test_texts_and_images_mixed_keep_their_order(client, saved):
+def test_texts_and_images_mixed_keep_their_order(client, clip_saved):
     images, texts = sample_images()[:3], TEXTS[:3]
     items = [texts[0], image_item(images[0]), image_item(images[1]), texts[1], texts[2], image_item(images[2])]
-    response = client.post("/v1/embeddings", json={"input": items, "model": saved[0].name})
+    response = client.post("/v1/embeddings", json={"input": items, "model": clip_saved[0].name})
     ours = vectors(response)
-    text_rows, image_rows = reference_texts(saved, texts), reference_images(saved, images)
+    text_rows, image_rows = reference_texts(clip_saved, texts), reference_images(clip_saved, images)
     expected = np.stack([text_rows[0], image_rows[0], image_rows[1], text_rows[1], text_rows[2], image_rows[2]])
     np.testing.assert_allclose(ours, expected, atol=1e-4, rtol=0)
-    texts_alone = client.post("/v1/embeddings", json={"input": texts, "model": saved[0].name}).json()["usage"]
+    texts_alone = client.post("/v1/embeddings", json={"input": texts, "model": clip_saved[0].name}).json()["usage"]
     assert response.json()["usage"]["prompt_tokens"] == texts_alone["prompt_tokens"] + 3 * IMAGE_TOKENS
 
 
-def test_base64_format_holds_the_float_vectors(client, saved):
+def test_base64_format_holds_the_float_vectors(client, clip_saved):
     items = [TEXTS[0], image_item(sample_images()[1])]
-    floats = vectors(client.post("/v1/embeddings", json={"input": items, "model": saved[0].name}))
-    response = client.post("/v1/embeddings", json={"input": items, "model": saved[0].name,
+    floats = vectors(client.post("/v1/embeddings", json={"input": items, "model": clip_saved[0].name}))
+    response = client.post("/v1/embeddings", json={"input": items, "model": clip_saved[0].name,
                                                    "encoding_format": "base64"})
     assert response.status_code == 200, response.text
     decoded = np.stack([np.frombuffer(base64.b64decode(row["embedding"]), dtype="<f4")
@@ -120,9 +113,9 @@ def _huge_png() -> str:
     (_truncated_png(), "damaged or cut short"),
     (_huge_png(), "more than 50000000"),
 ])
-def test_a_bad_image_is_a_400_naming_its_index_and_why(client, saved, url, why):
+def test_a_bad_image_is_a_400_naming_its_index_and_why(client, clip_saved, url, why):
     items = ["the cat", image_item(sample_images()[0]), {"type": "image_url", "image_url": {"url": url}}]
-    response = client.post("/v1/embeddings", json={"input": items, "model": saved[0].name})
+    response = client.post("/v1/embeddings", json={"input": items, "model": clip_saved[0].name})
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["param"] == "input" and error["code"] == "invalid_image", error
@@ -134,19 +127,19 @@ def test_a_bad_image_is_a_400_naming_its_index_and_why(client, saved, url, why):
     ({"type": "image_url", "image_url": {"href": "x"}}, "'input[1]' is an object but no image"),
     (7, "'input[1]' must be a string or an image item"),
 ])
-def test_a_malformed_item_is_a_400_naming_its_index(client, saved, item, why):
+def test_a_malformed_item_is_a_400_naming_its_index(client, clip_saved, item, why):
     items = ["the cat", item, image_item(sample_images()[0])]
-    response = client.post("/v1/embeddings", json={"input": items, "model": saved[0].name})
+    response = client.post("/v1/embeddings", json={"input": items, "model": clip_saved[0].name})
     assert response.status_code == 400, response.text
     assert why in response.json()["error"]["message"]
 
 
-def test_more_images_than_allowed_are_refused_before_decoding(client, saved):
+def test_more_images_than_allowed_are_refused_before_decoding(client, clip_saved):
     from rose_embed.server.pipeline.image_parts import IMAGE_LIMITS
 
     item = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}  # never decoded
     response = client.post("/v1/embeddings", json={"input": [item] * (IMAGE_LIMITS.max_images + 1),
-                                                   "model": saved[0].name})
+                                                   "model": clip_saved[0].name})
     assert response.status_code == 400, response.text
     assert response.json()["error"]["code"] == "too_many_images"
 
@@ -160,11 +153,11 @@ def test_an_image_for_a_text_only_model_names_what_it_serves():
     assert "embeds texts only" in error["message"]
 
 
-def test_images_and_texts_sent_at_once_from_several_threads(client, saved):
+def test_images_and_texts_sent_at_once_from_several_threads(client, clip_saved):
     """Requests of images, of texts and of both, in flight together: the queue cuts batches of one kind
     from them and every vector lands in its own request's place."""
     images = sample_images()
-    image_rows, text_rows = reference_images(saved, images), reference_texts(saved, TEXTS)
+    image_rows, text_rows = reference_images(clip_saved, images), reference_texts(clip_saved, TEXTS)
     asks = []
     for k in range(12):
         kind = k % 3
@@ -180,7 +173,7 @@ def test_images_and_texts_sent_at_once_from_several_threads(client, saved):
 
     def send(ask):
         items, expected = ask
-        response = client.post("/v1/embeddings", json={"input": items, "model": saved[0].name})
+        response = client.post("/v1/embeddings", json={"input": items, "model": clip_saved[0].name})
         np.testing.assert_allclose(vectors(response), expected, atol=1e-4, rtol=0)
         return True
 
@@ -188,7 +181,7 @@ def test_images_and_texts_sent_at_once_from_several_threads(client, saved):
         assert all(pool.map(send, asks))
 
 
-def test_the_openai_sdk_sends_an_image_item(client, saved):
+def test_the_openai_sdk_sends_an_image_item(client, clip_saved):
     """The SDK passes `input` as given (its type hints say texts and ids only) and decodes its default
     base64 answer."""
     import openai
@@ -197,8 +190,8 @@ def test_the_openai_sdk_sends_an_image_item(client, saved):
 
     sdk = openai.OpenAI(base_url=BASE_URL + "/v1", api_key="unused", http_client=client, max_retries=0)
     image = sample_images()[2]
-    answer = sdk.embeddings.create(model=saved[0].name, input=[TEXTS[0], image_item(image)])
+    answer = sdk.embeddings.create(model=clip_saved[0].name, input=[TEXTS[0], image_item(image)])
     ours = np.array([row.embedding for row in answer.data], dtype=np.float32)
-    expected = np.stack([reference_texts(saved, TEXTS[:1])[0], reference_images(saved, [image])[0]])
+    expected = np.stack([reference_texts(clip_saved, TEXTS[:1])[0], reference_images(clip_saved, [image])[0]])
     np.testing.assert_allclose(ours, expected, atol=1e-4, rtol=0)
     assert answer.usage.prompt_tokens > IMAGE_TOKENS

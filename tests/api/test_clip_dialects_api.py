@@ -14,7 +14,6 @@ from PIL import Image
 
 from rose_embed.engine.contract.config import EngineConfig
 from rose_embed.engine.rose.engine import Engine
-from tests.support.clip_checkpoints import save_clip
 from tests.support.clip_inputs import (IMAGE_TOKENS, TEXTS, data_uri, image_item, reference_images, reference_texts,
                                        sample_images)
 from tests.support.fake_engine import BASE_URL, FakeEngine, fake_config, serve
@@ -25,14 +24,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    path = tmp_path_factory.mktemp("clip")
-    return path, save_clip(path)
-
-
-@pytest.fixture(scope="module")
-def client(saved):
-    engine = Engine(EngineConfig(model=str(saved[0]), device="cpu", dtype="float32"))
+def client(clip_saved):
+    engine = Engine(EngineConfig(model=str(clip_saved[0]), device="cpu", dtype="float32"))
     with serve(engine, fake_config(allow_private_image_urls=True)) as client:
         yield client
 
@@ -51,31 +44,31 @@ def _floats(rows) -> np.ndarray:
 
 # Cohere's /v2/embed
 
-def test_cohere_images_equal_transformers_and_the_openai_route(client, saved, web):
+def test_cohere_images_equal_transformers_and_the_openai_route(client, clip_saved, web):
     images = sample_images()
     uris = [data_uri(image) for image in images[:1]] + [web.url("/dog.png")] + [data_uri(im) for im in images[2:]]
-    response = client.post("/v2/embed", json={"model": saved[0].name, "images": uris, "input_type": "image",
+    response = client.post("/v2/embed", json={"model": clip_saved[0].name, "images": uris, "input_type": "image",
                                               "embedding_types": ["float"]})
     assert response.status_code == 200, response.text
     body = response.json()
     ours = _floats(body["embeddings"]["float"])
-    np.testing.assert_allclose(ours, reference_images(saved, images), atol=1e-4, rtol=0)
+    np.testing.assert_allclose(ours, reference_images(clip_saved, images), atol=1e-4, rtol=0)
     assert body["texts"] == [] and body["meta"]["billed_units"]["input_tokens"] == len(images) * IMAGE_TOKENS
-    openai = client.post("/v1/embeddings", json={"model": saved[0].name, "input": [image_item(im) for im in images]})
+    openai = client.post("/v1/embeddings", json={"model": clip_saved[0].name, "input": [image_item(im) for im in images]})
     np.testing.assert_allclose(ours, _floats([row["embedding"] for row in openai.json()["data"]]), atol=1e-6, rtol=0)
 
 
-def test_cohere_inputs_of_texts_and_image_parts_keep_their_order(client, saved):
+def test_cohere_inputs_of_texts_and_image_parts_keep_their_order(client, clip_saved):
     images = sample_images()[:2]
     inputs = [{"content": [{"type": "image_url", "image_url": {"url": data_uri(images[0])}}]},
               {"content": [{"type": "text", "text": TEXTS[0]}]},
               {"content": [{"type": "image_url", "image_url": data_uri(images[1])}]},  # the URL as a bare string
               {"content": [{"type": "text", "text": TEXTS[1]}]}]
-    response = client.post("/v2/embed", json={"model": saved[0].name, "inputs": inputs, "input_type": "search_query",
+    response = client.post("/v2/embed", json={"model": clip_saved[0].name, "inputs": inputs, "input_type": "search_query",
                                               "embedding_types": ["float", "base64"]})
     assert response.status_code == 200, response.text
     body = response.json()
-    image_rows, text_rows = reference_images(saved, images), reference_texts(saved, TEXTS[:2])
+    image_rows, text_rows = reference_images(clip_saved, images), reference_texts(clip_saved, TEXTS[:2])
     expected = np.stack([image_rows[0], text_rows[0], image_rows[1], text_rows[1]])
     ours = _floats(body["embeddings"]["float"])
     np.testing.assert_allclose(ours, expected, atol=1e-4, rtol=0)
@@ -84,28 +77,28 @@ def test_cohere_inputs_of_texts_and_image_parts_keep_their_order(client, saved):
     assert body["texts"] == TEXTS[:2]
 
 
-def test_cohere_sdk_embeds_images_unchanged(client, saved):
+def test_cohere_sdk_embeds_images_unchanged(client, clip_saved):
     import cohere
 
     images = sample_images()[:3]
     sdk = cohere.ClientV2(base_url=BASE_URL, api_key="unused", httpx_client=client)
-    answer = sdk.embed(model=saved[0].name, images=[data_uri(image) for image in images], input_type="image",
+    answer = sdk.embed(model=clip_saved[0].name, images=[data_uri(image) for image in images], input_type="image",
                        embedding_types=["float"])
-    np.testing.assert_allclose(_floats(answer.embeddings.float_), reference_images(saved, images), atol=1e-4, rtol=0)
-    answer = sdk.embed(model=saved[0].name, input_type="image", embedding_types=["float"], inputs=[
+    np.testing.assert_allclose(_floats(answer.embeddings.float_), reference_images(clip_saved, images), atol=1e-4, rtol=0)
+    answer = sdk.embed(model=clip_saved[0].name, input_type="image", embedding_types=["float"], inputs=[
         {"content": [{"type": "image_url", "image_url": {"url": data_uri(images[0])}}]},
         {"content": [{"type": "text", "text": TEXTS[0]}]}])
-    expected = np.stack([reference_images(saved, images[:1])[0], reference_texts(saved, TEXTS[:1])[0]])
+    expected = np.stack([reference_images(clip_saved, images[:1])[0], reference_texts(clip_saved, TEXTS[:1])[0]])
     np.testing.assert_allclose(_floats(answer.embeddings.float_), expected, atol=1e-4, rtol=0)
 
 
-def test_cohere_v1_embed_takes_images_too(client, saved):
+def test_cohere_v1_embed_takes_images_too(client, clip_saved):
     image = sample_images()[3]
-    response = client.post("/v1/embed", json={"model": saved[0].name, "images": [data_uri(image)],
+    response = client.post("/v1/embed", json={"model": clip_saved[0].name, "images": [data_uri(image)],
                                               "input_type": "image"})
     assert response.status_code == 200, response.text
     assert response.json()["response_type"] == "embeddings_floats"
-    np.testing.assert_allclose(_floats(response.json()["embeddings"]), reference_images(saved, [image]), atol=1e-4,
+    np.testing.assert_allclose(_floats(response.json()["embeddings"]), reference_images(clip_saved, [image]), atol=1e-4,
                                rtol=0)
 
 
@@ -123,8 +116,8 @@ def test_cohere_v1_embed_takes_images_too(client, saved):
     ({"inputs": [{"content": [{"type": "image_url", "image_url": {"href": "x"}}]}]}, "inputs",
      "'inputs[0]' must be an image's data: URI or http(s) URL"),
 ])
-def test_cohere_image_refusals_name_the_field_and_index(client, saved, body, param, why):
-    error = assert_envelope(client.post("/v2/embed", json={"model": saved[0].name, **body}), 400)
+def test_cohere_image_refusals_name_the_field_and_index(client, clip_saved, body, param, why):
+    error = assert_envelope(client.post("/v2/embed", json={"model": clip_saved[0].name, **body}), 400)
     assert error["param"] == param, error
     assert why is None or why in error["message"], error
 
@@ -143,38 +136,38 @@ def test_a_text_only_model_refuses_cohere_images_by_name():
 
 # Infinity's /embeddings_image
 
-def test_infinity_images_equal_transformers_in_openais_shape(client, saved, web):
+def test_infinity_images_equal_transformers_in_openais_shape(client, clip_saved, web):
     images = sample_images()
     urls = [data_uri(images[0]), web.url("/dog.png"), data_uri(images[2], "WEBP"), data_uri(images[3])]
-    response = client.post("/embeddings_image", json={"model": saved[0].name, "input": urls,
+    response = client.post("/embeddings_image", json={"model": clip_saved[0].name, "input": urls,
                                                       "encoding_format": "float"})
     assert response.status_code == 200, response.text
     body = response.json()
-    assert body["object"] == "list" and body["model"] == saved[0].name and body["id"].startswith("infinity-")
+    assert body["object"] == "list" and body["model"] == clip_saved[0].name and body["id"].startswith("infinity-")
     assert isinstance(body["created"], int)
     assert [row["index"] for row in body["data"]] == [0, 1, 2, 3]
     assert {row["object"] for row in body["data"]} == {"embedding"}
     assert body["usage"] == {"prompt_tokens": 4 * IMAGE_TOKENS, "total_tokens": 4 * IMAGE_TOKENS}
     ours = _floats([row["embedding"] for row in body["data"]])
-    np.testing.assert_allclose(ours, reference_images(saved, images), atol=1e-4, rtol=0)
+    np.testing.assert_allclose(ours, reference_images(clip_saved, images), atol=1e-4, rtol=0)
 
 
-def test_infinity_one_image_base64_and_its_unnamed_model(client, saved):
+def test_infinity_one_image_base64_and_its_unnamed_model(client, clip_saved):
     image = sample_images()[1]
     response = client.post("/embeddings_image", json={"model": "default/not-specified", "input": data_uri(image),
                                                       "encoding_format": "base64"})
     assert response.status_code == 200, response.text
     body = response.json()
-    assert body["model"] == saved[0].name
+    assert body["model"] == clip_saved[0].name
     ours = np.frombuffer(base64.b64decode(body["data"][0]["embedding"]), dtype="<f4")[None]
-    np.testing.assert_allclose(ours, reference_images(saved, [image]), atol=1e-4, rtol=0)
+    np.testing.assert_allclose(ours, reference_images(clip_saved, [image]), atol=1e-4, rtol=0)
 
 
-def test_infinity_dimensions_cut_and_renormalise(client, saved):
+def test_infinity_dimensions_cut_and_renormalise(client, clip_saved):
     image = sample_images()[0]
     response = client.post("/embeddings_image", json={"input": [data_uri(image)], "dimensions": 8})
     assert response.status_code == 200, response.text
-    full = reference_images(saved, [image])[0][:8]
+    full = reference_images(clip_saved, [image])[0][:8]
     np.testing.assert_allclose(response.json()["data"][0]["embedding"], full / np.linalg.norm(full), atol=1e-4, rtol=0)
 
 
@@ -185,6 +178,6 @@ def test_infinity_dimensions_cut_and_renormalise(client, saved):
     ({"input": [3]}, "must be an image's URL or data: URI"),
     ({"input": ["data:image/png;base64,AAAA"], "encoding_format": "int8"}, "encoding_format"),
 ])
-def test_infinity_refusals_name_the_input(client, saved, body, why):
-    error = assert_envelope(client.post("/embeddings_image", json={"model": saved[0].name, **body}), 400)
+def test_infinity_refusals_name_the_input(client, clip_saved, body, why):
+    error = assert_envelope(client.post("/embeddings_image", json={"model": clip_saved[0].name, **body}), 400)
     assert why in error["message"] or why == error["param"], error

@@ -13,7 +13,6 @@ from PIL import Image
 
 from rose_embed.engine.contract.config import EngineConfig
 from rose_embed.engine.rose.engine import Engine
-from tests.support.clip_checkpoints import save_clip
 from tests.support.clip_inputs import TEXTS, image_item, reference_images, reference_texts, sample_images
 from tests.support.fake_engine import fake_config, serve
 from tests.support.image_server import image_server
@@ -28,12 +27,6 @@ def _file(image: Image.Image, fmt: str) -> bytes:
     out = io.BytesIO()
     image.save(out, format=fmt, **({"quality": 90} if fmt == "JPEG" else {}))
     return out.getvalue()
-
-
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    path = tmp_path_factory.mktemp("clip")
-    return path, save_clip(path)
 
 
 @pytest.fixture(scope="module")
@@ -52,15 +45,15 @@ def web(files):
         yield server
 
 
-def _client(saved, **config):
-    engine = Engine(EngineConfig(model=str(saved[0]), device="cpu", dtype="float32"))
+def _client(clip_saved, **config):
+    engine = Engine(EngineConfig(model=str(clip_saved[0]), device="cpu", dtype="float32"))
     return serve(engine, fake_config(**config))
 
 
 @pytest.fixture(scope="module")
-def client(saved):
+def client(clip_saved):
     """A server that may fetch private addresses (the test's server is on the loopback address)."""
-    with _client(saved, allow_private_image_urls=True, image_url_timeout=TIMEOUT_S) as client:
+    with _client(clip_saved, allow_private_image_urls=True, image_url_timeout=TIMEOUT_S) as client:
         yield client
 
 
@@ -77,26 +70,26 @@ def vectors(response) -> np.ndarray:
     return np.array([row["embedding"] for row in response.json()["data"]], dtype=np.float32)
 
 
-def test_fetched_images_equal_transformers_beside_texts_and_data_uris(client, saved, web, files):
+def test_fetched_images_equal_transformers_beside_texts_and_data_uris(client, clip_saved, web, files):
     inline = sample_images()[2]
     items = [_url(web.url("/cat.png")), TEXTS[0], image_item(inline), _url(web.url("/dog.jpg")),
              _url(web.url("/grey.webp"))]
-    ours = vectors(client.post("/v1/embeddings", json={"input": items, "model": saved[0].name}))
-    images = reference_images(saved, [_decoded(files, "/cat.png"), inline, _decoded(files, "/dog.jpg"),
+    ours = vectors(client.post("/v1/embeddings", json={"input": items, "model": clip_saved[0].name}))
+    images = reference_images(clip_saved, [_decoded(files, "/cat.png"), inline, _decoded(files, "/dog.jpg"),
                                       _decoded(files, "/grey.webp")])
-    expected = np.stack([images[0], reference_texts(saved, TEXTS[:1])[0], images[1], images[2], images[3]])
+    expected = np.stack([images[0], reference_texts(clip_saved, TEXTS[:1])[0], images[1], images[2], images[3]])
     np.testing.assert_allclose(ours, expected, atol=1e-4, rtol=0)
 
 
-def test_a_redirect_is_followed(client, saved, web, files):
+def test_a_redirect_is_followed(client, clip_saved, web, files):
     url = web.url("/redirect?to=" + web.url("/cat.png"))
-    ours = vectors(client.post("/v1/embeddings", json={"input": [_url(url)], "model": saved[0].name}))
-    np.testing.assert_allclose(ours, reference_images(saved, [_decoded(files, "/cat.png")]), atol=1e-4, rtol=0)
+    ours = vectors(client.post("/v1/embeddings", json={"input": [_url(url)], "model": clip_saved[0].name}))
+    np.testing.assert_allclose(ours, reference_images(clip_saved, [_decoded(files, "/cat.png")]), atol=1e-4, rtol=0)
 
 
-def _refusal(client, saved, url: str) -> str:
+def _refusal(client, clip_saved, url: str) -> str:
     items = ["the cat", image_item(sample_images()[0]), _url(url)]
-    response = client.post("/v1/embeddings", json={"input": items, "model": saved[0].name})
+    response = client.post("/v1/embeddings", json={"input": items, "model": clip_saved[0].name})
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["param"] == "input" and error["code"] == "invalid_image", error
@@ -112,18 +105,18 @@ def _refusal(client, saved, url: str) -> str:
     ("/bytes", "not an image in a supported format"),
     ("/missing.png", "answered HTTP 404, not an image"),
 ])
-def test_a_url_that_gives_no_usable_image_is_a_400_naming_its_index_and_why(client, saved, web, path, why):
-    assert why in _refusal(client, saved, web.url(path))
+def test_a_url_that_gives_no_usable_image_is_a_400_naming_its_index_and_why(client, clip_saved, web, path, why):
+    assert why in _refusal(client, clip_saved, web.url(path))
 
 
-def test_a_url_of_a_host_that_does_not_resolve_is_a_400(client, saved):
-    assert "cannot be fetched" in _refusal(client, saved, "http://no-such-host.invalid/cat.png")
+def test_a_url_of_a_host_that_does_not_resolve_is_a_400(client, clip_saved):
+    assert "cannot be fetched" in _refusal(client, clip_saved, "http://no-such-host.invalid/cat.png")
 
 
-def test_private_addresses_are_refused_by_default(saved, web):
+def test_private_addresses_are_refused_by_default(clip_saved, web):
     """Without --allow-private-image-urls: the loopback address, by number or by name, and a redirect to it."""
-    with _client(saved) as client:
+    with _client(clip_saved) as client:
         for url in [web.url("/cat.png"), web.url("/cat.png", host="localhost"), "http://[::1]:9/cat.png",
                     "http://10.0.0.1/cat.png", "http://169.254.169.254/latest/meta-data"]:
-            message = _refusal(client, saved, url)
+            message = _refusal(client, clip_saved, url)
             assert "is not a public address" in message and "--allow-private-image-urls" in message, message
