@@ -54,22 +54,30 @@ class _FakeGpu(FakeEngine):
         return _Ready(lazy, end)
 
 
-def test_a_query_arriving_while_a_bulk_batch_computes_rides_the_next_batch(monkeypatch):
-    monkeypatch.setattr(EngineLoop, "_record_memory", lambda self: None)  # no CUDA here to read
-    fake = _FakeGpu()
+QUERY = "how do I open a file"
+
+
+def _query_beside_bulk(fake: _FakeGpu) -> tuple[float, float, object, object]:
+    """A bulk request, then, a few of its batches in and just after one starts computing (the loop has
+    learned its speed), one query: (when it was sent, when answered, its response, the bulk one's)."""
     config = fake_config(engine=EngineConfig(device="cpu", max_batch_tokens=512))
 
     async def scenario():
         async with serve_async(fake, config) as client:
             bulk = asyncio.ensure_future(client.post("/v1/embeddings", json={"input": TEXTS}))
-            # A few bulk batches in, then just after one starts computing (the loop has learned its speed).
             while len(fake.spans) < 4 or not 0 <= time.monotonic() - fake.spans[-1][0] < 0.02:
                 await asyncio.sleep(0.001)
             sent = time.monotonic()
-            query = await client.post("/v1/embeddings", json={"input": "how do I open a file"})
+            query = await client.post("/v1/embeddings", json={"input": QUERY})
             return sent, time.monotonic(), query, await bulk
 
-    sent, done, query, bulk = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_a_query_arriving_while_a_bulk_batch_computes_rides_the_next_batch(monkeypatch):
+    monkeypatch.setattr(EngineLoop, "_record_memory", lambda self: None)  # no CUDA here to read
+    fake = _FakeGpu()
+    sent, done, query, bulk = _query_beside_bulk(fake)
     assert query.status_code == bulk.status_code == 200
     computing = next(end for start, end in fake.spans if start <= sent < end)
     # The next batch after the one computing holds the query: answered about one batch after it ends,
@@ -78,7 +86,7 @@ def test_a_query_arriving_while_a_bulk_batch_computes_rides_the_next_batch(monke
     assert len(fake.spans) > 8  # the bulk request was still computing when the query came
     # Its piece reached the engine at once though the bulk request's pieces filled the arena's shared room.
     assert float(query.headers["x-preparation-time-ms"]) < 0.2 * BATCH_SECONDS * 1000
-    np.testing.assert_allclose(query.json()["data"][0]["embedding"], fake.embed(["how do I open a file"])[0],
+    np.testing.assert_allclose(query.json()["data"][0]["embedding"], fake.embed([QUERY])[0],
                                atol=1e-6)
 
 
@@ -110,19 +118,8 @@ def test_while_a_query_waits_beside_bulk_the_next_batch_is_cut_at_the_express_bu
     eighth of a full batch after that batch starts, where a full batch would take all of one; and once no
     query waits, batches are full again."""
     monkeypatch.setattr(EngineLoop, "_record_memory", lambda self: None)
-    fake = _FakeLargeGpu(query="how do I open a file")
-    config = fake_config(engine=EngineConfig(device="cpu", max_batch_tokens=512))
-
-    async def scenario():
-        async with serve_async(fake, config) as client:
-            bulk = asyncio.ensure_future(client.post("/v1/embeddings", json={"input": TEXTS}))
-            while len(fake.spans) < 4 or not 0 <= time.monotonic() - fake.spans[-1][0] < 0.02:
-                await asyncio.sleep(0.001)
-            sent = time.monotonic()
-            query = await client.post("/v1/embeddings", json={"input": "how do I open a file"})
-            return sent, time.monotonic(), query, await bulk
-
-    sent, done, query, bulk = asyncio.run(scenario())
+    fake = _FakeLargeGpu(query=QUERY)
+    sent, done, query, bulk = _query_beside_bulk(fake)
     assert query.status_code == bulk.status_code == 200
     at = next(i for i, (start, end) in enumerate(fake.spans) if start <= sent < end)
     (ridden,) = [i for i, holds in enumerate(fake.holds_query) if holds]
