@@ -232,15 +232,34 @@ def qk_norm_rope(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, 
 
 
 @triton.jit
-def _segment_sums_kernel(x_ptr, index_ptr, sums_ptr, num_tokens, n_cols, x_stride,
-                         BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr):
+def _tile_reduce(x, IS_MAX: tl.constexpr):
+    if IS_MAX:
+        reduced = tl.max(x, axis=0)
+    else:
+        reduced = tl.sum(x, axis=0)
+    return reduced
+
+
+@triton.jit
+def _atomic_combine(ptrs, values, mask, IS_MAX: tl.constexpr):
+    if IS_MAX:
+        tl.atomic_max(ptrs, values, mask=mask)
+    else:
+        tl.atomic_add(ptrs, values, mask=mask)
+
+
+@triton.jit
+def _segment_reduce_kernel(x_ptr, index_ptr, out_ptr, num_tokens, n_cols, x_stride,
+                           IS_MAX: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr):
     # A tile of BLOCK_T tokens by BLOCK_H columns. Segments are runs of tokens, so a tile's
     # first and last rows name the segments most of its rows belong to: those rows are
-    # summed in the tile and added with one atomic row each; any other row (a segment
-    # wholly inside the tile) is added row by row. Any index is summed right; runs are only
+    # reduced in the tile and combined with one atomic row each; any other row (a segment
+    # wholly inside the tile) is combined row by row. Any index is reduced right; runs are only
     # what makes it fast. The first and last rows may name one segment with others between
     # them (tokens no segment reads sit at both ends of a text), so the test for other rows
-    # looks at every row.
+    # looks at every row. Sums add in float32; maxes start from 0 and every value is floored at 0
+    # (SPLADE's relu), so float32's atomic max, which orders non-negative floats as integers, is
+    # exact and order-free.
     tile = tl.program_id(0)
     rows = tile * BLOCK_T + tl.arange(0, BLOCK_T)
     cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -249,74 +268,46 @@ def _segment_sums_kernel(x_ptr, index_ptr, sums_ptr, num_tokens, n_cols, x_strid
     index = tl.load(index_ptr + rows, mask=row_ok, other=0).to(tl.int64)
     x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * x_stride + cols[None, :],
                 mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+    if IS_MAX:
+        x = tl.maximum(x, 0.0)
     first = tl.load(index_ptr + tile * BLOCK_T).to(tl.int64)
     last = tl.load(index_ptr + tl.minimum(tile * BLOCK_T + BLOCK_T, num_tokens) - 1).to(tl.int64)
     in_first = row_ok & (index == first)
-    tl.atomic_add(sums_ptr + first * n_cols + cols, tl.sum(tl.where(in_first[:, None], x, 0.0), axis=0), mask=col_ok)
+    _atomic_combine(out_ptr + first * n_cols + cols, _tile_reduce(tl.where(in_first[:, None], x, 0.0), IS_MAX),
+                    col_ok, IS_MAX)
     others = row_ok & ~in_first
     if tl.max(others.to(tl.int32), axis=0) > 0:
         in_last = others & (index == last)
-        tl.atomic_add(sums_ptr + last * n_cols + cols, tl.sum(tl.where(in_last[:, None], x, 0.0), axis=0),
-                      mask=col_ok)
+        _atomic_combine(out_ptr + last * n_cols + cols, _tile_reduce(tl.where(in_last[:, None], x, 0.0), IS_MAX),
+                        col_ok, IS_MAX)
         inside = others & ~in_last
-        tl.atomic_add(sums_ptr + index[:, None] * n_cols + cols[None, :], x, mask=inside[:, None] & col_ok[None, :])
+        _atomic_combine(out_ptr + index[:, None] * n_cols + cols[None, :], x, inside[:, None] & col_ok[None, :],
+                        IS_MAX)
+
+
+def _segment_reduce_into(out: torch.Tensor, values: torch.Tensor, index: torch.Tensor, is_max: bool) -> torch.Tensor:
+    num_tokens, n_cols = values.shape
+    if num_tokens == 0:
+        return out
+    block_h = min(128, max(16, triton.next_power_of_2(n_cols)))
+    block_t = 64
+    _segment_reduce_kernel[(triton.cdiv(num_tokens, block_t), triton.cdiv(n_cols, block_h))](
+        values, index, out, num_tokens, n_cols, values.stride(0), IS_MAX=is_max, BLOCK_T=block_t, BLOCK_H=block_h,
+        num_warps=4,
+    )
+    return out
 
 
 def segment_sums(values: torch.Tensor, index: torch.Tensor, num_rows: int) -> torch.Tensor:
     """values [T, H] (any float dtype, unit column stride), index [T] in [0, num_rows) ->
     [num_rows, H] float32: row r the sum of the values whose index is r (float32 atomic adds:
     their order, and so the last bits, may vary from run to run, as index_add_'s do)."""
-    num_tokens, n_cols = values.shape
-    sums = torch.zeros(num_rows, n_cols, dtype=torch.float32, device=values.device)
-    if num_tokens == 0:
-        return sums
-    block_h = min(128, max(16, triton.next_power_of_2(n_cols)))
-    block_t = 64
-    _segment_sums_kernel[(triton.cdiv(num_tokens, block_t), triton.cdiv(n_cols, block_h))](
-        values, index, sums, num_tokens, n_cols, values.stride(0), BLOCK_T=block_t, BLOCK_H=block_h, num_warps=4,
-    )
-    return sums
-
-
-@triton.jit
-def _segment_maxes_kernel(x_ptr, index_ptr, maxes_ptr, num_tokens, n_cols, x_stride,
-                          BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr):
-    # As _segment_sums_kernel, with max for sum: a tile's rows of its first and last rows'
-    # segments are reduced in the tile, one atomic row each; other rows one atomic row each.
-    # The maxes start from 0 and every value is floored at 0 (SPLADE's relu), so float32's
-    # atomic max, which orders non-negative floats as integers, is exact and order-free.
-    tile = tl.program_id(0)
-    rows = tile * BLOCK_T + tl.arange(0, BLOCK_T)
-    cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
-    row_ok = rows < num_tokens
-    col_ok = cols < n_cols
-    index = tl.load(index_ptr + rows, mask=row_ok, other=0).to(tl.int64)
-    x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * x_stride + cols[None, :],
-                mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
-    x = tl.maximum(x, 0.0)
-    first = tl.load(index_ptr + tile * BLOCK_T).to(tl.int64)
-    last = tl.load(index_ptr + tl.minimum(tile * BLOCK_T + BLOCK_T, num_tokens) - 1).to(tl.int64)
-    in_first = row_ok & (index == first)
-    tl.atomic_max(maxes_ptr + first * n_cols + cols, tl.max(tl.where(in_first[:, None], x, 0.0), axis=0), mask=col_ok)
-    others = row_ok & ~in_first
-    if tl.max(others.to(tl.int32), axis=0) > 0:
-        in_last = others & (index == last)
-        tl.atomic_max(maxes_ptr + last * n_cols + cols, tl.max(tl.where(in_last[:, None], x, 0.0), axis=0),
-                      mask=col_ok)
-        inside = others & ~in_last
-        tl.atomic_max(maxes_ptr + index[:, None] * n_cols + cols[None, :], x, mask=inside[:, None] & col_ok[None, :])
+    sums = torch.zeros(num_rows, values.shape[1], dtype=torch.float32, device=values.device)
+    return _segment_reduce_into(sums, values, index, is_max=False)
 
 
 def segment_maxes_into(maxes: torch.Tensor, values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """maxes [R, H] float32, all >= 0 (contiguous), values [T, H] (any float dtype, unit column stride),
     index [T] in [0, R): each maxes[r] raised in place to the largest of the values whose index is r
     (values below 0 count as 0). Exact: a max does not depend on the order it is taken in."""
-    num_tokens, n_cols = values.shape
-    if num_tokens == 0:
-        return maxes
-    block_h = min(128, max(16, triton.next_power_of_2(n_cols)))
-    block_t = 64
-    _segment_maxes_kernel[(triton.cdiv(num_tokens, block_t), triton.cdiv(n_cols, block_h))](
-        values, index, maxes, num_tokens, n_cols, values.stride(0), BLOCK_T=block_t, BLOCK_H=block_h, num_warps=4,
-    )
-    return maxes
+    return _segment_reduce_into(maxes, values, index, is_max=True)
