@@ -87,6 +87,19 @@ def test_embed_layer_norm_matches_reference(dtype, num_tokens, hidden, token_typ
     close(out, ref, dtype)
 
 
+def _segment_index(workload: str, num_tokens: int, g: torch.Generator) -> tuple[torch.Tensor, int]:
+    """(index [T], segment count) as engine/rose/layers/pooling.py lays out up to `num_tokens` tokens:
+    documents (runs across many 64-token tiles) or queries (several to a tile), tokens no segment reads
+    sent to the extra row (index = the count), five padding segments with none."""
+    high = 512 if workload == "documents" else 32
+    lengths = torch.randint(1, high, (num_tokens // (high // 2),), device="cuda", generator=g)
+    lengths = lengths[: int((lengths.cumsum(0) <= num_tokens).sum())]
+    num_segments = len(lengths) + 5
+    index = torch.repeat_interleave(torch.arange(len(lengths), device="cuda"), lengths)
+    index = torch.where(torch.rand(len(index), device="cuda", generator=g) < 0.02, num_segments, index)
+    return index, num_segments
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("workload", ["documents", "queries"])
 def test_segment_sums_match_reference(dtype, workload):
@@ -94,12 +107,7 @@ def test_segment_sums_match_reference(dtype, workload):
     tiles) or queries (several to a tile), tokens no segment reads sent to the extra row and
     padding segments with none, as engine/rose/layers/pooling.py lays them out; both sum in float32."""
     g = torch.Generator(device="cuda").manual_seed(11)
-    high = 512 if workload == "documents" else 32
-    lengths = torch.randint(1, high, (16384 // (high // 2),), device="cuda", generator=g)
-    lengths = lengths[: int((lengths.cumsum(0) <= 16384).sum())]
-    num_segments = len(lengths) + 5
-    index = torch.repeat_interleave(torch.arange(len(lengths), device="cuda"), lengths)
-    index = torch.where(torch.rand(len(index), device="cuda", generator=g) < 0.02, num_segments, index)
+    index, num_segments = _segment_index(workload, 16384, g)
     values = torch.randn(len(index), 768, device="cuda", generator=g).to(dtype)
     out, ref = both(lambda: fused.segment_sums(values, index, num_segments + 1))
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-3)
@@ -111,12 +119,7 @@ def test_segment_maxes_match_reference_exactly(dtype, workload):
     """SPLADE's max pooling (engine/rose/layers/sparse_head.py) of a chunk of MLM logits into maxes pooled
     before, the segments laid out as above: the kernel's float32 atomic max equals scatter_reduce_'s bit for bit."""
     g = torch.Generator(device="cuda").manual_seed(12)
-    high = 512 if workload == "documents" else 32
-    lengths = torch.randint(1, high, (1024 // (high // 2),), device="cuda", generator=g)
-    lengths = lengths[: int((lengths.cumsum(0) <= 1024).sum())]
-    num_segments = len(lengths) + 5
-    index = torch.repeat_interleave(torch.arange(len(lengths), device="cuda"), lengths)
-    index = torch.where(torch.rand(len(index), device="cuda", generator=g) < 0.02, num_segments, index)
+    index, num_segments = _segment_index(workload, 1024, g)
     values = (4 * torch.randn(len(index), 30522, device="cuda", generator=g)).to(dtype)
     start = torch.rand(num_segments + 1, 30522, device="cuda", generator=g)
     out, ref = both(lambda: fused.segment_maxes_into(start.clone(), values, index))
