@@ -47,6 +47,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.lib.common import capture_graph  # noqa: E402
+from bench.lib.head_runs import land_rows  # noqa: E402
 from rose_embed.engine.rose.cublas_workspace import give_cublas_no_workspace  # noqa: E402
 from rose_embed.engine.rose.attention.timing import AttentionTimer  # noqa: E402
 from rose_embed.engine.contract.batch import pack  # noqa: E402
@@ -181,18 +182,9 @@ def run_ours(runner: ModelRunner, seqs: list[np.ndarray], max_batch_tokens: int,
     for lo, hi in cut_batches([len(s) for s in seqs], max_batch_tokens, max_batch_seqs):
         result = runner.execute(pack(seqs[lo:hi]))
         if pending is not None:
-            out = _land(pending, out, len(seqs))
+            out = land_rows(pending, out, len(seqs))
         pending = (result, lo, hi)
-    return _land(pending, out, len(seqs))
-
-
-def _land(pending: tuple, out: np.ndarray | None, num_seqs: int) -> np.ndarray:
-    result, lo, hi = pending
-    vectors = result.wait()
-    if out is None:
-        out = np.empty((num_seqs, vectors.shape[1]), np.float32)
-    out[lo:hi] = vectors
-    return out
+    return land_rows(pending, out, len(seqs))
 
 
 def sustained_rate(fn, tokens_per_call: int, seconds: float) -> float:

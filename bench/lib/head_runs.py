@@ -69,12 +69,14 @@ def run_segmented(runner, seqs: list[np.ndarray], segments: list[np.ndarray] | N
     for lo, hi in batch_ranges(cu_seqlens, max_batch_tokens, max_batch_rows, None if segments is None else cu_rows):
         result = runner.execute(pack(seqs[lo:hi], None if segments is None else segments[lo:hi]))
         if pending is not None:
-            out = _land(pending, out, int(cu_rows[-1]))
+            out = land_rows(pending, out, int(cu_rows[-1]))
         pending = (result, int(cu_rows[lo]), int(cu_rows[hi]))
-    return _land(pending, out, int(cu_rows[-1]))
+    return land_rows(pending, out, int(cu_rows[-1]))
 
 
-def _land(pending: tuple, out: np.ndarray | None, num_rows: int) -> np.ndarray:
+def land_rows(pending: tuple, out: np.ndarray | None, num_rows: int) -> np.ndarray:
+    """(a launched batch's result, its first row, its end) -> `out` [num_rows, width] (made here at the first
+    batch) with the batch's rows read back into their place (also bench/gpu_bench.py's loop)."""
     result, lo, hi = pending
     rows = result.wait()
     if out is None:
