@@ -105,14 +105,14 @@ class EngineLoop:
         self._is_cpu = getattr(getattr(engine, "device", None), "type", "cpu") == "cpu"
         self._max_in_flight = CPU_BATCHES_IN_FLIGHT if self._is_cpu else DEVICE_BATCHES_IN_FLIGHT
         self._clock = LaunchClock(float(getattr(engine, "tokens_per_second", 0.0)))
-        # On a GPU, the budget of batches cut while small requests wait beside larger ones (0: none).
-        express = [e.express_batch_tokens for e in self.engines if getattr(e, "express_batch_tokens", 0)]
-        self._express_tokens = min(express) if express and not self._is_cpu and self.queue.is_fair else 0
-        self._small_seen = float("-inf")  # when a small request's piece last came or waited (time.monotonic())
         self._reader = threading.Thread(target=self._read_back, name="rose-readback", daemon=True)
         self._closing: list[FrontEnd] = []  # said goodbye: closed once no batch is being launched
-        # On the CPU, small requests run between the layers of the batch in flight (fair scheduling only).
-        self.express = ExpressLane(self, is_on=self._is_cpu and self.queue.is_fair)
+        # On the CPU, small requests run between the layers of the batch in flight; on a GPU, batches shrink
+        # to the express budget while they come (fair scheduling only).
+        express = [e.express_batch_tokens for e in self.engines if getattr(e, "express_batch_tokens", 0)]
+        self.express = ExpressLane(self, is_on=self._is_cpu and self.queue.is_fair,
+                                   budget_tokens=min(express) if express and not self._is_cpu and self.queue.is_fair
+                                   else 0)
         if self.express.is_on:
             for one in self.engines:
                 interleave = getattr(one, "interleave", None)
@@ -138,7 +138,7 @@ class EngineLoop:
                         self.on_messages(self.front_ends[conn])
                 while (self.queue and self.num_in_flight < self._max_in_flight and not self._is_blocked
                        and self._seconds_to_launch() == 0):
-                    batch = self._cut()
+                    batch = self.express.cut()
                     if batch is None:
                         self._is_blocked = True  # until a front end gives rows back
                     else:
@@ -205,7 +205,7 @@ class EngineLoop:
                                               0.0))
             return
         if message.is_small:
-            self._small_seen = time.monotonic()
+            self.express.saw_small()
         self.queue.offer(QueuedPiece(front_end, message, batch))
 
     def _answer_settled(self, pieces: list[QueuedPiece]) -> None:
@@ -239,21 +239,9 @@ class EngineLoop:
 
     # -- the device ------------------------------------------------------------------------
 
-    def _cut(self) -> Batch | None:
-        """The next batch. On a GPU whose warm-up gave an express budget (engine/rose/batch_budget.py), a
-        batch cut while small requests wait beside larger ones is held to it: the queries go first, the
-        larger requests fill the rest, and a query waits for a batch of about its own cost. So too while
-        queries came or waited within one full batch's time, though none waits now: the next is likely
-        to arrive while this batch computes, and would wait for all of a full one. (A sequence longer
-        than that budget still goes, alone, as into any empty batch: PieceQueue._take.)"""
-        queue = self.queue
-        if self._express_tokens and queue.holds_large:
-            now = time.monotonic()
-            if queue.holds_small:
-                self._small_seen = now
-            if now - self._small_seen < queue.max_batch_tokens * self._clock.seconds_per_token:
-                return queue.cut(max_tokens=self._express_tokens)
-        return self.express.cut()
+    def full_batch_seconds(self) -> float:
+        """A full batch's time on the device, as the batches that landed measure it."""
+        return self.queue.max_batch_tokens * self._clock.seconds_per_token
 
     def _seconds_to_launch(self) -> float:
         """How long the next batch may wait: on a GPU, until the work in flight is about to end."""

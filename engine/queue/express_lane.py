@@ -1,4 +1,5 @@
-"""The express lane: on the CPU, small requests that arrive while a batch computes run between its layers.
+"""The express lane: on the CPU, small requests that arrive while a batch computes run between its layers;
+on a GPU, batches shrink to the express budget while they come.
 
 A CPU computes a batch inside its launch, on the engine's thread, for as long as the batch
 takes: a one-text query that arrives meanwhile would wait for all of it, then for its own
@@ -23,6 +24,15 @@ the pause, or before the next batch.
 The lane's batch runs on the engine's thread alone (see `_one_thread`). Only a batch that
 holds a larger request is interrupted: one of small requests alone takes little longer than
 the lane's own batch would, and the next one takes what arrived meanwhile.
+
+On a GPU a batch runs whole, as a CUDA graph, and nothing runs between its layers. There the lane
+keeps queries from waiting for large batches instead: where warm-up gave an express budget
+(engine/rose/batch_budget.py: a large model's), a batch cut while small requests wait beside larger
+ones is held to it, the queries first and the larger requests filling the rest, so a query waits
+for a batch of about its own cost. So too while queries came or waited within one full batch's
+time, though none waits now: the next is likely to arrive while this batch computes, and would wait
+for all of a full one. (A sequence longer than that budget still goes, alone, as into any empty
+batch: PieceQueue._take.)
 
 Everything here runs on the engine's thread, inside the launch of the batch in flight: the
 lane never runs inside itself, and a front end that says goodbye meanwhile is closed only
@@ -55,6 +65,8 @@ class _Loop(Protocol):
 
     def on_landed(self) -> None: ...
 
+    def full_batch_seconds(self) -> float: ...
+
 
 # The most of the engine's time the lane's runs take while larger requests wait: the rest is theirs.
 LANE_SHARE = 0.4
@@ -76,10 +88,13 @@ def _one_thread() -> Iterator[None]:
 
 
 class ExpressLane:
-    def __init__(self, loop: _Loop, is_on: bool = True):
-        """`is_on`: the loop computes on the CPU with fair scheduling (elsewhere the lane stays idle)."""
+    def __init__(self, loop: _Loop, is_on: bool = True, budget_tokens: int = 0):
+        """`is_on`: the loop computes on the CPU with fair scheduling (elsewhere the lane stays idle).
+        `budget_tokens`: a GPU's express budget, with fair scheduling (0: none)."""
         self.loop = loop
         self.is_on = is_on
+        self.budget_tokens = budget_tokens
+        self._small_seen = float("-inf")  # when a small request's piece last came or waited (time.monotonic())
         self.is_running = False
         self.next_run = float("-inf")  # the lane's pace: no run before this (time.monotonic())
         self._may_interrupt = False  # the batch in flight holds a larger request
@@ -98,12 +113,22 @@ class ExpressLane:
                 self._between = None
                 self._paced(started)
 
+    def saw_small(self) -> None:
+        """A small request's piece has come."""
+        self._small_seen = time.monotonic()
+
     def cut(self) -> Batch | None:
         """The next batch. While larger requests wait, the small ones are the lane's: taken into the next
         large batch, a query would wait for all of it. So they go first, as a batch of their own, if the
         lane's pace allows a run, and otherwise stay queued for its next run (between this batch's
-        layers, or before the next batch)."""
+        layers, or before the next batch). On a GPU with an express budget, a batch held to it."""
         queue = self.loop.queue
+        if self.budget_tokens and queue.holds_large:
+            now = time.monotonic()
+            if queue.holds_small:
+                self._small_seen = now
+            if now - self._small_seen < self.loop.full_batch_seconds():
+                return queue.cut(max_tokens=self.budget_tokens)
         if not self.is_on or not queue.holds_large:
             return queue.cut()
         if time.monotonic() >= self.next_run and (batch := self._cut_small()) is not None:

@@ -255,7 +255,7 @@ class PieceQueue:
     def cut(self, skip_small: bool = False, max_tokens: int | None = None) -> Batch | None:
         """The next batch, of the class (model) whose turn it is; None if nothing waits or nothing can go.
         `skip_small`: the small requests stay queued (engine/queue/express_lane.py runs them).
-        `max_tokens`: a smaller budget for this batch (a GPU's express one, engine/queue/engine_loop.py)."""
+        `max_tokens`: a smaller budget for this batch (a GPU's express one, engine/queue/express_lane.py)."""
         open_lines = [line for line in self._lines.values() if not (skip_small and line.is_small)]
         for batch_class in self._classes_in_turn(open_lines):
             lines = [line for line in open_lines if line.batch_class == batch_class]

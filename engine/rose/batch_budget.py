@@ -23,7 +23,7 @@ A large model's budget still makes batches of tens of milliseconds, and a query 
 after the one computing. So the same timings give a second, smaller budget, the express one: the
 largest size timed whose batch takes at most EXPRESS_BATCH_SECONDS, about what a query costs alone
 end to end (HTTP, tokenizing, a batch of its own). While small requests wait beside larger ones (or
-came within a full batch's time), the loop cuts its batches at that budget (engine/queue/engine_loop.py):
+came within a full batch's time), the loop cuts its batches at that budget (engine/queue/express_lane.py):
 the queries go first and the bulk requests fill the rest, so a query waits for a batch of about its own
 cost, not for a large one. A small model's full batch takes less than that anyway, and its express
 budget is the budget itself.
