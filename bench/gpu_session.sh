@@ -64,6 +64,8 @@
 #   bench/gpu_session.sh heads-http  # bench/heads.py --http: SPLADE (/embed_sparse) and ColBERT (documents) on BERT-base
 #                                    # through the server to 96 clients in 8 processes, against the engine alone
 #                                    # (bench/results/http/heads-http-gpu.md; about 5 minutes by estimate, not yet timed)
+#   bench/gpu_session.sh sparse-parts # the fused kernels' and the sparse head's GPU tests, then where a SPLADE batch's
+#                                    # head time goes, part by part (bench/probes/sparse_head_parts.py; about 2 minutes)
 #   bench/gpu_session.sh budget      # a batch's time and speed against its token budget (bench/probes/gpu_batch_budget.py)
 #
 # A device call runs at most 10 minutes: one mode per call.
@@ -340,6 +342,12 @@ heads-http)
         --source .carry/minilm --http-clients 96 --http-procs 8 --http-rounds 3 --out "$OUT/heads-http-gpu.md"
     sed -n '/^| head | route/,$p' "$OUT/heads-http-gpu.md"
     ;;
+sparse-parts)
+    KEEP_LOGS=1 step sparse-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/gpu/test_fused_gpu.py \
+        tests/gpu/test_sparse_gpu.py
+    step sparse-head-parts python3 bench/probes/sparse_head_parts.py
+    cat /tmp/step-logs/sparse-head-parts.log
+    ;;
 budget)
     # A batch's time and speed against its token budget, MiniLM, BERT-base and the Qwen3-0.6B shape
     # (bench/probes/gpu_batch_budget.py; about 3 minutes): what the warm-up's choice of a budget reads.
@@ -351,7 +359,7 @@ c = json.loads(p.read_text()); c['max_seq_length'] = 1024; p.write_text(json.dum
     grep -v "^Writing" /tmp/step-logs/gpu-batch-budget.log
     ;;
 *)
-    echo "usage: $0 tests|engine|paragraphs|bulk|bulk1000|kernels|sweep|flashinfer|ratios|queries|sustained|rerank|profile|fp8-tests|fp8|fp8-4b|fp8-plans|fp8-algos|cublas-workspace|fp8-probe|fp8-gemm|fp8-bert|fp8-lt|fp8-rows|fp8-paragraphs|fp8-bulk|heads|heads-http|budget" >&2
+    echo "usage: $0 tests|engine|paragraphs|bulk|bulk1000|kernels|sweep|flashinfer|ratios|queries|sustained|rerank|profile|fp8-tests|fp8|fp8-4b|fp8-plans|fp8-algos|cublas-workspace|fp8-probe|fp8-gemm|fp8-bert|fp8-lt|fp8-rows|fp8-paragraphs|fp8-bulk|heads|heads-http|sparse-parts|budget" >&2
     exit 2
     ;;
 esac
