@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from rose_embed.engine.rose.layers import fused  # noqa: E402
+from rose_embed.engine.rose.layers import fused
 
 HIDDEN, VOCAB, K = 768, 30522, 2048
 CHUNK = max(64, 2**25 // VOCAB)

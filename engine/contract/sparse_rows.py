@@ -8,8 +8,11 @@ writes each text's row, on the device and inside the model's graph, as
     [ count | index_0 ... index_{K-1} | value_0 ... value_{K-1} ]        1 + 2K floats
 
 count     the text's non-zero values over the whole vocabulary, counted before anything is cut
-index_j   the token id of its j-th largest value (a float32: exact below 2**24)
-value_j   that value, in descending order; zeros after the last non-zero
+index_j   the token id of its j-th pair (a float32: exact below 2**24)
+value_j   that id's value; zeros after the last non-zero
+
+With the model's top-k the pairs are its K largest values in descending order; without one, its
+first K non-zeros in ascending id order (engine/rose/layers/sparse_head.py: no sort on the device).
 
 K is the model's `num_slots` (engine/model_files/sparse.py): its top-k where it has one, else a cap
 that its texts stay far below. The front end reads a row into the text's pairs, in ascending

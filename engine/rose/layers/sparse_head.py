@@ -13,12 +13,17 @@ activates each token's logits, then adds them up per text.
 
 The [T, V] logits are the costly tensor (a whole batch's tokens times the vocabulary): they are
 computed a chunk of tokens at a time and pooled into [S, V] at once, so at most one chunk's
-logits exist. Then, still in the graph, each text's non-zeros are counted and its largest K values
-taken with their token ids (torch.topk), and written as engine/contract/sparse_rows.py lays them
-out: [S, 1 + 2K] float32. Only those rows are copied to the host, never the [S, V] vectors, let
-alone the logits. Every shape here follows from the batch's padded shape (tokens, segments) and
-the model (V, K), and nothing waits on the device, so the head is captured in the model's CUDA
-graph like the sentence head.
+logits exist. The MLM head's decoder is padded to an aligned width (engine/rose/layers/mlm_head.py),
+and the padding's columns are never read. Then, still in the graph, each text's non-zeros are
+counted and written as engine/contract/sparse_rows.py lays them out: [S, 1 + 2K] float32. With a
+model's top-k, its largest K values and their token ids (torch.topk); without one, K is only a cap
+that a text's non-zeros stay far below, so no sort is needed: each non-zero's slot is the running
+count of the non-zeros before it in its row (a cumsum), and one scatter writes the pairs in
+ascending id order (topk with K in the thousands, a sort, cost more than the MLM head's product).
+Only those rows are copied to the host, never the [S, V] vectors, let alone the logits. Every
+shape here follows from the batch's padded shape (tokens, segments) and the model (V, K), and
+nothing waits on the device, so the head is captured in the model's CUDA graph like the sentence
+head.
 
 The variable-length answer: K is fixed per model, so the rows are fixed-width; the count says how
 many of a row's slots hold non-zeros, and whether the text had more than fit (only where K is a
@@ -70,7 +75,7 @@ class SparseHead(nn.Module):
         dtype = self.mlm.decoder.weight.dtype
         for start in range(0, hidden.shape[0], self.chunk_tokens):
             stop = start + self.chunk_tokens
-            logits = self.mlm(hidden[start:stop].to(dtype))  # [chunk, V]
+            logits = self.mlm(hidden[start:stop].to(dtype))[:, : self.sparse.vocab_size]  # [chunk, V]
             if is_max:
                 fused.segment_maxes_into(pooled, logits, rows[start:stop])  # from 0, which is the relu
             else:
@@ -84,6 +89,21 @@ class SparseHead(nn.Module):
         return x.log1p_() if self.sparse.activation == "log1p_relu" else x
 
     def _rows(self, vectors: torch.Tensor) -> torch.Tensor:
-        count = (vectors > 0).sum(dim=1, keepdim=True).to(torch.float32)
-        values, indices = torch.topk(vectors, self.num_slots, dim=1, sorted=True)
-        return torch.cat([count, indices.to(torch.float32), values], dim=1)
+        if self.sparse.max_active_dims is not None:
+            count = (vectors > 0).sum(dim=1, keepdim=True).to(torch.float32)
+            values, indices = torch.topk(vectors, self.num_slots, dim=1, sorted=True)
+            return torch.cat([count, indices.to(torch.float32), values], dim=1)
+        return self._compacted_rows(vectors)
+
+    def _compacted_rows(self, vectors: torch.Tensor) -> torch.Tensor:
+        """Each row's first K non-zeros in id order, without a sort: slot = non-zeros before it."""
+        num_rows, k = vectors.shape[0], self.num_slots
+        nonzero = vectors > 0
+        slot = nonzero.cumsum(dim=1) - 1
+        count = (slot[:, -1:] + 1).to(torch.float32)
+        slot = torch.where(nonzero & (slot < k), slot, k)  # slot k: a spare past the row's K, dropped
+        ids = torch.arange(vectors.shape[1], device=vectors.device, dtype=torch.float32).expand(num_rows, -1)
+        pairs = torch.zeros((2, num_rows, k + 1), dtype=torch.float32, device=vectors.device)
+        pairs[0].scatter_(1, slot, ids)
+        pairs[1].scatter_(1, slot, vectors)
+        return torch.cat([count, pairs[0, :, :k], pairs[1, :, :k]], dim=1)
