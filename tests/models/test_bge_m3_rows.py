@@ -45,7 +45,7 @@ def model(request, tmp_path_factory):
 
 
 def test_a_row_is_as_wide_as_the_wider_vector_and_a_weight(model):
-    path, engine = model
+    _, engine = model
     m3 = engine.spec.m3
     width = max(m3.dense_dim, m3.colbert_dim) + 1
     assert m3_rows.row_width(m3.dense_dim, m3.colbert_dim) == engine.spec.embedding_dim == width
