@@ -184,7 +184,7 @@ def check_answers(head: str, engine: Engine, path: Path, texts: list[str], args)
         m3, seqs = engine.spec.m3, engine.tokenize(texts)
         texts_rows = answer_rows(engine, seqs, [m3_rows.token_segments(seq) for seq in seqs])
         dense = m3_rows.dense_vectors(np.stack([rows[0] for rows in texts_rows]), m3.dense_dim)
-        colbert = [m3_rows.colbert_vectors(rows, m3.dense_dim, m3.colbert_dim) for rows in texts_rows]
+        colbert = [m3_rows.colbert_vectors(rows, m3.colbert_dim) for rows in texts_rows]
         sparse = [m3_rows.lexical_weights(seq, rows, m3.unused_ids) for seq, rows in zip(seqs, texts_rows)]
         return check_bge_m3(path, texts, dense, colbert, sparse, engine.spec.max_seq_len, engine.vocab_size,
                             args.device, engine.dtype)

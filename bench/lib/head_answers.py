@@ -8,8 +8,8 @@ copy (every head's rows are float32, engine/contract/sparse_rows.py for the spar
   colbert     /v1/embeddings item (multi_vector_embedding: a document's token vectors), float and base64;
               a query's too (query_length vectors, whatever its length)
   bge-m3      /v1/embeddings item, float and base64: the dense vector alone (no `outputs`), and the
-              multi_output_embedding of all three outputs; each text's device-to-host rows are H + D + 1
-              floats, one for the dense vector alone, one per token for all three
+              multi_output_embedding of all three outputs; each text's device-to-host rows are max(H, D) + 1
+              floats (engine/contract/m3_rows.py), one for the dense vector alone, one per token for all three
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def m3_bytes(seqs: list[np.ndarray], texts_rows: list[np.ndarray], dense_dim: in
         out[f"JSON {name}"] = _mean_bytes(multi_output_item(i, {
             "dense": fragments[i],
             "sparse": sparse_embedding(*m3_rows.lexical_weights(seq, rows, unused_ids)),
-            "colbert": multi_vector(m3_rows.colbert_vectors(rows, dense_dim, colbert_dim), name)})
+            "colbert": multi_vector(m3_rows.colbert_vectors(rows, colbert_dim), name)})
             for i, (seq, rows) in enumerate(zip(seqs, texts_rows)))
     return out
 

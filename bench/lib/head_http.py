@@ -60,7 +60,7 @@ def _expected(head: str, engine, seqs: list[np.ndarray], rows: np.ndarray, count
         return texts_rows
     m3 = engine.spec.m3
     return [(m3_rows.dense_vectors(r[:1], m3.dense_dim)[0], m3_rows.lexical_weights(seq, r, m3.unused_ids),
-             m3_rows.colbert_vectors(r, m3.dense_dim, m3.colbert_dim)) for seq, r in zip(seqs, texts_rows)]
+             m3_rows.colbert_vectors(r, m3.colbert_dim)) for seq, r in zip(seqs, texts_rows)]
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:

@@ -1,17 +1,24 @@
 """A BGE-M3 model's answer rows, and how a text's rows become its dense, sparse and multi-vector outputs.
 
 Every pooling segment of a BGE-M3 batch gives one float32 row (engine/rose/layers/m3_head.py), from the
-state of the segment's first token:
+state of the segment's first token, max(H, D) + 1 floats wide:
 
-    [ dense: normalize(state) (H) | colbert: normalize(colbert_linear(state)) (D) | relu(sparse_linear(state)) (1) ]
+    a text's first token:  [ dense: normalize(state) (H)                    | zeros | relu(sparse_linear(state)) ]
+    every later token:     [ colbert: normalize(colbert_linear(state)) (D)  | zeros | relu(sparse_linear(state)) ]
 
-A text asked for its dense vector alone is one segment, so its one row's first H floats are the CLS
-token's normalised state. A text asked for its sparse or multi-vector output is laid out with every
-token a segment of its own (`token_segments`), so its rows are its tokens' in order: the first row's
-dense part is the dense vector, the later rows' colbert parts are the token vectors FlagEmbedding keeps
-(every token after the first), and the last column holds each token's lexical weight, which
-`lexical_weights` reduces per token id on the host (a text's distinct ids are at most its tokens, so
-nothing vocabulary-wide is ever formed or copied).
+A "first token" is a text's first (position 0), not a segment's. Only those parts are ever read: the
+dense vector is the first token's (CLS) state, and FlagEmbedding's token vectors are every token's after
+the first. So a row holds one of the two vectors, not both: about half the floats of both where H = D,
+as in BGE-M3, on every copy to the host and in the arena. The lexical weight stays in the last column of
+every row, the first token's included: FlagEmbedding leaves that token's weight out only as the weight
+of an unused id (the cls token), so a tokenizer that begins a text with another token keeps it.
+
+A text asked for its dense vector alone is one segment, so its one row is a first token's: its first H
+floats are the CLS token's normalised state. A text asked for its sparse or multi-vector output is laid
+out with every token a segment of its own (`token_segments`), so its rows are its tokens' in order: the
+first row's vector is the dense one, the later rows' the token vectors, and the last column holds each
+token's lexical weight, which `lexical_weights` reduces per token id on the host (a text's distinct ids
+are at most its tokens, so nothing vocabulary-wide is ever formed or copied).
 """
 
 from __future__ import annotations
@@ -20,7 +27,8 @@ import numpy as np
 
 
 def row_width(dense_dim: int, colbert_dim: int) -> int:
-    return dense_dim + colbert_dim + 1
+    """Floats per row: the wider of the two vectors, and the lexical weight."""
+    return max(dense_dim, colbert_dim) + 1
 
 
 def token_segments(seq: np.ndarray) -> np.ndarray:
@@ -29,13 +37,14 @@ def token_segments(seq: np.ndarray) -> np.ndarray:
 
 
 def dense_vectors(rows: np.ndarray, dense_dim: int) -> np.ndarray:
-    """[n, dense_dim]: the dense part of rows (one per text, or each text's first)."""
+    """[n, dense_dim]: the dense vectors of first-token rows (one per text, or each text's first)."""
     return rows[:, :dense_dim]
 
 
-def colbert_vectors(text_rows: np.ndarray, dense_dim: int, colbert_dim: int) -> np.ndarray:
-    """[tokens - 1, colbert_dim]: a text's token vectors, its first token's left out as FlagEmbedding leaves it."""
-    return text_rows[1:, dense_dim:dense_dim + colbert_dim]
+def colbert_vectors(text_rows: np.ndarray, colbert_dim: int) -> np.ndarray:
+    """[tokens - 1, colbert_dim]: a text's token vectors, its first token's left out as FlagEmbedding leaves it
+    (that row holds the dense vector)."""
+    return text_rows[1:, :colbert_dim]
 
 
 def lexical_weights(ids: np.ndarray, text_rows: np.ndarray,

@@ -96,8 +96,8 @@ class ModelSpec:
     # Set for a multi-vector (ColBERT) model, an embedder of kind "embed": a query or a document in,
     # one vector of embedding_dim per kept token out, each token a pooling segment (engine/text/colbert_tokens.py).
     colbert: ColbertModel | None = None
-    # Set for BGE-M3, an embedder of kind "embed": a text in, rows of [dense | colbert | lexical weight]
-    # out, one per text or one per token as the request asks (engine/contract/m3_rows.py).
+    # Set for BGE-M3, an embedder of kind "embed": a text in, rows of [dense or colbert vector | lexical
+    # weight] out, one per text or one per token as the request asks (engine/contract/m3_rows.py).
     m3: BgeM3Model | None = None
     # Set for a CLIP dual encoder, an embedder of kind "embed": a text or an image in, one vector of the
     # space both share out (engine/model_files/clip.py); the text tower is the model's packed-stream forward.
@@ -299,7 +299,7 @@ def _colbert_spec(model_dir: Path, name: str, architecture: str, hf_config: dict
 def _bge_m3_spec(model_dir: Path, name: str, architecture: str, hf_config: dict, st_cfg: dict, hidden_size: int,
                  max_seq_len: int | None) -> ModelSpec:
     """BGE-M3's description (engine/model_files/bge_m3.py): its rows are engine/contract/m3_rows.py's, as
-    wide as the dense vector, a token vector and a weight together."""
+    wide as the wider of the dense and token vectors and a weight."""
     modules = read_modules(model_dir, hidden_size, st_cfg)
     m3 = read_bge_m3(model_dir, hidden_size, modules, architecture in DECODER_ARCHITECTURES)
     model_limit = _max_seq_len(model_dir, hf_config, modules, architecture)

@@ -63,9 +63,11 @@ class ModelRunner:
         if (pooled := pooled_tokens_of(self.model)) is not None:  # FP8 linears that keep them bf16 read them
             pooled.index = pooled_token_rows(segment_ids, num_segments, self.head.pooling)
         hidden = self.model(input_ids, positions, self.attention, meta)
+        # A head whose rows differ at a text's first token (M3Head) reads the positions, on the device.
+        extra = {"positions": positions} if getattr(self.head, "reads_positions", False) else {}
         if self._num_head_modes > 1:
-            return self.head(hidden, segment_ids, num_segments, head_mode)
-        return self.head(hidden, segment_ids, num_segments)
+            return self.head(hidden, segment_ids, num_segments, head_mode, **extra)
+        return self.head(hidden, segment_ids, num_segments, **extra)
 
     @torch.inference_mode()
     def execute(self, batch: PackedBatch) -> LazyResult:

@@ -5,9 +5,9 @@ embeddings request and the outputs asked of them, all computed in one pass of th
 LlamaIndex work unchanged. `outputs` given: any of "dense", "sparse" and "colbert", each text's item
 holding those (compat/multi_output_wire.py). How a text is laid out in the batch follows from them
 (engine/contract/m3_rows.py): the dense vector alone is one pooling segment per text, one row back; with
-"sparse" or "colbert" every token is a segment, its row its three parts, and the text's rows are cut
-into its outputs as they land: the first row's dense vector, the later rows' token vectors, and each
-token id's largest lexical weight.
+"sparse" or "colbert" every token is a segment, its row its vector and lexical weight, and the text's
+rows are cut into its outputs as they land: the first row's dense vector, the later rows' token vectors,
+and each token id's largest lexical weight.
 
 Refused by name: unknown or repeated `outputs`, `dimensions` beside sparse or colbert outputs (a dense
 vector may be cut, re-normalised, as any embedder's), encodings other than float and base64, long_inputs
@@ -119,7 +119,7 @@ class M3Ask(EmbedAsk):
             if "sparse" in self._asked:
                 answer["sparse"] = sparse_embedding(*m3_rows.lexical_weights(seq, text_rows, m3.unused_ids))
             if "colbert" in self._asked:
-                vectors = m3_rows.colbert_vectors(text_rows, m3.dense_dim, m3.colbert_dim)
+                vectors = m3_rows.colbert_vectors(text_rows, m3.colbert_dim)
                 answer["colbert"] = multi_vector(vectors, self.formats[0])
         return answers
 

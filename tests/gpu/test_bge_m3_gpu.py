@@ -90,7 +90,7 @@ def test_engine_outputs_in_bf16_graphs_match_the_fp32_reference(saved, expected)
     dense = [rows[0, :m3.dense_dim] for rows in per_text]
     sparse = [dict(zip(*(a.tolist() for a in m3_rows.lexical_weights(seq, rows, m3.unused_ids))))
               for seq, rows in zip(seqs, per_text)]
-    colbert = [m3_rows.colbert_vectors(rows, m3.dense_dim, m3.colbert_dim) for rows in per_text]
+    colbert = [m3_rows.colbert_vectors(rows, m3.colbert_dim) for rows in per_text]
     gaps = _gaps(dense, sparse, colbert, reference)
     print(f"tolerances {tolerances}, ours {gaps}")
     assert all(gaps[name] <= tolerances[name] for name in gaps), (gaps, tolerances)

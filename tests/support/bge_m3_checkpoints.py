@@ -113,3 +113,18 @@ def as_pairs(lexical: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
     """A lexical_weights dict as (ids ascending, weights), the server's sparse answer's order."""
     ids = np.array(sorted(int(k) for k in lexical), dtype=np.int64)
     return ids, np.array([lexical[str(i)] for i in ids], dtype=np.float32)
+
+
+@torch.no_grad()
+def reference_lexical_weights_of_ids(path: Path, ids: list[int]) -> dict[str, float]:
+    """FlagEmbedding's lexical weights of one sequence given as token ids (unpadded), whatever its first token:
+    the model's states, relu(sparse_linear), then `_process_token_weights` with the tokenizer's unused ids."""
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModel.from_pretrained(path).eval()
+    unused = {tokenizer.convert_tokens_to_ids(tokenizer.special_tokens_map[name])
+              for name in ("cls_token", "eos_token", "pad_token", "unk_token") if name in tokenizer.special_tokens_map}
+    hidden = model(input_ids=torch.tensor([ids]), return_dict=True).last_hidden_state[0]
+    weights = torch.relu(_linear(path / "sparse_linear.pt")(hidden)).squeeze(-1).numpy()
+    return _process_token_weights(weights, ids, unused)

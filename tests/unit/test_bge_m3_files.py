@@ -32,7 +32,7 @@ def test_its_layout_is_recognised_and_its_sizes_read_from_the_files(saved):
     spec = load_spec(str(saved))
     assert spec.m3 is not None and spec.kind == "embed" and spec.pooling == "cls" and spec.normalize
     assert (spec.m3.dense_dim, spec.m3.colbert_dim) == (HIDDEN, 16)
-    assert spec.embedding_dim == HIDDEN + 16 + 1
+    assert spec.embedding_dim == HIDDEN + 1  # a row holds the dense vector or a token vector, and a weight
     assert spec.m3.unused_ids == {0, 1, 2, 3}  # <s>, <pad>, </s>, <unk>
 
 
