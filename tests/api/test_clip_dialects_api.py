@@ -102,6 +102,21 @@ def test_cohere_v1_embed_takes_images_too(client, clip_saved):
                                rtol=0)
 
 
+def test_the_body_llamaindex_cohere_embedding_sends_for_an_image(client, clip_saved):
+    """Exactly what its get_image_embedding posts for a .jpg file (tests/clients/test_client_images.py sends it
+    through the class where the class is installed): Cohere's model name, which the first model answers,
+    `truncate`, and the file's suffix as its media type."""
+    out = io.BytesIO()
+    sample_images()[1].save(out, format="JPEG")
+    uri = "data:image/jpg;base64," + base64.b64encode(out.getvalue()).decode()
+    response = client.post("/v2/embed", json={
+        "model": "embed-english-v3.0", "input_type": "image", "embedding_types": ["float"], "truncate": "END",
+        "inputs": [{"content": [{"type": "image_url", "image_url": {"url": uri}}]}]})
+    assert response.status_code == 200, response.text
+    expected = reference_images(clip_saved, [Image.open(io.BytesIO(out.getvalue()))])
+    np.testing.assert_allclose(_floats(response.json()["embeddings"]["float"]), expected, atol=1e-4, rtol=0)
+
+
 @pytest.mark.parametrize("body, param, why", [
     ({"images": ["data:image/png;base64,AAAA"]}, "images", "'images[0]' is not a usable image"),
     ({"images": [7]}, "images", None),
