@@ -1,7 +1,8 @@
 """A CLIP model's images through Cohere's /v2/embed (`images`, and `inputs` with `image_url` parts) and
-Infinity's /embeddings_image, on the in-process app with a real CPU engine in float32: the vectors equal
-transformers' (and so /v1/embeddings'), within 1e-4; Cohere's SDK sends its images unchanged; what a route
-cannot take is a 400 naming its field and index. Image URLs are fetched from a server in the test."""
+Infinity's /embeddings_image and /embeddings body (`modality: "image"`), on the in-process app with a real
+CPU engine in float32: the vectors equal transformers' (and so /v1/embeddings'), within 1e-4; Cohere's SDK
+sends its images unchanged; what a route cannot take is a 400 naming its field and index. Image URLs are
+fetched from a server in the test."""
 
 from __future__ import annotations
 
@@ -147,6 +148,9 @@ def test_a_text_only_model_refuses_cohere_images_by_name():
         error = assert_envelope(client.post("/embeddings_image", json={"input": [data_uri(sample_images()[0])]}),
                                 400, "model_takes_texts_only")
         assert error["param"] == "input"
+        error = assert_envelope(client.post("/embeddings", json={"input": [data_uri(sample_images()[0])],
+                                                                 "modality": "image"}), 400, "model_takes_texts_only")
+        assert error["param"] == "input"
 
 
 # Infinity's /embeddings_image
@@ -184,6 +188,39 @@ def test_infinity_dimensions_cut_and_renormalise(client, clip_saved):
     assert response.status_code == 200, response.text
     full = reference_images(clip_saved, [image])[0][:8]
     np.testing.assert_allclose(response.json()["data"][0]["embedding"], full / np.linalg.norm(full), atol=1e-4, rtol=0)
+
+
+# Infinity's /embeddings body: `modality`
+
+def test_infinity_modality_image_on_embeddings_as_its_client_sends_it(client, clip_saved, web):
+    """infinity_client's `embeddings` body: its unnamed model, `dimensions: 0` (the whole vector), each string
+    an image; and with `modality: "text"` texts, as without the field."""
+    images = sample_images()
+    response = client.post("/embeddings", json={
+        "model": "default/not-specified", "input": [data_uri(images[0]), web.url("/dog.png")], "modality": "image",
+        "dimensions": 0, "encoding_format": "float"})
+    assert response.status_code == 200, response.text
+    assert response.json()["model"] == clip_saved[0].name
+    assert response.json()["usage"]["prompt_tokens"] == 2 * IMAGE_TOKENS
+    np.testing.assert_allclose(_floats([row["embedding"] for row in response.json()["data"]]),
+                               reference_images(clip_saved, images[:2]), atol=1e-4, rtol=0)
+    response = client.post("/v1/embeddings", json={"model": "default/not-specified", "input": TEXTS[:2],
+                                                   "modality": "text", "dimensions": 0, "encoding_format": "float"})
+    assert response.status_code == 200, response.text
+    np.testing.assert_allclose(_floats([row["embedding"] for row in response.json()["data"]]),
+                               reference_texts(clip_saved, TEXTS[:2]), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("body, param, why", [
+    ({"input": ["a"], "modality": "audio"}, "modality", "'modality' must be one of text, image"),
+    ({"input": [image_item(Image.new("RGB", (4, 4)))], "modality": "image"}, "input", "image's URL or data: URI"),
+    ({"input": ["data:image/png;base64,AAAA"], "modality": "image"}, "input", "'input[0]' is not a usable image"),
+    ({"input": ["a"], "dimensions": 0}, "dimensions", "between 1 and"),  # 0 is the whole vector in Infinity's body only
+    ({"input": ["a"], "model": "default/not-specified"}, "model", "does not exist"),
+])
+def test_infinity_modality_refusals(client, clip_saved, body, param, why):
+    error = assert_envelope(client.post("/v1/embeddings", json=body), 400 if param != "model" else 404)
+    assert error["param"] == param and why in error["message"], error
 
 
 @pytest.mark.parametrize("body, why", [

@@ -1,13 +1,13 @@
 """Clients that embed images, unchanged, against a real server of a tiny CLIP model: LlamaIndex's
 CohereEmbedding (a MultiModalEmbedding: images as /v2/embed `inputs` with `image_url` parts), Infinity's
-generated client (`infinity_client`, POST /embeddings_image) and the OpenAI SDK (image items in `input`,
-or in `extra_body`). Every vector equals transformers' get_image_features / get_text_features on the same
-image or text, normalised, within 1e-4 in float32.
+generated client (`infinity_client`: /embeddings with `modality`, and /embeddings_image) and the OpenAI SDK
+(image items in `input`, or in `extra_body`). Every vector equals transformers' get_image_features /
+get_text_features on the same image or text, normalised, within 1e-4 in float32.
 
 llama-index-embeddings-cohere holds Cohere's SDK below the major version the test extra installs, and
 infinity_client holds httpx below the version installed beside it, so neither is in the extra; their
 tests run where they are installed. tests/api/test_clip_dialects_api.py replays the bodies they send
-(Cohere `inputs` with `input_type: "image"`, Infinity's `/embeddings_image`) on every run.
+(Cohere `inputs` with `input_type: "image"`, Infinity's `modality` and /embeddings_image) on every run.
 """
 
 from __future__ import annotations
@@ -98,20 +98,35 @@ def test_llamaindex_cohere_embedding_images_and_texts(cohere_embedding, server, 
     assert_close([embed_model.get_query_embedding(TEXTS[1])], reference_texts(saved, TEXTS[1:2]))
 
 
-def test_infinity_client_embeddings_image(infinity_client, server, saved):
-    """Infinity's generated client: `embeddings_image` with its default model ("default/not-specified",
-    the served model here) and with the served name."""
-    from infinity_client.api.default import embeddings_image
-    from infinity_client.models import EmbeddingEncodingFormat, ImageEmbeddingInput
+def test_infinity_client_images_and_texts(infinity_client, server, saved):
+    """Infinity's generated client: `embeddings` with `modality` image and text (its default model,
+    "default/not-specified", the served model here, and `dimensions: 0`, the whole vector), and the older
+    `embeddings_image`, with its default model and with the served name."""
+    from infinity_client.api.default import embeddings, embeddings_image
+    from infinity_client.models import (
+        EmbeddingEncodingFormat,
+        ImageEmbeddingInput,
+        OpenAIEmbeddingInputImage,
+        OpenAIEmbeddingInputText,
+    )
 
     images = sample_images()
+    uris = [data_uri(image) for image in images]
+    expected = reference_images(saved, images)
     client = infinity_client.Client(base_url=server.url, raise_on_unexpected_status=True, timeout=60)
-    answer = embeddings_image.sync(client=client, body=ImageEmbeddingInput(
-        input_=[data_uri(image) for image in images], encoding_format=EmbeddingEncodingFormat.FLOAT))
+    answer = embeddings.sync(client=client, body=OpenAIEmbeddingInputImage(
+        input_=uris, encoding_format=EmbeddingEncodingFormat.FLOAT))
     assert answer.model == CLIP
-    assert_close([row.embedding for row in answer.data], reference_images(saved, images))
-    answer = embeddings_image.sync(client=client, body=ImageEmbeddingInput(input_=data_uri(images[3]), model=CLIP))
-    assert_close([row.embedding for row in answer.data], reference_images(saved, images[3:]))
+    assert_close([row.embedding for row in answer.data], expected)
+    answer = embeddings.sync(client=client, body=OpenAIEmbeddingInputText(
+        input_=TEXTS, encoding_format=EmbeddingEncodingFormat.FLOAT))
+    assert_close([row.embedding for row in answer.data], reference_texts(saved, TEXTS))
+    answer = embeddings_image.sync(client=client, body=ImageEmbeddingInput(
+        input_=uris, encoding_format=EmbeddingEncodingFormat.FLOAT))
+    assert answer.model == CLIP
+    assert_close([row.embedding for row in answer.data], expected)
+    answer = embeddings_image.sync(client=client, body=ImageEmbeddingInput(input_=uris[3], model=CLIP))
+    assert_close([row.embedding for row in answer.data], expected[3:])
 
 
 def test_openai_sdk_image_items_and_extra_body(server, saved):
