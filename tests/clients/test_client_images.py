@@ -114,8 +114,7 @@ def test_infinity_client_images_and_texts(infinity_client, server, saved):
     uris = [data_uri(image) for image in images]
     expected = reference_images(saved, images)
     client = infinity_client.Client(base_url=server.url, raise_on_unexpected_status=True, timeout=60)
-    answer = embeddings.sync(client=client, body=OpenAIEmbeddingInputImage(
-        input_=uris, encoding_format=EmbeddingEncodingFormat.FLOAT))
+    answer = embeddings.sync(client=client, body=OpenAIEmbeddingInputImage(input_=uris))  # floats by default
     assert answer.model == CLIP
     assert_close([row.embedding for row in answer.data], expected)
     answer = embeddings.sync(client=client, body=OpenAIEmbeddingInputText(
