@@ -4,9 +4,9 @@ The route reads OpenAI's body into an embeddings ask (server/pipeline/embed_ask.
 TEI's embed routes share) and shapes OpenAI's answer; for a CLIP model an item may be an image
 (`{"type": "image_url", "image_url": {"url": "data:..."}}`: server/pipeline/image_parts.py,
 docs/images.md), or, in Infinity's body (`modality: "image"`), each string of `input` is an image's URL
-as on /embeddings_image. The pipeline (server/pipeline/serve_request.py) does the rest: over-long inputs are
-truncated, windowed or refused as `long_inputs` says, and each part's vectors are encoded as soon as
-they land. A sparse encoder (SPLADE) answers here too,
+as on /embeddings_image. The pipeline (server/pipeline/serve_request.py) does the rest: over-long
+inputs are truncated, windowed or refused as `long_inputs` says, and each part's vectors are encoded as
+soon as they land. A sparse encoder (SPLADE) answers here too,
 each text's pairs in this server's extension of the answer (server/pipeline/sparse_ask.py,
 docs/sparse.md), a multi-vector (ColBERT) model, each text's token vectors
 (server/pipeline/colbert_ask.py, docs/colbert.md), and a BGE-M3 model, each text's dense vector or,

@@ -190,6 +190,18 @@ def test_infinity_dimensions_cut_and_renormalise(client, clip_saved):
     np.testing.assert_allclose(response.json()["data"][0]["embedding"], full / np.linalg.norm(full), atol=1e-4, rtol=0)
 
 
+@pytest.mark.parametrize("body, why", [
+    ({"input": ["data:image/png;base64,AAAA"]}, "'input[0]' is not a usable image"),
+    ({"input": [data_uri(Image.new("RGB", (4, 4))), "file:///etc/passwd"]}, "'input[1]' is not a usable image"),
+    ({"input": []}, "must not be an empty array"),
+    ({"input": [3]}, "must be an image's URL or data: URI"),
+    ({"input": ["data:image/png;base64,AAAA"], "encoding_format": "int8"}, "encoding_format"),
+])
+def test_infinity_refusals_name_the_input(client, clip_saved, body, why):
+    error = assert_envelope(client.post("/embeddings_image", json={"model": clip_saved[0].name, **body}), 400)
+    assert why in error["message"] or why == error["param"], error
+
+
 # Infinity's /embeddings body: `modality`
 
 def test_infinity_modality_image_on_embeddings_as_its_client_sends_it(client, clip_saved, web):
@@ -221,15 +233,3 @@ def test_infinity_modality_image_on_embeddings_as_its_client_sends_it(client, cl
 def test_infinity_modality_refusals(client, clip_saved, body, param, why):
     error = assert_envelope(client.post("/v1/embeddings", json=body), 400 if param != "model" else 404)
     assert error["param"] == param and why in error["message"], error
-
-
-@pytest.mark.parametrize("body, why", [
-    ({"input": ["data:image/png;base64,AAAA"]}, "'input[0]' is not a usable image"),
-    ({"input": [data_uri(Image.new("RGB", (4, 4))), "file:///etc/passwd"]}, "'input[1]' is not a usable image"),
-    ({"input": []}, "must not be an empty array"),
-    ({"input": [3]}, "must be an image's URL or data: URI"),
-    ({"input": ["data:image/png;base64,AAAA"], "encoding_format": "int8"}, "encoding_format"),
-])
-def test_infinity_refusals_name_the_input(client, clip_saved, body, why):
-    error = assert_envelope(client.post("/embeddings_image", json={"model": clip_saved[0].name, **body}), 400)
-    assert why in error["message"] or why == error["param"], error
