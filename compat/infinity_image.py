@@ -15,10 +15,8 @@ from typing import Annotated, Any
 import msgspec
 
 from rose_embed.compat.inputs import MAX_INPUTS, ImageInput, InvalidInputError, NormalisedInput
-from rose_embed.compat.openai import MODEL_FIELD_DESCRIPTION, Embedding, Usage, documented
+from rose_embed.compat.openai import MODEL_FIELD_DESCRIPTION, UNNAMED_MODEL, Embedding, Usage, documented
 
-# The `model` Infinity's request (and so its generated client) sends when none is named: the default model.
-UNNAMED_MODEL = "default/not-specified"
 _IMAGE = {"type": "string", "description": "An http(s) URL or a data: URI (base64 PNG, JPEG or WebP)."}
 
 
