@@ -121,7 +121,7 @@ def test_caller_token_ids_are_padded_as_texts_are(tmp_path):
 
 def test_zero_shot_picks_the_reference_label(tmp_path):
     """Labels and drawn shapes: each image's best label (and the whole similarity table) as transformers'."""
-    reference = save_siglip(tmp_path, seed=4)
+    reference = save_siglip(tmp_path, seed=8)
     engine = _engine(tmp_path)
     labels = list(SHAPES)
     images = [_drawn(kind, colour, size) for kind, colour in SHAPES.values() for size in ((48, 40), (30, 64))]

@@ -23,7 +23,8 @@ def siglip_tokenizer(padding_side: str | None = None, attention_mask: bool = Tru
     digits and a few merges; `padding_side` None keeps the class's own (left)."""
     from transformers import GemmaTokenizer, Siglip2Tokenizer
 
-    pieces = [*_SPECIALS, "▁", *"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,!?'<>|",
+    pieces = [*_SPECIALS, *(f"<unused{i}>" for i in range(40)),  # as Gemma's: past id 100, which warm-up sends
+              "▁", *"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,!?'<>|",
               *(a + b for a, b in _MERGES)]
     vocab = {piece: i for i, piece in enumerate(dict.fromkeys(pieces))}
     options = {"model_max_length": TEXT_LEN}
