@@ -12,7 +12,7 @@ array the tokenizer returns passed on. The text tower is bidirectional and reads
 that padded sequence, through `head`; so where padding lies and whether the tokenizer returns an
 attention mask change the vector, and both are read from tokenizer_config.json (padding_side, else the
 tokenizer class's default; model_input_names):
-- left padding with an attention mask (Gemma's tokenizer as transformers 5 loads SigLIP 2): the pads
+- left padding with an attention mask (GemmaTokenizer's own default, SigLIP 2's tokenizer class): the pads
   are masked out and the last position is the text's end token, at position 63. The text alone is
   run, its positions shifted to end at max_seq_len - 1 (engine/rose/models/siglip.py).
 - no attention mask (the pads are attended to, as the model was trained): the text is padded with the
@@ -26,7 +26,8 @@ SigLIP's original tokenizer (SiglipTokenizer: SentencePiece over a text that Pyt
 lowercased and with punctuation removed) ships no tokenizer.json and is refused by name.
 
 An image's vector is get_image_features: the patches (no class token) through the pre-norm blocks,
-post_layernorm and the attention-pooling head. Reads JSON only: no torch, so that a front end may ask.
+post_layernorm and the attention-pooling head. Reads JSON and tokenizer.json only: no torch, so that a
+front end may ask.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pathlib import Path
 from rose_embed.engine.image.preprocess import ImageProcessorError, read_image_processor
 from rose_embed.engine.model_files.clip import CLIP_ACTIVATIONS, ClipError, ClipModel, TextPadding
 from rose_embed.engine.model_files.json_files import read_json_object
+from rose_embed.engine.model_files.tokenizer_file import read_tokenizer
 
 SIGLIP_MODEL_TYPE = "siglip"
 SIGLIP2_NAFLEX_REFUSAL = ("model_type 'siglip2' (Siglip2Model, SigLIP 2's NaFlex checkpoints) is not supported: "
@@ -133,8 +135,6 @@ def _text_padding(model_dir: Path, tok_cfg: dict, tokenizer_class) -> TextPaddin
 
 
 def _pad_id(model_dir: Path, tok_cfg: dict) -> int:
-    from rose_embed.engine.model_files.tokenizer_file import read_tokenizer
-
     pad = tok_cfg.get("pad_token")
     if isinstance(pad, dict):
         pad = pad.get("content")
