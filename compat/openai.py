@@ -86,19 +86,12 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True):
         "then holds them as `dense`, `sparse` and `colbert` (object multi_output_embedding). Absent: the dense "
         "vector alone, as OpenAI's `embedding`.", items={"enum": ["dense", "sparse", "colbert"]})] = None
     # Infinity's body (its `/embeddings`, and infinity_client's `embeddings`): naming `modality` makes the
-    # request Infinity's, whose client sends `dimensions: 0` and its unnamed model unless told otherwise.
+    # request Infinity's, whose client sends `dimensions: 0` unless told otherwise (the route reads it).
     modality: Annotated[str | None, documented(
         "Infinity's: what the strings of `input` are. image: each is an image's http(s) URL or data: URI (a CLIP "
         "model's), as on /embeddings_image; text: texts, as without the field. Where it is given, `dimensions` "
-        "0 is the whole vector and `model` \"default/not-specified\" the default model, as in Infinity.",
+        "0 is the whole vector, as in Infinity.",
         enum=list(MODALITIES))] = None
-
-    def __post_init__(self) -> None:
-        if self.modality is not None:
-            if self.model == UNNAMED_MODEL:
-                self.model = None
-            if self.dimensions == 0:
-                self.dimensions = None
 
 
 class SparseEmbedding(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -51,7 +51,9 @@ def _read(data: EmbeddingRequest, model: ServedModel, config: ServerConfig) -> E
                               f"here); got {data.modality!r}", "modality")
     if inputs.items is not None:  # before the kinds below: none of theirs takes images
         check_images(model, inputs)
-    fields = {"formats": (data.encoding_format,), "dimensions": data.dimensions, "prompt_name": data.prompt_name,
+    # Infinity's client sends dimensions 0 for the whole vector.
+    dimensions = None if data.modality is not None and data.dimensions == 0 else data.dimensions
+    fields = {"formats": (data.encoding_format,), "dimensions": dimensions, "prompt_name": data.prompt_name,
               "input_type": data.input_type, "long_inputs": data.long_inputs, "priority": data.priority}
     if data.outputs is not None and model.kind != MULTI_OUTPUT:
         raise invalid_request(f"'outputs' applies to BGE-M3 models, which give several outputs per text; the model "
