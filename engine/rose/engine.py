@@ -17,6 +17,7 @@ from rose_embed.engine.rose.quantization import int8_plan, support as quantizati
 from rose_embed.engine.rose.quantization.fp8_plan import quantize_model
 from rose_embed.engine.rose.layers import fused
 from rose_embed.engine.rose.attention.backends import make_attention_backend
+from rose_embed.engine.rose.attention.ragged import AttentionBackend, SDPAPerSequenceBackend
 from rose_embed.engine.rose.layers.head import SentenceHead
 from rose_embed.engine.rose.layers.label_head import LabelHead
 from rose_embed.engine.rose.layers.m3_head import M3Head
@@ -94,19 +95,18 @@ def head_for(spec: ModelSpec, state: dict[str, torch.Tensor], dtype: torch.dtype
         raise ModelLoadError(f"{spec.path}: the sentence-transformers modules' weights do not load: {exc}") from exc
 
 
-def refuse_hidden_expansion(spec: ModelSpec, shape, attention) -> None:
-    """ValueError where a ColBERT model's hidden [MASK] keys (engine/contract/hidden_keys.py) cannot be
-    computed exactly: on an attention backend that cannot hide keys (the GPU's own kernels, and
-    their CUDA graphs), or where a [MASK] past a sliding window's reach would see no key at all."""
+def hidden_keys_backend(spec: ModelSpec, shape, attention) -> AttentionBackend | None:
+    """Where a ColBERT model hides its queries' [MASK]s as keys (engine/contract/hidden_keys.py) and
+    `attention` cannot (the GPU's own kernels and their CUDA graphs): the backend its batches that hide
+    keys run on, eagerly (one exact SDPA call per sequence); its other batches (documents) keep
+    `attention` and its graphs. None where `attention` hides keys itself. ValueError where a [MASK] past a
+    sliding window's reach would see no key at all."""
     colbert = spec.colbert
-    if not getattr(attention, "takes_num_keys", False):
-        raise ValueError(f"{spec.name} does not attend to its queries' [MASK] tokens (attend_to_expansion_tokens "
-                         f"false), which the {attention.name} attention backend cannot compute: it hides no keys. "
-                         "Serve it on the CPU, or on a GPU with --attention-backend sdpa (exact, slower)")
     if shape.window is not None and shape.window[0] < colbert.query_length - 1:
         raise ValueError(f"{spec.name} does not attend to its queries' [MASK] tokens, and its sliding window "
                          f"({shape.window[0]} tokens back) is shorter than its query_length {colbert.query_length}: "
                          "a [MASK] past the window's reach would see no token at all")
+    return None if getattr(attention, "takes_num_keys", False) else SDPAPerSequenceBackend(shape)
 
 
 def pair_options(spec: ModelSpec) -> dict:
@@ -141,8 +141,8 @@ class Engine(ModelView):
         fused.set_fused_kernels(config.fused_kernels)
         shape = model.attention_shape(self.spec.is_causal).bounded_by(self.spec.max_seq_len)
         attention = make_attention_backend(config.attention_backend, shape, self.device, self.dtype)
-        if self.spec.colbert is not None and self.spec.colbert.hides_expansion:
-            refuse_hidden_expansion(self.spec, shape, attention)
+        self.hidden_keys_attention = (hidden_keys_backend(self.spec, shape, attention)
+                                      if self.spec.colbert is not None and self.spec.colbert.hides_expansion else None)
         self.compiled = False  # an int8 model compiled on its first batch (engine/rose/quantization/int8_compile.py)
         # The queue's token budget (warm-up may choose a smaller one) and the speed measured at it.
         self.max_batch_tokens, self.tokens_per_second = config.max_batch_tokens, 0.0
@@ -165,7 +165,7 @@ class Engine(ModelView):
         config = self.config
         return ModelRunner(model, head, attention, self.device, max_num_tokens=config.max_batch_tokens,
                            max_num_seqs=config.max_batch_seqs, max_seqlen=self.spec.max_seq_len,
-                           enforce_eager=enforce_eager)
+                           enforce_eager=enforce_eager, hidden_keys_attention=self.hidden_keys_attention)
 
     def _refuse_quantization(self, config: EngineConfig) -> None:
         """ValueError naming what --quantization needs that this model, device or dtype lacks."""

@@ -35,8 +35,12 @@ class ModelRunner:
     """
 
     def __init__(self, model: torch.nn.Module, head: SentenceHead, attention: AttentionBackend, device: torch.device,
-                 *, max_num_tokens: int, max_num_seqs: int, max_seqlen: int, enforce_eager: bool = False):
+                 *, max_num_tokens: int, max_num_seqs: int, max_seqlen: int, enforce_eager: bool = False,
+                 hidden_keys_attention: AttentionBackend | None = None):
         self.model, self.head, self.attention, self.device = model, head, attention, device
+        # Where `attention` cannot hide keys: what a batch that hides some runs on, eagerly (engine.py's
+        # hidden_keys_backend); None where `attention` can, or no batch hides any.
+        self.hidden_keys_attention = hidden_keys_attention
         self.inputs: StaticInputs | None = None
         self._num_eager_runs = 0  # batches run outside any graph (CPU, enforce_eager, no bucket)
         self.graphs: CUDAGraphRunner | None = None
@@ -58,11 +62,13 @@ class ModelRunner:
         return self.head.mode_of(batch) if self._num_head_modes > 1 else 0
 
     def _forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cu_seqlens: torch.Tensor,
-                 segment_ids: torch.Tensor, num_segments: int, meta: object, head_mode: int = 0) -> torch.Tensor:
-        """Everything a graph holds: the model and the sentence head -> [num_segments, dim] float32."""
+                 segment_ids: torch.Tensor, num_segments: int, meta: object, head_mode: int = 0,
+                 attention: AttentionBackend | None = None) -> torch.Tensor:
+        """Everything a graph holds: the model and the sentence head -> [num_segments, dim] float32.
+        `attention`: the backend `meta` is for, if not the runner's own."""
         if (pooled := pooled_tokens_of(self.model)) is not None:  # FP8 linears that keep them bf16 read them
             pooled.index = pooled_token_rows(segment_ids, num_segments, self.head.pooling)
-        hidden = self.model(input_ids, positions, self.attention, meta)
+        hidden = self.model(input_ids, positions, attention or self.attention, meta)
         # A head whose rows differ at a text's first token (M3Head) reads the positions, on the device.
         extra = {"positions": positions} if getattr(self.head, "reads_positions", False) else {}
         if self._num_head_modes > 1:
@@ -76,7 +82,7 @@ class ModelRunner:
         if batch.pixels is not None:
             return self.execute_images(batch.pixels, batch.max_seqlen)
         num_outputs = batch.num_outputs
-        if self.graphs is not None:
+        if self.graphs is not None and not self._hides_keys_elsewhere(batch):
             ran = self.graphs.execute(batch)
             if ran is not None:
                 vectors, _ = ran
@@ -105,17 +111,24 @@ class ModelRunner:
         vectors = self.model.embed_images(torch.from_numpy(pixel_values).to(self.device)).float()
         return normalize(vectors) if self.head.normalize else vectors
 
+    def _hides_keys_elsewhere(self, batch: PackedBatch) -> bool:
+        """Whether the batch hides keys, which the runner's own backend (and its graphs) cannot."""
+        return self.hidden_keys_attention is not None and bool((batch.input_ids < 0).any())
+
     def _run_eager(self, batch: PackedBatch) -> torch.Tensor:
         batch, num_keys = reveal_hidden_keys(batch)
         input_ids, positions, cu_seqlens, segment_ids = self._load(batch)
+        attention = self.attention
         if num_keys is None:
-            meta = self.attention.prepare(cu_seqlens, batch.cu_seqlens.tolist(), batch.max_seqlen)
-        elif getattr(self.attention, "takes_num_keys", False):
-            meta = self.attention.prepare(cu_seqlens, batch.cu_seqlens.tolist(), batch.max_seqlen, num_keys=num_keys)
-        else:  # the engine refuses such a model at load (engine/rose/engine.py): never reached but by a bug
-            raise ValueError(f"the {self.attention.name} attention backend cannot hide tokens as keys")
+            meta = attention.prepare(cu_seqlens, batch.cu_seqlens.tolist(), batch.max_seqlen)
+        else:
+            if not getattr(attention, "takes_num_keys", False):
+                if self.hidden_keys_attention is None:  # engine.py builds one for every model that hides keys
+                    raise ValueError(f"the {attention.name} attention backend cannot hide tokens as keys")
+                attention = self.hidden_keys_attention
+            meta = attention.prepare(cu_seqlens, batch.cu_seqlens.tolist(), batch.max_seqlen, num_keys=num_keys)
         return self._forward(input_ids, positions, cu_seqlens, segment_ids, batch.num_outputs, meta,
-                             self._head_mode_of(batch))
+                             self._head_mode_of(batch), attention)
 
     def interleave(self, between_layers: Callable[[], None]) -> bool:
         """On the CPU, call `between_layers` after each of the model's layers (engine/queue/express_lane.py:

@@ -118,22 +118,58 @@ def test_hidden_expansion_tokens_in_a_batch_mixed_with_documents(tmp_path, atten
                                    rtol=0)
 
 
-def test_hidden_expansion_tokens_are_refused_where_the_attention_cannot_hide_keys(saved):
+def test_where_the_attention_cannot_hide_keys_a_batch_that_hides_some_runs_on_per_sequence_sdpa(saved):
     from types import SimpleNamespace
 
     from rose_embed.engine.model_files.loader import load_spec
-    from rose_embed.engine.rose.attention.ragged import AttentionShape
-    from rose_embed.engine.rose.engine import refuse_hidden_expansion
+    from rose_embed.engine.rose.attention.ragged import AttentionShape, SDPAPerSequenceBackend
+    from rose_embed.engine.rose.engine import hidden_keys_backend
 
     spec = load_spec(str(saved))
     hidden = SimpleNamespace(name=spec.name, colbert=replace(spec.colbert, hides_expansion=True))
     shape = AttentionShape(4, 4, 8, is_causal=False)
-    with pytest.raises(ValueError, match="the varlen attention backend cannot compute.* --attention-backend sdpa"):
-        refuse_hidden_expansion(hidden, shape, SimpleNamespace(name="varlen"))  # the GPU's kernels
-    refuse_hidden_expansion(hidden, shape, SimpleNamespace(name="sdpa", takes_num_keys=True))
+    assert isinstance(hidden_keys_backend(hidden, shape, SimpleNamespace(name="varlen")), SDPAPerSequenceBackend)
+    assert hidden_keys_backend(hidden, shape, SimpleNamespace(name="sdpa", takes_num_keys=True)) is None
     windowed = replace(shape, window=(8, 8))  # query_length 12: the last [MASK]s would see no key
     with pytest.raises(ValueError, match=r"sliding window \(8 tokens back\) is shorter than its query_length 12"):
-        refuse_hidden_expansion(hidden, windowed, SimpleNamespace(name="sdpa", takes_num_keys=True))
+        hidden_keys_backend(hidden, windowed, SimpleNamespace(name="sdpa", takes_num_keys=True))
+
+
+class _KeysUnhidden:
+    """A backend that cannot hide keys (as the GPU's kernels cannot), delegating to a CPU one; counts its
+    batches."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.batches = inner, "unhiding", 0
+
+    def prepare(self, cu_seqlens, cu_seqlens_host, max_seqlen):
+        self.batches += 1
+        return self.inner.prepare(cu_seqlens, cu_seqlens_host, max_seqlen)
+
+    def forward(self, *args, **kwargs):
+        return self.inner.forward(*args, **kwargs)
+
+
+def test_queries_hiding_keys_equal_pylate_on_a_backend_that_cannot_hide_them(tmp_path):
+    """The engine's path on a GPU, taken on the CPU: its own backend (the GPU's kernels, their graphs) runs
+    the documents; a batch whose queries hide [MASK]s runs on the per-sequence SDPA beside it."""
+    from rose_embed.engine.rose.engine import hidden_keys_backend
+
+    path = save_colbert(tmp_path / "colbert", attend_to_expansion_tokens=False)  # PyLate's default
+    engine = _engine(path)
+    runner = engine.runner
+    unhiding = _KeysUnhidden(runner.attention)
+    shape = engine.runner.model.attention_shape(False).bounded_by(engine.spec.max_seq_len)
+    runner.attention = unhiding
+    runner.hidden_keys_attention = hidden_keys_backend(engine.spec, shape, unhiding)
+    texts = [*_texts(), "read a file", "sort a list in place"]
+    documents = _vectors(engine, texts, False)
+    assert unhiding.batches > 0
+    seen = unhiding.batches
+    queries = _vectors(engine, texts, True)
+    assert unhiding.batches == seen  # every query batch hid keys: none ran on the unhiding backend
+    _assert_same(queries, reference_vectors(path, texts, True))
+    _assert_same(documents, reference_vectors(path, texts, False))
 
 
 def _rewrite_config(path, **keys) -> None:
