@@ -30,35 +30,44 @@ _POST_OPS = {
 _DTYPES = (torch.float32, torch.bfloat16)
 
 
-def _fused_linears():
-    """torch.ops.mkldnn's fused linear, or None where this torch has no oneDNN."""
-    if not torch.backends.mkldnn.is_available():
-        return None
-    return getattr(torch.ops.mkldnn, "_linear_pointwise", None)
+def _has_fused_linears() -> bool:
+    """Whether this torch has oneDNN, its fused linear and its weight packing."""
+    return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
 
 
 class CpuFusedBlock(nn.Module):
-    """PreNormBlock's forward with fused linears; shares the block's norms and attention projections."""
+    """PreNormBlock's forward on images [N, L, width] with fused linears; shares the block's norms. The
+    weights are packed once into oneDNN's blocked layout, which each matmul would otherwise reorder them to."""
 
     def __init__(self, block: PreNormBlock):
         super().__init__()
         post_op, self.algorithm, scale = _POST_OPS[block.act_name]
         self.post_op = post_op
         self.num_heads, self.head_dim = block.num_heads, block.head_dim
-        self.layer_norm1, self.qkv_proj, self.out_proj = block.layer_norm1, block.qkv_proj, block.out_proj
-        self.layer_norm2 = block.layer_norm2
+        self.layer_norm1, self.layer_norm2 = block.layer_norm1, block.layer_norm2
         dtype = block.fc1.weight.dtype
+
+        def scaled(tensor: torch.Tensor, factor: float) -> torch.Tensor:
+            return (tensor.float() * factor).to(dtype)
+
         with torch.no_grad():
-            self.fc1_weight = nn.Parameter((block.fc1.weight.float() * scale).to(dtype), requires_grad=False)
-            self.fc1_bias = nn.Parameter((block.fc1.bias.float() * scale).to(dtype), requires_grad=False)
-            self.fc2_weight = nn.Parameter((block.fc2.weight.float() / scale).to(dtype), requires_grad=False)
-        self.fc2_bias = block.fc2.bias
+            for name, weight, bias in (("qkv", block.qkv_proj.weight, block.qkv_proj.bias),
+                                       ("out", block.out_proj.weight, block.out_proj.bias),
+                                       ("fc1", scaled(block.fc1.weight, scale), scaled(block.fc1.bias, scale)),
+                                       ("fc2", scaled(block.fc2.weight, 1 / scale), block.fc2.bias)):
+                self.register_buffer(f"{name}_weight", torch.ops.mkldnn._reorder_linear_weight(weight, None))
+                self.register_buffer(f"{name}_bias", bias.detach().clone())
 
     def forward(self, x: torch.Tensor, attend: Attend) -> torch.Tensor:
         linear = torch.ops.mkldnn._linear_pointwise
-        lead = x.shape[:-1]
-        q, k, v = self.qkv_proj(self.layer_norm1(x)).view(*lead, 3, self.num_heads, self.head_dim).unbind(-3)
-        x = linear.binary(attend(q, k, v).reshape(*lead, -1), x, self.out_proj.weight, self.out_proj.bias, "add")
+        num, length, width = x.shape
+        qkv = linear(self.layer_norm1(x), self.qkv_weight, self.qkv_bias, "none", [], "")
+        # q, k, v each contiguous as [N, heads, L, head_dim], the layout the CPU's SDPA kernel reads fastest,
+        # handed over as the [N, L, heads, head_dim] views `attend` takes.
+        q, k, v = (t.transpose(1, 2) for t in qkv.view(num, length, 3, self.num_heads, self.head_dim)
+                   .permute(2, 0, 3, 1, 4).contiguous().unbind(0))
+        x = linear.binary(attend(q, k, v).reshape(num, length, width), x, self.out_weight, self.out_bias, "add")
         hidden = linear(self.layer_norm2(x), self.fc1_weight, self.fc1_bias, self.post_op, [], self.algorithm)
         return linear.binary(hidden, x, self.fc2_weight, self.fc2_bias, "add")
 
@@ -66,8 +75,8 @@ class CpuFusedBlock(nn.Module):
 def fuse_for_cpu(layers: nn.ModuleList) -> nn.ModuleList:
     """`layers` (PreNormBlocks on the CPU) as CpuFusedBlocks; `layers` itself where this torch lacks oneDNN's
     fused linear, the dtype is neither float32 nor bf16, or a layer is another block."""
-    fused = _fused_linears()
-    if fused is None or not all(isinstance(layer, PreNormBlock) and layer.fc1.weight.device.type == "cpu"
-                                and layer.fc1.weight.dtype in _DTYPES for layer in layers):
+    fusable = all(isinstance(layer, PreNormBlock) and layer.fc1.weight.device.type == "cpu"
+                  and layer.fc1.weight.dtype in _DTYPES for layer in layers)
+    if not fusable or not _has_fused_linears():
         return layers
     return nn.ModuleList(CpuFusedBlock(layer) for layer in layers)
