@@ -107,8 +107,12 @@ class ModelRunner:
         run in pieces of about CPU_CHUNK_TOKENS tokens, as texts do."""
         if self.image_graphs is not None:
             size = self.image_graphs.max_images
-            parts = [self.image_graphs.execute(pixel_values[lo: lo + size]) for lo in range(0, len(pixel_values), size)]
-            return LazyResult(parts[0] if len(parts) == 1 else torch.cat(parts), len(pixel_values))
+            starts = range(0, len(pixel_values), size)
+            if len(starts) == 1:
+                return LazyResult(self.image_graphs.execute(pixel_values), len(pixel_values))
+            # A part's vectors are its graph's output, which the next replay of that graph rewrites: copied first.
+            parts = [self.image_graphs.execute(pixel_values[lo: lo + size]).clone() for lo in starts]
+            return LazyResult(torch.cat(parts), len(pixel_values))
         self._num_eager_runs += 1
         size = len(pixel_values)
         if self.device.type == "cpu" and seq_len:
