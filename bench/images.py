@@ -4,7 +4,7 @@ same batches, in one run.
 Random-weight checkpoints of ViT-B/16's and ViT-L/14's shapes (bench/lib/clip_models.py), each loaded by
 Engine as a server loads it and warmed up (on a GPU that captures a CUDA graph per image-count bucket,
 engine/rose/image_graphs.py). Both sides get the same preprocessed pixels, float32 [N, 3, S, S] on the host,
-in batches of --batch images: ours through the runner as the queue hands it a batch of images (launched
+in the batches the queue cuts (or of --batch images): ours through the runner as the queue hands it a batch of images (launched
 ahead, read back lazily; on the CPU in pieces of about 2,048 tokens), transformers' as its users call it
 (`pixel_values.to(device, dtype)`, then the vectors back to the host once the pass ends), in the same dtype:
 bf16 on a GPU; on the CPU the engine's default there (bf16 on a CPU that computes it natively) and float32.
@@ -16,7 +16,7 @@ same pixels and device (cosine; a failure makes the run exit 1).
 Targets (issue: images and text in one space): the engine >= 1.5x transformers on a GPU, >= 1.3x on the CPU.
 
   python3 bench/images.py --device cuda --out bench/results/gpu/images.md
-  python3 bench/images.py --device cpu --shapes b16 --images 64 --batch 16 --out bench/results/cpu/images-cpu.md
+  python3 bench/images.py --device cpu --shapes b16 --images 32 --out bench/results/cpu/images-cpu.md
   python3 bench/images.py --device cpu --shapes tiny --images 8 --batch 4 --repeats 2 --min-seconds 0   # smoke run
 """
 
@@ -106,7 +106,9 @@ def bench_arm(shape: str, path: Path, dtype_name: str, reference_fp32, args) -> 
         CLIPModel.from_pretrained(str(path), dtype=dtype).to(args.device).eval()
     size = engine.spec.clip.image_size
     pixels = np.random.default_rng(0).standard_normal((args.images, 3, size, size), dtype=np.float32)
-    batches = [pixels[lo: lo + args.batch] for lo in range(0, args.images, args.batch)]
+    config = engine.config
+    batch = args.batch or min(config.max_batch_seqs, config.max_batch_tokens // engine.spec.clip.image_seq_len)
+    batches = [pixels[lo: lo + batch] for lo in range(0, args.images, batch)]
     runner = engine.runner
 
     def ours():
@@ -124,6 +126,7 @@ def bench_arm(shape: str, path: Path, dtype_name: str, reference_fp32, args) -> 
     after = (runner.num_graph_replays, runner.num_eager_runs, runner.num_capture_failures)
     rates = {side: args.images / statistics.median(seconds) for side, seconds in times.items()}
     row = {"shape": shape, "dtype": str(dtype).removeprefix("torch."), "tokens": engine.spec.clip.image_seq_len,
+           "batch": batch,
            "passes": len(times["engine"]), "cosine": cosine, "min_cosine": MIN_COSINE[dtype],
            "counters": tuple(b - a for a, b in zip(before, after)), **rates,
            "spread": {side: (args.images / max(s), args.images / min(s)) for side, s in times.items()}}
@@ -140,20 +143,20 @@ def render(rows: list[dict], args) -> str:
              f"- command: `python3 bench/images.py {' '.join(args.argv)}`",
              f"- machine: {hardware(args.device)}{threads}",
              f"- commit {commit()}; date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-             (f"- random weights (bench/lib/clip_models.py); {args.images} images a pass in batches of {args.batch}, "
+             (f"- random weights (bench/lib/clip_models.py); {args.images} images a pass in batches of the size shown, "
               "float32 pixels on the host for both sides, vectors read back to the host; median of the timed passes "
               f"(alternating between the sides); the check on {args.check_images} random images against "
               "transformers in float32 on the same device"),
-             "", ("| shape | tokens/image | dtype | engine images/s | transformers images/s | ratio | target | "
+             "", ("| shape | tokens/image | batch | dtype | engine images/s | transformers images/s | ratio | target | "
                   "check: least cosine (bar) | passes | timed passes: graph replays / eager runs / capture failures |"),
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ratio = r["engine"] / r["transformers"]
         passed = r["cosine"] >= r["min_cosine"]
         verdict = f">= {target} " + ("MET" if ratio >= target else "NOT MET") if passed else \
             "not counted: its check FAILED"
         replays, eager, failures = r["counters"]
-        lines.append(f"| {r['shape']} | {r['tokens']} | {r['dtype']} | {r['engine']:,.1f} | {r['transformers']:,.1f} | "
+        lines.append(f"| {r['shape']} | {r['tokens']} | {r['batch']} | {r['dtype']} | {r['engine']:,.1f} | {r['transformers']:,.1f} | "
                      f"{ratio:.2f} | {verdict} | {r['cosine']:.6f} ({r['min_cosine']}) | {r['passes']} | "
                      f"{replays} / {eager} / {failures} |")
     lines += ["", "Spread of the timed passes (images/s, slowest to fastest): " + "; ".join(
@@ -170,8 +173,9 @@ def parse_args(argv: list[str] | None):
     parser.add_argument("--dtypes", default=None, help="EngineConfig dtypes, each an arm (default: auto on a GPU, "
                         "auto,float32 on the CPU; auto is bf16 on a GPU and on a CPU that computes it natively)")
     parser.add_argument("--images", type=int, default=None, help="images a pass (default 1,024 on a GPU, 64 on the CPU)")
-    parser.add_argument("--batch", type=int, default=None, help="images a batch (default 64 on a GPU: about "
-                        "16,384 tokens of ViT-L/14, the default budget; 16 on the CPU)")
+    parser.add_argument("--batch", type=int, default=None, help="images a batch (default: as many as the queue cuts "
+                        "a batch of, the default budget of 16,384 tokens over the image's tokens: 83 of ViT-B/16, "
+                        "63 of ViT-L/14)")
     parser.add_argument("--check-images", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5, help="timed passes of each side, at least")
     parser.add_argument("--min-seconds", type=float, default=2.0, help="and as many more as fill this long")
@@ -184,7 +188,6 @@ def parse_args(argv: list[str] | None):
     gpu = args.device.startswith("cuda")
     args.dtypes = (args.dtypes or ("auto" if gpu else "auto,float32")).split(",")
     args.images = args.images or (1024 if gpu else 64)
-    args.batch = args.batch or (64 if gpu else 16)
     return args
 
 
@@ -193,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import CLIPModel
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    print(f"# on {hardware(args.device)}: {args.images} images a pass in batches of {args.batch}", flush=True)
+    print(f"# on {hardware(args.device)}: {args.images} images a pass", flush=True)
     # auto resolved, so that a CPU whose auto is float32 runs that arm once
     dtypes = list(dict.fromkeys(str(resolve_dtype(name, resolve_device(args.device))[0]).removeprefix("torch.")
                                 for name in args.dtypes))
