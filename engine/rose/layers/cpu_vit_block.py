@@ -74,9 +74,10 @@ class CpuFusedBlock(nn.Module):
 
 def fuse_for_cpu(layers: nn.ModuleList) -> nn.ModuleList:
     """`layers` (PreNormBlocks on the CPU) as CpuFusedBlocks; `layers` itself where this torch lacks oneDNN's
-    fused linear, the dtype is neither float32 nor bf16, or a layer is another block."""
-    fusable = all(isinstance(layer, PreNormBlock) and layer.fc1.weight.device.type == "cpu"
-                  and layer.fc1.weight.dtype in _DTYPES for layer in layers)
+    fused linear, the dtype is neither float32 nor bf16, or a layer is another block or of an activation
+    without a post-op here."""
+    fusable = all(type(layer) is PreNormBlock and layer.act_name in _POST_OPS  # not a subclass: its forward is its own
+                  and layer.fc1.weight.device.type == "cpu" and layer.fc1.weight.dtype in _DTYPES for layer in layers)
     if not fusable or not _has_fused_linears():
         return layers
     return nn.ModuleList(CpuFusedBlock(layer) for layer in layers)
