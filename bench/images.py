@@ -107,7 +107,8 @@ def bench_arm(shape: str, path: Path, dtype_name: str, reference_fp32, args) -> 
     size = engine.spec.clip.image_size
     pixels = np.random.default_rng(0).standard_normal((args.images, 3, size, size), dtype=np.float32)
     config = engine.config
-    batch = args.batch or min(config.max_batch_seqs, config.max_batch_tokens // engine.spec.clip.image_seq_len)
+    batch = min(args.images, args.batch or min(config.max_batch_seqs,
+                                               config.max_batch_tokens // engine.spec.clip.image_seq_len))
     batches = [pixels[lo: lo + batch] for lo in range(0, args.images, batch)]
     runner = engine.runner
 
