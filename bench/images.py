@@ -16,7 +16,7 @@ same pixels and device (cosine; a failure makes the run exit 1).
 Targets (issue: images and text in one space): the engine >= 1.5x transformers on a GPU, >= 1.3x on the CPU.
 
   python3 bench/images.py --device cuda --out bench/results/gpu/images.md
-  python3 bench/images.py --device cpu --shapes b16 --images 32 --out bench/results/cpu/images-cpu.md
+  python3 bench/images.py --device cpu --shapes b16 --images 32 --out bench/results/cpu/cpu-images.md
   python3 bench/images.py --device cpu --shapes tiny --images 8 --batch 4 --repeats 2 --min-seconds 0   # smoke run
 """
 
