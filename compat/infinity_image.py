@@ -2,7 +2,8 @@
 `embeddings_image`, and any client of Infinity's OpenAPI document).
 
 Request: `input`, an image or an array of them, each an http(s) URL or a data: URI (base64 PNG, JPEG
-or WebP); `model` (Infinity's "default/not-specified" is the default model, as no name is);
+or WebP); `model` (Infinity's "default/not-specified" is the default model, as no name is, on every route:
+server/pipeline/request_context.py);
 `encoding_format` (float or base64); `user`; and, beyond Infinity's body, `dimensions` (Matryoshka, as
 on /v1/embeddings; 0 or absent for the whole vector). Unknown fields are ignored. The answer is OpenAI's embeddings
 list, with Infinity's `id` and `created` beside it.
@@ -17,8 +18,6 @@ import msgspec
 from rose_embed.compat.inputs import MAX_INPUTS, ImageInput, InvalidInputError, NormalisedInput
 from rose_embed.compat.openai import MODEL_FIELD_DESCRIPTION, Embedding, Usage, documented
 
-# The `model` Infinity's request (and so its generated client) sends when none is named: the default model.
-UNNAMED_MODEL = "default/not-specified"
 _IMAGE = {"type": "string", "description": "An http(s) URL or a data: URI (base64 PNG, JPEG or WebP)."}
 
 
@@ -35,10 +34,6 @@ class InfinityImageRequest(msgspec.Struct, kw_only=True):
     dimensions: Annotated[int | None, documented(
         "Cut vectors to this many dimensions (re-normalised); 0 or absent: the whole vector.", minimum=0)] = None
     user: Annotated[str | None, documented("Accepted and ignored.")] = None
-
-    def __post_init__(self) -> None:
-        if self.model == UNNAMED_MODEL:
-            self.model = None
 
 
 class InfinityEmbeddingResponse(msgspec.Struct, kw_only=True):

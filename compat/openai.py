@@ -32,6 +32,10 @@ MODEL_FIELD_DESCRIPTION = ("The served model's name or one of its aliases; with 
                            "model names too. The answer's `model` is the served model's name.")
 PROMPT_NAME_DESCRIPTION = "A prompt of the model's (its config_sentence_transformers.json prompts) put before each text."
 INPUT_TYPE_DESCRIPTION = "The same as `prompt_name`, as Voyage, Cohere and NVIDIA clients spell it (query, document)."
+# The `model` Infinity's requests (and so its generated client) send when none is named: the default model.
+UNNAMED_MODEL = "default/not-specified"
+# Infinity's `modality`: what the strings of `input` are. Infinity also has audio, which no model here embeds.
+MODALITIES = ("text", "image")
 
 
 class EmbeddingRequest(msgspec.Struct, kw_only=True):
@@ -81,6 +85,13 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True):
         "BGE-M3 models only: any of dense, sparse and colbert, all computed in one pass of the model; each item "
         "then holds them as `dense`, `sparse` and `colbert` (object multi_output_embedding). Absent: the dense "
         "vector alone, as OpenAI's `embedding`.", items={"enum": ["dense", "sparse", "colbert"]})] = None
+    # Infinity's body (its `/embeddings`, and infinity_client's `embeddings`): naming `modality` makes the
+    # request Infinity's, whose client sends `dimensions: 0` unless told otherwise (the route reads it).
+    modality: Annotated[str | None, documented(
+        "Infinity's: what the strings of `input` are. image: each is an image's http(s) URL or data: URI (a CLIP "
+        "model's), as on /embeddings_image; text: texts, as without the field. Where it is given, `dimensions` "
+        "0 is the whole vector, as in Infinity.",
+        enum=list(MODALITIES))] = None
 
 
 class SparseEmbedding(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -9,6 +9,10 @@ edge to int(size * long / short)), a center crop (zero-padded where the image is
 its own, whose pixels differ from Pillow's by a few levels: a checkpoint is served as its PIL processor
 reads it.
 
+SigLIP's image processor (SiglipImageProcessorPil, the same PIL backend) is these steps without the
+crop: the image resized to size's height and width whatever its aspect ratio, rescaled and normalised
+with mean and std 0.5; its class defaults (bicubic, 224x224) differ from CLIP's and are kept apart.
+
 Read from preprocessor_config.json, or from processor_config.json's image_processor (what
 transformers 5 writes); a setting this cannot follow exactly is refused by name.
 """
@@ -26,8 +30,19 @@ from rose_embed.engine.model_files.json_files import read_json_object
 if TYPE_CHECKING:
     from PIL import Image
 
-# The image processor classes whose steps are the ones below (their names across transformers versions).
-_PROCESSOR_TYPES = ("CLIPImageProcessor", "CLIPImageProcessorFast", "CLIPImageProcessorPil", "CLIPFeatureExtractor")
+# The image processor classes whose steps are the ones below (their names across transformers versions),
+# each with its class's defaults for the settings a config may leave out.
+_CLIP_DEFAULTS = {"size": {"shortest_edge": 224}, "do_center_crop": True, "crop_size": {"height": 224, "width": 224},
+                  "resample": 3, "image_mean": (0.48145466, 0.4578275, 0.40821073),
+                  "image_std": (0.26862954, 0.26130258, 0.27577711)}
+_SIGLIP_DEFAULTS = {"size": {"height": 224, "width": 224}, "do_center_crop": False, "resample": 3,
+                    "image_mean": (0.5, 0.5, 0.5), "image_std": (0.5, 0.5, 0.5)}
+_PROCESSOR_DEFAULTS = {
+    **dict.fromkeys(("CLIPImageProcessor", "CLIPImageProcessorFast", "CLIPImageProcessorPil", "CLIPFeatureExtractor"),
+                    _CLIP_DEFAULTS),
+    **dict.fromkeys(("SiglipImageProcessor", "SiglipImageProcessorFast", "SiglipImageProcessorPil"), _SIGLIP_DEFAULTS),
+}
+_PROCESSOR_TYPES = tuple(_PROCESSOR_DEFAULTS)
 # Pillow's resampling filters, by the numbers configs store (PILImageResampling).
 _RESAMPLE_FILTERS = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 # Keys that change nothing the steps below compute (bookkeeping, or settings of steps left out).
@@ -67,24 +82,27 @@ def read_image_processor(model_dir: Path) -> ImagePreprocess:
 
 
 def image_preprocess(config: dict) -> ImagePreprocess:
-    """ImagePreprocess from an image processor's settings, with CLIPImageProcessor's defaults."""
+    """ImagePreprocess from an image processor's settings, with its class's defaults (CLIPImageProcessor's
+    where it names none). A setting saved as null takes the class's default, as transformers reads it."""
     kind = config.get("image_processor_type", config.get("feature_extractor_type"))
     if kind is not None and kind not in _PROCESSOR_TYPES:
         raise ImageProcessorError(f"image processor {kind!r} is not supported (supported: {', '.join(_PROCESSOR_TYPES)})")
     unknown = sorted(set(config) - _KNOWN_KEYS - _IGNORED_KEYS)
     if unknown:
         raise ImageProcessorError(f"image processor settings {', '.join(unknown)} are not supported")
+    config = {**_PROCESSOR_DEFAULTS[kind or "CLIPImageProcessor"],
+              **{key: value for key, value in config.items() if value is not None}}
     if config.get("do_convert_rgb", True) is not True:
         raise ImageProcessorError("an image processor with do_convert_rgb false is not supported")
     if config.get("use_square_size"):
         raise ImageProcessorError("an image processor with use_square_size is not supported")
-    resample = config.get("resample", 3)
+    resample = config["resample"]
     if resample not in _RESAMPLE_FILTERS:
         raise ImageProcessorError(f"image processor resample {resample!r} is not one of Pillow's filters")
     shortest_edge = resize_to = None
     if config.get("do_resize", True):
-        shortest_edge, resize_to = _resize(config.get("size", {"shortest_edge": 224}))
-    do_center_crop = bool(config.get("do_center_crop", True))
+        shortest_edge, resize_to = _resize(config["size"])
+    do_center_crop = bool(config["do_center_crop"])
     if do_center_crop:
         crop_size = _crop(config.get("crop_size", {"height": 224, "width": 224}))
     elif resize_to is not None:
@@ -94,8 +112,7 @@ def image_preprocess(config: dict) -> ImagePreprocess:
                                   "many sizes; a vision tower takes one")
     mean = std = None
     if config.get("do_normalize", True):
-        mean, std = (_channels(config.get(key, default), key) for key, default in (
-            ("image_mean", (0.48145466, 0.4578275, 0.40821073)), ("image_std", (0.26862954, 0.26130258, 0.27577711))))
+        mean, std = (_channels(config[key], key) for key in ("image_mean", "image_std"))
     rescale = float(config.get("rescale_factor", 1 / 255)) if config.get("do_rescale", True) else None
     return ImagePreprocess(shortest_edge, resize_to, int(resample), crop_size, do_center_crop, rescale, mean, std)
 

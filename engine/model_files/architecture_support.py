@@ -9,6 +9,7 @@ as they can be built without load_spec.
 from __future__ import annotations
 
 from rose_embed.engine.model_files.clip import clip_refusal
+from rose_embed.engine.model_files.siglip import siglip_refusal
 
 # BERT family hidden_act -> torch's GELU `approximate`, or None for ReLU.
 BERT_GELU_FORMS = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "relu": None}
@@ -35,6 +36,8 @@ def config_refusal(architecture: str, config: dict) -> str | None:
             return f"Gemma3 with hidden_activation {config['hidden_activation']!r} is not supported"
     elif architecture == "clip":
         return clip_refusal(config)
+    elif architecture == "siglip":
+        return siglip_refusal(config)
     elif architecture in _DECODER_NAMES:
         if config.get("hidden_act", "silu") != "silu":
             return f"{_DECODER_NAMES[architecture]} with hidden_act {config['hidden_act']!r} is not supported"

@@ -44,14 +44,27 @@ class ClipError(ValueError):
 
 
 @dataclass(frozen=True)
+class TextPadding:
+    """Padding ids that a dual encoder's texts carry into the text tower, up to its max_seq_len, because
+    the reference's vector depends on them (SigLIP, engine/model_files/siglip.py)."""
+
+    pad_id: int
+    side: str  # "left" or "right"
+
+
+@dataclass(frozen=True)
 class ClipModel:
-    """What a CLIP checkpoint computes, beyond its layers' shapes (config.json keeps those)."""
+    """What a dual encoder (CLIP, or SigLIP: engine/model_files/siglip.py) computes beyond its layers'
+    shapes (config.json keeps those): the description the front ends and the engine share."""
 
     projection_dim: int  # the width of text and image vectors alike
-    end_token: int  # where a text's vector is read: its first occurrence of this id, or HIGHEST_ID
+    end_token: int | None  # where a text's vector is read: its first occurrence of this id, or HIGHEST_ID;
+    # None where the text tower is bidirectional and reads the last token of the whole (padded) text
     image_size: int  # the vision tower's input is image_size x image_size pixels
     patch_size: int
     image: ImagePreprocess  # how an image becomes those pixels
+    class_token: bool = True  # the vision sequence starts with a class token (CLIP's; SigLIP has none)
+    text_padding: TextPadding | None = None
 
     @property
     def num_patches(self) -> int:
@@ -59,8 +72,8 @@ class ClipModel:
 
     @property
     def image_seq_len(self) -> int:
-        """The vision tower's sequence: its patches and the class token; every image has this length."""
-        return self.num_patches + 1
+        """The vision tower's sequence: its patches and any class token; every image has this length."""
+        return self.num_patches + int(self.class_token)
 
     @property
     def pixel_floats_per_token(self) -> int:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from rose_embed.engine.model_files.architecture_support import config_refusal
 from rose_embed.engine.model_files.clip import ClipError, ClipModel, clip_model_dir, is_clip, read_clip
+from rose_embed.engine.model_files.siglip import SIGLIP2_NAFLEX_REFUSAL, is_siglip, read_siglip, text_tower
 from rose_embed.engine.model_files.bge_m3 import (
     COLBERT_FILE, SPARSE_FILE, BgeM3Error, BgeM3Model, is_bge_m3, read_bge_m3,
 )
@@ -49,6 +50,7 @@ ARCHITECTURES = {
     "mistral": "mistral",
     "gemma3_text": "gemma3",
     "clip": "clip",
+    "siglip": "siglip",
 }
 DECODER_ARCHITECTURES = {"qwen3", "mistral", "gemma3"}
 # Encoders whose learned positions start after the padding index (which costs that many slots).
@@ -182,6 +184,10 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
     hf_config = read_json_object(model_dir / "config.json")
     if hf_config is None:
         raise ModelLoadError(f"{model_dir} has no config.json")
+    if hf_config.get("model_type") == "siglip2":
+        raise ModelLoadError(f"{model_dir}: {SIGLIP2_NAFLEX_REFUSAL}")
+    if is_siglip(hf_config):  # before the tokenizer.json check: SigLIP's tokenizer without one is refused by name
+        return _siglip_spec(model_dir, name, hf_config, max_seq_len, overrides or ModelOverrides())
     if not (model_dir / "tokenizer.json").is_file():
         raise ModelLoadError(f"{model_dir} has no tokenizer.json (a fast tokenizer is required)")
     model_type = hf_config.get("model_type", "")
@@ -311,17 +317,28 @@ def _bge_m3_spec(model_dir: Path, name: str, architecture: str, hf_config: dict,
     )
 
 
-def _clip_spec(model_dir: Path, name: str, hf_config: dict, max_seq_len: int | None,
-               overrides: ModelOverrides) -> ModelSpec:
-    """A CLIP model's description (engine/model_files/clip.py): its text tower is causal and read at the
-    text's last token once the text is cut after its end token; both towers' vectors are projection_dim wide."""
+def _refuse_dual_encoder_overrides(model_dir: Path, overrides: ModelOverrides, family: str) -> None:
     asked = {name: value for name, value in (("--model-kind", overrides.kind), ("--pooling", overrides.pooling),
                                              ("--attention", overrides.attention),
                                              ("--output-quantization", overrides.quantization))
              if value is not None and value not in ("embed", "none")}
     if asked:
-        raise ModelLoadError(f"{model_dir}: a CLIP model's pooling, attention, kind and output are its own; "
+        raise ModelLoadError(f"{model_dir}: a {family} model's pooling, attention, kind and output are its own; "
                              f"{', '.join(asked)} cannot change them")
+
+
+def _matryoshka(overrides: ModelOverrides, width: int) -> tuple[int, ...] | None:
+    try:
+        return None if overrides.matryoshka_dims is None else parse_matryoshka_dims(overrides.matryoshka_dims, width)
+    except FlavourError as exc:
+        raise ModelLoadError(str(exc)) from exc
+
+
+def _clip_spec(model_dir: Path, name: str, hf_config: dict, max_seq_len: int | None,
+               overrides: ModelOverrides) -> ModelSpec:
+    """A CLIP model's description (engine/model_files/clip.py): its text tower is causal and read at the
+    text's last token once the text is cut after its end token; both towers' vectors are projection_dim wide."""
+    _refuse_dual_encoder_overrides(model_dir, overrides, "CLIP")
     try:
         clip = read_clip(model_dir, hf_config)
     except ClipError as exc:
@@ -331,16 +348,35 @@ def _clip_spec(model_dir: Path, name: str, hf_config: dict, max_seq_len: int | N
     tok_cfg = read_json_object(model_dir / "tokenizer_config.json") or {}
     if isinstance(tok_cfg.get("model_max_length"), int) and tok_cfg["model_max_length"] < 10**9:
         model_limit = min(model_limit, tok_cfg["model_max_length"])
-    try:
-        matryoshka = (None if overrides.matryoshka_dims is None
-                      else parse_matryoshka_dims(overrides.matryoshka_dims, clip.projection_dim))
-    except FlavourError as exc:
-        raise ModelLoadError(str(exc)) from exc
     return ModelSpec(
         path=model_dir, name=name, architecture="clip", hf_config=hf_config, pooling="last", normalize=True,
         max_seq_len=min(max_seq_len, model_limit) if max_seq_len else model_limit,
         hidden_size=int(text.get("hidden_size", 512)), embedding_dim=clip.projection_dim, is_causal=True,
-        matryoshka_dims=matryoshka, clip=clip,
+        matryoshka_dims=_matryoshka(overrides, clip.projection_dim), clip=clip,
+    )
+
+
+def _siglip_spec(model_dir: Path, name: str, hf_config: dict, max_seq_len: int | None,
+                 overrides: ModelOverrides) -> ModelSpec:
+    """A SigLIP model's description (engine/model_files/siglip.py): its text tower is bidirectional and read
+    at the last token of a text as long as its position table (padded, or its positions shifted to end
+    there); both towers' vectors are projection_dim wide."""
+    if refusal := config_refusal("siglip", hf_config):
+        raise ModelLoadError(refusal)
+    _refuse_dual_encoder_overrides(model_dir, overrides, "SigLIP")
+    try:
+        clip, lowercase = read_siglip(model_dir, hf_config)
+    except ClipError as exc:
+        raise ModelLoadError(f"{model_dir}: {exc}") from exc
+    text = text_tower(hf_config)
+    text_len = int(text["max_position_embeddings"])
+    if max_seq_len is not None and max_seq_len < text_len:
+        raise ModelLoadError(f"{model_dir}: a SigLIP text is read at position {text_len - 1} of a {text_len}-token "
+                             f"sequence, as the model was trained; --max-seq-len {max_seq_len} cannot shorten it")
+    return ModelSpec(
+        path=model_dir, name=name, architecture="siglip", hf_config=hf_config, pooling="last", normalize=True,
+        max_seq_len=text_len, hidden_size=int(text["hidden_size"]), embedding_dim=clip.projection_dim,
+        is_causal=False, matryoshka_dims=_matryoshka(overrides, clip.projection_dim), clip=clip, lowercase=lowercase,
     )
 
 

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer, normalizers
 from tokenizers.processors import TemplateProcessing
 
 from rose_embed.engine.text.long_text_cut import CUT_CHARS_PER_TOKEN, cut_point, splits_at_whitespace
-from rose_embed.engine.model_files.clip import HIGHEST_ID
+from rose_embed.engine.model_files.clip import HIGHEST_ID, TextPadding
 from rose_embed.engine.model_files.json_files import read_json_object
 from rose_embed.engine.model_files.tokenizer_file import read_tokenizer
 from rose_embed.engine.text.ascii_wordpiece import AsciiWordPiece
@@ -91,12 +91,14 @@ class TextTokenizer:
     """
 
     def __init__(self, model_dir: Path, max_seq_len: int, append_end_token: bool = False, strip_texts: bool = True,
-                 lowercase: bool = False, pooled_token: int | None = None):
+                 lowercase: bool = False, pooled_token: int | None = None, padding: TextPadding | None = None):
         # What builds the same tokenizer again, in another process.
-        self.recipe = (Path(model_dir), max_seq_len, append_end_token, strip_texts, lowercase, pooled_token)
+        self.recipe = (Path(model_dir), max_seq_len, append_end_token, strip_texts, lowercase, pooled_token, padding)
         self.max_seq_len = max_seq_len
         # A CLIP text tower's token whose state is the text's vector (engine/model_files/clip.py): ids end there.
         self.pooled_token = pooled_token
+        # Pad ids a SigLIP text tower attends to (engine/model_files/siglip.py): ids are padded to max_seq_len.
+        self.padding = padding
         self.strip_texts = strip_texts
         self._tokenizer = read_tokenizer(Path(model_dir) / "tokenizer.json")
         if lowercase:
@@ -111,12 +113,13 @@ class TextTokenizer:
             self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch
         )
         # Texts longer than this are cut before they are tokenized (engine/text/long_text_cut.py).
-        self._cut_chars = (CUT_CHARS_PER_TOKEN * max_seq_len if splits_at_whitespace(self._tokenizer.to_str())
-                           else None)
+        # (Not for padded texts: every one reaches the limit, so a cut could not be checked.)
+        self._cut_chars = (CUT_CHARS_PER_TOKEN * max_seq_len
+                           if padding is None and splits_at_whitespace(self._tokenizer.to_str()) else None)
         self._untruncated: Tokenizer | None = None  # built on first use: only over-long texts need it
         self._untruncated_lock = threading.Lock()
         self._wrapping: tuple[tuple[int, ...], tuple[int, ...]] | None = None
-        self._fast = self._ascii_wordpiece() if pooled_token is None else None
+        self._fast = self._ascii_wordpiece() if pooled_token is None and padding is None else None
 
     def _ascii_wordpiece(self) -> AsciiWordPiece | None:
         try:
@@ -195,6 +198,8 @@ class TextTokenizer:
         texts = self._stripped(texts)
         if self.pooled_token is not None:
             return [cut_after_pooled_token(ids, self.pooled_token) for ids in self._rust_ids(texts)]
+        if self.padding is not None:
+            return [padded(ids, self.padding, self.max_seq_len) for ids in self._rust_ids(texts)]
         if self._fast is None:
             return self._rust_ids(texts)
         ids = [self._fast.encode(text) for text in texts]
@@ -237,6 +242,8 @@ class TextTokenizer:
         tokenizer's own truncation of a text does: a last-token-pooled model reads its vector there."""
         if self.pooled_token is not None:
             ids = cut_after_pooled_token(ids, self.pooled_token)
+        if self.padding is not None and len(ids) < self.max_seq_len:
+            ids = padded(ids, self.padding, self.max_seq_len)
         if len(ids) <= self.max_seq_len:
             return np.asarray(ids, dtype=np.int32)
         try:
@@ -278,6 +285,13 @@ def cut_after_pooled_token(ids: Sequence[int], pooled_token: int) -> Sequence[in
     return ids[: at + 1]
 
 
+def padded(ids: Sequence[int], padding: TextPadding, length: int) -> list[int]:
+    """A text's ids padded to `length` with the pad id on the padding's side, as transformers' tokenizer
+    pads with padding="max_length"; ids as long already are kept."""
+    pads = [padding.pad_id] * (length - len(ids))
+    return [*pads, *ids] if padding.side == "left" else [*ids, *pads]
+
+
 # Model types whose tokenizers split on whitespace (WordPiece), where stripping a text changes
 # nothing a reference computes. For byte-level BPE (RoBERTa, XLM-R's SentencePiece, Qwen3,
 # ModernBERT, Gemma3, Mistral) whitespace is content, and sentence-transformers 6 feeds the
@@ -289,7 +303,9 @@ def tokenizer_recipe(spec: ModelSpec) -> tuple:
     """TextTokenizer's arguments for the model (its `recipe`), without loading the tokenizer."""
     strip_texts = spec.hf_config.get("model_type") in _STRIPPED_MODEL_TYPES
     pooled_token = spec.clip.end_token if spec.clip is not None else None
-    return (Path(spec.path), spec.max_seq_len, spec.append_end_token, strip_texts, spec.lowercase, pooled_token)
+    padding = spec.clip.text_padding if spec.clip is not None else None
+    return (Path(spec.path), spec.max_seq_len, spec.append_end_token, strip_texts, spec.lowercase, pooled_token,
+            padding)
 
 
 def tokenizer_for(spec: ModelSpec) -> TextTokenizer:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from litestar import Request
 from litestar.datastructures import State
 
+from rose_embed.compat.openai import UNNAMED_MODEL
 from rose_embed.server.http.errors import engine_unavailable, invalid_request, not_ready
 from rose_embed.server.http.trace import SCOPE_KEY, RequestTrace
 from rose_embed.server.pipeline.served_models import ServedModel
@@ -35,6 +36,7 @@ def pick_model(request: Request, serving: Serving, asked: str | None,
         raise invalid_request("you must provide a model parameter: 'model' is empty. Name one of the models "
                               "that /v1/models lists, or leave 'model' out for this server's default, "
                               f"'{serving.pick(None, kind).name}'.", "model")
-    model = serving.pick(asked, kind)
+    # Infinity's clients name no model with this placeholder, on any route.
+    model = serving.pick(None if asked == UNNAMED_MODEL else asked, kind)
     trace_of(request).model = model.name
     return model

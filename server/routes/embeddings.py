@@ -3,9 +3,10 @@
 The route reads OpenAI's body into an embeddings ask (server/pipeline/embed_ask.py, which Cohere's and
 TEI's embed routes share) and shapes OpenAI's answer; for a CLIP model an item may be an image
 (`{"type": "image_url", "image_url": {"url": "data:..."}}`: server/pipeline/image_parts.py,
-docs/images.md). The pipeline (server/pipeline/serve_request.py) does the rest: over-long inputs are
-truncated, windowed or refused as `long_inputs` says, and each part's vectors are encoded as soon as
-they land. A sparse encoder (SPLADE) answers here too,
+docs/images.md), or, in Infinity's body (`modality: "image"`), each string of `input` is an image's URL
+as on /embeddings_image. The pipeline (server/pipeline/serve_request.py) does the rest: over-long
+inputs are truncated, windowed or refused as `long_inputs` says, and each part's vectors are encoded as
+soon as they land. A sparse encoder (SPLADE) answers here too,
 each text's pairs in this server's extension of the answer (server/pipeline/sparse_ask.py,
 docs/sparse.md), a multi-vector (ColBERT) model, each text's token vectors
 (server/pipeline/colbert_ask.py, docs/colbert.md), and a BGE-M3 model, each text's dense vector or,
@@ -20,9 +21,11 @@ from functools import partial
 from litestar import Request
 from litestar.datastructures import State
 
+from rose_embed.compat.infinity_image import images_of
 from rose_embed.compat.inputs import normalise_input
 from rose_embed.compat.multi_output_wire import multi_output_item
-from rose_embed.compat.openai import Embedding, EmbeddingRequest, EmbeddingResponse, MultiOutputEmbedding, Usage
+from rose_embed.compat.openai import (MODALITIES, Embedding, EmbeddingRequest, EmbeddingResponse, MultiOutputEmbedding,
+                                      Usage)
 from rose_embed.compat.sparse_wire import sparse_embedding
 from rose_embed.server.config import ServerConfig
 from rose_embed.server.http.errors import invalid_request
@@ -39,10 +42,18 @@ from rose_embed.server.pipeline.sparse_ask import SparseAsk, tokens_of
 
 
 def _read(data: EmbeddingRequest, model: ServedModel, config: ServerConfig) -> EmbedAsk:
-    inputs = normalise_input(data.input, config.max_request_inputs, allow_images=True)
+    if data.modality == "image":  # Infinity's: every string an image
+        inputs = images_of(data.input, config.max_request_inputs)
+    elif data.modality in (None, "text"):
+        inputs = normalise_input(data.input, config.max_request_inputs, allow_images=True)
+    else:
+        raise invalid_request(f"'modality' must be one of {', '.join(MODALITIES)} (audio is embedded by no model "
+                              f"here); got {data.modality!r}", "modality")
     if inputs.items is not None:  # before the kinds below: none of theirs takes images
         check_images(model, inputs)
-    fields = {"formats": (data.encoding_format,), "dimensions": data.dimensions, "prompt_name": data.prompt_name,
+    # Infinity's client sends dimensions 0 for the whole vector.
+    dimensions = None if data.modality is not None and data.dimensions == 0 else data.dimensions
+    fields = {"formats": (data.encoding_format,), "dimensions": dimensions, "prompt_name": data.prompt_name,
               "input_type": data.input_type, "long_inputs": data.long_inputs, "priority": data.priority}
     if data.outputs is not None and model.kind != MULTI_OUTPUT:
         raise invalid_request(f"'outputs' applies to BGE-M3 models, which give several outputs per text; the model "

@@ -1,7 +1,8 @@
 """A CLIP model's images through Cohere's /v2/embed (`images`, and `inputs` with `image_url` parts) and
-Infinity's /embeddings_image, on the in-process app with a real CPU engine in float32: the vectors equal
-transformers' (and so /v1/embeddings'), within 1e-4; Cohere's SDK sends its images unchanged; what a route
-cannot take is a 400 naming its field and index. Image URLs are fetched from a server in the test."""
+Infinity's /embeddings_image and /embeddings body (`modality: "image"`), on the in-process app with a real
+CPU engine in float32: the vectors equal transformers' (and so /v1/embeddings'), within 1e-4; Cohere's SDK
+sends its images unchanged; what a route cannot take is a 400 naming its field and index. Image URLs are
+fetched from a server in the test."""
 
 from __future__ import annotations
 
@@ -102,6 +103,21 @@ def test_cohere_v1_embed_takes_images_too(client, clip_saved):
                                rtol=0)
 
 
+def test_the_body_llamaindex_cohere_embedding_sends_for_an_image(client, clip_saved):
+    """Exactly what its get_image_embedding posts for a .jpg file (tests/clients/test_client_images.py sends it
+    through the class where the class is installed): Cohere's model name, which the first model answers,
+    `truncate`, and the file's suffix as its media type."""
+    out = io.BytesIO()
+    sample_images()[1].save(out, format="JPEG")
+    uri = "data:image/jpg;base64," + base64.b64encode(out.getvalue()).decode()
+    response = client.post("/v2/embed", json={
+        "model": "embed-english-v3.0", "input_type": "image", "embedding_types": ["float"], "truncate": "END",
+        "inputs": [{"content": [{"type": "image_url", "image_url": {"url": uri}}]}]})
+    assert response.status_code == 200, response.text
+    expected = reference_images(clip_saved, [Image.open(io.BytesIO(out.getvalue()))])
+    np.testing.assert_allclose(_floats(response.json()["embeddings"]["float"]), expected, atol=1e-4, rtol=0)
+
+
 @pytest.mark.parametrize("body, param, why", [
     ({"images": ["data:image/png;base64,AAAA"]}, "images", "'images[0]' is not a usable image"),
     ({"images": [7]}, "images", None),
@@ -131,6 +147,9 @@ def test_a_text_only_model_refuses_cohere_images_by_name():
         assert error["param"] == "input_type" and "embeds texts only" in error["message"]
         error = assert_envelope(client.post("/embeddings_image", json={"input": [data_uri(sample_images()[0])]}),
                                 400, "model_takes_texts_only")
+        assert error["param"] == "input"
+        error = assert_envelope(client.post("/embeddings", json={"input": [data_uri(sample_images()[0])],
+                                                                 "modality": "image"}), 400, "model_takes_texts_only")
         assert error["param"] == "input"
 
 
@@ -181,3 +200,35 @@ def test_infinity_dimensions_cut_and_renormalise(client, clip_saved):
 def test_infinity_refusals_name_the_input(client, clip_saved, body, why):
     error = assert_envelope(client.post("/embeddings_image", json={"model": clip_saved[0].name, **body}), 400)
     assert why in error["message"] or why == error["param"], error
+
+
+# Infinity's /embeddings body: `modality`
+
+def test_infinity_modality_image_on_embeddings_as_its_client_sends_it(client, clip_saved, web):
+    """infinity_client's `embeddings` body: its unnamed model, `dimensions: 0` (the whole vector), each string
+    an image; and with `modality: "text"` texts, as without the field."""
+    images = sample_images()
+    response = client.post("/embeddings", json={
+        "model": "default/not-specified", "input": [data_uri(images[0]), web.url("/dog.png")], "modality": "image",
+        "dimensions": 0, "encoding_format": "float"})
+    assert response.status_code == 200, response.text
+    assert response.json()["model"] == clip_saved[0].name
+    assert response.json()["usage"]["prompt_tokens"] == 2 * IMAGE_TOKENS
+    np.testing.assert_allclose(_floats([row["embedding"] for row in response.json()["data"]]),
+                               reference_images(clip_saved, images[:2]), atol=1e-4, rtol=0)
+    response = client.post("/v1/embeddings", json={"model": "default/not-specified", "input": TEXTS[:2],
+                                                   "modality": "text", "dimensions": 0, "encoding_format": "float"})
+    assert response.status_code == 200, response.text
+    np.testing.assert_allclose(_floats([row["embedding"] for row in response.json()["data"]]),
+                               reference_texts(clip_saved, TEXTS[:2]), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("body, param, why", [
+    ({"input": ["a"], "modality": "audio"}, "modality", "'modality' must be one of text, image"),
+    ({"input": [image_item(Image.new("RGB", (4, 4)))], "modality": "image"}, "input", "image's URL or data: URI"),
+    ({"input": ["data:image/png;base64,AAAA"], "modality": "image"}, "input", "'input[0]' is not a usable image"),
+    ({"input": ["a"], "dimensions": 0}, "dimensions", "between 1 and"),  # 0 is the whole vector in Infinity's body only
+])
+def test_infinity_modality_refusals(client, clip_saved, body, param, why):
+    error = assert_envelope(client.post("/v1/embeddings", json=body), 400)
+    assert error["param"] == param and why in error["message"], error

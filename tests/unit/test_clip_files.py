@@ -101,7 +101,7 @@ def test_configs_not_run_exactly_are_refused(copy_of, edit, message):
 
 @pytest.mark.parametrize("edit, message", [
     (lambda cfg: cfg["image_processor"].update(crop_pct=0.9), "settings crop_pct are not supported"),
-    (lambda cfg: cfg["image_processor"].update(image_processor_type="SiglipImageProcessor"), "'SiglipImageProcessor'"),
+    (lambda cfg: cfg["image_processor"].update(image_processor_type="ViTImageProcessor"), "'ViTImageProcessor'"),
     (lambda cfg: cfg["image_processor"].update(size={"shortest_edge": 32, "longest_edge": 64}), "size"),
     (lambda cfg: cfg.pop("image_processor"), "has no image processor"),
 ])

@@ -20,7 +20,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rose_embed.engine.contract.m3_rows import row_width
 from rose_embed.engine.model_files.bge_m3 import BgeM3Model
 from rose_embed.engine.rose.layers.head import load_weights
 from rose_embed.engine.rose.layers.pooling import normalize, pooled_token_rows
@@ -35,7 +34,8 @@ class M3Head(nn.Module):
 
     def __init__(self, m3: BgeM3Model):
         super().__init__()
-        self.vector_width = row_width(m3.dense_dim, m3.colbert_dim) - 1
+        # The wider of the two vectors: engine/contract/m3_rows.py's row_width less the weight's column.
+        self.vector_width = max(m3.dense_dim, m3.colbert_dim)
         self.colbert_linear = nn.Linear(m3.dense_dim, m3.colbert_dim)
         load_weights(self.colbert_linear, m3.colbert_weights)
         self.sparse_linear = nn.Linear(m3.dense_dim, 1)

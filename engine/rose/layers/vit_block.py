@@ -1,4 +1,4 @@
-"""The pre-norm transformer block of CLIP's towers (and of ViTs after it): x + attn(ln1(x)), then
+"""The pre-norm transformer block of CLIP's and SigLIP's towers (and of ViTs after them): x + attn(ln1(x)), then
 x + fc2(act(fc1(ln2(x)))), on any leading shape: a packed stream [T, H] or images [N, L, H]."""
 
 from __future__ import annotations

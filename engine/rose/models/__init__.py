@@ -9,6 +9,7 @@ from rose_embed.engine.rose.models.mistral import MistralModel
 from rose_embed.engine.rose.models.modernbert import ModernBertModel
 from rose_embed.engine.rose.models.mpnet import MPNetModel
 from rose_embed.engine.rose.models.qwen3 import Qwen3Model
+from rose_embed.engine.rose.models.siglip import SiglipModel
 
 MODEL_CLASSES = {
     "bert": BertModel,
@@ -19,4 +20,5 @@ MODEL_CLASSES = {
     "modernbert": ModernBertModel,
     "mpnet": MPNetModel,
     "qwen3": Qwen3Model,
+    "siglip": SiglipModel,
 }
