@@ -66,6 +66,10 @@
 #                                    # (bench/results/http/heads-http-gpu.md; about 5 minutes by estimate, not yet timed)
 #   bench/gpu_session.sh sparse-parts # the fused kernels' and the sparse head's GPU tests, then where a SPLADE batch's
 #                                    # head time goes, part by part (bench/probes/sparse_head_parts.py; about 2 minutes)
+#   bench/gpu_session.sh images      # CLIP's GPU tests (the vision tower in CUDA graphs against transformers), then
+#                                    # bench/images.py: ViT-B/16 and ViT-L/14 shapes, the engine alone against
+#                                    # get_image_features in bf16 (bench/results/gpu/images.md; set ROSE_EMBED_COMMIT to
+#                                    # name the commit; about 3 minutes by estimate, not yet timed)
 #   bench/gpu_session.sh budget      # a batch's time and speed against its token budget (bench/probes/gpu_batch_budget.py)
 #
 # A device call runs at most 10 minutes: one mode per call.
@@ -347,6 +351,11 @@ sparse-parts)
         tests/gpu/test_sparse_gpu.py
     step sparse-head-parts python3 bench/probes/sparse_head_parts.py
     cat /tmp/step-logs/sparse-head-parts.log
+    ;;
+images)
+    KEEP_LOGS=1 step clip-gpu-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/gpu/test_clip_gpu.py
+    step images python3 bench/images.py --device cuda --out "$OUT/images.md"
+    sed -n '/^| shape | tokens/,$p' "$OUT/images.md"
     ;;
 budget)
     # A batch's time and speed against its token budget, MiniLM, BERT-base and the Qwen3-0.6B shape

@@ -163,9 +163,11 @@ class Engine(ModelView):
 
     def _runner(self, model: torch.nn.Module, head, attention, enforce_eager: bool) -> ModelRunner:
         config = self.config
+        clip = self.spec.clip
         return ModelRunner(model, head, attention, self.device, max_num_tokens=config.max_batch_tokens,
                            max_num_seqs=config.max_batch_seqs, max_seqlen=self.spec.max_seq_len,
-                           enforce_eager=enforce_eager, hidden_keys_attention=self.hidden_keys_attention)
+                           enforce_eager=enforce_eager, hidden_keys_attention=self.hidden_keys_attention,
+                           image_shape=None if clip is None else (clip.image_size, clip.image_seq_len))
 
     def _refuse_quantization(self, config: EngineConfig) -> None:
         """ValueError naming what --quantization needs that this model, device or dtype lacks."""
@@ -203,7 +205,8 @@ class Engine(ModelView):
 
     def warm_up(self) -> None:
         """Run a small and a full-budget batch (on the CPU a batch of CPU_WARM_UP_SEQS) so that
-        first requests pay no setup cost.
+        first requests pay no setup cost. A model with a vision tower has it captured on CUDA, a graph per
+        image-count bucket (engine/rose/image_graphs.py).
 
         With attention_backend auto on CUDA the attention backends are timed first, per
         class of batch (engine/rose/attention/choice.py). On CUDA each batch runs twice:
@@ -232,6 +235,8 @@ class Engine(ModelView):
                         time.perf_counter() - started)
         if self.config.capture_at_start:
             self.runner.capture_all()
+        if (num_image_graphs := self.runner.warm_up_images()):
+            logger.info("the vision tower captured in %d CUDA graphs, one per image-count bucket", num_image_graphs)
 
     def measure_budget(self) -> None:
         """After warm-up, for a server's queue: the batch budget (chosen on the CPU where

@@ -13,7 +13,9 @@ from rose_embed.engine.contract.batch import PackedBatch, split_packed
 from rose_embed.engine.contract.hidden_keys import reveal_hidden_keys
 from rose_embed.engine.rose.quantization.fp8_plan import pooled_tokens_of
 from rose_embed.engine.rose.graphs import CUDAGraphRunner, StaticInputs
+from rose_embed.engine.rose.image_graphs import ImageGraphs
 from rose_embed.engine.rose.attention.ragged import AttentionBackend
+from rose_embed.engine.rose.layers.cpu_vit_block import fuse_for_cpu
 from rose_embed.engine.rose.layers.head import SentenceHead
 from rose_embed.engine.rose.layers.pooling import normalize, pooled_token_rows
 from rose_embed.engine.rose.lazy import LazyResult
@@ -36,7 +38,8 @@ class ModelRunner:
 
     def __init__(self, model: torch.nn.Module, head: SentenceHead, attention: AttentionBackend, device: torch.device,
                  *, max_num_tokens: int, max_num_seqs: int, max_seqlen: int, enforce_eager: bool = False,
-                 hidden_keys_attention: AttentionBackend | None = None):
+                 hidden_keys_attention: AttentionBackend | None = None, image_shape: tuple[int, int] | None = None):
+        """`image_shape`: (image_size, tokens per image) of a model with a vision tower (CLIP)."""
         self.model, self.head, self.attention, self.device = model, head, attention, device
         # Where `attention` cannot hide keys: what a batch that hides some runs on, eagerly (engine.py's
         # hidden_keys_backend); None where `attention` can, or no batch hides any.
@@ -44,6 +47,8 @@ class ModelRunner:
         self.inputs: StaticInputs | None = None
         self._num_eager_runs = 0  # batches run outside any graph (CPU, enforce_eager, no bucket)
         self.graphs: CUDAGraphRunner | None = None
+        if device.type == "cpu" and isinstance(getattr(model, "vision_layers", None), torch.nn.ModuleList):
+            model.vision_layers = fuse_for_cpu(model.vision_layers)  # the matmuls' epilogues do the rest
         if device.type == "cuda":
             max_num_segments = CUDAGraphRunner.max_num_segments(max_num_tokens, max_num_seqs)
             self.inputs = StaticInputs(max_num_tokens, max_num_segments, device)
@@ -51,6 +56,11 @@ class ModelRunner:
                 self.graphs = CUDAGraphRunner(self._forward, attention, self.inputs, max_num_tokens=max_num_tokens,
                                               max_num_seqs=max_num_seqs, max_seqlen=max_seqlen,
                                               head_mode_of=self._head_mode_of, num_head_modes=self._num_head_modes)
+        self.image_graphs: ImageGraphs | None = None
+        if device.type == "cuda" and not enforce_eager and image_shape is not None:
+            image_size, image_tokens = image_shape  # the queue cuts batches of images by their tokens
+            max_images = min(max_num_seqs, max(1, max_num_tokens // image_tokens))
+            self.image_graphs = ImageGraphs(self._image_vectors, image_size, max_images, device)
 
     @property
     def _num_head_modes(self) -> int:
@@ -97,19 +107,34 @@ class ModelRunner:
     def execute_images(self, pixel_values: np.ndarray, seq_len: int | None = None) -> LazyResult:
         """Images' vectors, for a model with a vision tower (CLIP): pixel_values [N, 3, S, S] float32, as
         engine/image/preprocess.py makes them -> [N, dim], normalised where the head normalises texts'.
-        Eager on every device: no CUDA graph holds a vision tower yet. `seq_len`: the tokens each image
-        counts (its patches and class token); on the CPU the images run in pieces of about
-        CPU_CHUNK_TOKENS tokens, as texts do."""
+        On CUDA in graphs per image count (engine/rose/image_graphs.py), in pieces of at most its largest
+        bucket. `seq_len`: the tokens each image counts (its patches and class token); on the CPU the images
+        run in pieces of about CPU_CHUNK_TOKENS tokens, as texts do."""
+        if self.image_graphs is not None:
+            size = self.image_graphs.max_images
+            starts = range(0, len(pixel_values), size)
+            if len(starts) == 1:
+                return LazyResult(self.image_graphs.execute(pixel_values), len(pixel_values))
+            # A part's vectors are its graph's output, which the next replay of that graph rewrites: copied first.
+            parts = [self.image_graphs.execute(pixel_values[lo: lo + size]).clone() for lo in starts]
+            return LazyResult(torch.cat(parts), len(pixel_values))
         self._num_eager_runs += 1
         size = len(pixel_values)
         if self.device.type == "cpu" and seq_len:
             size = max(1, CPU_CHUNK_TOKENS // seq_len)
-        parts = [self._run_images(pixel_values[lo: lo + size]) for lo in range(0, len(pixel_values), size)]
+        parts = [self._image_vectors(torch.from_numpy(pixel_values[lo: lo + size]).to(self.device))
+                 for lo in range(0, len(pixel_values), size)]
         return LazyResult(parts[0] if len(parts) == 1 else torch.cat(parts), len(pixel_values))
 
-    def _run_images(self, pixel_values: np.ndarray) -> torch.Tensor:
-        vectors = self.model.embed_images(torch.from_numpy(pixel_values).to(self.device)).float()
+    def _image_vectors(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """What an image graph holds: pixels on the device -> vectors [N, dim] float32."""
+        vectors = self.model.embed_images(pixel_values).float()
         return normalize(vectors) if self.head.normalize else vectors
+
+    @torch.inference_mode()
+    def warm_up_images(self) -> int:
+        """Capture the vision tower's graph of every image-count bucket (CUDA); return how many there are."""
+        return self.image_graphs.warm_up() if self.image_graphs is not None else 0
 
     def _hides_keys_elsewhere(self, batch: PackedBatch) -> bool:
         """Whether the batch hides keys, which the runner's own backend (and its graphs) cannot."""
@@ -141,17 +166,21 @@ class ModelRunner:
             layer.register_forward_hook(lambda *_: between_layers())
         return True
 
+    def _graph_count(self, name: str) -> int:
+        """A counter summed over the text graphs and the image graphs."""
+        return sum(getattr(graphs, name) for graphs in (self.graphs, self.image_graphs) if graphs is not None)
+
     @property
     def num_graph_replays(self) -> int:
-        return self.graphs.num_replays if self.graphs is not None else 0
+        return self._graph_count("num_replays")
 
     @property
     def num_eager_runs(self) -> int:
-        return self._num_eager_runs + (self.graphs.num_eager_runs if self.graphs is not None else 0)
+        return self._num_eager_runs + self._graph_count("num_eager_runs")
 
     @property
     def num_capture_failures(self) -> int:
-        return self.graphs.num_capture_failures if self.graphs is not None else 0
+        return self._graph_count("num_capture_failures")
 
     def choose_attention(self) -> str | None:
         """attention_backend "auto" with graphs: time the candidates on every graph class and

@@ -83,6 +83,8 @@ def _our_images(engine: Engine, images: list[Image.Image]) -> np.ndarray:
 def test_text_and_image_vectors_equal_transformers(tmp_path, variant):
     reference = save_clip(tmp_path, **variant)
     engine = _engine(tmp_path)
+    # On the CPU the vision tower runs oneDNN's fused linears (engine/rose/layers/cpu_vit_block.py).
+    assert all(type(layer).__name__ == "CpuFusedBlock" for layer in engine.runner.model.vision_layers)
     np.testing.assert_allclose(engine.embed(TEXTS), _reference_texts(reference, tmp_path, TEXTS), atol=ATOL, rtol=0)
     images = _images()
     np.testing.assert_allclose(_our_images(engine, images), _reference_images(reference, tmp_path, images),

@@ -38,7 +38,7 @@ class PreNormBlock(nn.Module):
         self.layer_norm2 = nn.LayerNorm(hidden, eps=eps)
         self.fc1 = nn.Linear(hidden, intermediate)
         self.fc2 = nn.Linear(intermediate, hidden)
-        self.act = ACTIVATIONS[act]
+        self.act, self.act_name = ACTIVATIONS[act], act
 
     def forward(self, x: torch.Tensor, attend: Attend) -> torch.Tensor:
         lead = x.shape[:-1]
