@@ -46,7 +46,8 @@ def test_float32_vectors_equal_pylate(hidden, attention_backend):
     from rose_embed.engine.contract.config import EngineConfig
     from rose_embed.engine.rose.engine import Engine
 
-    engine = Engine(EngineConfig(model=str(hidden), device="cuda", dtype="float32", attention_backend=attention_backend))
+    config = EngineConfig(model=str(hidden), device="cuda", dtype="float32", attention_backend=attention_backend)
+    engine = Engine(config)
     texts = texts_with_edges(10, 4)
     got = _batch_vectors(engine, texts)
     expected = reference_vectors(hidden, texts, True) + reference_vectors(hidden, texts, False)
