@@ -10,8 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from transformers import Qwen3Config
-from transformers import Qwen3Model as HFQwen3Model
 
 from rose_embed.engine.contract.batch import pack
 from rose_embed.engine.rose.attention.ragged import SDPAPerSequenceBackend
@@ -23,6 +21,9 @@ ATOL = 1e-4
 
 
 def _models(**extra):
+    from transformers import Qwen3Config  # seconds to import: not while the tests are collected
+    from transformers import Qwen3Model as HFQwen3Model
+
     shape = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16, max_position_embeddings=128, rope_theta=1234.0)
     config = Qwen3Config(**{**shape, **extra})

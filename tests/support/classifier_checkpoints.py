@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import AutoModelForSequenceClassification
 
 from tests.support.qwen3_checkpoints import randomize
 from tests.support.reranker_checkpoints import CROSS_ENCODERS, MAX_LENGTH
@@ -29,6 +28,8 @@ def save_classifier(path: Path, name: str, *, labels: tuple[str, ...] = LABELS, 
                     seed: int = 0) -> Path:
     """A random `name` classifier (a key of CROSS_ENCODERS) of `labels`, saved with save_pretrained; its
     tokenizer's limit is MAX_LENGTH tokens, so that long inputs are cut."""
+    from transformers import AutoModelForSequenceClassification
+
     tokenizer, config_of = CROSS_ENCODERS[name]
     path.mkdir(parents=True, exist_ok=True)
     config = config_of(tokenizer(path))

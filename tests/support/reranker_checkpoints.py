@@ -13,13 +13,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import AutoModelForSequenceClassification, PretrainedConfig, Qwen3ForCausalLM
 
 from tests.conftest import load_texts
 from tests.support.qwen3_checkpoints import END_TOKEN, randomize, tiny_config, train_tokenizer
 from tests.support.st_checkpoints import bert_tokenizer, bpe_encoder_tokenizer, xlmr_tokenizer
+
+if TYPE_CHECKING:  # transformers takes seconds to import: the functions that build a model import it
+    from transformers import PretrainedConfig
 
 # The cross-encoders' limit (their tokenizer's model_max_length, as CrossEncoder(max_length=...)
 # saves it): short enough that the shared workload's longer paragraphs are truncated in a pair.
@@ -62,6 +65,7 @@ def save_cross_encoder(path: Path, name: str, *, num_labels: int = 1, seed: int 
     """A random `name` cross-encoder saved by the Hugging Face way into `{path}-hf`, then by
     sentence-transformers' CrossEncoder.save into `path`."""
     from sentence_transformers import CrossEncoder
+    from transformers import AutoModelForSequenceClassification
 
     tokenizer, config_of = CROSS_ENCODERS[name]
     hf_dir = path.parent / f"{path.name}-hf"
@@ -91,7 +95,7 @@ def card_body(query: str, document: str) -> str:
 def save_qwen3_reranker(path: Path, *, marked: bool = True, seed: int = 3) -> Path:
     """A tiny Qwen3ForCausalLM with Qwen's template tokens; `marked`: a CrossEncoder
     config_sentence_transformers.json names it a reranker (else only the kind flag can)."""
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
 
     specials = (END_TOKEN, "<|im_end|>", "<|im_start|>", "<think>", "</think>")
     tok = train_tokenizer(load_texts(300), special_tokens=specials)
@@ -115,7 +119,7 @@ def qwen3_card_scores(path: Path, query: str, documents: list[str], max_length: 
     """Qwen3-Reranker's model card on this checkpoint: format, tokenize with truncation to leave room
     for the template, wrap, then p(yes) / (p(yes) + p(no)) at the last position (one pair at a time).
     Another dtype or device gives the reference's own rounding there (a GPU test's floor)."""
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
 
     tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(path / "tokenizer.json"))
     model = Qwen3ForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()

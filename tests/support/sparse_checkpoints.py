@@ -16,13 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from transformers import AutoModelForMaskedLM, PretrainedConfig
 
 from tests.support.qwen3_checkpoints import randomize
 from tests.support.st_checkpoints import bert_tokenizer, xlmr_tokenizer
+
+if TYPE_CHECKING:  # transformers takes seconds to import: the functions that build a model import it
+    from transformers import PretrainedConfig
 
 _SIZES = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
 # The Transformer module's limit: short enough that the shared workload's longer paragraphs are cut.
@@ -66,6 +69,8 @@ def _lower_logits(model: torch.nn.Module, shift: float) -> None:
 
 
 def _save_mlm(hf_dir: Path, name: str, sparsity_shift: float | None, seed: int) -> None:
+    from transformers import AutoModelForMaskedLM
+
     tokenizer, config_of, default_shift = MLM_MODELS[name]
     hf_dir.mkdir(parents=True, exist_ok=True)
     config = config_of(tokenizer(hf_dir))

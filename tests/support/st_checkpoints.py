@@ -22,13 +22,16 @@ import json
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import AutoModel, PretrainedConfig
 
 from tests.conftest import load_texts
 from tests.support.qwen3_checkpoints import randomize, train_tokenizer, with_end_token
+
+if TYPE_CHECKING:  # transformers takes seconds to import: the functions that build a model import it
+    from transformers import PretrainedConfig
 
 # A module after pooling: an instance, or a function of the width it receives -> an instance.
 ModuleSpec = torch.nn.Module | Callable[[int], torch.nn.Module]
@@ -114,6 +117,8 @@ def save_hf_model(out: Path, config: PretrainedConfig, *, seed: int = 0, trust_r
                   emphasize: tuple[str, ...] = ()) -> Path:
     """A random-weight model of `config`, saved the Hugging Face way (tokenizer files go in `out` too);
     `emphasize`: tests/support/qwen3_checkpoints.py's randomize."""
+    from transformers import AutoModel
+
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     model = AutoModel.from_config(config, trust_remote_code=trust_remote_code)
