@@ -77,7 +77,8 @@ class CharsMap:
         try:
             return self._replacements[at:end].decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ModelLoadError("the SentencePiece model's precompiled_charsmap holds a rule that is not UTF-8") from exc
+            raise ModelLoadError("the SentencePiece model's precompiled_charsmap holds a rule that is not "
+                                 "UTF-8") from exc
 
 
 def _offset(unit):

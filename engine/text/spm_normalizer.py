@@ -64,9 +64,8 @@ class SentencePieceNormalizer:
 
     def _finish(self, replaced: str, text: str) -> str:
         """Steps 3 and 4 and the trailing spaces, on the replaced text."""
-        if self._remove_extra_whitespaces:
-            if not replaced:
-                return ""  # SentencePiece's dummy prefix alone is trailing whitespace, dropped
+        if self._remove_extra_whitespaces and not replaced:
+            return ""  # SentencePiece's dummy prefix alone is trailing whitespace, dropped
         if self._add_dummy_prefix:
             replaced = " " + replaced
         escaped = replaced.replace(" ", SPACE_SYMBOL)

@@ -106,7 +106,8 @@ class TextTokenizer:
         # SiglipTokenizer's texts (no tokenizer.json: spiece.model) take its own steps to ids; its pieces and
         # special tokens, as a fast tokenizer, give ids back as strings.
         self._siglip = SiglipTexts.from_model_dir(Path(model_dir)) if siglip_tokenizer else None
-        self._tokenizer = self._siglip.vocabulary if self._siglip else read_tokenizer(Path(model_dir) / "tokenizer.json")
+        self._tokenizer = (self._siglip.vocabulary if self._siglip is not None
+                           else read_tokenizer(Path(model_dir) / "tokenizer.json"))
         if lowercase:
             lowercase_first(self._tokenizer)
         if append_end_token:

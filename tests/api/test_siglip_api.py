@@ -15,7 +15,9 @@ from rose_embed.engine.contract.config import EngineConfig
 from rose_embed.engine.rose.engine import Engine
 from tests.support.clip_inputs import image_item, sample_images
 from tests.support.fake_engine import serve
-from tests.support.siglip_checkpoints import IMAGE_SIZE, TEXT_LEN, save_siglip, sentencepiece_tokenizer, siglip_tokenizer
+from tests.support.siglip_checkpoints import (
+    IMAGE_SIZE, TEXT_LEN, save_siglip, sentencepiece_tokenizer, siglip_tokenizer,
+)
 
 pytestmark = pytest.mark.slow
 
