@@ -6,9 +6,9 @@ texts as the class does from what is read here.
 The special tokens are what transformers splits a text at before tokenizing the rest: the named ones
 (eos_token, unk_token, pad_token, ... with SiglipTokenizer's defaults "</s>", "<unk>", "</s>"), the extra
 ones and those of added_tokens_decoder. Each must be a piece of spiece.model (or carry its id in
-added_tokens_decoder), and each is expected to be spelled "<...>" with no other "<" or ">", as
-SentencePiece's are: then a text is split at them as transformers' trie splits it, whatever their
-lstrip / rstrip (each part is stripped by the class's canonicalization anyway); others are refused.
+added_tokens_decoder), and each must be spelled "<...>" with no other "<" or ">", as SentencePiece's
+are: then a text is split at them as transformers' trie splits it, whatever their lstrip / rstrip (each
+part is stripped by the class's canonicalization anyway); others are refused by name.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from rose_embed.engine.model_files.load_error import ModelLoadError
 # SentencePiece.Type values.
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 UNIGRAM = 1  # TrainerSpec.ModelType
+SPACE_SYMBOL = "▁"  # how SentencePiece writes a space, in pieces and normalized text
 
 # Wire types.
 _VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5

@@ -20,10 +20,9 @@ from tokenizers import AddedToken, Tokenizer, decoders
 from tokenizers.models import Unigram
 
 from rose_embed.engine.model_files.spm_proto import (
-    BYTE, CONTROL, NORMAL, UNIGRAM, UNKNOWN, UNUSED, USER_DEFINED, SentencePieceModel,
+    BYTE, CONTROL, NORMAL, SPACE_SYMBOL, UNIGRAM, UNKNOWN, UNUSED, USER_DEFINED, SentencePieceModel,
 )
 
-SPACE_SYMBOL = "▁"
 _UNMATCHED_TYPES = (CONTROL, UNKNOWN, UNUSED)
 
 

@@ -27,7 +27,8 @@ from tokenizers import Tokenizer
 
 from rose_embed.engine.model_files.json_files import read_json_object
 from rose_embed.engine.model_files.siglip_tokenizer import SiglipTokenizerFiles, read_siglip_tokenizer
-from rose_embed.engine.model_files.spm_tokenizer import SPACE_SYMBOL, segmenter, vocabulary
+from rose_embed.engine.model_files.spm_proto import SPACE_SYMBOL
+from rose_embed.engine.model_files.spm_tokenizer import segmenter, vocabulary
 from rose_embed.engine.text.spm_normalizer import SentencePieceNormalizer
 
 _NO_PUNCTUATION = str.maketrans("", "", string.punctuation)

@@ -19,9 +19,8 @@ from __future__ import annotations
 import re
 
 from rose_embed.engine.model_files.spm_charsmap import CharsMap
-from rose_embed.engine.model_files.spm_proto import SentencePieceModel
+from rose_embed.engine.model_files.spm_proto import SPACE_SYMBOL, SentencePieceModel
 
-SPACE_SYMBOL = "▁"
 _SPACE_RUNS = re.compile(" {2,}")
 
 
@@ -46,8 +45,8 @@ class SentencePieceNormalizer:
             replaced = text.translate(self._table)
             if self._remove_extra_whitespaces:
                 replaced = _SPACE_RUNS.sub(" ", replaced.lstrip(" "))
-            return self._finish(replaced, text)
-        return self._finish(self._walk(text), text)
+            return self._finish(replaced)
+        return self._finish(self._walk(text))
 
     def _walk(self, text: str) -> str:
         """Steps 1 and 2's leading and repeated spaces, a replacement at a time, as normalizer.cc does."""
@@ -62,7 +61,7 @@ class SentencePieceNormalizer:
                 is_prev_space = self._remove_extra_whitespaces and piece.endswith(" ")
         return "".join(out)
 
-    def _finish(self, replaced: str, text: str) -> str:
+    def _finish(self, replaced: str) -> str:
         """Steps 3 and 4 and the trailing spaces, on the replaced text."""
         if self._remove_extra_whitespaces and not replaced:
             return ""  # SentencePiece's dummy prefix alone is trailing whitespace, dropped

@@ -126,7 +126,8 @@ class TextTokenizer:
         self._untruncated: Tokenizer | None = None  # built on first use: only over-long texts need it
         self._untruncated_lock = threading.Lock()
         self._wrapping: tuple[tuple[int, ...], tuple[int, ...]] | None = None
-        self._fast = self._ascii_wordpiece() if pooled_token is None and padding is None else None
+        plain = pooled_token is None and padding is None and self._siglip is None
+        self._fast = self._ascii_wordpiece() if plain else None
 
     def _ascii_wordpiece(self) -> AsciiWordPiece | None:
         try:
