@@ -37,9 +37,10 @@ def siglip_tokenizer(padding_side: str | None = None, attention_mask: bool = Tru
     return cls(vocab=vocab, merges=list(_MERGES), add_bos_token=False, add_eos_token=True, **options)
 
 
-def sentencepiece_tokenizer(folder: Path, *, do_lower_case: bool = True, vocab_size: int = 200):
-    """SiglipTokenizer over a unigram SentencePiece model trained into `folder` on the shared workload's first
-    paragraphs and a line of accents, CJK, emoji and symbols (characters seen once or never stay unknown), with
+def sentencepiece_tokenizer(folder: Path):
+    """SiglipTokenizer over a 200-piece unigram SentencePiece model trained into `folder` on the shared workload's
+    first paragraphs and a line of accents, CJK and symbols (characters it never saw, Greek and emoji among them,
+    stay unknown), with
     T5's ids as SigLIP's spiece.model has them (<pad> 0, </s> 1, <unk> 2) and model_input_names ["input_ids"],
     as transformers' SigLIP conversion saves it."""
     import sentencepiece
@@ -50,11 +51,10 @@ def sentencepiece_tokenizer(folder: Path, *, do_lower_case: bool = True, vocab_s
     folder.mkdir(parents=True, exist_ok=True)
     lines = [*load_texts(300), "café naïve résumé Über straße ÉCOLE 東京 日本語 한국어 ＜ｆｕｌｌ＞ ① ﬁ ½ <unk> </s> #$%&*+=@^_|~"]
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_prefix=str(folder / "spiece"), vocab_size=vocab_size,
+        sentence_iterator=iter(lines), model_prefix=str(folder / "spiece"), vocab_size=200,
         model_type="unigram", character_coverage=1.0, pad_id=0, eos_id=1, unk_id=2, bos_id=-1, num_threads=1,
         minloglevel=2)
-    return SiglipTokenizer(vocab_file=str(folder / "spiece.model"), model_input_names=["input_ids"],
-                           do_lower_case=do_lower_case)
+    return SiglipTokenizer(vocab_file=str(folder / "spiece.model"), model_input_names=["input_ids"])
 
 
 def save_siglip(out: Path, *, tokenizer=None, image_processor: dict | None = None, seed: int = 0,
