@@ -65,6 +65,8 @@ class ClipModel:
     image: ImagePreprocess  # how an image becomes those pixels
     class_token: bool = True  # the vision sequence starts with a class token (CLIP's; SigLIP has none)
     text_padding: TextPadding | None = None
+    # Texts are tokenized as transformers' SiglipTokenizer does, from spiece.model (engine/text/siglip_texts.py).
+    siglip_tokenizer: bool = False
 
     @property
     def num_patches(self) -> int:

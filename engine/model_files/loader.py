@@ -186,7 +186,7 @@ def load_spec(model: str | None, max_seq_len: int | None = None, overrides: Mode
         raise ModelLoadError(f"{model_dir} has no config.json")
     if hf_config.get("model_type") == "siglip2":
         raise ModelLoadError(f"{model_dir}: {SIGLIP2_NAFLEX_REFUSAL}")
-    if is_siglip(hf_config):  # before the tokenizer.json check: SigLIP's tokenizer without one is refused by name
+    if is_siglip(hf_config):  # before the tokenizer.json check: SigLIP's original tokenizer has spiece.model instead
         return _siglip_spec(model_dir, name, hf_config, max_seq_len, overrides or ModelOverrides())
     if not (model_dir / "tokenizer.json").is_file():
         raise ModelLoadError(f"{model_dir} has no tokenizer.json (a fast tokenizer is required)")

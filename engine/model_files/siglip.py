@@ -22,12 +22,14 @@ tokenizer class's default; model_input_names):
 max_seq_len is text_config.max_position_embeddings (64: the length the model was trained with and the
 pipeline pads to).
 
-SigLIP's original tokenizer (SiglipTokenizer: SentencePiece over a text that Python canonicalizes,
-lowercased and with punctuation removed) ships no tokenizer.json and is refused by name.
+SigLIP's original tokenizer (SiglipTokenizer, tokenizer_config.json tokenizer_class "SiglipTokenizer":
+SentencePiece over a text that Python canonicalizes, lowercased and with punctuation removed) ships no
+tokenizer.json: its texts are tokenized from spiece.model (engine/model_files/siglip_tokenizer.py reads
+it, engine/text/siglip_texts.py follows the class step for step); it pads on the right, with "</s>".
 
 An image's vector is get_image_features: the patches (no class token) through the pre-norm blocks,
-post_layernorm and the attention-pooling head. Reads JSON and tokenizer.json only: no torch, so that a
-front end may ask.
+post_layernorm and the attention-pooling head. Reads JSON, tokenizer.json and spiece.model only: no torch,
+so that a front end may ask.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ from pathlib import Path
 from rose_embed.engine.image.preprocess import ImageProcessorError, read_image_processor
 from rose_embed.engine.model_files.clip import CLIP_ACTIVATIONS, ClipError, ClipModel, TextPadding
 from rose_embed.engine.model_files.json_files import read_json_object
+from rose_embed.engine.model_files.siglip_tokenizer import (
+    SIGLIP_TOKENIZER_CLASS, SiglipTokenizerFiles, read_siglip_tokenizer,
+)
 from rose_embed.engine.model_files.tokenizer_file import read_tokenizer
 
 SIGLIP_MODEL_TYPE = "siglip"
@@ -51,7 +56,8 @@ VISION_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_la
                    "image_size": 224, "patch_size": 16, "hidden_act": "gelu_pytorch_tanh", "layer_norm_eps": 1e-6}
 # The tokenizer classes whose behaviour is all in tokenizer.json (Siglip2Tokenizer's lowercasing aside, which
 # transformers adds when it loads one), with the side each pads on where tokenizer_config.json names none.
-_TOKENIZER_PADDING_SIDES = {"GemmaTokenizer": "left", "GemmaTokenizerFast": "left", "Siglip2Tokenizer": "left"}
+_TOKENIZER_PADDING_SIDES = {"GemmaTokenizer": "left", "GemmaTokenizerFast": "left", "Siglip2Tokenizer": "left",
+                            SIGLIP_TOKENIZER_CLASS: "right"}
 LOWERCASING_TOKENIZERS = ("Siglip2Tokenizer",)
 
 
@@ -106,18 +112,21 @@ def read_siglip(model_dir: Path, hf_config: dict) -> tuple[ClipModel, bool]:
                         f"tower takes {image_size}x{image_size} ones")
     tok_cfg = read_json_object(model_dir / "tokenizer_config.json") or {}
     tokenizer_class = tok_cfg.get("tokenizer_class")
-    padding = _text_padding(model_dir, tok_cfg, tokenizer_class)
+    # Read here, whatever the padding, so that what its texts' tokenizer cannot follow is refused at load.
+    siglip_tokenizer = read_siglip_tokenizer(model_dir, tok_cfg) if tokenizer_class == SIGLIP_TOKENIZER_CLASS else None
+    padding = _text_padding(model_dir, tok_cfg, tokenizer_class, siglip_tokenizer)
     clip = ClipModel(projection_dim=vision["hidden_size"], end_token=None, image_size=image_size,
-                     patch_size=patch_size, image=image, class_token=False, text_padding=padding)
+                     patch_size=patch_size, image=image, class_token=False, text_padding=padding,
+                     siglip_tokenizer=siglip_tokenizer is not None)
     return clip, tokenizer_class in LOWERCASING_TOKENIZERS
 
 
-def _text_padding(model_dir: Path, tok_cfg: dict, tokenizer_class) -> TextPadding | None:
+def _text_padding(model_dir: Path, tok_cfg: dict, tokenizer_class,
+                  siglip_tokenizer: SiglipTokenizerFiles | None) -> TextPadding | None:
     """The padding a text carries into the tower (module docstring), None where it carries none."""
-    if tokenizer_class == "SiglipTokenizer" or not (model_dir / "tokenizer.json").is_file():
-        raise ClipError("SigLIP's SentencePiece tokenizer (SiglipTokenizer: texts lowercased and stripped of "
-                        "punctuation in Python, no tokenizer.json) is not supported; SigLIP 2's fixed-resolution "
-                        "checkpoints, with Gemma's tokenizer.json, are")
+    if siglip_tokenizer is None and not (model_dir / "tokenizer.json").is_file():
+        raise ClipError(f"a SigLIP checkpoint with tokenizer_class {tokenizer_class!r} and no tokenizer.json is not "
+                        f"supported (SiglipTokenizer's spiece.model, or a tokenizer.json, is read)")
     if tokenizer_class not in _TOKENIZER_PADDING_SIDES:
         raise ClipError(f"a SigLIP checkpoint with tokenizer_class {tokenizer_class!r} is not supported "
                         f"(supported: {', '.join(_TOKENIZER_PADDING_SIDES)})")
@@ -131,7 +140,7 @@ def _text_padding(model_dir: Path, tok_cfg: dict, tokenizer_class) -> TextPaddin
         raise ClipError("a SigLIP tokenizer that pads on the right and returns an attention mask is not supported: "
                         "transformers then reads the vector at a padding token that attends to the text but is "
                         "attended to by nothing, which packed attention cannot compute")
-    return TextPadding(_pad_id(model_dir, tok_cfg), side)
+    return TextPadding(siglip_tokenizer.pad_id if siglip_tokenizer else _pad_id(model_dir, tok_cfg), side)
 
 
 def _pad_id(model_dir: Path, tok_cfg: dict) -> int:

@@ -18,6 +18,7 @@ from rose_embed.engine.model_files.clip import HIGHEST_ID, TextPadding
 from rose_embed.engine.model_files.json_files import read_json_object
 from rose_embed.engine.model_files.tokenizer_file import read_tokenizer
 from rose_embed.engine.text.ascii_wordpiece import AsciiWordPiece
+from rose_embed.engine.text.siglip_texts import SiglipTexts
 from rose_embed.engine.contract.batch import PackedBatch, pack_flat, split_flat
 
 if TYPE_CHECKING:  # the loader imports torch, which a tokenizer process does without
@@ -91,16 +92,22 @@ class TextTokenizer:
     """
 
     def __init__(self, model_dir: Path, max_seq_len: int, append_end_token: bool = False, strip_texts: bool = True,
-                 lowercase: bool = False, pooled_token: int | None = None, padding: TextPadding | None = None):
+                 lowercase: bool = False, pooled_token: int | None = None, padding: TextPadding | None = None,
+                 siglip_tokenizer: bool = False):
         # What builds the same tokenizer again, in another process.
-        self.recipe = (Path(model_dir), max_seq_len, append_end_token, strip_texts, lowercase, pooled_token, padding)
+        self.recipe = (Path(model_dir), max_seq_len, append_end_token, strip_texts, lowercase, pooled_token, padding,
+                       siglip_tokenizer)
         self.max_seq_len = max_seq_len
         # A CLIP text tower's token whose state is the text's vector (engine/model_files/clip.py): ids end there.
         self.pooled_token = pooled_token
         # Pad ids a SigLIP text tower attends to (engine/model_files/siglip.py): ids are padded to max_seq_len.
         self.padding = padding
         self.strip_texts = strip_texts
-        self._tokenizer = read_tokenizer(Path(model_dir) / "tokenizer.json")
+        # SiglipTokenizer's texts (no tokenizer.json: spiece.model) take its own steps to ids; its pieces and
+        # special tokens, as a fast tokenizer, give ids back as strings.
+        self._siglip = SiglipTexts.from_model_dir(Path(model_dir)) if siglip_tokenizer else None
+        self._tokenizer = (self._siglip.vocabulary if self._siglip is not None
+                           else read_tokenizer(Path(model_dir) / "tokenizer.json"))
         if lowercase:
             lowercase_first(self._tokenizer)
         if append_end_token:
@@ -119,7 +126,8 @@ class TextTokenizer:
         self._untruncated: Tokenizer | None = None  # built on first use: only over-long texts need it
         self._untruncated_lock = threading.Lock()
         self._wrapping: tuple[tuple[int, ...], tuple[int, ...]] | None = None
-        self._fast = self._ascii_wordpiece() if pooled_token is None and padding is None else None
+        plain = pooled_token is None and padding is None and self._siglip is None
+        self._fast = self._ascii_wordpiece() if plain else None
 
     def _ascii_wordpiece(self) -> AsciiWordPiece | None:
         try:
@@ -130,8 +138,9 @@ class TextTokenizer:
 
     @property
     def holds_the_gil(self) -> bool:
-        """Whether encoding runs in Python (the ASCII fast path): a thread then buys no parallelism."""
-        return self._fast is not None
+        """Whether encoding runs in Python (the ASCII fast path; SiglipTokenizer's canonicalization and
+        SentencePiece normalization, about half its time): a thread then buys little parallelism."""
+        return self._fast is not None or self._siglip is not None
 
     def encode(self, texts: list[str]) -> list[np.ndarray]:
         """Token ids (int32) per text, special tokens added, truncated to max_seq_len.
@@ -192,6 +201,8 @@ class TextTokenizer:
         return [t.strip() for t in texts] if self.strip_texts else texts
 
     def _rust_ids(self, texts: list[str]) -> list[list[int]]:
+        if self._siglip is not None:
+            return self._siglip.encode(texts, self.max_seq_len)
         return [e.ids for e in self._encode_batch(texts, add_special_tokens=True)]
 
     def _ids(self, texts: Sequence[str]) -> list[Sequence[int]]:
@@ -211,6 +222,9 @@ class TextTokenizer:
 
     def encode_untruncated(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
         """Token ids per text without the length limit, stripped (or not) as `encode` strips them."""
+        if self._siglip is not None:
+            return self._siglip.encode([t.strip() for t in texts] if self.strip_texts else texts, None,
+                                       add_special_tokens)
         with self._untruncated_lock:
             if self._untruncated is None:
                 # A copy, not the shared tokenizer reconfigured: other threads encode with it meanwhile.
@@ -304,8 +318,9 @@ def tokenizer_recipe(spec: ModelSpec) -> tuple:
     strip_texts = spec.hf_config.get("model_type") in _STRIPPED_MODEL_TYPES
     pooled_token = spec.clip.end_token if spec.clip is not None else None
     padding = spec.clip.text_padding if spec.clip is not None else None
+    siglip_tokenizer = spec.clip is not None and spec.clip.siglip_tokenizer
     return (Path(spec.path), spec.max_seq_len, spec.append_end_token, strip_texts, spec.lowercase, pooled_token,
-            padding)
+            padding, siglip_tokenizer)
 
 
 def tokenizer_for(spec: ModelSpec) -> TextTokenizer:

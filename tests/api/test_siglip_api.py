@@ -2,7 +2,8 @@
 (front end -> arena -> queue -> engine -> answer): texts and images mixed in one /v1/embeddings request
 equal transformers' get_text_features (its tokenizer's padding="max_length" call, tests/models/
 test_siglip_models.py) and get_image_features, normalised, within 1e-4, in their order; `usage` counts an
-image as its patches (SigLIP has no class token)."""
+image as its patches (SigLIP has no class token). Tokenizers: Gemma's (tokenizer.json), left padded and masked
+or right padded without a mask, and SigLIP's original SiglipTokenizer (spiece.model)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from rose_embed.engine.contract.config import EngineConfig
 from rose_embed.engine.rose.engine import Engine
 from tests.support.clip_inputs import image_item, sample_images
 from tests.support.fake_engine import serve
-from tests.support.siglip_checkpoints import IMAGE_SIZE, TEXT_LEN, save_siglip, siglip_tokenizer
+from tests.support.siglip_checkpoints import (
+    IMAGE_SIZE, TEXT_LEN, save_siglip, sentencepiece_tokenizer, siglip_tokenizer,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -33,10 +36,11 @@ def _reference(path, model, texts, images) -> tuple[np.ndarray, np.ndarray]:
     return tuple(torch.nn.functional.normalize(rows, dim=-1).numpy() for rows in (text_rows, image_rows))
 
 
-@pytest.mark.parametrize("tokenizer", [{}, {"padding_side": "right", "attention_mask": False}])
+@pytest.mark.parametrize("tokenizer", [{}, {"padding_side": "right", "attention_mask": False}, "spiece.model"])
 def test_texts_and_images_equal_transformers_in_their_order(tmp_path, tokenizer):
-    model = save_siglip(tmp_path, tokenizer=siglip_tokenizer(**tokenizer), seed=7)
-    texts, images = ["the cat", "A photo of the dog", "the dog " * 40], sample_images()[:3]
+    made = sentencepiece_tokenizer(tmp_path / "spm") if tokenizer == "spiece.model" else siglip_tokenizer(**tokenizer)
+    model = save_siglip(tmp_path, tokenizer=made, seed=7)
+    texts, images = ["the cat", "A photo of the dog, 東京!", "the dog " * 40], sample_images()[:3]
     items = [texts[0], image_item(images[0]), image_item(images[1]), texts[1], texts[2], image_item(images[2])]
     engine = Engine(EngineConfig(model=str(tmp_path), device="cpu", dtype="float32"))
     with serve(engine) as client:

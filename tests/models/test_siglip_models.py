@@ -5,8 +5,9 @@ both sides (the server's are); tolerance 1e-4 absolute per element.
 The reference's texts are what SigLIP's model cards and transformers' zero-shot pipeline send:
 tokenizer(texts, padding="max_length", max_length=64, truncation=True) with every array it returns passed
 to get_text_features, for each tokenizer set-up the engine serves (left padding with an attention mask,
-Gemma's as transformers loads it; right or left padding without a mask) and for Siglip2Tokenizer's
-lowercasing. Images: ours through engine/image/preprocess.py, the reference through its PIL processor.
+Gemma's as transformers loads it; right or left padding without a mask), for Siglip2Tokenizer's
+lowercasing, and for SigLIP's original SiglipTokenizer (spiece.model, no tokenizer.json). Images: ours
+through engine/image/preprocess.py, the reference through its PIL processor.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from PIL import Image, ImageDraw
 from rose_embed.engine.contract.config import EngineConfig
 from rose_embed.engine.image.preprocess import preprocess
 from rose_embed.engine.rose.engine import Engine
-from tests.support.siglip_checkpoints import TEXT_LEN, save_siglip, siglip_tokenizer
+from tests.conftest import load_texts
+from tests.support.siglip_checkpoints import TEXT_LEN, save_siglip, sentencepiece_tokenizer, siglip_tokenizer
 
 pytestmark = pytest.mark.slow
 
@@ -87,6 +89,15 @@ def test_texts_equal_transformers_for_each_tokenizer_set_up(tmp_path, tokenizer)
     reference = save_siglip(tmp_path, tokenizer=siglip_tokenizer(**tokenizer))
     engine = _engine(tmp_path)
     np.testing.assert_allclose(engine.embed(TEXTS), _reference_texts(reference, tmp_path, TEXTS), atol=ATOL, rtol=0)
+
+
+def test_siglip_tokenizer_texts_equal_transformers(tmp_path):
+    """SigLIP's original checkpoints: SiglipTokenizer's canonicalized, SentencePiece-tokenized texts, padded
+    with </s> on the right and read at the last position, as get_text_features reads them."""
+    reference = save_siglip(tmp_path, tokenizer=sentencepiece_tokenizer(tmp_path / "spm"), seed=4)
+    engine = _engine(tmp_path)
+    texts = [*TEXTS, *load_texts(40), "", "Café, 東京 😀 — a photo!", "a </s> inside", "ΟΔΟΣ\u3000\u3000x"]
+    np.testing.assert_allclose(engine.embed(texts), _reference_texts(reference, tmp_path, texts), atol=ATOL, rtol=0)
 
 
 @pytest.mark.parametrize("variant", [

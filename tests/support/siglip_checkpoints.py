@@ -1,6 +1,7 @@
 """Tiny random SigLIP checkpoints saved by transformers' SiglipModel and SiglipProcessor themselves, with a
 Gemma tokenizer over a small vocabulary as SigLIP 2's fixed-resolution checkpoints ship one (no <bos>,
-<eos> after each text, <pad> id 0; tokenizer.json).
+<eos> after each text, <pad> id 0; tokenizer.json), or with SigLIP's original tokenizer (SiglipTokenizer over a
+small SentencePiece unigram model trained here: spiece.model, no tokenizer.json).
 
 The tokenizer's padding side and whether it returns an attention mask decide a text's vector
 (engine/model_files/siglip.py): `tokenizer` picks them as a checkpoint's tokenizer_config.json would.
@@ -34,6 +35,26 @@ def siglip_tokenizer(padding_side: str | None = None, attention_mask: bool = Tru
         options["model_input_names"] = ["input_ids"]
     cls = Siglip2Tokenizer if lowercasing else GemmaTokenizer
     return cls(vocab=vocab, merges=list(_MERGES), add_bos_token=False, add_eos_token=True, **options)
+
+
+def sentencepiece_tokenizer(folder: Path):
+    """SiglipTokenizer over a 200-piece unigram SentencePiece model trained into `folder` on the shared workload's
+    first paragraphs and a line of accents, CJK and symbols (characters it never saw, Greek and emoji among them,
+    stay unknown), with
+    T5's ids as SigLIP's spiece.model has them (<pad> 0, </s> 1, <unk> 2) and model_input_names ["input_ids"],
+    as transformers' SigLIP conversion saves it."""
+    import sentencepiece
+    from transformers import SiglipTokenizer
+
+    from tests.conftest import load_texts
+
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [*load_texts(300), "café naïve résumé Über straße ÉCOLE 東京 日本語 한국어 ＜ｆｕｌｌ＞ ① ﬁ ½ <unk> </s> #$%&*+=@^_|~"]
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_prefix=str(folder / "spiece"), vocab_size=200,
+        model_type="unigram", character_coverage=1.0, pad_id=0, eos_id=1, unk_id=2, bos_id=-1, num_threads=1,
+        minloglevel=2)
+    return SiglipTokenizer(vocab_file=str(folder / "spiece.model"), model_input_names=["input_ids"])
 
 
 def save_siglip(out: Path, *, tokenizer=None, image_processor: dict | None = None, seed: int = 0,

@@ -79,7 +79,7 @@ def test_configs_not_followed_exactly_are_refused(copy_of, edit, message):
 
 @pytest.mark.parametrize("edit, message", [
     (lambda cfg: cfg.update(padding_side="right"), "pads on the right and returns an attention mask"),
-    (lambda cfg: cfg.update(tokenizer_class="SiglipTokenizer"), "SentencePiece tokenizer"),
+    (lambda cfg: cfg.update(tokenizer_class="SiglipTokenizer"), "SiglipTokenizer\\) needs spiece.model"),
     (lambda cfg: cfg.update(tokenizer_class="T5Tokenizer"), "tokenizer_class 'T5Tokenizer'"),
 ])
 def test_tokenizers_not_followed_exactly_are_refused(copy_of, edit, message):
@@ -89,10 +89,11 @@ def test_tokenizers_not_followed_exactly_are_refused(copy_of, edit, message):
         load_spec(str(folder))
 
 
-def test_siglip_v1_without_tokenizer_json_is_refused_by_name(copy_of):
+def test_tokenizer_json_tokenizer_without_it_is_refused_by_name(copy_of):
+    """Only SiglipTokenizer's checkpoints are read without tokenizer.json (tests/unit/test_siglip_sentencepiece.py)."""
     folder = copy_of()
     (folder / "tokenizer.json").unlink()
-    with pytest.raises(ModelLoadError, match="SentencePiece tokenizer"):
+    with pytest.raises(ModelLoadError, match="tokenizer_class 'GemmaTokenizer' and no tokenizer.json"):
         load_spec(str(folder))
 
 
