@@ -20,6 +20,8 @@ from tests.support.bge_m3_checkpoints import HIDDEN, as_pairs, reference_outputs
 from tests.support.fake_engine import FAKE_MODEL, FakeEngine, fake_config, serve
 from tests.support.helpers import assert_envelope
 
+pytestmark = pytest.mark.slow  # builds a checkpoint and its reference, loads a real engine
+
 TOLERANCE = 1e-4
 M3 = "m3"
 MAX_SEQ_LEN = 128
