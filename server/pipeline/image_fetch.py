@@ -10,8 +10,9 @@ resolves to is checked, and the connection goes to a checked address, so that ne
 DNS answer that changes between a check and the connect can reach an address the check refused.
 Environment proxies are ignored for the same reason (a proxy would make the connection instead).
 
-The fetch is asynchronous, on the event loop (it waits on sockets only); every refusal is an
-ImageInputError saying why, which the route turns into a 400 naming the input.
+At most `max_concurrent` fetches run at once in a front end, so many URLs (in one request or many) cannot
+make it hold more than that many files. The fetch is asynchronous, on the event loop (it waits on sockets
+only); every refusal is an ImageInputError saying why, which the route turns into a 400 naming the input.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ class FetchLimits:
     max_bytes: int = ImageLimits.max_bytes  # a file's limit, as a data: URI's
     timeout_s: float = 10.0  # the whole fetch: connecting, redirects and the body
     max_redirects: int = 3
+    # Fetches a front end runs at once (the others wait, outside their timeout): each may hold a file of
+    # max_bytes, so this bounds what image URLs, however many requests name, make a front end hold.
+    max_concurrent: int = 16
 
 
 def is_public_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
@@ -114,6 +118,7 @@ class ImageFetcher:
     def __init__(self, allow_private: bool = False, limits: FetchLimits = FetchLimits(),
                  is_allowed: AddressCheck | None = None, verify: ssl.SSLContext | None = None):
         self.limits = limits
+        self._slots = asyncio.Semaphore(limits.max_concurrent)
         check = is_allowed or ((lambda address: True) if allow_private else is_public_address)
         self._client = httpx.AsyncClient(transport=_CheckedTransport(check, verify), trust_env=False,
                                          follow_redirects=True, max_redirects=limits.max_redirects,
@@ -122,7 +127,7 @@ class ImageFetcher:
     async def fetch(self, url: str) -> bytes:
         """The file at `url` (http or https); ImageInputError saying why it cannot be had."""
         try:
-            async with asyncio.timeout(self.limits.timeout_s):
+            async with self._slots, asyncio.timeout(self.limits.timeout_s):
                 return await self._fetch(url)
         except (TimeoutError, httpx.TimeoutException):
             raise ImageInputError(f"fetching {_shown(url)} took longer than {self.limits.timeout_s:g} s") from None

@@ -8,11 +8,12 @@ import ipaddress
 import shutil
 import ssl
 import subprocess
+import time
 
 import pytest
 
 from rose_embed.engine.image.decode import ImageInputError
-from rose_embed.server.pipeline.image_fetch import ImageFetcher, is_fetched_url, is_public_address
+from rose_embed.server.pipeline.image_fetch import FetchLimits, ImageFetcher, is_fetched_url, is_public_address
 from tests.support.image_server import image_server
 
 
@@ -88,3 +89,23 @@ def test_https_checks_the_certificate_against_the_host_name_while_connecting_to_
         assert asyncio.run(fetch(web.url("/cat.png", host="localhost"))) == files["/cat.png"][1]
         with pytest.raises(ImageInputError, match="cannot be fetched .*(certificate|IP address mismatch)"):
             asyncio.run(fetch(web.url("/cat.png")))
+
+
+def test_fetches_beyond_the_concurrency_limit_wait_for_a_slot_outside_their_timeout():
+    """Two slots, twelve URLs answered in 0.2 s each: six waves, 1.2 s in all, past the 1 s timeout that
+    each fetch's own 0.2 s keeps within; every file arrives whole."""
+    files = {"/cat.png": ("image/png", b"\x89PNG not really")}
+    limits = FetchLimits(timeout_s=1.0, max_concurrent=2)
+
+    async def fetch_all(urls: list[str]) -> tuple[list[bytes], float]:
+        fetcher = ImageFetcher(allow_private=True, limits=limits)
+        start = time.monotonic()
+        try:
+            return await asyncio.gather(*map(fetcher.fetch, urls)), time.monotonic() - start
+        finally:
+            await fetcher.aclose()
+
+    with image_server(files, slow_s=0.2) as web:
+        got, seconds = asyncio.run(fetch_all([web.url("/slow")] * 12))
+    assert got == [files["/cat.png"][1]] * 12
+    assert seconds >= 6 * 0.2, seconds  # never more than two at once
