@@ -18,6 +18,7 @@ from rose_embed.engine.rose.quantization.fp8_plan import quantize_model
 from rose_embed.engine.rose.layers import fused
 from rose_embed.engine.rose.attention.backends import make_attention_backend
 from rose_embed.engine.rose.attention.ragged import AttentionBackend, SDPAPerSequenceBackend
+from rose_embed.engine.rose.layers.cpu_packed_linear import pack_linears
 from rose_embed.engine.rose.layers.head import SentenceHead
 from rose_embed.engine.rose.layers.label_head import LabelHead
 from rose_embed.engine.rose.layers.m3_head import M3Head
@@ -160,6 +161,8 @@ class Engine(ModelView):
 
                 self.runner.model = CompiledInt8Model(model, attention)
                 self.compiled = True
+        if self.device.type == "cpu" and config.quantization is None:
+            pack_linears(model)  # bf16 only (engine/rose/layers/cpu_packed_linear.py)
 
     def _runner(self, model: torch.nn.Module, head, attention, enforce_eager: bool) -> ModelRunner:
         config = self.config

@@ -8,6 +8,7 @@ from torch import nn
 
 from rose_embed.engine.model_files.architecture_support import BERT_GELU_FORMS, config_refusal
 from rose_embed.engine.rose.layers import fused
+from rose_embed.engine.rose.layers.cpu_packed_linear import PackedLinear
 from rose_embed.engine.rose.quantization import fp8, fp8_fused
 from rose_embed.engine.rose.attention.ragged import AttentionBackend, AttentionShape
 from rose_embed.engine.rose.quantization.quantized_rows import QuantizedRows
@@ -56,6 +57,8 @@ class BertLayer(nn.Module):
             h = F.relu(self.up_proj(x))
         elif not isinstance(self.up_proj, nn.Linear):  # an int8 layer (engine/rose/quantization/int8.py)
             h = F.gelu(self.up_proj(x), approximate=self.gelu_form)
+        elif isinstance(self.up_proj, PackedLinear):  # bf16 on the CPU: the GELU in oneDNN's epilogue
+            h = self.up_proj.gelu(x, self.gelu_form)
         else:
             h = fused.linear_gelu(x, self.up_proj.weight, self.up_proj.bias, self.gelu_form)
         return fp8.quantize_rows(h) if fp8.wants_rows(self.down_proj) else h
