@@ -22,7 +22,7 @@ Targets (issue: images and text in one space): the engine >= 1.5x transformers o
 through HTTP >= 0.8x the engine alone.
 
   python3 bench/images.py --device cuda --out bench/results/gpu/images.md
-  python3 bench/images.py --device cuda --shapes none --http b16,l14 --out bench/results/http/images-http-gpu.md
+  python3 bench/images.py --device cuda --shapes none --http b16,l14 --out bench/results/http/http-images-gpu.md
   python3 bench/images.py --device cpu --shapes b16 --images 32 --out bench/results/cpu/cpu-images.md
   python3 bench/images.py --device cpu --shapes tiny --images 8 --batch 4 --repeats 2 --min-seconds 0   # smoke run
   python3 bench/images.py --device cpu --shapes none --http tiny --http-images 16 --http-size 96x72 \
@@ -204,7 +204,7 @@ def parse_args(argv: list[str] | None):
     http = parser.add_argument_group("the HTTP arm (bench/lib/image_http.py)")
     http.add_argument("--http", default="", help="vision towers served over HTTP against the engine alone "
                       "(comma-separated; default none)")
-    http.add_argument("--http-images", type=int, default=None, help="images a round (default 4,096 on a GPU, 32 "
+    http.add_argument("--http-images", type=int, default=None, help="images a round (default 8,192 on a GPU, 32 "
                       "on the CPU)")
     http.add_argument("--http-distinct", type=int, default=8, help="distinct images, sent over and over")
     http.add_argument("--http-size", type=_size, default=(640, 480), help="the images' WIDTHxHEIGHT")
@@ -229,7 +229,7 @@ def parse_args(argv: list[str] | None):
     gpu = args.device.startswith("cuda")
     args.dtypes = (args.dtypes or ("auto" if gpu else "auto,float32")).split(",")
     args.images = args.images or (1024 if gpu else 64)
-    args.http_images = args.http_images or (4096 if gpu else 32)
+    args.http_images = args.http_images or (8192 if gpu else 32)
     return args
 
 

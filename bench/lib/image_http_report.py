@@ -62,7 +62,7 @@ def http_tables(rows: list[dict], args, target: float) -> list[str]:
         shares = r["client_shares"]
         lines.append(f"| {r['shape']} | {r['front_ends']} | {_median_cores(r, 'front ends'):.2f} | "
                      f"{1000 * per_image:.2f} | {per_image * engine_rate:.1f} | {_median_cores(r, 'engines'):.2f} | "
-                     f"{_median_cores(r, 'other'):.2f} | {sum(shares) / args.http_rounds:.2f} ({max(shares):.0%}) | "
+                     f"{_median_cores(r, 'other'):.2f} | {sum(shares) / args.http_rounds:.2f} ({max(shares):.1%}) | "
                      f"{_median_cores(r, 'machine'):.2f} of {r['cores']} |")
     lines.append("")
     for r in rows:
