@@ -267,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
                 from bench.lib.image_http import bench_http
 
                 http_rows.append(bench_http(shape, path, args))
+                if args.device.startswith("cuda"):
+                    torch.cuda.empty_cache()  # the arm's engine is gone
     publish(render(rows, http_rows, args), args.out)
     failed = [f"{r['shape']} {r['dtype']}" for r in rows if r["cosine"] < r["min_cosine"]]
     failed += [f"{r['shape']} over HTTP" for r in http_rows if r["failures"]]

@@ -57,7 +57,9 @@ class Repeated(Sequence):
     def __getitem__(self, key):
         if isinstance(key, slice):
             return [self.items[i % len(self.items)] for i in range(*key.indices(self.length))]
-        return self.items[key % len(self.items)]
+        if not -self.length <= key < self.length:
+            raise IndexError(f"item {key} of {self.length}")
+        return self.items[key % self.length % len(self.items)]
 
 
 def server_flags(path: Path, device: str) -> list[str]:
@@ -83,7 +85,6 @@ def make_images(engine, args) -> tuple[list[bytes], list[str], np.ndarray]:
 
 def bench_http(shape: str, path: Path, args) -> dict:
     """One shape's HTTP rounds against the engine alone: the report's row (bench/lib/image_http_report.py)."""
-    import torch
     from rose_embed.engine.contract.config import EngineConfig
     from rose_embed.engine.rose.engine import Engine
 
@@ -138,8 +139,6 @@ def bench_http(shape: str, path: Path, args) -> dict:
                       f"{row['cpu'][-1]['front ends']:.2f} cores", flush=True)
     finally:
         server.stop()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
     return row  # the engine goes with this frame, before the next shape's is built
 
 

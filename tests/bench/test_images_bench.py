@@ -3,9 +3,13 @@ every arm's check against transformers passed."""
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from bench import images
+from bench.lib.image_http import Repeated
+from bench.lib.server_cpu import ROLES, ServerCpu
 
 
 @pytest.mark.slow
@@ -54,3 +58,25 @@ def test_http_smoke_run_reports_the_server_against_the_engine(tmp_path):
 def _table_row(lines: list[str], head: str) -> list[str]:
     start = next(i for i, line in enumerate(lines) if line.startswith(head))
     return [cell.strip() for cell in lines[start + 2].strip("|").split("|")]
+
+
+def test_a_round_of_repeated_images_slices_as_a_list_and_pickles_small():
+    items = Repeated(("a", "b", "c"), 8)
+    assert len(items) == 8 and list(items) == ["a", "b", "c", "a", "b", "c", "a", "b"]
+    assert items[2:7] == ["c", "a", "b", "c", "a"] and items[7] == "b" and items[6:20] == ["a", "b"]
+    assert items[-1] == "b" and items[-8] == "a"
+    with pytest.raises(IndexError):
+        items[8]
+    assert len(pickle.dumps(Repeated(("x" * 1000,), 10_000))) < 2000
+
+
+def test_server_cpu_reads_the_samples_that_bracket_a_window():
+    """Cores by role between the last sample at or before the window opens and the first at or after it closes."""
+    sampler = object.__new__(ServerCpu)
+    sampler.samples = [(float(at), {role: at * weight for role in ROLES})
+                       for at, weight in [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)]]
+    # from (1, 1 s) to (3, 9 s): 8 CPU seconds over 2 wall seconds
+    assert sampler.cores(1.5, 2.5) == dict.fromkeys(ROLES, 4.0)
+    assert sampler.cores(1.0, 3.0) == dict.fromkeys(ROLES, 4.0)
+    assert sampler.cores(-1.0, 9.0) == dict.fromkeys(ROLES, 4.0)  # beyond the samples: the first and the last
+    assert sampler.cores(5.0, 6.0) == dict.fromkeys(ROLES, 0.0)  # no two samples around it
