@@ -25,7 +25,7 @@ def http_tables(rows: list[dict], args, target: float) -> list[str]:
               f"{args.http_request_images} images (seeded), answers {args.http_answer_formats.replace(',', ' or ')}; "
               f"{args.http_clients} connections in {args.http_procs} client processes, all started at one instant; "
               f"{args.http_rounds} rounds, each timing the engine alone and HTTP in turn (rotated)"),
-             ("- the engine alone: the same images preprocessed beforehand, in the queue's default batches (the "
+             ("- the engine alone: the same images preprocessed beforehand, in the queue's default batches (the batch "
               "column), in this process; HTTP's rate reads the steady window (every client busy, only what was "
               "answered inside it), the whole round where a round had none; every answer checked against the "
               "engine's vector for its image"),
@@ -56,7 +56,7 @@ def http_tables(rows: list[dict], args, target: float) -> list[str]:
               "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         per_round, basis = ratios(r)
-        rates = [w for w in r["window_rates"]] if basis == "steady window" else r["round_rates"]
+        rates = list(r["window_rates"]) if basis == "steady window" else r["round_rates"]
         per_image = statistics.median(cpu["front ends"] / rate for cpu, rate in zip(r["cpu"], rates))
         engine_rate = r["images"] / statistics.median(r["engine_seconds"])
         shares = r["client_shares"]
