@@ -54,8 +54,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.lib.common import (REPO, ServerProcess, load_texts, machine_description,  # noqa: E402
-                          process_cpu_seconds, publish)
+from bench.lib.common import (REPO, ServerProcess, load_texts, machine_busy_seconds,  # noqa: E402
+                              machine_description, process_cpu_seconds, publish)
 from bench.probes.cpu_int8_model_quality import CALIBRATION_FROM, NUM_CALIBRATION, QUERIES_FROM, quality  # noqa: E402
 from bench.load_gen import http_round  # noqa: E402
 from bench.lib.traffic import make_plan, run_worker  # noqa: E402
@@ -101,14 +101,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.peer_python is None:
         p.error("--peer-python is needed: sentence-transformers fp32, the reference, runs in the peers' environment")
     return args
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds the machine spent on anything but idling and waiting for I/O (/proc/stat:
-    user, nice, system and steal; interrupts left out, as no process is charged for them)."""
-    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    user, nice, system, steal = (int(fields[i]) for i in (0, 1, 2, 7))
-    return (user + nice + system + steal) / os.sysconf("SC_CLK_TCK")
 
 
 class Timed:

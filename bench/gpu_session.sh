@@ -68,8 +68,11 @@
 #                                    # head time goes, part by part (bench/probes/sparse_head_parts.py; about 2 minutes)
 #   bench/gpu_session.sh images      # CLIP's GPU tests (the vision tower in CUDA graphs against transformers), then
 #                                    # bench/images.py: ViT-B/16 and ViT-L/14 shapes, the engine alone against
-#                                    # get_image_features in bf16 (bench/results/gpu/images.md; set ROSE_EMBED_COMMIT to
-#                                    # name the commit; about 3 minutes by estimate, not yet timed)
+#                                    # get_image_features in bf16 (bench/results/gpu/images.md), then the same shapes
+#                                    # served with default flags to 64 clients in 4 processes sending base64 640x480
+#                                    # JPEGs, against the engine alone, with the front ends' CPU, two rounds each
+#                                    # (--http; bench/results/http/http-images-gpu.md); set ROSE_EMBED_COMMIT to name
+#                                    # the commit; about 6 minutes by estimate, not yet timed
 #   bench/gpu_session.sh budget      # a batch's time and speed against its token budget (bench/probes/gpu_batch_budget.py)
 #
 # A device call runs at most 10 minutes: one mode per call.
@@ -356,6 +359,10 @@ images)
     KEEP_LOGS=1 step clip-gpu-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/gpu/test_clip_gpu.py
     step images python3 bench/images.py --device cuda --out "$OUT/images.md"
     sed -n '/^| shape | tokens/,$p' "$OUT/images.md"
+    df -h /dev/shm | tail -1  # the front ends' arenas hold images' pixels (docs/images.md, shared memory)
+    step images-http python3 bench/images.py --device cuda --shapes none --http b16,l14 --http-rounds 2 \
+        --out "$OUT/http-images-gpu.md"
+    sed -n '/^| shape | dtype | images a round/,$p' "$OUT/http-images-gpu.md"
     ;;
 budget)
     # A batch's time and speed against its token budget, MiniLM, BERT-base and the Qwen3-0.6B shape

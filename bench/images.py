@@ -13,11 +13,20 @@ the two, --repeats at least and --min-seconds each, and the medians count. Befor
 engine's vectors of --check-images real (random) images are checked against the float32 reference on the
 same pixels and device (cosine; a failure makes the run exit 1).
 
-Targets (issue: images and text in one space): the engine >= 1.5x transformers on a GPU, >= 1.3x on the CPU.
+--http SHAPES (bench/lib/image_http.py): the same shapes served by the real server (`rose-embed serve --model
+<checkpoint>`, default flags) to many clients sending base64 JPEG or PNG photo-like images, against the engine
+alone on the same preprocessed images, every answer checked against the engine's; the front ends' CPU (where the
+images are decoded and resized), the engines', the clients' and the machine's read over each steady window.
+
+Targets (issue: images and text in one space): the engine >= 1.5x transformers on a GPU, >= 1.3x on the CPU;
+through HTTP >= 0.8x the engine alone.
 
   python3 bench/images.py --device cuda --out bench/results/gpu/images.md
+  python3 bench/images.py --device cuda --shapes none --http b16,l14 --out bench/results/http/http-images-gpu.md
   python3 bench/images.py --device cpu --shapes b16 --images 32 --out bench/results/cpu/cpu-images.md
   python3 bench/images.py --device cpu --shapes tiny --images 8 --batch 4 --repeats 2 --min-seconds 0   # smoke run
+  python3 bench/images.py --device cpu --shapes none --http tiny --http-images 16 --http-size 96x72 \
+      --http-clients 2 --http-procs 1 --http-rounds 1   # the HTTP arm's smoke run
 """
 
 from __future__ import annotations
@@ -137,14 +146,25 @@ def bench_arm(shape: str, path: Path, dtype_name: str, reference_fp32, args) -> 
     return row
 
 
-def render(rows: list[dict], args) -> str:
-    target = TARGETS["cuda" if args.device.startswith("cuda") else "cpu"]
+def render(rows: list[dict], http_rows: list[dict], args) -> str:
+    from bench.lib.image_http import HTTP_TARGET
+    from bench.lib.image_http_report import http_tables
+
+    arms = [*(["the engine alone against transformers' get_image_features"] if rows else []),
+            *(["over HTTP against the engine alone"] if http_rows else [])]
     threads = "" if args.device.startswith("cuda") else f"; {torch.get_num_threads()} torch threads"
-    lines = ["# Images: CLIP's vision tower, the engine alone against transformers' get_image_features", "",
+    lines = [f"# Images: CLIP's vision tower, {' and '.join(arms)}", "",
              f"- command: `python3 bench/images.py {' '.join(args.argv)}`",
              f"- machine: {hardware(args.device)}{threads}",
-             f"- commit {commit()}; date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-             (f"- random weights (bench/lib/clip_models.py); {args.images} images a pass in batches of the size shown, "
+             f"- commit {commit()}; date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"]
+    if rows:
+        lines += transformers_table(rows, args)
+    return "\n".join(lines + http_tables(http_rows, args, HTTP_TARGET) + [""])
+
+
+def transformers_table(rows: list[dict], args) -> list[str]:
+    target = TARGETS["cuda" if args.device.startswith("cuda") else "cpu"]
+    lines = [(f"- random weights (bench/lib/clip_models.py); {args.images} images a pass in batches of the size shown, "
               "float32 pixels on the host for both sides, vectors read back to the host; median of the timed passes "
               f"(alternating between the sides); the check on {args.check_images} random images against "
               "transformers in float32 on the same device"),
@@ -163,13 +183,14 @@ def render(rows: list[dict], args) -> str:
     lines += ["", "Spread of the timed passes (images/s, slowest to fastest): " + "; ".join(
         f"{r['shape']} {r['dtype']}: engine {r['spread']['engine'][0]:,.1f} to {r['spread']['engine'][1]:,.1f}, "
         f"transformers {r['spread']['transformers'][0]:,.1f} to {r['spread']['transformers'][1]:,.1f}"
-        for r in rows), ""]
-    return "\n".join(lines)
+        for r in rows)]
+    return lines
 
 
 def parse_args(argv: list[str] | None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", default="b16,l14", help=f"vision towers timed, of {', '.join(SHAPES)}")
+    parser.add_argument("--shapes", default="b16,l14", help=f"vision towers timed against transformers, of "
+                        f"{', '.join(SHAPES)} (none: only --http's)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtypes", default=None, help="EngineConfig dtypes, each an arm (default: auto on a GPU, "
                         "auto,float32 on the CPU; auto is bf16 on a GPU and on a CPU that computes it natively)")
@@ -180,16 +201,46 @@ def parse_args(argv: list[str] | None):
     parser.add_argument("--check-images", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5, help="timed passes of each side, at least")
     parser.add_argument("--min-seconds", type=float, default=2.0, help="and as many more as fill this long")
+    http = parser.add_argument_group("the HTTP arm (bench/lib/image_http.py)")
+    http.add_argument("--http", default="", help="vision towers served over HTTP against the engine alone "
+                      "(comma-separated; default none)")
+    http.add_argument("--http-images", type=int, default=None, help="images a round (default 8,192 on a GPU, 32 "
+                      "on the CPU)")
+    http.add_argument("--http-distinct", type=int, default=8, help="distinct images, sent over and over")
+    http.add_argument("--http-size", type=_size, default=(640, 480), help="the images' WIDTHxHEIGHT")
+    http.add_argument("--http-formats", default="jpeg", help="the distinct images' file formats, in turn (jpeg, png)")
+    http.add_argument("--http-request-images", type=int, default=8, help="images a request, at most")
+    http.add_argument("--http-answer-formats", default="float,base64", help="encoding formats drawn per request")
+    http.add_argument("--http-clients", type=int, default=64, help="connections, spread over --http-procs")
+    http.add_argument("--http-procs", type=int, default=4, help="client processes")
+    http.add_argument("--http-rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else argv
-    args.shapes = args.shapes.split(",")
-    if unknown := [s for s in args.shapes if s not in SHAPES]:
-        parser.error(f"--shapes: unknown {', '.join(unknown)}; choose from {', '.join(SHAPES)}")
+    args.shapes = [] if args.shapes == "none" else args.shapes.split(",")
+    args.http = [s for s in args.http.split(",") if s]
+    if unknown := [s for s in args.shapes + args.http if s not in SHAPES]:
+        parser.error(f"--shapes/--http: unknown {', '.join(unknown)}; choose from {', '.join(SHAPES)}")
+    from bench.lib.photos import FORMATS
+
+    args.http_formats = args.http_formats.split(",")
+    if unknown := [f for f in args.http_formats if f not in FORMATS]:
+        parser.error(f"--http-formats: unknown {', '.join(unknown)}; choose from {', '.join(FORMATS)}")
     gpu = args.device.startswith("cuda")
     args.dtypes = (args.dtypes or ("auto" if gpu else "auto,float32")).split(",")
     args.images = args.images or (1024 if gpu else 64)
+    args.http_images = args.http_images or (8192 if gpu else 32)
     return args
+
+
+def _size(value: str) -> tuple[int, int]:
+    try:
+        width, height = (int(part) for part in value.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not WIDTHxHEIGHT, e.g. 640x480") from None
+    if width < 1 or height < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: both sides must be at least 1 pixel")
+    return width, height
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,18 +252,26 @@ def main(argv: list[str] | None = None) -> int:
     # auto resolved, so that a CPU whose auto is float32 runs that arm once
     dtypes = list(dict.fromkeys(str(resolve_dtype(name, resolve_device(args.device))[0]).removeprefix("torch.")
                                 for name in args.dtypes))
-    rows = []
+    rows, http_rows = [], []
     with tempfile.TemporaryDirectory(prefix="images-") as tmp:
-        for shape in args.shapes:
+        for shape in dict.fromkeys(args.shapes + args.http):
             path = write_clip(Path(tmp) / shape, SHAPES[shape])
-            reference_fp32 = CLIPModel.from_pretrained(str(path), dtype=torch.float32).to(args.device).eval()
-            for dtype in dtypes:
-                rows.append(bench_arm(shape, path, dtype, reference_fp32, args))
+            if shape in args.shapes:
+                reference_fp32 = CLIPModel.from_pretrained(str(path), dtype=torch.float32).to(args.device).eval()
+                for dtype in dtypes:
+                    rows.append(bench_arm(shape, path, dtype, reference_fp32, args))
+                    if args.device.startswith("cuda"):
+                        torch.cuda.empty_cache()  # the arm's engine and reference are gone
+                del reference_fp32
+            if shape in args.http:
+                from bench.lib.image_http import bench_http
+
+                http_rows.append(bench_http(shape, path, args))
                 if args.device.startswith("cuda"):
-                    torch.cuda.empty_cache()  # the arm's engine and reference are gone
-            del reference_fp32
-    publish(render(rows, args), args.out)
+                    torch.cuda.empty_cache()  # the arm's engine is gone
+    publish(render(rows, http_rows, args), args.out)
     failed = [f"{r['shape']} {r['dtype']}" for r in rows if r["cosine"] < r["min_cosine"]]
+    failed += [f"{r['shape']} over HTTP" for r in http_rows if r["failures"]]
     if failed:
         print(f"FAILED: {', '.join(failed)} answered wrongly; their speed counts for nothing", file=sys.stderr)
         return 1

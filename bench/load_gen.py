@@ -69,7 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.lib.common import (DEFAULT_DATA, ServerProcess, VectorCheck, build_texts, cosine_rows,  # noqa: E402
                           hardware, load_texts, process_cpu_seconds, publish)
 from bench.lib.traffic import (EMBEDDINGS, STEADY_WINDOW_LATENCIES, PlannedRequest, Route,  # noqa: E402
-                           make_plan, run_latency, run_worker, steady_window)
+                           make_plan, run_latency, run_worker, steady_bounds, steady_window)
 from rose_embed.engine.rose.cublas_workspace import give_cublas_no_workspace  # noqa: E402
 from rose_embed.engine.rose.quantization.support import QUANTIZATIONS  # noqa: E402
 
@@ -152,6 +152,9 @@ def short_queries(path: Path, engine, n: int) -> list[str]:
     return [t for t, k in zip(pool, lengths) if 4 <= k <= 16][:n]
 
 
+ROUND_START_DELAY = 0.5  # seconds from http_round's call to its clients' common start: every process ready
+
+
 @dataclass
 class HttpRound:
     seconds: float  # from the first send to the last answer
@@ -164,6 +167,7 @@ class HttpRound:
     vectors: np.ndarray
     errors: list[str]  # failed requests, transport errors included
     transport_errors: int
+    window_bounds: tuple[float, float] = (0.0, 0.0)  # when the steady window opens and closes, time.monotonic()
 
 
 def http_round(pool: ProcessPoolExecutor, procs: int, url: str, texts: list[str], plan: list[PlannedRequest],
@@ -172,7 +176,7 @@ def http_round(pool: ProcessPoolExecutor, procs: int, url: str, texts: list[str]
     """All client processes start together; the whole round lasts from the first send to the
     last answer, and its steady window is bench/lib/traffic.py's `steady_window`. `route` and `dim`:
     run_worker's, for routes other than /v1/embeddings' vectors."""
-    start_at = time.monotonic() + 0.5
+    start_at = time.monotonic() + ROUND_START_DELAY
     shares = [plan[i::procs] for i in range(procs)]
     counts = [clients // procs + (i < clients % procs) for i in range(procs)]
     futures = [pool.submit(run_worker, url, texts, share, max(1, n), model, start_at, route, dim)
@@ -185,7 +189,8 @@ def http_round(pool: ProcessPoolExecutor, procs: int, url: str, texts: list[str]
     return HttpRound(max(r.finished for r in results) - started, window_seconds, window_tokens,
                      sum(r.cpu_seconds for r in results), [r.cpu_share for r in results],
                      [x for r in results for x in r.latencies], indices, vectors,
-                     [e for r in results for e in r.errors], sum(r.transport_errors for r in results))
+                     [e for r in results for e in r.errors], sum(r.transport_errors for r in results),
+                     steady_bounds(results))
 
 
 def percentile_ms(values: list[float], q: float) -> float:

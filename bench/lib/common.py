@@ -165,17 +165,27 @@ def descendants(pid: int) -> list[int]:
     return [d for child in children for d in (child, *descendants(child))]
 
 
+def own_cpu_seconds(pid: int) -> float:
+    """User + system CPU time so far of one process, all its threads (Linux /proc); 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:  # it exited meanwhile
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def process_cpu_seconds(pid: int) -> float:
     """User + system CPU time so far of a process and its live descendants (the engines, and
     front ends beyond the first, are child processes of the server), all threads (Linux /proc)."""
-    total = 0.0
-    for one in [pid, *descendants(pid)]:
-        try:
-            fields = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # it exited meanwhile
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+    return sum(own_cpu_seconds(one) for one in [pid, *descendants(pid)])
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the machine spent on anything but idling and waiting for I/O (/proc/stat:
+    user, nice, system and steal; interrupts left out, as no process is charged for them)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, steal = (int(fields[i]) for i in (0, 1, 2, 7))
+    return (user + nice + system + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:

@@ -268,6 +268,11 @@ def run_worker(url: str, texts: list[str], plan: list[PlannedRequest], num_clien
 ANSWERS = {"tei_sparse": decode_tei_sparse, "multi_vector": decode_multi_vector, "multi_output": decode_multi_output}
 
 
+def steady_bounds(results: list[WorkerResult]) -> tuple[float, float]:
+    """(opens, closes), time.monotonic(), of steady_window's window, whether or not it is long enough to count."""
+    return max(r.ramped_up for r in results), min(r.last_taken for r in results)
+
+
 def steady_window(results: list[WorkerResult], token_prefix: np.ndarray,
                   min_latencies: float = STEADY_WINDOW_LATENCIES) -> tuple[float, int]:
     """(seconds, tokens) of the window in which every client was busy in its steady cycle, or
@@ -279,8 +284,7 @@ def steady_window(results: list[WorkerResult], token_prefix: np.ndarray,
     Only requests answered inside it count: at a steady rate, those that straddle its start
     stand in for those that straddle its end, which holds only for a window many request
     latencies long, so a shorter one is none."""
-    opened = max(r.ramped_up for r in results)
-    closed = min(r.last_taken for r in results)
+    opened, closed = steady_bounds(results)
     latencies = [x for r in results for x in r.latencies]
     if not latencies or closed - opened < min_latencies * float(np.median(latencies)):
         return 0.0, 0
