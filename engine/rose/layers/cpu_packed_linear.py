@@ -4,7 +4,7 @@ torch's bf16 linear on the CPU hands each call to oneDNN with the weight as a pl
 which oneDNN reorders into its blocked layout on every call: for a query's few rows that reorder costs
 as much as the product itself (a one-query forward reads each weight twice). Packed once at load, the
 same oneDNN product gives the same bits in about half the time on a few rows, and a little less on a
-full batch's thousands (bench/results/cpu/cpu-packed-linears.md). The packed copy sits beside the
+full batch's thousands (docs/cpu-linears.md). The packed copy sits beside the
 module's own weight, which stays for whatever reads it (quantization, the heads, tests): the linears'
 weights take twice their memory on the CPU.
 
@@ -23,9 +23,12 @@ from torch import nn
 
 
 def can_pack() -> bool:
-    """Whether this torch has oneDNN, its fused linear and its weight packing."""
-    return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+    """Whether this torch has oneDNN, its fused linear and its weight packing, and oneDNN runs bf16 on
+    this CPU (a bf16 model elsewhere, asked for with --dtype, keeps torch's own linear)."""
+    mkldnn = torch.ops.mkldnn
+    return (torch.backends.mkldnn.is_available() and hasattr(mkldnn, "_linear_pointwise")
+            and hasattr(mkldnn, "_reorder_linear_weight") and hasattr(mkldnn, "_is_mkldnn_bf16_supported")
+            and mkldnn._is_mkldnn_bf16_supported())
 
 
 class PackedLinear(nn.Linear):
