@@ -27,6 +27,12 @@ TOTAL_COUNT = f'rose_request_phase_seconds_count{{model="{FAKE_MODEL}",phase="to
 RERANK_200 = f'rose_requests_total{{model="{FAKE_RERANKER}",route="/v1/rerank",status="200"}}'
 
 
+@pytest.fixture(autouse=True)
+def quick_reports(monkeypatch):
+    """Front ends report every 50 ms here instead of every half second: the tests wait for reports."""
+    monkeypatch.setattr("rose_embed.server.metrics.prometheus.PUBLISH_EVERY_S", 0.05)
+
+
 @contextmanager
 def front_end(board_dir, index: int, with_reranker: bool = False):
     """One front end's app (its own fake engine: each app drives its own engine thread), serving the
@@ -65,7 +71,7 @@ def scrape(client) -> str:
 
 
 def wait_for(client, name: str, value: float) -> str:
-    """A scrape once the other front ends have reported `value` (they report every half second)."""
+    """A scrape once the other front ends have reported `value` (they report every 50 ms here)."""
     deadline = time.monotonic() + 5
     while sample(text := scrape(client), name) != value and time.monotonic() < deadline:
         time.sleep(0.05)
