@@ -63,7 +63,7 @@
 #                                    # heads under 2, BGE-M3's 2 to 3, most of it writing and loading its 2.2 GB)
 #   bench/gpu_session.sh heads-http  # bench/heads.py --http: SPLADE (/embed_sparse) and ColBERT (documents) on BERT-base
 #                                    # through the server to 96 clients in 8 processes, against the engine alone
-#                                    # (bench/results/http/heads-http-gpu.md; about 5 minutes by estimate, not yet timed)
+#                                    # (bench/results/http/http-heads-gpu.md; about 5 minutes by estimate, not yet timed)
 #   bench/gpu_session.sh sparse-parts # the fused kernels' and the sparse head's GPU tests, then where a SPLADE batch's
 #                                    # head time goes, part by part (bench/probes/sparse_head_parts.py; about 2 minutes)
 #   bench/gpu_session.sh images      # CLIP's GPU tests (the vision tower in CUDA graphs against transformers), then
@@ -346,8 +346,8 @@ heads-http)
     # BGE-M3 all three outputs over HTTP is left out: 8 KB of answer per token, a round's bodies run to gigabytes
     # (--http bge-m3 measures it, with fewer --http-texts).
     step heads-http python3 bench/heads.py --heads none --http sparse,colbert --shape bert-base --device cuda \
-        --source .carry/minilm --http-clients 96 --http-procs 8 --http-rounds 3 --out "$OUT/heads-http-gpu.md"
-    sed -n '/^| head | route/,$p' "$OUT/heads-http-gpu.md"
+        --source .carry/minilm --http-clients 96 --http-procs 8 --http-rounds 3 --out "$OUT/http-heads-gpu.md"
+    sed -n '/^| head | route/,$p' "$OUT/http-heads-gpu.md"
     ;;
 sparse-parts)
     KEEP_LOGS=1 step sparse-tests python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/gpu/test_fused_gpu.py \

@@ -30,7 +30,7 @@ answer that comes back is checked against the engine's for its text.
 
   python3 bench/heads.py --shape bert-base --device cuda --source .carry/minilm --out bench/results/gpu/heads-bert-base.md
   python3 bench/heads.py --heads none --http sparse,colbert --device cuda --source .carry/minilm \
-      --out bench/results/http/heads-http-gpu.md
+      --out bench/results/http/http-heads-gpu.md
   python3 bench/heads.py --shape tiny --device cpu --dtype float32 --docs 24 --http sparse,colbert,bge-m3 \
       --http-texts 64 --http-repeat 1 --http-clients 4 --http-procs 1 --http-rounds 2   # a smoke run on a CPU
 """
