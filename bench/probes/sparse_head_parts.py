@@ -22,7 +22,6 @@ Prints a table of milliseconds per batch (median of --repeats, CUDA events, afte
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -31,6 +30,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.lib.common import cuda_event_ms
 from rose_embed.engine.rose.layers import fused
 
 HIDDEN, VOCAB, K = 768, 30522, 2048
@@ -38,20 +38,10 @@ CHUNK = max(64, 2**25 // VOCAB)
 
 
 def timed(fn, repeats: int) -> float:
-    for _ in range(3):
-        fn()
     if not torch.cuda.is_available():  # a smoke run on a CPU: the checks, no timings worth reading
-        return float("nan")
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
         fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
+        return float("nan")
+    return cuda_event_ms(fn, repeats)
 
 
 def main() -> int:

@@ -157,12 +157,9 @@ def clip_refusal(config: dict) -> str | None:
     return None
 
 
-def read_clip(model_dir: Path, hf_config: dict) -> ClipModel:
-    """The checkpoint's ClipModel; ClipError where its config or image processor cannot be followed exactly."""
-    if refusal := clip_refusal(hf_config):
-        raise ClipError(refusal)
-    text, vision = hf_config["text_config"], hf_config["vision_config"]
-    image_size, patch_size = int(vision.get("image_size", 224)), int(vision.get("patch_size", 32))
+def read_tower_image_processor(model_dir: Path, image_size: int):
+    """The checkpoint's image processor settings; ClipError where they cannot be followed exactly or make
+    images of another size than the vision tower's `image_size`."""
     try:
         image = read_image_processor(model_dir)
     except ImageProcessorError as exc:
@@ -170,6 +167,16 @@ def read_clip(model_dir: Path, hf_config: dict) -> ClipModel:
     if image.crop_size != (image_size, image_size):
         raise ClipError(f"the image processor makes {image.crop_size[0]}x{image.crop_size[1]} images, but the vision "
                         f"tower takes {image_size}x{image_size} ones")
+    return image
+
+
+def read_clip(model_dir: Path, hf_config: dict) -> ClipModel:
+    """The checkpoint's ClipModel; ClipError where its config or image processor cannot be followed exactly."""
+    if refusal := clip_refusal(hf_config):
+        raise ClipError(refusal)
+    text, vision = hf_config["text_config"], hf_config["vision_config"]
+    image_size, patch_size = int(vision.get("image_size", 224)), int(vision.get("patch_size", 32))
+    image = read_tower_image_processor(model_dir, image_size)
     eos = text.get("eos_token_id", DEFAULT_EOS_TOKEN_ID)
     return ClipModel(
         projection_dim=int(hf_config.get("projection_dim", 512)),

@@ -36,8 +36,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rose_embed.engine.image.preprocess import ImageProcessorError, read_image_processor
-from rose_embed.engine.model_files.clip import CLIP_ACTIVATIONS, ClipError, ClipModel, TextPadding
+from rose_embed.engine.model_files.clip import (
+    CLIP_ACTIVATIONS,
+    ClipError,
+    ClipModel,
+    TextPadding,
+    read_tower_image_processor,
+)
 from rose_embed.engine.model_files.json_files import read_json_object
 from rose_embed.engine.model_files.siglip_tokenizer import (
     SIGLIP_TOKENIZER_CLASS, SiglipTokenizerFiles, read_siglip_tokenizer,
@@ -103,13 +108,7 @@ def read_siglip(model_dir: Path, hf_config: dict) -> tuple[ClipModel, bool]:
         raise ClipError(refusal)
     vision = vision_tower(hf_config)
     image_size, patch_size = vision["image_size"], vision["patch_size"]
-    try:
-        image = read_image_processor(model_dir)
-    except ImageProcessorError as exc:
-        raise ClipError(str(exc)) from exc
-    if image.crop_size != (image_size, image_size):
-        raise ClipError(f"the image processor makes {image.crop_size[0]}x{image.crop_size[1]} images, but the vision "
-                        f"tower takes {image_size}x{image_size} ones")
+    image = read_tower_image_processor(model_dir, image_size)
     tok_cfg = read_json_object(model_dir / "tokenizer_config.json") or {}
     tokenizer_class = tok_cfg.get("tokenizer_class")
     # Read here, whatever the padding, so that what its texts' tokenizer cannot follow is refused at load.
