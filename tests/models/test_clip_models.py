@@ -11,49 +11,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from PIL import Image, ImageDraw
+from PIL import Image
 
-from rose_embed.engine.contract.config import EngineConfig
 from rose_embed.engine.image.preprocess import preprocess
 from rose_embed.engine.rose.engine import Engine
 from tests.support.clip_checkpoints import save_clip, save_st_clip
+from tests.support.clip_inputs import SHAPES, cpu_float32_engine, drawn_shape, normalised, shape_images
 
 pytestmark = pytest.mark.slow
 
 ATOL = 1e-4
 TEXTS = ["the cat", "a photo of the dog", "the dog <|endoftext|> and what follows it is never read",
          "a text long enough that the tokenizer cuts it at its limit, " * 3, "x"]
-SHAPES = {"a red circle": ("ellipse", (220, 30, 30)), "a green square": ("rectangle", (30, 200, 40)),
-          "a blue triangle": ("polygon", (30, 40, 220)), "a yellow bar": ("bar", (230, 220, 20))}
-
-
-def _drawn(kind: str, colour: tuple[int, int, int], size: tuple[int, int] = (48, 40)) -> Image.Image:
-    image = Image.new("RGB", size, (255, 255, 255))
-    draw = ImageDraw.Draw(image)
-    width, height = size
-    box = (width // 5, height // 5, 4 * width // 5, 4 * height // 5)
-    if kind == "polygon":
-        draw.polygon([(width // 2, box[1]), (box[0], box[3]), (box[2], box[3])], fill=colour)
-    elif kind == "bar":
-        draw.rectangle((box[0], height // 2 - 3, box[2], height // 2 + 3), fill=colour)
-    else:
-        getattr(draw, kind)(box, fill=colour)
-    return image
-
-
-def _images() -> list[Image.Image]:
-    rng = np.random.default_rng(5)
-    drawn = [_drawn(kind, colour) for kind, colour in SHAPES.values()]
-    return [*drawn, Image.fromarray(rng.integers(0, 256, (70, 33, 3), dtype=np.uint8)),
-            Image.fromarray(rng.integers(0, 256, (20, 20, 4), dtype=np.uint8), "RGBA")]
-
-
-def _normalised(vectors: torch.Tensor) -> np.ndarray:
-    return torch.nn.functional.normalize(vectors.float(), dim=-1).numpy()
-
-
-def _engine(path) -> Engine:
-    return Engine(EngineConfig(model=str(path), device="cpu", dtype="float32"))
 
 
 def _reference_texts(model, path, texts: list[str]) -> np.ndarray:
@@ -61,7 +30,7 @@ def _reference_texts(model, path, texts: list[str]) -> np.ndarray:
 
     inputs = AutoTokenizer.from_pretrained(str(path))(texts, padding=True, truncation=True, return_tensors="pt")
     with torch.no_grad():
-        return _normalised(model.get_text_features(**inputs).pooler_output)
+        return normalised(model.get_text_features(**inputs).pooler_output)
 
 
 def _reference_images(model, path, images: list[Image.Image]) -> np.ndarray:
@@ -69,7 +38,7 @@ def _reference_images(model, path, images: list[Image.Image]) -> np.ndarray:
 
     pixels = CLIPImageProcessorPil.from_pretrained(str(path))(images=images, return_tensors="pt")["pixel_values"]
     with torch.no_grad():
-        return _normalised(model.get_image_features(pixel_values=pixels).pooler_output)
+        return normalised(model.get_image_features(pixel_values=pixels).pooler_output)
 
 
 def _our_images(engine: Engine, images: list[Image.Image]) -> np.ndarray:
@@ -82,11 +51,11 @@ def _our_images(engine: Engine, images: list[Image.Image]) -> np.ndarray:
 ])
 def test_text_and_image_vectors_equal_transformers(tmp_path, variant):
     reference = save_clip(tmp_path, **variant)
-    engine = _engine(tmp_path)
+    engine = cpu_float32_engine(tmp_path)
     # On the CPU the vision tower runs oneDNN's fused linears (engine/rose/layers/cpu_vit_block.py).
     assert all(type(layer).__name__ == "CpuFusedBlock" for layer in engine.runner.model.vision_layers)
     np.testing.assert_allclose(engine.embed(TEXTS), _reference_texts(reference, tmp_path, TEXTS), atol=ATOL, rtol=0)
-    images = _images()
+    images = shape_images()
     np.testing.assert_allclose(_our_images(engine, images), _reference_images(reference, tmp_path, images),
                                atol=ATOL, rtol=0)
 
@@ -94,9 +63,9 @@ def test_text_and_image_vectors_equal_transformers(tmp_path, variant):
 def test_zero_shot_picks_the_reference_label(tmp_path):
     """Labels and drawn shapes: each image's best label (and the whole similarity table) as transformers'."""
     reference = save_clip(tmp_path, seed=4)
-    engine = _engine(tmp_path)
+    engine = cpu_float32_engine(tmp_path)
     labels = list(SHAPES)
-    images = [_drawn(kind, colour, size) for kind, colour in SHAPES.values() for size in ((48, 40), (30, 64))]
+    images = [drawn_shape(kind, colour, size) for kind, colour in SHAPES.values() for size in ((48, 40), (30, 64))]
     ours = _our_images(engine, images) @ engine.embed(labels).T
     with torch.no_grad():
         expected = _reference_images(reference, tmp_path, images) @ _reference_texts(reference, tmp_path, labels).T
@@ -112,10 +81,10 @@ def test_sentence_transformers_packaging_equals_its_encode(tmp_path, legacy_modu
     save_clip(tmp_path / "hf", seed=3)
     save_st_clip(tmp_path / "hf", tmp_path / "st", legacy_module)
     reference = SentenceTransformer(str(tmp_path / "st"), device="cpu")
-    engine = _engine(tmp_path / "st")
+    engine = cpu_float32_engine(tmp_path / "st")
     np.testing.assert_allclose(engine.embed(TEXTS), reference.encode(TEXTS, normalize_embeddings=True),
                                atol=ATOL, rtol=0)
-    images = _images()
+    images = shape_images()
     np.testing.assert_allclose(_our_images(engine, images), reference.encode(images, normalize_embeddings=True),
                                atol=ATOL, rtol=0)
 

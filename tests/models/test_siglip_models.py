@@ -15,49 +15,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from PIL import Image, ImageDraw
+from PIL import Image
 
-from rose_embed.engine.contract.config import EngineConfig
 from rose_embed.engine.image.preprocess import preprocess
 from rose_embed.engine.rose.engine import Engine
 from tests.conftest import load_texts
+from tests.support.clip_inputs import SHAPES, cpu_float32_engine, drawn_shape, normalised, shape_images
 from tests.support.siglip_checkpoints import TEXT_LEN, save_siglip, sentencepiece_tokenizer, siglip_tokenizer
 
 pytestmark = pytest.mark.slow
 
 ATOL = 1e-4
 TEXTS = ["the cat", "A Photo of the Dog!", "x", "the dog " * 40, "   spaces  around  "]
-SHAPES = {"a red circle": ("ellipse", (220, 30, 30)), "a green square": ("rectangle", (30, 200, 40)),
-          "a blue triangle": ("polygon", (30, 40, 220)), "a yellow bar": ("bar", (230, 220, 20))}
-
-
-def _drawn(kind: str, colour: tuple[int, int, int], size: tuple[int, int] = (48, 40)) -> Image.Image:
-    image = Image.new("RGB", size, (255, 255, 255))
-    draw = ImageDraw.Draw(image)
-    width, height = size
-    box = (width // 5, height // 5, 4 * width // 5, 4 * height // 5)
-    if kind == "polygon":
-        draw.polygon([(width // 2, box[1]), (box[0], box[3]), (box[2], box[3])], fill=colour)
-    elif kind == "bar":
-        draw.rectangle((box[0], height // 2 - 3, box[2], height // 2 + 3), fill=colour)
-    else:
-        getattr(draw, kind)(box, fill=colour)
-    return image
-
-
-def _images() -> list[Image.Image]:
-    rng = np.random.default_rng(5)
-    drawn = [_drawn(kind, colour) for kind, colour in SHAPES.values()]
-    return [*drawn, Image.fromarray(rng.integers(0, 256, (70, 33, 3), dtype=np.uint8)),
-            Image.fromarray(rng.integers(0, 256, (20, 20, 4), dtype=np.uint8), "RGBA")]
-
-
-def _normalised(vectors: torch.Tensor) -> np.ndarray:
-    return torch.nn.functional.normalize(vectors.float(), dim=-1).numpy()
-
-
-def _engine(path) -> Engine:
-    return Engine(EngineConfig(model=str(path), device="cpu", dtype="float32"))
 
 
 def _reference_texts(model, path, texts: list[str]) -> np.ndarray:
@@ -66,7 +35,7 @@ def _reference_texts(model, path, texts: list[str]) -> np.ndarray:
     inputs = AutoTokenizer.from_pretrained(str(path))(texts, padding="max_length", max_length=TEXT_LEN,
                                                       truncation=True, return_tensors="pt")
     with torch.no_grad():
-        return _normalised(model.get_text_features(**inputs).pooler_output)
+        return normalised(model.get_text_features(**inputs).pooler_output)
 
 
 def _reference_images(model, path, images: list[Image.Image]) -> np.ndarray:
@@ -74,7 +43,7 @@ def _reference_images(model, path, images: list[Image.Image]) -> np.ndarray:
 
     pixels = SiglipImageProcessorPil.from_pretrained(str(path))(images=images, return_tensors="pt")["pixel_values"]
     with torch.no_grad():
-        return _normalised(model.get_image_features(pixel_values=pixels).pooler_output)
+        return normalised(model.get_image_features(pixel_values=pixels).pooler_output)
 
 
 def _our_images(engine: Engine, images: list[Image.Image]) -> np.ndarray:
@@ -87,7 +56,7 @@ def _our_images(engine: Engine, images: list[Image.Image]) -> np.ndarray:
 ])
 def test_texts_equal_transformers_for_each_tokenizer_set_up(tmp_path, tokenizer):
     reference = save_siglip(tmp_path, tokenizer=siglip_tokenizer(**tokenizer))
-    engine = _engine(tmp_path)
+    engine = cpu_float32_engine(tmp_path)
     np.testing.assert_allclose(engine.embed(TEXTS), _reference_texts(reference, tmp_path, TEXTS), atol=ATOL, rtol=0)
 
 
@@ -95,7 +64,7 @@ def test_siglip_tokenizer_texts_equal_transformers(tmp_path):
     """SigLIP's original checkpoints: SiglipTokenizer's canonicalized, SentencePiece-tokenized texts, padded
     with </s> on the right and read at the last position, as get_text_features reads them."""
     reference = save_siglip(tmp_path, tokenizer=sentencepiece_tokenizer(tmp_path / "spm"), seed=4)
-    engine = _engine(tmp_path)
+    engine = cpu_float32_engine(tmp_path)
     texts = [*TEXTS, *load_texts(40), "", "Café, 東京 😀 — a photo!", "a </s> inside", "ΟΔΟΣ\u3000\u3000x"]
     np.testing.assert_allclose(engine.embed(texts), _reference_texts(reference, tmp_path, texts), atol=ATOL, rtol=0)
 
@@ -109,8 +78,8 @@ def test_image_vectors_and_pixels_equal_transformers(tmp_path, variant):
     from transformers import SiglipImageProcessorPil
 
     reference = save_siglip(tmp_path, **variant)
-    engine = _engine(tmp_path)
-    images = _images()
+    engine = cpu_float32_engine(tmp_path)
+    images = shape_images()
     theirs = SiglipImageProcessorPil.from_pretrained(str(tmp_path))(images=images, return_tensors="np")
     ours = np.stack([preprocess(image, engine.spec.clip.image) for image in images])
     np.testing.assert_array_equal(ours, theirs["pixel_values"])
@@ -121,7 +90,7 @@ def test_image_vectors_and_pixels_equal_transformers(tmp_path, variant):
 def test_caller_token_ids_are_padded_as_texts_are(tmp_path):
     """Token ids sent as they are get the text's padding: the same vector as the text they spell."""
     reference = save_siglip(tmp_path, tokenizer=siglip_tokenizer(padding_side="right", attention_mask=False), seed=6)
-    engine = _engine(tmp_path)
+    engine = cpu_float32_engine(tmp_path)
     tokenizer = engine.tokenizer
     ids = tokenizer.encode_untruncated(["the cat"])[0]
     assert tokenizer.truncate_ids(ids).tolist() == tokenizer.encode(["the cat"])[0].tolist()
@@ -133,9 +102,9 @@ def test_caller_token_ids_are_padded_as_texts_are(tmp_path):
 def test_zero_shot_picks_the_reference_label(tmp_path):
     """Labels and drawn shapes: each image's best label (and the whole similarity table) as transformers'."""
     reference = save_siglip(tmp_path, seed=8)
-    engine = _engine(tmp_path)
+    engine = cpu_float32_engine(tmp_path)
     labels = list(SHAPES)
-    images = [_drawn(kind, colour, size) for kind, colour in SHAPES.values() for size in ((48, 40), (30, 64))]
+    images = [drawn_shape(kind, colour, size) for kind, colour in SHAPES.values() for size in ((48, 40), (30, 64))]
     ours = _our_images(engine, images) @ engine.embed(labels).T
     expected = _reference_images(reference, tmp_path, images) @ _reference_texts(reference, tmp_path, labels).T
     np.testing.assert_allclose(ours, expected, atol=ATOL, rtol=0)

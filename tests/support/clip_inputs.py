@@ -9,8 +9,10 @@ import io
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, ImageDraw
 
+from rose_embed.engine.contract.config import EngineConfig
+from rose_embed.engine.rose.engine import Engine
 from tests.support.clip_checkpoints import IMAGE_SIZE
 
 PATCH_SIZE = 8  # save_clip's default
@@ -53,3 +55,37 @@ def reference_texts(saved, texts: list[str]) -> np.ndarray:
     inputs = AutoTokenizer.from_pretrained(str(path))(texts, padding=True, truncation=True, return_tensors="pt")
     with torch.no_grad():
         return torch.nn.functional.normalize(model.get_text_features(**inputs).pooler_output, dim=-1).numpy()
+
+
+# Zero-shot labels and the shapes drawn for them; shape_images() adds a noise image and an RGBA one.
+SHAPES = {"a red circle": ("ellipse", (220, 30, 30)), "a green square": ("rectangle", (30, 200, 40)),
+          "a blue triangle": ("polygon", (30, 40, 220)), "a yellow bar": ("bar", (230, 220, 20))}
+
+
+def drawn_shape(kind: str, colour: tuple[int, int, int], size: tuple[int, int] = (48, 40)) -> Image.Image:
+    image = Image.new("RGB", size, (255, 255, 255))
+    draw = ImageDraw.Draw(image)
+    width, height = size
+    box = (width // 5, height // 5, 4 * width // 5, 4 * height // 5)
+    if kind == "polygon":
+        draw.polygon([(width // 2, box[1]), (box[0], box[3]), (box[2], box[3])], fill=colour)
+    elif kind == "bar":
+        draw.rectangle((box[0], height // 2 - 3, box[2], height // 2 + 3), fill=colour)
+    else:
+        getattr(draw, kind)(box, fill=colour)
+    return image
+
+
+def shape_images() -> list[Image.Image]:
+    rng = np.random.default_rng(5)
+    drawn = [drawn_shape(kind, colour) for kind, colour in SHAPES.values()]
+    return [*drawn, Image.fromarray(rng.integers(0, 256, (70, 33, 3), dtype=np.uint8)),
+            Image.fromarray(rng.integers(0, 256, (20, 20, 4), dtype=np.uint8), "RGBA")]
+
+
+def normalised(vectors: torch.Tensor) -> np.ndarray:
+    return torch.nn.functional.normalize(vectors.float(), dim=-1).numpy()
+
+
+def cpu_float32_engine(path) -> Engine:
+    return Engine(EngineConfig(model=str(path), device="cpu", dtype="float32"))
