@@ -266,35 +266,17 @@ class CUDAGraphRunner:
         # device and pinned-host caches before every capture, a cost paid hundreds of times
         # by capture_at_start, and it would release cached pinned readback buffers.
         graph = torch.cuda.CUDAGraph()
-        torch.cuda.synchronize()
         try:
-            with torch.cuda.stream(self._capture_stream), gc_paused():
-                graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
-                try:
-                    output = self.forward(*inputs, key.num_segments, meta, key.mode)
-                finally:
-                    graph.capture_end()
+            output = capture_graph(graph, self._capture_stream, self.pool,
+                                   lambda: self.forward(*inputs, key.num_segments, meta, key.mode))
         except Exception as exc:
             self._abandon_capture(key, graph, exc)
             return None
-        finally:
-            torch.cuda.current_stream().wait_stream(self._capture_stream)
         captured = self.graphs[key] = _Captured(graph, output)
         return captured
 
     def _abandon_capture(self, key: GraphKey, graph: torch.cuda.CUDAGraph, exc: Exception) -> None:
-        """Undo what a failed capture left behind, so that later captures and eager runs work."""
-        with torch.cuda.stream(self._capture_stream):
-            if torch.cuda.is_current_stream_capturing():  # capture_end did not get as far as ending it
-                try:
-                    graph.capture_end()
-                except Exception:
-                    pass  # an invalidated capture ends with an error; ended is all that matters
-        try:
-            # capture_end stops routing allocations to the pool only when it succeeds.
-            torch._C._cuda_endAllocateToPool(self._capture_stream.device.index, self.pool)
-        except Exception:
-            pass  # it had ended (the capture failed after capture_end's own cleanup)
+        """What a failed capture leaves: its graph kept alive, a new pool, its shape eager from now on."""
         self._failed_graphs.append(graph)
         self.pool = torch.cuda.graph_pool_handle()  # the old one may still count as recording
         self._eager_keys.add(key)
@@ -302,6 +284,35 @@ class CUDAGraphRunner:
         torch.cuda.synchronize()
         logger.warning("CUDA graph capture failed for %s (%s: %s); this shape runs eagerly from now on",
                        key, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+
+
+def capture_graph(graph: torch.cuda.CUDAGraph, stream: torch.cuda.Stream, pool, fn: Callable[[], torch.Tensor]):
+    """fn() captured into `graph` on `stream` with memory from `pool` (thread-local capture, the garbage
+    collector paused); returns its output. A capture that fails is undone before its error is raised
+    again, so that later captures and eager runs work."""
+    torch.cuda.synchronize()
+    try:
+        with torch.cuda.stream(stream), gc_paused():
+            graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+            try:
+                return fn()
+            finally:
+                graph.capture_end()
+    except Exception:
+        with torch.cuda.stream(stream):
+            if torch.cuda.is_current_stream_capturing():  # capture_end did not get as far as ending it
+                try:
+                    graph.capture_end()
+                except Exception:
+                    pass  # an invalidated capture ends with an error; ended is all that matters
+        try:
+            # capture_end stops routing allocations to the pool only when it succeeds.
+            torch._C._cuda_endAllocateToPool(stream.device.index, pool)
+        except Exception:
+            pass  # it had ended (the capture failed after capture_end's own cleanup)
+        raise
+    finally:
+        torch.cuda.current_stream().wait_stream(stream)
 
 
 @contextlib.contextmanager

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rose_embed.engine.rose.graphs import gc_paused
+from rose_embed.engine.rose.graphs import capture_graph
 
 logger = logging.getLogger("rose_embed.engine")
 
@@ -92,34 +92,17 @@ class ImageGraphs:
             self.pool = torch.cuda.graph_pool_handle()
             self._stream = torch.cuda.Stream()
         graph = torch.cuda.CUDAGraph()
-        torch.cuda.synchronize()
         try:
-            with torch.cuda.stream(self._stream), gc_paused():
-                graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
-                try:
-                    output = self.vectors_of(self.pixels[:bucket])
-                finally:
-                    graph.capture_end()
+            output = capture_graph(graph, self._stream, self.pool, lambda: self.vectors_of(self.pixels[:bucket]))
         except Exception as exc:
             self._abandon(bucket, graph, exc)
             return None
-        finally:
-            torch.cuda.current_stream().wait_stream(self._stream)
         captured = self.graphs[bucket] = _Captured(graph, output)
         return captured
 
     def _abandon(self, bucket: int, graph: torch.cuda.CUDAGraph, exc: Exception) -> None:
-        """Undo what a failed capture left behind (as CUDAGraphRunner._abandon_capture does)."""
-        with torch.cuda.stream(self._stream):
-            if torch.cuda.is_current_stream_capturing():
-                try:
-                    graph.capture_end()
-                except Exception:
-                    pass  # an invalidated capture ends with an error; ended is all that matters
-        try:
-            torch._C._cuda_endAllocateToPool(self._stream.device.index, self.pool)
-        except Exception:
-            pass  # it had ended
+        """What a failed capture leaves (as CUDAGraphRunner._abandon_capture): its graph kept alive, a new
+        pool, its bucket eager from now on."""
         self._failed_graphs.append(graph)
         self.pool = torch.cuda.graph_pool_handle()
         self._eager.add(bucket)
