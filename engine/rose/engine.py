@@ -19,6 +19,7 @@ from rose_embed.engine.rose.layers import fused
 from rose_embed.engine.rose.attention.backends import make_attention_backend
 from rose_embed.engine.rose.attention.ragged import AttentionBackend, SDPAPerSequenceBackend
 from rose_embed.engine.rose.layers.cpu_packed_linear import pack_linears
+from rose_embed.engine.rose.layers.cpu_vit_block import fuse_for_cpu
 from rose_embed.engine.rose.layers.head import SentenceHead
 from rose_embed.engine.rose.layers.label_head import LabelHead
 from rose_embed.engine.rose.layers.m3_head import M3Head
@@ -161,7 +162,9 @@ class Engine(ModelView):
 
                 self.runner.model = CompiledInt8Model(model, attention)
                 self.compiled = True
-        if self.device.type == "cpu" and config.quantization is None:
+        if self.device.type == "cpu" and config.quantization is None:  # oneDNN's layouts, once
+            if isinstance(getattr(model, "vision_layers", None), torch.nn.ModuleList):
+                model.vision_layers = fuse_for_cpu(model.vision_layers)  # the matmuls' epilogues do the rest
             pack_linears(model)  # bf16 only (engine/rose/layers/cpu_packed_linear.py)
 
     def _runner(self, model: torch.nn.Module, head, attention, enforce_eager: bool) -> ModelRunner:

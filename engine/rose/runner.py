@@ -15,7 +15,6 @@ from rose_embed.engine.rose.quantization.fp8_plan import pooled_tokens_of
 from rose_embed.engine.rose.graphs import CUDAGraphRunner, StaticInputs
 from rose_embed.engine.rose.image_graphs import ImageGraphs
 from rose_embed.engine.rose.attention.ragged import AttentionBackend
-from rose_embed.engine.rose.layers.cpu_vit_block import fuse_for_cpu
 from rose_embed.engine.rose.layers.head import SentenceHead
 from rose_embed.engine.rose.layers.pooling import normalize, pooled_token_rows
 from rose_embed.engine.rose.lazy import LazyResult
@@ -47,8 +46,6 @@ class ModelRunner:
         self.inputs: StaticInputs | None = None
         self._num_eager_runs = 0  # batches run outside any graph (CPU, enforce_eager, no bucket)
         self.graphs: CUDAGraphRunner | None = None
-        if device.type == "cpu" and isinstance(getattr(model, "vision_layers", None), torch.nn.ModuleList):
-            model.vision_layers = fuse_for_cpu(model.vision_layers)  # the matmuls' epilogues do the rest
         if device.type == "cuda":
             max_num_segments = CUDAGraphRunner.max_num_segments(max_num_tokens, max_num_seqs)
             self.inputs = StaticInputs(max_num_tokens, max_num_segments, device)
